@@ -1,0 +1,163 @@
+"""A parallel layout: how one training job is split over its GPUs.
+
+``Layout`` is one layout (what a user types); ``LayoutBatch`` is many layouts as a struct of
+numpy arrays, which is what the cost model evaluates in one vectorized call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Optional
+
+import numpy as np
+
+RECOMPUTE = ("none", "selective", "full")
+"""Activation recomputation modes; codes 0, 1, 2 in ``LayoutBatch.recompute``."""
+PRECISIONS = ("bf16", "fp8")
+"""Compute precisions; codes 0, 1 in ``LayoutBatch.precision``. FP8 is TransformerEngine-style
+(linear-layer GEMMs in FP8, attention and the rest in BF16)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One parallel layout. Degrees multiply: tp * cp * pp * dp = GPUs (ep lives inside dp*cp)."""
+
+    tp: int = 1
+    """Tensor-parallel degree (Megatron column/row split), inside the scale-up domain by default."""
+    pp: int = 1
+    """Pipeline-parallel stages."""
+    dp: int = 1
+    """Data-parallel replicas (with ZeRO, the sharding group too)."""
+    cp: int = 1
+    """Context-parallel degree: the sequence is split over cp ranks (ring attention)."""
+    ep: int = 1
+    """Expert-parallel degree for MoE layers, carved out of dp * cp."""
+    etp: int = 1
+    """Expert tensor-parallel degree (MoE expert weights split over etp ranks)."""
+    vpp: int = 1
+    """Virtual pipeline stages per GPU (interleaved 1F1B); 1 = plain 1F1B."""
+    zero: int = 1
+    """ZeRO stage 0-3: 0 plain DDP, 1 optimizer states sharded (Megatron distributed optimizer),
+    2 + gradients, 3 + parameters (FSDP)."""
+    mbs: int = 1
+    """Micro-batch size, sequences."""
+    gbs: int = 1
+    """Global batch size, sequences per optimizer step."""
+    seq_len: int = 4096
+    """Tokens per sequence."""
+    recompute: str = "selective"
+    """Activation recomputation: none, selective (core attention), full (whole layer)."""
+    sequence_parallel: Optional[bool] = None
+    """Megatron sequence parallelism for the non-TP regions; None = on whenever tp > 1."""
+    precision: str = "bf16"
+    """bf16, or fp8 (TransformerEngine: GEMMs in FP8)."""
+    pp_first_layers: Optional[int] = None
+    """Layers on the first pipeline stage; None = planner's split (see costmodel.pipeline)."""
+    pp_last_layers: Optional[int] = None
+    """Layers on the last pipeline stage; None = planner's split."""
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def sp(self) -> bool:
+        return self.tp > 1 if self.sequence_parallel is None else bool(self.sequence_parallel and self.tp > 1)
+
+    @property
+    def grad_accum(self) -> int:
+        """Micro-batches per step per pipeline (m): gbs / (dp * mbs)."""
+        return self.gbs // (self.dp * self.mbs)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["sequence_parallel"] = self.sp
+        d["grad_accum"] = self.grad_accum
+        d["gpus"] = self.gpus
+        return d
+
+
+_INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "mbs", "gbs", "seq_len")
+
+
+@dataclass
+class LayoutBatch:
+    """N layouts as parallel int64 arrays (same fields as ``Layout``; enums as codes).
+
+    ``pp_first_layers`` / ``pp_last_layers`` use 0 for "planner's split".
+    """
+
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    etp: np.ndarray
+    vpp: np.ndarray
+    zero: np.ndarray
+    mbs: np.ndarray
+    gbs: np.ndarray
+    seq_len: np.ndarray
+    recompute: np.ndarray
+    """0 none, 1 selective, 2 full."""
+    sp: np.ndarray
+    """Sequence parallel on (bool; forced off where tp == 1)."""
+    precision: np.ndarray
+    """0 bf16, 1 fp8."""
+    pp_first_layers: np.ndarray
+    pp_last_layers: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.tp.shape[0])
+
+    @classmethod
+    def from_layouts(cls, layouts: list[Layout]) -> "LayoutBatch":
+        cols: dict[str, list] = {f.name: [] for f in fields(cls)}
+        for lay in layouts:
+            for name in _INT_FIELDS:
+                cols[name].append(getattr(lay, name))
+            cols["recompute"].append(RECOMPUTE.index(lay.recompute))
+            cols["precision"].append(PRECISIONS.index(lay.precision))
+            cols["sp"].append(lay.sp)
+            cols["pp_first_layers"].append(lay.pp_first_layers or 0)
+            cols["pp_last_layers"].append(lay.pp_last_layers or 0)
+        arrays = {k: np.asarray(v, dtype=bool if k == "sp" else np.int64) for k, v in cols.items()}
+        return cls(**arrays)
+
+    @classmethod
+    def from_arrays(cls, **arrays) -> "LayoutBatch":
+        """Build from broadcastable arrays/scalars; missing fields take ``Layout`` defaults."""
+        defaults = Layout()
+        full = {}
+        for f in fields(cls):
+            if f.name in arrays:
+                full[f.name] = arrays[f.name]
+            elif f.name == "recompute":
+                full[f.name] = RECOMPUTE.index(defaults.recompute)
+            elif f.name == "precision":
+                full[f.name] = PRECISIONS.index(defaults.precision)
+            elif f.name == "sp":
+                full[f.name] = True
+            elif f.name in ("pp_first_layers", "pp_last_layers"):
+                full[f.name] = 0
+            else:
+                full[f.name] = getattr(defaults, f.name)
+        shaped = np.broadcast_arrays(*[np.asarray(v) for v in full.values()])
+        out = {}
+        for (name, _), arr in zip(full.items(), shaped):
+            out[name] = np.ascontiguousarray(arr, dtype=bool if name == "sp" else np.int64).reshape(-1)
+        out["sp"] = out["sp"] & (out["tp"] > 1)
+        return cls(**out)
+
+    def take(self, index) -> "LayoutBatch":
+        return LayoutBatch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    def layout(self, i: int) -> Layout:
+        """The i-th layout as a ``Layout``."""
+        kw = {name: int(getattr(self, name)[i]) for name in _INT_FIELDS}
+        kw["recompute"] = RECOMPUTE[int(self.recompute[i])]
+        kw["precision"] = PRECISIONS[int(self.precision[i])]
+        kw["sequence_parallel"] = bool(self.sp[i])
+        kw["pp_first_layers"] = int(self.pp_first_layers[i]) or None
+        kw["pp_last_layers"] = int(self.pp_last_layers[i]) or None
+        return Layout(**kw)

@@ -1,0 +1,232 @@
+"""Pydantic schemas for the catalog: GPUs, network interconnects, clusters, transformer models.
+
+Every numeric field that a data file sets must be cited in that entry's ``sources`` mapping
+(field name -> citation). Units are in the field names: ``_tflops`` dense TFLOP/s (no
+sparsity), ``_gbps`` gigabytes per second (1e9 bytes/s, *not* gigabits), ``_gib`` 2**30 bytes,
+``_us`` microseconds.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+ScaleUpTopology = Literal["switch", "ring", "mesh2d", "torus2d", "fully_connected"]
+NetworkTopology = Literal["switch", "ring", "tree", "mesh2d", "torus2d"]
+
+
+class _Cited(BaseModel):
+    """Base for catalog entries: every set numeric field must carry a source."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    """Canonical lower-case name, e.g. ``h100-sxm``."""
+    aliases: list[str] = Field(default_factory=list)
+    """Other names accepted on the command line, e.g. ``h100``."""
+    sources: dict[str, str] = Field(default_factory=dict)
+    """Field name -> citation (datasheet, paper and table, NCCL docs). ``*`` covers all fields."""
+
+    @model_validator(mode="after")
+    def _every_number_cited(self):
+        if "*" in self.sources:
+            return self
+        missing = []
+        for field_name, value in self:
+            if field_name in ("sources", "aliases", "name"):
+                continue
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if field_name not in self.sources:
+                    missing.append(field_name)
+        if missing:
+            raise ValueError(f"{self.name}: no source for field(s) {', '.join(sorted(missing))}")
+        return self
+
+
+class GPUSpec(_Cited):
+    """One accelerator model. Peak numbers are dense (no 2:4 sparsity)."""
+
+    vendor: Literal["nvidia", "amd"]
+    bf16_tflops: float = Field(gt=0)
+    """Dense BF16 tensor-core peak, TFLOP/s."""
+    fp16_tflops: float = Field(gt=0)
+    """Dense FP16 tensor-core peak, TFLOP/s."""
+    fp8_tflops: Optional[float] = Field(default=None, gt=0)
+    """Dense FP8 tensor-core peak, TFLOP/s; None where the GPU has no FP8 tensor cores."""
+    tf32_tflops: Optional[float] = Field(default=None, gt=0)
+    """Dense TF32 tensor-core peak, TFLOP/s; None where absent (V100)."""
+    fp32_tflops: float = Field(gt=0)
+    """Non-tensor FP32 peak, TFLOP/s."""
+    memory_gib: float = Field(gt=0)
+    """HBM capacity in GiB as the driver reports it (usable by the framework)."""
+    memory_bandwidth_gbps: float = Field(gt=0)
+    """HBM bandwidth, GB/s."""
+    scaleup_bandwidth_gbps: float = Field(gt=0)
+    """Scale-up link (NVLink / xGMI / PCIe) bandwidth per GPU per direction, GB/s."""
+    scaleup_link: str
+    """Name of the scale-up link, e.g. ``NVLink 4``."""
+    tdp_watts: Optional[float] = Field(default=None, gt=0)
+    """Board power, W (informational)."""
+
+
+class InterconnectSpec(_Cited):
+    """A scale-out network adapter / link type (one port)."""
+
+    kind: Literal["infiniband", "roce", "ethernet"]
+    bandwidth_gbps: float = Field(gt=0)
+    """Per-port bandwidth per direction, GB/s (400 Gb/s NDR = 50 GB/s)."""
+    latency_us: float = Field(gt=0)
+    """One-hop small-message latency through the fabric, microseconds."""
+
+
+class ClusterSpec(_Cited):
+    """A homogeneous GPU cluster: nodes of ``gpus_per_node`` GPUs joined by a network."""
+
+    gpu: str
+    """GPU catalog name (or alias) of every GPU in the cluster."""
+    gpus_per_node: int = Field(gt=0)
+    """GPUs per server (and per NIC rail set)."""
+    scaleup_domain_size: int = Field(gt=0)
+    """GPUs that share the scale-up fabric (8 for HGX/DGX, 72 for GB200 NVL72)."""
+    scaleup_topology: ScaleUpTopology = "switch"
+    """How GPUs inside a scale-up domain connect: NVSwitch (switch), xGMI full mesh, ring..."""
+    scaleup_latency_us: float = Field(gt=0)
+    """Per-step latency of a collective inside the scale-up domain, microseconds."""
+    scaleup_efficiency: float = Field(gt=0, le=1)
+    """Achievable fraction of the scale-up link bandwidth for large collectives (nccl-tests busbw / link)."""
+    nic: str
+    """Interconnect catalog name of each NIC."""
+    nics_per_node: int = Field(gt=0)
+    """Scale-out NICs per node (8 for rail-optimized DGX)."""
+    network_topology: NetworkTopology = "switch"
+    """Inter-node topology: fat-tree/full-bisection switch, ring, tree, 2D mesh, 2D torus."""
+    network_dims: Optional[tuple[int, int]] = None
+    """Node grid (X, Y) for mesh2d/torus2d; None means the most square grid for the node count."""
+    network_oversubscription: float = Field(default=1.0, ge=1)
+    """Fat-tree oversubscription ratio above the leaf (1 = full bisection)."""
+    network_efficiency: float = Field(gt=0, le=1)
+    """Achievable fraction of NIC bandwidth for large collectives (nccl-tests busbw / line rate)."""
+
+    @model_validator(mode="after")
+    def _domain_vs_node(self):
+        if self.scaleup_domain_size % self.gpus_per_node and self.gpus_per_node % self.scaleup_domain_size:
+            raise ValueError(
+                f"scaleup_domain_size={self.scaleup_domain_size} must divide or be a multiple of "
+                f"gpus_per_node={self.gpus_per_node}"
+            )
+        return self
+
+
+class MoESpec(BaseModel):
+    """Mixture-of-experts part of a model (absent for dense models)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_experts: int = Field(gt=0)
+    """Routed experts per MoE layer."""
+    top_k: int = Field(gt=0)
+    """Routed experts each token visits."""
+    expert_ffn_hidden_size: int = Field(gt=0)
+    """Intermediate size of one routed expert."""
+    num_shared_experts: int = Field(default=0, ge=0)
+    """Always-active shared experts per MoE layer."""
+    shared_expert_ffn_hidden_size: Optional[int] = Field(default=None, gt=0)
+    """Intermediate size of one shared expert; None = expert_ffn_hidden_size."""
+    num_dense_layers: int = Field(default=0, ge=0)
+    """Leading layers that use the dense MLP (``ffn_hidden_size``) instead of experts (DeepSeek first_k_dense_replace)."""
+    moe_layer_frequency: int = Field(default=1, gt=0)
+    """Every n-th layer (after the dense ones) is MoE; others are dense."""
+
+
+class MLASpec(BaseModel):
+    """Multi-head latent attention (DeepSeek-V2/V3). Parameter and FLOP shapes only."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    q_lora_rank: Optional[int] = Field(default=None, gt=0)
+    """Low-rank query projection; None = full-rank queries."""
+    kv_lora_rank: int = Field(gt=0)
+    """Compressed KV latent size."""
+    qk_nope_head_dim: int = Field(gt=0)
+    """Per-head query/key dims without rotary embedding."""
+    qk_rope_head_dim: int = Field(gt=0)
+    """Per-head query/key dims with rotary embedding (key part shared across heads)."""
+    v_head_dim: int = Field(gt=0)
+    """Per-head value dims."""
+
+
+class ModelSpec(BaseModel):
+    """A decoder-only transformer, enough to count parameters, FLOPs and activations."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    """Canonical name, e.g. ``llama3-405b``."""
+    aliases: list[str] = Field(default_factory=list)
+    """Other accepted names, e.g. ``405b``."""
+    family: str = "custom"
+    """Architecture family (llama, gpt, mixtral, deepseek, ...), informational."""
+    num_layers: int = Field(gt=0)
+    """Transformer blocks."""
+    hidden_size: int = Field(gt=0)
+    """Model width h."""
+    num_attention_heads: int = Field(gt=0)
+    """Query heads a."""
+    num_kv_heads: Optional[int] = Field(default=None, gt=0)
+    """Key/value heads g (GQA); None = num_attention_heads (MHA)."""
+    head_dim: Optional[int] = Field(default=None, gt=0)
+    """Per-head dim; None = hidden_size / num_attention_heads."""
+    ffn_hidden_size: int = Field(gt=0)
+    """Dense MLP intermediate size."""
+    gated_mlp: bool = True
+    """SwiGLU/GeGLU (three weight matrices) vs plain GeLU MLP (two)."""
+    vocab_size: int = Field(gt=0)
+    """Vocabulary size (padded as trained)."""
+    tied_embeddings: bool = False
+    """Input embedding and LM head share one matrix."""
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    """Normalization type (layernorm has a bias)."""
+    position_embedding: Literal["rope", "learned", "alibi", "none"] = "rope"
+    """Learned absolute positions add max_position_embeddings x hidden parameters."""
+    max_position_embeddings: int = Field(default=4096, gt=0)
+    """Longest trained context (also the learned position table size)."""
+    linear_bias: bool = False
+    """Linear layers carry biases (GPT-2/3, BLOOM, OPT)."""
+    qkv_bias: bool = False
+    """Only the QKV projection carries a bias (Qwen2)."""
+    dropout: bool = False
+    """Dropout on attention and residual paths (adds 1-byte masks to stored activations)."""
+    moe: Optional[MoESpec] = None
+    """Mixture-of-experts settings; None = dense."""
+    mla: Optional[MLASpec] = None
+    """Multi-head latent attention; None = standard (GQA) attention."""
+    default_seq_len: int = Field(default=4096, gt=0)
+    """Sequence length used when --seq-len is not given."""
+    default_tokens_per_batch: int = Field(default=4 * 1024 * 1024, gt=0)
+    """Global batch in tokens used when neither --gbs nor --tokens-per-batch is given."""
+    params_published: Optional[float] = Field(default=None, gt=0)
+    """Total parameter count the authors published, for tests."""
+    source: str = ""
+    """Where the shape comes from (paper table, HF config URL)."""
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_attention_heads
+
+    @property
+    def head_size(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @model_validator(mode="after")
+    def _shapes(self):
+        if self.num_attention_heads % self.kv_heads:
+            raise ValueError(
+                f"num_kv_heads={self.kv_heads} must divide num_attention_heads={self.num_attention_heads}"
+            )
+        if self.head_dim is None and self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} is not divisible by num_attention_heads="
+                f"{self.num_attention_heads}; give head_dim"
+            )
+        return self

@@ -1,0 +1,69 @@
+"""How layers are split over pipeline stages (even, or uneven first/last stages).
+
+Megatron-LM expresses uneven pipelines with ``--decoder-first-pipeline-num-layers`` and
+``--decoder-last-pipeline-num-layers``; the middle stages share the rest equally. Llama 3 405B
+(126 layers) trained at PP 16 this way (Llama 3 paper, Sec. 3.3.2: fewer layers on the first and
+last stages, which also hold the embedding and the LM head/loss).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def stage_layer_split(num_layers, pp, first=0, last=0):
+    """Layers on the (first, middle, last) pipeline stages, and whether the split is valid.
+
+    Arguments broadcast as numpy arrays. ``first``/``last`` = 0 asks for the planner's split:
+    even when ``num_layers % pp == 0``; otherwise every middle stage gets ceil(L/pp) layers and
+    the first and last stages share what is left (the first gets the smaller half, since it
+    also runs the embedding while the last runs the LM head and loss, which cost more).
+    With ``pp == 1`` all three are ``num_layers``; with ``pp == 2`` there is no middle stage
+    (its value is then reported equal to ``last``).
+    """
+    L = np.asarray(num_layers, dtype=np.int64)
+    pp = np.asarray(pp, dtype=np.int64)
+    first = np.asarray(first, dtype=np.int64)
+    last = np.asarray(last, dtype=np.int64)
+    L, pp, first, last = np.broadcast_arrays(L, pp, first, last)
+
+    # Planner's split.
+    even = L % pp == 0
+    middle_auto = -(-L // pp)
+    rest = L - np.maximum(pp - 2, 0) * middle_auto
+    first_auto = np.where(even, L // pp, rest // 2)
+    last_auto = np.where(even, L // pp, rest - rest // 2)
+
+    user = (first > 0) | (last > 0)
+    # User's split: missing side defaults to the even share of the remainder.
+    f_user = np.where(first > 0, first, 0)
+    l_user = np.where(last > 0, last, 0)
+    middles = np.maximum(pp - 2, 1)
+    rem = L - f_user - l_user
+    # When only one side is given, the other side gets a middle-sized share.
+    only_first = (first > 0) & (last == 0)
+    only_last = (last > 0) & (first == 0)
+    share = np.where(only_first | only_last, rem // np.maximum(pp - 1, 1), 0)
+    f_user = np.where(only_last, share, f_user)
+    l_user = np.where(only_first, share, l_user)
+    rem = L - f_user - l_user
+    middle_user = np.where(pp > 2, rem // middles, l_user)
+
+    first_out = np.where(user, f_user, first_auto)
+    last_out = np.where(user, l_user, last_auto)
+    middle_out = np.where(user, middle_user, np.where(pp > 2, middle_auto, last_auto))
+
+    total = first_out + last_out + np.maximum(pp - 2, 0) * middle_out
+    single = pp == 1
+    first_out = np.where(single, L, first_out)
+    last_out = np.where(single, L, last_out)
+    middle_out = np.where(single, L, middle_out)
+    total = np.where(single, L, total)
+    valid = (total == L) & (first_out >= 1) & (last_out >= 1) & (middle_out >= 1) & (pp <= L)
+    return first_out, middle_out, last_out, valid
+
+
+def vpp_divides_stages(first, middle, last, vpp) -> np.ndarray:
+    """Interleaving needs every stage's layers to split into ``vpp`` equal model chunks."""
+    vpp = np.asarray(vpp)
+    return (first % vpp == 0) & (middle % vpp == 0) & (last % vpp == 0)

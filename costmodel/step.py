@@ -1,46 +1,384 @@
-"""Step time and memory for a batch of layouts (STUB: replaced by the real model shortly)."""
+"""Step time and peak memory per GPU for a batch of layouts, in one vectorized pass.
+
+Step time = pipeline time (per-micro-batch stage time x micro-batches + the bubble)
+          + exposed pipeline P2P + exposed data-parallel / ZeRO-3 communication + optimizer.
+The per-micro-batch stage time holds the layers' compute, recompute, and the exposed TP, CP
+and EP communication, which sit on the critical path between GEMMs.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
+from costmodel import collectives
+from costmodel.calibration import DEFAULT, Calibration
+from costmodel.compute import dense_and_moe_layer_times, lm_head_times
+from costmodel.flops import attention_core_flops_per_token, model_flops_per_token
 from costmodel.layout import Layout, LayoutBatch
+from costmodel.memory import (
+    GIB,
+    activation_bytes_per_token,
+    full_recompute_bytes_per_token,
+    inflight_microbatches,
+    model_state_bytes,
+)
 from costmodel.params import count_params
+from costmodel.pipeline import stage_layer_split
+from costmodel.placement import group_span, pipeline_crosses_network
 from costmodel.result import MEMORY_TERMS, TIME_TERMS, BatchResult
+from hardware_catalog.schema import ClusterSpec, GPUSpec, ModelSpec
+
+BF16 = 2.0
+GRAD_REDUCE_BYTES = 4.0  # Megatron accumulates and reduces main grads in FP32 under BF16 (arguments.py)
+PARAM_GATHER_BYTES = 2.0  # updated BF16 weights all-gathered after the sharded optimizer step
+# Adam step traffic per owned parameter: read grad, master, m, v (4 x 4 B), write master, m, v
+# (3 x 4 B) and the BF16 weight (2 B), plus reading the grad once more for the norm/clip.
+OPTIMIZER_STEP_BYTES = 34.0
 
 
-def evaluate_batch(model, cluster, batch: LayoutBatch, gpu=None) -> BatchResult:
-    from hardware_catalog import get_gpu
+def _stage_layer_mix(model: ModelSpec, counts, n_layers, first_stage: bool):
+    """(dense layers, MoE layers) on a stage of ``n_layers``; leading dense layers sit on the
+    first stage (DeepSeek's first_k_dense_replace), the rest keep the model's MoE fraction."""
+    n = n_layers.astype(np.float64)
+    if model.moe is None:
+        return n, np.zeros_like(n)
+    lead = model.moe.num_dense_layers
+    rest_layers = model.num_layers - lead
+    moe_fraction = counts.num_moe_layers / rest_layers if rest_layers else 0.0
+    lead_here = np.minimum(n, lead) if first_stage else np.zeros_like(n)
+    moe = (n - lead_here) * moe_fraction
+    return n - moe, moe
+
+
+def evaluate_batch(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    batch: LayoutBatch,
+    gpu: GPUSpec | None = None,
+    calib: Calibration = DEFAULT,
+) -> BatchResult:
+    """Predict step time, throughput, MFU and per-GPU memory for every layout in ``batch``.
+
+    Layouts are assumed to satisfy the hard rules (``search.rules``); this function never
+    raises on a bad layout, it prices it as given.
+    """
+    from hardware_catalog import get_gpu, get_interconnect
 
     gpu = gpu or get_gpu(cluster.gpu)
-    p = count_params(model)
-    gpus = batch.tp * batch.pp * batch.dp * batch.cp
-    tokens = batch.gbs * batch.seq_len
-    flops = 6.0 * p.matmul_active * tokens
-    step = flops / (gpus * gpu.bf16_tflops * 1e12 * 0.5) * (1 + 0.05 * batch.tp + 0.02 * batch.pp)
-    zeros = np.zeros(len(batch))
-    terms = {t: zeros.copy() for t in TIME_TERMS}
-    terms["compute"] = step
-    weights = p.total * 2 / (batch.tp * batch.pp) / 2**30
-    mem = {m: zeros.copy() for m in MEMORY_TERMS}
-    mem["weights"] = weights
-    mem["optimizer"] = 12 * p.total / (batch.tp * batch.pp * np.where(batch.zero >= 1, batch.dp, 1)) / 2**30
-    mem["activations"] = 34 * batch.seq_len * batch.mbs * model.hidden_size * model.num_layers / (batch.tp * batch.pp) / 2**30
-    mem["peak"] = sum(mem[m] for m in MEMORY_TERMS)
+    nic = get_interconnect(cluster.nic)
+    fabric = collectives.fabric_from_cluster(cluster, gpu, nic)
+    domain = cluster.scaleup_domain_size
+    counts = count_params(model)
+    n = len(batch)
+
+    tp = batch.tp.astype(np.float64)
+    cp = batch.cp.astype(np.float64)
+    dp = batch.dp.astype(np.float64)
+    pp = batch.pp.astype(np.float64)
+    ep = batch.ep.astype(np.float64)
+    etp = batch.etp.astype(np.float64)
+    vpp = batch.vpp.astype(np.float64)
+    m = np.maximum(batch.gbs // np.maximum(batch.dp * batch.mbs, 1), 1).astype(np.float64)
+    gpus = tp * cp * dp * pp
+    tokens_mb = batch.mbs * batch.seq_len / cp  # tokens per micro-batch on one GPU
+    sp = batch.sp
+    full = batch.recompute == 2
+    selective = batch.recompute == 1
+    fp8 = batch.precision == 1
+    h = float(model.hidden_size)
+
+    # ---------------- per-layer compute
+    dense_t, moe_t = dense_and_moe_layer_times(model, counts, gpu, batch, calib)
+    head_fwd, head_bwd, head_flops = lm_head_times(model, gpu, batch, calib)
+
+    # ---------------- per-layer communication (one micro-batch, forward pass)
+    act_bytes = tokens_mb * h * BF16  # one micro-batch's activations [s/cp, b, h] in BF16
+    tp_local, tp_nodes = group_span(batch.tp, 1, domain)
+    if np.any(tp > 1):
+        ag, _ = collectives.collective_time("all_gather", act_bytes, tp_local, tp_nodes, fabric)
+        rs, _ = collectives.collective_time("reduce_scatter", act_bytes, tp_local, tp_nodes, fabric)
+        ar, _ = collectives.collective_time("all_reduce", act_bytes, tp_local, tp_nodes, fabric)
+        # Megatron TP: one collective pair per block (attention, MLP) per pass (Shoeybi et al.
+        # 2019 Fig. 4): with SP all-gather + reduce-scatter (Korthikanti Sec. 4.2.2), else all-reduce.
+        tp_pair = np.where(sp, ag + rs, ar)
+    else:
+        tp_pair = np.zeros(n)
+    tp_pair = tp_pair * (1.0 - calib.tp_comm_overlap)
+    tp_dense = 2.0 * tp_pair
+    has_shared = model.moe is not None and model.moe.num_shared_experts > 0
+    tp_moe = (2.0 if has_shared else 1.0) * tp_pair if model.moe is not None else tp_dense
+
+    # Context parallel: Megatron's ring attention (Liu et al. 2023; Megatron-Core CP docs) passes
+    # K/V chunks around cp ranks in cp-1 steps, each overlapped with one chunk of attention.
+    cp_local, cp_nodes = group_span(batch.cp, batch.tp, domain)
+    kv_heads_per_rank = np.maximum(model.kv_heads / tp, 1.0)
+    if model.mla is not None:
+        kv_width = model.num_attention_heads * (
+            model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim + model.mla.v_head_dim
+        ) / tp
+    else:
+        kv_width = 2.0 * kv_heads_per_rank * model.head_size
+    kv_bytes = tokens_mb * kv_width * BF16
+    if np.any(cp > 1):
+        kv_step = collectives.p2p_time(kv_bytes, cp_nodes > 1, fabric)
+        kv_step_bwd = collectives.p2p_time(2.0 * kv_bytes, cp_nodes > 1, fabric)  # K,V and dK,dV
+    else:
+        kv_step = kv_step_bwd = np.zeros(n)
+    steps = cp - 1.0
+
+    def cp_exposed(layer):
+        chunk = layer.attention_forward / cp
+        fwd = steps * np.maximum(kv_step - chunk, 0.0)
+        bwd = steps * np.maximum(kv_step_bwd - 2.5 * chunk, 0.0)
+        return fwd, bwd
+
+    cp_dense_f, cp_dense_b = cp_exposed(dense_t)
+    cp_moe_f, cp_moe_b = cp_exposed(moe_t)
+
+    # Expert parallel: all-to-all dispatch + combine per MoE layer per pass (GShard, Lepikhin
+    # et al. 2020; Megatron-Core alltoall dispatcher), over the ep group (stride etp, folded).
+    if model.moe is not None and np.any(ep > 1):
+        ep_local, ep_nodes = group_span(batch.ep, batch.etp, domain)
+        routed_bytes = tokens_mb / np.where(sp, tp, 1.0) * model.moe.top_k * h * BF16
+        a2a, _ = collectives.collective_time("all_to_all", routed_bytes, ep_local, ep_nodes, fabric)
+        ep_pass = 2.0 * a2a
+    else:
+        ep_pass = np.zeros(n)
+
+    # ---------------- per-stage, per-micro-batch time
+    n_first, n_middle, n_last, _ = stage_layer_split(
+        model.num_layers, batch.pp, batch.pp_first_layers, batch.pp_last_layers
+    )
+
+    def stage_terms(n_layers, first_stage, last_stage):
+        nd, nm = _stage_layer_mix(model, counts, n_layers, first_stage)
+        compute = nd * (dense_t.forward + dense_t.backward) + nm * (moe_t.forward + moe_t.backward)
+        recompute = np.where(
+            full,
+            nd * dense_t.forward + nm * moe_t.forward,
+            np.where(selective, nd * dense_t.attention_forward + nm * moe_t.attention_forward, 0.0),
+        )
+        passes = np.where(full, 3.0, 2.0)  # forward, backward (+ recomputed forward)
+        tp_c = passes * (nd * tp_dense + nm * tp_moe)
+        cp_c = (nd * cp_dense_f + nm * cp_moe_f) * (passes - 1.0) + nd * cp_dense_b + nm * cp_moe_b
+        ep_c = passes * nm * ep_pass
+        if last_stage is True:
+            compute = compute + head_fwd + head_bwd
+        return compute, recompute, tp_c, cp_c, ep_c
+
+    single = pp == 1
+    first_terms = stage_terms(n_first, True, False)
+    middle_terms = stage_terms(n_middle, False, False)
+    last_terms = stage_terms(n_last, False, True)
+    # pp == 1: one stage holds everything, embedding and head included.
+    first_terms = tuple(
+        np.where(single, lt_full, ft) for ft, lt_full in zip(first_terms, stage_terms(n_first, True, True))
+    )
+    totals = [sum(t) for t in (first_terms, middle_terms, last_terms)]
+    stage_time = np.stack(totals)  # (3, n)
+    has_middle = pp > 2
+    stage_time_masked = np.where(np.stack([np.ones(n, bool), has_middle, ~single]), stage_time, 0.0)
+    slowest = np.argmax(stage_time_masked, axis=0)
+    t_max = np.max(stage_time_masked, axis=0)
+    # Sum over all stages of one micro-batch's time = the fill + drain path.
+    t_sum = np.where(
+        single, totals[0], totals[0] + np.maximum(pp - 2.0, 0.0) * totals[1] + totals[2]
+    )
+    # Interleaved 1F1B: the fill/drain costs (p-1)/v stage-times (Narayanan et al. 2021,
+    # Sec. 2.2.2); with unequal stages, m x slowest + the others once, divided by v.
+    bubble = (t_sum - t_max) / vpp
+    pick = lambda idx: np.choose(slowest, [first_terms[idx], middle_terms[idx], last_terms[idx]])
+    compute_t, recompute_t, tp_t, cp_t, ep_t = (m * pick(i) for i in range(5))
+
+    # ---------------- pipeline P2P
+    crosses = pipeline_crosses_network(batch.tp, batch.cp, batch.dp, batch.pp, domain)
+    p2p_bytes = act_bytes / np.where(sp, tp, 1.0)  # Megatron sends the SP shard
+    p2p_one = collectives.p2p_time(p2p_bytes, crosses, fabric)
+    # Non-interleaved 1F1B waits on every send/recv (2 per micro-batch step); the interleaved
+    # schedule overlaps steady-state P2P (--overlap-p2p-comm), leaving the fill/drain ones.
+    p2p_count = np.where(vpp > 1, 2.0 * (pp - 1.0), 2.0 * (m + pp - 1.0))
+    pp_p2p = np.where(single, 0.0, p2p_count * p2p_one)
+
+    # ---------------- parameters per GPU on each stage
+    dense_per_layer_dense = counts.dense_layer / tp
+    moe_dense_part = (counts.attention_per_layer + counts.shared_expert_per_layer + counts.norms_per_layer) / tp
+    moe_expert_part = counts.expert_per_layer / (ep * etp)
+    tied_copy = counts.embedding_matrix if counts.lm_head == 0 else counts.lm_head
+
+    def stage_params(n_layers, first_stage, last_stage):
+        nd, nm = _stage_layer_mix(model, counts, n_layers, first_stage)
+        dense = nd * dense_per_layer_dense + nm * moe_dense_part
+        expert = nm * moe_expert_part
+        if first_stage:
+            dense = dense + counts.embedding / tp
+        if last_stage:
+            # Megatron keeps a copy of a tied embedding on the last stage for the LM head.
+            dense = dense + np.where(single, counts.lm_head, tied_copy) / tp + counts.final_norm
+        return dense, expert
+
+    first_params = stage_params(n_first, True, False)
+    first_params_single = stage_params(n_first, True, True)
+    first_params = tuple(np.where(single, s, f) for f, s in zip(first_params, first_params_single))
+    middle_params = stage_params(n_middle, False, False)
+    last_params = stage_params(n_last, False, True)
+
+    dense_shard = dp * cp
+    expert_shard = np.maximum(tp * cp * dp / (ep * etp), 1.0)
+
+    # ---------------- data-parallel communication (slowest stage = the one holding most params)
+    stage_dense = np.stack([first_params[0], np.where(has_middle, middle_params[0], 0.0), np.where(single, 0.0, last_params[0])])
+    stage_expert = np.stack([first_params[1], np.where(has_middle, middle_params[1], 0.0), np.where(single, 0.0, last_params[1])])
+    heavy = np.argmax(stage_dense + stage_expert, axis=0)
+    p_dense = np.choose(heavy, stage_dense)
+    p_expert = np.choose(heavy, stage_expert)
+    dp_local, dp_nodes = group_span(batch.dp * batch.cp, batch.tp, domain)
+    edp_local, edp_nodes = group_span(
+        np.maximum(expert_shard.astype(np.int64), 1), batch.ep * batch.etp, domain
+    )
+
+    def dp_collective(op, bytes_dense, bytes_expert):
+        t_dense, algo = collectives.collective_time(op, bytes_dense, dp_local, dp_nodes, fabric)
+        t_exp = 0.0
+        if model.moe is not None:
+            t_exp, _ = collectives.collective_time(op, bytes_expert, edp_local, edp_nodes, fabric)
+        return t_dense + t_exp, algo
+
+    grad_ar, dp_algo = dp_collective("all_reduce", GRAD_REDUCE_BYTES * p_dense, GRAD_REDUCE_BYTES * p_expert)
+    grad_rs, _ = dp_collective("reduce_scatter", GRAD_REDUCE_BYTES * p_dense, GRAD_REDUCE_BYTES * p_expert)
+    param_ag, _ = dp_collective("all_gather", PARAM_GATHER_BYTES * p_dense, PARAM_GATHER_BYTES * p_expert)
+    stage_of = lambda terms: np.choose(slowest, terms)
+    window_bwd = calib.dp_overlap * stage_of([first_terms[0], middle_terms[0], last_terms[0]]) * (2.0 / 3.0)
+    window_fwd = calib.dp_overlap * stage_of([first_terms[0], middle_terms[0], last_terms[0]]) * (1.0 / 3.0)
+    zero = batch.zero
+    # ZeRO-0: all-reduce overlapped with the last micro-batch's backward (PyTorch DDP buckets,
+    # Li et al. 2020; Megatron --overlap-grad-reduce). ZeRO-1/2: reduce-scatter there, and the
+    # all-gather of updated weights overlapped with the next step's first forward
+    # (--overlap-param-gather).
+    dp_exposed = np.where(
+        zero == 0,
+        np.maximum(grad_ar - window_bwd, 0.0),
+        np.maximum(grad_rs - window_bwd, 0.0) + np.maximum(param_ag - window_fwd, 0.0),
+    )
+    # ZeRO-3 / FSDP: every micro-batch gathers weights for forward and again for backward and
+    # reduce-scatters gradients (Rajbhandari et al. 2020 Sec. 5.3; FSDP2 default), hidden
+    # behind that micro-batch's compute where possible.
+    z3 = (
+        np.maximum(param_ag - window_fwd, 0.0) + np.maximum(param_ag + grad_rs - window_bwd, 0.0)
+    ) * m
+    zero3_exposed = np.where(zero == 3, z3, 0.0)
+    dp_exposed = np.where(zero == 3, 0.0, dp_exposed)
+    single_replica = dense_shard == 1
+    dp_exposed = np.where(single_replica & (expert_shard <= 1), 0.0, dp_exposed)
+    zero3_exposed = np.where(single_replica & (expert_shard <= 1), 0.0, zero3_exposed)
+
+    # ---------------- optimizer step: HBM-bound Adam over the parameters this GPU owns
+    owned = np.where(zero >= 1, p_dense / dense_shard + p_expert / expert_shard, p_dense + p_expert)
+    optimizer_t = OPTIMIZER_STEP_BYTES * owned / (gpu.memory_bandwidth_gbps * 1e9 * calib.memory_bound_efficiency)
+
+    # ---------------- totals
+    terms = {
+        "compute": compute_t,
+        "recompute": recompute_t,
+        "bubble": bubble,
+        "tp_comm": tp_t,
+        "cp_comm": cp_t,
+        "ep_comm": ep_t,
+        "pp_p2p": pp_p2p,
+        "dp_comm": dp_exposed,
+        "zero3_gather": zero3_exposed,
+        "optimizer": optimizer_t,
+    }
+    step = sum(terms[t] for t in TIME_TERMS)
+    tokens_step = (batch.gbs * batch.seq_len).astype(np.float64)
+    flops_token = model_flops_per_token(model, batch.seq_len, counts)
+    peak = gpu.bf16_tflops * 1e12
+    mfu = flops_token * tokens_step / (step * gpus * peak)
+    # HFU adds what recompute runs again: a forward of every layer (2 FLOPs/weight + attention
+    # core) for full, the attention core forward for selective.
+    core_fwd = model.num_layers * attention_core_flops_per_token(model, batch.seq_len)
+    layer_fwd = 2.0 * (counts.matmul_active - (counts.lm_head or counts.embedding_matrix)) + core_fwd
+    extra = np.where(full, layer_fwd, np.where(selective, core_fwd, 0.0))
+    hfu = (flops_token + extra) * tokens_step / (step * gpus * peak)
+
+    # ---------------- memory on each stage; the peak is the most loaded stage
+    a_dense = activation_bytes_per_token(model, tp, sp, moe_layer=False)
+    a_moe = activation_bytes_per_token(model, tp, sp, moe_layer=True)
+    a_full = full_recompute_bytes_per_token(model, tp, sp)
+
+    def stage_memory(n_layers, params, rank, first_stage, last_stage):
+        nd, nm = _stage_layer_mix(model, counts, n_layers, first_stage)
+        kept = tokens_mb * np.where(full, (nd + nm) * a_full, nd * a_dense + nm * a_moe)
+        # Full recompute rebuilds one layer's activations at a time during backward.
+        working = np.where(full, tokens_mb * np.maximum(a_dense, np.where(nm > 0, a_moe, 0.0)), 0.0)
+        inflight = inflight_microbatches(rank, pp, vpp, m)
+        activations = kept * inflight + working
+        # Logits: FP32 [s, b, V/t] for the loss on the last stage (Korthikanti Sec. 4.3, 4sbv/t).
+        logits = 4.0 * tokens_mb * model.vocab_size / tp if last_stage else np.zeros(n)
+        weights, grads, optim = model_state_bytes(params[0], params[1], zero, dense_shard, expert_shard, fp8)
+        # ZeRO-3 materialises the current and the prefetched layer in full.
+        layer_params = np.where(nm > 0, moe_dense_part + moe_expert_part, dense_per_layer_dense)
+        weights = weights + np.where(zero == 3, 2.0 * BF16 * layer_params, 0.0)
+        return {
+            "weights": weights / GIB,
+            "gradients": grads / GIB,
+            "optimizer": optim / GIB,
+            "activations": activations / GIB,
+            "logits": logits / GIB,
+        }
+
+    mem_first = stage_memory(n_first, first_params, 0.0, True, False)
+    mem_first_single = stage_memory(n_first, first_params_single, 0.0, True, True)
+    mem_first = {k: np.where(single, mem_first_single[k], v) for k, v in mem_first.items()}
+    mem_middle = stage_memory(n_middle, middle_params, 1.0, False, False)
+    mem_last = stage_memory(n_last, last_params, pp - 1.0, False, True)
+
+    def with_workspace(mem):
+        mem = dict(mem)
+        mem["workspace"] = calib.workspace_gib + calib.fragmentation * (
+            mem["activations"] + mem["logits"] + mem["gradients"]
+        )
+        mem["peak"] = sum(mem[k] for k in MEMORY_TERMS)
+        return mem
+
+    stage_mems = [with_workspace(mm) for mm in (mem_first, mem_middle, mem_last)]
+    peaks = np.stack([stage_mems[0]["peak"], np.where(has_middle, stage_mems[1]["peak"], 0.0), np.where(single, 0.0, stage_mems[2]["peak"])])
+    fullest = np.argmax(peaks, axis=0)
+    memory = {k: np.choose(fullest, [sm[k] for sm in stage_mems]) for k in list(MEMORY_TERMS) + ["peak"]}
+
+    tokens_per_s = tokens_step / step
+    notes = {
+        "stage_layers_first": n_first,
+        "stage_layers_middle": n_middle,
+        "stage_layers_last": n_last,
+        "slowest_stage": slowest,
+        "fullest_stage": fullest,
+        "dp_algorithm": dp_algo,
+        "micro_batches": m,
+    }
     return BatchResult(
         batch=batch,
         step_time_s=step,
-        tokens_per_s=tokens / step,
-        tokens_per_s_per_gpu=tokens / step / gpus,
-        mfu=flops / (step * gpus * gpu.bf16_tflops * 1e12),
-        hfu=flops / (step * gpus * gpu.bf16_tflops * 1e12),
+        tokens_per_s=tokens_per_s,
+        tokens_per_s_per_gpu=tokens_per_s / gpus,
+        mfu=mfu,
+        hfu=hfu,
         time_terms=terms,
-        overlapped_terms={},
-        memory_gib=mem,
+        overlapped_terms={
+            "dp_comm": np.where(zero == 0, grad_ar, grad_rs + param_ag) - dp_exposed,
+        },
+        memory_gib=memory,
         memory_capacity_gib=gpu.memory_gib,
-        fits=mem["peak"] <= gpu.memory_gib,
+        fits=memory["peak"] <= gpu.memory_gib,
+        notes=notes,
     )
 
 
-def evaluate(model, cluster, layout: Layout, gpu=None) -> BatchResult:
-    return evaluate_batch(model, cluster, LayoutBatch.from_layouts([layout]), gpu=gpu)
+def evaluate(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    layout: Layout,
+    gpu: GPUSpec | None = None,
+    calib: Calibration = DEFAULT,
+) -> BatchResult:
+    """``evaluate_batch`` for a single layout (a BatchResult of length 1)."""
+    return evaluate_batch(model, cluster, LayoutBatch.from_layouts([layout]), gpu=gpu, calib=calib)

@@ -1,0 +1,61 @@
+"""The few global constants of the cost model, in one place, each with its provenance.
+
+Nothing here is specific to one run or one source. The efficiency constants were fitted on the
+calibration split of ``shared/reference/published_runs.json`` (``planner validate --fit``
+re-runs the fit: a coarse grid over these constants minimising the median absolute error of
+tokens/s/GPU over the high-confidence rows); the starting points and plausible ranges come from
+public kernel benchmarks quoted beside each field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Global constants of the cost model."""
+
+    gemm_efficiency_bf16: float = 0.78
+    """Achievable fraction of dense BF16 peak for large, compute-bound GEMMs.
+    cuBLAS reaches ~750-800 of 989 TFLOP/s on H100 SXM and ~250-270 of 312 on A100 for large
+    BF16 GEMMs (NVIDIA cuBLAS/Transformer Engine benchmarks; Narayanan et al. 2021 report up to
+    ~52% end-to-end HFU, which bounds it from below). Fitted."""
+    gemm_efficiency_fp8: float = 0.62
+    """Achievable fraction of dense FP8 peak for large FP8 GEMMs (TransformerEngine delayed/current
+    scaling). Public H100 FP8 GEMM benchmarks land at ~1200-1400 of 1979 TFLOP/s. Fitted."""
+    attention_efficiency: float = 0.50
+    """Achievable fraction of BF16 peak for the FlashAttention kernels (forward + backward).
+    FlashAttention-2 reaches 50-73% of A100 peak forward and less backward (Dao 2023, Fig. 4-6);
+    FlashAttention-3 ~60-75% of H100 (Shah et al. 2024). Fitted."""
+    memory_bound_efficiency: float = 0.70
+    """Achievable fraction of HBM bandwidth for elementwise/normalization kernels and the
+    optimizer step (STREAM-like kernels reach 80-90%; unfused PyTorch ops less). Fitted."""
+    kernel_overhead_us: float = 4.0
+    """Fixed cost per kernel launched (launch + tail), microseconds; ~3-5 us per kernel on
+    recent GPUs/CUDA (CUDA Graphs reduce it). Counted per transformer layer as
+    ``kernels_per_layer`` launches per pass."""
+    kernels_per_layer: int = 30
+    """Kernels launched per transformer layer per forward pass (GEMMs, norms, rotary, attention,
+    activation, residual adds, casts); backward launches twice as many. Order of magnitude from
+    Megatron-Core/TE layer profiles."""
+    tp_comm_overlap: float = 0.0
+    """Fraction of tensor-parallel communication hidden behind GEMMs. Megatron overlaps TP only
+    with --tp-comm-overlap (userbuffers); off by default. Kept at 0."""
+    dp_overlap: float = 1.0
+    """Fraction of the overlap window (backward of the last micro-batch for the gradient
+    reduction, forward of the first for the parameter all-gather) that can actually hide
+    data-parallel communication (Megatron --overlap-grad-reduce/--overlap-param-gather, FSDP
+    prefetching)."""
+    workspace_gib: float = 1.5
+    """Fixed per-GPU memory outside tensors the model owns: CUDA context (~0.5 GiB), NCCL
+    buffers, cuBLAS/cuDNN workspaces (PyTorch CUDA semantics notes; NCCL docs NCCL_BUFFSIZE)."""
+    fragmentation: float = 0.10
+    """Allocator fragmentation as a fraction of activation + gradient memory (PyTorch caching
+    allocator; reserved vs allocated typically 5-15% in Megatron/torchtitan memory reports)."""
+
+    def with_(self, **kw) -> "Calibration":
+        return replace(self, **kw)
+
+
+DEFAULT = Calibration()

@@ -1,0 +1,171 @@
+"""Compute time of one transformer layer, one micro-batch, on one GPU (vectorized over layouts).
+
+Every GEMM is priced with a roofline: max(FLOPs / (peak · η), bytes moved / HBM bandwidth)
+(Williams et al. 2009; the JAX scaling book, "Rooflines"). So small per-GPU GEMMs after TP/EP
+sharding, or few tokens per expert, lose efficiency by mechanism rather than by a fitted
+curve. The attention core runs as FlashAttention (never materializes the s x s scores); the
+elementwise work between GEMMs (norms, residual adds, rotary, activation, FP8 casts) is
+HBM-bound; every kernel also pays a fixed launch/tail cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.calibration import Calibration
+from costmodel.flops import attention_core_flops_per_token, attention_v_dim
+from costmodel.layout import LayoutBatch
+from costmodel.params import ParamCounts
+from hardware_catalog.schema import GPUSpec, ModelSpec
+
+BF16_BYTES = 2.0
+FP8_BYTES = 1.0
+
+
+def gemm_time(m, k, n, peak_flops, efficiency, hbm_bytes_per_s, bytes_per_element):
+    """Roofline time of an (m x k) @ (k x n) GEMM: compute-bound or HBM-bound, whichever is
+    slower. Operands read once and the output written once (ideal tiling)."""
+    flops = 2.0 * m * k * n
+    compute = flops / (peak_flops * efficiency)
+    traffic = (m * k + k * n + m * n) * bytes_per_element / hbm_bytes_per_s
+    return np.maximum(compute, traffic), flops
+
+
+@dataclass
+class LayerTimes:
+    """Per micro-batch, per GPU, seconds (arrays over layouts)."""
+
+    forward: np.ndarray
+    """Forward pass of the layer (GEMMs + attention core + elementwise + launches)."""
+    backward: np.ndarray
+    """Backward pass (dgrad + wgrad GEMMs, attention backward, elementwise)."""
+    attention_forward: np.ndarray
+    """Attention-core forward alone (what selective recompute repeats, what CP overlaps with)."""
+    flops_forward: np.ndarray
+    """Hardware FLOPs of one forward pass on this GPU (GEMMs + attention core)."""
+
+
+def _precision_gemm(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration):
+    """Peak FLOP/s, efficiency and operand bytes for the linear layers of each layout."""
+    fp8 = batch.precision == 1
+    fp8_peak = (gpu.fp8_tflops or gpu.bf16_tflops) * 1e12
+    peak = np.where(fp8, fp8_peak, gpu.bf16_tflops * 1e12)
+    eff = np.where(fp8, calib.gemm_efficiency_fp8, calib.gemm_efficiency_bf16)
+    # FP8 GEMMs read 1-byte operands but write BF16 outputs: 1.5 bytes on average.
+    elem = np.where(fp8, 1.5, BF16_BYTES)
+    return peak, eff, elem
+
+
+def dense_and_moe_layer_times(
+    model: ModelSpec, counts: ParamCounts, gpu: GPUSpec, batch: LayoutBatch, calib: Calibration
+) -> tuple[LayerTimes, LayerTimes]:
+    """Times of one dense layer and one MoE layer (the MoE one equals the dense one for dense models)."""
+    h = float(model.hidden_size)
+    a = float(model.num_attention_heads)
+    g = float(model.kv_heads)
+    d_v = float(attention_v_dim(model))
+    tp = batch.tp.astype(np.float64)
+    cp = batch.cp.astype(np.float64)
+    sp = batch.sp
+    tokens = batch.mbs * batch.seq_len / cp  # tokens of one micro-batch on this GPU (before SP split)
+    hbm = gpu.memory_bandwidth_gbps * 1e9
+    peak, eff, elem = _precision_gemm(gpu, batch, calib)
+    bf16_peak = gpu.bf16_tflops * 1e12
+    mem_bw = hbm * calib.memory_bound_efficiency
+    fp8 = batch.precision == 1
+    # Sequence-parallel regions (norms, residuals, dropout) are split over TP only with SP.
+    rep_div = np.where(sp, tp, 1.0)
+
+    # --- attention block: QKV (or MLA down/up projections) and output projection GEMMs.
+    out_proj = a * d_v * h
+    in_width = (counts.attention_per_layer - out_proj) / h  # all input-side projections, as one GEMM
+    t_qkv, f_qkv = gemm_time(tokens, h, in_width / tp, peak, eff, hbm, elem)
+    t_out, f_out = gemm_time(tokens, a * d_v / tp, h, peak, eff, hbm, elem)
+    # Attention core: heads split over TP (KV heads replicated when tp > g: Megatron allows it).
+    core_flops = tokens * attention_core_flops_per_token(model, batch.seq_len) / tp
+    t_core = core_flops / (bf16_peak * calib.attention_efficiency)
+    d = float(model.head_size)
+    # Elementwise elements per token: 2 norms (read+write h) and 2 residual adds (2 reads + 1
+    # write) = 10h in the SP region, + rotary on Q and K (read+write) in the TP region.
+    rep_elems = 10.0 * h + (5.0 * h if model.dropout else 0.0)
+    attn_tp_elems = 2.0 * (a + g) * d if model.position_embedding == "rope" else 0.0
+    attn_gemm_inputs = h + a * d_v  # FP8 casts of GEMM inputs (read BF16, write FP8: 3 bytes)
+
+    def elementwise_time(rep, sharded, fp8_inputs):
+        bytes_per_token = BF16_BYTES * (rep / rep_div + sharded / tp)
+        bytes_per_token = bytes_per_token + np.where(fp8, 3.0 * fp8_inputs / tp, 0.0)
+        return tokens * bytes_per_token / mem_bw
+
+    launch = calib.kernels_per_layer * calib.kernel_overhead_us * 1e-6
+
+    def assemble(t_mlp_gemms, f_mlp, mlp_elems, mlp_fp8_inputs):
+        t_gemm = t_qkv + t_out + t_mlp_gemms
+        t_elem = elementwise_time(rep_elems, attn_tp_elems + mlp_elems, attn_gemm_inputs + mlp_fp8_inputs)
+        forward = t_gemm + t_core + t_elem + launch
+        # Backward: dgrad + wgrad GEMMs (2x forward FLOPs); FlashAttention backward does 5
+        # matmuls vs 2 forward (Dao 2023, Sec. 3.1) = 2.5x; elementwise backward ~2x traffic.
+        backward = 2.0 * t_gemm + 2.5 * t_core + 2.0 * t_elem + 2.0 * launch
+        flops = f_qkv + f_out + f_mlp + core_flops
+        return LayerTimes(forward, backward, t_core, flops)
+
+    # --- dense MLP
+    F = float(model.ffn_hidden_size)
+    up_width = (2.0 if model.gated_mlp else 1.0) * F
+    t_up, f_up = gemm_time(tokens, h, up_width / tp, peak, eff, hbm, elem)
+    t_down, f_down = gemm_time(tokens, F / tp, h, peak, eff, hbm, elem)
+    act_elems = (3.0 if model.gated_mlp else 2.0) * F
+    dense = assemble(t_up + t_down, f_up + f_down, act_elems, h + F)
+
+    if model.moe is None:
+        return dense, dense
+
+    # --- MoE MLP. With MoE parallel folding (Megatron-Core) the expert layer spreads the
+    # micro-batch's tokens over tp*cp*dp ranks as ep x etp x expert-dp: this GPU receives
+    # tokens*k/tp routed tokens (balanced routing) for its E/ep experts, each split over etp.
+    moe = model.moe
+    E = float(moe.num_experts)
+    k = float(moe.top_k)
+    Fe = float(moe.expert_ffn_hidden_size)
+    ep = batch.ep.astype(np.float64)
+    etp = batch.etp.astype(np.float64)
+    local_experts = E / ep
+    tokens_per_expert = tokens * k * ep * etp / (tp * E)
+    e_up = (2.0 if model.gated_mlp else 1.0) * Fe / etp
+    t_eu, f_eu = gemm_time(tokens_per_expert, h, e_up, peak, eff, hbm, elem)
+    t_ed, f_ed = gemm_time(tokens_per_expert, Fe / etp, h, peak, eff, hbm, elem)
+    t_experts = local_experts * (t_eu + t_ed)
+    f_experts = local_experts * (f_eu + f_ed)
+    Fs = float(moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size))
+    t_shared = f_shared = 0.0
+    if Fs:
+        t_su, f_su = gemm_time(tokens, h, (2.0 if model.gated_mlp else 1.0) * Fs / tp, peak, eff, hbm, elem)
+        t_sd, f_sd = gemm_time(tokens, Fs / tp, h, peak, eff, hbm, elem)
+        t_shared, f_shared = t_su + t_sd, f_su + f_sd
+    # Router: a small BF16 GEMM on this rank's SP share of tokens.
+    t_router, f_router = gemm_time(tokens / rep_div, h, E, bf16_peak, calib.gemm_efficiency_bf16, hbm, BF16_BYTES)
+    # Elementwise: activation on routed tokens, permute + unpermute copies (read+write h per
+    # routed token, twice), shared-expert activation.
+    moe_elems = k * ((3.0 if model.gated_mlp else 2.0) * Fe + 4.0 * h) + (3.0 if model.gated_mlp else 2.0) * Fs
+    moe_layer = assemble(
+        t_experts + t_shared + t_router,
+        f_experts + f_shared + f_router,
+        moe_elems,
+        k * (h + Fe) + (h + Fs if Fs else 0.0),
+    )
+    return dense, moe_layer
+
+
+def lm_head_times(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: Calibration):
+    """Forward and backward time of the LM head GEMM + cross-entropy on the last stage, and
+    its forward FLOPs. Megatron keeps the output layer in BF16 under FP8 training."""
+    tokens = batch.mbs * batch.seq_len / batch.cp
+    tp = batch.tp.astype(np.float64)
+    hbm = gpu.memory_bandwidth_gbps * 1e9
+    V = float(model.vocab_size)
+    h = float(model.hidden_size)
+    t, f = gemm_time(tokens, h, V / tp, gpu.bf16_tflops * 1e12, calib.gemm_efficiency_bf16, hbm, BF16_BYTES)
+    # Cross-entropy in FP32 over the vocab shard: ~4 passes of 4 bytes per logit each way.
+    loss = tokens * V / tp * 16.0 / (hbm * calib.memory_bound_efficiency)
+    return t + loss, 2.0 * t + loss, f

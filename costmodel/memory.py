@@ -1,0 +1,101 @@
+"""Per-GPU memory: model states under ZeRO 0-3 and activations (Korthikanti et al. 2022).
+
+Model states follow Rajbhandari et al. 2020 (ZeRO, Sec. 3-5) with Megatron's mixed-precision
+byte counts (Megatron-Core ``theoretical_memory_usage.py``): BF16 weights (2 B/param), FP32
+main gradients (4 B), Adam FP32 master weights + two moments (12 B). ZeRO-1 shards the 12 B,
+ZeRO-2 also the gradients, ZeRO-3 also the weights, over the data-parallel (x context-parallel)
+group. Activations per layer generalise Korthikanti et al. 2022, Sec. 4.1 / Table 2
+(34·s·b·h + 5·a·s²·b bytes) to GQA, gated MLPs and MoE, with FlashAttention (no s x s scores
+kept, so the 5·a·s²·b term is gone and selective recompute saves nothing more).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel.flops import attention_v_dim
+from hardware_catalog.schema import ModelSpec
+
+GIB = float(2**30)
+WEIGHT_BYTES = 2.0
+GRAD_BYTES = 4.0
+OPTIMIZER_BYTES = 12.0
+
+
+def activation_bytes_per_token(model: ModelSpec, tp, sp, moe_layer: bool):
+    """Bytes one layer keeps per token for the backward pass (no recompute), per GPU.
+
+    Korthikanti Sec. 4.1, per token: attention 11h (+5as scores, gone with FlashAttention),
+    MLP 19h, norms 4h = 34h for GPT. Here: norm inputs 2x2h, QKV input 2h, MLP input 2h
+    (+ two 1-byte dropout masks) live in the sequence-parallel region (split by TP only with
+    SP); Q, K, V (2(a+2g)d), attention output 2·a·d_v and the MLP intermediates (gated: two
+    2F inputs of the activation + 2F output = 6F; GeLU: 4F) are split by TP.
+    """
+    h = float(model.hidden_size)
+    a = float(model.num_attention_heads)
+    g = float(model.kv_heads)
+    d = float(model.head_size)
+    d_v = float(attention_v_dim(model))
+    tp = np.asarray(tp, dtype=np.float64)
+    rep_div = np.where(sp, tp, 1.0)
+    sp_region = 8.0 * h + (2.0 * h if model.dropout else 0.0)
+    if model.mla is not None:
+        m = model.mla
+        qkv = 2.0 * a * (2 * (m.qk_nope_head_dim + m.qk_rope_head_dim) + m.v_head_dim)
+    else:
+        qkv = 2.0 * (a + 2.0 * g) * d
+    attention = qkv + 2.0 * a * d_v
+    if moe_layer and model.moe is not None:
+        moe = model.moe
+        Fe = float(moe.expert_ffn_hidden_size)
+        Fs = float(moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size))
+        per_ffn = 6.0 if model.gated_mlp else 4.0
+        # Routed tokens: their permuted input (2h) and expert intermediates, k copies per token.
+        mlp = moe.top_k * (2.0 * h + per_ffn * Fe) + per_ffn * Fs
+    else:
+        mlp = (6.0 if model.gated_mlp else 4.0) * float(model.ffn_hidden_size)
+    return sp_region / rep_div + (attention + mlp) / tp
+
+
+def full_recompute_bytes_per_token(model: ModelSpec, tp, sp):
+    """Full recompute keeps only each layer's input: 2h bytes per token (Korthikanti Table 2,
+    '2sbh'), split by TP under sequence parallelism."""
+    tp = np.asarray(tp, dtype=np.float64)
+    return 2.0 * model.hidden_size / np.where(sp, tp, 1.0)
+
+
+def inflight_microbatches(stage_rank, pp, vpp, m):
+    """Micro-batches whose activations a pipeline stage holds at its peak, in units of that
+    stage's full layer set.
+
+    1F1B (Narayanan et al. 2021, Sec. 2.2.1): stage i holds min(m, p - i). Interleaved with v
+    chunks, Megatron-Core warms up 2(p - i - 1) + (v - 1)·p chunks plus one in flight, each
+    1/v of the stage: for stage 0 that is p·(1 + (p-1)/(p·v)) (Korthikanti Sec. 4.2.3).
+    """
+    pp = np.asarray(pp, dtype=np.float64)
+    vpp = np.asarray(vpp, dtype=np.float64)
+    m = np.asarray(m, dtype=np.float64)
+    i = np.asarray(stage_rank, dtype=np.float64)
+    plain = np.minimum(m, pp - i)
+    chunks = 2.0 * (pp - i - 1.0) + (vpp - 1.0) * pp + 1.0
+    interleaved = np.minimum(m * vpp, chunks) / vpp
+    return np.where(vpp > 1, interleaved, plain)
+
+
+def model_state_bytes(dense_params, expert_params, zero, dense_shard, expert_shard, fp8):
+    """Weights, gradients and optimizer bytes per GPU for the parameters a GPU holds.
+
+    ``dense_params``/``expert_params``: parameters on this GPU after TP/PP/EP splitting;
+    ``dense_shard``/``expert_shard``: the ZeRO sharding group sizes (dp·cp, and the expert
+    data-parallel size). FP8 (TransformerEngine) keeps an extra 1-byte copy of each weight.
+    """
+    zero = np.asarray(zero)
+    w_bytes = WEIGHT_BYTES + np.where(fp8, 1.0, 0.0)
+
+    def shard(params, group, from_stage):
+        return np.where(zero >= from_stage, params / group, params)
+
+    weights = w_bytes * (shard(dense_params, dense_shard, 3) + shard(expert_params, expert_shard, 3))
+    grads = GRAD_BYTES * (shard(dense_params, dense_shard, 2) + shard(expert_params, expert_shard, 2))
+    optim = OPTIMIZER_BYTES * (shard(dense_params, dense_shard, 1) + shard(expert_params, expert_shard, 1))
+    return weights, grads, optim

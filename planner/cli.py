@@ -1,0 +1,280 @@
+"""The ``planner`` command line. Thin: parse, call the library, print.
+
+Heavy imports (optuna, ortools) happen inside commands so ``planner --help`` starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from hardware_catalog.errors import PlannerInputError
+
+app = typer.Typer(
+    name="planner",
+    help="Find and explain parallel layouts (DP/TP/PP/CP/EP, ZeRO, recompute) for LLM training.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Options shared by evaluate and export (search defines the same names as pins).
+ModelOpt = typer.Option(..., "--model", help="Model preset (e.g. 405b, llama3-70b, mixtral-8x7b) or a model / HF config.json file.")
+GpusOpt = typer.Option(..., "--gpus", help="Total GPUs in the job.")
+GpuOpt = typer.Option(None, "--gpu", help="GPU type (h100, a100, b200, ...); picks its default cluster.")
+ClusterOpt = typer.Option(None, "--cluster", help="Cluster preset name or a TOML/YAML/JSON cluster file (overrides --gpu's default).")
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _command_line() -> str:
+    return "planner " + " ".join(sys.argv[1:])
+
+
+def _evaluate_record(
+    model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
+    recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
+):
+    from costmodel import evaluate
+    from costmodel.record import result_record
+    from planner.common import build_layout, resolve_setup
+    from search.rules import check_layout
+
+    setup = resolve_setup(model, gpu, cluster, seq_len, gbs, tokens_per_batch)
+    layout = build_layout(
+        setup, gpus, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs,
+        recompute=recompute, precision=precision, sequence_parallel=sequence_parallel,
+        pp_first_layers=pp_first_layers, pp_last_layers=pp_last_layers,
+    )
+    check_layout(setup.model, setup.cluster, setup.gpu, layout, allow_cross_node_tp=allow_cross_node_tp)
+    result = evaluate(setup.model, setup.cluster, layout, gpu=setup.gpu)
+    record = result_record(setup.model, setup.cluster, setup.gpu, result, 0)
+    record["planner_version"] = _version()
+    record["command"] = _command_line()
+    return setup, record
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("planner")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def _cluster_line(setup) -> str:
+    from hardware_catalog import get_interconnect
+
+    c = setup.cluster
+    nic = get_interconnect(c.nic)
+    return (
+        f"{c.gpus_per_node} GPUs/node, {setup.gpu.scaleup_link} {setup.gpu.scaleup_bandwidth_gbps:g} GB/s/dir "
+        f"in domains of {c.scaleup_domain_size}, {c.nics_per_node} x {nic.name} per node, {c.network_topology} network"
+    )
+
+
+@app.command()
+def evaluate(
+    model: str = ModelOpt,
+    gpus: int = GpusOpt,
+    gpu: Optional[str] = GpuOpt,
+    cluster: Optional[str] = ClusterOpt,
+    tp: int = typer.Option(1, help="Tensor-parallel degree."),
+    pp: int = typer.Option(1, help="Pipeline-parallel stages."),
+    cp: int = typer.Option(1, help="Context-parallel degree."),
+    ep: int = typer.Option(1, help="Expert-parallel degree (MoE)."),
+    etp: int = typer.Option(1, help="Expert tensor-parallel degree (MoE)."),
+    vpp: int = typer.Option(1, help="Virtual pipeline stages per GPU (interleaved 1F1B)."),
+    zero: int = typer.Option(1, help="ZeRO stage 0-3 (1 = Megatron distributed optimizer, 3 = FSDP)."),
+    mbs: int = typer.Option(1, help="Micro-batch size (sequences)."),
+    gbs: Optional[int] = typer.Option(None, help="Global batch (sequences). Default: the model's tokens per batch / seq-len."),
+    tokens_per_batch: Optional[int] = typer.Option(None, "--tokens-per-batch", help="Global batch in tokens (instead of --gbs)."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length. Default: the model preset's."),
+    recompute: str = typer.Option("selective", help="Activation recompute: none | selective | full."),
+    precision: str = typer.Option("bf16", help="bf16 | fp8 (TransformerEngine GEMMs)."),
+    sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel", help="Megatron sequence parallelism. Default: on when tp > 1."),
+    pp_first_layers: Optional[int] = typer.Option(None, "--pp-first-layers", help="Layers on the first pipeline stage (uneven pipelines). Default: planner's split."),
+    pp_last_layers: Optional[int] = typer.Option(None, "--pp-last-layers", help="Layers on the last pipeline stage. Default: planner's split."),
+    allow_cross_node_tp: bool = typer.Option(False, "--allow-cross-node-tp", help="Allow TP groups larger than the scale-up domain."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+):
+    """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not."""
+    setup, record = _evaluate_record(
+        model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
+        recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
+    )
+    if as_json:
+        typer.echo(json.dumps(record, indent=2))
+    else:
+        from planner.report import format_evaluation
+
+        typer.echo(format_evaluation(record, _cluster_line(setup)))
+
+
+@app.command()
+def catalog(
+    what: str = typer.Argument(..., help="gpus | models | clusters | interconnects"),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list."),
+):
+    """List the GPUs, models, clusters or interconnects planner knows."""
+    import hardware_catalog as hc
+    from costmodel.params import count_params
+
+    listers = {
+        "gpus": hc.list_gpus,
+        "models": hc.list_models,
+        "clusters": hc.list_clusters,
+        "interconnects": hc.list_interconnects,
+    }
+    if what not in listers:
+        raise PlannerInputError(f"catalog '{what}': allowed {', '.join(listers)}")
+    items = listers[what]()
+    rows = []
+    for item in items:
+        row = item.model_dump(exclude={"sources"}) if what != "models" else {
+            "name": item.name,
+            "aliases": item.aliases,
+            "family": item.family,
+            "params": count_params(item).total,
+            "active_params": count_params(item).active,
+            "layers": item.num_layers,
+            "hidden": item.hidden_size,
+            "heads": item.num_attention_heads,
+            "kv_heads": item.kv_heads,
+            "experts": item.moe.num_experts if item.moe else None,
+            "seq_len": item.default_seq_len,
+        }
+        rows.append(row)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    from planner.report import human_count
+
+    if what == "models":
+        typer.echo(f"{'name':<26}{'params':>9}{'active':>9}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv':>5}{'experts':>9}  aliases")
+        for r in rows:
+            typer.echo(
+                f"{r['name']:<26}{human_count(r['params']):>9}{human_count(r['active_params']):>9}{r['layers']:>8}"
+                f"{r['hidden']:>8}{r['heads']:>7}{r['kv_heads']:>5}{str(r['experts'] or '-'):>9}  {', '.join(r['aliases'])}"
+            )
+    elif what == "gpus":
+        typer.echo(f"{'name':<16}{'bf16 TF':>9}{'fp8 TF':>9}{'HBM GiB':>9}{'HBM GB/s':>10}{'link GB/s':>10}  aliases")
+        for r in rows:
+            typer.echo(
+                f"{r['name']:<16}{r['bf16_tflops']:>9g}{str(r['fp8_tflops'] or '-'):>9}{r['memory_gib']:>9g}"
+                f"{r['memory_bandwidth_gbps']:>10g}{r['scaleup_bandwidth_gbps']:>10g}  {', '.join(r['aliases'])}"
+            )
+    elif what == "clusters":
+        typer.echo(f"{'name':<18}{'gpu':<16}{'GPUs/node':>10}{'domain':>8}{'NICs':>6}  {'nic':<10}{'network':<9}  aliases")
+        for r in rows:
+            typer.echo(
+                f"{r['name']:<18}{r['gpu']:<16}{r['gpus_per_node']:>10}{r['scaleup_domain_size']:>8}{r['nics_per_node']:>6}"
+                f"  {r['nic']:<10}{r['network_topology']:<9}  {', '.join(r['aliases'])}"
+            )
+    else:
+        typer.echo(f"{'name':<14}{'kind':<12}{'GB/s/dir':>10}{'latency us':>12}  aliases")
+        for r in rows:
+            typer.echo(f"{r['name']:<14}{r['kind']:<12}{r['bandwidth_gbps']:>10g}{r['latency_us']:>12g}  {', '.join(r['aliases'])}")
+
+
+@app.command()
+def export(
+    out: Path = typer.Option(..., "--out", help="Directory to write the launch files into."),
+    fmt: str = typer.Option("all", "--format", help="torchrun | megatron | deepspeed | torchtitan | slurm | all"),
+    from_file: Optional[Path] = typer.Option(None, "--from", help="A JSON result of 'planner evaluate --json' or one entry of 'planner search --json'."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model preset or file (with the layout flags, like evaluate)."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="Total GPUs."),
+    gpu: Optional[str] = GpuOpt,
+    cluster: Optional[str] = ClusterOpt,
+    tp: int = typer.Option(1), pp: int = typer.Option(1), cp: int = typer.Option(1), ep: int = typer.Option(1),
+    etp: int = typer.Option(1), vpp: int = typer.Option(1), zero: int = typer.Option(1), mbs: int = typer.Option(1),
+    gbs: Optional[int] = typer.Option(None), tokens_per_batch: Optional[int] = typer.Option(None, "--tokens-per-batch"),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len"),
+    recompute: str = typer.Option("selective"), precision: str = typer.Option("bf16"),
+    sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
+    pp_first_layers: Optional[int] = typer.Option(None, "--pp-first-layers"),
+    pp_last_layers: Optional[int] = typer.Option(None, "--pp-last-layers"),
+    allow_cross_node_tp: bool = typer.Option(False, "--allow-cross-node-tp"),
+    entrypoint: str = typer.Option("pretrain_gpt.py", "--entrypoint", help="Training script torchrun runs."),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
+):
+    """Write launch configs (torchrun, Megatron-LM args, DeepSpeed JSON, torchtitan, SLURM) for a layout."""
+    from hardware_catalog import get_cluster, get_model
+    from planner.export import export_layout
+
+    if from_file is not None:
+        try:
+            record = json.loads(Path(from_file).read_text())
+        except FileNotFoundError:
+            raise PlannerInputError(f"--from {from_file}: no such file")
+        except json.JSONDecodeError as err:
+            raise PlannerInputError(f"--from {from_file}: not valid JSON ({err.msg} at line {err.lineno})")
+        if isinstance(record, dict) and "results" in record:
+            if not record["results"]:
+                raise PlannerInputError(f"--from {from_file}: the search result holds no layouts")
+            record = record["results"][0]
+        if not isinstance(record, dict) or "layout" not in record or "model" not in record:
+            raise PlannerInputError(f"--from {from_file}: expected an object with 'model' and 'layout' (planner evaluate --json)")
+        model_spec = get_model(model or record["model"])
+        cluster_spec = get_cluster(cluster or record["cluster"])
+    else:
+        if not model or not gpus:
+            raise PlannerInputError("give --from FILE, or --model and --gpus with the layout flags")
+        setup, record = _evaluate_record(
+            model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
+            recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
+        )
+        model_spec, cluster_spec = setup.model, setup.cluster
+    report = export_layout(
+        record, model_spec, cluster_spec, fmt, Path(out), force=force, entrypoint=entrypoint, command=_command_line()
+    )
+    for path in report.written:
+        typer.echo(f"wrote {path}")
+    for name, reason in report.skipped.items():
+        typer.echo(f"skipped {name}: {reason}")
+
+
+@app.command()
+def validate(
+    runs: Optional[Path] = typer.Option(None, "--runs", help="Runs file (published_runs.json format). Default: the reference set shipped with planner."),
+    as_json: bool = typer.Option(False, "--json", help="Print rows and summary as JSON."),
+    confidence: str = typer.Option("high", help="Rows used for the summary: high | medium | all."),
+):
+    """Compare predictions with real published training runs (throughput and peak memory)."""
+    from planner.validate import run_validate
+
+    run_validate(runs, as_json=as_json, confidence=confidence)
+
+
+def _register_optional_commands() -> None:
+    try:
+        from planner.cli_search import register
+    except ImportError:  # pragma: no cover - search module missing in a partial checkout
+        return
+    register(app)
+
+
+_register_optional_commands()
+
+
+def main() -> None:
+    """Console entry point: bad input -> one line on stderr, exit 2, never a traceback."""
+    try:
+        app()
+    except PlannerInputError as err:
+        typer.echo(f"error: {err}", err=True)
+        sys.exit(2)
+    except BrokenPipeError:  # e.g. `planner search ... | head`
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""Plain-text reports a person can read at a glance."""
+
+from __future__ import annotations
+
+from costmodel.result import MEMORY_TERMS, TIME_TERMS
+
+TERM_LABELS = {
+    "compute": "compute (fwd+bwd GEMMs, attention, elementwise)",
+    "recompute": "activation recompute",
+    "bubble": "pipeline bubble",
+    "tp_comm": "tensor-parallel comm (exposed)",
+    "cp_comm": "context-parallel KV ring (exposed)",
+    "ep_comm": "expert-parallel all-to-all",
+    "pp_p2p": "pipeline send/recv (exposed)",
+    "dp_comm": "data-parallel grad/param comm (exposed)",
+    "zero3_gather": "ZeRO-3 param gather + grad RS (exposed)",
+    "optimizer": "optimizer step",
+}
+
+MEMORY_LABELS = {
+    "weights": "weights",
+    "gradients": "gradients (fp32 main grads)",
+    "optimizer": "optimizer states (fp32 master + Adam m, v)",
+    "activations": "activations (in-flight micro-batches)",
+    "logits": "logits (fp32, last stage)",
+    "workspace": "workspace + fragmentation allowance",
+}
+
+
+def human_count(x: float) -> str:
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.3g}"
+
+
+def human_seconds(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.1f} ms"
+    return f"{s * 1e6:.0f} us"
+
+
+def layout_summary(lay: dict) -> str:
+    """One line: TP8 CP1 PP16 VPP1 DP128 EP1 ZeRO-1 mbs1 GA16 selective bf16."""
+    parts = [
+        f"TP{lay['tp']}", f"CP{lay['cp']}", f"PP{lay['pp']}", f"VPP{lay['vpp']}", f"DP{lay['dp']}",
+        f"EP{lay['ep']}", f"ZeRO-{lay['zero']}", f"mbs{lay['mbs']}", f"GA{lay['grad_accum']}",
+        lay["recompute"], lay["precision"],
+    ]
+    if lay["tp"] > 1:
+        parts.append("SP" if lay["sequence_parallel"] else "no-SP")
+    return " ".join(parts)
+
+
+def stage_summary(lay: dict) -> str:
+    stages = lay.get("stage_layers")
+    if not stages:
+        return ""
+    first, last = stages[0], stages[-1]
+    middle = stages[1:-1]
+    if len(set(stages)) == 1:
+        return f"{len(stages)} stages x {first} layers"
+    mid = f" + {len(middle)}x{middle[0]}" if middle else ""
+    return f"stages {first}{mid} + {last} layers (first + middle + last)"
+
+
+def bar(fraction: float, width: int = 24) -> str:
+    filled = int(round(max(0.0, min(1.0, fraction)) * width))
+    return "#" * filled + "." * (width - filled)
+
+
+def format_evaluation(rec: dict, cluster_line: str = "") -> str:
+    lay = rec["layout"]
+    lines = []
+    lines.append(f"{rec['model']} on {rec['gpus']} x {rec['gpu']} ({rec['cluster']}{', ' + cluster_line if cluster_line else ''})")
+    lines.append(f"layout  {layout_summary(lay)}")
+    tokens = lay["gbs"] * lay["seq_len"]
+    lines.append(
+        f"batch   {lay['gbs']} sequences x {lay['seq_len']} tokens = {human_count(tokens)} tokens/step; "
+        f"{lay['grad_accum']} micro-batches of {lay['mbs']} per pipeline"
+    )
+    stages = stage_summary(lay)
+    if stages:
+        lines.append(f"stages  {stages}")
+    lines.append("")
+    step = rec["step_time_s"]
+    lines.append(
+        f"step time {human_seconds(step)}   tokens/s {human_count(rec['tokens_per_s'])}   "
+        f"tokens/s/GPU {rec['tokens_per_s_per_gpu']:,.0f}   MFU {rec['mfu'] * 100:.1f}%   HFU {rec['hfu'] * 100:.1f}%"
+    )
+    lines.append("")
+    lines.append(f"{'time per step':<46}{'seconds':>10}{'share':>8}")
+    for term in TIME_TERMS:
+        value = rec["breakdown"][term]
+        if value <= 0 and term not in ("compute",):
+            continue
+        share = value / step if step else 0.0
+        lines.append(f"  {TERM_LABELS[term]:<44}{value:>10.3f}{share * 100:>7.1f}%  {bar(share)}")
+    hidden = {k: v for k, v in rec.get("overlapped", {}).items() if v > 1e-9}
+    for k, v in hidden.items():
+        lines.append(f"  {'(hidden behind compute: ' + k + ')':<44}{v:>10.3f}")
+    if rec.get("slowest_stage"):
+        lines.append(f"  slowest pipeline stage: {rec['slowest_stage']}")
+    if rec.get("dp_algorithm"):
+        lines.append(f"  data-parallel collective algorithm: {rec['dp_algorithm']}")
+    lines.append("")
+    mem = rec["memory_gib"]
+    where = f" (fullest stage: {rec['fullest_stage']})" if rec.get("fullest_stage") else ""
+    lines.append(f"{'memory per GPU' + where:<46}{'GiB':>10}")
+    for term in MEMORY_TERMS:
+        lines.append(f"  {MEMORY_LABELS[term]:<44}{mem[term]:>10.2f}")
+    cap = mem["capacity"]
+    peak = mem["peak"]
+    verdict = (
+        f"fits, {cap - peak:.1f} GiB ({(cap - peak) / cap * 100:.0f}%) free"
+        if rec["fits"]
+        else f"DOES NOT FIT: {peak - cap:.1f} GiB over ({peak / cap * 100:.0f}% of HBM)"
+    )
+    lines.append(f"  {'peak':<44}{peak:>10.2f}  of {cap:.1f} GiB: {verdict}")
+    return "\n".join(lines)

@@ -1,0 +1,400 @@
+"""`planner validate`: predictions against real published training runs.
+
+Each row of a runs file (format of shared/reference/published_runs.json) becomes a model, a
+cluster and a set of candidate layouts: the knobs the source published are pinned, the ones it
+left unstated (micro-batch, recompute, ZeRO / distributed optimizer, virtual stages, sometimes
+the whole layout) are searched as a user would, and the fastest layout that fits in memory is
+the prediction. Rows that cannot be mapped are listed with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from costmodel.calibration import DEFAULT, Calibration
+from hardware_catalog.errors import PlannerInputError
+
+# Architecture templates per family: the fields a runs file does not carry. Shapes
+# (layers, hidden, heads, ffn, vocab, seq) always come from the row itself.
+_FAMILY_TEMPLATES = {
+    # Megatron GPT (Shoeybi et al. 2019; Narayanan et al. 2021): GeLU 4h MLP, LayerNorm,
+    # learned positions, biases, tied embeddings, dropout 0.1, GPT-2 BPE vocab 51200.
+    "gpt": dict(family="gpt", gated_mlp=False, norm="layernorm", position_embedding="learned",
+                linear_bias=True, tied_embeddings=True, dropout=True, vocab_size=51200),
+    # MPT (llm-foundry mpt yamls): GeLU 4h MLP, LayerNorm without bias, ALiBi, no biases, tied.
+    "mpt": dict(family="mpt", gated_mlp=False, norm="layernorm", position_embedding="alibi",
+                linear_bias=False, tied_embeddings=True, vocab_size=50368),
+    # Nemotron-4 (NVIDIA 2024 tech report): squared-ReLU MLP (not gated), RoPE, untied, 256k vocab.
+    "nemotron": dict(family="nemotron", gated_mlp=False, norm="layernorm", position_embedding="rope",
+                     tied_embeddings=False, vocab_size=256000),
+    "llama2": dict(family="llama", gated_mlp=True, vocab_size=32000),
+    "llama3": dict(family="llama", gated_mlp=True, vocab_size=128256),
+}
+# Rows whose architecture needs more than a template (MLA, expert shapes): the catalog preset.
+_PRESETS = {"deepseekv3": "deepseek-v3", "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b"}
+
+_GPU_CLUSTERS = {
+    "A100-SXM-80GB": "dgx-a100",
+    "A100-SXM-40GB": "dgx-a100-40gb",
+    "H100-SXM-80GB": "dgx-h100",
+}
+
+
+@dataclass
+class MappedRun:
+    """One runs-file row mapped onto planner objects."""
+
+    row: dict
+    model: object
+    cluster: object
+    gpu: object
+    gpus: int
+    pins: dict
+    """Layout knobs the source states."""
+    searched: dict
+    """Knob -> candidate values for what the source leaves unstated."""
+    assumptions: list[str] = field(default_factory=list)
+
+
+def load_runs(path: Optional[Path]) -> list[dict]:
+    if path is None:
+        text = resources.files("planner").joinpath("data/published_runs.json").read_text()
+        source = "the shipped reference set"
+    else:
+        try:
+            text = Path(path).read_text()
+        except OSError as err:
+            raise PlannerInputError(f"--runs {path}: cannot read ({err.strerror})")
+        source = str(path)
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise PlannerInputError(f"--runs {source}: not valid JSON ({err.msg} at line {err.lineno})")
+    if not isinstance(rows, list):
+        raise PlannerInputError(f"--runs {source}: expected a JSON list of runs")
+    return rows
+
+
+def _family(name: str) -> str:
+    n = name.lower()
+    if n.startswith("gpt"):
+        return "gpt"
+    if n.startswith("mpt"):
+        return "mpt"
+    if n.startswith("nemotron"):
+        return "nemotron"
+    if n.startswith("llama2"):
+        return "llama2"
+    if n.startswith("llama3"):
+        return "llama3"
+    return ""
+
+
+def map_model(row: dict):
+    from hardware_catalog import get_model
+    from hardware_catalog.schema import ModelSpec
+
+    m = row["model"]
+    name = m["name"].split(" (")[0]
+    key = re.sub(r"[^a-z0-9.-]", "", name.lower())
+    if key in _PRESETS:
+        return get_model(_PRESETS[key])
+    family = _family(name)
+    if not family:
+        raise PlannerInputError(f"no architecture template for model '{name}'")
+    spec = dict(_FAMILY_TEMPLATES[family])
+    seq = m.get("seq_length") or 8192
+    spec.update(
+        name=key,
+        num_layers=m["num_layers"],
+        hidden_size=m["hidden_size"],
+        num_attention_heads=m["num_attention_heads"],
+        num_kv_heads=m.get("num_kv_heads") or m["num_attention_heads"],
+        ffn_hidden_size=m.get("ffn_hidden_size") or 4 * m["hidden_size"],
+        max_position_embeddings=max(seq, 2048),
+        default_seq_len=seq,
+    )
+    if m.get("vocab_size"):
+        spec["vocab_size"] = m["vocab_size"]
+    return ModelSpec(**spec)
+
+
+def _zero_from_row(layout: dict) -> Optional[list[int]]:
+    z = layout.get("zero_stage")
+    text = " ".join(str(layout.get(k) or "") for k in ("zero_stage", "fsdp", "distributed_optimizer"))
+    if isinstance(z, int):
+        return [z]
+    if "SHARD_GRAD_OP" in text:
+        return [2]
+    if "FULL_SHARD" in text or "FSDP2" in text or "Megatron-FSDP" in text:
+        return [3]
+    if "distributed optimizer" in text or layout.get("distributed_optimizer") is True:
+        return [1]
+    return None  # unstated: Megatron with or without the distributed optimizer
+
+
+def _recompute_from_row(layout: dict) -> Optional[list[str]]:
+    r = str(layout.get("activation_recompute") or "").lower()
+    for mode in ("none", "selective", "full"):
+        if r.startswith(mode):
+            return [mode]
+    return None
+
+
+def map_run(row: dict) -> MappedRun:
+    from hardware_catalog import get_cluster, get_gpu
+
+    hw = row["hardware"]
+    lay = row["layout"]
+    assumptions: list[str] = []
+    gpu_name = hw["gpu"]
+    if gpu_name.startswith("H100 (96GB"):
+        cluster = get_cluster("h100-96gb-500w")
+    elif gpu_name in _GPU_CLUSTERS:
+        cluster = get_cluster(_GPU_CLUSTERS[gpu_name])
+    else:
+        raise PlannerInputError(f"GPU '{gpu_name}' has no cluster mapping")
+    gpu = get_gpu(cluster.gpu)
+    model = map_model(row)
+    seq = row["model"].get("seq_length")
+    if not seq:
+        seq = 8192
+        assumptions.append("seq_len 8192 (torchtitan default; unstated)")
+    gbs = lay.get("global_batch_size")
+    if not gbs:
+        raise PlannerInputError("global batch size not published")
+    pins: dict = {"seq_len": seq, "gbs": gbs}
+    searched: dict = {}
+    for knob in ("tp", "pp", "cp", "dp"):
+        if lay.get(knob) is not None:
+            pins[knob] = lay[knob]
+    if model.moe is not None:
+        pins["ep"] = lay.get("ep") or 1
+    else:
+        pins["ep"] = 1
+    pins["etp"] = lay.get("expert_tp") or 1
+    if lay.get("micro_batch_size"):
+        pins["mbs"] = lay["micro_batch_size"]
+    else:
+        searched["mbs"] = [1, 2, 4, 8]
+    if lay.get("vp"):
+        pins["vpp"] = lay["vp"]
+    else:
+        searched["vpp"] = [1, 2, 3, 4, 5, 6, 8]
+    zero = _zero_from_row(lay)
+    if zero is None:
+        searched["zero"] = [0, 1]
+    else:
+        pins["zero"] = zero[0]
+    rc = _recompute_from_row(lay)
+    if rc is None:
+        searched["recompute"] = ["none", "selective", "full"]
+    else:
+        pins["recompute"] = rc[0]
+    precision = str(lay.get("precision") or "").lower()
+    pins["precision"] = "fp8" if ("fp8" in precision or "float8" in precision) else "bf16"
+    if lay.get("sequence_parallel") is False:
+        pins["sequence_parallel"] = False
+    return MappedRun(row, model, cluster, gpu, int(hw["num_gpus"]), pins, searched, assumptions)
+
+
+def _candidates(run: MappedRun):
+    """All layouts consistent with the pins (the unknown knobs as a grid), valid ones only."""
+    from costmodel.layout import PRECISIONS, RECOMPUTE, LayoutBatch
+    from costmodel.pipeline import stage_layer_split, vpp_divides_stages
+
+    pins = run.pins
+    n = run.gpus
+    grids: dict[str, list] = {}
+
+    def powers(limit):
+        return [2**i for i in range(0, 20) if 2**i <= limit]
+
+    layout_unknown = not all(k in pins for k in ("tp", "pp", "dp"))
+    if layout_unknown:
+        grids["tp"] = [t for t in powers(run.cluster.scaleup_domain_size) if run.model.num_attention_heads % t == 0]
+        grids["pp"] = [p for p in range(1, min(run.model.num_layers, 64) + 1) if n % p == 0]
+        grids["cp"] = [pins.get("cp", 1)]
+    else:
+        for k in ("tp", "pp", "cp"):
+            grids[k] = [pins.get(k, 1)]
+    grids["mbs"] = run.searched.get("mbs", [pins.get("mbs")])
+    grids["vpp"] = run.searched.get("vpp", [pins.get("vpp")])
+    grids["zero"] = run.searched.get("zero", [pins.get("zero")])
+    grids["recompute"] = [RECOMPUTE.index(r) for r in run.searched.get("recompute", [pins.get("recompute")])]
+    mesh = np.meshgrid(*[np.asarray(v, dtype=np.int64) for v in grids.values()], indexing="ij")
+    cols = {k: g.reshape(-1) for k, g in zip(grids, mesh)}
+    dp = n // (cols["tp"] * cols["pp"] * cols["cp"])
+    ok = dp * cols["tp"] * cols["pp"] * cols["cp"] == n
+    if "dp" in pins and not layout_unknown:
+        ok &= dp == pins["dp"]
+    batch = LayoutBatch.from_arrays(
+        tp=cols["tp"], pp=cols["pp"], cp=cols["cp"], dp=np.maximum(dp, 1), ep=pins["ep"], etp=pins["etp"],
+        vpp=cols["vpp"], zero=cols["zero"], mbs=cols["mbs"], gbs=pins["gbs"], seq_len=pins["seq_len"],
+        recompute=cols["recompute"], precision=PRECISIONS.index(pins["precision"]),
+        sp=pins.get("sequence_parallel", True),
+    )
+    first, middle, last, split_ok = stage_layer_split(run.model.num_layers, batch.pp, 0, 0)
+    m = batch.gbs // np.maximum(batch.dp * batch.mbs, 1)
+    ok &= split_ok & vpp_divides_stages(first, middle, last, batch.vpp)
+    ok &= (batch.gbs % (batch.dp * batch.mbs) == 0) | ("mbs" not in run.searched)
+    ok &= (batch.vpp == 1) | ((batch.pp > 1) & (m % batch.pp == 0)) | ("vpp" not in run.searched)
+    ok &= (batch.vpp == 1) | (batch.pp > 1)
+    ok &= (batch.dp * batch.cp) % batch.ep == 0
+    heads_ok = (run.model.num_attention_heads % batch.tp == 0)
+    ok &= heads_ok
+    return batch.take(np.nonzero(ok)[0])
+
+
+@dataclass
+class RowResult:
+    id: str
+    source: str
+    confidence: str
+    gpus: int
+    reported: float
+    predicted: Optional[float] = None
+    error: Optional[float] = None
+    layout: str = ""
+    chosen: dict = field(default_factory=dict)
+    fits: bool = True
+    reported_memory_gib: Optional[float] = None
+    predicted_memory_gib: Optional[float] = None
+    memory_error: Optional[float] = None
+    reason: str = ""
+    assumptions: list = field(default_factory=list)
+
+
+def predict_run(run: MappedRun, calib: Calibration = DEFAULT) -> RowResult:
+    from costmodel import evaluate_batch
+    from costmodel.layout import RECOMPUTE
+
+    row = run.row
+    ref = row["reference"]
+    res = RowResult(
+        id=row["id"], source=row["source"].get("key", "?"), confidence=row.get("confidence", "?"),
+        gpus=run.gpus, reported=float(ref["tokens_per_s_per_gpu"]), reported_memory_gib=ref.get("peak_memory_gib"),
+        assumptions=list(run.assumptions),
+    )
+    batch = _candidates(run)
+    if len(batch) == 0:
+        res.reason = "no layout satisfies the published knobs and the planner's rules"
+        return res
+    out = evaluate_batch(run.model, run.cluster, batch, gpu=run.gpu, calib=calib)
+    fits = out.fits
+    if fits.any():
+        idx = np.nonzero(fits)[0]
+        best = idx[np.argmax(out.tokens_per_s_per_gpu[idx])]
+    else:
+        best = int(np.argmin(out.memory_gib["peak"]))
+        res.fits = False
+    lay = batch.layout(int(best))
+    res.predicted = float(out.tokens_per_s_per_gpu[best])
+    res.error = (res.predicted - res.reported) / res.reported
+    res.chosen = {k: getattr(lay, k) for k in run.searched}
+    if not all(k in run.pins for k in ("tp", "pp", "dp")):
+        res.chosen.update(tp=lay.tp, pp=lay.pp, dp=lay.dp)
+    res.layout = (
+        f"TP{lay.tp} PP{lay.pp} DP{lay.dp} CP{lay.cp}" + (f" EP{lay.ep}" if lay.ep > 1 else "")
+        + f" v{lay.vpp} mbs{lay.mbs} z{lay.zero} {lay.recompute[:3]} {lay.precision}"
+    )
+    res.predicted_memory_gib = float(out.memory_gib["peak"][best])
+    if res.reported_memory_gib:
+        res.memory_error = (res.predicted_memory_gib - res.reported_memory_gib) / res.reported_memory_gib
+    return res
+
+
+def validate_rows(rows: list[dict], calib: Calibration = DEFAULT) -> list[RowResult]:
+    results = []
+    for row in rows:
+        try:
+            run = map_run(row)
+            results.append(predict_run(run, calib))
+        except (PlannerInputError, KeyError, TypeError, ValueError) as err:
+            ref = (row.get("reference") or {})
+            results.append(RowResult(
+                id=str(row.get("id", "?")), source=str((row.get("source") or {}).get("key", "?")),
+                confidence=str(row.get("confidence", "?")), gpus=int((row.get("hardware") or {}).get("num_gpus") or 0),
+                reported=float(ref.get("tokens_per_s_per_gpu") or 0.0), reason=f"not mapped: {err}",
+            ))
+    return results
+
+
+def summarize(results: list[RowResult], confidence: str = "high") -> dict:
+    keep = [r for r in results if r.error is not None and (confidence == "all" or r.confidence == confidence
+                                                            or (confidence == "medium" and r.confidence == "high"))]
+
+    def stats(rs):
+        errs = np.abs([r.error for r in rs])
+        if len(errs) == 0:
+            return {"rows": 0, "median_abs_error": None, "p90_abs_error": None, "mape": None}
+        return {
+            "rows": len(rs),
+            "median_abs_error": float(np.median(errs)),
+            "p90_abs_error": float(np.percentile(errs, 90)),
+            "mape": float(np.mean(errs)),
+            "mean_signed_error": float(np.mean([r.error for r in rs])),
+        }
+
+    summary = stats(keep)
+    summary["confidence"] = confidence
+    summary["per_source"] = {src: stats([r for r in keep if r.source == src]) for src in sorted({r.source for r in keep})}
+    mem = [r for r in results if r.memory_error is not None]
+    summary["memory"] = {
+        "rows": len(mem),
+        "median_abs_error": float(np.median(np.abs([r.memory_error for r in mem]))) if mem else None,
+    }
+    summary["unmapped"] = [{"id": r.id, "reason": r.reason} for r in results if r.error is None]
+    return summary
+
+
+def format_table(results: list[RowResult], summary: dict) -> str:
+    lines = [f"{'run':<40}{'GPUs':>6}  {'layout (searched knobs chosen by planner)':<50}{'reported':>10}{'predicted':>11}{'error':>8}  mem GiB (rep/pred)"]
+    for r in results:
+        if r.error is None:
+            continue
+        mem = ""
+        if r.reported_memory_gib:
+            mem = f"{r.reported_memory_gib:.1f}/{r.predicted_memory_gib:.1f}"
+        flag = "" if r.fits else " (nothing fits; least-memory layout)"
+        lines.append(
+            f"{r.id[:39]:<40}{r.gpus:>6}  {r.layout[:49]:<50}{r.reported:>10.1f}{r.predicted:>11.1f}{r.error * 100:>+7.1f}%  {mem}{flag}"
+        )
+    lines.append("")
+    s = summary
+
+    def fmt(st):
+        if not st["rows"]:
+            return "no rows"
+        return (f"{st['rows']} rows: median |err| {st['median_abs_error'] * 100:.1f}%, "
+                f"p90 {st['p90_abs_error'] * 100:.1f}%, MAPE {st['mape'] * 100:.1f}%, mean signed {st['mean_signed_error'] * 100:+.1f}%")
+
+    lines.append(f"summary ({s['confidence']}-confidence rows) {fmt(s)}")
+    for src, st in s["per_source"].items():
+        lines.append(f"  {src:<24}{fmt(st)}")
+    if s["memory"]["rows"]:
+        lines.append(f"peak memory: {s['memory']['rows']} rows with published peak, median |err| {s['memory']['median_abs_error'] * 100:.1f}%")
+    for u in s["unmapped"]:
+        lines.append(f"not mapped: {u['id']}: {u['reason']}")
+    return "\n".join(lines)
+
+
+def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = "high") -> None:
+    import typer
+
+    if confidence not in ("high", "medium", "all"):
+        raise PlannerInputError(f"--confidence={confidence}: allowed high, medium, all")
+    rows = load_runs(runs)
+    results = validate_rows(rows)
+    summary = summarize(results, confidence)
+    if as_json:
+        typer.echo(json.dumps({"rows": [r.__dict__ for r in results], "summary": summary}, indent=2))
+    else:
+        typer.echo(format_table(results, summary))

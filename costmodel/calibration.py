@@ -51,7 +51,7 @@ class Calibration:
     """Fixed per-GPU memory outside tensors the model owns: CUDA context (~0.5 GiB), NCCL
     buffers, cuBLAS/cuDNN workspaces (PyTorch CUDA semantics notes; NCCL docs NCCL_BUFFSIZE)."""
     fragmentation: float = 0.10
-    """Allocator fragmentation as a fraction of activation + gradient memory (PyTorch caching
+    """Allocator fragmentation as a fraction of activation memory (PyTorch caching
     allocator; reserved vs allocated typically 5-15% in Megatron/torchtitan memory reports)."""
 
     def with_(self, **kw) -> "Calibration":

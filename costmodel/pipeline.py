@@ -64,6 +64,13 @@ def stage_layer_split(num_layers, pp, first=0, last=0):
 
 
 def vpp_divides_stages(first, middle, last, vpp) -> np.ndarray:
-    """Interleaving needs every stage's layers to split into ``vpp`` equal model chunks."""
+    """Interleaving splits each stage into ``vpp`` model chunks.
+
+    Middle stages need equal chunks (layers divisible by vpp). The first and last stages may
+    hold fewer layers, as Megatron allows with --account-for-embedding-in-pipeline-split /
+    --account-for-loss-in-pipeline-split or an explicit --pipeline-model-parallel-layout (the
+    embedding and the loss count as chunk members there): they must not exceed a middle stage
+    and need at least vpp - 1 layers (one chunk may hold only the embedding or the loss).
+    """
     vpp = np.asarray(vpp)
-    return (first % vpp == 0) & (middle % vpp == 0) & (last % vpp == 0)
+    return (middle % vpp == 0) & (first >= vpp - 1) & (last >= vpp - 1) & (first <= middle) & (last <= middle)

@@ -21,24 +21,22 @@ import numpy as np
 from costmodel.calibration import DEFAULT, Calibration
 from hardware_catalog.errors import PlannerInputError
 
-# Architecture templates per family: the fields a runs file does not carry. Shapes
-# (layers, hidden, heads, ffn, vocab, seq) always come from the row itself.
-_FAMILY_TEMPLATES = {
-    # Megatron GPT (Shoeybi et al. 2019; Narayanan et al. 2021): GeLU 4h MLP, LayerNorm,
-    # learned positions, biases, tied embeddings, dropout 0.1, GPT-2 BPE vocab 51200.
-    "gpt": dict(family="gpt", gated_mlp=False, norm="layernorm", position_embedding="learned",
-                linear_bias=True, tied_embeddings=True, dropout=True, vocab_size=51200),
-    # MPT (llm-foundry mpt yamls): GeLU 4h MLP, LayerNorm without bias, ALiBi, no biases, tied.
-    "mpt": dict(family="mpt", gated_mlp=False, norm="layernorm", position_embedding="alibi",
-                linear_bias=False, tied_embeddings=True, vocab_size=50368),
-    # Nemotron-4 (NVIDIA 2024 tech report): squared-ReLU MLP (not gated), RoPE, untied, 256k vocab.
-    "nemotron": dict(family="nemotron", gated_mlp=False, norm="layernorm", position_embedding="rope",
-                     tied_embeddings=False, vocab_size=256000),
-    "llama2": dict(family="llama", gated_mlp=True, vocab_size=32000),
-    "llama3": dict(family="llama", gated_mlp=True, vocab_size=128256),
-}
-# Rows whose architecture needs more than a template (MLA, expert shapes): the catalog preset.
-_PRESETS = {"deepseekv3": "deepseek-v3", "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b"}
+# A catalog preset per model family supplies what a runs file does not carry (gated MLP or
+# not, norms, biases, positions, tied embeddings, vocab); the row's own shape fields
+# (layers, hidden, heads, KV heads, FFN, vocab, sequence) then override it.
+_FAMILY_BASE = (
+    # (source key or "", model-name prefix, preset)
+    ("megatron_readme_2024", "gpt", "mcore-gpt-1.7b"),  # Megatron-Core 2024 series: untied embeddings
+    ("nemo_perf_2407", "gpt3", "nemo-gpt3-5b"),
+    ("", "gpt", "megatron-gpt-1.7b"),  # Narayanan 2021 / Korthikanti 2022 GPT: tied, dropout
+    ("", "mpt", "mpt-7b"),
+    ("", "nemotron", "nemotron-8b"),
+    ("", "llama2", "llama2-7b"),
+    ("", "llama3", "llama3-8b"),
+)
+# Rows whose architecture needs more than a family base (MLA, expert shapes): the preset itself.
+_PRESETS = {"deepseekv3": "deepseek-v3", "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b",
+            "llama3.1-405b": "llama3-405b"}
 
 _GPU_CLUSTERS = {
     "A100-SXM-80GB": "dgx-a100",
@@ -82,48 +80,39 @@ def load_runs(path: Optional[Path]) -> list[dict]:
     return rows
 
 
-def _family(name: str) -> str:
-    n = name.lower()
-    if n.startswith("gpt"):
-        return "gpt"
-    if n.startswith("mpt"):
-        return "mpt"
-    if n.startswith("nemotron"):
-        return "nemotron"
-    if n.startswith("llama2"):
-        return "llama2"
-    if n.startswith("llama3"):
-        return "llama3"
-    return ""
-
-
 def map_model(row: dict):
     from hardware_catalog import get_model
-    from hardware_catalog.schema import ModelSpec
 
     m = row["model"]
     name = m["name"].split(" (")[0]
     key = re.sub(r"[^a-z0-9.-]", "", name.lower())
     if key in _PRESETS:
         return get_model(_PRESETS[key])
-    family = _family(name)
-    if not family:
-        raise PlannerInputError(f"no architecture template for model '{name}'")
-    spec = dict(_FAMILY_TEMPLATES[family])
-    seq = m.get("seq_length") or 8192
-    spec.update(
+    source = (row.get("source") or {}).get("key", "")
+    base = None
+    for src, prefix, preset in _FAMILY_BASE:
+        if key.startswith(prefix) and (not src or src == source):
+            base = get_model(preset)
+            break
+    if base is None:
+        raise PlannerInputError(f"no architecture family for model '{name}'")
+    seq = m.get("seq_length") or base.default_seq_len
+    update = dict(
         name=key,
+        aliases=[],
         num_layers=m["num_layers"],
         hidden_size=m["hidden_size"],
         num_attention_heads=m["num_attention_heads"],
         num_kv_heads=m.get("num_kv_heads") or m["num_attention_heads"],
+        head_dim=None,
         ffn_hidden_size=m.get("ffn_hidden_size") or 4 * m["hidden_size"],
-        max_position_embeddings=max(seq, 2048),
+        max_position_embeddings=max(seq, base.max_position_embeddings),
         default_seq_len=seq,
+        params_published=None,
     )
     if m.get("vocab_size"):
-        spec["vocab_size"] = m["vocab_size"]
-    return ModelSpec(**spec)
+        update["vocab_size"] = m["vocab_size"]
+    return base.model_copy(update=update)
 
 
 def _zero_from_row(layout: dict) -> Optional[list[int]]:

@@ -1,0 +1,592 @@
+"""Alpha-beta (latency-bandwidth) time of collectives and P2P on a two-level fabric (vectorized).
+
+Every time is ``steps * alpha + bytes_on_the_busiest_port / bandwidth`` (Hockney's model, as in
+Thakur, Rabenseifner & Gropp 2005, "Optimization of collective communication operations in
+MPICH", IJHPCA 19(1)). Notation used in the comments below:
+
+* ``S``  message bytes: the buffer for all_reduce/broadcast, the gathered OUTPUT for all_gather,
+  the INPUT for reduce_scatter, everything one rank sends (itself included) for all_to_all.
+* ``n``  ranks taking part at one level; ``L`` ranks per scale-up domain, ``m`` domains spanned,
+  ``N = L*m``.
+* ``B``  achievable bandwidth per GPU per direction at a level (already times efficiency and
+  divided by oversubscription); ``a`` the latency of one algorithm step at that level.
+
+Per-level physical topologies and how a GPU's ``B`` is spread over its ports:
+
+* ``switch`` (NVSwitch, non-blocking fat tree) and ``tree`` (a switched tree; its thinner upper
+  levels are expressed by ``oversubscription``): any-to-any at the full ``B``.
+* ``ring``: two ports (left, right) of ``B/2`` each. Rings are run bidirectionally (two
+  counter-rotating rings, half the data each), so a ring algorithm gets the full ``B``.
+* ``fully_connected`` (xGMI full mesh, one link to each of the ``D-1`` other GPUs of the
+  domain): each link ``B/(D-1)``.
+* ``torus2d`` / ``mesh2d``: four ports (+-X, +-Y) of ``B/4`` each; the torus wraps around, so each
+  dimension is a ring (diameter g/2), the mesh's dimensions are lines (diameter g-1, half the
+  bisection). A group of ``n`` ranks forms a ``gx x gy`` grid: ``dims=None`` -> the most square
+  factorization of ``n`` (a whole torus); given ``(X, Y)`` -> ranks fill rows of ``X`` first and a
+  dimension wraps only when the group spans all of it.
+
+Hardware routing is assumed on every level: a message crossing several hops costs one ``a``.
+Tree algorithms (NCCL's double binary tree, binomial broadcast, PAT/recursive halving) need a
+switched level; on ring/mesh/torus/fully-connected levels their edges would share links.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from hardware_catalog.schema import ClusterSpec, GPUSpec, InterconnectSpec
+
+ALGORITHMS = ("ring", "tree", "hierarchical", "direct", "torus2d", "mesh2d")
+"""Algorithm names; ``collective_time`` reports the index (code) of the one it priced."""
+RING, TREE, HIERARCHICAL, DIRECT, TORUS2D, MESH2D = range(len(ALGORITHMS))
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
+TOPOLOGIES = ("switch", "ring", "tree", "mesh2d", "torus2d", "fully_connected")
+_SWITCHED = ("switch", "tree")
+_GRID = ("mesh2d", "torus2d")
+_INF = np.inf
+_TABLE_MAX = 1 << 22  # largest group size priced through per-size tables
+_TIE = 1.0 - 1e-12  # a candidate must beat the incumbent by more than this relative margin
+
+
+@dataclass(frozen=True)
+class LinkLevel:
+    """One level of the fabric, as seen by one GPU."""
+
+    bandwidth: float
+    """Achievable bytes/s per GPU per direction at this level (already times efficiency)."""
+    latency: float
+    """Seconds per algorithm step at this level."""
+    topology: str
+    """'switch' | 'ring' | 'tree' | 'mesh2d' | 'torus2d' | 'fully_connected'."""
+    dims: tuple[int, int] | None = None
+    """Grid for mesh2d/torus2d (None: the most square factorization of the group)."""
+    oversubscription: float = 1.0
+    """Fat-tree oversubscription: bandwidth is divided by this (every level crossing pays it)."""
+
+    def __post_init__(self):
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"unknown topology {self.topology!r}; expected one of {TOPOLOGIES}")
+        if not self.bandwidth > 0:
+            raise ValueError(f"bandwidth must be > 0, got {self.bandwidth}")
+        if not self.latency >= 0:
+            raise ValueError(f"latency must be >= 0, got {self.latency}")
+        if not self.oversubscription > 0:
+            raise ValueError(f"oversubscription must be > 0, got {self.oversubscription}")
+        if self.dims is not None and (len(self.dims) != 2 or min(self.dims) < 1):
+            raise ValueError(f"dims must be two positive ints, got {self.dims}")
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """Scale-up domain (NVLink / xGMI) plus the network between domains."""
+
+    intra: LinkLevel
+    """Scale-up domain (NVLink)."""
+    inter: LinkLevel
+    """Network: per-GPU share of NIC bandwidth (nics_per_node * nic_bw / gpus_per_node * eff)."""
+    domain_size: int
+    """GPUs per scale-up domain (the peers of a fully_connected intra level)."""
+
+
+def fabric_from_cluster(cluster: ClusterSpec, gpu: GPUSpec, nic: InterconnectSpec) -> Fabric:
+    """Fabric of a catalog cluster. Catalog bandwidths are GB/s per direction, latencies us."""
+    intra = LinkLevel(
+        bandwidth=gpu.scaleup_bandwidth_gbps * 1e9 * cluster.scaleup_efficiency,
+        latency=cluster.scaleup_latency_us * 1e-6,
+        topology=cluster.scaleup_topology,
+    )
+    # Rail-optimized nodes: every GPU owns nics_per_node/gpus_per_node of the node's NICs.
+    inter = LinkLevel(
+        bandwidth=cluster.nics_per_node * nic.bandwidth_gbps * 1e9 / cluster.gpus_per_node
+        * cluster.network_efficiency,
+        latency=nic.latency_us * 1e-6,
+        topology=cluster.network_topology,
+        dims=tuple(cluster.network_dims) if cluster.network_dims else None,
+        oversubscription=cluster.network_oversubscription,
+    )
+    return Fabric(intra=intra, inter=inter, domain_size=cluster.scaleup_domain_size)
+
+
+# ---------------------------------------------------------------------------------------------
+# Masks as arithmetic: np.where on unpredictable masks costs ~6 multiplies, and this prices
+# ~1e6 layouts per call. Candidate times are finite except "not applicable" = +inf.
+
+
+def _flag(mask):
+    return np.asarray(mask, dtype=np.float64)
+
+
+def _barrier(mask):
+    """0 where ``mask`` holds, +inf elsewhere: adding it rules a term out there."""
+    with np.errstate(divide="ignore"):
+        return np.divide(1.0, _flag(mask)) - 1.0
+
+
+def _choose(mask, x, y):
+    """mask ? x : y, where x or y may be the scalar inf (not applicable at all)."""
+    x_inf = np.isscalar(x) and x == _INF
+    y_inf = np.isscalar(y) and y == _INF
+    if x_inf and y_inf:
+        return _INF
+    if x_inf:
+        return y + _barrier(~mask)
+    if y_inf:
+        return x + _barrier(mask)
+    f = _flag(mask)
+    return x * f + y * (1.0 - f)  # exact for finite x, y: x*1 + y*0
+
+
+# ---------------------------------------------------------------------------------------------
+# Most square factorization n = gx * gy (gx >= gy), by table lookup so it stays vectorized.
+
+_SQUARE = np.ones(2, dtype=np.int64)
+
+
+def _square_factor(n) -> np.ndarray:
+    """Largest divisor of n that is <= sqrt(n) (so n = (n/gy) x gy is the most square grid)."""
+    global _SQUARE
+    ni = np.maximum(np.asarray(n), 1).astype(np.int64)
+    top = int(ni.max()) if ni.size else 1
+    if top >= len(_SQUARE):
+        size = max(top + 1, 2 * len(_SQUARE), 1024)
+        table = np.ones(size, dtype=np.int64)
+        for d in range(2, math.isqrt(size - 1) + 1):  # loop over divisors, not elements
+            table[d * d :: d] = d  # a larger d <= sqrt(k) overwrites smaller ones
+        _SQUARE = table
+    return _SQUARE[ni].astype(np.float64)
+
+
+# ---------------------------------------------------------------------------------------------
+# One level as seen by a group of n ranks on it (n an array; n <= 1: the level is not used).
+
+
+class _Span:
+    def __init__(self, level: LinkLevel, n, peers: int | None):
+        self.level = level
+        self.topo = level.topology
+        self.B = level.bandwidth / level.oversubscription
+        self.a = level.latency
+        self.dims = level.dims
+        self.peers = peers
+        self.n = n
+        self.switched = self.topo in _SWITCHED
+
+    @cached_property
+    def used(self):
+        return self.n > 1
+
+    @cached_property
+    def used_f(self):
+        return _flag(self.used)
+
+    @cached_property
+    def nm1(self):
+        return self.n - 1.0  # ring steps
+
+    @cached_property
+    def frac(self):
+        return 1.0 - 1.0 / self.n  # (n-1)/n: share of the data a rank sends / receives
+
+    @cached_property
+    def log2n(self):
+        return np.ceil(np.log2(self.n))
+
+    @cached_property
+    def _table(self):
+        """Gather index into per-size tables, and a span over sizes 0..max(n) (None when n is
+        not integral or too large: then formulas run elementwise). Grid shapes depend on n only,
+        so evaluating them once per distinct size and gathering is much cheaper."""
+        n = np.asarray(self.n)
+        top = float(n.max()) if n.size else 1.0
+        if top > _TABLE_MAX:
+            return None
+        idx = n.astype(np.intp)
+        if not np.array_equal(idx, n):
+            return None
+        sizes = np.maximum(np.arange(int(top) + 1, dtype=np.float64), 1.0)
+        return idx, _Span(self.level, sizes, self.peers)
+
+    def _lookup(self, raw):
+        """raw(span) -> tuple of per-size values, evaluated on the table and gathered at n."""
+        memo = self.__dict__.setdefault("_memo", {})
+        if raw not in memo:
+            table = self._table
+            if table is None:
+                memo[raw] = raw(self)
+            else:
+                idx, span = table
+                memo[raw] = tuple(v[idx] if np.ndim(v) else v for v in raw(span))
+        return memo[raw]
+
+    @cached_property
+    def grid(self):
+        """(gx, gy, wrap_x, wrap_y) of the group on a mesh/torus; wraps as 0./1. flags."""
+        n = self.n
+        torus = self.topo == "torus2d"
+        if self.dims is None:
+            gy = _square_factor(n)
+            w = 1.0 if torus else 0.0
+            return n / gy, gy, w, w
+        X, Y = self.dims
+        gx = np.minimum(n, float(X))
+        gy = np.ceil(n / gx)
+        return gx, gy, torus * _flag(gx == X), torus * _flag(gy == Y)
+
+    @cached_property
+    def ring_bw(self):
+        """Bandwidth of NCCL-style rings over this level's n ranks."""
+        if self.topo in ("switch", "tree", "ring"):
+            return self.B  # on a physical ring: both ports (B/2 each), counter-rotating rings
+        return self._lookup(_Span._ring_bw_raw)[0]
+
+    def _ring_bw_raw(self):
+        if self.topo == "fully_connected":
+            # Directed K_n splits into n-1 Hamiltonian cycles (Tillson 1980, n != 4, 6), so rings
+            # over n of the D domain GPUs drive n-1 links of B/(D-1) each.
+            d = np.maximum(float(self.peers or 1), self.n)
+            return (self.B * np.maximum(self.n - 1.0, 1.0) / np.maximum(d - 1.0, 1.0),)
+        gx, gy, wx, wy = self.grid
+        # A Hamiltonian ring embedded in the grid uses 2 of the 4 ports both ways: B/2. A line
+        # (1-D mesh, partial torus row) folds the ring back over itself: each link direction
+        # carries it once -> B/4.
+        one_d = _flag((gx == 1) | (gy == 1))
+        wrap_1d = _choose(gy == 1, wx + 0.0 * gx, wy + 0.0 * gy)
+        return (self.B / 2.0 - (self.B / 4.0) * one_d * (1.0 - wrap_1d),)
+
+    # ---- ring (Patarasuk & Yuan 2009; NCCL; seed 003 sec. 4.2-4.3, L4 slide 34)
+    def ring_rs(self, S):
+        # RS or AG: n-1 steps of S/n -> (n-1) a + (n-1)/n * S/B. Zero when n == 1.
+        return self.nm1 * self.a + self.frac * S / self.ring_bw
+
+    def ring_ar(self, S):
+        # AR = RS + AG: 2(n-1) a + 2(n-1)/n * S/B (bandwidth-optimal, Patarasuk & Yuan 2009).
+        return 2.0 * self.ring_rs(S)
+
+    def ring_bcast(self, S):
+        # Pipelined chain from the root (NCCL ring broadcast; nccl-tests busbw factor 1):
+        # (n-1) a + S/B.
+        return self.nm1 * self.a + self.used_f * S / self.ring_bw
+
+    # ---- trees (switched levels only; elsewhere tree edges would share links)
+    def tree_ar(self, S):
+        # NCCL double binary tree (Sanders, Speck & Traeff 2009): reduce up + broadcast down,
+        # pipelined -> 2 ceil(log2 n) a. Bandwidth 2S/B: each rank is inner node of one tree
+        # and leaf of the other and sends S/2 + 2(S/2) + S/2 = 2S in all; NCCL's model says
+        # the same (tuning.cc: tree algBw = busBw/2). So the ring (2(n-1)/n S/B) keeps a small
+        # bandwidth edge and the tree wins on latency: small messages, many ranks.
+        if not self.switched:
+            return _INF
+        return 2.0 * self.log2n * self.a + self.used_f * 2.0 * S / self.B
+
+    def tree_rs(self, S):
+        # Recursive halving (RS) / doubling (AG) (Thakur et al. 2005 sec. 3.1, 3.3), as NCCL's
+        # PAT (2.23+, one GPU per node only): ceil(log2 n) a + (n-1)/n * S/B.
+        if not self.switched:
+            return _INF
+        return self.log2n * self.a + self.frac * S / self.B
+
+    def tree_bcast(self, S):
+        # Binomial tree (Thakur et al. 2005 sec. 4.1, short messages): ceil(log2 n)(a + S/B).
+        if not self.switched:
+            return _INF
+        return self.log2n * (self.a + S / self.B)
+
+    # ---- dimension-ordered 2-D algorithms (torus2d / mesh2d levels)
+    def dims_rs(self, S):
+        """Reduce-scatter (= all-gather) one dimension after the other.
+
+        Half the data goes X then Y, the other half Y then X, so all four ports work at once
+        (2-D torus all-reduce: Mikami et al. 2018; Ying et al. 2018 on TPU pods). A dimension of
+        g ranks is, on a torus, a bidirectional ring: both directions of the +-links (B/2) and
+        ceil((g-1)/2) steps, blocks travelling half-way round either way; on a mesh, a line:
+        its end links carry (g-1)/g of the data one way (B/4) in g-1 steps (the diameter).
+        Time = steps * a + max(each half's path, each dimension's link load). A square torus
+        gives (n-1)/n * S/B, the switch's figure, in 2 ceil((g-1)/2) steps; a square mesh
+        twice that bandwidth term.
+        """
+        steps, per_byte = self._lookup(_Span._dims_rs_raw)
+        return steps * self.a + per_byte * S
+
+    def _dims_rs_raw(self):
+        gx, gy, wx, wy = self.grid
+        bx = (self.B / 4.0) * (1.0 + wx)
+        by = (self.B / 4.0) * (1.0 + wy)
+        sx = gx - 1.0 - wx * np.floor((gx - 1.0) / 2.0)  # torus: ceil((g-1)/2), mesh: g-1
+        sy = gy - 1.0 - wy * np.floor((gy - 1.0) / 2.0)
+        fx = (gx - 1.0) / gx
+        fy = (gy - 1.0) / gy
+        h = 0.5  # per byte of S: each half carries S/2
+        path_a = fx * h / bx + fy * h / (gx * by)  # X first, then Y on the 1/gx that is left
+        path_b = fy * h / by + fx * h / (gy * bx)
+        load_x = fx * h * (1.0 + 1.0 / gy) / bx  # X links: half A's phase 1 + half B's phase 2
+        load_y = fy * h * (1.0 + 1.0 / gx) / by
+        return sx + sy, np.maximum(np.maximum(path_a, path_b), np.maximum(load_x, load_y))
+
+    def dims_a2a(self, S):
+        # Dimension-ordered all-to-all (rows, then columns, store and forward: each phase
+        # moves all of S): per dimension (g-1) a + max(injection over 2 ports of B/4,
+        # bisection floor(g/2)ceil(g/2)/g * S over 2 (torus) or 1 (mesh) cut links of B/4).
+        steps, per_byte = self._lookup(_Span._dims_a2a_raw)
+        return steps * self.a + per_byte * S
+
+    def _dims_a2a_raw(self):
+        gx, gy, wx, wy = self.grid
+        steps, per_byte = 0.0, 0.0
+        for g, w in ((gx, wx), (gy, wy)):
+            inj = (g - 1.0) / g / (self.B / 2.0)
+            cross = np.floor(g / 2.0) * np.ceil(g / 2.0) / g
+            steps = steps + (g - 1.0)
+            per_byte = per_byte + np.maximum(inj, cross / ((1.0 + w) * self.B / 4.0))
+        return steps, per_byte
+
+    def dims_op(self, op, S):
+        if op == "all_to_all":
+            return self.dims_a2a(S)
+        rs = self.dims_rs(S)
+        # AR = RS + AG; broadcast = scatter + all-gather (van de Geijn; Thakur et al. sec. 4.1).
+        return rs if op in ("all_gather", "reduce_scatter") else 2.0 * rs
+
+    # ---- all-to-all
+    def a2a_bw(self, S):
+        """Bandwidth term of a direct all-to-all (each rank sends S/n to every rank).
+
+        max(injection: (n-1)/n * S over the usable ports, bisection: the two halves swap
+        floor(n/2)ceil(n/2) * S/n each way over the cut links (Leighton 1992)). On a switch the
+        injection bound rules; on a ring (2 cut links x B/2) it is ~ n S/(4B); on a g x g torus
+        ~ g S/(2B), on a mesh twice that.
+        """
+        n = self.n
+        if self.switched:
+            t = self.frac * S / self.B
+        elif self.topo == "ring":
+            cross = np.floor(n / 2.0) * np.ceil(n / 2.0) / n * S
+            t = np.maximum(self.frac * S / self.B, cross / self.B)
+        elif self.topo == "fully_connected":
+            d = np.maximum(float(self.peers or 1), n)
+            t = S / n * np.maximum(d - 1.0, 1.0) / self.B  # S/n on each own link of B/(D-1)
+        else:
+            return self._lookup(_Span._grid_a2a_raw)[0] * S
+        return self.used_f * t
+
+    def _grid_a2a_raw(self):
+        gx, gy, wx, wy = self.grid
+        ports = 2.0 * _flag(gx > 1) + 2.0 * _flag(gy > 1)
+        per_byte = self.frac / (np.maximum(ports, 1.0) * self.B / 4.0)
+        for g, other, w in ((gx, gy, wx), (gy, gx, wy)):
+            # Halving dimension g cuts `other` lines, twice each when it wraps.
+            cross = np.floor(g / 2.0) * np.ceil(g / 2.0) * other / g
+            per_byte = np.maximum(per_byte, cross / (other * (1.0 + w) * self.B / 4.0))
+        return (per_byte,)  # 0 for n == 1
+
+    # ---- best algorithm on this level alone (parts of the hierarchical composition; 0 if n<=1)
+    def rs_best(self, S, allow_tree):
+        t = self.ring_rs(S)
+        if allow_tree and self.switched:
+            t = np.minimum(t, self.tree_rs(S))
+        if self.topo in _GRID:
+            t = np.minimum(t, self.dims_rs(S))
+        return t
+
+    def ar_best(self, S):
+        t = self.ring_ar(S)
+        if self.switched:
+            t = np.minimum(t, self.tree_ar(S))
+        if self.topo in _GRID:
+            t = np.minimum(t, 2.0 * self.dims_rs(S))
+        return t
+
+    def bcast_best(self, S):
+        t = self.ring_bcast(S)
+        if self.switched:
+            t = np.minimum(t, self.tree_bcast(S))
+        if self.topo in _GRID:
+            t = np.minimum(t, 2.0 * self.dims_rs(S))
+        return t
+
+
+# ---------------------------------------------------------------------------------------------
+# Algorithms over the whole group: L ranks in each of m domains (I: scale-up, E: network).
+
+
+def _ring(op, S, I: _Span, E: _Span):
+    """NCCL rings through all N ranks, crossing the network once per domain.
+
+    Bandwidth: the slower of the scale-up ring and the network, the L ranks of a domain
+    sharing L per-GPU NIC shares (NCCL runs a ring per NIC). Latency as NCCL's tuning model
+    (src/graph/tuning.cc): (steps - inter_steps) scale-up steps + inter_steps network steps,
+    inter_steps = 2(m-1) for AR and m-1 otherwise.
+    """
+    L, m = I.n, E.n
+    # Seconds per byte of the slower level; a level the group does not use does not count.
+    per_byte = np.maximum(I.used_f / I.ring_bw, E.used_f / (L * E.ring_bw))
+    # N-1 steps, m-1 of them on the network: N-1-(m-1) = m(L-1) scale-up steps.
+    lat = (I.nm1 * I.a) * m + E.nm1 * E.a
+    if op == "broadcast":
+        return lat + S * per_byte
+    share = 1.0 - 1.0 / (L * m)  # (N-1)/N
+    if op == "all_reduce":
+        return 2.0 * (lat + share * per_byte * S)  # twice the steps and the bytes
+    return lat + share * per_byte * S
+
+
+def _tree(op, S, I: _Span, E: _Span):
+    L = I.n
+    if op == "all_reduce":
+        # One domain: double binary tree over its switch (_Span.tree_ar). Several domains:
+        # NCCL's tree, a chain inside each domain + a double binary tree across domains;
+        # tuning.cc latency 2((L-1) a_intra + log2(m) a_net), bandwidth 2S over the slower of
+        # the chain and the domain's L NIC shares.
+        t_one = I.tree_ar(S)
+        t_many = _INF
+        if E.switched:
+            per_byte = np.maximum(I.used_f / I.ring_bw, 1.0 / (L * E.B))
+            t_many = 2.0 * (I.nm1 * I.a + E.log2n * E.a + S * per_byte)
+        return _choose(E.used, t_many, t_one)
+    if op == "broadcast":
+        # Binomial tree across domains (one GPU each), then each domain's own best broadcast.
+        t_one = I.tree_bcast(S)
+        t_many = E.tree_bcast(S) + I.bcast_best(S) if E.switched else _INF
+        return _choose(E.used, t_many, t_one)
+    if op in ("all_gather", "reduce_scatter") and E.switched:
+        return E.tree_rs(S) + _barrier((L <= 1) & E.used)  # PAT: one GPU per node only
+    return _INF
+
+
+def _hierarchical(op, S, I: _Span, E: _Span):
+    """Scale-up level first, then the network (seed 003 sec. 4.4; L4 slide 38, L5 slide 4).
+
+    AR: intra RS of S, inter AR of S/L on the L "rails" in parallel (best of ring / tree / 2-D
+    for the network), intra AG of S. AG: inter AG of S/L, then intra AG of S; RS the reverse.
+    Broadcast: scatter in the root's domain, inter broadcast of S/L per rail, intra AG.
+    In this model an intra RS costs the same as an intra AG.
+    """
+    part = S / I.n
+    if op == "all_reduce":
+        return 2.0 * I.rs_best(S, False) + E.ar_best(part)
+    if op in ("all_gather", "reduce_scatter"):
+        return E.rs_best(part, True) + I.rs_best(S, False)  # a rail has one GPU per node
+    if op == "broadcast":
+        return 2.0 * I.rs_best(S, False) + E.bcast_best(part)
+    return _INF
+
+
+def _direct(op, S, I: _Span, E: _Span):
+    """All-to-all by pairwise exchange, scale-up and network traffic at the same time.
+
+    A rank sends S/N to each of its L-1 domain peers (an L-rank all-to-all of S/m) and the
+    other (N-L)/N of S over its NIC share (an m-rank all-to-all of S per rail, bisection-bound
+    on ring / torus / mesh networks). Latency (L-1) a_intra + (N-L) a_net (Thakur sec. 3.6).
+    """
+    if op != "all_to_all":
+        return _INF
+    L, m = I.n, E.n
+    lat = (L - 1.0) * I.a + L * (m - 1.0) * E.a
+    return lat + np.maximum(I.a2a_bw(S / m), E.a2a_bw(S))
+
+
+def _dims(op, S, I: _Span, E: _Span, topo):
+    """Dimension-ordered algorithm, for a group that lies within one torus/mesh level."""
+    parts = []
+    if I.topo == topo:
+        parts.append(I.dims_op(op, S) + _barrier(~E.used))
+    if E.topo == topo:
+        parts.append(E.dims_op(op, S) + _barrier(~I.used & E.used))
+    return parts[0] if len(parts) == 1 else np.minimum(*parts)
+
+
+def _candidates(op, S, I, E, want):
+    """code -> seconds (array, or the scalar inf where it never applies)."""
+    out = {}
+    a2a = op == "all_to_all"
+    if RING in want and not a2a:
+        out[RING] = _ring(op, S, I, E)
+    if TREE in want and not a2a and (I.switched or E.switched):
+        out[TREE] = _tree(op, S, I, E)
+    if HIERARCHICAL in want and not a2a:
+        out[HIERARCHICAL] = _hierarchical(op, S, I, E)
+    if DIRECT in want and a2a:
+        out[DIRECT] = _direct(op, S, I, E)
+    for code, topo in ((TORUS2D, "torus2d"), (MESH2D, "mesh2d")):
+        if code in want and topo in (I.topo, E.topo):
+            out[code] = _dims(op, S, I, E, topo)
+    return out
+
+
+def collective_time(op: str, message_bytes, n_local, n_nodes, fabric: Fabric, algorithm: str = "auto"):
+    """Seconds of one collective over a group of ``n_local * n_nodes`` ranks (vectorized).
+
+    op in {'all_reduce','all_gather','reduce_scatter','broadcast','all_to_all'}.
+    message_bytes: for all_reduce/broadcast the buffer size; for all_gather the gathered OUTPUT
+    size; for reduce_scatter the INPUT size; for all_to_all the bytes each rank sends in total
+    (incl. to itself). The group has n_local ranks in each scale-up domain, spread over n_nodes
+    domains (n_nodes == 1: intra level only). Numeric arguments broadcast.
+
+    Returns (seconds float64, algorithm code int64), both of the broadcast shape. 'auto' picks
+    the fastest algorithm per element (ties within 1e-12 go to the lower code; 'hierarchical'
+    is offered only when n_local > 1 and n_nodes > 1). A named algorithm that does not apply to an element
+    ('tree' off a switch, 'direct' for all_reduce, 'torus2d' off a torus...) costs inf there;
+    'hierarchical' for a group within one level is that level's best algorithm. A group of
+    one rank costs 0 (code 0).
+    """
+    if op not in OPS:
+        raise ValueError(f"unknown collective {op!r}; expected one of {OPS}")
+    if algorithm != "auto" and algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; expected 'auto' or one of {ALGORITHMS}")
+    S = np.asarray(message_bytes, dtype=np.float64)
+    L = np.maximum(np.asarray(n_local, dtype=np.float64), 1.0)
+    m = np.maximum(np.asarray(n_nodes, dtype=np.float64), 1.0)
+    shape = np.broadcast_shapes(S.shape, L.shape, m.shape)
+    I = _Span(fabric.intra, L, fabric.domain_size)
+    E = _Span(fabric.inter, m, None)
+    alone = (L * m) <= 1
+    zero_if_alone = _barrier(alone)  # 0 where alone, inf elsewhere: np.minimum with it
+    t = np.empty(shape)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if algorithm != "auto":
+            code = ALGORITHMS.index(algorithm)
+            np.minimum(_candidates(op, S, I, E, {code}).get(code, _INF), zero_if_alone, out=t)
+            algo = np.full(shape, code, dtype=np.int64)
+            algo[np.broadcast_to(alone, shape)] = 0
+            return t, algo
+        cands = _candidates(op, S, I, E, set(range(len(ALGORITHMS))))
+        if HIERARCHICAL in cands:
+            # Within one level it equals that level's best: report that algorithm instead.
+            cands[HIERARCHICAL] = cands[HIERARCHICAL] + _barrier(I.used & E.used)
+        t.fill(_INF)
+        algo = np.zeros(shape, dtype=np.int8)
+        for code, c in cands.items():  # a handful of candidates, in code order (ties: lowest)
+            if np.isscalar(c) and c == _INF:
+                continue
+            # Strictly better beyond rounding noise, so exact ties keep the simpler algorithm.
+            better = np.less(c, t * _TIE).view(np.int8)
+            np.minimum(t, c, out=t)
+            algo += better * (np.int8(code) - algo)
+        np.minimum(t, zero_if_alone, out=t)
+        algo *= np.broadcast_to(~alone, shape).view(np.int8)
+    return t, algo.astype(np.int64)
+
+
+def _p2p_bandwidth(level: LinkLevel, peers: int | None) -> float:
+    """Bandwidth of one send between neighbours: the one link that joins them."""
+    B = level.bandwidth / level.oversubscription
+    if level.topology in _SWITCHED:
+        return B
+    if level.topology == "ring":
+        return B / 2.0  # the neighbour link of a ring
+    if level.topology == "fully_connected":
+        return B / max((peers or 2) - 1, 1)  # one xGMI link
+    return B / 4.0  # one of the 4 mesh/torus links
+
+
+def p2p_time(message_bytes, crosses_network, fabric: Fabric) -> np.ndarray:
+    """One send/recv between pipeline neighbours: a + S/B (seed 003 sec. 4.5, L6), with the
+    network's a/B when ``crosses_network`` else the scale-up level's."""
+    S, x = np.broadcast_arrays(np.asarray(message_bytes, dtype=np.float64), np.asarray(crosses_network, dtype=bool))
+    intra = fabric.intra.latency + S / _p2p_bandwidth(fabric.intra, fabric.domain_size)
+    inter = fabric.inter.latency + S / _p2p_bandwidth(fabric.inter, None)
+    return np.where(x, inter, intra)

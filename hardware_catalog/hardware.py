@@ -1,0 +1,277 @@
+"""GPU, interconnect and cluster catalog: lookup by name/alias, or load a user cluster file.
+
+The built-in data lives in ``data/{gpus,interconnects,clusters}.toml`` (one table per entry,
+the table key is the canonical name). It is parsed and validated once, on first use.
+Every user mistake surfaces as a one-line :class:`PlannerInputError`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from hardware_catalog.errors import PlannerInputError, unknown_name_error
+from hardware_catalog.schema import ClusterSpec, GPUSpec, InterconnectSpec
+
+__all__ = [
+    "default_cluster_for_gpu",
+    "get_cluster",
+    "get_gpu",
+    "get_interconnect",
+    "list_clusters",
+    "list_gpus",
+    "list_interconnects",
+]
+
+DATA_DIR = Path(__file__).parent / "data"
+_USER_FILE_SUFFIXES = (".toml", ".yaml", ".yml", ".json")
+
+S = TypeVar("S", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class _Table(Generic[S]):
+    """Specs in file order plus a lower-case name/alias index."""
+
+    kind: str
+    specs: tuple[S, ...]
+    index: dict[str, S]
+
+    def get(self, name: str) -> S:
+        if not isinstance(name, str):
+            raise PlannerInputError(f"{self.kind} name must be a string, got {name!r}")
+        spec = self.index.get(_norm(name))
+        if spec is None:
+            raise unknown_name_error(self.kind, name.strip(), sorted(self.index))
+        return spec
+
+
+def _norm(name: str) -> str:
+    return name.strip().lower()
+
+
+# ---------------------------------------------------------------------------------------
+# Error condensing: a pydantic ValidationError becomes one line naming field and value.
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _condense(err: ValidationError, where: str, model: type[BaseModel]) -> PlannerInputError:
+    """One line per ValidationError: '<where>: field X: <msg> (got <value>)'; several joined by '; '."""
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e.get("loc", ()))
+        msg = e.get("msg", "invalid value")
+        if msg.startswith("Value error, "):  # raised by our own model validators
+            msg = msg[len("Value error, ") :]
+        etype = e.get("type", "")
+        if etype == "extra_forbidden":
+            allowed = sorted(model.model_fields)
+            close = difflib.get_close_matches(loc, allowed, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            parts.append(f"unknown field '{loc}'{hint} (allowed: {', '.join(allowed)})")
+        elif etype == "missing":
+            parts.append(f"missing required field '{loc}'")
+        elif loc:
+            parts.append(f"field {loc}: {msg} (got {_short(e.get('input'))})")
+        else:
+            parts.append(msg)
+    return PlannerInputError(_one_line(f"{where}: {'; '.join(parts)}"))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# ---------------------------------------------------------------------------------------
+# Built-in data, loaded once.
+
+
+def _load_builtin(filename: str, model: type[S], kind: str) -> _Table[S]:
+    path = DATA_DIR / filename
+    with path.open("rb") as fh:
+        raw = tomllib.load(fh)
+    specs: list[S] = []
+    index: dict[str, S] = {}
+    for key, fields in raw.items():
+        try:
+            spec = model.model_validate({"name": key, **fields})
+        except ValidationError as err:
+            # A broken built-in file is our bug, but still keep the message to one line.
+            raise RuntimeError(str(_condense(err, f"{filename} [{key}]", model))) from None
+        for alias in (spec.name, *spec.aliases):
+            k = _norm(alias)
+            if k in index:
+                raise RuntimeError(f"{filename}: {kind} name '{alias}' is used twice")
+            index[k] = spec
+        specs.append(spec)
+    return _Table(kind, tuple(specs), index)
+
+
+@functools.cache
+def _gpus() -> _Table[GPUSpec]:
+    return _load_builtin("gpus.toml", GPUSpec, "gpu")
+
+
+@functools.cache
+def _interconnects() -> _Table[InterconnectSpec]:
+    return _load_builtin("interconnects.toml", InterconnectSpec, "interconnect")
+
+
+@functools.cache
+def _clusters() -> _Table[ClusterSpec]:
+    table = _load_builtin("clusters.toml", ClusterSpec, "cluster")
+    for spec in table.specs:  # presets must reference catalog entries
+        for lookup, ref in ((_gpus().get, spec.gpu), (_interconnects().get, spec.nic)):
+            try:
+                lookup(ref)
+            except PlannerInputError as err:
+                raise RuntimeError(f"clusters.toml [{spec.name}]: {err}") from None
+    return table
+
+
+# ---------------------------------------------------------------------------------------
+# Public API.
+
+
+def get_gpu(name: str) -> GPUSpec:
+    """GPU by canonical name or alias, case-insensitive (``h100`` -> ``h100-sxm``)."""
+    return _gpus().get(name)
+
+
+def get_interconnect(name: str) -> InterconnectSpec:
+    """Scale-out NIC type by canonical name or alias (``ndr`` -> ``ib-ndr``)."""
+    return _interconnects().get(name)
+
+
+def list_gpus() -> list[GPUSpec]:
+    return list(_gpus().specs)
+
+
+def list_interconnects() -> list[InterconnectSpec]:
+    return list(_interconnects().specs)
+
+
+def list_clusters() -> list[ClusterSpec]:
+    return list(_clusters().specs)
+
+
+def default_cluster_for_gpu(gpu_name: str) -> ClusterSpec:
+    """The preset built around this GPU: the first one listed for it in clusters.toml."""
+    gpu = get_gpu(gpu_name)
+    for spec in _clusters().specs:
+        if get_gpu(spec.gpu).name == gpu.name:
+            return spec
+    # Every catalog GPU has a preset (tested), so this only guards future data edits.
+    raise PlannerInputError(f"no cluster preset for gpu '{gpu.name}'; give a cluster file")
+
+
+def get_cluster(name_or_path: str | Path) -> ClusterSpec:
+    """A cluster preset (name or alias), or a user TOML/YAML/JSON file with ClusterSpec fields."""
+    if isinstance(name_or_path, Path):
+        return _load_user_cluster(name_or_path)
+    if not isinstance(name_or_path, str):
+        raise PlannerInputError(f"cluster must be a preset name or a file path, got {name_or_path!r}")
+    text = name_or_path.strip()
+    # An explicit path (extension or separator) wins; else a known preset; else an existing file.
+    if text.lower().endswith(_USER_FILE_SUFFIXES) or "/" in text or "\\" in text:
+        return _load_user_cluster(Path(text))
+    table = _clusters()
+    if _norm(text) in table.index or not _is_file(text):
+        return table.get(text)
+    return _load_user_cluster(Path(text))
+
+
+def _is_file(text: str) -> bool:
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):  # e.g. embedded NUL, name too long
+        return False
+
+
+# ---------------------------------------------------------------------------------------
+# User cluster files.
+
+
+def _parse_user_file(path: Path) -> Any:
+    where = f"cluster file {path}"
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise PlannerInputError(f"{where}: file not found") from None
+    except OSError as err:
+        raise PlannerInputError(_one_line(f"{where}: cannot read ({err.strerror or err})")) from None
+    suffix = path.suffix.lower()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PlannerInputError(f"{where}: not UTF-8 text") from None
+    if suffix == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as err:
+            raise PlannerInputError(_one_line(f"{where}: invalid JSON: {err}")) from None
+    if suffix == ".toml":
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as err:
+            raise PlannerInputError(_one_line(f"{where}: invalid TOML: {err}")) from None
+    if suffix in (".yaml", ".yml"):
+        try:
+            import yaml  # only needed for YAML files
+        except ImportError:
+            raise PlannerInputError(f"{where}: reading YAML needs PyYAML (pip install pyyaml)") from None
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as err:  # str(err) spans several lines; keep problem + position
+            mark = getattr(err, "problem_mark", None)
+            problem = getattr(err, "problem", None) or type(err).__name__
+            at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            raise PlannerInputError(_one_line(f"{where}: invalid YAML: {problem}{at}")) from None
+    raise PlannerInputError(
+        f"{where}: unsupported extension '{path.suffix}' (use {', '.join(_USER_FILE_SUFFIXES)})"
+    )
+
+
+def _load_user_cluster(path: Path) -> ClusterSpec:
+    where = f"cluster file {path}"
+    raw = _parse_user_file(path)
+    # Accept the fields at top level, or under a single [cluster] table.
+    if isinstance(raw, dict) and set(raw) == {"cluster"} and isinstance(raw["cluster"], dict):
+        raw = raw["cluster"]
+    if not isinstance(raw, dict):
+        raise PlannerInputError(
+            f"{where}: expected a mapping of ClusterSpec fields, got {type(raw).__name__}"
+        )
+    fields = dict(raw)
+    fields.setdefault("name", path.stem)
+    # User files are exempt from the citation rule.
+    sources = fields.get("sources")
+    if sources is None:
+        sources = {}
+    if isinstance(sources, dict):
+        fields["sources"] = {**sources, "*": sources.get("*", f"user file {path}")}
+    try:
+        spec = ClusterSpec.model_validate(fields)
+    except ValidationError as err:
+        raise _condense(err, where, ClusterSpec) from None
+    # gpu and nic must name catalog entries; store the canonical names.
+    try:
+        gpu = get_gpu(spec.gpu)
+    except PlannerInputError as err:
+        raise PlannerInputError(f"{where}: field gpu: {err}") from None
+    try:
+        nic = get_interconnect(spec.nic)
+    except PlannerInputError as err:
+        raise PlannerInputError(f"{where}: field nic: {err}") from None
+    return spec.model_copy(update={"gpu": gpu.name, "nic": nic.name})

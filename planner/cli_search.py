@@ -1,0 +1,268 @@
+"""``planner search``: the fastest layouts that fit, as an aligned table (or JSON / CSV).
+
+Registered on the main app by ``planner.cli`` through ``register(app)``. Imports stay lazy:
+the search package (and through it ortools / optuna) loads only when the command runs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+COLUMNS = ("rank", "DP", "TP", "PP", "VPP", "CP", "EP", "ZeRO", "mbs", "GA", "recompute",
+           "step time", "tok/s/GPU", "MFU", "mem/GPU", "headroom", "largest term")
+
+
+def _fmt_seconds(s: float) -> str:
+    if s >= 100:
+        return f"{s:.0f} s"
+    if s >= 1:
+        return f"{s:.2f} s"
+    return f"{s * 1e3:.0f} ms"
+
+
+def _fmt_duration(s: float) -> str:
+    if s >= 86400:
+        return f"{s / 86400:.1f} d"
+    if s >= 3600:
+        return f"{s / 3600:.1f} h"
+    return _fmt_seconds(s)
+
+
+def _row(rec: dict, multi_hw: bool, extra_cols: list[str], splits: bool = False) -> list[str]:
+    lay = rec["layout"]
+    mem = rec["memory_gib"]
+    row = [str(rec.get("rank", ""))]
+    if multi_hw:
+        row += [rec["gpu"], str(rec["gpus"])]
+    row += [str(lay[k]) for k in ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "mbs", "grad_accum")]
+    if splits:
+        st = lay.get("stage_layers")
+        row.append(f"{st[0]}/{st[1] if len(st) > 2 else '-'}/{st[-1]}" if st else "-")
+    row.append(lay["recompute"] + (" fp8" if lay.get("precision") == "fp8" else ""))
+    row += [
+        _fmt_seconds(rec["step_time_s"]),
+        f"{rec['tokens_per_s_per_gpu']:,.0f}",
+        f"{rec['mfu'] * 100:.1f}%",
+        f"{mem['peak']:.1f}/{mem['capacity']:.0f} GiB",
+        f"{mem['capacity'] - mem['peak']:.1f} GiB",
+        rec.get("largest_term", ""),
+    ]
+    for c in extra_cols:
+        v = rec.get(c)
+        if v is None:
+            row.append("-")
+        elif c.endswith("_usd"):
+            row.append(f"${v:,.2f}" if v < 1000 else f"${v:,.0f}")
+        elif c == "run_time_s":
+            row.append(_fmt_duration(v))
+        else:
+            row.append(f"{v:g}")
+    return row
+
+
+EXTRA_LABELS = {"cost_per_step_usd": "$/step", "run_time_s": "run time", "run_cost_usd": "run cost"}
+
+
+def format_table(records: list[dict], multi_hw: bool = False, splits: bool = False) -> str:
+    """The results as a plain aligned table (``splits``: add the first/middle/last stage layers)."""
+    extra = [c for c in ("cost_per_step_usd", "run_time_s", "run_cost_usd") if any(c in r for r in records)]
+    head = list(COLUMNS)
+    if splits:
+        i = head.index("GA") + 1
+        head = head[:i] + ["layers f/m/l"] + head[i:]
+    if multi_hw:
+        head = head[:1] + ["GPU", "GPUs"] + head[1:]
+    head += [EXTRA_LABELS[c] for c in extra]
+    rows = [head] + [_row(r, multi_hw, extra, splits) for r in records]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    left = {"recompute", "largest term", "GPU"}
+    lines = []
+    for r in rows:
+        cells = [c.ljust(w) if h in left else c.rjust(w) for c, w, h in zip(r, widths, head)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def format_summary(stats: dict) -> str:
+    method = stats["method"]
+    how = stats.get("engine", "")
+    if method == "optuna":
+        how = f"{stats.get('sampler')}, {stats.get('trials')} trials, seed {stats.get('seed')}"
+    auto = " (auto)" if stats.get("method_requested") == "auto" else ""
+    return (f"enumerated {stats['enumerated']:,}, feasible {stats['feasible']:,}, fitting memory "
+            f"{stats['fits']:,}, {stats['seconds']:.2f} s, method {method}{auto} ({how}), "
+            f"memory headroom {stats['memory_headroom'] * 100:g}%")
+
+
+def format_nothing_fits(result) -> str:
+    lines = [f"nothing fits: {result.message}"]
+    if result.closest:
+        lines.append("")
+        lines.append("closest layouts (least memory per GPU):")
+        multi = len(result.stats.get("gpu_types", [])) > 1 or len(result.stats.get("gpu_counts", [])) > 1
+        lines.append(format_table(result.closest, multi))
+        lines.append("")
+        for rec in result.closest:
+            lines.append(f"  #{rec['rank']}: {rec['exceeds_gib']:+.1f} GiB over the limit; stopped by {rec['stopped_by']}")
+    removed = result.stats.get("removed_by_rule") or {}
+    if removed:
+        lines.append("")
+        lines.append("candidates removed by rule:")
+        for name, n in sorted(removed.items(), key=lambda kv: -kv[1]):
+            lines.append(f"  {name:<42}{n:>12,}")
+    return "\n".join(lines)
+
+
+def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
+    from costmodel.result import MEMORY_TERMS, TIME_TERMS
+
+    lay_keys = ["gpus", "dp", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "grad_accum", "gbs", "seq_len",
+                "recompute", "precision", "sequence_parallel", "pp_first_layers", "pp_last_layers"]
+    head = (["rank", "model", "gpu", "cluster"] + lay_keys
+            + ["step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "fits", "largest_term"]
+            + [f"mem_{k}_gib" for k in list(MEMORY_TERMS) + ["peak", "capacity"]]
+            + [f"time_{k}_s" for k in TIME_TERMS]
+            + ["cost_per_step_usd", "run_time_s", "run_cost_usd"])
+    rows = []
+    for r in records:
+        lay = r["layout"]
+        row = [r.get("rank"), r["model"], r["gpu"], r["cluster"]]
+        row += [lay.get(k, r.get(k)) if k != "gpus" else r["gpus"] for k in lay_keys]
+        row += [r["step_time_s"], r["tokens_per_s"], r["tokens_per_s_per_gpu"], r["mfu"], r["hfu"], r["fits"], r["largest_term"]]
+        row += [r["memory_gib"].get(k) for k in list(MEMORY_TERMS) + ["peak", "capacity"]]
+        row += [r["breakdown"].get(k) for k in TIME_TERMS]
+        row += [r.get("cost_per_step_usd"), r.get("run_time_s"), r.get("run_cost_usd")]
+        rows.append(row)
+    return head, rows
+
+
+def write_csv(path: Path, records: list[dict]) -> None:
+    import csv
+
+    head, rows = _csv_rows(records)
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(head)
+        w.writerows(rows)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``search`` command to ``app``."""
+
+    @app.command("search")
+    def search_cmd(
+        model: str = typer.Option(..., "--model", help="Model preset (e.g. 405b) or a model / HF config.json file."),
+        gpus: str = typer.Option(..., "--gpus", help="GPU count; or a list 4096,8192; or A..B (doubling from A to B); or A..B:S (steps of S)."),
+        gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU type (h100, b200, ...) or a comma list h100,b200, each on its default cluster."),
+        cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster preset name or TOML/YAML/JSON file (fixes the GPU type)."),
+        gbs: Optional[int] = typer.Option(None, "--gbs", help="Global batch (sequences). Default: the model's tokens per batch / seq-len."),
+        tokens_per_batch: Optional[int] = typer.Option(None, "--tokens-per-batch", help="Global batch in tokens (instead of --gbs)."),
+        seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length. Default: the model preset's."),
+        tp: Optional[int] = typer.Option(None, "--tp", help="Pin the tensor-parallel degree."),
+        pp: Optional[int] = typer.Option(None, "--pp", help="Pin the pipeline stages."),
+        dp: Optional[int] = typer.Option(None, "--dp", help="Pin the data-parallel degree."),
+        cp: Optional[int] = typer.Option(None, "--cp", help="Pin the context-parallel degree."),
+        ep: Optional[int] = typer.Option(None, "--ep", help="Pin the expert-parallel degree (MoE)."),
+        etp: Optional[int] = typer.Option(None, "--etp", help="Pin the expert tensor-parallel degree (MoE)."),
+        vpp: Optional[int] = typer.Option(None, "--vpp", help="Pin the virtual pipeline stages per GPU."),
+        zero: Optional[int] = typer.Option(None, "--zero", help="Pin the ZeRO stage (0-3)."),
+        mbs: Optional[int] = typer.Option(None, "--mbs", help="Pin the micro-batch size."),
+        recompute: Optional[str] = typer.Option(None, "--recompute", help="Pin recompute: none | selective | full."),
+        precision: str = typer.Option("bf16", "--precision", help="bf16 | fp8 (needs a GPU with FP8)."),
+        sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel", help="Pin sequence parallelism. Default: on where tp > 1."),
+        pp_first_layers: Optional[int] = typer.Option(None, "--pp-first-layers", help="Pin the layers of the first pipeline stage."),
+        pp_last_layers: Optional[int] = typer.Option(None, "--pp-last-layers", help="Pin the layers of the last pipeline stage."),
+        stage_splits: bool = typer.Option(False, "--stage-splits", help="Also search uneven first/last stage layer counts."),
+        top: int = typer.Option(10, "--top", help="How many layouts to show."),
+        method: str = typer.Option("auto", "--method", help="auto | exhaustive | optuna (auto: exhaustive up to 5M candidates)."),
+        trials: int = typer.Option(300, "--trials", help="Optuna trials."),
+        seed: int = typer.Option(0, "--seed", help="Optuna seed."),
+        sampler: Optional[str] = typer.Option(None, "--sampler", help="Optuna sampler: tpe | random | nsga2 (default tpe; nsga2 with --pareto)."),
+        pareto: bool = typer.Option(False, "--pareto", help="Show the Pareto front: time vs memory (vs cost with --price-per-gpu-hour)."),
+        price_per_gpu_hour: Optional[float] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour: adds cost per step (and per run)."),
+        train_tokens: Optional[float] = typer.Option(None, "--train-tokens", help="Tokens of the whole run (e.g. 15e12): adds run time (and cost)."),
+        memory_headroom: float = typer.Option(0.05, "--memory-headroom", help="Fraction of HBM kept free (0.05 = a layout must fit in 95%)."),
+        allow_cross_node_tp: bool = typer.Option(False, "--allow-cross-node-tp", help="Allow TP larger than the scale-up domain."),
+        as_json: bool = typer.Option(False, "--json", help="Print {\"results\": [...], \"stats\": {...}}."),
+        csv_file: Optional[Path] = typer.Option(None, "--csv", help="Also write the results to this CSV file."),
+        export_dir: Optional[Path] = typer.Option(None, "--export", help="Write launch files for the best layout into this directory."),
+        progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar on stderr for searches over 1 s. Default: when stderr is a terminal."),
+    ):
+        """Find the fastest parallel layouts that fit in memory."""
+        from hardware_catalog.errors import PlannerInputError
+
+        pins = {
+            "tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "etp": etp, "vpp": vpp, "zero": zero, "mbs": mbs,
+            "recompute": recompute, "precision": precision, "sequence_parallel": sequence_parallel,
+            "pp_first_layers": pp_first_layers, "pp_last_layers": pp_last_layers,
+        }
+        if progress is None:
+            progress = sys.stderr.isatty()
+        try:
+            from search.api import search
+
+            result = search(
+                model, gpus, gpu, cluster, gbs=gbs, tokens_per_batch=tokens_per_batch, seq_len=seq_len,
+                pins=pins, top=top, method=method, trials=trials, seed=seed, sampler=sampler,
+                memory_headroom=memory_headroom, allow_cross_node_tp=allow_cross_node_tp, pareto=pareto,
+                price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
+                stage_splits=stage_splits, progress=progress,
+            )
+            if csv_file is not None:
+                try:
+                    write_csv(csv_file, result.results or result.closest)
+                except OSError as err:
+                    raise PlannerInputError(f"--csv {csv_file}: cannot write ({err.strerror})") from None
+            exported = []
+            if export_dir is not None and result.results:
+                from planner.export import export_layout
+
+                m, c, _ = result.specs[0]
+                report = export_layout(result.results[0], m, c, "all", Path(export_dir))
+                exported = [f"wrote {p}" for p in getattr(report, "written", [])]
+                exported += [f"skipped {n}: {why}" for n, why in (getattr(report, "skipped", None) or {}).items()]
+        except PlannerInputError as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(2)
+        if as_json:
+            typer.echo(json.dumps(result.to_dict(), indent=2, default=_json_default))
+        else:
+            stats = result.stats
+            if result.results:
+                multi = len(stats.get("gpu_types", [])) > 1 or len(stats.get("gpu_counts", [])) > 1
+                title = f"{stats['model']}, gbs {stats['gbs']} x seq {stats['seq_len']}"
+                if pareto:
+                    a, b = stats["objectives"]
+                    title += f" -- Pareto front, {a} vs {b} ({stats['pareto_front_size']} points)"
+                else:
+                    title += f" -- top {len(result.results)} layouts by step time"
+                typer.echo(title)
+                splits = bool(stats.get("stage_splits") or pp_first_layers or pp_last_layers)
+                typer.echo(format_table(result.results, multi, splits))
+            else:
+                typer.echo(format_nothing_fits(result))
+            typer.echo("")
+            typer.echo(format_summary(stats))
+        for line in exported:
+            typer.echo(line, err=as_json)
+        if csv_file is not None:
+            typer.echo(f"wrote {csv_file}", err=as_json)
+
+
+def _json_default(o):
+    import numpy as np
+
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.bool_):
+        return bool(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")

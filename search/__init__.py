@@ -1,0 +1,15 @@
+"""Layout search: the fastest parallel layouts that fit in memory.
+
+- ``search(...)`` -> ``SearchResult`` (``search.api``): exhaustive (OR-tools CP-SAT enumerates
+  the degree core, numpy expands and broadcasts the rest, the cost model prices everything in
+  one vectorized call) or optuna (samplers tpe, random, nsga2) for spaces too big to enumerate.
+- ``search.rules``: the named hard rules, as numpy checks and as CP-SAT constraints;
+  ``check_layout`` rejects a user layout with one line naming the rule.
+
+Heavy imports (ortools, optuna) happen inside the functions that need them.
+"""
+
+from search.api import SearchResult, parse_gpu_counts, search
+from search.rules import RULES, check_layout, first_violation
+
+__all__ = ["SearchResult", "parse_gpu_counts", "search", "RULES", "check_layout", "first_violation"]

@@ -1,0 +1,362 @@
+"""``search(...)``: the fastest layouts that fit, as a typed result.
+
+GPU counts (``gpus``): an int, a list of ints, or a string:
+
+* ``"16384"``: one count;
+* ``"4096,8192,16384"``: a comma list;
+* ``"4096..16384"``: doubling from A while <= B (4096, 8192, 16384; ``"3072..12288"`` gives
+  3072, 6144, 12288) -- layouts come in powers of two, so doubling is the useful sweep;
+* ``"4096..16384:2048"``: A to B in steps of S (4096, 6144, ..., 16384);
+  parts can be mixed: ``"1024,4096..16384"``. At most ``MAX_GPU_COUNTS`` counts.
+
+GPU types (``gpu``): a name, a ``GPUSpec``, a comma list ``"h100,b200"`` or a list; each runs
+on its default cluster (``hardware_catalog.default_cluster_for_gpu``). ``cluster`` (a name, a
+file or a ``ClusterSpec``) fixes the cluster and so the GPU type.
+
+``method``: ``exhaustive`` enumerates everything (CP-SAT + numpy, see ``search.space``),
+``optuna`` samples (``search.optuna_search``), ``auto`` enumerates when the space's upper bound
+(product of the domain sizes, summed over GPU types and counts) is at most
+``AUTO_EXHAUSTIVE_MAX`` candidates, else uses optuna; ``stats["method"]`` says which ran.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+
+from search.exhaustive import DEFAULT_MEMORY_HEADROOM, Candidate, Objectives, run_exhaustive
+from search.space import Problem, normalize_pins, raw_size
+
+AUTO_EXHAUSTIVE_MAX = 5_000_000
+"""``method="auto"`` enumerates when the space holds at most this many candidates (upper bound,
+before the rules): at >= 1e6 layouts/s for the cost model that is a few seconds at worst, and
+the real spaces are far smaller after the rules (405B on 16,384 H100s: 175k candidates, 33k valid)."""
+MAX_GPU_COUNTS = 64
+"""Most GPU counts one search may sweep."""
+METHODS = ("auto", "exhaustive", "optuna")
+
+
+def _err(msg: str):
+    from hardware_catalog.errors import PlannerInputError
+
+    return PlannerInputError(msg)
+
+
+@dataclass
+class SearchResult:
+    """What a search found."""
+
+    results: list[dict]
+    """Best layouts (evaluate-shaped records, best first; with ``pareto``: the Pareto front by
+    time). Each has ``rank`` and ``memory_limit_gib`` / ``headroom_gib`` added."""
+    stats: dict
+    """enumerated, feasible, evaluated, fits, seconds, method (+ engine or sampler/trials/seed),
+    removed_by_rule (exhaustive), memory_headroom, problems."""
+    closest: list[dict] = field(default_factory=list)
+    """When nothing fits: the layouts needing the least memory, each with ``exceeds_gib`` and
+    ``stopped_by`` (the resource or rule that stops it)."""
+    message: str = ""
+    """One line on what happened when nothing fits (else empty)."""
+    specs: list = field(default_factory=list, repr=False)
+    """(ModelSpec, ClusterSpec, GPUSpec) of each entry of ``results`` (for exporting)."""
+
+    @property
+    def best(self) -> Optional[dict]:
+        return self.results[0] if self.results else None
+
+    def to_dict(self) -> dict:
+        d = {"results": self.results, "stats": self.stats}
+        if not self.results:
+            d["closest"] = self.closest
+            d["message"] = self.message
+        return d
+
+
+# --------------------------------------------------------------------------------------- parsing
+
+
+def parse_gpu_counts(gpus: Union[int, str, Sequence[int]]) -> list[int]:
+    """GPU counts from an int, a list or the string syntax in the module doc (sorted, unique)."""
+    if isinstance(gpus, (int, np.integer)) and not isinstance(gpus, bool):
+        counts = [int(gpus)]
+    elif isinstance(gpus, str):
+        counts = []
+        for part in gpus.replace(" ", "").split(","):
+            if not part:
+                continue
+            try:
+                if ".." in part:
+                    rng, _, step = part.partition(":")
+                    a_s, _, b_s = rng.partition("..")
+                    a, b = int(a_s), int(b_s)
+                    if a <= 0 or b < a:
+                        raise ValueError
+                    if step:
+                        s = int(step)
+                        if s <= 0:
+                            raise ValueError
+                        if (b - a) // s + 1 > MAX_GPU_COUNTS:
+                            raise _err(f"--gpus {gpus!r} gives more than {MAX_GPU_COUNTS} GPU counts")
+                        counts += list(range(a, b + 1, s))
+                    else:
+                        x = a
+                        while x <= b:
+                            counts.append(x)
+                            x *= 2
+                else:
+                    counts.append(int(part))
+            except ValueError:
+                raise _err(
+                    f"--gpus {gpus!r} is not understood (allowed: N, a comma list N1,N2, A..B doubling "
+                    f"from A to B, or A..B:S in steps of S; positive integers)"
+                ) from None
+    else:
+        try:
+            counts = [int(x) for x in gpus]
+        except (TypeError, ValueError):
+            raise _err(f"gpus={gpus!r}: give an int, a list of ints or a string like '4096..16384'") from None
+    if not counts:
+        raise _err(f"--gpus {gpus!r}: no GPU count given")
+    bad = [c for c in counts if c <= 0]
+    if bad:
+        raise _err(f"--gpus {bad[0]}: must be a positive integer")
+    counts = sorted(set(counts))
+    if len(counts) > MAX_GPU_COUNTS:
+        raise _err(f"--gpus {gpus!r} gives {len(counts)} GPU counts (at most {MAX_GPU_COUNTS})")
+    return counts
+
+
+def _resolve_model(model):
+    if isinstance(model, str):
+        from hardware_catalog import get_model
+
+        return get_model(model)
+    return model
+
+
+def _resolve_hardware(gpu, cluster) -> list[tuple[Any, Any]]:
+    """[(GPUSpec, ClusterSpec)] for the GPU type(s) / cluster given."""
+    from hardware_catalog.schema import ClusterSpec, GPUSpec
+
+    def get_gpu(x):
+        if isinstance(x, GPUSpec):
+            return x
+        from hardware_catalog import get_gpu as _g
+
+        return _g(x)
+
+    if cluster is not None:
+        if isinstance(cluster, ClusterSpec):
+            cspec = cluster
+        else:
+            from hardware_catalog import get_cluster
+
+            cspec = get_cluster(cluster)
+        if gpu is None:
+            return [(get_gpu(cspec.gpu), cspec)]
+        gl = _gpu_list(gpu)
+        if len(gl) != 1:
+            raise _err("--cluster fixes the GPU type; give one --gpu (or none) with --cluster")
+        gspec = get_gpu(gl[0])
+        if cspec.gpu == gspec.name or cspec.gpu in gspec.aliases:
+            return [(gspec, cspec)]
+        cgpu = get_gpu(cspec.gpu)
+        if gspec.name != cgpu.name:
+            raise _err(f"--gpu {gspec.name} disagrees with cluster '{cspec.name}', which has {cgpu.name}")
+        return [(gspec, cspec)]
+    if gpu is None:
+        raise _err("give --gpu NAME (e.g. h100, or a list h100,b200) or --cluster NAME|FILE")
+    from hardware_catalog import default_cluster_for_gpu
+
+    out = []
+    seen = set()
+    for g in _gpu_list(gpu):
+        gspec = get_gpu(g)
+        if gspec.name in seen:
+            continue
+        seen.add(gspec.name)
+        out.append((gspec, default_cluster_for_gpu(gspec.name)))
+    return out
+
+
+def _gpu_list(gpu) -> list:
+    if isinstance(gpu, str):
+        items = [x for x in gpu.replace(" ", "").split(",") if x]
+        if not items:
+            raise _err(f"--gpu {gpu!r}: no GPU type given")
+        return items
+    if isinstance(gpu, (list, tuple)):
+        return list(gpu)
+    return [gpu]
+
+
+def _resolve_batch(model, seq_len, gbs, tokens_per_batch) -> tuple[int, int]:
+    for name, v in (("--seq-len", seq_len), ("--gbs", gbs), ("--tokens-per-batch", tokens_per_batch)):
+        if v is not None and (int(v) != v or v <= 0):
+            raise _err(f"{name}={v}: must be a positive integer")
+    seq = int(seq_len or model.default_seq_len)
+    if gbs and tokens_per_batch:
+        raise _err("give --gbs or --tokens-per-batch, not both")
+    if gbs:
+        return int(gbs), seq
+    tokens = int(tokens_per_batch or model.default_tokens_per_batch)
+    if tokens < seq:
+        raise _err(f"--tokens-per-batch={tokens} is smaller than one sequence (--seq-len={seq})")
+    return max(tokens // seq, 1), seq
+
+
+# ---------------------------------------------------------------------------------------- records
+
+
+def _record(c: Candidate, objectives: Objectives, rank: int) -> dict:
+    from costmodel.record import result_record
+
+    p = c.problem
+    rec = result_record(p.model, p.cluster, p.gpu, c.result, 0)
+    rec["rank"] = rank
+    rec["memory_limit_gib"] = c.limit
+    rec["headroom_gib"] = c.limit - c.peak
+    rec.update(objectives.extras(rec["step_time_s"], rec["tokens_per_s"], rec["gpus"]))
+    return rec
+
+
+def _stopped_by(rec: dict, limit: float) -> str:
+    from costmodel.result import MEMORY_TERMS
+
+    mem = rec["memory_gib"]
+    top = max(MEMORY_TERMS, key=lambda k: mem[k])
+    peak, cap = mem["peak"], mem["capacity"]
+    if peak <= cap:
+        return (f"memory headroom: needs {peak:.1f} GiB, fits the {cap:.1f} GiB HBM but not the "
+                f"{limit:.1f} GiB limit (--memory-headroom); largest part: {top} {mem[top]:.1f} GiB")
+    return (f"memory: needs {peak:.1f} GiB per GPU > {limit:.1f} GiB usable of {cap:.1f} GiB; "
+            f"largest part: {top} {mem[top]:.1f} GiB")
+
+
+def _spread(cands: list, k: int) -> list:
+    """k points spread evenly along a Pareto front (both ends kept)."""
+    if len(cands) <= k:
+        return cands
+    idx = np.unique(np.round(np.linspace(0, len(cands) - 1, k)).astype(int))
+    return [cands[i] for i in idx]
+
+
+# ------------------------------------------------------------------------------------------ search
+
+
+def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
+           tokens_per_batch: Optional[int] = None, seq_len: Optional[int] = None,
+           pins: Optional[dict] = None, top: int = 10, method: str = "auto", trials: int = 300,
+           seed: int = 0, sampler: Optional[str] = None,
+           memory_headroom: float = DEFAULT_MEMORY_HEADROOM, allow_cross_node_tp: bool = False,
+           pareto: bool = False, price_per_gpu_hour: Optional[float] = None,
+           train_tokens: Optional[float] = None, stage_splits: bool = False,
+           progress: bool = False, engine: str = "cpsat") -> SearchResult:
+    """Find the fastest layouts that fit in memory.
+
+    ``model``/``gpu``/``cluster`` take names or spec objects; ``gpus`` an int, a list or a
+    string (see module doc). ``pins`` fixes knobs: tp pp dp cp ep etp vpp mbs zero recompute
+    precision sequence_parallel pp_first_layers pp_last_layers. ``memory_headroom``: fraction of
+    HBM kept free. ``pareto``: the time vs memory front (vs cost when ``price_per_gpu_hour``;
+    whole-run time and cost when ``train_tokens``). ``stage_splits``: also search the first/last
+    stage layer counts. Raises ``PlannerInputError`` on bad input.
+    """
+    t0 = time.perf_counter()
+    if method not in METHODS:
+        raise _err(f"--method {method!r} is not allowed (allowed: {', '.join(METHODS)})")
+    if not isinstance(top, (int, np.integer)) or top < 1:
+        raise _err(f"--top {top}: must be a positive integer")
+    if not (0 <= float(memory_headroom) < 1):
+        raise _err(f"--memory-headroom {memory_headroom}: must be in [0, 1) (fraction of HBM kept free)")
+    if sampler is not None:
+        from search.optuna_search import SAMPLERS
+
+        if sampler not in SAMPLERS:
+            raise _err(f"--sampler {sampler!r} is not allowed (allowed: {', '.join(SAMPLERS)})")
+    if int(trials) < 1:
+        raise _err(f"--trials {trials}: must be a positive integer")
+    if price_per_gpu_hour is not None and price_per_gpu_hour <= 0:
+        raise _err(f"--price-per-gpu-hour {price_per_gpu_hour}: must be > 0")
+    if train_tokens is not None and train_tokens <= 0:
+        raise _err(f"--train-tokens {train_tokens}: must be > 0")
+    model_spec = _resolve_model(model)
+    hardware = _resolve_hardware(gpu, cluster)
+    counts = parse_gpu_counts(gpus)
+    gbs_v, seq_v = _resolve_batch(model_spec, seq_len, gbs, tokens_per_batch)
+    pins_n = normalize_pins(pins)
+    problems = [
+        Problem(model=model_spec, cluster=c, gpu=g, gpus=n, gbs=gbs_v, seq_len=seq_v, pins=pins_n,
+                allow_cross_node_tp=allow_cross_node_tp, stage_splits=stage_splits)
+        for g, c in hardware for n in counts
+    ]
+    objectives = Objectives(pareto=bool(pareto), price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens)
+    size = sum(raw_size(p) for p in problems)
+    chosen = method
+    if method == "auto":
+        chosen = "exhaustive" if size <= AUTO_EXHAUSTIVE_MAX else "optuna"
+    if chosen == "exhaustive":
+        pools, stats = run_exhaustive(problems, top=top, memory_headroom=memory_headroom,
+                                      objectives=objectives, progress=progress, engine=engine)
+    else:
+        from search.optuna_search import run_optuna
+
+        pools, stats = run_optuna(problems, trials=trials, seed=seed, top=top,
+                                  memory_headroom=memory_headroom, objectives=objectives,
+                                  sampler=sampler, progress=progress)
+    chosen_c = _spread(sorted(pools.front, key=lambda c: c.obj), top) if pareto else pools.best
+    results = [_record(c, objectives, i + 1) for i, c in enumerate(chosen_c)]
+    specs = [(c.problem.model, c.problem.cluster, c.problem.gpu) for c in chosen_c]
+    stats.update({
+        "method_requested": method,
+        "space_upper_bound": size,
+        "memory_headroom": float(memory_headroom),
+        "model": model_spec.name,
+        "gpu_types": [g.name for g, _ in hardware],
+        "clusters": [c.name for _, c in hardware],
+        "gpu_counts": counts,
+        "gbs": gbs_v,
+        "seq_len": seq_v,
+        "pins": {k: v for k, v in (pins or {}).items() if v is not None},
+        "stage_splits": bool(stage_splits),
+    })
+    if pareto:
+        stats["objectives"] = list(objectives.names)
+        stats["pareto_front_size"] = len(pools.front)
+    closest, message = [], ""
+    if not results:
+        closest, message = _explain_nothing_fits(pools, stats, objectives)
+    stats["seconds"] = time.perf_counter() - t0
+    return SearchResult(results=results, stats=stats, closest=closest, message=message, specs=specs)
+
+
+def _explain_nothing_fits(pools, stats, objectives) -> tuple[list[dict], str]:
+    closest = []
+    for i, c in enumerate(pools.closest):
+        rec = _record(c, objectives, i + 1)
+        rec["exceeds_gib"] = c.peak - c.limit
+        rec["stopped_by"] = _stopped_by(rec, c.limit)
+        closest.append(rec)
+    if stats.get("feasible", 0) == 0:
+        removed = stats.get("removed_by_rule", {})
+        if removed:
+            from search.rules import RULES_BY_NAME
+
+            worst = sorted(removed.items(), key=lambda kv: -kv[1])
+            parts = [f"{k} removed {v:,}" for k, v in worst[:4]]
+            name = worst[0][0]
+            msg = (f"no layout obeys the rules: {'; '.join(parts)} of {stats.get('enumerated', 0):,} "
+                   f"candidates (top rule: {RULES_BY_NAME[name].description})")
+        else:
+            msg = "no layout obeys the rules (every sampled layout broke one; try --method exhaustive or fewer pins)"
+        return closest, msg
+    if closest:
+        best = closest[0]
+        msg = (f"no layout fits in memory: the smallest needs {best['memory_gib']['peak']:.1f} GiB per GPU, "
+               f"{best['exceeds_gib']:.1f} GiB over the {best['memory_limit_gib']:.1f} GiB limit "
+               f"({stats['memory_headroom'] * 100:g}% of {best['memory_gib']['capacity']:.1f} GiB kept free)")
+    else:
+        msg = "no layout fits in memory"
+    return closest, msg

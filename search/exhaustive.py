@@ -1,0 +1,237 @@
+"""Exhaustive search: enumerate every valid layout, price them all in one vectorized call (in
+chunks of ``CHUNK`` layouts), keep those that fit with the memory headroom, rank by step time.
+
+Also home of the pieces the optuna search shares: the memory limit, the objectives, the
+Pareto filter, the running top-K / closest / Pareto pools, and the stderr progress bar.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from search.space import Problem, Space, build_space
+
+CHUNK = 1_000_000
+"""Layouts per ``evaluate_batch`` call."""
+DEFAULT_MEMORY_HEADROOM = 0.05
+"""Fraction of HBM kept free by default: a layout fits when peak <= (1 - headroom) * capacity.
+5% covers what an analytic model cannot see (allocator caching beyond its fragmentation
+allowance, NCCL buffers growing with communicator count, CUDA graphs, spikes at checkpoints)."""
+CLOSEST = 5
+"""How many closest (least memory) layouts to report when nothing fits."""
+
+
+def memory_limit_gib(capacity_gib: float, headroom: float) -> float:
+    """Usable HBM per GPU with ``headroom`` kept free."""
+    return float(capacity_gib) * (1.0 - float(headroom))
+
+
+@dataclass(frozen=True)
+class Objectives:
+    """What the search minimizes. Single objective: step time (ties: lower memory). Pareto: time
+    (step time, or whole-run time when ``train_tokens``) against cost (when ``price_per_gpu_hour``:
+    per step, or per run) or else memory per GPU."""
+
+    pareto: bool = False
+    price_per_gpu_hour: Optional[float] = None
+    train_tokens: Optional[float] = None
+
+    @property
+    def names(self) -> tuple[str, str]:
+        t = "run_time_s" if self.train_tokens else "step_time_s"
+        if self.price_per_gpu_hour:
+            c = "run_cost_usd" if self.train_tokens else "cost_per_step_usd"
+        else:
+            c = "memory_gib"
+        return t, c
+
+    def values(self, result, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(time objective, second objective) arrays for a BatchResult."""
+        step = np.asarray(result.step_time_s, dtype=np.float64)
+        t = step
+        if self.train_tokens:
+            t = self.train_tokens / np.asarray(result.tokens_per_s, dtype=np.float64)
+        if self.price_per_gpu_hour:
+            c = gpus * t * self.price_per_gpu_hour / 3600.0
+        else:
+            c = np.asarray(result.memory_gib["peak"], dtype=np.float64)
+        return t, c
+
+    def extras(self, step_time_s: float, tokens_per_s: float, gpus: int) -> dict:
+        """Cost / run-time fields added to a record when price or train tokens are given."""
+        out = {}
+        if self.train_tokens:
+            run = self.train_tokens / tokens_per_s
+            out["run_time_s"] = run
+            out["run_time_days"] = run / 86400.0
+        if self.price_per_gpu_hour:
+            out["cost_per_step_usd"] = gpus * step_time_s * self.price_per_gpu_hour / 3600.0
+            if self.train_tokens:
+                out["run_cost_usd"] = gpus * out["run_time_s"] * self.price_per_gpu_hour / 3600.0
+        return out
+
+
+def pareto_mask(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """True for the points not dominated when minimizing both ``a`` and ``b`` (one point kept
+    per identical (a, b) pair)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    n = len(a)
+    mask = np.zeros(n, bool)
+    if n == 0:
+        return mask
+    order = np.lexsort((b, a))
+    bs = b[order]
+    prev_min = np.minimum.accumulate(np.concatenate([[np.inf], bs[:-1]]))
+    mask[order[bs < prev_min]] = True
+    return mask
+
+
+@dataclass
+class Candidate:
+    """One evaluated layout kept in a pool: where it came from and its BatchResult row."""
+
+    problem: Problem
+    result: object
+    """BatchResult of length 1."""
+    step: float
+    peak: float
+    limit: float
+    obj: tuple = ()
+
+
+@dataclass
+class Pools:
+    """Running best-K, closest-K and Pareto pools over chunks of evaluated layouts."""
+
+    top: int
+    objectives: Objectives
+    best: list = field(default_factory=list)
+    closest: list = field(default_factory=list)
+    front: list = field(default_factory=list)
+    fits: int = 0
+    evaluated: int = 0
+
+    def add(self, problem: Problem, result, limit: float) -> None:
+        n = len(result)
+        if n == 0:
+            return
+        self.evaluated += n
+        step = np.asarray(result.step_time_s, dtype=np.float64)
+        peak = np.asarray(result.memory_gib["peak"], dtype=np.float64)
+        ok = (peak <= limit) & np.isfinite(step)
+        self.fits += int(ok.sum())
+        fit_idx = np.flatnonzero(ok)
+        if len(fit_idx):
+            k = min(self.top, len(fit_idx))
+            order = np.lexsort((peak[fit_idx], step[fit_idx]))[:k]
+            for i in fit_idx[order]:
+                self.best.append(self._cand(problem, result, int(i), step, peak, limit))
+            self.best.sort(key=lambda c: (c.step, c.peak))
+            del self.best[self.top:]
+            if self.objectives.pareto:
+                gpus = result.batch.tp * result.batch.pp * result.batch.dp * result.batch.cp
+                a, b = self.objectives.values(result, gpus)
+                m = pareto_mask(a[fit_idx], b[fit_idx])
+                for i in fit_idx[m]:
+                    c = self._cand(problem, result, int(i), step, peak, limit)
+                    c.obj = (float(a[i]), float(b[i]))
+                    self.front.append(c)
+                if self.front:
+                    fm = pareto_mask([c.obj[0] for c in self.front], [c.obj[1] for c in self.front])
+                    self.front = [c for c, keep in zip(self.front, fm) if keep]
+        elif not self.best:
+            over = peak - limit
+            k = min(CLOSEST, n)
+            order = np.argsort(over, kind="stable")[:k]
+            for i in order:
+                self.closest.append(self._cand(problem, result, int(i), step, peak, limit))
+            self.closest.sort(key=lambda c: (c.peak - c.limit, c.step))
+            del self.closest[CLOSEST:]
+
+    @staticmethod
+    def _cand(problem, result, i, step, peak, limit) -> Candidate:
+        return Candidate(problem=problem, result=result.take(np.array([i])), step=float(step[i]),
+                         peak=float(peak[i]), limit=float(limit))
+
+
+class Progress:
+    """A one-line progress bar on stderr, drawn only once the work has run for ``delay`` s."""
+
+    def __init__(self, total: int, label: str, enabled: bool = True, delay: float = 1.0):
+        self.total = max(int(total), 1)
+        self.label = label
+        self.enabled = enabled
+        self.delay = delay
+        self.t0 = time.perf_counter()
+        self.drawn = False
+        self.last = 0.0
+
+    def update(self, done: int) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if now - self.t0 < self.delay or (self.drawn and now - self.last < 0.1 and done < self.total):
+            return
+        self.last = now
+        frac = min(done / self.total, 1.0)
+        width = 30
+        bar = "#" * int(frac * width) + "." * (width - int(frac * width))
+        sys.stderr.write(f"\r{self.label} [{bar}] {done}/{self.total} {now - self.t0:.1f}s")
+        sys.stderr.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _evaluate(problem: Problem, batch):
+    from costmodel import evaluate_batch
+
+    return evaluate_batch(problem.model, problem.cluster, batch, gpu=problem.gpu)
+
+
+def run_exhaustive(problems: list[Problem], *, top: int, memory_headroom: float,
+                   objectives: Objectives = Objectives(), progress: bool = False,
+                   engine: str = "cpsat", chunk: int = CHUNK) -> tuple[Pools, dict]:
+    """Enumerate and price every valid layout of every problem. Returns the pools and stats."""
+    t0 = time.perf_counter()
+    pools = Pools(top=top, objectives=objectives)
+    spaces: list[Space] = [build_space(p, engine) for p in problems]
+    t_enum = time.perf_counter() - t0
+    total = sum(len(s) for s in spaces)
+    bar = Progress(total, "search", enabled=progress)
+    if progress:  # smaller chunks so the bar moves (same results: the pools merge chunks exactly)
+        chunk = min(chunk, max(100_000, total // 20))
+    done = 0
+    for space in spaces:
+        p = space.problem
+        limit = memory_limit_gib(p.gpu.memory_gib, memory_headroom)
+        for start in range(0, len(space), chunk):
+            batch = space.batch(start, start + chunk)
+            pools.add(p, _evaluate(p, batch), limit)
+            done += len(batch)
+            bar.update(done)
+    bar.close()
+    removed: dict[str, int] = {}
+    for s in spaces:
+        for k, v in s.removed_by_rule.items():
+            removed[k] = removed.get(k, 0) + v
+    stats = {
+        "method": "exhaustive",
+        "engine": engine,
+        "enumerated": sum(s.raw_size for s in spaces),
+        "feasible": total,
+        "evaluated": pools.evaluated,
+        "fits": pools.fits,
+        "removed_by_rule": {k: v for k, v in removed.items() if v},
+        "enumerate_seconds": t_enum,
+    }
+    return pools, stats

@@ -1,0 +1,198 @@
+"""Cost model: hand-derived values and properties."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from costmodel import Layout, LayoutBatch, evaluate, evaluate_batch
+from costmodel.flops import model_flops_per_token
+from costmodel.memory import (
+    activation_bytes_per_token,
+    full_recompute_bytes_per_token,
+    inflight_microbatches,
+    model_state_bytes,
+)
+from costmodel.params import count_params
+from costmodel.pipeline import stage_layer_split
+from costmodel.placement import group_span
+from hardware_catalog import get_cluster, get_gpu
+from hardware_catalog.schema import ModelSpec
+
+GPT = ModelSpec(  # Korthikanti et al. 2022 GPT layer: GeLU 4h MLP, MHA, dropout
+    name="gpt-test", num_layers=24, hidden_size=2048, num_attention_heads=16, ffn_hidden_size=8192,
+    gated_mlp=False, vocab_size=51200, tied_embeddings=True, norm="layernorm",
+    position_embedding="learned", max_position_embeddings=2048, linear_bias=True, dropout=True,
+    default_seq_len=2048,
+)
+LLAMA_405B = ModelSpec(
+    name="llama3-405b-test", num_layers=126, hidden_size=16384, num_attention_heads=128, num_kv_heads=8,
+    ffn_hidden_size=53248, vocab_size=128256, default_seq_len=8192,
+)
+
+
+def test_llama3_405b_flops_per_token_by_hand():
+    # Layers: attention 2*h*h (q, o) + 2*h*(8*128) (k, v); MLP 3*h*53248; norms 2h.
+    h = 16384
+    layer = 2 * h * h + 2 * h * 1024 + 3 * h * 53248 + 2 * h
+    matmul = 126 * layer + 128256 * h  # + LM head; the input embedding is a lookup
+    s = 8192
+    attention = 3 * 126 * 2 * 128 * (128 + 128) * (s / 2)  # causal core, fwd + bwd
+    assert model_flops_per_token(LLAMA_405B, s) == pytest.approx(6 * matmul + attention, rel=1e-12)
+    # ~2.65 TFLOP per token: 6 * 405B plus ~4% attention at 8K.
+    assert 2.5e12 < model_flops_per_token(LLAMA_405B, s) < 2.7e12
+
+
+def test_korthikanti_activation_formula_gpt():
+    # Korthikanti Table 2 with FlashAttention (no 5as/h term): SP + TP -> 34h/t bytes per token
+    # per layer; TP without SP -> 10h + 24h/t; no parallelism -> 34h.
+    h = GPT.hidden_size
+    for t in (1, 2, 4, 8):
+        with_sp = activation_bytes_per_token(GPT, t, np.array(t > 1), moe_layer=False)
+        assert float(with_sp) == pytest.approx(34 * h / t)
+        no_sp = activation_bytes_per_token(GPT, t, np.array(False), moe_layer=False)
+        assert float(no_sp) == pytest.approx(10 * h + 24 * h / t)
+    # Full recompute keeps 2sbh (Korthikanti Table 2), /t with SP.
+    assert float(full_recompute_bytes_per_token(GPT, 8, np.array(True))) == pytest.approx(2 * h / 8)
+
+
+def test_zero_memory_simple_case():
+    # 1e9 params on one GPU's stage, DP 64 (Rajbhandari et al. 2020 Fig. 1 structure with
+    # Megatron's bytes: 2 B weights, 4 B fp32 grads, 12 B Adam).
+    P, d = 1e9, 64
+    expect = {
+        0: 2 * P + 4 * P + 12 * P,
+        1: 2 * P + 4 * P + 12 * P / d,
+        2: 2 * P + (4 * P + 12 * P) / d,
+        3: (2 * P + 4 * P + 12 * P) / d,
+    }
+    for z, total in expect.items():
+        w, g, o = model_state_bytes(P, 0.0, z, d, 1, False)
+        assert float(w + g + o) == pytest.approx(total)
+
+
+def test_uneven_pipeline_split_llama3_405b():
+    first, middle, last, ok = stage_layer_split(126, 16)
+    assert (int(first), int(middle), int(last), bool(ok)) == (7, 8, 7, True)
+    first, middle, last, ok = stage_layer_split(96, 8)
+    assert (int(first), int(middle), int(last)) == (12, 12, 12)
+    first, middle, last, ok = stage_layer_split(126, 16, 6, 6)  # 6 + 14*m + 6 = 126 -> m = 8.14: invalid
+    assert not bool(ok)
+
+
+def test_interleaved_inflight_matches_korthikanti():
+    # First stage holds p * (1 + (p-1)/(p*v)) micro-batches' worth (Korthikanti Sec. 4.2.3).
+    for p, v in ((4, 2), (8, 3), (16, 4)):
+        got = float(inflight_microbatches(0, p, v, 10_000))
+        assert got == pytest.approx(p * (1 + (p - 1) / (p * v)))
+    assert float(inflight_microbatches(0, 8, 1, 100)) == 8
+    assert float(inflight_microbatches(7, 8, 1, 100)) == 1
+    assert float(inflight_microbatches(0, 8, 1, 4)) == 4  # never more than m
+
+
+def test_group_span_megatron_order():
+    # TP8 fills a DGX node; DP (stride 8) then has one rank per node.
+    assert tuple(map(int, group_span(8, 1, 8))) == (8, 1)
+    assert tuple(map(int, group_span(128, 8, 8))) == (1, 128)
+    # TP2: DP ranks stride 2 -> 4 per node.
+    assert tuple(map(int, group_span(64, 2, 8))) == (4, 16)
+    # NVL72 domain: TP8 leaves 9 DP ranks per domain.
+    assert tuple(map(int, group_span(72, 8, 72))) == (9, 8)
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return get_cluster("dgx-h100")
+
+
+def _layouts(n=64):
+    rng = np.random.default_rng(0)
+    tps = rng.choice([1, 2, 4, 8], n)
+    pps = rng.choice([1, 2, 4], n)
+    return LayoutBatch.from_arrays(
+        tp=tps, pp=pps, dp=64 // (tps * pps) * 2, cp=1, vpp=1, zero=rng.choice([0, 1, 2, 3], n),
+        mbs=1, gbs=512, seq_len=2048, recompute=rng.choice([0, 1, 2], n),
+    )
+
+
+def test_step_time_is_sum_of_terms_and_throughput_consistent(h100):
+    batch = _layouts()
+    out = evaluate_batch(GPT, h100, batch)
+    total = sum(out.time_terms.values())
+    np.testing.assert_allclose(total, out.step_time_s, rtol=1e-12)
+    gpus = batch.tp * batch.pp * batch.dp * batch.cp
+    np.testing.assert_allclose(out.tokens_per_s_per_gpu * gpus * out.step_time_s, batch.gbs * batch.seq_len, rtol=1e-9)
+    assert np.all(out.mfu > 0) and np.all(out.mfu < 1)
+    assert np.all(out.hfu >= out.mfu - 1e-12)
+
+
+def test_vectorized_equals_scalar(h100):
+    batch = _layouts(16)
+    out = evaluate_batch(GPT, h100, batch)
+    for i in range(len(batch)):
+        one = evaluate(GPT, h100, batch.layout(i))
+        assert float(one.step_time_s[0]) == pytest.approx(float(out.step_time_s[i]), rel=1e-12)
+        assert float(one.memory_gib["peak"][0]) == pytest.approx(float(out.memory_gib["peak"][i]), rel=1e-12)
+
+
+def test_more_bandwidth_never_slower(h100):
+    batch = _layouts()
+    base = evaluate_batch(GPT, h100, batch)
+    gpu = get_gpu(h100.gpu)
+    faster = [
+        dataclasses.replace(gpu) if False else gpu.model_copy(update={"scaleup_bandwidth_gbps": gpu.scaleup_bandwidth_gbps * 2}),
+        gpu.model_copy(update={"memory_bandwidth_gbps": gpu.memory_bandwidth_gbps * 2}),
+        gpu.model_copy(update={"bf16_tflops": gpu.bf16_tflops * 2}),
+    ]
+    for g in faster:
+        out = evaluate_batch(GPT, h100, batch, gpu=g)
+        assert np.all(out.step_time_s <= base.step_time_s * (1 + 1e-12))
+    better_network = h100.model_copy(update={"network_efficiency": 1.0, "nics_per_node": 16})
+    out = evaluate_batch(GPT, better_network, batch)
+    assert np.all(out.step_time_s <= base.step_time_s * (1 + 1e-12))
+
+
+def test_higher_zero_never_more_memory(h100):
+    base = dict(tp=np.array([1, 2, 8, 1]), pp=np.array([1, 2, 1, 4]), dp=np.array([64, 16, 8, 16]), mbs=1, gbs=256, seq_len=2048)
+    peaks = []
+    for z in range(4):
+        out = evaluate_batch(LLAMA_405B, h100, LayoutBatch.from_arrays(zero=z, **base))
+        peaks.append(out.memory_gib["peak"])
+    for lo, hi in zip(peaks, peaks[1:]):
+        assert np.all(hi <= lo + 1e-9)
+
+
+def test_more_recompute_never_more_activation_memory(h100):
+    base = dict(tp=np.array([1, 4, 8]), pp=np.array([1, 2, 8]), dp=np.array([64, 8, 1]), mbs=2, gbs=64, seq_len=4096)
+    acts = [
+        evaluate_batch(LLAMA_405B, h100, LayoutBatch.from_arrays(recompute=r, **base)).memory_gib["activations"]
+        for r in range(3)
+    ]
+    assert np.all(acts[1] <= acts[0] + 1e-12) and np.all(acts[2] <= acts[1] + 1e-12)
+    assert np.all(acts[2] < acts[0])
+
+
+def test_bubble_fraction_matches_interleaved_1f1b(h100):
+    # Equal stages (96 layers / 8) and no communication-dominated terms: bubble / (stage time x m)
+    # = (p-1) / (v m) (Narayanan et al. 2021, Sec. 2.2.2).
+    model = GPT.model_copy(update={"num_layers": 96, "tied_embeddings": False})
+    for v, m in ((1, 8), (2, 16), (4, 32)):
+        lay = Layout(tp=8, pp=8, dp=1, vpp=v, mbs=1, gbs=m, seq_len=2048, recompute="none")
+        out = evaluate(model, h100, lay)
+        t = out.time_terms
+        per_mb = (t["compute"] + t["recompute"] + t["tp_comm"] + t["cp_comm"] + t["ep_comm"])[0] / m
+        # The last stage also runs the LM head, so it is the slowest; the bubble is the other stages.
+        assert t["bubble"][0] / (per_mb * m) == pytest.approx((8 - 1) / (v * m), rel=0.05)
+
+
+def test_parameter_counts_by_formula():
+    # Narayanan et al. 2021 Sec. 5.1: P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)).
+    l, h, V, s = 96, 12288, 51200, 2048
+    gpt3 = GPT.model_copy(update={"num_layers": l, "hidden_size": h, "num_attention_heads": 96,
+                                  "ffn_hidden_size": 4 * h, "max_position_embeddings": s})
+    expected = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h))
+    assert count_params(gpt3).total == pytest.approx(expected, rel=1e-3)
+    assert count_params(gpt3).total == pytest.approx(174.6e9, rel=2e-3)
+    assert count_params(LLAMA_405B).total == pytest.approx(405.85e9, rel=1e-3)

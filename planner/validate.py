@@ -236,7 +236,7 @@ def _candidates(run: MappedRun):
     ok &= (batch.gbs % (batch.dp * batch.mbs) == 0) | ("mbs" not in run.searched)
     ok &= (batch.vpp == 1) | ((batch.pp > 1) & (m % batch.pp == 0)) | ("vpp" not in run.searched)
     ok &= (batch.vpp == 1) | (batch.pp > 1)
-    ok &= (batch.dp * batch.cp) % batch.ep == 0
+    ok &= (batch.tp * batch.dp * batch.cp) % (batch.ep * batch.etp) == 0  # MoE parallel folding
     heads_ok = (run.model.num_attention_heads % batch.tp == 0)
     ok &= heads_ok
     return batch.take(np.nonzero(ok)[0])

@@ -181,8 +181,10 @@ def _ep_experts(ctx, c):
 
 
 def _ep_dp_cp(ctx, c):
-    ep = _pos(_a(c, "ep", 1))
-    return (_a(c, "dp", 1) * _a(c, "cp", 1)) % ep == 0
+    # Megatron-Core MoE parallel folding: the expert layers re-split the tp*cp*dp ranks of a
+    # stage as etp x ep x expert-dp, so ep*etp must divide tp*cp*dp.
+    ep = _pos(_a(c, "ep", 1)) * _pos(_a(c, "etp", 1))
+    return (_a(c, "tp", 1) * _a(c, "dp", 1) * _a(c, "cp", 1)) % ep == 0
 
 
 def _etp_ffn(ctx, c):
@@ -289,7 +291,9 @@ def _x_ep(ctx, v):
 
 
 def _x_ep_dp(ctx, v):
-    return f"ep={v['ep']} must divide dp*cp = {v['dp']}*{v['cp']} = {v['dp'] * v['cp']}"
+    etp = v.get("etp", 1)
+    return (f"ep*etp={v['ep']}*{etp} must divide tp*cp*dp = {v['tp']}*{v['cp']}*{v['dp']} = "
+            f"{v['tp'] * v['cp'] * v['dp']} (MoE parallel folding)")
 
 
 def _x_etp(ctx, v):
@@ -361,8 +365,12 @@ def _cp_product(ctx, m, V, domains):
 def _cp_ep_dp(ctx, m, V, domains):
     g = ctx.gpus
     dc = _mul(m, V, "_dc", "dp", "cp", g * g)
-    k = m.new_int_var(1, max(g, 1), "_dc_over_ep")
-    m.add_multiplication_equality(dc, [V["ep"], k])
+    tdc = m.new_int_var(1, g * g * 8, "_tdc")
+    m.add_multiplication_equality(tdc, [dc, V["tp"]])
+    ee = m.new_int_var(1, g * g, "_ep_etp")
+    m.add_multiplication_equality(ee, [V["ep"], V["etp"]] if "etp" in V else [V["ep"], 1])
+    k = m.new_int_var(1, max(g, 1) * 8, "_tdc_over_ep")
+    m.add_multiplication_equality(tdc, [ee, k])
 
 
 def _gbs_value(domains) -> int:
@@ -412,8 +420,8 @@ RULES: tuple[Rule, ...] = (
     Rule("cp_divides_seq", "seq_len is divisible by 2*cp when cp > 1 (load-balanced ring attention)",
          ("cp", "seq_len"), _cp_seq, _x_cp),
     Rule("ep_divides_experts", "ep divides the number of experts (ep = 1 for a dense model)", ("ep",), _ep_experts, _x_ep),
-    Rule("ep_divides_dp_cp", "ep divides dp * cp (experts are sharded over the data x context ranks)",
-         ("ep", "dp", "cp"), _ep_dp_cp, _x_ep_dp, _cp_ep_dp),
+    Rule("ep_divides_dp_cp", "ep * etp divides tp * cp * dp (MoE parallel folding re-splits a stage's ranks)",
+         ("ep", "etp", "tp", "dp", "cp"), _ep_dp_cp, _x_ep_dp, _cp_ep_dp),
     Rule("etp_divides_expert_ffn", "etp divides the expert ffn hidden size (etp = 1 for a dense model)",
          ("etp",), _etp_ffn, _x_etp),
     Rule("mbs_positive", "the micro-batch size is >= 1", ("mbs",), _mbs_positive, _x_mbs),

@@ -77,7 +77,7 @@ def plain_valid(model: ModelSpec, gpus: int, domain: int, lay: Layout) -> bool:
     if cp > 1 and lay.seq_len % (2 * cp):
         return False
     experts = model.moe.num_experts if model.moe else 1
-    if experts % ep or (dp * cp) % ep:
+    if experts % ep or (tp * dp * cp) % (ep * etp):  # MoE parallel folding
         return False
     if model.moe is None and etp != 1:
         return False

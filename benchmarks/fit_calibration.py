@@ -4,7 +4,8 @@
 
 Coordinate descent over a few constants, each within a physically plausible range (see the
 docstrings in calibration.py), minimising the median absolute error of tokens/s/GPU over the
-high-confidence rows (ties broken by the 90th percentile). Prints the constants found and the
+high-confidence rows plus half their mean error clipped at 30% (robust to rows whose
+mechanism the model lacks). Prints the constants found and the
 error before/after; copy them into calibration.py by hand with the date.
 """
 
@@ -25,8 +26,8 @@ from planner.validate import load_runs, map_run, predict_run  # noqa: E402
 RANGES = {
     "gemm_efficiency_bf16": np.round(np.arange(0.60, 0.86, 0.02), 3),
     "gemm_efficiency_fp8": np.round(np.arange(0.40, 0.76, 0.02), 3),
-    "attention_efficiency": np.round(np.arange(0.30, 0.76, 0.05), 3),
-    "memory_bound_efficiency": np.round(np.arange(0.40, 0.91, 0.05), 3),
+    "attention_efficiency": np.round(np.arange(0.20, 0.76, 0.05), 3),
+    "memory_bound_efficiency": np.round(np.arange(0.20, 0.91, 0.05), 3),
     "kernel_overhead_us": np.array([0.0, 1.0, 2.0, 3.0, 4.0, 6.0]),
 }
 
@@ -38,7 +39,9 @@ def score(runs, calib):
         if r.error is not None:
             errs.append(abs(r.error))
     errs = np.asarray(errs)
-    return float(np.median(errs)), float(np.percentile(errs, 90)), float(np.mean(errs))
+    # Robust objective: median + half the mean error clipped at 30%, so the few rows whose
+    # mechanism the model lacks (see the validate note) cannot drag every constant.
+    return float(np.median(errs)), float(np.percentile(errs, 90)), float(np.mean(errs)), float(np.mean(np.minimum(errs, 0.3)))
 
 
 def main() -> None:
@@ -62,7 +65,7 @@ def main() -> None:
             for v in values:
                 trial = calib.with_(**{name: float(v)})
                 s = score(runs, trial)
-                if (s[0] + 0.5 * s[1]) < (best[0] + 0.5 * best[1]) - 1e-6:
+                if (s[0] + 0.5 * s[3]) < (best[0] + 0.5 * best[3]) - 1e-6:
                     best, calib = s, trial
             print(f"round {rnd} {name}={getattr(calib, name)}: median {best[0]:.4f} p90 {best[1]:.4f} mape {best[2]:.4f}")
     print(f"done in {time.time() - t0:.0f} s")

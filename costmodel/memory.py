@@ -22,7 +22,7 @@ GRAD_BYTES = 4.0
 OPTIMIZER_BYTES = 12.0
 
 
-def activation_bytes_per_token(model: ModelSpec, tp, sp, moe_layer: bool):
+def activation_bytes_per_token(model: ModelSpec, tp, sp, moe_layer: bool, fp8=False):
     """Bytes one layer keeps per token for the backward pass (no recompute), per GPU.
 
     Korthikanti Sec. 4.1, per token: attention 11h (+5as scores, gone with FlashAttention),
@@ -54,7 +54,16 @@ def activation_bytes_per_token(model: ModelSpec, tp, sp, moe_layer: bool):
         mlp = moe.top_k * (2.0 * h + per_ffn * Fe) + per_ffn * Fs
     else:
         mlp = (6.0 if model.gated_mlp else 4.0) * float(model.ffn_hidden_size)
-    return sp_region / rep_div + (attention + mlp) / tp
+    total = sp_region / rep_div + (attention + mlp) / tp
+    # FP8 (TransformerEngine): each linear layer saves its input for the weight gradient as
+    # the FP8 copy it already cast (1 byte instead of 2): QKV and MLP-up inputs (2h, SP
+    # region), output-projection input (a*d_v) and MLP-down input (F, or k*Fe routed).
+    if model.moe is not None and moe_layer:
+        down_in = model.moe.top_k * float(model.moe.expert_ffn_hidden_size)
+    else:
+        down_in = float(model.ffn_hidden_size)
+    fp8_saving = 2.0 * h / rep_div + (a * d_v + down_in) / tp
+    return total - np.where(fp8, fp8_saving, 0.0)
 
 
 def full_recompute_bytes_per_token(model: ModelSpec, tp, sp):
@@ -87,10 +96,11 @@ def model_state_bytes(dense_params, expert_params, zero, dense_shard, expert_sha
 
     ``dense_params``/``expert_params``: parameters on this GPU after TP/PP/EP splitting;
     ``dense_shard``/``expert_shard``: the ZeRO sharding group sizes (dp·cp, and the expert
-    data-parallel size). FP8 (TransformerEngine) keeps an extra 1-byte copy of each weight.
+    data-parallel size). Under FP8 the BF16 weights stay the primary copy; TransformerEngine's
+    FP8 casts of them are transient per micro-batch and not counted.
     """
     zero = np.asarray(zero)
-    w_bytes = WEIGHT_BYTES + np.where(fp8, 1.0, 0.0)
+    w_bytes = WEIGHT_BYTES
 
     def shard(params, group, from_stage):
         return np.where(zero >= from_stage, params / group, params)

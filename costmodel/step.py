@@ -254,10 +254,14 @@ def evaluate_batch(
     # Li et al. 2020; Megatron --overlap-grad-reduce). ZeRO-1/2: reduce-scatter there, and the
     # all-gather of updated weights overlapped with the next step's first forward
     # (--overlap-param-gather).
+    # ZeRO-2 keeps only a shard of the gradients, so it must reduce-scatter after every
+    # micro-batch's backward (DeepSpeed stage 2 IPG buckets; FSDP SHARD_GRAD_OP without
+    # no_sync), not once per step.
+    rs_count = np.where(zero == 2, m, 1.0)
     dp_exposed = np.where(
         zero == 0,
         np.maximum(grad_ar - window_bwd, 0.0),
-        np.maximum(grad_rs - window_bwd, 0.0) + np.maximum(param_ag - window_fwd, 0.0),
+        rs_count * np.maximum(grad_rs - window_bwd, 0.0) + np.maximum(param_ag - window_fwd, 0.0),
     )
     # ZeRO-3 / FSDP: every micro-batch gathers weights for forward and again for backward and
     # reduce-scatters gradients (Rajbhandari et al. 2020 Sec. 5.3; FSDP2 default), hidden
@@ -301,8 +305,8 @@ def evaluate_batch(
     hfu = (flops_token + extra) * tokens_step / (step * gpus * peak)
 
     # ---------------- memory on each stage; the peak is the most loaded stage
-    a_dense = activation_bytes_per_token(model, tp, sp, moe_layer=False)
-    a_moe = activation_bytes_per_token(model, tp, sp, moe_layer=True)
+    a_dense = activation_bytes_per_token(model, tp, sp, moe_layer=False, fp8=fp8)
+    a_moe = activation_bytes_per_token(model, tp, sp, moe_layer=True, fp8=fp8)
     a_full = full_recompute_bytes_per_token(model, tp, sp)
 
     def stage_memory(n_layers, params, rank, first_stage, last_stage):
@@ -364,7 +368,7 @@ def evaluate_batch(
         hfu=hfu,
         time_terms=terms,
         overlapped_terms={
-            "dp_comm": np.where(zero == 0, grad_ar, grad_rs + param_ag) - dp_exposed,
+            "dp_comm": np.where(zero == 0, grad_ar, rs_count * grad_rs + param_ag) - dp_exposed,
         },
         memory_gib=memory,
         memory_capacity_gib=gpu.memory_gib,

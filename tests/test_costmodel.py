@@ -177,14 +177,14 @@ def test_more_recompute_never_more_activation_memory(h100):
 def test_bubble_fraction_matches_interleaved_1f1b(h100):
     # Equal stages (96 layers / 8) and no communication-dominated terms: bubble / (stage time x m)
     # = (p-1) / (v m) (Narayanan et al. 2021, Sec. 2.2.2).
-    model = GPT.model_copy(update={"num_layers": 96, "tied_embeddings": False})
+    # A tiny vocabulary makes the LM head negligible, so all stages cost the same.
+    model = GPT.model_copy(update={"num_layers": 96, "tied_embeddings": False, "vocab_size": 128})
     for v, m in ((1, 8), (2, 16), (4, 32)):
         lay = Layout(tp=8, pp=8, dp=1, vpp=v, mbs=1, gbs=m, seq_len=2048, recompute="none")
         out = evaluate(model, h100, lay)
         t = out.time_terms
         per_mb = (t["compute"] + t["recompute"] + t["tp_comm"] + t["cp_comm"] + t["ep_comm"])[0] / m
-        # The last stage also runs the LM head, so it is the slowest; the bubble is the other stages.
-        assert t["bubble"][0] / (per_mb * m) == pytest.approx((8 - 1) / (v * m), rel=0.05)
+        assert t["bubble"][0] / (per_mb * m) == pytest.approx((8 - 1) / (v * m), rel=0.01)
 
 
 def test_parameter_counts_by_formula():

@@ -24,8 +24,8 @@ from costmodel.calibration import DEFAULT  # noqa: E402
 from planner.validate import load_runs, map_run, predict_run  # noqa: E402
 
 RANGES = {
-    "gemm_efficiency_bf16": np.round(np.arange(0.60, 0.86, 0.02), 3),
-    "gemm_efficiency_fp8": np.round(np.arange(0.40, 0.76, 0.02), 3),
+    "gemm_efficiency_bf16": np.round(np.arange(0.56, 0.90, 0.02), 3),
+    "gemm_efficiency_fp8": np.round(np.arange(0.40, 0.80, 0.02), 3),
     "attention_efficiency": np.round(np.arange(0.20, 0.76, 0.05), 3),
     "memory_bound_efficiency": np.round(np.arange(0.20, 0.91, 0.05), 3),
     "kernel_overhead_us": np.array([0.0, 1.0, 2.0, 3.0, 4.0, 6.0]),

@@ -19,30 +19,29 @@ from dataclasses import dataclass, replace
 class Calibration:
     """Global constants of the cost model."""
 
-    gemm_efficiency_bf16: float = 0.64
+    gemm_efficiency_bf16: float = 0.68
     """Achievable fraction of dense BF16 peak for large, compute-bound GEMMs.
     cuBLAS reaches ~750-800 of 989 TFLOP/s on H100 SXM and ~250-270 of 312 on A100 for large
     BF16 GEMMs (NVIDIA cuBLAS/Transformer Engine benchmarks; Narayanan et al. 2021 report up to
     ~52% end-to-end HFU, which bounds it from below). Fitted."""
-    gemm_efficiency_fp8: float = 0.56
+    gemm_efficiency_fp8: float = 0.62
     """Achievable fraction of dense FP8 peak for large FP8 GEMMs (TransformerEngine delayed/current
     scaling). Public H100 FP8 GEMM benchmarks land at ~1200-1400 of 1979 TFLOP/s. Fitted."""
     attention_efficiency: float = 0.30
     """Achievable fraction of BF16 peak for the FlashAttention kernels (forward + backward).
     FlashAttention-2 reaches 50-73% of A100 peak forward and less backward (Dao 2023, Fig. 4-6);
     FlashAttention-3 ~60-75% of H100 (Shah et al. 2024). Fitted."""
-    memory_bound_efficiency: float = 0.70
+    memory_bound_efficiency: float = 0.60
     """Achievable fraction of HBM bandwidth for elementwise/normalization kernels and the
     optimizer step (STREAM-like kernels reach 80-90%; unfused PyTorch ops less). Fitted."""
-    kernel_overhead_us: float = 0.0
+    kernel_overhead_us: float = 1.0
     """Fixed cost per kernel launched (launch + tail), microseconds; ~3-5 us per kernel on
     recent GPUs/CUDA (CUDA Graphs reduce it). Counted per transformer layer as
     ``kernels_per_layer`` launches per pass."""
     kernels_per_layer: int = 30
     """Kernels launched per transformer layer per forward pass (GEMMs, norms, rotary, attention,
     activation, residual adds, casts); backward launches twice as many. Order of magnitude from
-    Megatron-Core/TE layer profiles. With the fitted kernel_overhead_us = 0 it has no effect:
-    the reference runs use large micro-batches where launch cost hides behind execution."""
+    Megatron-Core/TE layer profiles."""
     tp_comm_overlap: float = 0.0
     """Fraction of tensor-parallel communication hidden behind GEMMs. Megatron overlaps TP only
     with --tp-comm-overlap (userbuffers); off by default. Kept at 0."""

@@ -236,12 +236,24 @@ def evaluate_batch(
         np.maximum(expert_shard.astype(np.int64), 1), batch.ep * batch.etp, domain
     )
 
+    # Data-parallel traffic goes out in pieces, each paying the collective's latency: ZeRO-3 /
+    # FSDP gathers and reduces one layer (FSDP unit) at a time; DDP and the distributed
+    # optimizer use buckets of max(40M, 1M x dp) parameters (Megatron-Core DDP default
+    # bucket_size; PyTorch DDP's 25 MB buckets are of the same order).
+    heavy_layers = np.choose(heavy, [n_first, n_middle, n_last]).astype(np.float64)
+    bucket_params = np.maximum(4e7, 1e6 * dense_shard)
+    pieces = np.where(
+        batch.zero == 3,
+        np.maximum(heavy_layers, 1.0),
+        np.maximum(np.ceil((p_dense + p_expert) / bucket_params), 1.0),
+    )
+
     def dp_collective(op, bytes_dense, bytes_expert):
-        t_dense, algo = collectives.collective_time(op, bytes_dense, dp_local, dp_nodes, fabric)
+        t_dense, algo = collectives.collective_time(op, bytes_dense / pieces, dp_local, dp_nodes, fabric)
         t_exp = 0.0
         if model.moe is not None:
-            t_exp, _ = collectives.collective_time(op, bytes_expert, edp_local, edp_nodes, fabric)
-        return t_dense + t_exp, algo
+            t_exp, _ = collectives.collective_time(op, bytes_expert / pieces, edp_local, edp_nodes, fabric)
+        return pieces * (t_dense + t_exp), algo
 
     grad_ar, dp_algo = dp_collective("all_reduce", GRAD_REDUCE_BYTES * p_dense, GRAD_REDUCE_BYTES * p_expert)
     grad_rs, _ = dp_collective("reduce_scatter", GRAD_REDUCE_BYTES * p_dense, GRAD_REDUCE_BYTES * p_expert)

@@ -1,0 +1,156 @@
+"""Write launch configs for an evaluated layout: torchrun, Megatron-LM, DeepSpeed, torchtitan, SLURM.
+
+``export_layout(result, model, cluster, formats, out_dir)`` takes the dict of ``planner evaluate
+--json``. Every file is rendered and checked in memory first; then all of them are written to
+temporary files and renamed into place, so a failure leaves no half-written output. Existing
+files are kept unless ``force``.
+
+``formats="all"`` writes every format that can express the layout and reports the others in
+``ExportReport.skipped`` with the reason; naming a format that cannot express the layout raises
+``PlannerInputError`` naming the rule (and the framework source that enforces it).
+
+Formats and files:
+
+==========  =============================  ==================================================
+torchrun    launch_torchrun.sh             run on every node; torchrun c10d + Megatron args
+megatron    megatron_args.sh               MEGATRON_ARGS bash array for pretrain_gpt.py
+deepspeed   deepspeed_config.json          Megatron-DeepSpeed config (batch, ZeRO, pipeline)
+torchtitan  torchtitan_overrides.sh,       torchtitan 0.3.0 command line (run it to launch), and
+            torchtitan.toml                the same layout for job-config releases
+slurm       launch.sbatch                  sbatch script: srun one torchrun per node
+==========  =============================  ==================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hardware_catalog.errors import PlannerInputError
+from hardware_catalog.schema import ClusterSpec, ModelSpec
+from planner.export import deepspeed, megatron, slurm, torchrun, torchtitan
+from planner.export.common import CannotExpress, build_plan, check_entrypoint, write_atomically
+
+FORMATS = ("torchrun", "megatron", "deepspeed", "torchtitan", "slurm")
+
+FILES = {
+    "torchrun": (torchrun.FILE_NAME,),
+    "megatron": (megatron.FILE_NAME,),
+    "deepspeed": (deepspeed.FILE_NAME,),
+    "torchtitan": (torchtitan.OVERRIDES_FILE, torchtitan.TOML_FILE),
+    "slurm": (slurm.FILE_NAME,),
+}
+"""File names each format writes, relative to ``out_dir``."""
+
+_EXECUTABLE = 0o755
+_PLAIN = 0o644
+
+
+@dataclass
+class ExportReport:
+    written: list[Path] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Format -> why it cannot express the layout (only with ``formats="all"``). A format with
+    two files that wrote only one reports the other as ``"format:file"`` (torchtitan: the
+    0.3.0 overrides and the job-config TOML can each refuse on their own)."""
+
+
+def _parse_formats(formats) -> tuple[list[str], bool]:
+    """(format names, all?)."""
+    if isinstance(formats, str):
+        names = [f.strip() for f in formats.split(",") if f.strip()]
+    else:
+        names = [str(f).strip() for f in formats]
+    if not names:
+        raise PlannerInputError(f"formats={formats!r}: name at least one of {', '.join(FORMATS)} or 'all'")
+    if names == ["all"]:
+        return list(FORMATS), True
+    bad = [n for n in names if n not in FORMATS]
+    if bad:
+        raise PlannerInputError(f"unknown export format {bad[0]!r} (known: {', '.join(FORMATS)}, or all)")
+    return list(dict.fromkeys(names)), False
+
+
+def _render(fmt: str, plan, entrypoint: str) -> tuple[dict[str, tuple[str, int]], dict[str, str]]:
+    """(file name -> (text, mode), partial refusals "format:file" -> reason)."""
+    if fmt == "megatron":
+        return {megatron.FILE_NAME: (megatron.render(plan), _EXECUTABLE)}, {}
+    if fmt == "torchrun":
+        return {torchrun.FILE_NAME: (torchrun.render(plan, entrypoint), _EXECUTABLE)}, {}
+    if fmt == "slurm":
+        return {slurm.FILE_NAME: (slurm.render(plan, entrypoint), _EXECUTABLE)}, {}
+    if fmt == "deepspeed":
+        return {deepspeed.FILE_NAME: (deepspeed.render(plan), _PLAIN)}, {}
+    if fmt == "torchtitan":
+        texts, refused = torchtitan.render(plan)
+        if not texts:
+            errors = list(refused.values())
+            if len({e.rule for e in errors}) == 1:
+                raise errors[0]
+            raise CannotExpress(errors[0].rule, "; ".join(f"{name}: {err}" for name, err in refused.items()))
+        modes = {torchtitan.OVERRIDES_FILE: _EXECUTABLE, torchtitan.TOML_FILE: _PLAIN}
+        return ({name: (text, modes[name]) for name, text in texts.items()},
+                {f"torchtitan:{name}": str(err) for name, err in refused.items()})
+    raise AssertionError(fmt)
+
+
+def _shell_syntax_ok(name: str, text: str) -> None:
+    """``bash -n`` on a rendered script where bash exists (a programming-error guard)."""
+    import shutil
+    import subprocess
+
+    bash = shutil.which("bash")
+    if bash is None or not (name.endswith(".sh") or name.endswith(".sbatch")):
+        return
+    proc = subprocess.run([bash, "-n"], input=text, capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0:
+        raise RuntimeError(f"generated {name} is not valid bash: {proc.stderr.strip()}")
+
+
+def export_layout(
+    result: dict,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    formats: list[str] | str,
+    out_dir: Path,
+    *,
+    force: bool = False,
+    entrypoint: str = "pretrain_gpt.py",
+    command: str = "",
+    allow_unfit: bool = False,
+) -> ExportReport:
+    """Render, check and write launch files for one evaluated layout.
+
+    ``allow_unfit`` writes files for a layout predicted not to fit in memory (refused otherwise).
+    """
+    names, all_formats = _parse_formats(formats)
+    entrypoint = check_entrypoint(entrypoint)
+    plan = build_plan(result, model, cluster, command=command, allow_unfit=allow_unfit)
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise PlannerInputError(f"out_dir={str(out_dir)!r} exists and is not a directory")
+
+    report = ExportReport()
+    rendered: dict[Path, tuple[str, int]] = {}
+    for fmt in names:
+        try:
+            files, partial = _render(fmt, plan, entrypoint)
+        except CannotExpress as err:
+            if all_formats:
+                report.skipped[fmt] = str(err)
+                continue
+            raise PlannerInputError(f"format {fmt} cannot express this layout: {err}") from None
+        report.skipped.update(partial)
+        for name, (text, mode) in files.items():
+            _shell_syntax_ok(name, text)
+            rendered[out_dir / name] = (text, mode)
+
+    if not force:
+        for path in rendered:
+            if path.exists():
+                raise PlannerInputError(f"{path} already exists: pass force=True (--force) to overwrite")
+    report.written = write_atomically(rendered)
+    return report
+
+
+__all__ = ["FORMATS", "FILES", "ExportReport", "export_layout"]

@@ -1,0 +1,98 @@
+"""``deepspeed_config.json`` for Megatron-DeepSpeed: batch, ZeRO stage, precision, pipeline.
+
+DeepSpeed reads only the keys it knows from the config dict (``deepspeed/runtime/config.py``
+``DeepSpeedConfig._initialize_params``), so the header goes into a ``"_comment"`` list, which it
+ignores (checked with deepspeed 0.19.8: ``DeepSpeedConfig`` accepts the file unchanged).
+Tensor/pipeline/expert sizes are Megatron-DeepSpeed command-line arguments, not config keys.
+"""
+
+from __future__ import annotations
+
+import json
+
+from planner.export.common import CannotExpress, Plan
+
+FILE_NAME = "deepspeed_config.json"
+DEEPSPEED_COMMIT = "03f6f75c5caadf213b53a7b3f5438bb46a30d278"
+_PIPE = f"deepspeed/runtime/pipe/engine.py@{DEEPSPEED_COMMIT[:12]} (PipelineEngine.__init__)"
+_ENGINE = "deepspeed/runtime/engine.py (_configure_zero_optimizer, ZeRO-3 branch; deepspeed 0.19.8)"
+_SCHED = "deepspeed/runtime/pipe/schedule.py (TrainSchedule is 1F1B; DualPipeVSchedule is a V schedule; deepspeed 0.19.8)"
+_CONFIG = "deepspeed/runtime/config.py (_batch_assertion)"
+
+
+def check(plan: Plan) -> None:
+    if plan.precision == "fp8":
+        raise CannotExpress("deepspeed_no_fp8", "precision fp8: a DeepSpeed config has bf16/fp16 sections only; FP8 GEMMs "
+                            "live in the model code (TransformerEngine), which this file cannot switch on",
+                            "deepspeed/runtime/config.py")
+    if plan.cp > 1:
+        raise CannotExpress("deepspeed_no_context_parallel", f"cp={plan.cp}: DeepSpeed has no ring-attention context parallelism; "
+                            "its Ulysses sequence parallelism (sequence_parallel_size) splits attention heads with "
+                            "all-to-all, a different scheme with different memory and communication", "deepspeed/sequence/layer.py")
+    if plan.pp > 1 and plan.zero >= 2:
+        raise CannotExpress("deepspeed_zero_pp", f"zero={plan.zero} with pp={plan.pp}: the pipeline engine asserts "
+                            "'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism'", _PIPE)
+    if plan.is_moe and plan.zero == 3:
+        raise CannotExpress("deepspeed_moe_zero3", "zero=3 with a MoE model: DeepSpeed raises 'MoE not supported with Stage 3'", _ENGINE)
+    if plan.vpp > 1:
+        raise CannotExpress("deepspeed_no_interleaving", f"vpp={plan.vpp}: DeepSpeed's pipeline runs one stage per rank "
+                            "(1F1B TrainSchedule); it has no interleaved virtual stages", _SCHED)
+    if plan.pp > 1 and plan.uneven:
+        raise CannotExpress("deepspeed_uneven_stages", f"uneven stages {plan.stage_layers[0]}/.../{plan.stage_layers[-1]}: "
+                            "PipelineModule balances layers by its partition_method in model code; the config cannot pin "
+                            "first/last stage layer counts", "deepspeed/runtime/pipe/module.py")
+
+
+def config_dict(plan: Plan) -> dict:
+    check(plan)
+    cfg: dict = {
+        "_comment": list(plan.header) + [
+            "DeepSpeed ignores this _comment key (it reads only the keys it knows).",
+            f"Pass the same layout to Megatron-DeepSpeed on its command line: tensor parallel {plan.tp}, pipeline {plan.pp}, "
+            f"micro-batch {plan.mbs}, global batch {plan.gbs}"
+            + (f", {plan.model.moe.num_experts} experts with expert parallel {plan.ep}" if plan.is_moe else "")
+            + ", plus --deepspeed --deepspeed_config deepspeed_config.json.",
+            f"train_batch_size = micro-batch {plan.mbs} x gradient_accumulation_steps {plan.grad_accum} x data-parallel {plan.dp}"
+            " (DeepSpeed asserts this identity with its data-parallel world size).",
+        ],
+        "train_batch_size": plan.gbs,
+        "train_micro_batch_size_per_gpu": plan.mbs,
+        "gradient_accumulation_steps": plan.grad_accum,
+        "steps_per_print": 10,
+        "gradient_clipping": 1.0,
+        "zero_optimization": {"stage": plan.zero},
+        "bf16": {"enabled": True},
+        "fp16": {"enabled": False},
+        "wall_clock_breakdown": False,
+    }
+    if plan.recompute == "selective":
+        cfg["_comment"].append("Selective recompute is a Megatron-DeepSpeed model flag, not a DeepSpeed config key.")
+    if plan.pp > 1:
+        cfg["_comment"].append(
+            "pipeline: DeepSpeed's engine reads pipe_partitioned, grad_partitioned and activation_checkpoint_interval; "
+            "stages and partition are kept for reference (the stage count is --pipeline-model-parallel-size)."
+        )
+        cfg["pipeline"] = {
+            "stages": plan.pp,
+            "partition": "type:transformer",
+            "activation_checkpoint_interval": 1 if plan.recompute == "full" else 0,
+            "pipe_partitioned": True,
+            "grad_partitioned": True,
+        }
+    elif plan.recompute == "full":
+        cfg["activation_checkpointing"] = {"partition_activations": plan.tp > 1, "contiguous_memory_optimization": False}
+    validate(cfg, plan)
+    return cfg
+
+
+def validate(cfg: dict, plan: Plan) -> None:
+    """The batch identity DeepSpeed asserts: train_batch = micro * accumulation * DP world."""
+    tb, mb, ga = cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]
+    if tb != mb * ga * plan.dp or tb != plan.gbs:
+        raise CannotExpress("deepspeed_batch_identity", f"train_batch_size {tb} != {mb} x {ga} x dp {plan.dp}", _CONFIG)
+
+
+def render(plan: Plan) -> str:
+    text = json.dumps(config_dict(plan), indent=2, ensure_ascii=False) + "\n"
+    json.loads(text)
+    return text

@@ -1,0 +1,370 @@
+"""Megatron-LM arguments for ``pretrain_gpt.py`` (``megatron_args.sh``), shared by the torchrun
+and SLURM launchers.
+
+Every flag is checked against ``megatron_flags.txt`` (Megatron-LM ``megatron/training/arguments.py``
+at the commit named there); every refusal names the Megatron rule and the file that enforces it.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from planner.export.common import CannotExpress, Plan, bash_array, comment_block, q, sanitize
+
+FILE_NAME = "megatron_args.sh"
+MEGATRON_COMMIT = "000c4ac24f61159c138b0975def722c65245983c"
+_ARGS_PY = f"Megatron-LM megatron/training/arguments.py@{MEGATRON_COMMIT[:12]}"
+_TCFG = "Megatron-LM megatron/core/transformer/transformer_config.py (uneven pipeline checks)"
+_SCHED = "Megatron-LM megatron/core/pipeline_parallel/schedules.py (interleaved 1F1B)"
+_ATTN = "Megatron-LM megatron/core/transformer/attention.py (divide(num_query_groups, TP))"
+_PSTATE = "Megatron-LM megatron/core/parallel_state.py (expert rank grid)"
+_MPCFG = "Megatron-LM megatron/core/model_parallel_config.py"
+_FSDP = "Megatron-FSDP supports TP/EP/CP but not PP (Megatron-LM docs; issue NVIDIA/Megatron-LM#1455)"
+
+
+@lru_cache(maxsize=1)
+def megatron_flags() -> frozenset[str]:
+    """The flags listed in ``megatron_flags.txt`` (checked against Megatron-LM's arguments.py)."""
+    text = (Path(__file__).with_name("megatron_flags.txt")).read_text(encoding="utf-8")
+    flags = set()
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("--"):
+            flags.add(line.split()[0])
+    return frozenset(flags)
+
+
+# ----------------------------------------------------------------------------------- checks
+
+
+def check_megatron(plan: Plan) -> None:
+    """Raise ``CannotExpress`` for a layout Megatron-LM would reject or run differently."""
+    m = plan.model
+    tp, pp = plan.tp, plan.pp
+    if m.position_embedding == "alibi":
+        raise CannotExpress("megatron_position_embedding", f"model {m.name} uses ALiBi; Megatron's "
+                            "--position-embedding-type offers learned_absolute, rope, mrope, relative, none", _ARGS_PY)
+    if m.position_embedding == "learned" and plan.seq_len > m.max_position_embeddings:
+        raise CannotExpress("megatron_learned_positions", f"seq_len={plan.seq_len} exceeds the learned position table "
+                            f"({m.max_position_embeddings}); validate_args requires --max-position-embeddings >= --seq-length", _ARGS_PY)
+    if m.num_attention_heads % tp:
+        raise CannotExpress("megatron_heads_divisible_by_tp", f"tp={tp} does not divide {m.num_attention_heads} attention heads", _ATTN)
+    if m.mla is None and m.kv_heads % tp:
+        raise CannotExpress("megatron_query_groups_divisible_by_tp", f"tp={tp} does not divide num_query_groups={m.kv_heads}; "
+                            "Megatron splits KV heads over TP and cannot replicate them", _ATTN)
+    ffn_sizes = [("ffn_hidden_size", m.ffn_hidden_size, tp)]
+    if m.moe is not None:
+        ffn_sizes.append(("moe_ffn_hidden_size", m.moe.expert_ffn_hidden_size, plan.etp))
+        if m.moe.num_shared_experts:
+            shared = m.moe.num_shared_experts * (m.moe.shared_expert_ffn_hidden_size or m.moe.expert_ffn_hidden_size)
+            ffn_sizes.append(("moe_shared_expert_intermediate_size", shared, tp))
+    for name, size, split in ffn_sizes:
+        if size % split:
+            raise CannotExpress("megatron_ffn_divisible", f"{name}={size} is not divisible by its tensor-parallel size {split}",
+                                "Megatron-LM megatron/core/tensor_parallel/layers.py (column/row-parallel split)")
+    if m.moe is not None:
+        if m.moe.num_experts % plan.ep:
+            raise CannotExpress("megatron_experts_divisible_by_ep", f"ep={plan.ep} does not divide {m.moe.num_experts} experts", _ARGS_PY)
+        grid = plan.tp * plan.cp * plan.dp
+        if grid % (plan.etp * plan.ep):
+            raise CannotExpress("megatron_expert_grid", f"tp*cp*dp={grid} is not divisible by etp*ep={plan.etp * plan.ep}", _PSTATE)
+        if plan.ep > 1 and tp > 1 and not plan.sp:
+            raise CannotExpress("megatron_ep_tp_needs_sp", f"ep={plan.ep} with tp={tp} needs sequence parallelism "
+                                "(ModelParallelConfig raises without it)", _MPCFG)
+        if (m.linear_bias) and plan.etp > 1:
+            raise CannotExpress("megatron_moe_bias_etp", f"MoE with linear biases requires etp=1 (got etp={plan.etp})", _TCFG)
+    if plan.cp > 1 and plan.seq_len % (2 * plan.cp):
+        raise CannotExpress("megatron_cp_seq", f"seq_len={plan.seq_len} is not a multiple of 2*cp={2 * plan.cp}", _ARGS_PY)
+    if plan.zero >= 2 and pp > 1:
+        raise CannotExpress("megatron_fsdp_no_pp", f"zero={plan.zero} maps to Megatron-FSDP, which does not run with pp={pp}", _FSDP)
+    _check_pipeline(plan)
+
+
+def _check_pipeline(plan: Plan) -> None:
+    L, pp, vpp = plan.model.num_layers, plan.pp, plan.vpp
+    if pp == 1:
+        return
+    stages = plan.stage_layers
+    if not plan.uneven:
+        if L % pp:
+            raise CannotExpress("megatron_pp_divides_layers", f"{L} layers do not split evenly over pp={pp}", _ARGS_PY)
+        if vpp > 1 and (L // pp) % vpp:
+            raise CannotExpress("megatron_vpp_divides_stage", f"vpp={vpp} does not divide {L // pp} layers per stage", _TCFG)
+    else:
+        first, last = stages[0], stages[-1]
+        middle = stages[1:-1]
+        if len(set(middle)) > 1:
+            raise CannotExpress("megatron_uneven_middle", f"middle stages hold different layer counts {middle}; "
+                                "Megatron splits what first/last leave evenly", _TCFG)
+        if vpp > 1:
+            for name, count in (("first", first), ("last", last)) + (("middle", middle[0]),) * bool(middle):
+                if count % vpp:
+                    raise CannotExpress("megatron_uneven_vpp", f"{name} stage holds {count} layers, not divisible by vpp={vpp}", _TCFG)
+    if vpp > 1:
+        m = plan.grad_accum
+        if m < pp or m % pp:
+            raise CannotExpress("megatron_interleaved_microbatches", f"{m} micro-batches per step is not a positive multiple "
+                                f"of pp={pp}, as the interleaved schedule requires with the default "
+                                "--microbatch-group-size-per-virtual-pipeline-stage (= pp)", _SCHED)
+
+
+# ----------------------------------------------------------------------------------- args
+
+
+def _vocab_divisor(vocab: int, tp: int) -> int:
+    """Largest ``--make-vocab-size-divisible-by`` (<= Megatron's default 128) that leaves the
+    model's vocabulary unpadded at this TP; 1 when TP does not divide it."""
+    if vocab % tp:
+        return 1
+    per_rank = vocab // tp
+    return max(d for d in range(1, 129) if per_rank % d == 0)
+
+
+def _moe_pattern(model) -> str | None:
+    moe = model.moe
+    if moe.num_dense_layers == 0 and moe.moe_layer_frequency == 1:
+        return None
+    bits = [0] * moe.num_dense_layers
+    bits += [1 if i % moe.moe_layer_frequency == 0 else 0 for i in range(model.num_layers - moe.num_dense_layers)]
+    runs: list[list[int]] = []
+    for b in bits:
+        if runs and runs[-1][0] == b:
+            runs[-1][1] += 1
+        else:
+            runs.append([b, 1])
+    return "(" + "+".join(f"[{b}]*{n}" for b, n in runs) + ")"
+
+
+def uses_fsdp(plan: Plan) -> bool:
+    return plan.zero >= 2
+
+
+def megatron_sections(plan: Plan) -> list[tuple[str, list[tuple[str, list]]]]:
+    """(title, [(flag, values)]) groups of Megatron arguments for this plan. ``check_megatron``
+    must have passed."""
+    m = plan.model
+    model_args: list[tuple[str, list]] = [
+        ("--num-layers", [m.num_layers]),
+        ("--hidden-size", [m.hidden_size]),
+        ("--ffn-hidden-size", [m.ffn_hidden_size]),
+        ("--num-attention-heads", [m.num_attention_heads]),
+    ]
+    if m.mla is None:
+        if m.kv_heads != m.num_attention_heads:
+            model_args += [("--group-query-attention", []), ("--num-query-groups", [m.kv_heads])]
+        if m.head_dim is not None and m.head_dim * m.num_attention_heads != m.hidden_size:
+            model_args.append(("--kv-channels", [m.head_dim]))
+    else:
+        model_args.append(("--multi-latent-attention", []))
+        if m.mla.q_lora_rank is not None:
+            model_args.append(("--q-lora-rank", [m.mla.q_lora_rank]))
+        model_args += [
+            ("--kv-lora-rank", [m.mla.kv_lora_rank]),
+            ("--qk-head-dim", [m.mla.qk_nope_head_dim]),
+            ("--qk-pos-emb-head-dim", [m.mla.qk_rope_head_dim]),
+            ("--v-head-dim", [m.mla.v_head_dim]),
+        ]
+    if m.gated_mlp:
+        model_args.append(("--swiglu", []))
+    model_args.append(("--normalization", ["RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"]))
+    pos = {"rope": "rope", "learned": "learned_absolute", "none": "none"}[m.position_embedding]
+    model_args.append(("--position-embedding-type", [pos]))
+    if not m.tied_embeddings:
+        model_args.append(("--untie-embeddings-and-output-weights", []))
+    if not m.linear_bias:
+        model_args.append(("--disable-bias-linear", []))
+        if m.qkv_bias:
+            model_args.append(("--add-qkv-bias", []))
+    if not m.dropout:
+        model_args += [("--attention-dropout", ["0.0"]), ("--hidden-dropout", ["0.0"])]
+    max_pos = m.max_position_embeddings if m.position_embedding == "learned" else max(m.max_position_embeddings, plan.seq_len)
+    model_args += [
+        ("--seq-length", [plan.seq_len]),
+        ("--max-position-embeddings", [max_pos]),
+        ("--make-vocab-size-divisible-by", [_vocab_divisor(m.vocab_size, plan.tp)]),
+    ]
+    sections = [(f"Model shape ({m.name})", model_args)]
+
+    if m.moe is not None:
+        moe = m.moe
+        moe_args: list[tuple[str, list]] = [
+            ("--num-experts", [moe.num_experts]),
+            ("--moe-router-topk", [moe.top_k]),
+            ("--moe-ffn-hidden-size", [moe.expert_ffn_hidden_size]),
+        ]
+        if moe.num_shared_experts:
+            size = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
+            moe_args.append(("--moe-shared-expert-intermediate-size", [moe.num_shared_experts * size]))
+        pattern = _moe_pattern(m)
+        if pattern is not None:
+            moe_args.append(("--moe-layer-freq", [pattern]))
+        if moe.top_k == 1:
+            moe_args.append(("--moe-router-pre-softmax", []))
+        moe_args += [
+            ("--moe-router-load-balancing-type", ["aux_loss"]),
+            ("--moe-aux-loss-coeff", ["1e-2"]),
+            ("--moe-token-dispatcher-type", ["alltoall"]),
+            ("--moe-grouped-gemm", []),
+        ]
+        sections.append(("Mixture of experts", moe_args))
+
+    par: list[tuple[str, list]] = [
+        ("--tensor-model-parallel-size", [plan.tp]),
+        ("--pipeline-model-parallel-size", [plan.pp]),
+        ("--context-parallel-size", [plan.cp]),
+    ]
+    if m.moe is not None:
+        par += [("--expert-model-parallel-size", [plan.ep]), ("--expert-tensor-parallel-size", [plan.etp])]
+    if plan.sp and plan.tp > 1:
+        par.append(("--sequence-parallel", []))
+    if plan.pp > 1 and plan.uneven:
+        par += [("--decoder-first-pipeline-num-layers", [plan.first_layers]),
+                ("--decoder-last-pipeline-num-layers", [plan.last_layers])]
+    if plan.vpp > 1:
+        par.append(("--num-virtual-stages-per-pipeline-rank", [plan.vpp]))
+    sections.append(("Parallel layout", par))
+
+    batch: list[tuple[str, list]] = [("--micro-batch-size", [plan.mbs]), ("--global-batch-size", [plan.gbs])]
+    sections.append((f"Batch ({plan.grad_accum} micro-batches of {plan.mbs} per step on each of {plan.dp} data-parallel ranks)", batch))
+
+    dp_args: list[tuple[str, list]] = []
+    if plan.zero == 1:
+        dp_args.append(("--use-distributed-optimizer", []))
+    elif plan.zero >= 2:
+        strategy = "optim_grads" if plan.zero == 2 else "optim_grads_params"
+        dp_args += [
+            ("--use-megatron-fsdp", []),
+            ("--data-parallel-sharding-strategy", [strategy]),
+            ("--use-distributed-optimizer", []),
+            ("--no-gradient-accumulation-fusion", []),
+            ("--ckpt-format", ["fsdp_dtensor"]),
+        ]
+    dp_args.append(("--overlap-grad-reduce", []))
+    if plan.zero >= 1:
+        dp_args.append(("--overlap-param-gather", []))
+    sections.append((f"Data parallel: ZeRO-{plan.zero}", dp_args))
+
+    rec: list[tuple[str, list]] = []
+    if plan.recompute == "selective":
+        rec.append(("--recompute-granularity", ["selective"]))
+    elif plan.recompute == "full":
+        rec += [("--recompute-granularity", ["full"]), ("--recompute-method", ["uniform"]), ("--recompute-num-layers", [1])]
+    prec: list[tuple[str, list]] = [("--bf16", [])]
+    if plan.precision == "fp8":
+        prec += [("--fp8-format", ["hybrid"]), ("--fp8-recipe", ["delayed"]),
+                 ("--fp8-amax-history-len", [1024]), ("--fp8-amax-compute-algo", ["max"])]
+    if rec:
+        sections.append((f"Activation recompute: {plan.recompute}", rec))
+    sections.append((f"Precision: {plan.precision}", prec))
+
+    run = [
+        ("--train-iters", ["${TRAIN_ITERS}"]),
+        ("--lr", ["1.0e-4"]), ("--min-lr", ["1.0e-5"]), ("--lr-decay-style", ["cosine"]),
+        ("--weight-decay", ["0.1"]), ("--clip-grad", ["1.0"]), ("--adam-beta1", ["0.9"]), ("--adam-beta2", ["0.95"]),
+        ("--log-interval", [1]), ("--eval-iters", [0]),
+    ]
+    sections.append(("PLACEHOLDER optimizer and run length (not part of the plan; edit freely)", run))
+    return sections
+
+
+def emitted_flags(plan: Plan) -> list[str]:
+    """Every Megatron flag the files for this plan contain (the data defaults included)."""
+    flags = [flag for _, items in megatron_sections(plan) for flag, _ in items]
+    return flags + [flag for flag, _ in default_data_args(plan)]
+
+
+def default_data_args(plan: Plan) -> list[tuple[str, list]]:
+    # NullTokenizer reports vocab_size + 1 (one EOD id), so ask for V - 1 to get V.
+    return [("--mock-data", []), ("--tokenizer-type", ["NullTokenizer"]), ("--vocab-size", [plan.model.vocab_size - 1])]
+
+
+def validate_flags(plan: Plan) -> None:
+    unknown = sorted(set(emitted_flags(plan)) - megatron_flags())
+    if unknown:  # a programming error: every flag must be checked against arguments.py first
+        raise RuntimeError(f"Megatron flags not in megatron_flags.txt: {', '.join(unknown)}")
+
+
+def env_lines(plan: Plan) -> list[str]:
+    """Shell lines that set the environment Megatron's validate_args checks."""
+    if uses_fsdp(plan):
+        return [
+            "# Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 (validate_args); leave it unset.",
+            "unset CUDA_DEVICE_MAX_CONNECTIONS",
+        ]
+    if plan.tp > 1 or plan.cp > 1:
+        return [
+            "# validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP > 1 (before Blackwell).",
+            "export CUDA_DEVICE_MAX_CONNECTIONS=1",
+        ]
+    return []
+
+
+def notes(plan: Plan) -> list[str]:
+    m = plan.model
+    out = [
+        "Flags checked against " + _ARGS_PY + " (see planner/export/megatron_flags.txt).",
+        "Model details the planner does not track (rotary base and scaling, norm epsilon, init std) are left at",
+        "Megatron defaults: add them for checkpoint-exact numerics; they do not change the layout's cost.",
+        "TP communication overlap (--tp-comm-overlap) stays off: the prediction assumes it is not overlapped.",
+    ]
+    if m.vocab_size % plan.tp:
+        out.append(f"Vocabulary {m.vocab_size} is not divisible by TP={plan.tp}: Megatron pads it to a multiple of {plan.tp}.")
+    if m.moe is not None:
+        out.append("Router: aux-loss load balancing (coeff 1e-2) and the all-to-all dispatcher; adjust to your recipe.")
+    if m.mla is not None:
+        out.append("MLA: Megatron defaults rope_type to yarn for MLA; DeepSeek checkpoints also use --qk-layernorm.")
+    return out
+
+
+def data_block(plan: Plan, array: str = "DATA_ARGS_ARRAY") -> str:
+    default = " ".join(q(x) for flag, values in default_data_args(plan) for x in [flag, *values])
+    return (
+        "# ---- PLACEHOLDER: data and tokenizer (not part of the plan) ----------------------------\n"
+        "# As written the job trains on Megatron's --mock-data with a NullTokenizer sized to the model's\n"
+        f"# vocabulary ({plan.model.vocab_size}), so it starts without edits. For real data set DATA_ARGS, e.g.\n"
+        "#   DATA_ARGS='--data-path /data/corpus_text_document --tokenizer-type HuggingFaceTokenizer --tokenizer-model /models/tok'\n"
+        'TRAIN_ITERS="${TRAIN_ITERS:-100}"\n'
+        'if [[ -n "${DATA_ARGS:-}" ]]; then\n'
+        f'  read -r -a {array} <<< "${{DATA_ARGS}}"\n'
+        "else\n"
+        f"  {array}=({default})\n"
+        "fi\n"
+    )
+
+
+def args_block(plan: Plan, array: str = "MEGATRON_ARGS") -> str:
+    """Bash that defines ``array`` with every Megatron argument (data placeholders included)."""
+    parts = [data_block(plan), "\n", f"{array}=()\n"]
+    for title, items in megatron_sections(plan):
+        parts.append(f"# {sanitize(title)}\n")
+        rendered = bash_array(f"{array}+", items)
+        # ${TRAIN_ITERS} must expand at run time: it is ours, not user input, so leave it unquoted-safe.
+        rendered = rendered.replace(q("${TRAIN_ITERS}"), '"${TRAIN_ITERS}"')
+        parts.append(rendered)
+    parts.append(f'{array}+=("${{DATA_ARGS_ARRAY[@]}}")\n')
+    return "".join(parts)
+
+
+def render(plan: Plan) -> str:
+    """``megatron_args.sh``: source it to get ``MEGATRON_ARGS``; run it to print them."""
+    check_megatron(plan)
+    validate_flags(plan)
+    head = comment_block(list(plan.header) + [""] + notes(plan) + [
+        "",
+        "Source this file from a launcher (it defines the bash array MEGATRON_ARGS), e.g.",
+        "  source megatron_args.sh && torchrun ... pretrain_gpt.py \"${MEGATRON_ARGS[@]}\"",
+        "Running it directly prints the arguments, one per line.",
+    ])
+    env = "\n".join(env_lines(plan))
+    return (
+        "#!/usr/bin/env bash\n"
+        + head
+        + "\n"
+        + (env + "\n\n" if env else "")
+        + args_block(plan)
+        + "\n"
+        + 'if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then\n'
+        + '  printf \'%s\\n\' "${MEGATRON_ARGS[@]}"\n'
+        + "fi\n"
+    )

@@ -1,0 +1,422 @@
+"""torchtitan launch files.
+
+* ``torchtitan_overrides.sh``: the command line of the current torchtitan release (0.3.0):
+  ``torchrun ... -m torchtitan.train --module llama3 --config <fn> <overrides> activation_checkpoint:<mode>``.
+  Source it for the arrays, or run it on every node to launch.
+* ``torchtitan.toml``: the same layout for releases that read ``--job.config_file``
+  (``torchtitan/config/job_config.py``, checked at the commit named in torchtitan_fields.txt).
+
+Every setting is checked against ``torchtitan_fields.txt``. Decisions torchtitan forces:
+
+* torchtitan builds its own model from a registered flavor; the export refuses a model whose
+  shape matches no checked flavor (llama3 8B / 70B / 405B). In 0.3.0 the config function also
+  fixes the precision (llama3_8b, llama3_70b: bf16; llama3_405b: float8 + compile), so the
+  overrides are refused where no config function has the plan's precision.
+* ZeRO: torchtitan has FSDP2 (``data_parallel_shard_degree``) and replication
+  (``data_parallel_replicate_degree``), no ZeRO-1/2. zero 3 -> FSDP with
+  ``fsdp_reshard_after_forward=always`` (weights gathered for every micro-batch's forward and
+  backward, as the cost model prices ZeRO-3); zero 1/2 -> FSDP with ``never`` (weights stay
+  gathered from forward to backward): weight memory at or below the plan's, but without pipeline
+  parallelism FSDP may gather/reduce per micro-batch (noted in the header). zero 0 -> replication:
+  0.3.0 applies FSDP over the [replicate, shard=1] mesh (gradients all-reduced); job_config-era
+  releases use DDP, which llama3's parallelize refuses on a >1-D mesh, so the TOML refuses
+  zero 0 with TP/PP/CP.
+* Selective recompute -> torchtitan's per-op SAC, which is not Megatron's core-attention recompute
+  (noted). The cost model assumes no TP overlap, so 0.3.0's async TP is switched off.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+
+from planner.export import torchrun
+from planner.export.common import CannotExpress, Plan, bash_array, comment_block, q, safe_name
+
+OVERRIDES_FILE = "torchtitan_overrides.sh"
+TOML_FILE = "torchtitan.toml"
+TORCHTITAN_RELEASE = "0.3.0"
+TORCHTITAN_COMMIT = "6404b932421f5ce382e7dac5ad381b2c17b1373c"
+_JOB = f"torchtitan torchtitan/config/job_config.py@{TORCHTITAN_COMMIT[:12]}"
+_REGISTRY = f"torchtitan {TORCHTITAN_RELEASE} torchtitan/models/llama3/config_registry.py"
+_PIPE = "torchtitan torchtitan/distributed/pipeline_parallel.py (generate_llm_fqn_per_model_part)"
+_PARALLELIZE = "torchtitan torchtitan/models/llama3/infra/parallelize.py (job_config era: DDP only on a 1-D mesh)"
+_TORCH_SCHED = "torch torch/distributed/pipelining/schedules.py (torch 2.13.0)"
+LLAMA3_VOCAB = 128256
+
+
+@lru_cache(maxsize=2)
+def torchtitan_fields(section: str) -> frozenset[str]:
+    """Settings listed under ``[section]`` ("cli" or "toml") in torchtitan_fields.txt."""
+    text = Path(__file__).with_name("torchtitan_fields.txt").read_text(encoding="utf-8")
+    current, out = None, set()
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = line[1:-1]
+            continue
+        if current == section:
+            out.add(line.split()[0])
+    if not out:
+        raise KeyError(section)
+    return frozenset(out)
+
+
+def cli_field(word: str) -> str | None:
+    """The config field a torchtitan command-line word sets (None for a value)."""
+    if word.startswith("activation_checkpoint:"):
+        return "activation_checkpoint"
+    if not word.startswith("--"):
+        return None
+    key = word[2:]
+    section, _, name = key.rpartition(".")
+    if name.startswith("no_"):
+        name = name[3:]
+    return f"{section}.{name}" if section else name
+
+
+def _ffn(dim: int, multiple_of: int, multiplier: float) -> int:
+    """torchtitan's compute_ffn_hidden_dim for the llama3 flavors."""
+    hidden = int(2 * 4 * dim / 3)
+    hidden = int(multiplier * hidden)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+# (name, flavor): (n_layers, dim, n_heads, n_kv_heads, ffn hidden) from torchtitan/models/llama3/__init__.py
+LLAMA3_FLAVORS = {
+    ("llama3", "8B"): (32, 4096, 32, 8, _ffn(4096, 1024, 1.3)),
+    ("llama3", "70B"): (80, 8192, 64, 8, _ffn(8192, 4096, 1.3)),
+    ("llama3", "405B"): (126, 16384, 128, 8, _ffn(16384, 4096, 1.2)),
+}
+
+# torchtitan 0.3.0 config functions: (flavor, precision) -> --config name.
+CONFIG_FUNCTIONS = {
+    ("8B", "bf16"): "llama3_8b",
+    ("70B", "bf16"): "llama3_70b",
+    ("405B", "fp8"): "llama3_405b",
+}
+
+
+def flavor_for(model) -> tuple[str, str] | None:
+    """torchtitan (model name, flavor) whose architecture equals ``model``, or None."""
+    if model.moe is not None or model.mla is not None:
+        return None
+    if not (model.gated_mlp and model.norm == "rmsnorm" and model.position_embedding == "rope"
+            and not model.tied_embeddings and not model.linear_bias and not model.qkv_bias
+            and model.vocab_size == LLAMA3_VOCAB):
+        return None
+    if model.head_dim is not None and model.head_dim * model.num_attention_heads != model.hidden_size:
+        return None
+    shape = (model.num_layers, model.hidden_size, model.num_attention_heads, model.kv_heads, model.ffn_hidden_size)
+    for key, flavor_shape in LLAMA3_FLAVORS.items():
+        if flavor_shape == shape:
+            return key
+    return None
+
+
+# ----------------------------------------------------------------------------------- pipeline
+
+
+def stage_split(num_layers: int, num_stages: int, first_less: int, last_less: int) -> list[int] | None:
+    """Layers per (virtual) stage as torchtitan's generate_llm_fqn_per_model_part assigns them;
+    None where torchtitan raises."""
+    if num_stages == 1:
+        return [num_layers]
+    eff = num_layers + first_less + last_less
+    if num_stages > eff:
+        return None
+    base, extra = divmod(eff, num_stages)
+    if base == 0 or first_less > base or last_less > base:
+        return None
+    counts = []
+    for i in range(num_stages):
+        e = base + (1 if i < extra else 0)
+        counts.append(e - first_less if i == 0 else e - last_less if i == num_stages - 1 else e)
+    return counts
+
+
+def pipeline_settings(plan: Plan) -> dict:
+    """first/last-stage weights (and layers per virtual stage) that reproduce the plan's per-rank
+    layer counts under torchtitan's split; raises CannotExpress if none do."""
+    pp, vpp, L = plan.pp, plan.vpp, plan.model.num_layers
+    stages = pp * vpp
+    target = list(plan.stage_layers)
+    candidates = [(1, 1)] + [(a, b) for s in range(0, 2 * (L // stages) + 3) for a in range(s + 1) for b in [s - a]]
+    for first_less, last_less in candidates:
+        counts = stage_split(L, stages, first_less, last_less)
+        if counts is None:
+            continue
+        per_rank = [sum(counts[r::pp]) for r in range(pp)]
+        if per_rank != target:
+            continue
+        out = {"first_less": first_less, "last_less": last_less, "layers_per_stage": None}
+        if vpp > 1:
+            eff = L + first_less + last_less
+            lps = math.ceil(eff / stages)
+            if math.ceil(eff / lps) != stages:
+                continue
+            out["layers_per_stage"] = lps
+        return out
+    raise CannotExpress("torchtitan_pipeline_split", f"no first/last-stage weights make torchtitan place layers "
+                        f"{'/'.join(map(str, target))} on the {pp} ranks with {vpp} stage(s) each", _PIPE)
+
+
+# ----------------------------------------------------------------------------------- checks
+
+
+def check_common(plan: Plan) -> None:
+    """Rules both targets share (flavor, whole nodes, torch pipeline schedules, layer split)."""
+    torchrun.check_nodes(plan)
+    if flavor_for(plan.model) is None:
+        names = ", ".join(f"{n} {f}" for n, f in LLAMA3_FLAVORS)
+        raise CannotExpress("torchtitan_flavor", f"torchtitan builds models from registered flavors and none matches "
+                            f"{plan.model.name}'s shape (checked: {names}); register a flavor first",
+                            "torchtitan torchtitan/models/llama3/__init__.py")
+    if plan.pp > 1:
+        m = plan.grad_accum
+        if plan.vpp == 1 and m < plan.pp:
+            raise CannotExpress("torchtitan_1f1b_microbatches", f"{m} micro-batches < pp={plan.pp}: Schedule1F1B requires "
+                                "at least as many micro-batches as stages", _TORCH_SCHED)
+        if plan.vpp > 1:
+            rounds = max(1, m // plan.pp)
+            if m % rounds:
+                raise CannotExpress("torchtitan_interleaved_rounds", f"{m} micro-batches is not a multiple of the "
+                                    f"{rounds} rounds Interleaved1F1B uses with pp={plan.pp}", _TORCH_SCHED)
+        pipeline_settings(plan)
+
+
+def config_function(plan: Plan) -> str:
+    """The torchtitan 0.3.0 ``--config`` function for this model and precision."""
+    _, flavor = flavor_for(plan.model)
+    fn = CONFIG_FUNCTIONS.get((flavor, plan.precision))
+    if fn is None:
+        have = ", ".join(f"{f} {p}" for (f, p) in CONFIG_FUNCTIONS if f == flavor) or "none"
+        raise CannotExpress("torchtitan_config_precision", f"torchtitan {TORCHTITAN_RELEASE} fixes the precision in each "
+                            f"llama3 config function and none trains {flavor} in {plan.precision} (available: {have})",
+                            _REGISTRY)
+    return fn
+
+
+def check_cli(plan: Plan) -> None:
+    check_common(plan)
+    config_function(plan)
+
+
+def check_toml(plan: Plan) -> None:
+    check_common(plan)
+    if plan.zero == 0 and max(plan.tp, plan.pp, plan.cp) > 1:
+        raise CannotExpress("torchtitan_ddp_1d", "zero=0 maps to DDP, which job_config-era torchtitan refuses with TP/PP/CP "
+                            "('DDP has not supported > 1D parallelism')", _PARALLELIZE)
+
+
+# ----------------------------------------------------------------------------------- settings
+
+
+def _local_batch(plan: Plan) -> int:
+    return plan.gbs // plan.dp if plan.pp > 1 else plan.mbs
+
+
+def _dp_settings(plan: Plan) -> list[tuple[str, object]]:
+    if plan.zero == 0:
+        return [("parallelism.data_parallel_replicate_degree", plan.dp), ("parallelism.data_parallel_shard_degree", 1)]
+    return [("parallelism.data_parallel_replicate_degree", 1), ("parallelism.data_parallel_shard_degree", plan.dp),
+            ("parallelism.fsdp_reshard_after_forward", "always" if plan.zero == 3 else "never")]
+
+
+def _pipe_settings(plan: Plan) -> list[tuple[str, object]]:
+    if plan.pp == 1:
+        return []
+    pipe = pipeline_settings(plan)
+    out: list[tuple[str, object]] = [
+        ("parallelism.pipeline_parallel_schedule", "Interleaved1F1B" if plan.vpp > 1 else "1F1B"),
+        ("parallelism.pipeline_parallel_microbatch_size", plan.mbs),
+        ("parallelism.pipeline_parallel_first_stage_less_layers", pipe["first_less"]),
+        ("parallelism.pipeline_parallel_last_stage_less_layers", pipe["last_less"]),
+    ]
+    if pipe["layers_per_stage"] is not None:
+        out.append(("parallelism.pipeline_parallel_layers_per_stage", pipe["layers_per_stage"]))
+    return out
+
+
+def cli_words(plan: Plan) -> tuple[list[tuple[str, list]], str]:
+    """(flag, values) overrides for torchtitan 0.3.0 and the activation-checkpoint subcommand that
+    must come last. ``check_cli`` must have passed."""
+    items: list[tuple[str, list]] = [("--module", ["llama3"]), ("--config", [config_function(plan)])]
+    settings: list[tuple[str, object]] = [
+        ("training.local_batch_size", _local_batch(plan)),
+        ("training.global_batch_size", plan.gbs),
+        ("training.seq_len", plan.seq_len),
+        ("training.max_norm", 1.0),
+    ]
+    settings += _dp_settings(plan)
+    settings.append(("parallelism.tensor_parallel_degree", plan.tp))
+    settings += [("parallelism.context_parallel_degree", plan.cp), ("parallelism.pipeline_parallel_degree", plan.pp)]
+    settings += _pipe_settings(plan)
+    items += [(f"--{k}", [str(v)]) for k, v in settings]
+    if plan.tp > 1 and not plan.sp:
+        items.append(("--parallelism.no_enable_sequence_parallel", []))
+    if plan.pp > 1:
+        items.append(("--training.disable_cuda_graphs", []))
+    items.append(("--compile.no_enable_async_tensor_parallel", []))
+    subcommand = "activation_checkpoint:" + plan.recompute
+    fields = {cli_field(f) for f, _ in items} | {cli_field(subcommand)} | {"training.steps", "hf_assets_path"}
+    unknown = sorted(fields - torchtitan_fields("cli"))
+    if unknown:  # programming error: every setting must be checked against torchtitan first
+        raise RuntimeError(f"torchtitan settings not in torchtitan_fields.txt [cli]: {', '.join(unknown)}")
+    return items, subcommand
+
+
+def toml_settings(plan: Plan) -> list[tuple[str, object]]:
+    """(section.field, value) pairs for job_config-era torchtitan. ``check_toml`` must have passed."""
+    name, flavor = flavor_for(plan.model)
+    out: list[tuple[str, object]] = [("model.name", name), ("model.flavor", flavor)]
+    if plan.precision == "fp8":
+        out.append(("model.converters", ["float8"]))
+    out += [
+        ("training.local_batch_size", _local_batch(plan)),
+        ("training.global_batch_size", plan.gbs),
+        ("training.seq_len", plan.seq_len),
+        ("training.max_norm", 1.0),
+        ("training.steps", 100),
+    ]
+    if plan.precision == "fp8":
+        out.append(("training.compile", True))
+    out += _dp_settings(plan)
+    out += [
+        ("parallelism.tensor_parallel_degree", plan.tp),
+        ("parallelism.context_parallel_degree", plan.cp),
+        ("parallelism.pipeline_parallel_degree", plan.pp),
+    ]
+    out += _pipe_settings(plan)
+    out.append(("activation_checkpoint.mode", plan.recompute))
+    if plan.recompute == "selective":
+        out.append(("activation_checkpoint.selective_ac_option", "op"))
+    if plan.precision == "fp8" and plan.zero >= 1 and plan.dp > 1:
+        out += [("float8.enable_fsdp_float8_all_gather", True), ("float8.precompute_float8_dynamic_scale_for_fsdp", True)]
+    unknown = sorted(({k for k, _ in out} | {"job.description"}) - torchtitan_fields("toml"))
+    if unknown:  # programming error
+        raise RuntimeError(f"torchtitan settings not in torchtitan_fields.txt [toml]: {', '.join(unknown)}")
+    return out
+
+
+def notes(plan: Plan, target: str) -> list[str]:
+    if target == "cli":
+        out = [f"torchtitan {TORCHTITAN_RELEASE} command line (settings checked: planner/export/torchtitan_fields.txt [cli]).",
+               "The --config function supplies the model, optimizer, data loader (HuggingFace c4, streamed from the Hub)",
+               "and tokenizer folder (hf_assets_path; fetch it with torchtitan's scripts/download_hf_assets.py or set",
+               "HF_ASSETS_PATH); the overrides below pin every parallel, batch and recompute setting of the plan."]
+        if plan.precision == "fp8":
+            out.append("fp8: the llama3_405b config converts linears to torchao Float8Linear and compiles the model.")
+        if plan.zero == 0:
+            out.append("zero 0: torchtitan applies FSDP over the [replicate, shard=1] mesh, i.e. plain replication.")
+    else:
+        out = [f"Settings checked against {_JOB} (planner/export/torchtitan_fields.txt [toml])."]
+        if plan.precision == "fp8":
+            out.append("fp8: torchao Float8Linear (tensorwise), with torch.compile on as torchtitan recommends.")
+        out.append("torchtitan reads the vocabulary from its tokenizer: point model.tokenizer_path at the model's tokenizer.")
+    if plan.zero in (1, 2):
+        out.append(f"torchtitan has no ZeRO-{plan.zero}: this is FSDP2 with reshard_after_forward=never (weights stay "
+                   "gathered from forward to backward).")
+        if plan.pp == 1 and plan.grad_accum > 1:
+            out.append(f"Without PP, FSDP may gather/reduce-scatter on each of the {plan.grad_accum} micro-batches: "
+                       "data-parallel traffic can exceed the plan's.")
+    if plan.zero == 3:
+        out.append("ZeRO-3 -> FSDP2 with reshard_after_forward=always (weights gathered for each micro-batch).")
+    if plan.recompute == "selective":
+        out.append("Selective recompute -> torchtitan's per-op SAC, which saves attention outputs and recomputes every "
+                   "second matmul: not Megatron's core-attention recompute, so step time may exceed the prediction.")
+    if plan.tp > 1 and not plan.sp and target == "toml":
+        out.append("job_config-era torchtitan always uses sequence parallelism with TP; the plan has it off.")
+    return out
+
+
+# ----------------------------------------------------------------------------------- render
+
+
+def render_overrides(plan: Plan) -> str:
+    check_cli(plan)
+    items, subcommand = cli_words(plan)
+    job = safe_name(f"planner-{plan.model.name}")
+    head = comment_block(list(plan.header) + [""] + notes(plan, "cli") + [
+        "",
+        "Source this file for the bash arrays TORCHTITAN_OVERRIDES and TORCHTITAN_AC, or run it on each node to",
+        f"launch torchrun -m torchtitan.train on {plan.nnodes} node(s) x {plan.nproc_per_node} GPUs (c10d rendezvous).",
+        "Environment: MASTER_ADDR (localhost), MASTER_PORT (29500), JOB_ID (" + job + "), TRAIN_STEPS (100),",
+        "HF_ASSETS_PATH (the config's). Extra arguments go before the activation_checkpoint subcommand, which tyro",
+        "needs last.",
+    ])
+    words = [
+        "torchrun",
+        "--nnodes", str(plan.nnodes),
+        "--nproc-per-node", str(plan.nproc_per_node),
+        "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", '"${MASTER_ADDR}:${MASTER_PORT}"',
+        "--rdzv-id", '"${JOB_ID}"',
+        "-m", "torchtitan.train",
+        '"${TORCHTITAN_OVERRIDES[@]}"',
+    ]
+    return (
+        "#!/usr/bin/env bash\n"
+        + head
+        + bash_array("TORCHTITAN_OVERRIDES", items)
+        + 'TORCHTITAN_OVERRIDES+=(--training.steps "${TRAIN_STEPS:-100}")\n'
+        + 'if [[ -n "${HF_ASSETS_PATH:-}" ]]; then TORCHTITAN_OVERRIDES+=(--hf_assets_path "${HF_ASSETS_PATH}"); fi\n'
+        + f"TORCHTITAN_AC=({q(subcommand)})\n"
+        + "\n"
+        + 'if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then\n'
+        + "  set -euo pipefail\n"
+        + '  MASTER_ADDR="${MASTER_ADDR:-localhost}"\n'
+        + '  MASTER_PORT="${MASTER_PORT:-29500}"\n'
+        + f"  PLANNER_DEFAULT_JOB_ID={q(job)}\n"
+        + '  JOB_ID="${JOB_ID:-${PLANNER_DEFAULT_JOB_ID}}"\n'
+        + "  exec " + " \\\n    ".join(torchrun._pairs(words)) + ' "$@" "${TORCHTITAN_AC[@]}"\n'
+        + "fi\n"
+    )
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def render_toml(plan: Plan) -> str:
+    check_toml(plan)
+    sections: dict[str, list[tuple[str, object]]] = {}
+    for key, value in toml_settings(plan):
+        section, name = key.rsplit(".", 1)
+        sections.setdefault(section, []).append((name, value))
+    head = comment_block(list(plan.header) + [""] + notes(plan, "toml") + [
+        "",
+        "For torchtitan releases that read a job config file (torchtitan/config/job_config.py):",
+        "  torchrun ... -m torchtitan.train --job.config_file torchtitan.toml",
+    ])
+    body = [f'[job]\ndescription = {_toml_value("planner " + plan.layout_summary())}\n']
+    for section, pairs in sections.items():
+        body.append(f"[{section}]\n" + "".join(f"{n} = {_toml_value(v)}\n" for n, v in pairs))
+    text = head + "\n" + "\n".join(body)
+    parsed = tomllib.loads(text)
+    if parsed["training"]["global_batch_size"] != plan.gbs:  # round-trip check of what we wrote
+        raise RuntimeError("torchtitan.toml did not round-trip")
+    return text
+
+
+def render(plan: Plan) -> tuple[dict[str, str], dict[str, CannotExpress]]:
+    """Both torchtitan files where each target can express the layout: (name -> text, name -> why not)."""
+    files: dict[str, str] = {}
+    refused: dict[str, CannotExpress] = {}
+    for name, fn in ((OVERRIDES_FILE, render_overrides), (TOML_FILE, render_toml)):
+        try:
+            files[name] = fn(plan)
+        except CannotExpress as err:
+            refused[name] = err
+    return files, refused

@@ -311,7 +311,7 @@ def validate_rows(rows: list[dict], calib: Calibration = DEFAULT) -> list[RowRes
             results.append(RowResult(
                 id=str(row.get("id", "?")), source=str((row.get("source") or {}).get("key", "?")),
                 confidence=str(row.get("confidence", "?")), gpus=int((row.get("hardware") or {}).get("num_gpus") or 0),
-                reported=float(ref.get("tokens_per_s_per_gpu") or 0.0), reason=f"not mapped: {err}",
+                reported=float(ref.get("tokens_per_s_per_gpu") or 0.0), reason=str(err),
             ))
     return results
 
@@ -375,6 +375,38 @@ def format_table(results: list[RowResult], summary: dict) -> str:
     return "\n".join(lines)
 
 
+def llama3_405b_production_check() -> dict:
+    """The Llama 3 405B production layout (Llama 3 paper, Table 4: TP8 CP1 PP16 DP128 on
+    16,384 H100, 8K sequences, 16M-token batches): peak memory per recompute setting."""
+    from costmodel import Layout, evaluate
+    from hardware_catalog import get_cluster, get_gpu, get_model
+
+    model, cluster = get_model("llama3-405b"), get_cluster("dgx-h100")
+    gpu = get_gpu(cluster.gpu)
+    out = {}
+    for rc in ("none", "selective", "full"):
+        lay = Layout(tp=8, cp=1, pp=16, dp=128, vpp=1, zero=1, mbs=1, gbs=2048, seq_len=8192, recompute=rc)
+        r = evaluate(model, cluster, lay, gpu=gpu)
+        out[rc] = {
+            "peak_gib": float(r.memory_gib["peak"][0]),
+            "capacity_gib": float(r.memory_capacity_gib),
+            "fits": bool(r.fits[0]),
+            "tokens_per_s_per_gpu": float(r.tokens_per_s_per_gpu[0]),
+        }
+    return out
+
+
+def format_production_check(check: dict) -> str:
+    lines = ["Llama 3 405B production layout (TP8 CP1 PP16 DP128, 16,384 x H100 80GB, seq 8192, gbs 2048 = 16M tokens):"]
+    for rc, v in check.items():
+        verdict = "fits" if v["fits"] else "does not fit"
+        lines.append(f"  recompute {rc:<10} peak {v['peak_gib']:6.1f} of {v['capacity_gib']:.1f} GiB: {verdict:<13} "
+                     f"{v['tokens_per_s_per_gpu']:.0f} tokens/s/GPU")
+    fitting = [rc for rc, v in check.items() if v["fits"]]
+    lines.append(f"  -> fits an 80 GB H100 with recompute: {', '.join(fitting) if fitting else 'none of them'}")
+    return "\n".join(lines)
+
+
 def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = "high") -> None:
     import typer
 
@@ -383,7 +415,11 @@ def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = 
     rows = load_runs(runs)
     results = validate_rows(rows)
     summary = summarize(results, confidence)
+    check = llama3_405b_production_check()
     if as_json:
-        typer.echo(json.dumps({"rows": [r.__dict__ for r in results], "summary": summary}, indent=2))
+        typer.echo(json.dumps({"rows": [r.__dict__ for r in results], "summary": summary,
+                               "llama3_405b_production": check}, indent=2))
     else:
         typer.echo(format_table(results, summary))
+        typer.echo("")
+        typer.echo(format_production_check(check))

@@ -1,0 +1,66 @@
+"""`planner validate`: accuracy on the shipped reference set is held here, so a regression fails CI."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import app
+from planner.validate import llama3_405b_production_check, load_runs, summarize, validate_rows
+
+
+@pytest.fixture(scope="module")
+def results():
+    return validate_rows(load_runs(None))
+
+
+def test_accuracy_on_reference_set_high_confidence(results):
+    s = summarize(results, "high")
+    # Figures measured when the calibration was fitted (see costmodel/calibration.py and the
+    # validate note): median 6.3%, p90 48.7% over 83 rows. Small slack for platform noise.
+    assert s["rows"] >= 80
+    assert s["median_abs_error"] <= 0.065
+    assert s["p90_abs_error"] <= 0.50
+    # Sources the model covers by mechanism stay tight.
+    for source in ("nemo_perf_2407", "nemo_longseq", "megatron_readme_2024", "korthikanti2022"):
+        assert s["per_source"][source]["median_abs_error"] <= 0.07, source
+
+
+def test_every_row_is_predicted_or_listed_with_reason(results):
+    rows = load_runs(None)
+    assert len(results) == len(rows)
+    for r in results:
+        assert r.error is not None or r.reason, r.id
+
+
+def test_unmappable_row_is_listed_not_dropped():
+    row = copy.deepcopy(load_runs(None)[0])
+    row["id"] = "weird"
+    row["hardware"]["gpu"] = "TPU-v9"
+    (r,) = validate_rows([row])
+    assert r.error is None and "TPU-v9" in r.reason
+
+
+def test_llama3_405b_production_layout_fits_with_some_recompute():
+    check = llama3_405b_production_check()
+    assert any(v["fits"] for v in check.values())
+    # More recompute never needs more memory.
+    assert check["full"]["peak_gib"] <= check["selective"]["peak_gib"] <= check["none"]["peak_gib"] + 1e-9
+
+
+def test_validate_cli_json_and_bad_file(tmp_path):
+    runner = CliRunner()
+    small = tmp_path / "runs.json"
+    small.write_text(json.dumps(load_runs(None)[:3]))
+    res = runner.invoke(app, ["validate", "--runs", str(small), "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert {"median_abs_error", "p90_abs_error", "mape"} <= set(data["summary"])
+    assert len(data["rows"]) == 3
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    res = runner.invoke(app, ["validate", "--runs", str(bad)])
+    assert res.exit_code != 0

@@ -320,7 +320,7 @@ def test_vocab_is_not_padded_by_megatron():
 @pytest.mark.parametrize("model,layout,rule", [
     (LLAMA3_405B, dict(tp=16, pp=8, dp=128, gbs=2048), "megatron_query_groups_divisible_by_tp"),
     (MIXTRAL, dict(tp=2, pp=4, dp=8, ep=8, etp=2, vpp=2, gbs=8 * 6), "megatron_interleaved_microbatches"),
-    (LLAMA3_405B, dict(tp=8, pp=16, dp=128, vpp=2, gbs=2048, pp_first_layers=7, pp_last_layers=7), "megatron_uneven_vpp"),
+    (LLAMA3_405B, dict(tp=8, pp=16, dp=128, vpp=3, gbs=2048, pp_first_layers=7, pp_last_layers=7), "megatron_uneven_vpp"),
     (LLAMA3_8B, dict(tp=1, pp=2, dp=4, zero=3, gbs=64), "megatron_fsdp_no_pp"),
     (MIXTRAL, dict(tp=2, dp=4, ep=8, etp=2, gbs=64), "megatron_expert_grid"),
     (MIXTRAL, dict(tp=2, dp=4, ep=4, gbs=64, sequence_parallel=False), "megatron_ep_tp_needs_sp"),
@@ -704,3 +704,14 @@ def test_missing_split_is_filled_in(tmp_path):
     plan = build_plan(rec, LLAMA3_405B, DGX_H100)
     assert plan.stage_layers[0] + sum(plan.stage_layers[1:-1]) + plan.stage_layers[-1] == 126
     assert len(set(plan.stage_layers[1:-1])) == 1
+
+
+def test_megatron_uneven_interleaved_uses_embedding_and_loss_accounting(tmp_path):
+    # 126 layers on PP16 x VPP2: first/last stages hold 7, middle 8; (126 + 2) % (16 * 2) == 0,
+    # so Megatron expresses it by counting the embedding and the loss as layers.
+    rec = record(LLAMA3_405B, tp=8, pp=16, dp=128, vpp=2, gbs=2048, pp_first_layers=7, pp_last_layers=7)
+    export(rec, LLAMA3_405B, tmp_path, formats="megatron")
+    text = (tmp_path / "megatron_args.sh").read_text()
+    assert "--account-for-embedding-in-pipeline-split" in text
+    assert "--account-for-loss-in-pipeline-split" in text
+    assert "--decoder-first-pipeline-num-layers" not in text

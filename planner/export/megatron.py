@@ -81,6 +81,21 @@ def check_megatron(plan: Plan) -> None:
     _check_pipeline(plan)
 
 
+def _embedding_loss_split(plan: Plan) -> bool:
+    """First and last stages one layer short of the middle ones, with (L + 2) divisible by
+    pp * vpp: Megatron expresses this by counting the input embedding and the loss as one
+    layer each (--account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split,
+    _add_distributed_args in megatron/training/arguments.py)."""
+    stages = plan.stage_layers
+    if plan.pp < 3 or not plan.uneven:
+        return False
+    first, last, middle = stages[0], stages[-1], stages[1:-1]
+    if len(set(middle)) != 1:
+        return False
+    return (first == last == middle[0] - 1
+            and (plan.model.num_layers + 2) % (plan.pp * plan.vpp) == 0)
+
+
 def _check_pipeline(plan: Plan) -> None:
     L, pp, vpp = plan.model.num_layers, plan.pp, plan.vpp
     if pp == 1:
@@ -97,6 +112,8 @@ def _check_pipeline(plan: Plan) -> None:
         if len(set(middle)) > 1:
             raise CannotExpress("megatron_uneven_middle", f"middle stages hold different layer counts {middle}; "
                                 "Megatron splits what first/last leave evenly", _TCFG)
+        if vpp > 1 and _embedding_loss_split(plan):
+            return
         if vpp > 1:
             for name, count in (("first", first), ("last", last)) + (("middle", middle[0]),) * bool(middle):
                 if count % vpp:
@@ -218,7 +235,10 @@ def megatron_sections(plan: Plan) -> list[tuple[str, list[tuple[str, list]]]]:
         par += [("--expert-model-parallel-size", [plan.ep]), ("--expert-tensor-parallel-size", [plan.etp])]
     if plan.sp and plan.tp > 1:
         par.append(("--sequence-parallel", []))
-    if plan.pp > 1 and plan.uneven:
+    if plan.pp > 1 and plan.uneven and plan.vpp > 1 and _embedding_loss_split(plan):
+        par += [("--account-for-embedding-in-pipeline-split", []),
+                ("--account-for-loss-in-pipeline-split", [])]
+    elif plan.pp > 1 and plan.uneven:
         par += [("--decoder-first-pipeline-num-layers", [plan.first_layers]),
                 ("--decoder-last-pipeline-num-layers", [plan.last_layers])]
     if plan.vpp > 1:

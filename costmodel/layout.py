@@ -51,6 +51,11 @@ class Layout:
     """Megatron sequence parallelism for the non-TP regions; None = on whenever tp > 1."""
     precision: str = "bf16"
     """bf16, or fp8 (TransformerEngine: GEMMs in FP8)."""
+    recompute_layers: Optional[int] = None
+    """With recompute=full: layers per pipeline stage whose activations are recomputed, the
+    rest keep theirs (Megatron --recompute-method block; --recompute-num-layers is this divided
+    by vpp). None = every layer. A negative value -q means q quarters of every stage's layers
+    (what the search explores: 1/4, 1/2, 3/4)."""
     pp_first_layers: Optional[int] = None
     """Layers on the first pipeline stage; None = planner's split (see costmodel.pipeline)."""
     pp_last_layers: Optional[int] = None
@@ -106,6 +111,12 @@ class LayoutBatch:
     """0 bf16, 1 fp8."""
     pp_first_layers: np.ndarray
     pp_last_layers: np.ndarray
+    recompute_layers: np.ndarray = None
+    """With full recompute: layers per stage recomputed; 0 = all; -q = q quarters of each stage."""
+
+    def __post_init__(self):
+        if self.recompute_layers is None:
+            self.recompute_layers = np.zeros_like(self.tp)
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -121,6 +132,7 @@ class LayoutBatch:
             cols["sp"].append(lay.sp)
             cols["pp_first_layers"].append(lay.pp_first_layers or 0)
             cols["pp_last_layers"].append(lay.pp_last_layers or 0)
+            cols["recompute_layers"].append(lay.recompute_layers or 0)
         arrays = {k: np.asarray(v, dtype=bool if k == "sp" else np.int64) for k, v in cols.items()}
         return cls(**arrays)
 
@@ -138,7 +150,7 @@ class LayoutBatch:
                 full[f.name] = PRECISIONS.index(defaults.precision)
             elif f.name == "sp":
                 full[f.name] = True
-            elif f.name in ("pp_first_layers", "pp_last_layers"):
+            elif f.name in ("pp_first_layers", "pp_last_layers", "recompute_layers"):
                 full[f.name] = 0
             else:
                 full[f.name] = getattr(defaults, f.name)
@@ -160,4 +172,5 @@ class LayoutBatch:
         kw["sequence_parallel"] = bool(self.sp[i])
         kw["pp_first_layers"] = int(self.pp_first_layers[i]) or None
         kw["pp_last_layers"] = int(self.pp_last_layers[i]) or None
+        kw["recompute_layers"] = (int(self.recompute_layers[i]) or None) if kw["recompute"] == "full" else None
         return Layout(**kw)

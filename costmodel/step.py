@@ -23,7 +23,7 @@ from costmodel.memory import (
     model_state_bytes,
 )
 from costmodel.params import count_params
-from costmodel.pipeline import stage_layer_split
+from costmodel.pipeline import partial_recompute_per_chunk, stage_layer_split
 from costmodel.placement import group_span, pipeline_crosses_network
 from costmodel.result import MEMORY_TERMS, TIME_TERMS, BatchResult
 from hardware_catalog.schema import ClusterSpec, GPUSpec, ModelSpec
@@ -150,15 +150,29 @@ def evaluate_batch(
         model.num_layers, batch.pp, batch.pp_first_layers, batch.pp_last_layers
     )
 
+    per_chunk, _ = partial_recompute_per_chunk(
+        model.num_layers, batch.pp, batch.vpp, batch.pp_first_layers, batch.pp_last_layers, batch.recompute_layers
+    )
+    partial = batch.recompute_layers != 0
+    recomputed_per_stage = (per_chunk * batch.vpp).astype(np.float64)
+
+    def recompute_share(n_layers):
+        """Share of a stage's layers that full recompute covers: all, or with Megatron's block
+        method the first ``per_chunk`` layers of each of its vpp chunks."""
+        n = np.maximum(n_layers.astype(np.float64), 1.0)
+        share = np.where(partial, np.minimum(recomputed_per_stage / n, 1.0), 1.0)
+        return np.where(full, share, 0.0)
+
     def stage_terms(n_layers, first_stage, last_stage):
         nd, nm = _stage_layer_mix(model, counts, n_layers, first_stage)
+        share = recompute_share(n_layers)
         compute = nd * (dense_t.forward + dense_t.backward) + nm * (moe_t.forward + moe_t.backward)
         recompute = np.where(
             full,
-            nd * dense_t.forward + nm * moe_t.forward,
+            share * (nd * dense_t.forward + nm * moe_t.forward),
             np.where(selective, nd * dense_t.attention_forward + nm * moe_t.attention_forward, 0.0),
         )
-        passes = np.where(full, 3.0, 2.0)  # forward, backward (+ recomputed forward)
+        passes = 2.0 + share  # forward, backward (+ the recomputed forward of the covered layers)
         tp_c = passes * (nd * tp_dense + nm * tp_moe)
         cp_c = (nd * cp_dense_f + nm * cp_moe_f) * (passes - 1.0) + nd * cp_dense_b + nm * cp_moe_b
         ep_c = passes * nm * ep_pass
@@ -313,7 +327,7 @@ def evaluate_batch(
     # core) for full, the attention core forward for selective.
     core_fwd = model.num_layers * attention_core_flops_per_token(model, batch.seq_len)
     layer_fwd = 2.0 * (counts.matmul_active - (counts.lm_head or counts.embedding_matrix)) + core_fwd
-    extra = np.where(full, layer_fwd, np.where(selective, core_fwd, 0.0))
+    extra = np.where(full, recompute_share(n_middle) * layer_fwd, np.where(selective, core_fwd, 0.0))
     hfu = (flops_token + extra) * tokens_step / (step * gpus * peak)
 
     # ---------------- memory on each stage; the peak is the most loaded stage
@@ -323,7 +337,8 @@ def evaluate_batch(
 
     def stage_memory(n_layers, params, rank, first_stage, last_stage):
         nd, nm = _stage_layer_mix(model, counts, n_layers, first_stage)
-        kept = tokens_mb * np.where(full, (nd + nm) * a_full, nd * a_dense + nm * a_moe)
+        share = recompute_share(n_layers)
+        kept = tokens_mb * (share * (nd + nm) * a_full + (1.0 - share) * (nd * a_dense + nm * a_moe))
         # Full recompute rebuilds one layer's activations at a time during backward.
         working = np.where(full, tokens_mb * np.maximum(a_dense, np.where(nm > 0, a_moe, 0.0)), 0.0)
         inflight = inflight_microbatches(rank, pp, vpp, m)

@@ -41,6 +41,7 @@ def _command_line() -> str:
 def _evaluate_record(
     model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
     recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
+    recompute_layers=None,
 ):
     from costmodel import evaluate
     from costmodel.record import result_record
@@ -51,7 +52,7 @@ def _evaluate_record(
     layout = build_layout(
         setup, gpus, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs,
         recompute=recompute, precision=precision, sequence_parallel=sequence_parallel,
-        pp_first_layers=pp_first_layers, pp_last_layers=pp_last_layers,
+        pp_first_layers=pp_first_layers, pp_last_layers=pp_last_layers, recompute_layers=recompute_layers,
     )
     check_layout(setup.model, setup.cluster, setup.gpu, layout, allow_cross_node_tp=allow_cross_node_tp)
     result = evaluate(setup.model, setup.cluster, layout, gpu=setup.gpu)
@@ -99,6 +100,7 @@ def evaluate(
     tokens_per_batch: Optional[int] = typer.Option(None, "--tokens-per-batch", help="Global batch in tokens (instead of --gbs)."),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length. Default: the model preset's."),
     recompute: str = typer.Option("selective", help="Activation recompute: none | selective | full."),
+    recompute_layers: Optional[int] = typer.Option(None, "--recompute-layers", help="With --recompute full: layers per pipeline stage to recompute (Megatron block method). Default: all."),
     precision: str = typer.Option("bf16", help="bf16 | fp8 (TransformerEngine GEMMs)."),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel", help="Megatron sequence parallelism. Default: on when tp > 1."),
     pp_first_layers: Optional[int] = typer.Option(None, "--pp-first-layers", help="Layers on the first pipeline stage (uneven pipelines). Default: planner's split."),
@@ -110,6 +112,7 @@ def evaluate(
     setup, record = _evaluate_record(
         model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
         recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
+        recompute_layers,
     )
     if as_json:
         typer.echo(json.dumps(record, indent=2))
@@ -199,6 +202,7 @@ def export(
     gbs: Optional[int] = typer.Option(None), tokens_per_batch: Optional[int] = typer.Option(None, "--tokens-per-batch"),
     seq_len: Optional[int] = typer.Option(None, "--seq-len"),
     recompute: str = typer.Option("selective"), precision: str = typer.Option("bf16"),
+    recompute_layers: Optional[int] = typer.Option(None, "--recompute-layers"),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
     pp_first_layers: Optional[int] = typer.Option(None, "--pp-first-layers"),
     pp_last_layers: Optional[int] = typer.Option(None, "--pp-last-layers"),
@@ -231,6 +235,7 @@ def export(
         setup, record = _evaluate_record(
             model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
             recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
+            recompute_layers,
         )
         model_spec, cluster_spec = setup.model, setup.cluster
     report = export_layout(

@@ -43,7 +43,9 @@ def _row(rec: dict, multi_hw: bool, extra_cols: list[str], splits: bool = False)
     if splits:
         st = lay.get("stage_layers")
         row.append(f"{st[0]}/{st[1] if len(st) > 2 else '-'}/{st[-1]}" if st else "-")
-    row.append(lay["recompute"] + (" fp8" if lay.get("precision") == "fp8" else ""))
+    from planner.report import recompute_label
+
+    row.append(recompute_label(lay) + (" fp8" if lay.get("precision") == "fp8" else ""))
     row += [
         _fmt_seconds(rec["step_time_s"]),
         f"{rec['tokens_per_s_per_gpu']:,.0f}",

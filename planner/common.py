@@ -99,6 +99,7 @@ def build_layout(
     sequence_parallel: Optional[bool] = None,
     pp_first_layers: Optional[int] = None,
     pp_last_layers: Optional[int] = None,
+    recompute_layers: Optional[int] = None,
 ) -> Layout:
     """A Layout with dp = gpus / (tp·pp·cp); rejects values that cannot form a layout at all."""
     for name, value in (
@@ -111,6 +112,10 @@ def build_layout(
         raise PlannerInputError(f"--zero={zero}: allowed 0, 1, 2, 3")
     if recompute not in RECOMPUTE:
         raise PlannerInputError(f"--recompute={recompute}: allowed {', '.join(RECOMPUTE)}")
+    if recompute_layers is not None and recompute != "full":
+        raise PlannerInputError(f"--recompute-layers={recompute_layers} applies only with --recompute full (got {recompute})")
+    if recompute_layers is not None and recompute_layers < 1:
+        raise PlannerInputError(f"--recompute-layers={recompute_layers}: must be a positive number of layers per stage")
     if precision not in PRECISIONS:
         raise PlannerInputError(f"--precision={precision}: allowed {', '.join(PRECISIONS)}")
     model_parallel = tp * pp * cp
@@ -123,4 +128,5 @@ def build_layout(
         tp=tp, pp=pp, dp=gpus // model_parallel, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs,
         gbs=setup.gbs, seq_len=setup.seq_len, recompute=recompute, sequence_parallel=sequence_parallel,
         precision=precision, pp_first_layers=pp_first_layers, pp_last_layers=pp_last_layers,
+        recompute_layers=recompute_layers,
     )

@@ -42,12 +42,20 @@ def human_seconds(s: float) -> str:
     return f"{s * 1e6:.0f} us"
 
 
+def recompute_label(lay: dict) -> str:
+    """none / selective / full, with the share of layers for partial full recompute."""
+    rl = lay.get("recompute_layers") or 0
+    if lay["recompute"] != "full" or rl == 0:
+        return lay["recompute"]
+    return f"full {-rl}/4" if rl < 0 else f"full {rl}L"
+
+
 def layout_summary(lay: dict) -> str:
     """One line: TP8 CP1 PP16 VPP1 DP128 EP1 ZeRO-1 mbs1 GA16 selective bf16."""
     parts = [
         f"TP{lay['tp']}", f"CP{lay['cp']}", f"PP{lay['pp']}", f"VPP{lay['vpp']}", f"DP{lay['dp']}",
         f"EP{lay['ep']}", f"ZeRO-{lay['zero']}", f"mbs{lay['mbs']}", f"GA{lay['grad_accum']}",
-        lay["recompute"], lay["precision"],
+        recompute_label(lay), lay["precision"],
     ]
     if lay["tp"] > 1:
         parts.append("SP" if lay["sequence_parallel"] else "no-SP")

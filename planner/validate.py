@@ -197,7 +197,7 @@ def map_run(row: dict) -> MappedRun:
 def _candidates(run: MappedRun):
     """All layouts consistent with the pins (the unknown knobs as a grid), valid ones only."""
     from costmodel.layout import PRECISIONS, RECOMPUTE, LayoutBatch
-    from costmodel.pipeline import stage_layer_split, vpp_divides_stages
+    from costmodel.pipeline import partial_recompute_per_chunk, stage_layer_split, vpp_divides_stages
 
     pins = run.pins
     n = run.gpus
@@ -218,6 +218,8 @@ def _candidates(run: MappedRun):
     grids["vpp"] = run.searched.get("vpp", [pins.get("vpp")])
     grids["zero"] = run.searched.get("zero", [pins.get("zero")])
     grids["recompute"] = [RECOMPUTE.index(r) for r in run.searched.get("recompute", [pins.get("recompute")])]
+    # Unstated recompute also covers partial full recompute (3, 2 or 1 quarters of the layers).
+    grids["recompute_layers"] = [0, -3, -2, -1] if "recompute" in run.searched else [0]
     mesh = np.meshgrid(*[np.asarray(v, dtype=np.int64) for v in grids.values()], indexing="ij")
     cols = {k: g.reshape(-1) for k, g in zip(grids, mesh)}
     dp = n // (cols["tp"] * cols["pp"] * cols["cp"])
@@ -228,6 +230,7 @@ def _candidates(run: MappedRun):
         tp=cols["tp"], pp=cols["pp"], cp=cols["cp"], dp=np.maximum(dp, 1), ep=pins["ep"], etp=pins["etp"],
         vpp=cols["vpp"], zero=cols["zero"], mbs=cols["mbs"], gbs=pins["gbs"], seq_len=pins["seq_len"],
         recompute=cols["recompute"], precision=PRECISIONS.index(pins["precision"]),
+        recompute_layers=cols["recompute_layers"],
         sp=pins.get("sequence_parallel", True),
     )
     first, middle, last, split_ok = stage_layer_split(run.model.num_layers, batch.pp, 0, 0)
@@ -239,6 +242,8 @@ def _candidates(run: MappedRun):
     ok &= (batch.tp * batch.dp * batch.cp) % (batch.ep * batch.etp) == 0  # MoE parallel folding
     heads_ok = (run.model.num_attention_heads % batch.tp == 0)
     ok &= heads_ok
+    _, distinct = partial_recompute_per_chunk(run.model.num_layers, batch.pp, batch.vpp, 0, 0, batch.recompute_layers)
+    ok &= (batch.recompute_layers == 0) | ((batch.recompute == RECOMPUTE.index("full")) & distinct)
     return batch.take(np.nonzero(ok)[0])
 
 
@@ -292,7 +297,8 @@ def predict_run(run: MappedRun, calib: Calibration = DEFAULT) -> RowResult:
         res.chosen.update(tp=lay.tp, pp=lay.pp, dp=lay.dp)
     res.layout = (
         f"TP{lay.tp} PP{lay.pp} DP{lay.dp} CP{lay.cp}" + (f" EP{lay.ep}" if lay.ep > 1 else "")
-        + f" v{lay.vpp} mbs{lay.mbs} z{lay.zero} {lay.recompute[:3]} {lay.precision}"
+        + f" v{lay.vpp} mbs{lay.mbs} z{lay.zero} {lay.recompute[:3]}"
+        + (f"{-lay.recompute_layers}/4" if (lay.recompute_layers or 0) < 0 else "") + f" {lay.precision}"
     )
     res.predicted_memory_gib = float(out.memory_gib["peak"][best])
     if res.reported_memory_gib:

@@ -105,6 +105,16 @@ class Candidate:
     obj: tuple = ()
 
 
+def _distinct_recompute(problem: Problem, batch) -> np.ndarray:
+    """False for a partial-recompute share that rounds to recomputing every layer (the same
+    layout as plain full recompute, already in the pool)."""
+    from costmodel.pipeline import partial_recompute_per_chunk
+
+    _, distinct = partial_recompute_per_chunk(problem.model.num_layers, batch.pp, batch.vpp, batch.pp_first_layers,
+                                              batch.pp_last_layers, batch.recompute_layers)
+    return distinct | (batch.recompute != 2)
+
+
 @dataclass
 class Pools:
     """Running best-K, closest-K and Pareto pools over chunks of evaluated layouts."""
@@ -124,7 +134,7 @@ class Pools:
         self.evaluated += n
         step = np.asarray(result.step_time_s, dtype=np.float64)
         peak = np.asarray(result.memory_gib["peak"], dtype=np.float64)
-        ok = (peak <= limit) & np.isfinite(step)
+        ok = (peak <= limit) & np.isfinite(step) & _distinct_recompute(problem, result.batch)
         self.fits += int(ok.sum())
         fit_idx = np.flatnonzero(ok)
         if len(fit_idx):

@@ -324,6 +324,15 @@ def _x_sp(ctx, v):
     return f"sequence parallel needs tp > 1 (tp={v['tp']})"
 
 
+def _partial_recompute(ctx, c):
+    share = _a(c, "recompute_share", 4)
+    return (share >= 4) | (_a(c, "recompute", 1) == RECOMPUTE.index("full"))
+
+
+def _x_partial_recompute(ctx, v):
+    return "a partial recompute share applies only to recompute=full"
+
+
 def _x_recompute(ctx, v):
     return f"recompute code {v['recompute']} is not one of {', '.join(RECOMPUTE)}"
 
@@ -433,6 +442,8 @@ RULES: tuple[Rule, ...] = (
     Rule("zero_stage_valid", "the ZeRO stage is 0, 1, 2 or 3", ("zero",), _zero, _x_zero),
     Rule("sequence_parallel_needs_tp", "sequence parallelism needs tp > 1", ("sp", "tp"), _sp, _x_sp),
     Rule("recompute_valid", "recompute is one of none, selective, full", ("recompute",), _recompute, _x_recompute),
+    Rule("partial_recompute_needs_full", "recomputing only some layers is a form of full recompute",
+         ("recompute_share", "recompute"), _partial_recompute, _x_partial_recompute),
     Rule("precision_supported", "precision is bf16 or fp8, and fp8 needs a GPU with FP8 tensor cores",
          ("precision",), _precision, _x_precision),
 )

@@ -65,7 +65,11 @@ SPLIT_MAX_DELTA = 4
 
 SKELETON = ("tp", "cp", "pp", "dp", "ep", "etp", "vpp", "mbs", "pp_first_layers", "pp_last_layers")
 """Knobs CP-SAT enumerates."""
-BROADCAST = ("zero", "recompute", "precision", "sp")
+BROADCAST = ("zero", "recompute", "precision", "sp", "recompute_share")
+RECOMPUTE_SHARES = (4, 3, 2, 1)
+"""Partial full recompute, in quarters of a stage's layers (4 = every layer): Megatron's
+--recompute-method block recomputes only the first layers of each chunk, trading recompute
+time for activation memory in steps a layout can use to just fit."""
 """Knobs numpy broadcasts over the skeleton."""
 PIN_KEYS = SKELETON + ("zero", "recompute", "precision", "sequence_parallel")
 """Knobs a user can pin."""
@@ -189,7 +193,11 @@ class Space:
         arrays.update({k: v[b_idx] for k, v in self.broadcast.items()})
         arrays["gbs"] = self.problem.gbs
         arrays["seq_len"] = self.problem.seq_len
+        # Partial recompute as quarters of each stage (recompute_layers = -quarters, see Layout).
+        share = np.asarray(arrays.get("recompute_share", 4))
+        arrays["recompute_layers"] = np.where(share < 4, -share, 0)
         return LayoutBatch.from_arrays(**arrays)
+
 
 
 # ------------------------------------------------------------------------------------------ domains
@@ -261,6 +269,8 @@ def domains(problem: Problem) -> dict[str, tuple]:
         pick("pp_last_layers", [0])
     pick("zero", range(4))
     pick("recompute", range(len(RECOMPUTE)))
+    full = RECOMPUTE.index("full")
+    dom["recompute_share"] = RECOMPUTE_SHARES if full in dom["recompute"] else (4,)
     dom["precision"] = (pins.get("precision", 0),)
     dom["sp"] = (bool(pins.get("sp", True)),)
     dom["gbs"] = (problem.gbs,)
@@ -490,7 +500,7 @@ def _broadcast_grid(dom: dict) -> dict[str, np.ndarray]:
     grids = np.meshgrid(*[np.asarray(dom[k]) for k in BROADCAST], indexing="ij")
     out = {k: gr.reshape(-1) for k, gr in zip(BROADCAST, grids)}
     out["sp"] = out["sp"].astype(bool)
-    for k in ("zero", "recompute", "precision"):
+    for k in ("zero", "recompute", "precision", "recompute_share"):
         out[k] = out[k].astype(np.int64)
     return out
 

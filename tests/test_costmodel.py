@@ -196,3 +196,18 @@ def test_parameter_counts_by_formula():
     assert count_params(gpt3).total == pytest.approx(expected, rel=1e-3)
     assert count_params(gpt3).total == pytest.approx(174.6e9, rel=2e-3)
     assert count_params(LLAMA_405B).total == pytest.approx(405.85e9, rel=1e-3)
+
+
+def test_partial_recompute_sits_between_none_and_full(h100):
+    # Megatron's block method: recomputing some layers costs less time than all, and keeps
+    # more memory than all but less than none.
+    base = dict(tp=8, pp=16, dp=128, vpp=4, mbs=1, gbs=2048, seq_len=8192)
+    none = evaluate(LLAMA_405B, h100, Layout(recompute="none", **base))
+    half = evaluate(LLAMA_405B, h100, Layout(recompute="full", recompute_layers=-2, **base))
+    full = evaluate(LLAMA_405B, h100, Layout(recompute="full", **base))
+    acts = [r.memory_gib["activations"][0] for r in (none, half, full)]
+    assert acts[0] > acts[1] > acts[2]
+    rec = [r.time_terms["recompute"][0] for r in (none, half, full)]
+    assert rec[0] < rec[1] < rec[2]
+    # Half of an 8-layer stage in 4 chunks of 2: one layer per chunk, 4 of 8 layers.
+    assert rec[1] == pytest.approx(rec[2] / 2, rel=1e-9)

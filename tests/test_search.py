@@ -115,16 +115,18 @@ def brute_force(model, gpus, gbs, seq, gpu=GPU, cluster=CLUSTER, fixed=None):
         if gpus % (tp * cp * pp):
             continue
         etp = tp if etp_mode == "tp" else 1
-        lay = Layout(tp=tp, cp=cp, pp=pp, dp=gpus // (tp * cp * pp), ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs,
-                     gbs=gbs, seq_len=seq, recompute=rec)
-        if lay in seen or not plain_valid(model, gpus, cluster.scaleup_domain_size, lay):
-            continue
-        seen.add(lay)
-        n += 1
-        r = evaluate_batch(model, cluster, LayoutBatch.from_layouts([lay]), gpu=gpu)
-        step, peak = float(r.step_time_s[0]), float(r.memory_gib["peak"][0])
-        if peak <= limit and (best is None or (step, peak) < best[:2]):
-            best = (step, peak, lay)
+        # Full recompute also comes partial: 3, 2 or 1 quarters of each stage's layers.
+        for share in ((None, -3, -2, -1) if rec == "full" else (None,)):
+            lay = Layout(tp=tp, cp=cp, pp=pp, dp=gpus // (tp * cp * pp), ep=ep, etp=etp, vpp=vpp, zero=zero,
+                         mbs=mbs, gbs=gbs, seq_len=seq, recompute=rec, recompute_layers=share)
+            if lay in seen or not plain_valid(model, gpus, cluster.scaleup_domain_size, lay):
+                continue
+            seen.add(lay)
+            n += 1
+            r = evaluate_batch(model, cluster, LayoutBatch.from_layouts([lay]), gpu=gpu)
+            step, peak = float(r.step_time_s[0]), float(r.memory_gib["peak"][0])
+            if peak <= limit and (best is None or (step, peak) < best[:2]):
+                best = (step, peak, lay)
     return best, n
 
 

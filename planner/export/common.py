@@ -51,6 +51,8 @@ class Plan:
     gbs: int
     seq_len: int
     recompute: str
+    recompute_layers: int
+    """With full recompute: layers per stage recomputed (0 = all; -q = q quarters of a stage)."""
     sp: bool
     precision: str
     grad_accum: int
@@ -201,7 +203,9 @@ def build_plan(result: dict, model: ModelSpec, cluster: ClusterSpec, *, command:
     else:
         nnodes, nproc = gpus // gpn, gpn
     plan = Plan(
-        result=result, model=model, cluster=cluster, recompute=recompute, sp=sp, precision=precision,
+        result=result, model=model, cluster=cluster, recompute=recompute,
+        recompute_layers=_int(layout.get("recompute_layers") or 0, "recompute_layers") if recompute == "full" else 0,
+        sp=sp, precision=precision,
         grad_accum=m, gpus=gpus, stage_layers=stages, nnodes=nnodes, nproc_per_node=nproc,
         gpu_name=str(result.get("gpu") or cluster.gpu), **v,
     )
@@ -340,3 +344,16 @@ def write_atomically(files: dict[Path, tuple[str, int]]) -> list[Path]:
                 pass
         raise
     return [path for _, path in temps]
+
+
+def partial_recompute_per_chunk(plan: "Plan") -> int:
+    """Layers per virtual chunk that partial full recompute covers (0 = all layers); the
+    same rounding the cost model priced (costmodel.pipeline.partial_recompute_per_chunk)."""
+    from costmodel.pipeline import partial_recompute_per_chunk as per_chunk
+
+    if plan.recompute != "full" or plan.recompute_layers == 0:
+        return 0
+    first, last = plan.stage_layers[0], plan.stage_layers[-1]
+    k, distinct = per_chunk(plan.model.num_layers, plan.pp, plan.vpp, first if plan.pp > 1 else 0,
+                            last if plan.pp > 1 else 0, plan.recompute_layers)
+    return int(k) if bool(distinct) else 0

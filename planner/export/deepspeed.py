@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from planner.export.common import partial_recompute_per_chunk
 from planner.export.common import CannotExpress, Plan
 
 FILE_NAME = "deepspeed_config.json"
@@ -21,6 +22,9 @@ _CONFIG = "deepspeed/runtime/config.py (_batch_assertion)"
 
 
 def check(plan: Plan) -> None:
+    if partial_recompute_per_chunk(plan):
+        raise CannotExpress("deepspeed_partial_recompute", "recomputing only some layers of each stage is Megatron's "
+                            "block method; deepspeed has no equivalent setting", "planner.export")
     if plan.precision == "fp8":
         raise CannotExpress("deepspeed_no_fp8", "precision fp8: a DeepSpeed config has bf16/fp16 sections only; FP8 GEMMs "
                             "live in the model code (TransformerEngine), which this file cannot switch on",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+from planner.export.common import partial_recompute_per_chunk
 from planner.export.common import CannotExpress, Plan, bash_array, comment_block, q, sanitize
 
 FILE_NAME = "megatron_args.sh"
@@ -268,6 +269,10 @@ def megatron_sections(plan: Plan) -> list[tuple[str, list[tuple[str, list]]]]:
     rec: list[tuple[str, list]] = []
     if plan.recompute == "selective":
         rec.append(("--recompute-granularity", ["selective"]))
+    elif plan.recompute == "full" and partial_recompute_per_chunk(plan):
+        # Partial recompute: the first N layers of every chunk (Megatron's block method).
+        rec += [("--recompute-granularity", ["full"]), ("--recompute-method", ["block"]),
+                ("--recompute-num-layers", [partial_recompute_per_chunk(plan)])]
     elif plan.recompute == "full":
         rec += [("--recompute-granularity", ["full"]), ("--recompute-method", ["uniform"]), ("--recompute-num-layers", [1])]
     prec: list[tuple[str, list]] = [("--bf16", [])]

@@ -34,6 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from planner.export import torchrun
+from planner.export.common import partial_recompute_per_chunk
 from planner.export.common import CannotExpress, Plan, bash_array, comment_block, q, safe_name
 
 OVERRIDES_FILE = "torchtitan_overrides.sh"
@@ -171,6 +172,9 @@ def pipeline_settings(plan: Plan) -> dict:
 
 def check_common(plan: Plan) -> None:
     """Rules both targets share (flavor, whole nodes, torch pipeline schedules, layer split)."""
+    if partial_recompute_per_chunk(plan):
+        raise CannotExpress("torchtitan_partial_recompute", "recomputing only some layers of each stage is Megatron's "
+                            "block method; torchtitan has no equivalent setting", "planner.export")
     torchrun.check_nodes(plan)
     if flavor_for(plan.model) is None:
         names = ", ".join(f"{n} {f}" for n, f in LLAMA3_FLAVORS)

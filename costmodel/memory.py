@@ -91,21 +91,28 @@ def inflight_microbatches(stage_rank, pp, vpp, m):
     return np.where(vpp > 1, interleaved, plain)
 
 
-def model_state_bytes(dense_params, expert_params, zero, dense_shard, expert_shard, fp8):
+def zero_divisors(zero, dense_shard, expert_shard):
+    """How much ZeRO divides weights, gradients and optimizer states (dense, expert) per layout:
+    stage >= 3 shards weights, >= 2 gradients, >= 1 optimizer states (Rajbhandari et al. 2020)."""
+    zero = np.asarray(zero)
+    one = np.ones_like(np.asarray(dense_shard, dtype=np.float64))
+    by_stage = {k: (np.where(zero >= k, dense_shard, one), np.where(zero >= k, expert_shard, one)) for k in (1, 2, 3)}
+    return by_stage[3], by_stage[2], by_stage[1]
+
+
+def model_state_bytes(dense_params, expert_params, zero, dense_shard, expert_shard, fp8, divisors=None):
     """Weights, gradients and optimizer bytes per GPU for the parameters a GPU holds.
 
     ``dense_params``/``expert_params``: parameters on this GPU after TP/PP/EP splitting;
     ``dense_shard``/``expert_shard``: the ZeRO sharding group sizes (dp·cp, and the expert
     data-parallel size). Under FP8 the BF16 weights stay the primary copy; TransformerEngine's
-    FP8 casts of them are transient per micro-batch and not counted.
+    FP8 casts of them are transient per micro-batch and not counted. ``divisors``: a cached
+    ``zero_divisors`` result.
     """
-    zero = np.asarray(zero)
-    w_bytes = WEIGHT_BYTES
-
-    def shard(params, group, from_stage):
-        return np.where(zero >= from_stage, params / group, params)
-
-    weights = w_bytes * (shard(dense_params, dense_shard, 3) + shard(expert_params, expert_shard, 3))
-    grads = GRAD_BYTES * (shard(dense_params, dense_shard, 2) + shard(expert_params, expert_shard, 2))
-    optim = OPTIMIZER_BYTES * (shard(dense_params, dense_shard, 1) + shard(expert_params, expert_shard, 1))
+    (w_d, w_e), (g_d, g_e), (o_d, o_e) = divisors or zero_divisors(zero, dense_shard, expert_shard)
+    if np.ndim(expert_params) == 0 and expert_params == 0:
+        return WEIGHT_BYTES * dense_params / w_d, GRAD_BYTES * dense_params / g_d, OPTIMIZER_BYTES * dense_params / o_d
+    weights = WEIGHT_BYTES * (dense_params / w_d + expert_params / w_e)
+    grads = GRAD_BYTES * (dense_params / g_d + expert_params / g_e)
+    optim = OPTIMIZER_BYTES * (dense_params / o_d + expert_params / o_e)
     return weights, grads, optim

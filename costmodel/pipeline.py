@@ -77,16 +77,18 @@ def vpp_divides_stages(first, middle, last, vpp) -> np.ndarray:
 
 
 
-def partial_recompute_per_chunk(num_layers, pp, vpp, first, last, recompute_layers):
+def partial_recompute_per_chunk(num_layers, pp, vpp, first, last, recompute_layers, middle=None):
     """Layers per virtual chunk that partial full recompute covers, and whether the layout is
     distinct from recomputing every layer.
 
     Megatron's block method takes --recompute-num-layers per model chunk, so a share of
     ``-q`` quarters becomes round(q/4 x chunk) layers (at least 1) of a middle stage's chunk;
     a positive ``recompute_layers`` is per stage and is divided by vpp. 0 means all layers.
-    ``distinct`` is False where a share rounds to the same layers as a larger one.
+    ``distinct`` is False where a share rounds to the same layers as a larger one. ``middle``:
+    the middle stage's layer count when the caller already has it.
     """
-    _, middle, _, _ = stage_layer_split(num_layers, pp, first, last)
+    if middle is None:
+        _, middle, _, _ = stage_layer_split(num_layers, pp, first, last)
     vpp = np.maximum(np.asarray(vpp), 1)
     rl = np.asarray(recompute_layers)
     chunk = np.maximum(middle // vpp, 1)

@@ -21,6 +21,7 @@ from costmodel.memory import (
     full_recompute_bytes_per_token,
     inflight_microbatches,
     model_state_bytes,
+    zero_divisors,
 )
 from costmodel.params import count_params
 from costmodel.pipeline import partial_recompute_per_chunk, stage_layer_split
@@ -50,6 +51,22 @@ def _stage_layer_mix(model: ModelSpec, counts, n_layers, first_stage: bool):
     return n - moe, moe
 
 
+def _argmax3(a, b, c):
+    """Index of the largest of three arrays (the first on ties, like np.argmax), elementwise;
+    cheaper than np.argmax over a stacked (3, n) array."""
+    return np.where((a >= b) & (a >= c), 0, np.where(b >= c, 1, 2))
+
+
+def _select3(index, a, b, c):
+    """Elementwise a, b or c by ``index`` in {0, 1, 2} (np.choose without its overhead)."""
+    return np.where(index == 0, a, np.where(index == 1, b, c))
+
+
+CHUNK = 8_192
+"""Layouts priced per pass: the model is a few hundred elementwise numpy operations, which run
+several times faster on arrays that stay in the CPU caches than on million-element ones."""
+
+
 def evaluate_batch(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -58,6 +75,48 @@ def evaluate_batch(
     calib: Calibration = DEFAULT,
 ) -> BatchResult:
     """Predict step time, throughput, MFU and per-GPU memory for every layout in ``batch``.
+
+    Layouts are assumed to satisfy the hard rules (``search.rules``); this function never
+    raises on a bad layout, it prices it as given.
+    """
+    n = len(batch)
+    if n <= 2 * CHUNK:
+        return _evaluate_chunk(model, cluster, batch, gpu, calib)
+    parts = [
+        _evaluate_chunk(model, cluster, batch.take(slice(i, min(i + CHUNK, n))), gpu, calib)
+        for i in range(0, n, CHUNK)
+    ]
+    return concatenate_results(parts, batch)
+
+
+def concatenate_results(parts: list[BatchResult], batch: LayoutBatch) -> BatchResult:
+    """One BatchResult from consecutive chunks."""
+    cat = lambda name: np.concatenate([getattr(p, name) for p in parts])
+    cat_dict = lambda name: {k: np.concatenate([getattr(p, name)[k] for p in parts]) for k in getattr(parts[0], name)}
+    return BatchResult(
+        batch=batch,
+        step_time_s=cat("step_time_s"),
+        tokens_per_s=cat("tokens_per_s"),
+        tokens_per_s_per_gpu=cat("tokens_per_s_per_gpu"),
+        mfu=cat("mfu"),
+        hfu=cat("hfu"),
+        time_terms=cat_dict("time_terms"),
+        overlapped_terms=cat_dict("overlapped_terms"),
+        memory_gib=cat_dict("memory_gib"),
+        memory_capacity_gib=parts[0].memory_capacity_gib,
+        fits=cat("fits"),
+        notes=cat_dict("notes"),
+    )
+
+
+def _evaluate_chunk(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    batch: LayoutBatch,
+    gpu: GPUSpec | None = None,
+    calib: Calibration = DEFAULT,
+) -> BatchResult:
+    """``evaluate_batch`` on one chunk of layouts.
 
     Layouts are assumed to satisfy the hard rules (``search.rules``); this function never
     raises on a bad layout, it prices it as given.
@@ -151,17 +210,26 @@ def evaluate_batch(
     )
 
     per_chunk, _ = partial_recompute_per_chunk(
-        model.num_layers, batch.pp, batch.vpp, batch.pp_first_layers, batch.pp_last_layers, batch.recompute_layers
+        model.num_layers, batch.pp, batch.vpp, batch.pp_first_layers, batch.pp_last_layers, batch.recompute_layers,
+        middle=n_middle,
     )
     partial = batch.recompute_layers != 0
     recomputed_per_stage = (per_chunk * batch.vpp).astype(np.float64)
 
+    share_cache: dict[int, np.ndarray] = {}
+
     def recompute_share(n_layers):
         """Share of a stage's layers that full recompute covers: all, or with Megatron's block
         method the first ``per_chunk`` layers of each of its vpp chunks."""
-        n = np.maximum(n_layers.astype(np.float64), 1.0)
-        share = np.where(partial, np.minimum(recomputed_per_stage / n, 1.0), 1.0)
-        return np.where(full, share, 0.0)
+        key = id(n_layers)
+        if key not in share_cache:
+            if not partial.any():
+                share_cache[key] = full.astype(np.float64)
+            else:
+                n = np.maximum(n_layers.astype(np.float64), 1.0)
+                share = np.where(partial, np.minimum(recomputed_per_stage / n, 1.0), 1.0)
+                share_cache[key] = np.where(full, share, 0.0)
+        return share_cache[key]
 
     def stage_terms(n_layers, first_stage, last_stage):
         nd, nm = _stage_layer_mix(model, counts, n_layers, first_stage)
@@ -178,22 +246,20 @@ def evaluate_batch(
         ep_c = passes * nm * ep_pass
         if last_stage is True:
             compute = compute + head_fwd + head_bwd
+        elif last_stage is not False:
+            compute = compute + np.where(last_stage, head_fwd + head_bwd, 0.0)
         return compute, recompute, tp_c, cp_c, ep_c
 
     single = pp == 1
-    first_terms = stage_terms(n_first, True, False)
+    # pp == 1: the first stage is also the last (embedding and head included).
+    first_terms = stage_terms(n_first, True, single)
     middle_terms = stage_terms(n_middle, False, False)
     last_terms = stage_terms(n_last, False, True)
-    # pp == 1: one stage holds everything, embedding and head included.
-    first_terms = tuple(
-        np.where(single, lt_full, ft) for ft, lt_full in zip(first_terms, stage_terms(n_first, True, True))
-    )
     totals = [sum(t) for t in (first_terms, middle_terms, last_terms)]
-    stage_time = np.stack(totals)  # (3, n)
     has_middle = pp > 2
-    stage_time_masked = np.where(np.stack([np.ones(n, bool), has_middle, ~single]), stage_time, 0.0)
-    slowest = np.argmax(stage_time_masked, axis=0)
-    t_max = np.max(stage_time_masked, axis=0)
+    masked = (totals[0], np.where(has_middle, totals[1], 0.0), np.where(single, 0.0, totals[2]))
+    slowest = _argmax3(*masked)
+    t_max = np.maximum(np.maximum(masked[0], masked[1]), masked[2])
     # Sum over all stages of one micro-batch's time = the fill + drain path.
     t_sum = np.where(
         single, totals[0], totals[0] + np.maximum(pp - 2.0, 0.0) * totals[1] + totals[2]
@@ -201,7 +267,7 @@ def evaluate_batch(
     # Interleaved 1F1B: the fill/drain costs (p-1)/v stage-times (Narayanan et al. 2021,
     # Sec. 2.2.2); with unequal stages, m x slowest + the others once, divided by v.
     bubble = (t_sum - t_max) / vpp
-    pick = lambda idx: np.choose(slowest, [first_terms[idx], middle_terms[idx], last_terms[idx]])
+    pick = lambda idx: _select3(slowest, first_terms[idx], middle_terms[idx], last_terms[idx])
     compute_t, recompute_t, tp_t, cp_t, ep_t = (m * pick(i) for i in range(5))
 
     # ---------------- pipeline P2P
@@ -222,17 +288,18 @@ def evaluate_batch(
     def stage_params(n_layers, first_stage, last_stage):
         nd, nm = _stage_layer_mix(model, counts, n_layers, first_stage)
         dense = nd * dense_per_layer_dense + nm * moe_dense_part
-        expert = nm * moe_expert_part
+        expert = nm * moe_expert_part if model.moe is not None else 0.0
         if first_stage:
             dense = dense + counts.embedding / tp
-        if last_stage:
-            # Megatron keeps a copy of a tied embedding on the last stage for the LM head.
-            dense = dense + np.where(single, counts.lm_head, tied_copy) / tp + counts.final_norm
+        # Megatron keeps a copy of a tied embedding on the last stage for the LM head.
+        head = np.where(single, counts.lm_head, tied_copy) / tp + counts.final_norm
+        if last_stage is True:
+            dense = dense + head
+        elif last_stage is not False:
+            dense = dense + np.where(last_stage, head, 0.0)
         return dense, expert
 
-    first_params = stage_params(n_first, True, False)
-    first_params_single = stage_params(n_first, True, True)
-    first_params = tuple(np.where(single, s, f) for f, s in zip(first_params, first_params_single))
+    first_params = stage_params(n_first, True, single)
     middle_params = stage_params(n_middle, False, False)
     last_params = stage_params(n_last, False, True)
 
@@ -240,11 +307,15 @@ def evaluate_batch(
     expert_shard = np.maximum(tp * cp * dp / (ep * etp), 1.0)
 
     # ---------------- data-parallel communication (slowest stage = the one holding most params)
-    stage_dense = np.stack([first_params[0], np.where(has_middle, middle_params[0], 0.0), np.where(single, 0.0, last_params[0])])
-    stage_expert = np.stack([first_params[1], np.where(has_middle, middle_params[1], 0.0), np.where(single, 0.0, last_params[1])])
-    heavy = np.argmax(stage_dense + stage_expert, axis=0)
-    p_dense = np.choose(heavy, stage_dense)
-    p_expert = np.choose(heavy, stage_expert)
+    stage_dense = (first_params[0], np.where(has_middle, middle_params[0], 0.0), np.where(single, 0.0, last_params[0]))
+    if model.moe is not None:
+        stage_expert = (first_params[1], np.where(has_middle, middle_params[1], 0.0), np.where(single, 0.0, last_params[1]))
+        heavy = _argmax3(*(d + e for d, e in zip(stage_dense, stage_expert)))
+        p_expert = _select3(heavy, *stage_expert)
+    else:
+        heavy = _argmax3(*stage_dense)
+        p_expert = 0.0
+    p_dense = _select3(heavy, *stage_dense)
     dp_local, dp_nodes = group_span(batch.dp * batch.cp, batch.tp, domain)
     edp_local, edp_nodes = group_span(
         np.maximum(expert_shard.astype(np.int64), 1), batch.ep * batch.etp, domain
@@ -254,7 +325,7 @@ def evaluate_batch(
     # FSDP gathers and reduces one layer (FSDP unit) at a time; DDP and the distributed
     # optimizer use buckets of max(40M, 1M x dp) parameters (Megatron-Core DDP default
     # bucket_size; PyTorch DDP's 25 MB buckets are of the same order).
-    heavy_layers = np.choose(heavy, [n_first, n_middle, n_last]).astype(np.float64)
+    heavy_layers = _select3(heavy, n_first, n_middle, n_last).astype(np.float64)
     bucket_params = np.maximum(4e7, 1e6 * dense_shard)
     pieces = np.where(
         batch.zero == 3,
@@ -272,7 +343,7 @@ def evaluate_batch(
     grad_ar, dp_algo = dp_collective("all_reduce", GRAD_REDUCE_BYTES * p_dense, GRAD_REDUCE_BYTES * p_expert)
     grad_rs, _ = dp_collective("reduce_scatter", GRAD_REDUCE_BYTES * p_dense, GRAD_REDUCE_BYTES * p_expert)
     param_ag, _ = dp_collective("all_gather", PARAM_GATHER_BYTES * p_dense, PARAM_GATHER_BYTES * p_expert)
-    stage_of = lambda terms: np.choose(slowest, terms)
+    stage_of = lambda terms: _select3(slowest, *terms)
     window_bwd = calib.dp_overlap * stage_of([first_terms[0], middle_terms[0], last_terms[0]]) * (2.0 / 3.0)
     window_fwd = calib.dp_overlap * stage_of([first_terms[0], middle_terms[0], last_terms[0]]) * (1.0 / 3.0)
     zero = batch.zero
@@ -335,17 +406,25 @@ def evaluate_batch(
     a_moe = activation_bytes_per_token(model, tp, sp, moe_layer=True, fp8=fp8)
     a_full = full_recompute_bytes_per_token(model, tp, sp)
 
+    # Full recompute rebuilds one layer's activations at a time during backward.
+    working_dense = np.where(full, tokens_mb * a_dense, 0.0)
+
     def stage_memory(n_layers, params, rank, first_stage, last_stage):
         nd, nm = _stage_layer_mix(model, counts, n_layers, first_stage)
         share = recompute_share(n_layers)
-        kept = tokens_mb * (share * (nd + nm) * a_full + (1.0 - share) * (nd * a_dense + nm * a_moe))
-        # Full recompute rebuilds one layer's activations at a time during backward.
-        working = np.where(full, tokens_mb * np.maximum(a_dense, np.where(nm > 0, a_moe, 0.0)), 0.0)
+        if model.moe is None:
+            kept = tokens_mb * nd * (share * a_full + (1.0 - share) * a_dense)
+            working = working_dense
+        else:
+            kept = tokens_mb * (share * (nd + nm) * a_full + (1.0 - share) * (nd * a_dense + nm * a_moe))
+            working = np.where(full, tokens_mb * np.maximum(a_dense, np.where(nm > 0, a_moe, 0.0)), 0.0)
         inflight = inflight_microbatches(rank, pp, vpp, m)
         activations = kept * inflight + working
         # Logits: FP32 [s, b, V/t] for the loss on the last stage (Korthikanti Sec. 4.3, 4sbv/t).
-        logits = 4.0 * tokens_mb * model.vocab_size / tp if last_stage else np.zeros(n)
-        weights, grads, optim = model_state_bytes(params[0], params[1], zero, dense_shard, expert_shard, fp8)
+        logits = np.where(last_stage, 4.0 * tokens_mb * model.vocab_size / tp, 0.0)
+        weights, grads, optim = model_state_bytes(
+            params[0], params[1], zero, dense_shard, expert_shard, fp8, divisors=state_divisors
+        )
         # ZeRO-3 materialises the current and the prefetched layer in full.
         layer_params = np.where(nm > 0, moe_dense_part + moe_expert_part, dense_per_layer_dense)
         weights = weights + np.where(zero == 3, 2.0 * BF16 * layer_params, 0.0)
@@ -357,9 +436,8 @@ def evaluate_batch(
             "logits": logits / GIB,
         }
 
-    mem_first = stage_memory(n_first, first_params, 0.0, True, False)
-    mem_first_single = stage_memory(n_first, first_params_single, 0.0, True, True)
-    mem_first = {k: np.where(single, mem_first_single[k], v) for k, v in mem_first.items()}
+    state_divisors = zero_divisors(zero, dense_shard, expert_shard)
+    mem_first = stage_memory(n_first, first_params, 0.0, True, single)
     mem_middle = stage_memory(n_middle, middle_params, 1.0, False, False)
     mem_last = stage_memory(n_last, last_params, pp - 1.0, False, True)
 
@@ -372,9 +450,10 @@ def evaluate_batch(
         return mem
 
     stage_mems = [with_workspace(mm) for mm in (mem_first, mem_middle, mem_last)]
-    peaks = np.stack([stage_mems[0]["peak"], np.where(has_middle, stage_mems[1]["peak"], 0.0), np.where(single, 0.0, stage_mems[2]["peak"])])
-    fullest = np.argmax(peaks, axis=0)
-    memory = {k: np.choose(fullest, [sm[k] for sm in stage_mems]) for k in list(MEMORY_TERMS) + ["peak"]}
+    fullest = _argmax3(
+        stage_mems[0]["peak"], np.where(has_middle, stage_mems[1]["peak"], 0.0), np.where(single, 0.0, stage_mems[2]["peak"])
+    )
+    memory = {k: _select3(fullest, *(sm[k] for sm in stage_mems)) for k in list(MEMORY_TERMS) + ["peak"]}
 
     tokens_per_s = tokens_step / step
     notes = {

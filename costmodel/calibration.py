@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 class Calibration:
     """Global constants of the cost model."""
 
-    gemm_efficiency_bf16: float = 0.68
+    gemm_efficiency_bf16: float = 0.66
     """Achievable fraction of dense BF16 peak for large, compute-bound GEMMs.
     cuBLAS reaches ~750-800 of 989 TFLOP/s on H100 SXM and ~250-270 of 312 on A100 for large
     BF16 GEMMs (NVIDIA cuBLAS/Transformer Engine benchmarks; Narayanan et al. 2021 report up to
@@ -31,7 +31,7 @@ class Calibration:
     """Achievable fraction of BF16 peak for the FlashAttention kernels (forward + backward).
     FlashAttention-2 reaches 50-73% of A100 peak forward and less backward (Dao 2023, Fig. 4-6);
     FlashAttention-3 ~60-75% of H100 (Shah et al. 2024). Fitted."""
-    memory_bound_efficiency: float = 0.60
+    memory_bound_efficiency: float = 0.65
     """Achievable fraction of HBM bandwidth for elementwise/normalization kernels and the
     optimizer step (STREAM-like kernels reach 80-90%; unfused PyTorch ops less). Fitted."""
     kernel_overhead_us: float = 1.0

@@ -24,6 +24,22 @@ BF16_BYTES = 2.0
 FP8_BYTES = 1.0
 
 
+def power_limited(gpu: GPUSpec, power_limit_watts: float | None) -> GPUSpec:
+    """The GPU with tensor-core peaks scaled for a power cap below its TDP.
+
+    Dynamic power goes as C·V²·f and voltage tracks frequency in the DVFS range, so power
+    ~ f³ and the sustained clock under a cap ~ (cap / TDP)^(1/3). NVIDIA's own parts agree:
+    H100 NVL (400 W) is rated 835 dense BF16 TFLOP/s vs H100 SXM (700 W) 989, and
+    (400/700)^(1/3) x 989 = 821 (H100 datasheet). HBM bandwidth is not clock-bound.
+    """
+    if not power_limit_watts or not gpu.tdp_watts or power_limit_watts >= gpu.tdp_watts:
+        return gpu
+    scale = (power_limit_watts / gpu.tdp_watts) ** (1.0 / 3.0)
+    update = {k: getattr(gpu, k) * scale for k in ("bf16_tflops", "fp16_tflops", "fp8_tflops", "tf32_tflops", "fp32_tflops")
+              if getattr(gpu, k) is not None}
+    return gpu.model_copy(update=update)
+
+
 def gemm_time(m, k, n, peak_flops, efficiency, hbm_bytes_per_s, bytes_per_element):
     """Roofline time of an (m x k) @ (k x n) GEMM: compute-bound or HBM-bound, whichever is
     slower. Operands read once and the output written once (ideal tiling)."""

@@ -12,7 +12,7 @@ import numpy as np
 
 from costmodel import collectives
 from costmodel.calibration import DEFAULT, Calibration
-from costmodel.compute import dense_and_moe_layer_times, lm_head_times
+from costmodel.compute import dense_and_moe_layer_times, lm_head_times, power_limited
 from costmodel.flops import attention_core_flops_per_token, model_flops_per_token
 from costmodel.layout import Layout, LayoutBatch
 from costmodel.memory import (
@@ -147,8 +147,10 @@ def _evaluate_chunk(
     h = float(model.hidden_size)
 
     # ---------------- per-layer compute
-    dense_t, moe_t = dense_and_moe_layer_times(model, counts, gpu, batch, calib)
-    head_fwd, head_bwd, head_flops = lm_head_times(model, gpu, batch, calib)
+    # Kernel times use the clocks the cluster's power cap allows; MFU keeps the nominal peak.
+    gpu_clocked = power_limited(gpu, cluster.power_limit_watts)
+    dense_t, moe_t = dense_and_moe_layer_times(model, counts, gpu_clocked, batch, calib)
+    head_fwd, head_bwd, head_flops = lm_head_times(model, gpu_clocked, batch, calib)
 
     # ---------------- per-layer communication (one micro-batch, forward pass)
     act_bytes = tokens_mb * h * BF16  # one micro-batch's activations [s/cp, b, h] in BF16

@@ -107,6 +107,9 @@ class ClusterSpec(_Cited):
     """Fat-tree oversubscription ratio above the leaf (1 = full bisection)."""
     network_efficiency: float = Field(gt=0, le=1)
     """Achievable fraction of NIC bandwidth for large collectives (nccl-tests busbw / line rate)."""
+    power_limit_watts: Optional[float] = Field(default=None, gt=0)
+    """GPU power cap set on this cluster (nvidia-smi -pl), W; None = the board's TDP. A cap
+    below TDP lowers sustained tensor-core clocks (see costmodel.compute.power_limited)."""
 
     @model_validator(mode="after")
     def _domain_vs_node(self):

@@ -187,6 +187,15 @@ def map_run(row: dict) -> MappedRun:
         searched["recompute"] = ["none", "selective", "full"]
     else:
         pins["recompute"] = rc[0]
+    framework = str(lay.get("framework") or "").lower()
+    if rc == ["selective"] and "torchtitan" in framework:
+        # torchtitan's "selective" is per-op SAC: it keeps SDPA outputs and every other matmul
+        # output and recomputes the rest (torchtitan activation_checkpoint.py, _save_list), i.e.
+        # about half of each layer's forward in time and memory: priced as full recompute of
+        # half the layers, not as Megatron's core-attention recompute.
+        pins["recompute"] = "full"
+        pins["recompute_layers"] = -2
+        assumptions.append("torchtitan selective (per-op SAC) priced as full recompute of half the layers")
     precision = str(lay.get("precision") or "").lower()
     pins["precision"] = "fp8" if ("fp8" in precision or "float8" in precision) else "bf16"
     if lay.get("sequence_parallel") is False:
@@ -219,7 +228,7 @@ def _candidates(run: MappedRun):
     grids["zero"] = run.searched.get("zero", [pins.get("zero")])
     grids["recompute"] = [RECOMPUTE.index(r) for r in run.searched.get("recompute", [pins.get("recompute")])]
     # Unstated recompute also covers partial full recompute (3, 2 or 1 quarters of the layers).
-    grids["recompute_layers"] = [0, -3, -2, -1] if "recompute" in run.searched else [0]
+    grids["recompute_layers"] = [0, -3, -2, -1] if "recompute" in run.searched else [pins.get("recompute_layers", 0)]
     mesh = np.meshgrid(*[np.asarray(v, dtype=np.int64) for v in grids.values()], indexing="ij")
     cols = {k: g.reshape(-1) for k, g in zip(grids, mesh)}
     dp = n // (cols["tp"] * cols["pp"] * cols["cp"])

@@ -20,13 +20,13 @@ def results():
 def test_accuracy_on_reference_set_high_confidence(results):
     s = summarize(results, "high")
     # Figures measured when the calibration was fitted (see costmodel/calibration.py and the
-    # validate note): median 6.3%, p90 47.7% over 83 rows. Small slack for platform noise.
+    # validate note): median 5.9%, p90 38.6% over 83 rows. Small slack for platform noise.
     assert s["rows"] >= 80
-    assert s["median_abs_error"] <= 0.065
-    assert s["p90_abs_error"] <= 0.50
+    assert s["median_abs_error"] <= 0.062
+    assert s["p90_abs_error"] <= 0.40
     # Sources the model covers by mechanism stay tight.
     for source in ("nemo_perf_2407", "nemo_longseq", "megatron_readme_2024", "korthikanti2022"):
-        assert s["per_source"][source]["median_abs_error"] <= 0.07, source
+        assert s["per_source"][source]["median_abs_error"] <= 0.08, source
 
 
 def test_every_row_is_predicted_or_listed_with_reason(results):

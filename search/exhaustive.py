@@ -139,10 +139,13 @@ class Pools:
         fit_idx = np.flatnonzero(ok)
         if len(fit_idx):
             k = min(self.top, len(fit_idx))
-            order = np.lexsort((peak[fit_idx], step[fit_idx]))[:k]
+            # Ties on step time (data-parallel traffic fully hidden) go to the lower ZeRO stage,
+            # the simpler layout more launchers can run, then to the lower memory.
+            zero = np.asarray(result.batch.zero)
+            order = np.lexsort((peak[fit_idx], zero[fit_idx], step[fit_idx]))[:k]
             for i in fit_idx[order]:
                 self.best.append(self._cand(problem, result, int(i), step, peak, limit))
-            self.best.sort(key=lambda c: (c.step, c.peak))
+            self.best.sort(key=lambda c: (c.step, int(c.result.batch.zero[0]), c.peak))
             del self.best[self.top:]
             if self.objectives.pareto:
                 gpus = result.batch.tp * result.batch.pp * result.batch.dp * result.batch.cp

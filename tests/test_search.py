@@ -125,7 +125,8 @@ def brute_force(model, gpus, gbs, seq, gpu=GPU, cluster=CLUSTER, fixed=None):
             n += 1
             r = evaluate_batch(model, cluster, LayoutBatch.from_layouts([lay]), gpu=gpu)
             step, peak = float(r.step_time_s[0]), float(r.memory_gib["peak"][0])
-            if peak <= limit and (best is None or (step, peak) < best[:2]):
+            # Same order as the search: step time, then the lower ZeRO stage, then memory.
+            if peak <= limit and (best is None or (step, lay.zero, peak) < (best[0], best[2].zero, best[1])):
                 best = (step, peak, lay)
     return best, n
 

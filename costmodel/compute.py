@@ -24,6 +24,11 @@ BF16_BYTES = 2.0
 FP8_BYTES = 1.0
 
 
+def bf16_gemm_efficiency(gpu: GPUSpec, calib: Calibration) -> float:
+    """The GPU's measured BF16 GEMM efficiency where the catalog has one, else the global."""
+    return gpu.gemm_efficiency_bf16 or calib.gemm_efficiency_bf16
+
+
 def power_limited(gpu: GPUSpec, power_limit_watts: float | None) -> GPUSpec:
     """The GPU with tensor-core peaks scaled for a power cap below its TDP.
 
@@ -68,7 +73,7 @@ def _precision_gemm(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration):
     fp8 = batch.precision == 1
     fp8_peak = (gpu.fp8_tflops or gpu.bf16_tflops) * 1e12
     peak = np.where(fp8, fp8_peak, gpu.bf16_tflops * 1e12)
-    eff = np.where(fp8, calib.gemm_efficiency_fp8, calib.gemm_efficiency_bf16)
+    eff = np.where(fp8, calib.gemm_efficiency_fp8, bf16_gemm_efficiency(gpu, calib))
     # FP8 GEMMs read 1-byte operands but write BF16 outputs: 1.5 bytes on average.
     elem = np.where(fp8, 1.5, BF16_BYTES)
     return peak, eff, elem
@@ -101,7 +106,18 @@ def dense_and_moe_layer_times(
     t_out, f_out = gemm_time(tokens, a * d_v / tp, h, peak, eff, hbm, elem)
     # Attention core: heads split over TP (KV heads replicated when tp > g: Megatron allows it).
     core_flops = tokens * attention_core_flops_per_token(model, batch.seq_len) / tp
-    t_core = core_flops / (bf16_peak * calib.attention_efficiency)
+    t_flash = core_flops / (bf16_peak * calib.attention_efficiency)
+    # Unfused attention (pre-FlashAttention Megatron): QK^T and AV as batched GEMMs over every
+    # key (the causal mask is applied after, so no blocks are skipped), plus the a x s scores
+    # per token through HBM: written by QK^T, read and written by the fused scale-mask-softmax,
+    # dropout mask and output, read by AV (2 + 4 + 3 + 2 bytes; 2 + 4 + 2 without dropout).
+    unfused = batch.attention == 1
+    score_bytes = (11.0 if model.dropout else 8.0) * a / tp * batch.seq_len
+    t_unfused = 2.0 * core_flops / (bf16_peak * bf16_gemm_efficiency(gpu, calib)) + tokens * score_bytes / mem_bw
+    t_core = np.where(unfused, t_unfused, t_flash)
+    # Backward: FlashAttention recomputes the scores (5 matmuls vs 2, Dao 2023 Sec. 3.1): 2.5x;
+    # unfused: two GEMMs per forward GEMM and the scores' gradient traffic: 2x.
+    core_backward_factor = np.where(unfused, 2.0, 2.5)
     d = float(model.head_size)
     # Elementwise elements per token: 2 norms (read+write h) and 2 residual adds (2 reads + 1
     # write) = 10h in the SP region, + rotary on Q and K (read+write) in the TP region.
@@ -120,10 +136,10 @@ def dense_and_moe_layer_times(
         t_gemm = t_qkv + t_out + t_mlp_gemms
         t_elem = elementwise_time(rep_elems, attn_tp_elems + mlp_elems, attn_gemm_inputs + mlp_fp8_inputs)
         forward = t_gemm + t_core + t_elem + launch
-        # Backward: dgrad + wgrad GEMMs (2x forward FLOPs); FlashAttention backward does 5
-        # matmuls vs 2 forward (Dao 2023, Sec. 3.1) = 2.5x; elementwise backward ~2x traffic.
-        backward = 2.0 * t_gemm + 2.5 * t_core + 2.0 * t_elem + 2.0 * launch
-        flops = f_qkv + f_out + f_mlp + core_flops
+        # Backward: dgrad + wgrad GEMMs (2x forward FLOPs), the attention core as above,
+        # elementwise backward ~2x traffic.
+        backward = 2.0 * t_gemm + core_backward_factor * t_core + 2.0 * t_elem + 2.0 * launch
+        flops = f_qkv + f_out + f_mlp + np.where(unfused, 2.0 * core_flops, core_flops)
         return LayerTimes(forward, backward, t_core, flops)
 
     # --- dense MLP
@@ -160,7 +176,7 @@ def dense_and_moe_layer_times(
         t_sd, f_sd = gemm_time(tokens, Fs / tp, h, peak, eff, hbm, elem)
         t_shared, f_shared = t_su + t_sd, f_su + f_sd
     # Router: a small BF16 GEMM on this rank's SP share of tokens.
-    t_router, f_router = gemm_time(tokens / rep_div, h, E, bf16_peak, calib.gemm_efficiency_bf16, hbm, BF16_BYTES)
+    t_router, f_router = gemm_time(tokens / rep_div, h, E, bf16_peak, bf16_gemm_efficiency(gpu, calib), hbm, BF16_BYTES)
     # Elementwise: activation on routed tokens, permute + unpermute copies (read+write h per
     # routed token, twice), shared-expert activation.
     moe_elems = k * ((3.0 if model.gated_mlp else 2.0) * Fe + 4.0 * h) + (3.0 if model.gated_mlp else 2.0) * Fs
@@ -181,7 +197,7 @@ def lm_head_times(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: Cal
     hbm = gpu.memory_bandwidth_gbps * 1e9
     V = float(model.vocab_size)
     h = float(model.hidden_size)
-    t, f = gemm_time(tokens, h, V / tp, gpu.bf16_tflops * 1e12, calib.gemm_efficiency_bf16, hbm, BF16_BYTES)
+    t, f = gemm_time(tokens, h, V / tp, gpu.bf16_tflops * 1e12, bf16_gemm_efficiency(gpu, calib), hbm, BF16_BYTES)
     # Cross-entropy in FP32 over the vocab shard: ~4 passes of 4 bytes per logit each way.
     loss = tokens * V / tp * 16.0 / (hbm * calib.memory_bound_efficiency)
     return t + loss, 2.0 * t + loss, f

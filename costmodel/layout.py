@@ -13,6 +13,8 @@ import numpy as np
 
 RECOMPUTE = ("none", "selective", "full")
 """Activation recomputation modes; codes 0, 1, 2 in ``LayoutBatch.recompute``."""
+ATTENTION = ("flash", "unfused")
+"""Attention kernels; codes 0, 1 in ``LayoutBatch.attention``."""
 PRECISIONS = ("bf16", "fp8")
 """Compute precisions; codes 0, 1 in ``LayoutBatch.precision``. FP8 is TransformerEngine-style
 (linear-layer GEMMs in FP8, attention and the rest in BF16)."""
@@ -51,6 +53,10 @@ class Layout:
     """Megatron sequence parallelism for the non-TP regions; None = on whenever tp > 1."""
     precision: str = "bf16"
     """bf16, or fp8 (TransformerEngine: GEMMs in FP8)."""
+    attention: str = "flash"
+    """Attention kernel: flash (FlashAttention: scores never stored, causal blocks skipped) or
+    unfused (scores materialised in HBM, softmax as a separate kernel: Megatron before
+    FlashAttention, Dao et al. 2022; kept to price older runs)."""
     recompute_layers: Optional[int] = None
     """With recompute=full: layers per pipeline stage whose activations are recomputed, the
     rest keep theirs (Megatron --recompute-method block; --recompute-num-layers is this divided
@@ -113,10 +119,14 @@ class LayoutBatch:
     pp_last_layers: np.ndarray
     recompute_layers: np.ndarray = None
     """With full recompute: layers per stage recomputed; 0 = all; -q = q quarters of each stage."""
+    attention: np.ndarray = None
+    """0 flash, 1 unfused."""
 
     def __post_init__(self):
         if self.recompute_layers is None:
             self.recompute_layers = np.zeros_like(self.tp)
+        if self.attention is None:
+            self.attention = np.zeros_like(self.tp)
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -133,6 +143,7 @@ class LayoutBatch:
             cols["pp_first_layers"].append(lay.pp_first_layers or 0)
             cols["pp_last_layers"].append(lay.pp_last_layers or 0)
             cols["recompute_layers"].append(lay.recompute_layers or 0)
+            cols["attention"].append(ATTENTION.index(lay.attention))
         arrays = {k: np.asarray(v, dtype=bool if k == "sp" else np.int64) for k, v in cols.items()}
         return cls(**arrays)
 
@@ -150,7 +161,7 @@ class LayoutBatch:
                 full[f.name] = PRECISIONS.index(defaults.precision)
             elif f.name == "sp":
                 full[f.name] = True
-            elif f.name in ("pp_first_layers", "pp_last_layers", "recompute_layers"):
+            elif f.name in ("pp_first_layers", "pp_last_layers", "recompute_layers", "attention"):
                 full[f.name] = 0
             else:
                 full[f.name] = getattr(defaults, f.name)
@@ -173,4 +184,5 @@ class LayoutBatch:
         kw["pp_first_layers"] = int(self.pp_first_layers[i]) or None
         kw["pp_last_layers"] = int(self.pp_last_layers[i]) or None
         kw["recompute_layers"] = (int(self.recompute_layers[i]) or None) if kw["recompute"] == "full" else None
+        kw["attention"] = ATTENTION[int(self.attention[i])]
         return Layout(**kw)

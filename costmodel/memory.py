@@ -22,6 +22,14 @@ GRAD_BYTES = 4.0
 OPTIMIZER_BYTES = 12.0
 
 
+def attention_scores_bytes_per_token(model: ModelSpec, tp, seq_len, unfused):
+    """Unfused attention keeps the a x s scores per token for backward: softmax output (2 B),
+    dropout mask (1 B) and dropout output (2 B) = Korthikanti's 5·a·s²·b/t term (Table 2);
+    2 B without dropout. FlashAttention keeps none of it; selective recompute drops it."""
+    per_score = 5.0 if model.dropout else 2.0
+    return np.where(unfused, per_score * model.num_attention_heads * np.asarray(seq_len, dtype=np.float64) / np.asarray(tp), 0.0)
+
+
 def activation_bytes_per_token(model: ModelSpec, tp, sp, moe_layer: bool, fp8=False):
     """Bytes one layer keeps per token for the backward pass (no recompute), per GPU.
 

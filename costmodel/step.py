@@ -18,6 +18,7 @@ from costmodel.layout import Layout, LayoutBatch
 from costmodel.memory import (
     GIB,
     activation_bytes_per_token,
+    attention_scores_bytes_per_token,
     full_recompute_bytes_per_token,
     inflight_microbatches,
     model_state_bytes,
@@ -404,8 +405,10 @@ def _evaluate_chunk(
     hfu = (flops_token + extra) * tokens_step / (step * gpus * peak)
 
     # ---------------- memory on each stage; the peak is the most loaded stage
-    a_dense = activation_bytes_per_token(model, tp, sp, moe_layer=False, fp8=fp8)
-    a_moe = activation_bytes_per_token(model, tp, sp, moe_layer=True, fp8=fp8)
+    # Stored attention scores (unfused attention only) unless selective recompute drops them.
+    scores = np.where(selective, 0.0, attention_scores_bytes_per_token(model, tp, batch.seq_len, batch.attention == 1))
+    a_dense = activation_bytes_per_token(model, tp, sp, moe_layer=False, fp8=fp8) + scores
+    a_moe = activation_bytes_per_token(model, tp, sp, moe_layer=True, fp8=fp8) + scores
     a_full = full_recompute_bytes_per_token(model, tp, sp)
 
     # Full recompute rebuilds one layer's activations at a time during backward.

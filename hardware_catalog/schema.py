@@ -67,7 +67,10 @@ class GPUSpec(_Cited):
     scaleup_link: str
     """Name of the scale-up link, e.g. ``NVLink 4``."""
     tdp_watts: Optional[float] = Field(default=None, gt=0)
-    """Board power, W (informational)."""
+    """Board power, W (power-capped clusters scale clocks against it)."""
+    gemm_efficiency_bf16: Optional[float] = Field(default=None, gt=0, le=1)
+    """Achievable fraction of the dense BF16 peak for transformer-shaped GEMMs, where measured
+    (benchmarks/device_kernels.py); None = the calibration's global value."""
 
 
 class InterconnectSpec(_Cited):

@@ -188,6 +188,13 @@ def map_run(row: dict) -> MappedRun:
     else:
         pins["recompute"] = rc[0]
     framework = str(lay.get("framework") or "").lower()
+    year = int((row.get("source") or {}).get("year") or 0)
+    if year and year < 2022 or (row.get("source") or {}).get("key") == "korthikanti2022":
+        # FlashAttention (Dao et al., May 2022) postdates these runs: Megatron then materialised
+        # the attention scores and ran a fused scale-mask-softmax (Korthikanti 2022 Sec. 4.1
+        # counts the 5as^2b bytes that storing them costs).
+        pins["attention"] = "unfused"
+        assumptions.append("unfused attention (the run predates FlashAttention)")
     if rc == ["selective"] and "torchtitan" in framework:
         # torchtitan's "selective" is per-op SAC: it keeps SDPA outputs and every other matmul
         # output and recomputes the rest (torchtitan activation_checkpoint.py, _save_list), i.e.
@@ -205,7 +212,7 @@ def map_run(row: dict) -> MappedRun:
 
 def _candidates(run: MappedRun):
     """All layouts consistent with the pins (the unknown knobs as a grid), valid ones only."""
-    from costmodel.layout import PRECISIONS, RECOMPUTE, LayoutBatch
+    from costmodel.layout import ATTENTION, PRECISIONS, RECOMPUTE, LayoutBatch
     from costmodel.pipeline import partial_recompute_per_chunk, stage_layer_split, vpp_divides_stages
 
     pins = run.pins
@@ -240,6 +247,7 @@ def _candidates(run: MappedRun):
         vpp=cols["vpp"], zero=cols["zero"], mbs=cols["mbs"], gbs=pins["gbs"], seq_len=pins["seq_len"],
         recompute=cols["recompute"], precision=PRECISIONS.index(pins["precision"]),
         recompute_layers=cols["recompute_layers"],
+        attention=ATTENTION.index(pins.get("attention", "flash")),
         sp=pins.get("sequence_parallel", True),
     )
     first, middle, last, split_ok = stage_layer_split(run.model.num_layers, batch.pp, 0, 0)

@@ -211,3 +211,24 @@ def test_partial_recompute_sits_between_none_and_full(h100):
     assert rec[0] < rec[1] < rec[2]
     # Half of an 8-layer stage in 4 chunks of 2: one layer per chunk, 4 of 8 layers.
     assert rec[1] == pytest.approx(rec[2] / 2, rel=1e-9)
+
+
+def test_korthikanti_full_formula_with_unfused_attention():
+    # Korthikanti Table 2, TP + SP, no recompute: s*b*h*(34/t + 5*a*s/(h*t)) bytes per layer,
+    # i.e. per token 34h/t + 5as/t. Unfused attention adds the 5as/t scores term.
+    from costmodel.memory import attention_scores_bytes_per_token
+
+    s, t, h, a = 2048, 8, GPT.hidden_size, GPT.num_attention_heads
+    per_token = activation_bytes_per_token(GPT, t, np.array(True), moe_layer=False) + attention_scores_bytes_per_token(
+        GPT, t, s, np.array(True)
+    )
+    assert float(per_token) == pytest.approx(34 * h / t + 5 * a * s / t)
+    assert float(attention_scores_bytes_per_token(GPT, t, s, np.array(False))) == 0.0
+
+
+def test_unfused_attention_is_slower_than_flash(h100):
+    lay = dict(tp=8, pp=1, dp=1, mbs=1, gbs=8, seq_len=8192, recompute="none")
+    flash = evaluate(GPT, h100, Layout(**lay))
+    unfused = evaluate(GPT, h100, Layout(attention="unfused", **lay))
+    assert unfused.step_time_s[0] > flash.step_time_s[0]
+    assert unfused.memory_gib["activations"][0] > flash.memory_gib["activations"][0]

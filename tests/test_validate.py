@@ -20,10 +20,10 @@ def results():
 def test_accuracy_on_reference_set_high_confidence(results):
     s = summarize(results, "high")
     # Figures measured when the calibration was fitted (see costmodel/calibration.py and the
-    # validate note): median 5.9%, p90 38.6% over 83 rows. Small slack for platform noise.
+    # validate note): median 5.4%, p90 39.8% over 83 rows. Small slack for platform noise.
     assert s["rows"] >= 80
-    assert s["median_abs_error"] <= 0.062
-    assert s["p90_abs_error"] <= 0.40
+    assert s["median_abs_error"] <= 0.057
+    assert s["p90_abs_error"] <= 0.41
     # Sources the model covers by mechanism stay tight.
     for source in ("nemo_perf_2407", "nemo_longseq", "megatron_readme_2024", "korthikanti2022"):
         assert s["per_source"][source]["median_abs_error"] <= 0.08, source

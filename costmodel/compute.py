@@ -112,12 +112,16 @@ def dense_and_moe_layer_times(
     # per token through HBM: written by QK^T, read and written by the fused scale-mask-softmax,
     # dropout mask and output, read by AV (2 + 4 + 3 + 2 bytes; 2 + 4 + 2 without dropout).
     unfused = batch.attention == 1
-    score_bytes = (11.0 if model.dropout else 8.0) * a / tp * batch.seq_len
-    t_unfused = 2.0 * core_flops / (bf16_peak * bf16_gemm_efficiency(gpu, calib)) + tokens * score_bytes / mem_bw
-    t_core = np.where(unfused, t_unfused, t_flash)
     # Backward: FlashAttention recomputes the scores (5 matmuls vs 2, Dao 2023 Sec. 3.1): 2.5x;
     # unfused: two GEMMs per forward GEMM and the scores' gradient traffic: 2x.
-    core_backward_factor = np.where(unfused, 2.0, 2.5)
+    if unfused.any():
+        score_bytes = (11.0 if model.dropout else 8.0) * a / tp * batch.seq_len
+        t_unfused = 2.0 * core_flops / (bf16_peak * bf16_gemm_efficiency(gpu, calib)) + tokens * score_bytes / mem_bw
+        t_core = np.where(unfused, t_unfused, t_flash)
+        core_backward_factor = np.where(unfused, 2.0, 2.5)
+        core_flops_run = np.where(unfused, 2.0 * core_flops, core_flops)
+    else:
+        t_core, core_backward_factor, core_flops_run = t_flash, 2.5, core_flops
     d = float(model.head_size)
     # Elementwise elements per token: 2 norms (read+write h) and 2 residual adds (2 reads + 1
     # write) = 10h in the SP region, + rotary on Q and K (read+write) in the TP region.
@@ -139,7 +143,7 @@ def dense_and_moe_layer_times(
         # Backward: dgrad + wgrad GEMMs (2x forward FLOPs), the attention core as above,
         # elementwise backward ~2x traffic.
         backward = 2.0 * t_gemm + core_backward_factor * t_core + 2.0 * t_elem + 2.0 * launch
-        flops = f_qkv + f_out + f_mlp + np.where(unfused, 2.0 * core_flops, core_flops)
+        flops = f_qkv + f_out + f_mlp + core_flops_run
         return LayerTimes(forward, backward, t_core, flops)
 
     # --- dense MLP

@@ -63,7 +63,7 @@ def _select3(index, a, b, c):
     return np.where(index == 0, a, np.where(index == 1, b, c))
 
 
-CHUNK = 8_192
+CHUNK = 16_384
 """Layouts priced per pass: the model is a few hundred elementwise numpy operations, which run
 several times faster on arrays that stay in the CPU caches than on million-element ones."""
 
@@ -80,11 +80,16 @@ def evaluate_batch(
     Layouts are assumed to satisfy the hard rules (``search.rules``); this function never
     raises on a bad layout, it prices it as given.
     """
+    from hardware_catalog import get_gpu, get_interconnect
+
+    gpu = gpu or get_gpu(cluster.gpu)
+    fabric = collectives.fabric_from_cluster(cluster, gpu, get_interconnect(cluster.nic))
+    counts = count_params(model)
     n = len(batch)
     if n <= 2 * CHUNK:
-        return _evaluate_chunk(model, cluster, batch, gpu, calib)
+        return _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts)
     parts = [
-        _evaluate_chunk(model, cluster, batch.take(slice(i, min(i + CHUNK, n))), gpu, calib)
+        _evaluate_chunk(model, cluster, batch.take(slice(i, min(i + CHUNK, n))), gpu, calib, fabric, counts)
         for i in range(0, n, CHUNK)
     ]
     return concatenate_results(parts, batch)
@@ -110,25 +115,10 @@ def concatenate_results(parts: list[BatchResult], batch: LayoutBatch) -> BatchRe
     )
 
 
-def _evaluate_chunk(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    batch: LayoutBatch,
-    gpu: GPUSpec | None = None,
-    calib: Calibration = DEFAULT,
-) -> BatchResult:
-    """``evaluate_batch`` on one chunk of layouts.
-
-    Layouts are assumed to satisfy the hard rules (``search.rules``); this function never
-    raises on a bad layout, it prices it as given.
-    """
-    from hardware_catalog import get_gpu, get_interconnect
-
-    gpu = gpu or get_gpu(cluster.gpu)
-    nic = get_interconnect(cluster.nic)
-    fabric = collectives.fabric_from_cluster(cluster, gpu, nic)
+def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchResult:
+    """``evaluate_batch`` on one chunk of layouts (``fabric`` and parameter ``counts`` computed
+    once per call by the caller)."""
     domain = cluster.scaleup_domain_size
-    counts = count_params(model)
     n = len(batch)
 
     tp = batch.tp.astype(np.float64)
@@ -406,7 +396,12 @@ def _evaluate_chunk(
 
     # ---------------- memory on each stage; the peak is the most loaded stage
     # Stored attention scores (unfused attention only) unless selective recompute drops them.
-    scores = np.where(selective, 0.0, attention_scores_bytes_per_token(model, tp, batch.seq_len, batch.attention == 1))
+    unfused = batch.attention == 1
+    scores = (
+        np.where(selective, 0.0, attention_scores_bytes_per_token(model, tp, batch.seq_len, unfused))
+        if unfused.any()
+        else 0.0
+    )
     a_dense = activation_bytes_per_token(model, tp, sp, moe_layer=False, fp8=fp8) + scores
     a_moe = activation_bytes_per_token(model, tp, sp, moe_layer=True, fp8=fp8) + scores
     a_full = full_recompute_bytes_per_token(model, tp, sp)

@@ -39,7 +39,9 @@ class BatchResult:
     tokens_per_s_per_gpu: np.ndarray
     """Training tokens per second per GPU."""
     mfu: np.ndarray
-    """Model FLOPs utilization (PaLM, App. B): model FLOPs per step / (step time * peak * GPUs)."""
+    """Model FLOPs utilization (PaLM, App. B): model FLOPs per step (6·N active + causal
+    attention, costmodel.flops) / (step time x GPUs x dense BF16 peak). FP8 runs are also
+    measured against the BF16 peak, so their MFU is comparable with BF16 runs."""
     hfu: np.ndarray
     """Hardware FLOPs utilization: as MFU but counting recomputed FLOPs."""
     time_terms: dict[str, np.ndarray]

@@ -86,10 +86,14 @@ class Plan:
         if self.pp > 1:
             split = f" (layers/stage {_stage_text(self.stage_layers)})"
         sp = "on" if self.sp else "off"
+        recompute = self.recompute
+        per_chunk = partial_recompute_per_chunk(self)
+        if per_chunk:
+            recompute += f" ({per_chunk} layer(s) per model chunk, block method)"
         return (
             f"TP{self.tp} PP{self.pp}{split} DP{self.dp} CP{self.cp} EP{self.ep} ETP{self.etp} VPP{self.vpp} "
             f"ZeRO-{self.zero} SP {sp}; mbs {self.mbs}, gbs {self.gbs} ({self.grad_accum} micro-batches/step), "
-            f"seq {self.seq_len}, recompute {self.recompute}, {self.precision}"
+            f"seq {self.seq_len}, recompute {recompute}, {self.precision}"
         )
 
 

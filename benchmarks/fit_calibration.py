@@ -29,7 +29,20 @@ RANGES = {
     "attention_efficiency": np.round(np.arange(0.20, 0.76, 0.05), 3),
     "memory_bound_efficiency": np.round(np.arange(0.20, 0.91, 0.05), 3),
     "kernel_overhead_us": np.array([0.0, 1.0, 2.0, 3.0, 4.0, 6.0]),
+    "sustained_clock_fraction": np.round(np.arange(0.80, 1.001, 0.02), 3),
+    "comm_sm_fraction": np.round(np.arange(0.0, 0.301, 0.03), 3),
 }
+
+
+CLIP = 0.20
+"""Errors count up to this much: rows whose mechanism the model lacks (see the validate
+note) weigh like any row that misses by 20%, so they cannot drag every constant."""
+
+
+def objective(s) -> float:
+    """Mean absolute error, each row's clipped at CLIP (a capped L1 loss): it rewards bringing
+    rows inside the 10% band, which the median alone does not see."""
+    return s[3]
 
 
 def score(runs, calib):
@@ -41,7 +54,7 @@ def score(runs, calib):
     errs = np.asarray(errs)
     # Robust objective: median + half the mean error clipped at 30%, so the few rows whose
     # mechanism the model lacks (see the validate note) cannot drag every constant.
-    return float(np.median(errs)), float(np.percentile(errs, 90)), float(np.mean(errs)), float(np.mean(np.minimum(errs, 0.3)))
+    return float(np.median(errs)), float(np.percentile(errs, 90)), float(np.mean(errs)), float(np.mean(np.minimum(errs, CLIP)))
 
 
 def main() -> None:
@@ -65,7 +78,7 @@ def main() -> None:
             for v in values:
                 trial = calib.with_(**{name: float(v)})
                 s = score(runs, trial)
-                if (s[0] + 0.5 * s[3]) < (best[0] + 0.5 * best[3]) - 1e-6:
+                if objective(s) < objective(best) - 1e-6:
                     best, calib = s, trial
             print(f"round {rnd} {name}={getattr(calib, name)}: median {best[0]:.4f} p90 {best[1]:.4f} mape {best[2]:.4f}")
     print(f"done in {time.time() - t0:.0f} s")

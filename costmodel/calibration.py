@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 class Calibration:
     """Global constants of the cost model."""
 
-    gemm_efficiency_bf16: float = 0.74
+    gemm_efficiency_bf16: float = 0.8
     """Achievable fraction of dense BF16 peak for large, compute-bound GEMMs.
     cuBLAS reaches ~750-800 of 989 TFLOP/s on H100 SXM and ~250-270 of 312 on A100 for large
     BF16 GEMMs (NVIDIA cuBLAS/Transformer Engine benchmarks; Narayanan et al. 2021 report up to
@@ -28,11 +28,11 @@ class Calibration:
     GEMM shapes, median 0.65, which the catalog carries for GH100 parts (GPUSpec.gemm_efficiency_bf16).
     This global value serves GPUs without a measurement; fitted on their rows (A100): 0.74,
     in line with cuBLAS reaching ~75-80% of the A100's 312 TFLOP/s on large GEMMs."""
-    gemm_efficiency_fp8: float = 0.60
+    gemm_efficiency_fp8: float = 0.66
     """Achievable fraction of dense FP8 peak for large FP8 GEMMs (TransformerEngine delayed/current
     scaling). Measured on a lent H100 SXM with torch._scaled_mm: 0.40-0.67 of 1979 TFLOP/s over
     the same 16 shapes, median 0.59. Fitted: 0.60."""
-    attention_efficiency: float = 0.30
+    attention_efficiency: float = 0.3
     """Achievable fraction of BF16 peak for the FlashAttention kernels (forward + backward).
     FlashAttention-2 reaches 50-73% of A100 peak forward and less backward (Dao 2023, Fig. 4-6);
     FlashAttention-3 ~60-75% of H100 (Shah et al. 2024). Measured on a lent H100 SXM (PyTorch
@@ -41,7 +41,13 @@ class Calibration:
     """Achievable fraction of HBM bandwidth for elementwise/normalization kernels and the
     optimizer step (STREAM-like kernels reach 80-90%; unfused PyTorch ops less). Measured on a
     lent H100 SXM: a device copy 0.81, an eager (unfused) RMSNorm 0.09. Fitted: 0.65."""
-    kernel_overhead_us: float = 1.0
+    sustained_clock_fraction: float = 0.96
+    """Tensor-core clock that a GPU holds through hours of training, as a fraction of the clock
+    its datasheet peak (and a seconds-long kernel benchmark) assumes: dense GEMMs at full
+    occupancy hit the board power limit and the clock steps down (NVIDIA DVFS; H100 SXM boosts
+    to 1980 MHz, its 989 TFLOP/s is quoted at 1830 MHz). Scales every tensor-core peak; HBM is
+    unaffected. Fitted."""
+    kernel_overhead_us: float = 6.0
     """Fixed cost per kernel launched (launch + tail), microseconds; ~3-5 us per kernel on
     recent GPUs/CUDA (CUDA Graphs reduce it). Counted per transformer layer as
     ``kernels_per_layer`` launches per pass."""
@@ -57,6 +63,10 @@ class Calibration:
     reduction, forward of the first for the parameter all-gather) that can actually hide
     data-parallel communication (Megatron --overlap-grad-reduce/--overlap-param-gather, FSDP
     prefetching)."""
+    comm_sm_fraction: float = 0.18
+    """Fraction of compute throughput lost while a data-parallel / FSDP collective runs
+    behind it: NCCL holds one SM per channel (16-32 channels on multi-NIC nodes, of 132 SMs on
+    an H100: 0.12-0.24) and shares HBM bandwidth. Fitted."""
     workspace_gib: float = 1.5
     """Fixed per-GPU memory outside tensors the model owns: CUDA context (~0.5 GiB), NCCL
     buffers, cuBLAS/cuDNN workspaces (PyTorch CUDA semantics notes; NCCL docs NCCL_BUFFSIZE)."""

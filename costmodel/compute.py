@@ -29,27 +29,40 @@ def bf16_gemm_efficiency(gpu: GPUSpec, calib: Calibration) -> float:
     return gpu.gemm_efficiency_bf16 or calib.gemm_efficiency_bf16
 
 
-def power_limited(gpu: GPUSpec, power_limit_watts: float | None) -> GPUSpec:
+def power_limited(gpu: GPUSpec, power_limit_watts: float | None, sustained_clock: float = 1.0) -> GPUSpec:
     """The GPU with tensor-core peaks scaled for a power cap below its TDP.
 
     Dynamic power goes as C·V²·f and voltage tracks frequency in the DVFS range, so power
     ~ f³ and the sustained clock under a cap ~ (cap / TDP)^(1/3). NVIDIA's own parts agree:
     H100 NVL (400 W) is rated 835 dense BF16 TFLOP/s vs H100 SXM (700 W) 989, and
     (400/700)^(1/3) x 989 = 821 (H100 datasheet). HBM bandwidth is not clock-bound.
+    ``sustained_clock``: the fraction of the datasheet (boost) clock that hours of training
+    hold at the rated power (Calibration.sustained_clock_fraction); the cap scales from there.
     """
-    if not power_limit_watts or not gpu.tdp_watts or power_limit_watts >= gpu.tdp_watts:
+    scale = sustained_clock
+    if power_limit_watts and gpu.tdp_watts and power_limit_watts < gpu.tdp_watts:
+        scale *= (power_limit_watts / gpu.tdp_watts) ** (1.0 / 3.0)
+    if scale == 1.0:
         return gpu
-    scale = (power_limit_watts / gpu.tdp_watts) ** (1.0 / 3.0)
     update = {k: getattr(gpu, k) * scale for k in ("bf16_tflops", "fp16_tflops", "fp8_tflops", "tf32_tflops", "fp32_tflops")
               if getattr(gpu, k) is not None}
     return gpu.model_copy(update=update)
 
 
+GEMM_K_OVERHEAD = 350.0
+"""Fixed cost of every output tile of a GEMM, in units of the reduction dimension K: the
+mainloop runs K / k_tile steps, and filling the load pipeline and writing the tile out cost
+about as much as K0 more, so a GEMM reaches e_max · K / (K + K0) of peak. Fitted on the 32
+BF16 and FP8 GEMMs measured on a lent H100 (benchmarks/results/h100_kernels.json; K0 from
+300 to 400 fits equally, median error 5-7%); the same tile pipeline serves other GPUs."""
+
+
 def gemm_time(m, k, n, peak_flops, efficiency, hbm_bytes_per_s, bytes_per_element):
     """Roofline time of an (m x k) @ (k x n) GEMM: compute-bound or HBM-bound, whichever is
-    slower. Operands read once and the output written once (ideal tiling)."""
+    slower. Operands read once and the output written once (ideal tiling). ``efficiency`` is
+    the large-K limit; short reductions lose the per-tile fixed cost (``GEMM_K_OVERHEAD``)."""
     flops = 2.0 * m * k * n
-    compute = flops / (peak_flops * efficiency)
+    compute = flops / (peak_flops * efficiency) * (1.0 + GEMM_K_OVERHEAD / k)
     traffic = (m * k + k * n + m * n) * bytes_per_element / hbm_bytes_per_s
     return np.maximum(compute, traffic), flops
 
@@ -66,6 +79,11 @@ class LayerTimes:
     """Attention-core forward alone (what selective recompute repeats, what CP overlaps with)."""
     flops_forward: np.ndarray
     """Hardware FLOPs of one forward pass on this GPU (GEMMs + attention core)."""
+    tp_neighbour_gemms: tuple = ()
+    """Forward times of the GEMMs beside the layer's TP collectives, in order: attention input
+    projection (after the all-gather), output projection (before the reduce-scatter), MLP up
+    and MLP down (for MoE layers: the shared expert's, zero without one). What
+    --tp-comm-overlap can hide each collective behind."""
 
 
 def _precision_gemm(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration):
@@ -123,28 +141,43 @@ def dense_and_moe_layer_times(
     else:
         t_core, core_backward_factor, core_flops_run = t_flash, 2.5, core_flops
     d = float(model.head_size)
-    # Elementwise elements per token: 2 norms (read+write h) and 2 residual adds (2 reads + 1
-    # write) = 10h in the SP region, + rotary on Q and K (read+write) in the TP region.
+    eager = batch.kernels == 1
+    rope = model.position_embedding == "rope"
+    # Elementwise BF16 elements moved per token (fused kernels): 2 norms (read+write h) and 2
+    # residual adds (2 reads + 1 write) = 10h in the SP region, + rotary on Q and K
+    # (read+write) in the TP region.
     rep_elems = 10.0 * h + (5.0 * h if model.dropout else 0.0)
-    attn_tp_elems = 2.0 * (a + g) * d if model.position_embedding == "rope" else 0.0
+    attn_tp_elems = 2.0 * (a + g) * d if rope else 0.0
     attn_gemm_inputs = h + a * d_v  # FP8 casts of GEMM inputs (read BF16, write FP8: 3 bytes)
+    # Eager PyTorch runs one kernel per operator, several through FP32 (counted in BF16
+    # elements, an FP32 element = 2), e.g. torchtitan's Llama (models/llama/model.py):
+    # RMSNorm as x.float(), pow, mean, x * rsqrt, type_as, * weight = 3 + 4 + 2 + 4 + 3 + 2 = 18
+    # per element, against 2 for a fused norm (F.layer_norm is one kernel in either);
+    # rotary as x.float(), complex multiply, type_as = 3 + 4 + 3 = 10 per Q/K element, not 2;
+    # GQA's repeat_kv copies K and V out to every query head (read g·d, write a·d, twice) and
+    # the attention output is made contiguous again (2·a·d).
+    norm_extra = 16.0 if model.norm == "rmsnorm" else 0.0
+    eager_rep = 2.0 * norm_extra * h
+    eager_attn_tp = (8.0 * (a + g) * d if rope else 0.0) + (2.0 * (g * d + a * d) if g < a else 0.0) + 2.0 * a * d_v
 
-    def elementwise_time(rep, sharded, fp8_inputs):
+    def elementwise_time(rep, sharded, fp8_inputs, eager_sharded=0.0):
+        rep = np.where(eager, rep + eager_rep, rep)
+        sharded = np.where(eager, sharded + eager_attn_tp + eager_sharded, sharded)
         bytes_per_token = BF16_BYTES * (rep / rep_div + sharded / tp)
         bytes_per_token = bytes_per_token + np.where(fp8, 3.0 * fp8_inputs / tp, 0.0)
         return tokens * bytes_per_token / mem_bw
 
     launch = calib.kernels_per_layer * calib.kernel_overhead_us * 1e-6
 
-    def assemble(t_mlp_gemms, f_mlp, mlp_elems, mlp_fp8_inputs):
+    def assemble(t_mlp_gemms, f_mlp, mlp_elems, mlp_fp8_inputs, mlp_up, mlp_down, eager_mlp=0.0):
         t_gemm = t_qkv + t_out + t_mlp_gemms
-        t_elem = elementwise_time(rep_elems, attn_tp_elems + mlp_elems, attn_gemm_inputs + mlp_fp8_inputs)
+        t_elem = elementwise_time(rep_elems, attn_tp_elems + mlp_elems, attn_gemm_inputs + mlp_fp8_inputs, eager_mlp)
         forward = t_gemm + t_core + t_elem + launch
         # Backward: dgrad + wgrad GEMMs (2x forward FLOPs), the attention core as above,
         # elementwise backward ~2x traffic.
         backward = 2.0 * t_gemm + core_backward_factor * t_core + 2.0 * t_elem + 2.0 * launch
         flops = f_qkv + f_out + f_mlp + core_flops_run
-        return LayerTimes(forward, backward, t_core, flops)
+        return LayerTimes(forward, backward, t_core, flops, (t_qkv, t_out, mlp_up, mlp_down))
 
     # --- dense MLP
     F = float(model.ffn_hidden_size)
@@ -152,7 +185,8 @@ def dense_and_moe_layer_times(
     t_up, f_up = gemm_time(tokens, h, up_width / tp, peak, eff, hbm, elem)
     t_down, f_down = gemm_time(tokens, F / tp, h, peak, eff, hbm, elem)
     act_elems = (3.0 if model.gated_mlp else 2.0) * F
-    dense = assemble(t_up + t_down, f_up + f_down, act_elems, h + F)
+    # Eager SwiGLU: silu (read+write F) then the product (2 reads + 1 write): 5F, not 3F.
+    dense = assemble(t_up + t_down, f_up + f_down, act_elems, h + F, t_up, t_down, 2.0 * F if model.gated_mlp else 0.0)
 
     if model.moe is None:
         return dense, dense
@@ -174,7 +208,7 @@ def dense_and_moe_layer_times(
     t_experts = local_experts * (t_eu + t_ed)
     f_experts = local_experts * (f_eu + f_ed)
     Fs = float(moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size))
-    t_shared = f_shared = 0.0
+    t_shared = f_shared = t_su = t_sd = 0.0
     if Fs:
         t_su, f_su = gemm_time(tokens, h, (2.0 if model.gated_mlp else 1.0) * Fs / tp, peak, eff, hbm, elem)
         t_sd, f_sd = gemm_time(tokens, Fs / tp, h, peak, eff, hbm, elem)
@@ -189,6 +223,8 @@ def dense_and_moe_layer_times(
         f_experts + f_shared + f_router,
         moe_elems,
         k * (h + Fe) + (h + Fs if Fs else 0.0),
+        t_su,
+        t_sd,
     )
     return dense, moe_layer
 
@@ -202,6 +238,17 @@ def lm_head_times(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: Cal
     V = float(model.vocab_size)
     h = float(model.hidden_size)
     t, f = gemm_time(tokens, h, V / tp, gpu.bf16_tflops * 1e12, bf16_gemm_efficiency(gpu, calib), hbm, BF16_BYTES)
-    # Cross-entropy in FP32 over the vocab shard: ~4 passes of 4 bytes per logit each way.
-    loss = tokens * V / tp * 16.0 / (hbm * calib.memory_bound_efficiency)
-    return t + loss, 2.0 * t + loss, f
+    logits = tokens * V / tp
+    bw = hbm * calib.memory_bound_efficiency
+    # Cross-entropy over the vocab shard, bytes moved per logit. Unfused, Megatron's
+    # vocab-parallel cross entropy (megatron/core/tensor_parallel/cross_entropy.py): upcast
+    # (read 2, write 4), max (4), subtract the max, exp, divide by the sum in place (3 x 8) and
+    # the sum (4) = 38 forward; backward scales the kept softmax in place (8) and autograd
+    # casts it back (6) = 14. Eager F.cross_entropy(logits.float()) moves about the same
+    # (upcast 6, log_softmax 12, its backward 12, dense NLL gradient 4, downcast 6, plus the
+    # model's own .float() of the logits). Fused (one kernel reading BF16 logits with an online
+    # max/sum and writing the gradient in place): 4 forward, 4 backward.
+    fused = batch.loss_fusion
+    loss_fwd = logits * np.where(fused, 4.0, 38.0) / bw
+    loss_bwd = logits * np.where(fused, 4.0, 14.0) / bw
+    return t + loss_fwd, 2.0 * t + loss_bwd, f

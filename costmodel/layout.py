@@ -15,6 +15,11 @@ RECOMPUTE = ("none", "selective", "full")
 """Activation recomputation modes; codes 0, 1, 2 in ``LayoutBatch.recompute``."""
 ATTENTION = ("flash", "unfused")
 """Attention kernels; codes 0, 1 in ``LayoutBatch.attention``."""
+KERNELS = ("fused", "eager")
+"""How the elementwise work between GEMMs runs; codes 0, 1 in ``LayoutBatch.kernels``: fused
+(TransformerEngine / Megatron fused kernels, or torch.compile) or eager (one PyTorch kernel per
+operator, fp32 upcasts in the norms, rotary and loss: plain PyTorch, FSDP scripts without
+torch.compile)."""
 PRECISIONS = ("bf16", "fp8")
 """Compute precisions; codes 0, 1 in ``LayoutBatch.precision``. FP8 is TransformerEngine-style
 (linear-layer GEMMs in FP8, attention and the rest in BF16)."""
@@ -62,6 +67,17 @@ class Layout:
     rest keep theirs (Megatron --recompute-method block; --recompute-num-layers is this divided
     by vpp). None = every layer. A negative value -q means q quarters of every stage's layers
     (what the search explores: 1/4, 1/2, 3/4)."""
+    kernels: str = "fused"
+    """Elementwise kernels: fused (Megatron/TransformerEngine, torch.compile) or eager (plain
+    PyTorch operators, e.g. torchtitan or llm-foundry without compile)."""
+    loss_fusion: bool = False
+    """Cross-entropy in one fused kernel (Megatron --cross-entropy-loss-fusion, TransformerEngine
+    or flash-attn cross entropy) instead of the unfused FP32 passes over the logits (Megatron's
+    default vocab-parallel cross entropy, torch.nn.functional.cross_entropy)."""
+    tp_comm_overlap: bool = False
+    """Overlap the tensor-parallel all-gathers / reduce-scatters with the GEMMs they feed
+    (Megatron --tp-comm-overlap: TransformerEngine userbuffers, needs sequence parallelism).
+    Off by default, as in Megatron."""
     pp_first_layers: Optional[int] = None
     """Layers on the first pipeline stage; None = planner's split (see costmodel.pipeline)."""
     pp_last_layers: Optional[int] = None
@@ -88,6 +104,7 @@ class Layout:
         return d
 
 
+_BOOL_FIELDS = ("sp", "tp_overlap", "loss_fusion")
 _INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "mbs", "gbs", "seq_len")
 
 
@@ -121,12 +138,24 @@ class LayoutBatch:
     """With full recompute: layers per stage recomputed; 0 = all; -q = q quarters of each stage."""
     attention: np.ndarray = None
     """0 flash, 1 unfused."""
+    kernels: np.ndarray = None
+    """0 fused, 1 eager."""
+    loss_fusion: np.ndarray = None
+    """Fused cross-entropy kernel (bool)."""
+    tp_overlap: np.ndarray = None
+    """TP communication overlapped with GEMMs (bool; only effective with sequence parallelism)."""
 
     def __post_init__(self):
         if self.recompute_layers is None:
             self.recompute_layers = np.zeros_like(self.tp)
         if self.attention is None:
             self.attention = np.zeros_like(self.tp)
+        if self.kernels is None:
+            self.kernels = np.zeros_like(self.tp)
+        if self.loss_fusion is None:
+            self.loss_fusion = np.zeros(self.tp.shape, dtype=bool)
+        if self.tp_overlap is None:
+            self.tp_overlap = np.zeros(self.tp.shape, dtype=bool)
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -144,7 +173,10 @@ class LayoutBatch:
             cols["pp_last_layers"].append(lay.pp_last_layers or 0)
             cols["recompute_layers"].append(lay.recompute_layers or 0)
             cols["attention"].append(ATTENTION.index(lay.attention))
-        arrays = {k: np.asarray(v, dtype=bool if k == "sp" else np.int64) for k, v in cols.items()}
+            cols["tp_overlap"].append(bool(lay.tp_comm_overlap))
+            cols["kernels"].append(KERNELS.index(lay.kernels))
+            cols["loss_fusion"].append(bool(lay.loss_fusion))
+        arrays = {k: np.asarray(v, dtype=bool if k in _BOOL_FIELDS else np.int64) for k, v in cols.items()}
         return cls(**arrays)
 
     @classmethod
@@ -161,14 +193,16 @@ class LayoutBatch:
                 full[f.name] = PRECISIONS.index(defaults.precision)
             elif f.name == "sp":
                 full[f.name] = True
-            elif f.name in ("pp_first_layers", "pp_last_layers", "recompute_layers", "attention"):
+            elif f.name in ("tp_overlap", "loss_fusion"):
+                full[f.name] = False
+            elif f.name in ("pp_first_layers", "pp_last_layers", "recompute_layers", "attention", "kernels"):
                 full[f.name] = 0
             else:
                 full[f.name] = getattr(defaults, f.name)
         shaped = np.broadcast_arrays(*[np.asarray(v) for v in full.values()])
         out = {}
         for (name, _), arr in zip(full.items(), shaped):
-            out[name] = np.ascontiguousarray(arr, dtype=bool if name == "sp" else np.int64).reshape(-1)
+            out[name] = np.ascontiguousarray(arr, dtype=bool if name in _BOOL_FIELDS else np.int64).reshape(-1)
         out["sp"] = out["sp"] & (out["tp"] > 1)
         return cls(**out)
 
@@ -185,4 +219,7 @@ class LayoutBatch:
         kw["pp_last_layers"] = int(self.pp_last_layers[i]) or None
         kw["recompute_layers"] = (int(self.recompute_layers[i]) or None) if kw["recompute"] == "full" else None
         kw["attention"] = ATTENTION[int(self.attention[i])]
+        kw["tp_comm_overlap"] = bool(self.tp_overlap[i])
+        kw["kernels"] = KERNELS[int(self.kernels[i])]
+        kw["loss_fusion"] = bool(self.loss_fusion[i])
         return Layout(**kw)

@@ -18,6 +18,7 @@ TIME_TERMS = (
     "pp_p2p",
     "dp_comm",
     "zero3_gather",
+    "comm_contention",
     "optimizer",
 )
 """Exposed (critical-path) time terms per step, seconds; they add up to the step time."""

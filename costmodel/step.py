@@ -8,6 +8,8 @@ and EP communication, which sit on the critical path between GEMMs.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from costmodel import collectives
@@ -36,6 +38,10 @@ PARAM_GATHER_BYTES = 2.0  # updated BF16 weights all-gathered after the sharded 
 # Adam step traffic per owned parameter: read grad, master, m, v (4 x 4 B), write master, m, v
 # (3 x 4 B) and the BF16 weight (2 B), plus reading the grad once more for the norm/clip.
 OPTIMIZER_STEP_BYTES = 34.0
+# Extra time of a GEMM that runs beside a pipelined reduce-scatter holding n of the GPU's SMs:
+# n / (SMs - n), for the attention output projection (24 of 132 H100 SMs) and the MLP down
+# projection (16 of 132) in NeMo's userbuffers configs.
+TP_OVERLAP_SM_MARGIN = (24.0 / (132.0 - 24.0), 16.0 / (132.0 - 16.0))
 
 
 def _stage_layer_mix(model: ModelSpec, counts, n_layers, first_stage: bool):
@@ -139,7 +145,7 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
 
     # ---------------- per-layer compute
     # Kernel times use the clocks the cluster's power cap allows; MFU keeps the nominal peak.
-    gpu_clocked = power_limited(gpu, cluster.power_limit_watts)
+    gpu_clocked = power_limited(gpu, cluster.power_limit_watts, calib.sustained_clock_fraction)
     dense_t, moe_t = dense_and_moe_layer_times(model, counts, gpu_clocked, batch, calib)
     head_fwd, head_bwd, head_flops = lm_head_times(model, gpu_clocked, batch, calib)
 
@@ -159,6 +165,34 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     tp_dense = 2.0 * tp_pair
     has_shared = model.moe is not None and model.moe.num_shared_experts > 0
     tp_moe = (2.0 if has_shared else 1.0) * tp_pair if model.moe is not None else tp_dense
+    # --tp-comm-overlap (TransformerEngine userbuffers, Megatron-Core "Communication overlap"
+    # docs): each all-gather is split into tp chunks pipelined with the GEMM it feeds, each
+    # reduce-scatter with the GEMM producing it; backward pairs them with dgrad/wgrad GEMMs of
+    # the same size. What stays exposed is the part longer than its GEMM, and at least the
+    # one chunk (1/tp) that has nothing to overlap with.
+    # The reduce-scatters use TE's "pipeline" method, whose communication kernels hold SMs
+    # that the GEMM beside them then lacks (set_sm_margin): NeMo's tuned H100 configs reserve
+    # 24 of 132 SMs beside the attention output projection and 16 beside the MLP down
+    # projection (NeMo recipes/tp_overlap_configs/userbuffers.py); the all-gathers use
+    # copy-engine ring exchange and cost no SMs.
+    overlap_on = batch.tp_overlap & sp & (tp > 1)
+    if overlap_on.any():
+        one = np.where(sp, ag, ar)  # one collective (AG ~ RS in time)
+
+        def overlapped(layer, moe_layer):
+            g = layer.tp_neighbour_gemms
+            pairs = g[:2] if (moe_layer and not has_shared) else g
+            return sum(np.maximum(one - gi, one / tp) for gi in pairs)
+
+        def sm_margin_cost(layer):
+            _, out_proj, _, mlp_down = layer.tp_neighbour_gemms
+            return np.where(overlap_on, out_proj * TP_OVERLAP_SM_MARGIN[0] + mlp_down * TP_OVERLAP_SM_MARGIN[1], 0.0)
+
+        tp_dense = np.where(overlap_on, overlapped(dense_t, False), tp_dense)
+        dense_t = replace(dense_t, forward=dense_t.forward + sm_margin_cost(dense_t))
+        if model.moe is not None:
+            tp_moe = np.where(overlap_on, overlapped(moe_t, True), tp_moe)
+            moe_t = replace(moe_t, forward=moe_t.forward + sm_margin_cost(moe_t))
 
     # Context parallel: Megatron's ring attention (Liu et al. 2023; Megatron-Core CP docs) passes
     # K/V chunks around cp ranks in cp-1 steps, each overlapped with one chunk of attention.
@@ -365,6 +399,16 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     dp_exposed = np.where(single_replica & (expert_shard <= 1), 0.0, dp_exposed)
     zero3_exposed = np.where(single_replica & (expert_shard <= 1), 0.0, zero3_exposed)
 
+    # ---------------- hidden communication is not free: NCCL runs one thread block per
+    # channel on the SMs (NCCL_MIN/MAX_NCHANNELS; 16-32 channels for rings over several NICs),
+    # so compute that overlaps a collective runs on fewer SMs for that long (the cost DeepSeek-V3
+    # Sec. 3.2.1 limits by giving its all-to-all only 20 of 132 SMs).
+    dp_hidden = np.where(zero == 0, grad_ar, rs_count * grad_rs + param_ag) - dp_exposed
+    dp_hidden = np.where((zero == 3) | (single_replica & (expert_shard <= 1)), 0.0, dp_hidden)
+    z3_hidden = np.where(zero == 3, (2.0 * param_ag + grad_rs) * m - zero3_exposed, 0.0)
+    z3_hidden = np.where(single_replica & (expert_shard <= 1), 0.0, z3_hidden)
+    contention = calib.comm_sm_fraction * np.maximum(dp_hidden + z3_hidden, 0.0)
+
     # ---------------- optimizer step: HBM-bound Adam over the parameters this GPU owns
     owned = np.where(zero >= 1, p_dense / dense_shard + p_expert / expert_shard, p_dense + p_expert)
     optimizer_t = OPTIMIZER_STEP_BYTES * owned / (gpu.memory_bandwidth_gbps * 1e9 * calib.memory_bound_efficiency)
@@ -380,6 +424,7 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
         "pp_p2p": pp_p2p,
         "dp_comm": dp_exposed,
         "zero3_gather": zero3_exposed,
+        "comm_contention": contention,
         "optimizer": optimizer_t,
     }
     step = sum(terms[t] for t in TIME_TERMS)
@@ -474,7 +519,7 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
         hfu=hfu,
         time_terms=terms,
         overlapped_terms={
-            "dp_comm": np.where(zero == 0, grad_ar, rs_count * grad_rs + param_ag) - dp_exposed,
+            "dp_comm": dp_hidden + z3_hidden,
         },
         memory_gib=memory,
         memory_capacity_gib=gpu.memory_gib,

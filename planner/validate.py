@@ -176,7 +176,8 @@ def map_run(row: dict) -> MappedRun:
     if lay.get("vp"):
         pins["vpp"] = lay["vp"]
     else:
-        searched["vpp"] = [1, 2, 3, 4, 5, 6, 8]
+        # Every chunk count a stage's layers allow (the candidate filter keeps the divisors).
+        searched["vpp"] = list(range(1, 17))
     zero = _zero_from_row(lay)
     if zero is None:
         searched["zero"] = [0, 1]
@@ -203,6 +204,25 @@ def map_run(row: dict) -> MappedRun:
         pins["recompute"] = "full"
         pins["recompute_layers"] = -2
         assumptions.append("torchtitan selective (per-op SAC) priced as full recompute of half the layers")
+    if "eager" in framework or ("composer" in framework and "compile" not in framework):
+        # Plain PyTorch operators (torchtitan without torch.compile; llm-foundry/Composer MPT):
+        # unfused norms, rotary, activation and loss (see costmodel.compute).
+        pins["kernels"] = "eager"
+        assumptions.append("eager PyTorch kernels (no torch.compile, no fused norms/loss)")
+    if any(f in framework for f in ("nemo", "megatron-bridge", "composer")):
+        # Fused cross entropy: NeMo 2 / Megatron-Bridge model configs default
+        # cross_entropy_loss_fusion=True (TransformerEngine implementation); llm-foundry's MPT
+        # default loss is flash-attn's fused CrossEntropyLoss. Megatron-LM's flag defaults off,
+        # and torchtitan calls F.cross_entropy on FP32 logits.
+        pins["loss_fusion"] = True
+    if "--tp-comm-overlap" in framework:
+        pins["tp_overlap"] = True
+    elif any(f in framework for f in ("megatron-core", "nemo", "megatron-bridge")):
+        # TransformerEngine's userbuffers overlap (Megatron --tp-comm-overlap) is available to
+        # these frameworks and their performance recipes set it per model and GPU (e.g.
+        # Megatron-Bridge COMM_OVERLAP_CONFIG_MAP, userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192):
+        # unstated, so searched like the other knobs.
+        searched["tp_overlap"] = [0, 1]
     precision = str(lay.get("precision") or "").lower()
     pins["precision"] = "fp8" if ("fp8" in precision or "float8" in precision) else "bf16"
     if lay.get("sequence_parallel") is False:
@@ -212,7 +232,7 @@ def map_run(row: dict) -> MappedRun:
 
 def _candidates(run: MappedRun):
     """All layouts consistent with the pins (the unknown knobs as a grid), valid ones only."""
-    from costmodel.layout import ATTENTION, PRECISIONS, RECOMPUTE, LayoutBatch
+    from costmodel.layout import ATTENTION, KERNELS, PRECISIONS, RECOMPUTE, LayoutBatch
     from costmodel.pipeline import partial_recompute_per_chunk, stage_layer_split, vpp_divides_stages
 
     pins = run.pins
@@ -233,6 +253,7 @@ def _candidates(run: MappedRun):
     grids["mbs"] = run.searched.get("mbs", [pins.get("mbs")])
     grids["vpp"] = run.searched.get("vpp", [pins.get("vpp")])
     grids["zero"] = run.searched.get("zero", [pins.get("zero")])
+    grids["tp_overlap"] = run.searched.get("tp_overlap", [int(pins.get("tp_overlap", False))])
     grids["recompute"] = [RECOMPUTE.index(r) for r in run.searched.get("recompute", [pins.get("recompute")])]
     # Unstated recompute also covers partial full recompute (3, 2 or 1 quarters of the layers).
     grids["recompute_layers"] = [0, -3, -2, -1] if "recompute" in run.searched else [pins.get("recompute_layers", 0)]
@@ -248,7 +269,8 @@ def _candidates(run: MappedRun):
         recompute=cols["recompute"], precision=PRECISIONS.index(pins["precision"]),
         recompute_layers=cols["recompute_layers"],
         attention=ATTENTION.index(pins.get("attention", "flash")),
-        sp=pins.get("sequence_parallel", True),
+        sp=pins.get("sequence_parallel", True), tp_overlap=cols["tp_overlap"].astype(bool),
+        kernels=KERNELS.index(pins.get("kernels", "fused")), loss_fusion=bool(pins.get("loss_fusion", False)),
     )
     first, middle, last, split_ok = stage_layer_split(run.model.num_layers, batch.pp, 0, 0)
     m = batch.gbs // np.maximum(batch.dp * batch.mbs, 1)
@@ -309,13 +331,14 @@ def predict_run(run: MappedRun, calib: Calibration = DEFAULT) -> RowResult:
     lay = batch.layout(int(best))
     res.predicted = float(out.tokens_per_s_per_gpu[best])
     res.error = (res.predicted - res.reported) / res.reported
-    res.chosen = {k: getattr(lay, k) for k in run.searched}
+    res.chosen = {k: getattr(lay, "tp_comm_overlap" if k == "tp_overlap" else k) for k in run.searched}
     if not all(k in run.pins for k in ("tp", "pp", "dp")):
         res.chosen.update(tp=lay.tp, pp=lay.pp, dp=lay.dp)
     res.layout = (
         f"TP{lay.tp} PP{lay.pp} DP{lay.dp} CP{lay.cp}" + (f" EP{lay.ep}" if lay.ep > 1 else "")
         + f" v{lay.vpp} mbs{lay.mbs} z{lay.zero} {lay.recompute[:3]}"
         + (f"{-lay.recompute_layers}/4" if (lay.recompute_layers or 0) < 0 else "") + f" {lay.precision}"
+        + (" tpo" if lay.tp_comm_overlap and lay.tp > 1 else "") + (" eager" if lay.kernels == "eager" else "")
     )
     res.predicted_memory_gib = float(out.memory_gib["peak"][best])
     if res.reported_memory_gib:

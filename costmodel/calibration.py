@@ -28,20 +28,25 @@ class Calibration:
     GEMM shapes, median 0.65, which the catalog carries for GH100 parts (GPUSpec.gemm_efficiency_bf16).
     This global value serves GPUs without a measurement; fitted on their rows (A100): 0.74,
     in line with cuBLAS reaching ~75-80% of the A100's 312 TFLOP/s on large GEMMs."""
-    gemm_efficiency_fp8: float = 0.66
+    gemm_efficiency_fp8: float = 0.64
     """Achievable fraction of dense FP8 peak for large FP8 GEMMs (TransformerEngine delayed/current
     scaling). Measured on a lent H100 SXM with torch._scaled_mm: 0.40-0.67 of 1979 TFLOP/s over
     the same 16 shapes, median 0.59. Fitted: 0.60."""
-    attention_efficiency: float = 0.3
+    attention_efficiency: float = 0.25
     """Achievable fraction of BF16 peak for the FlashAttention kernels (forward + backward).
     FlashAttention-2 reaches 50-73% of A100 peak forward and less backward (Dao 2023, Fig. 4-6);
     FlashAttention-3 ~60-75% of H100 (Shah et al. 2024). Measured on a lent H100 SXM (PyTorch
     SDPA flash backend, causal, fwd+bwd): 0.26-0.33 at 4K-32K tokens. Fitted: 0.30."""
-    memory_bound_efficiency: float = 0.65
+    native_attention_speedup: float = 1.3
+    """Speed of the architecture-native fused attention (FlashAttention-3, cuDNN 9 fused
+    attention under TransformerEngine; attention="flash3") over FlashAttention-2 on Hopper and
+    newer: 1.5-2.0x forward, 1.5-1.75x backward at head dim 128 (Shah et al. 2024, Sec. 4.1).
+    Fitted within that range."""
+    memory_bound_efficiency: float = 0.85
     """Achievable fraction of HBM bandwidth for elementwise/normalization kernels and the
     optimizer step (STREAM-like kernels reach 80-90%; unfused PyTorch ops less). Measured on a
     lent H100 SXM: a device copy 0.81, an eager (unfused) RMSNorm 0.09. Fitted: 0.65."""
-    sustained_clock_fraction: float = 0.96
+    sustained_clock_fraction: float = 0.94
     """Tensor-core clock that a GPU holds through hours of training, as a fraction of the clock
     its datasheet peak (and a seconds-long kernel benchmark) assumes: dense GEMMs at full
     occupancy hit the board power limit and the clock steps down (NVIDIA DVFS; H100 SXM boosts
@@ -63,7 +68,7 @@ class Calibration:
     reduction, forward of the first for the parameter all-gather) that can actually hide
     data-parallel communication (Megatron --overlap-grad-reduce/--overlap-param-gather, FSDP
     prefetching)."""
-    comm_sm_fraction: float = 0.18
+    comm_sm_fraction: float = 0.21
     """Fraction of compute throughput lost while a data-parallel / FSDP collective runs
     behind it: NCCL holds one SM per channel (16-32 channels on multi-NIC nodes, of 132 SMs on
     an H100: 0.12-0.24) and shares HBM bandwidth. Fitted."""

@@ -124,7 +124,11 @@ def dense_and_moe_layer_times(
     t_out, f_out = gemm_time(tokens, a * d_v / tp, h, peak, eff, hbm, elem)
     # Attention core: heads split over TP (KV heads replicated when tp > g: Megatron allows it).
     core_flops = tokens * attention_core_flops_per_token(model, batch.seq_len) / tp
-    t_flash = core_flops / (bf16_peak * calib.attention_efficiency)
+    # FlashAttention-3 / cuDNN's warp-specialized kernels use Hopper's wgmma and TMA: 1.5-2.0x
+    # FlashAttention-2 forward, 1.5-1.75x backward (Shah et al. 2024, Sec. 4.1).
+    native = (batch.attention == 2) & (gpu.architecture in ("hopper", "blackwell"))
+    attn_eff = calib.attention_efficiency * np.where(native, calib.native_attention_speedup, 1.0)
+    t_flash = core_flops / (bf16_peak * attn_eff)
     # Unfused attention (pre-FlashAttention Megatron): QK^T and AV as batched GEMMs over every
     # key (the causal mask is applied after, so no blocks are skipped), plus the a x s scores
     # per token through HBM: written by QK^T, read and written by the fused scale-mask-softmax,

@@ -13,8 +13,8 @@ import numpy as np
 
 RECOMPUTE = ("none", "selective", "full")
 """Activation recomputation modes; codes 0, 1, 2 in ``LayoutBatch.recompute``."""
-ATTENTION = ("flash", "unfused")
-"""Attention kernels; codes 0, 1 in ``LayoutBatch.attention``."""
+ATTENTION = ("flash", "unfused", "flash3")
+"""Attention kernels; codes 0, 1, 2 in ``LayoutBatch.attention``."""
 KERNELS = ("fused", "eager")
 """How the elementwise work between GEMMs runs; codes 0, 1 in ``LayoutBatch.kernels``: fused
 (TransformerEngine / Megatron fused kernels, or torch.compile) or eager (one PyTorch kernel per
@@ -59,8 +59,10 @@ class Layout:
     precision: str = "bf16"
     """bf16, or fp8 (TransformerEngine: GEMMs in FP8)."""
     attention: str = "flash"
-    """Attention kernel: flash (FlashAttention: scores never stored, causal blocks skipped) or
-    unfused (scores materialised in HBM, softmax as a separate kernel: Megatron before
+    """Attention kernel: flash (FlashAttention-2 class: scores never stored, causal blocks
+    skipped; PyTorch SDPA, flash-attn 2), flash3 (the Hopper/Blackwell-native kernels:
+    FlashAttention-3, cuDNN fused attention as TransformerEngine runs it; same as flash on older
+    GPUs) or unfused (scores materialised in HBM, softmax as a separate kernel: Megatron before
     FlashAttention, Dao et al. 2022; kept to price older runs)."""
     recompute_layers: Optional[int] = None
     """With recompute=full: layers per pipeline stage whose activations are recomputed, the
@@ -137,7 +139,7 @@ class LayoutBatch:
     recompute_layers: np.ndarray = None
     """With full recompute: layers per stage recomputed; 0 = all; -q = q quarters of each stage."""
     attention: np.ndarray = None
-    """0 flash, 1 unfused."""
+    """0 flash, 1 unfused, 2 flash3."""
     kernels: np.ndarray = None
     """0 fused, 1 eager."""
     loss_fusion: np.ndarray = None

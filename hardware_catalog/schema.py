@@ -48,6 +48,9 @@ class GPUSpec(_Cited):
     """One accelerator model. Peak numbers are dense (no 2:4 sparsity)."""
 
     vendor: Literal["nvidia", "amd"]
+    architecture: Literal["volta", "ampere", "hopper", "blackwell", "cdna3", "other"] = "other"
+    """GPU generation; decides which kernels exist (e.g. FlashAttention-3 / cuDNN's
+    warp-specialized attention needs Hopper's wgmma and TMA)."""
     bf16_tflops: float = Field(gt=0)
     """Dense BF16 tensor-core peak, TFLOP/s."""
     fp16_tflops: float = Field(gt=0)

@@ -209,6 +209,10 @@ def map_run(row: dict) -> MappedRun:
         # unfused norms, rotary, activation and loss (see costmodel.compute).
         pins["kernels"] = "eager"
         assumptions.append("eager PyTorch kernels (no torch.compile, no fused norms/loss)")
+    if "attention" not in pins and any(f in framework for f in ("megatron-core", "nemo", "megatron-bridge")):
+        # TransformerEngine runs attention through cuDNN's fused kernels (FlashAttention-3
+        # class on Hopper); torchtitan and llm-foundry call SDPA / flash-attn 2.
+        pins["attention"] = "flash3"
     if any(f in framework for f in ("nemo", "megatron-bridge", "composer")):
         # Fused cross entropy: NeMo 2 / Megatron-Bridge model configs default
         # cross_entropy_loss_fusion=True (TransformerEngine implementation); llm-foundry's MPT

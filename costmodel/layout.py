@@ -107,6 +107,41 @@ class Layout:
 
 
 _BOOL_FIELDS = ("sp", "tp_overlap", "loss_fusion")
+
+IMPLEMENTATION_DEFAULTS = {"attention": "flash", "kernels": "fused", "loss_fusion": False, "tp_comm_overlap": False}
+"""How the framework runs the layout (``Layout`` fields that are not parallel degrees): the
+search keeps them fixed at what the user states, and prices every candidate with them."""
+
+
+def check_implementation(impl: dict) -> dict:
+    """Validated implementation settings (None values dropped); one-line errors that name the
+    option, the value and what is allowed."""
+    from hardware_catalog.errors import PlannerInputError
+
+    out = {}
+    for key, value in (impl or {}).items():
+        if value is None:
+            continue
+        if key not in IMPLEMENTATION_DEFAULTS:
+            raise PlannerInputError(f"unknown implementation setting {key!r} (allowed: {', '.join(IMPLEMENTATION_DEFAULTS)})")
+        allowed = {"attention": ATTENTION, "kernels": KERNELS}.get(key)
+        if allowed is not None and value not in allowed:
+            raise PlannerInputError(f"--{key}={value}: allowed {', '.join(allowed)}")
+        if allowed is None and not isinstance(value, (bool, np.bool_)):
+            raise PlannerInputError(f"--{key.replace('_', '-')}={value!r}: must be true or false")
+        out[key] = value if allowed is not None else bool(value)
+    return out
+
+
+def implementation_columns(impl: dict) -> dict:
+    """``LayoutBatch`` columns (codes) for implementation settings given as ``Layout`` values."""
+    full = {**IMPLEMENTATION_DEFAULTS, **{k: v for k, v in (impl or {}).items() if v is not None}}
+    return {
+        "attention": ATTENTION.index(full["attention"]),
+        "kernels": KERNELS.index(full["kernels"]),
+        "loss_fusion": bool(full["loss_fusion"]),
+        "tp_overlap": bool(full["tp_comm_overlap"]),
+    }
 _INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "mbs", "gbs", "seq_len")
 
 

@@ -27,6 +27,15 @@ ModelOpt = typer.Option(..., "--model", help="Model preset (e.g. 405b, llama3-70
 GpusOpt = typer.Option(..., "--gpus", help="Total GPUs in the job.")
 GpuOpt = typer.Option(None, "--gpu", help="GPU type (h100, a100, b200, ...); picks its default cluster.")
 ClusterOpt = typer.Option(None, "--cluster", help="Cluster preset name or a TOML/YAML/JSON cluster file (overrides --gpu's default).")
+# How the framework runs the layout (same names in evaluate, export and search).
+AttentionOpt = typer.Option("flash", "--attention", help="Attention kernel: flash (FlashAttention-2, PyTorch SDPA) | flash3 (FlashAttention-3 / cuDNN via TransformerEngine on Hopper+) | unfused.")
+KernelsOpt = typer.Option("fused", "--kernels", help="Elementwise kernels: fused (Megatron/TransformerEngine, torch.compile) | eager (plain PyTorch ops).")
+LossFusionOpt = typer.Option(False, "--loss-fusion/--no-loss-fusion", help="Fused cross-entropy kernel (Megatron --cross-entropy-loss-fusion). Default: off, as in Megatron.")
+TpOverlapOpt = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap TP all-gathers/reduce-scatters with GEMMs (Megatron --tp-comm-overlap; needs SP). Default: off.")
+
+
+def _implementation(attention, kernels, loss_fusion, tp_comm_overlap) -> dict:
+    return {"attention": attention, "kernels": kernels, "loss_fusion": loss_fusion, "tp_comm_overlap": tp_comm_overlap}
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -41,7 +50,7 @@ def _command_line() -> str:
 def _evaluate_record(
     model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
     recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
-    recompute_layers=None,
+    recompute_layers=None, implementation=None,
 ):
     from costmodel import evaluate
     from costmodel.record import result_record
@@ -53,6 +62,7 @@ def _evaluate_record(
         setup, gpus, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs,
         recompute=recompute, precision=precision, sequence_parallel=sequence_parallel,
         pp_first_layers=pp_first_layers, pp_last_layers=pp_last_layers, recompute_layers=recompute_layers,
+        implementation=implementation,
     )
     check_layout(setup.model, setup.cluster, setup.gpu, layout, allow_cross_node_tp=allow_cross_node_tp)
     result = evaluate(setup.model, setup.cluster, layout, gpu=setup.gpu)
@@ -106,13 +116,17 @@ def evaluate(
     pp_first_layers: Optional[int] = typer.Option(None, "--pp-first-layers", help="Layers on the first pipeline stage (uneven pipelines). Default: planner's split."),
     pp_last_layers: Optional[int] = typer.Option(None, "--pp-last-layers", help="Layers on the last pipeline stage. Default: planner's split."),
     allow_cross_node_tp: bool = typer.Option(False, "--allow-cross-node-tp", help="Allow TP groups larger than the scale-up domain."),
+    attention: str = AttentionOpt,
+    kernels: str = KernelsOpt,
+    loss_fusion: bool = LossFusionOpt,
+    tp_comm_overlap: bool = TpOverlapOpt,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not."""
     setup, record = _evaluate_record(
         model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
         recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
-        recompute_layers,
+        recompute_layers, _implementation(attention, kernels, loss_fusion, tp_comm_overlap),
     )
     if as_json:
         typer.echo(json.dumps(record, indent=2))
@@ -207,6 +221,10 @@ def export(
     pp_first_layers: Optional[int] = typer.Option(None, "--pp-first-layers"),
     pp_last_layers: Optional[int] = typer.Option(None, "--pp-last-layers"),
     allow_cross_node_tp: bool = typer.Option(False, "--allow-cross-node-tp"),
+    attention: str = AttentionOpt,
+    kernels: str = KernelsOpt,
+    loss_fusion: bool = LossFusionOpt,
+    tp_comm_overlap: bool = TpOverlapOpt,
     entrypoint: str = typer.Option("pretrain_gpt.py", "--entrypoint", help="Training script torchrun runs."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ):
@@ -235,7 +253,7 @@ def export(
         setup, record = _evaluate_record(
             model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
             recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
-            recompute_layers,
+            recompute_layers, _implementation(attention, kernels, loss_fusion, tp_comm_overlap),
         )
         model_spec, cluster_spec = setup.model, setup.cluster
     report = export_layout(

@@ -179,6 +179,10 @@ def register(app: typer.Typer) -> None:
         sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel", help="Pin sequence parallelism. Default: on where tp > 1."),
         pp_first_layers: Optional[int] = typer.Option(None, "--pp-first-layers", help="Pin the layers of the first pipeline stage."),
         pp_last_layers: Optional[int] = typer.Option(None, "--pp-last-layers", help="Pin the layers of the last pipeline stage."),
+        attention: str = typer.Option("flash", "--attention", help="Attention kernel: flash | flash3 (FlashAttention-3 / cuDNN on Hopper+) | unfused."),
+        kernels: str = typer.Option("fused", "--kernels", help="Elementwise kernels: fused | eager (plain PyTorch ops)."),
+        loss_fusion: bool = typer.Option(False, "--loss-fusion/--no-loss-fusion", help="Fused cross-entropy kernel."),
+        tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap TP comm with GEMMs where tp > 1 with SP (Megatron --tp-comm-overlap)."),
         stage_splits: bool = typer.Option(False, "--stage-splits", help="Also search uneven first/last stage layer counts."),
         top: int = typer.Option(10, "--top", help="How many layouts to show."),
         method: str = typer.Option("auto", "--method", help="auto | exhaustive | optuna (auto: exhaustive up to 5M candidates)."),
@@ -214,6 +218,8 @@ def register(app: typer.Typer) -> None:
                 memory_headroom=memory_headroom, allow_cross_node_tp=allow_cross_node_tp, pareto=pareto,
                 price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
                 stage_splits=stage_splits, progress=progress,
+                implementation={"attention": attention, "kernels": kernels, "loss_fusion": loss_fusion,
+                                "tp_comm_overlap": tp_comm_overlap},
             )
             if csv_file is not None:
                 try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from costmodel.layout import PRECISIONS, RECOMPUTE, Layout
+from costmodel.layout import check_implementation, PRECISIONS, RECOMPUTE, Layout
 from hardware_catalog import (
     ClusterSpec,
     GPUSpec,
@@ -100,6 +100,7 @@ def build_layout(
     pp_first_layers: Optional[int] = None,
     pp_last_layers: Optional[int] = None,
     recompute_layers: Optional[int] = None,
+    implementation: Optional[dict] = None,
 ) -> Layout:
     """A Layout with dp = gpus / (tp·pp·cp); rejects values that cannot form a layout at all."""
     for name, value in (
@@ -124,7 +125,15 @@ def build_layout(
             f"--gpus={gpus} is not divisible by tp*pp*cp = {tp}*{pp}*{cp} = {model_parallel}; "
             "dp = gpus / (tp*pp*cp) must be a whole number"
         )
+    impl = check_implementation(implementation or {})
+    sp_on = tp > 1 and sequence_parallel is not False
+    if impl.get("tp_comm_overlap") and not sp_on:
+        raise PlannerInputError(
+            "--tp-comm-overlap needs tp > 1 and sequence parallelism (Megatron asserts it; "
+            f"got tp={tp}, sequence_parallel={'on' if sp_on else 'off'})"
+        )
     return Layout(
+        **impl,
         tp=tp, pp=pp, dp=gpus // model_parallel, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs,
         gbs=setup.gbs, seq_len=setup.seq_len, recompute=recompute, sequence_parallel=sequence_parallel,
         precision=precision, pp_first_layers=pp_first_layers, pp_last_layers=pp_last_layers,

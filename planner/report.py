@@ -60,6 +60,15 @@ def layout_summary(lay: dict) -> str:
     ]
     if lay["tp"] > 1:
         parts.append("SP" if lay["sequence_parallel"] else "no-SP")
+    # Implementation settings, where they differ from the defaults.
+    if lay.get("attention", "flash") != "flash":
+        parts.append(f"attn-{lay['attention']}")
+    if lay.get("kernels", "fused") != "fused":
+        parts.append(f"{lay['kernels']}-kernels")
+    if lay.get("loss_fusion"):
+        parts.append("fused-CE")
+    if lay.get("tp_comm_overlap") and lay["tp"] > 1:
+        parts.append("TP-overlap")
     return " ".join(parts)
 
 

@@ -28,6 +28,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from search.exhaustive import DEFAULT_MEMORY_HEADROOM, Candidate, Objectives, run_exhaustive
+from costmodel.layout import check_implementation
 from search.space import Problem, normalize_pins, raw_size
 
 AUTO_EXHAUSTIVE_MAX = 5_000_000
@@ -254,7 +255,8 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
            memory_headroom: float = DEFAULT_MEMORY_HEADROOM, allow_cross_node_tp: bool = False,
            pareto: bool = False, price_per_gpu_hour: Optional[float] = None,
            train_tokens: Optional[float] = None, stage_splits: bool = False,
-           progress: bool = False, engine: str = "cpsat") -> SearchResult:
+           progress: bool = False, engine: str = "cpsat",
+           implementation: Optional[dict] = None) -> SearchResult:
     """Find the fastest layouts that fit in memory.
 
     ``model``/``gpu``/``cluster`` take names or spec objects; ``gpus`` an int, a list or a
@@ -262,7 +264,9 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     precision sequence_parallel pp_first_layers pp_last_layers. ``memory_headroom``: fraction of
     HBM kept free. ``pareto``: the time vs memory front (vs cost when ``price_per_gpu_hour``;
     whole-run time and cost when ``train_tokens``). ``stage_splits``: also search the first/last
-    stage layer counts. Raises ``PlannerInputError`` on bad input.
+    stage layer counts. ``implementation``: attention (flash | flash3 | unfused), kernels (fused |
+    eager), loss_fusion, tp_comm_overlap, applied to every candidate. Raises
+    ``PlannerInputError`` on bad input.
     """
     t0 = time.perf_counter()
     if method not in METHODS:
@@ -287,9 +291,10 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     counts = parse_gpu_counts(gpus)
     gbs_v, seq_v = _resolve_batch(model_spec, seq_len, gbs, tokens_per_batch)
     pins_n = normalize_pins(pins)
+    impl = check_implementation(implementation or {})
     problems = [
         Problem(model=model_spec, cluster=c, gpu=g, gpus=n, gbs=gbs_v, seq_len=seq_v, pins=pins_n,
-                allow_cross_node_tp=allow_cross_node_tp, stage_splits=stage_splits)
+                allow_cross_node_tp=allow_cross_node_tp, stage_splits=stage_splits, implementation=impl)
         for g, c in hardware for n in counts
     ]
     objectives = Objectives(pareto=bool(pareto), price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens)

@@ -52,7 +52,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from costmodel.layout import PRECISIONS, RECOMPUTE, LayoutBatch
+from costmodel.layout import PRECISIONS, RECOMPUTE, LayoutBatch, implementation_columns
 from costmodel.pipeline import stage_layer_split
 from search.rules import RULES, RuleContext, add_cpsat_constraints, removed_by_rule
 
@@ -142,6 +142,9 @@ class Problem:
     """Normalized pins (see ``normalize_pins``)."""
     allow_cross_node_tp: bool = False
     stage_splits: bool = False
+    implementation: dict = field(default_factory=dict)
+    """Attention kernel, elementwise kernels, loss fusion, TP comm overlap (``Layout`` names and
+    values), the same for every candidate."""
 
     @property
     def ctx(self) -> RuleContext:
@@ -196,6 +199,7 @@ class Space:
         # Partial recompute as quarters of each stage (recompute_layers = -quarters, see Layout).
         share = np.asarray(arrays.get("recompute_share", 4))
         arrays["recompute_layers"] = np.where(share < 4, -share, 0)
+        arrays.update(implementation_columns(self.problem.implementation))
         return LayoutBatch.from_arrays(**arrays)
 
 

@@ -55,6 +55,12 @@ class Plan:
     """With full recompute: layers per stage recomputed (0 = all; -q = q quarters of a stage)."""
     sp: bool
     precision: str
+    attention: str
+    """flash | flash3 | unfused (costmodel.layout.ATTENTION)."""
+    kernels: str
+    """fused | eager elementwise kernels."""
+    loss_fusion: bool
+    tp_comm_overlap: bool
     grad_accum: int
     """Micro-batches per pipeline per step, gbs / (dp * mbs)."""
     gpus: int
@@ -93,7 +99,9 @@ class Plan:
         return (
             f"TP{self.tp} PP{self.pp}{split} DP{self.dp} CP{self.cp} EP{self.ep} ETP{self.etp} VPP{self.vpp} "
             f"ZeRO-{self.zero} SP {sp}; mbs {self.mbs}, gbs {self.gbs} ({self.grad_accum} micro-batches/step), "
-            f"seq {self.seq_len}, recompute {recompute}, {self.precision}"
+            f"seq {self.seq_len}, recompute {recompute}, {self.precision}; attention {self.attention}, "
+            f"{self.kernels} kernels, cross-entropy {'fused' if self.loss_fusion else 'unfused'}, "
+            f"TP overlap {'on' if self.tp_comm_overlap else 'off'}"
         )
 
 
@@ -148,6 +156,14 @@ def build_plan(result: dict, model: ModelSpec, cluster: ClusterSpec, *, command:
     precision = layout.get("precision", "bf16")
     if precision not in ("bf16", "fp8"):
         raise PlannerInputError(f"layout.precision={precision!r}: must be bf16 or fp8")
+
+    from costmodel.layout import check_implementation
+
+    impl = check_implementation({k: layout.get(k) for k in ("attention", "kernels", "loss_fusion", "tp_comm_overlap")})
+    attention = impl.get("attention", "flash")
+    kernels = impl.get("kernels", "fused")
+    loss_fusion = bool(impl.get("loss_fusion", False))
+    tp_comm_overlap = bool(impl.get("tp_comm_overlap", False))
 
     rec_model = result.get("model")
     if rec_model is not None and rec_model != model.name and rec_model not in model.aliases:
@@ -209,7 +225,8 @@ def build_plan(result: dict, model: ModelSpec, cluster: ClusterSpec, *, command:
     plan = Plan(
         result=result, model=model, cluster=cluster, recompute=recompute,
         recompute_layers=_int(layout.get("recompute_layers") or 0, "recompute_layers") if recompute == "full" else 0,
-        sp=sp, precision=precision,
+        sp=sp, precision=precision, attention=attention, kernels=kernels, loss_fusion=loss_fusion,
+        tp_comm_overlap=tp_comm_overlap and sp,
         grad_accum=m, gpus=gpus, stage_layers=stages, nnodes=nnodes, nproc_per_node=nproc,
         gpu_name=str(result.get("gpu") or cluster.gpu), **v,
     )

@@ -282,6 +282,13 @@ def megatron_sections(plan: Plan) -> list[tuple[str, list[tuple[str, list]]]]:
     if rec:
         sections.append((f"Activation recompute: {plan.recompute}", rec))
     sections.append((f"Precision: {plan.precision}", prec))
+    fusions: list[tuple[str, list]] = []
+    if plan.tp_comm_overlap:
+        fusions.append(("--tp-comm-overlap", []))
+    if plan.loss_fusion:
+        fusions.append(("--cross-entropy-loss-fusion", []))
+    if fusions:
+        sections.append(("Overlap and fusion (as priced)", fusions))
 
     run = [
         ("--train-iters", ["${TRAIN_ITERS}"]),
@@ -331,8 +338,11 @@ def notes(plan: Plan) -> list[str]:
         "Flags checked against " + _ARGS_PY + " (see planner/export/megatron_flags.txt).",
         "Model details the planner does not track (rotary base and scaling, norm epsilon, init std) are left at",
         "Megatron defaults: add them for checkpoint-exact numerics; they do not change the layout's cost.",
-        "TP communication overlap (--tp-comm-overlap) stays off: the prediction assumes it is not overlapped.",
     ]
+    if plan.tp > 1 and not plan.tp_comm_overlap:
+        out.append("TP communication overlap (--tp-comm-overlap) stays off, as priced: plan with --tp-comm-overlap to use it.")
+    if plan.kernels == "eager":
+        out.append("The plan prices eager (unfused) elementwise kernels; Megatron always runs its fused ones, so it may be faster.")
     if m.vocab_size % plan.tp:
         out.append(f"Vocabulary {m.vocab_size} is not divisible by TP={plan.tp}: Megatron pads it to a multiple of {plan.tp}.")
     if m.moe is not None:

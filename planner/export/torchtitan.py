@@ -288,7 +288,8 @@ def toml_settings(plan: Plan) -> list[tuple[str, object]]:
         ("training.max_norm", 1.0),
         ("training.steps", 100),
     ]
-    if plan.precision == "fp8":
+    if plan.precision == "fp8" or plan.kernels == "fused":
+        # torch.compile fuses the elementwise work between GEMMs, as the "fused" pricing assumes.
         out.append(("training.compile", True))
     out += _dp_settings(plan)
     out += [
@@ -334,6 +335,12 @@ def notes(plan: Plan, target: str) -> list[str]:
     if plan.recompute == "selective":
         out.append("Selective recompute -> torchtitan's per-op SAC, which saves attention outputs and recomputes every "
                    "second matmul: not Megatron's core-attention recompute, so step time may exceed the prediction.")
+    if plan.loss_fusion:
+        out.append("The plan prices a fused cross-entropy; torchtitan computes the loss with F.cross_entropy on FP32 "
+                   "logits, so the last stage may be slower than predicted (price it with --no-loss-fusion).")
+    if plan.attention == "flash3":
+        out.append("The plan prices FlashAttention-3 / cuDNN attention; torchtitan's SDPA runs FlashAttention-2 "
+                   "unless its cuDNN backend is selected.")
     if plan.tp > 1 and not plan.sp and target == "toml":
         out.append("job_config-era torchtitan always uses sequence parallelism with TP; the plan has it off.")
     return out

@@ -1,0 +1,153 @@
+"""Implementation mechanisms of the cost model: TP comm overlap, eager vs fused kernels, fused
+cross entropy, FlashAttention-3 on Hopper, the GEMM per-tile cost, sustained clocks and the SMs
+that overlapped collectives take. Hand-derived values and properties."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from costmodel import Layout, LayoutBatch, evaluate
+from costmodel.calibration import DEFAULT
+from costmodel.compute import GEMM_K_OVERHEAD, gemm_time, power_limited
+from costmodel.layout import check_implementation
+from hardware_catalog import get_cluster, get_gpu, get_model
+from hardware_catalog.errors import PlannerInputError
+
+H100 = get_cluster("dgx-h100")
+A100 = get_cluster("dgx-a100")
+LLAMA_8B = get_model("llama3-8b")
+LLAMA_70B = get_model("llama3-70b")
+
+
+def _run(model, cluster, **kw):
+    base = dict(tp=1, pp=1, dp=8, mbs=1, gbs=64, seq_len=8192, recompute="none", zero=1)
+    base.update(kw)
+    return evaluate(model, cluster, Layout(**base))
+
+
+def _step(model, cluster, **kw) -> float:
+    return float(_run(model, cluster, **kw).step_time_s[0])
+
+
+def test_gemm_k_overhead_by_hand():
+    # A GEMM whose reduction is K0 elements long takes twice its large-K compute time.
+    m, n, peak, eff = 8192.0, 8192.0, 1e15, 0.5
+    t, flops = gemm_time(m, GEMM_K_OVERHEAD, n, peak, eff, 1e30, 2.0)
+    assert flops == pytest.approx(2 * m * GEMM_K_OVERHEAD * n)
+    assert t == pytest.approx(2.0 * flops / (peak * eff))
+    # Longer reductions approach the asymptotic efficiency.
+    t_long, f_long = gemm_time(m, 100 * GEMM_K_OVERHEAD, n, peak, eff, 1e30, 2.0)
+    assert t_long == pytest.approx(1.01 * f_long / (peak * eff))
+
+
+def test_sustained_clock_and_power_cap_multiply():
+    gpu = get_gpu("h100")
+    clocked = power_limited(gpu, 400.0, sustained_clock=0.9)
+    assert clocked.bf16_tflops == pytest.approx(gpu.bf16_tflops * 0.9 * (400 / 700) ** (1 / 3))
+    assert clocked.memory_bandwidth_gbps == gpu.memory_bandwidth_gbps  # HBM is not clock-bound
+    assert power_limited(gpu, None, 1.0) is gpu
+
+
+def test_eager_kernels_never_faster_and_loss_fusion_never_slower():
+    for kw in (dict(), dict(tp=2, dp=4), dict(recompute="full")):
+        fused = _step(LLAMA_8B, H100, **kw)
+        eager = _step(LLAMA_8B, H100, kernels="eager", **kw)
+        assert eager > fused
+        assert _step(LLAMA_8B, H100, loss_fusion=True, **kw) < fused
+
+
+def test_eager_rmsnorm_traffic_by_hand():
+    # Extra HBM traffic of eager over fused kernels, one layer forward: 2 RMSNorms x 16 more
+    # BF16 elements per hidden element, rotary 8 more per Q/K element, repeat_kv copies and the
+    # contiguous attention output, SwiGLU 2F more; backward moves twice that.
+    from costmodel.compute import dense_and_moe_layer_times
+    from costmodel.params import count_params
+
+    m = LLAMA_8B
+    gpu = get_gpu("h100")
+    batch = LayoutBatch.from_layouts([Layout(tp=1, dp=8, mbs=1, gbs=8, seq_len=4096, kernels=k) for k in ("fused", "eager")])
+    dense, _ = dense_and_moe_layer_times(m, count_params(m), gpu, batch, DEFAULT)
+    h, a, g, d, F = m.hidden_size, m.num_attention_heads, m.kv_heads, m.head_size, m.ffn_hidden_size
+    extra_elems = 32 * h + 8 * (a + g) * d + 2 * (g * d + a * d) + 2 * a * d + 2 * F
+    tokens = 4096
+    expected = tokens * 2.0 * extra_elems / (gpu.memory_bandwidth_gbps * 1e9 * DEFAULT.memory_bound_efficiency)
+    assert dense.forward[1] - dense.forward[0] == pytest.approx(expected, rel=1e-9)
+    assert dense.backward[1] - dense.backward[0] == pytest.approx(2 * expected, rel=1e-9)
+
+
+def test_tp_overlap_hides_tp_comm():
+    kw = dict(tp=8, dp=1, mbs=1, gbs=16, seq_len=8192)
+    plain = _run(LLAMA_70B, H100, **kw)
+    overlapped = _run(LLAMA_70B, H100, tp_comm_overlap=True, **kw)
+    assert overlapped.time_terms["tp_comm"][0] < 0.5 * plain.time_terms["tp_comm"][0]
+    # Each collective keeps at least its first chunk (1/tp) exposed.
+    assert overlapped.time_terms["tp_comm"][0] >= plain.time_terms["tp_comm"][0] / 8 - 1e-12
+    # The reduce-scatter GEMMs lose SMs: compute grows a little.
+    assert overlapped.time_terms["compute"][0] > plain.time_terms["compute"][0]
+    # Without sequence parallelism Megatron cannot overlap: the flag changes nothing.
+    no_sp = _step(LLAMA_70B, H100, sequence_parallel=False, tp_comm_overlap=True, **kw)
+    assert no_sp == pytest.approx(_step(LLAMA_70B, H100, sequence_parallel=False, **kw))
+
+
+def test_flash3_only_on_hopper():
+    assert _step(LLAMA_8B, H100, attention="flash3") < _step(LLAMA_8B, H100)
+    assert _step(LLAMA_8B, A100, attention="flash3") == pytest.approx(_step(LLAMA_8B, A100))
+
+
+def test_comm_contention_is_fraction_of_hidden_comm():
+    lay = Layout(tp=1, pp=1, dp=64, mbs=2, gbs=128, seq_len=4096, zero=3, recompute="full")
+    r0 = evaluate(LLAMA_8B, H100, lay, calib=DEFAULT.with_(comm_sm_fraction=0.0))
+    r1 = evaluate(LLAMA_8B, H100, lay, calib=DEFAULT.with_(comm_sm_fraction=0.2))
+    assert r0.time_terms["comm_contention"][0] == 0.0
+    hidden = r1.overlapped_terms["dp_comm"][0]
+    assert hidden > 0
+    assert r1.time_terms["comm_contention"][0] == pytest.approx(0.2 * hidden)
+    assert r1.step_time_s[0] == pytest.approx(r0.step_time_s[0] + 0.2 * hidden)
+
+
+def test_implementation_fields_round_trip():
+    lay = Layout(tp=2, dp=4, attention="flash3", kernels="eager", loss_fusion=True, tp_comm_overlap=True)
+    back = LayoutBatch.from_layouts([lay]).layout(0)
+    assert (back.attention, back.kernels, back.loss_fusion, back.tp_comm_overlap) == ("flash3", "eager", True, True)
+
+
+def test_check_implementation_rejects_bad_values():
+    with pytest.raises(PlannerInputError, match="--kernels=slow"):
+        check_implementation({"kernels": "slow"})
+    with pytest.raises(PlannerInputError, match="--loss-fusion"):
+        check_implementation({"loss_fusion": "yes"})
+    assert check_implementation({"attention": None, "tp_comm_overlap": True}) == {"tp_comm_overlap": True}
+
+
+def test_cli_implementation_flags():
+    from planner.cli import app
+
+    runner = CliRunner()
+    ok = runner.invoke(app, ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100", "--tp", "2",
+                             "--tp-comm-overlap", "--loss-fusion", "--attention", "flash3", "--json"])
+    assert ok.exit_code == 0, ok.output
+    import json
+
+    lay = json.loads(ok.output)["layout"]
+    assert lay["tp_comm_overlap"] is True and lay["loss_fusion"] is True and lay["attention"] == "flash3"
+    bad = runner.invoke(app, ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100", "--tp-comm-overlap"])
+    assert bad.exit_code != 0
+
+
+def test_validate_maps_framework_to_implementation():
+    from planner.validate import load_runs, map_run
+
+    rows = {r["id"]: r for r in load_runs(None)}
+    eager = map_run(rows["torchtitan_h100_8b_fsdp_8gpu"])
+    assert eager.pins["kernels"] == "eager" and not eager.pins.get("loss_fusion")
+    bridge = map_run(rows["mbridge2509_h100_llama3_70b_64gpu"])
+    assert bridge.pins["loss_fusion"] is True and bridge.pins["attention"] == "flash3"
+    assert bridge.searched["tp_overlap"] == [0, 1]
+    mcore = map_run(rows["megatron2024_h100_weak_32b"])
+    assert mcore.pins["tp_overlap"] is True  # the README lists --tp-comm-overlap
+    old = map_run(rows["megatron2021_t1_1p7b"])
+    assert old.pins["attention"] == "unfused" and "tp_overlap" not in old.searched

@@ -21,6 +21,9 @@ from costmodel.params import ParamCounts
 from hardware_catalog.schema import GPUSpec, ModelSpec
 
 BF16_BYTES = 2.0
+EAGER_EXTRA_KERNELS_PER_LAYER = 22.0
+"""Kernels an eager PyTorch transformer layer launches beyond a fused one (see the count in
+``dense_and_moe_layer_times``)."""
 FP8_BYTES = 1.0
 
 
@@ -171,7 +174,11 @@ def dense_and_moe_layer_times(
         bytes_per_token = bytes_per_token + np.where(fp8, 3.0 * fp8_inputs / tp, 0.0)
         return tokens * bytes_per_token / mem_bw
 
-    launch = calib.kernels_per_layer * calib.kernel_overhead_us * 1e-6
+    # Eager PyTorch launches one kernel per operator: the norms' 5 extra each, rotary's 4 extra
+    # for Q and for K, repeat_kv and the contiguous copies (3), the separate SiLU product (1):
+    # 22 more than the fused layer's.
+    kernels = calib.kernels_per_layer + np.where(eager, EAGER_EXTRA_KERNELS_PER_LAYER, 0.0)
+    launch = kernels * calib.kernel_overhead_us * 1e-6
 
     def assemble(t_mlp_gemms, f_mlp, mlp_elems, mlp_fp8_inputs, mlp_up, mlp_down, eager_mlp=0.0):
         t_gemm = t_qkv + t_out + t_mlp_gemms

@@ -240,6 +240,11 @@ def dense_and_moe_layer_times(
     return dense, moe_layer
 
 
+def _by_loss(code, unfused, fused, eager):
+    """Per-layout value by ``LayoutBatch.loss`` code (costmodel.layout.LOSSES order)."""
+    return np.where(code == 1, fused, np.where(code == 2, eager, unfused))
+
+
 def lm_head_times(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: Calibration):
     """Forward and backward time of the LM head GEMM + cross-entropy on the last stage, and
     its forward FLOPs. Megatron keeps the output layer in BF16 under FP8 training."""
@@ -257,9 +262,8 @@ def lm_head_times(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: Cal
     # the sum (4) = 38 forward; backward scales the kept softmax in place (8) and autograd
     # casts it back (6) = 14. Eager F.cross_entropy(logits.float()) moves about the same
     # (upcast 6, log_softmax 12, its backward 12, dense NLL gradient 4, downcast 6, plus the
-    # model's own .float() of the logits). Fused (one kernel reading BF16 logits with an online
-    # max/sum and writing the gradient in place): 4 forward, 4 backward.
-    fused = batch.loss_fusion
-    loss_fwd = logits * np.where(fused, 4.0, 38.0) / bw
-    loss_bwd = logits * np.where(fused, 4.0, 14.0) / bw
+    # model's own .float() of the logits): 24 forward, 28 backward. Fused (one kernel reading
+    # BF16 logits with an online max/sum and writing the gradient in place): 4 forward, 4 backward.
+    loss_fwd = logits * _by_loss(batch.loss, 38.0, 4.0, 24.0) / bw
+    loss_bwd = logits * _by_loss(batch.loss, 14.0, 4.0, 28.0) / bw
     return t + loss_fwd, 2.0 * t + loss_bwd, f

@@ -20,6 +20,8 @@ KERNELS = ("fused", "eager")
 (TransformerEngine / Megatron fused kernels, or torch.compile) or eager (one PyTorch kernel per
 operator, fp32 upcasts in the norms, rotary and loss: plain PyTorch, FSDP scripts without
 torch.compile)."""
+LOSSES = ("unfused", "fused", "eager")
+"""Cross-entropy implementations; codes 0, 1, 2 in ``LayoutBatch.loss``."""
 PRECISIONS = ("bf16", "fp8")
 """Compute precisions; codes 0, 1 in ``LayoutBatch.precision``. FP8 is TransformerEngine-style
 (linear-layer GEMMs in FP8, attention and the rest in BF16)."""
@@ -72,10 +74,11 @@ class Layout:
     kernels: str = "fused"
     """Elementwise kernels: fused (Megatron/TransformerEngine, torch.compile) or eager (plain
     PyTorch operators, e.g. torchtitan or llm-foundry without compile)."""
-    loss_fusion: bool = False
-    """Cross-entropy in one fused kernel (Megatron --cross-entropy-loss-fusion, TransformerEngine
-    or flash-attn cross entropy) instead of the unfused FP32 passes over the logits (Megatron's
-    default vocab-parallel cross entropy, torch.nn.functional.cross_entropy)."""
+    loss: str = "unfused"
+    """Cross-entropy kernel: unfused (Megatron's default vocab-parallel cross entropy: FP32
+    passes over the logits, in place), fused (one kernel: Megatron --cross-entropy-loss-fusion,
+    TransformerEngine or flash-attn cross entropy) or eager (torch.nn.functional.cross_entropy
+    on FP32 logits, e.g. torchtitan, which does not compile its loss)."""
     tp_comm_overlap: bool = False
     """Overlap the tensor-parallel all-gathers / reduce-scatters with the GEMMs they feed
     (Megatron --tp-comm-overlap: TransformerEngine userbuffers, needs sequence parallelism).
@@ -106,9 +109,9 @@ class Layout:
         return d
 
 
-_BOOL_FIELDS = ("sp", "tp_overlap", "loss_fusion")
+_BOOL_FIELDS = ("sp", "tp_overlap")
 
-IMPLEMENTATION_DEFAULTS = {"attention": "flash", "kernels": "fused", "loss_fusion": False, "tp_comm_overlap": False}
+IMPLEMENTATION_DEFAULTS = {"attention": "flash", "kernels": "fused", "loss": "unfused", "tp_comm_overlap": False}
 """How the framework runs the layout (``Layout`` fields that are not parallel degrees): the
 search keeps them fixed at what the user states, and prices every candidate with them."""
 
@@ -124,7 +127,7 @@ def check_implementation(impl: dict) -> dict:
             continue
         if key not in IMPLEMENTATION_DEFAULTS:
             raise PlannerInputError(f"unknown implementation setting {key!r} (allowed: {', '.join(IMPLEMENTATION_DEFAULTS)})")
-        allowed = {"attention": ATTENTION, "kernels": KERNELS}.get(key)
+        allowed = {"attention": ATTENTION, "kernels": KERNELS, "loss": LOSSES}.get(key)
         if allowed is not None and value not in allowed:
             raise PlannerInputError(f"--{key}={value}: allowed {', '.join(allowed)}")
         if allowed is None and not isinstance(value, (bool, np.bool_)):
@@ -139,7 +142,7 @@ def implementation_columns(impl: dict) -> dict:
     return {
         "attention": ATTENTION.index(full["attention"]),
         "kernels": KERNELS.index(full["kernels"]),
-        "loss_fusion": bool(full["loss_fusion"]),
+        "loss": LOSSES.index(full["loss"]),
         "tp_overlap": bool(full["tp_comm_overlap"]),
     }
 _INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "mbs", "gbs", "seq_len")
@@ -177,8 +180,8 @@ class LayoutBatch:
     """0 flash, 1 unfused, 2 flash3."""
     kernels: np.ndarray = None
     """0 fused, 1 eager."""
-    loss_fusion: np.ndarray = None
-    """Fused cross-entropy kernel (bool)."""
+    loss: np.ndarray = None
+    """0 unfused, 1 fused, 2 eager cross entropy."""
     tp_overlap: np.ndarray = None
     """TP communication overlapped with GEMMs (bool; only effective with sequence parallelism)."""
 
@@ -189,8 +192,8 @@ class LayoutBatch:
             self.attention = np.zeros_like(self.tp)
         if self.kernels is None:
             self.kernels = np.zeros_like(self.tp)
-        if self.loss_fusion is None:
-            self.loss_fusion = np.zeros(self.tp.shape, dtype=bool)
+        if self.loss is None:
+            self.loss = np.zeros_like(self.tp)
         if self.tp_overlap is None:
             self.tp_overlap = np.zeros(self.tp.shape, dtype=bool)
 
@@ -212,7 +215,7 @@ class LayoutBatch:
             cols["attention"].append(ATTENTION.index(lay.attention))
             cols["tp_overlap"].append(bool(lay.tp_comm_overlap))
             cols["kernels"].append(KERNELS.index(lay.kernels))
-            cols["loss_fusion"].append(bool(lay.loss_fusion))
+            cols["loss"].append(LOSSES.index(lay.loss))
         arrays = {k: np.asarray(v, dtype=bool if k in _BOOL_FIELDS else np.int64) for k, v in cols.items()}
         return cls(**arrays)
 
@@ -230,9 +233,9 @@ class LayoutBatch:
                 full[f.name] = PRECISIONS.index(defaults.precision)
             elif f.name == "sp":
                 full[f.name] = True
-            elif f.name in ("tp_overlap", "loss_fusion"):
+            elif f.name == "tp_overlap":
                 full[f.name] = False
-            elif f.name in ("pp_first_layers", "pp_last_layers", "recompute_layers", "attention", "kernels"):
+            elif f.name in ("pp_first_layers", "pp_last_layers", "recompute_layers", "attention", "kernels", "loss"):
                 full[f.name] = 0
             else:
                 full[f.name] = getattr(defaults, f.name)
@@ -258,5 +261,5 @@ class LayoutBatch:
         kw["attention"] = ATTENTION[int(self.attention[i])]
         kw["tp_comm_overlap"] = bool(self.tp_overlap[i])
         kw["kernels"] = KERNELS[int(self.kernels[i])]
-        kw["loss_fusion"] = bool(self.loss_fusion[i])
+        kw["loss"] = LOSSES[int(self.loss[i])]
         return Layout(**kw)

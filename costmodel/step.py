@@ -451,6 +451,11 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     a_moe = activation_bytes_per_token(model, tp, sp, moe_layer=True, fp8=fp8) + scores
     a_full = full_recompute_bytes_per_token(model, tp, sp)
 
+    # Bytes per logit alive at the loss: a fused cross entropy keeps the BF16 logits and writes
+    # the gradient over them (2); Megatron's unfused loss an FP32 copy (4); eager
+    # F.cross_entropy(logits.float()) holds at the start of backward the FP32 log-softmax it
+    # saved, the dense FP32 NLL gradient and the FP32 log-softmax gradient (12).
+    logit_bytes = np.where(batch.loss == 1, 2.0, np.where(batch.loss == 2, 12.0, 4.0))
     # Full recompute rebuilds one layer's activations at a time during backward.
     working_dense = np.where(full, tokens_mb * a_dense, 0.0)
 
@@ -465,8 +470,9 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
             working = np.where(full, tokens_mb * np.maximum(a_dense, np.where(nm > 0, a_moe, 0.0)), 0.0)
         inflight = inflight_microbatches(rank, pp, vpp, m)
         activations = kept * inflight + working
-        # Logits: FP32 [s, b, V/t] for the loss on the last stage (Korthikanti Sec. 4.3, 4sbv/t).
-        logits = np.where(last_stage, 4.0 * tokens_mb * model.vocab_size / tp, 0.0)
+        # Logits on the last stage, [s, b, V/t] at ``logit_bytes`` each: FP32 for Megatron's
+        # unfused loss (Korthikanti Sec. 4.3, 4sbv/t).
+        logits = np.where(last_stage, logit_bytes * tokens_mb * model.vocab_size / tp, 0.0)
         weights, grads, optim = model_state_bytes(
             params[0], params[1], zero, dense_shard, expert_shard, fp8, divisors=state_divisors
         )

@@ -30,12 +30,12 @@ ClusterOpt = typer.Option(None, "--cluster", help="Cluster preset name or a TOML
 # How the framework runs the layout (same names in evaluate, export and search).
 AttentionOpt = typer.Option("flash", "--attention", help="Attention kernel: flash (FlashAttention-2, PyTorch SDPA) | flash3 (FlashAttention-3 / cuDNN via TransformerEngine on Hopper+) | unfused.")
 KernelsOpt = typer.Option("fused", "--kernels", help="Elementwise kernels: fused (Megatron/TransformerEngine, torch.compile) | eager (plain PyTorch ops).")
-LossFusionOpt = typer.Option(False, "--loss-fusion/--no-loss-fusion", help="Fused cross-entropy kernel (Megatron --cross-entropy-loss-fusion). Default: off, as in Megatron.")
+LossOpt = typer.Option("unfused", "--loss", help="Cross entropy: unfused (Megatron default) | fused (--cross-entropy-loss-fusion, TE) | eager (F.cross_entropy on FP32 logits, torchtitan).")
 TpOverlapOpt = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap TP all-gathers/reduce-scatters with GEMMs (Megatron --tp-comm-overlap; needs SP). Default: off.")
 
 
-def _implementation(attention, kernels, loss_fusion, tp_comm_overlap) -> dict:
-    return {"attention": attention, "kernels": kernels, "loss_fusion": loss_fusion, "tp_comm_overlap": tp_comm_overlap}
+def _implementation(attention, kernels, loss, tp_comm_overlap) -> dict:
+    return {"attention": attention, "kernels": kernels, "loss": loss, "tp_comm_overlap": tp_comm_overlap}
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -118,7 +118,7 @@ def evaluate(
     allow_cross_node_tp: bool = typer.Option(False, "--allow-cross-node-tp", help="Allow TP groups larger than the scale-up domain."),
     attention: str = AttentionOpt,
     kernels: str = KernelsOpt,
-    loss_fusion: bool = LossFusionOpt,
+    loss: str = LossOpt,
     tp_comm_overlap: bool = TpOverlapOpt,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
@@ -126,7 +126,7 @@ def evaluate(
     setup, record = _evaluate_record(
         model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
         recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
-        recompute_layers, _implementation(attention, kernels, loss_fusion, tp_comm_overlap),
+        recompute_layers, _implementation(attention, kernels, loss, tp_comm_overlap),
     )
     if as_json:
         typer.echo(json.dumps(record, indent=2))
@@ -223,7 +223,7 @@ def export(
     allow_cross_node_tp: bool = typer.Option(False, "--allow-cross-node-tp"),
     attention: str = AttentionOpt,
     kernels: str = KernelsOpt,
-    loss_fusion: bool = LossFusionOpt,
+    loss: str = LossOpt,
     tp_comm_overlap: bool = TpOverlapOpt,
     entrypoint: str = typer.Option("pretrain_gpt.py", "--entrypoint", help="Training script torchrun runs."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
@@ -253,7 +253,7 @@ def export(
         setup, record = _evaluate_record(
             model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
             recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
-            recompute_layers, _implementation(attention, kernels, loss_fusion, tp_comm_overlap),
+            recompute_layers, _implementation(attention, kernels, loss, tp_comm_overlap),
         )
         model_spec, cluster_spec = setup.model, setup.cluster
     report = export_layout(

@@ -181,7 +181,7 @@ def register(app: typer.Typer) -> None:
         pp_last_layers: Optional[int] = typer.Option(None, "--pp-last-layers", help="Pin the layers of the last pipeline stage."),
         attention: str = typer.Option("flash", "--attention", help="Attention kernel: flash | flash3 (FlashAttention-3 / cuDNN on Hopper+) | unfused."),
         kernels: str = typer.Option("fused", "--kernels", help="Elementwise kernels: fused | eager (plain PyTorch ops)."),
-        loss_fusion: bool = typer.Option(False, "--loss-fusion/--no-loss-fusion", help="Fused cross-entropy kernel."),
+        loss: str = typer.Option("unfused", "--loss", help="Cross entropy: unfused | fused | eager (F.cross_entropy on FP32 logits)."),
         tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap TP comm with GEMMs where tp > 1 with SP (Megatron --tp-comm-overlap)."),
         stage_splits: bool = typer.Option(False, "--stage-splits", help="Also search uneven first/last stage layer counts."),
         top: int = typer.Option(10, "--top", help="How many layouts to show."),
@@ -218,7 +218,7 @@ def register(app: typer.Typer) -> None:
                 memory_headroom=memory_headroom, allow_cross_node_tp=allow_cross_node_tp, pareto=pareto,
                 price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
                 stage_splits=stage_splits, progress=progress,
-                implementation={"attention": attention, "kernels": kernels, "loss_fusion": loss_fusion,
+                implementation={"attention": attention, "kernels": kernels, "loss": loss,
                                 "tp_comm_overlap": tp_comm_overlap},
             )
             if csv_file is not None:

@@ -65,8 +65,8 @@ def layout_summary(lay: dict) -> str:
         parts.append(f"attn-{lay['attention']}")
     if lay.get("kernels", "fused") != "fused":
         parts.append(f"{lay['kernels']}-kernels")
-    if lay.get("loss_fusion"):
-        parts.append("fused-CE")
+    if lay.get("loss", "unfused") != "unfused":
+        parts.append(f"{lay['loss']}-CE")
     if lay.get("tp_comm_overlap") and lay["tp"] > 1:
         parts.append("TP-overlap")
     return " ".join(parts)

@@ -218,7 +218,11 @@ def map_run(row: dict) -> MappedRun:
         # cross_entropy_loss_fusion=True (TransformerEngine implementation); llm-foundry's MPT
         # default loss is flash-attn's fused CrossEntropyLoss. Megatron-LM's flag defaults off,
         # and torchtitan calls F.cross_entropy on FP32 logits.
-        pins["loss_fusion"] = True
+        pins["loss"] = "fused"
+    elif "torchtitan" in framework:
+        # torchtitan computes F.cross_entropy(pred.flatten(0, 1).float(), ...) outside the
+        # compiled blocks (torchtitan train.py; compiling the loss is disabled there).
+        pins["loss"] = "eager"
     if "--tp-comm-overlap" in framework:
         pins["tp_overlap"] = True
     elif any(f in framework for f in ("megatron-core", "nemo", "megatron-bridge")):
@@ -236,7 +240,7 @@ def map_run(row: dict) -> MappedRun:
 
 def _candidates(run: MappedRun):
     """All layouts consistent with the pins (the unknown knobs as a grid), valid ones only."""
-    from costmodel.layout import ATTENTION, KERNELS, PRECISIONS, RECOMPUTE, LayoutBatch
+    from costmodel.layout import ATTENTION, KERNELS, LOSSES, PRECISIONS, RECOMPUTE, LayoutBatch
     from costmodel.pipeline import partial_recompute_per_chunk, stage_layer_split, vpp_divides_stages
 
     pins = run.pins
@@ -274,7 +278,7 @@ def _candidates(run: MappedRun):
         recompute_layers=cols["recompute_layers"],
         attention=ATTENTION.index(pins.get("attention", "flash")),
         sp=pins.get("sequence_parallel", True), tp_overlap=cols["tp_overlap"].astype(bool),
-        kernels=KERNELS.index(pins.get("kernels", "fused")), loss_fusion=bool(pins.get("loss_fusion", False)),
+        kernels=KERNELS.index(pins.get("kernels", "fused")), loss=LOSSES.index(pins.get("loss", "unfused")),
     )
     first, middle, last, split_ok = stage_layer_split(run.model.num_layers, batch.pp, 0, 0)
     m = batch.gbs // np.maximum(batch.dp * batch.mbs, 1)

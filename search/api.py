@@ -265,7 +265,7 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     HBM kept free. ``pareto``: the time vs memory front (vs cost when ``price_per_gpu_hour``;
     whole-run time and cost when ``train_tokens``). ``stage_splits``: also search the first/last
     stage layer counts. ``implementation``: attention (flash | flash3 | unfused), kernels (fused |
-    eager), loss_fusion, tp_comm_overlap, applied to every candidate. Raises
+    eager), loss (unfused | fused | eager), tp_comm_overlap, applied to every candidate. Raises
     ``PlannerInputError`` on bad input.
     """
     t0 = time.perf_counter()

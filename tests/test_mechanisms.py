@@ -52,12 +52,12 @@ def test_sustained_clock_and_power_cap_multiply():
     assert power_limited(gpu, None, 1.0) is gpu
 
 
-def test_eager_kernels_never_faster_and_loss_fusion_never_slower():
+def test_eager_kernels_never_faster_and_fused_loss_never_slower():
     for kw in (dict(), dict(tp=2, dp=4), dict(recompute="full")):
         fused = _step(LLAMA_8B, H100, **kw)
         eager = _step(LLAMA_8B, H100, kernels="eager", **kw)
         assert eager > fused
-        assert _step(LLAMA_8B, H100, loss_fusion=True, **kw) < fused
+        assert _step(LLAMA_8B, H100, loss="fused", **kw) < fused
 
 
 def test_eager_rmsnorm_traffic_by_hand():
@@ -114,16 +114,18 @@ def test_comm_contention_is_fraction_of_hidden_comm():
 
 
 def test_implementation_fields_round_trip():
-    lay = Layout(tp=2, dp=4, attention="flash3", kernels="eager", loss_fusion=True, tp_comm_overlap=True)
+    lay = Layout(tp=2, dp=4, attention="flash3", kernels="eager", loss="fused", tp_comm_overlap=True)
     back = LayoutBatch.from_layouts([lay]).layout(0)
-    assert (back.attention, back.kernels, back.loss_fusion, back.tp_comm_overlap) == ("flash3", "eager", True, True)
+    assert (back.attention, back.kernels, back.loss, back.tp_comm_overlap) == ("flash3", "eager", "fused", True)
 
 
 def test_check_implementation_rejects_bad_values():
     with pytest.raises(PlannerInputError, match="--kernels=slow"):
         check_implementation({"kernels": "slow"})
-    with pytest.raises(PlannerInputError, match="--loss-fusion"):
-        check_implementation({"loss_fusion": "yes"})
+    with pytest.raises(PlannerInputError, match="--loss=yes"):
+        check_implementation({"loss": "yes"})
+    with pytest.raises(PlannerInputError, match="--tp-comm-overlap"):
+        check_implementation({"tp_comm_overlap": "yes"})
     assert check_implementation({"attention": None, "tp_comm_overlap": True}) == {"tp_comm_overlap": True}
 
 
@@ -132,12 +134,12 @@ def test_cli_implementation_flags():
 
     runner = CliRunner()
     ok = runner.invoke(app, ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100", "--tp", "2",
-                             "--tp-comm-overlap", "--loss-fusion", "--attention", "flash3", "--json"])
+                             "--tp-comm-overlap", "--loss", "fused", "--attention", "flash3", "--json"])
     assert ok.exit_code == 0, ok.output
     import json
 
     lay = json.loads(ok.output)["layout"]
-    assert lay["tp_comm_overlap"] is True and lay["loss_fusion"] is True and lay["attention"] == "flash3"
+    assert lay["tp_comm_overlap"] is True and lay["loss"] == "fused" and lay["attention"] == "flash3"
     bad = runner.invoke(app, ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100", "--tp-comm-overlap"])
     assert bad.exit_code != 0
 
@@ -147,11 +149,19 @@ def test_validate_maps_framework_to_implementation():
 
     rows = {r["id"]: r for r in load_runs(None)}
     eager = map_run(rows["torchtitan_h100_8b_fsdp_8gpu"])
-    assert eager.pins["kernels"] == "eager" and not eager.pins.get("loss_fusion")
+    assert eager.pins["kernels"] == "eager" and eager.pins["loss"] == "eager"
     bridge = map_run(rows["mbridge2509_h100_llama3_70b_64gpu"])
-    assert bridge.pins["loss_fusion"] is True and bridge.pins["attention"] == "flash3"
+    assert bridge.pins["loss"] == "fused" and bridge.pins["attention"] == "flash3"
     assert bridge.searched["tp_overlap"] == [0, 1]
     mcore = map_run(rows["megatron2024_h100_weak_32b"])
     assert mcore.pins["tp_overlap"] is True  # the README lists --tp-comm-overlap
     old = map_run(rows["megatron2021_t1_1p7b"])
     assert old.pins["attention"] == "unfused" and "tp_overlap" not in old.searched
+
+
+def test_logit_memory_by_loss_kernel():
+    # Last-stage logits memory: 2 / 4 / 12 bytes per logit for fused / Megatron unfused / eager.
+    kw = dict(tp=1, dp=8, mbs=1, gbs=8, seq_len=4096, zero=3)
+    per = {loss: float(_run(LLAMA_8B, H100, loss=loss, **kw).memory_gib["logits"][0]) for loss in ("fused", "unfused", "eager")}
+    logits_gib = 4096 * LLAMA_8B.vocab_size / 2**30
+    assert per == pytest.approx({"fused": 2 * logits_gib, "unfused": 4 * logits_gib, "eager": 12 * logits_gib})

@@ -59,7 +59,8 @@ class Plan:
     """flash | flash3 | unfused (costmodel.layout.ATTENTION)."""
     kernels: str
     """fused | eager elementwise kernels."""
-    loss_fusion: bool
+    loss: str
+    """unfused | fused | eager cross entropy."""
     tp_comm_overlap: bool
     grad_accum: int
     """Micro-batches per pipeline per step, gbs / (dp * mbs)."""
@@ -100,7 +101,7 @@ class Plan:
             f"TP{self.tp} PP{self.pp}{split} DP{self.dp} CP{self.cp} EP{self.ep} ETP{self.etp} VPP{self.vpp} "
             f"ZeRO-{self.zero} SP {sp}; mbs {self.mbs}, gbs {self.gbs} ({self.grad_accum} micro-batches/step), "
             f"seq {self.seq_len}, recompute {recompute}, {self.precision}; attention {self.attention}, "
-            f"{self.kernels} kernels, cross-entropy {'fused' if self.loss_fusion else 'unfused'}, "
+            f"{self.kernels} kernels, cross-entropy {self.loss}, "
             f"TP overlap {'on' if self.tp_comm_overlap else 'off'}"
         )
 
@@ -159,10 +160,10 @@ def build_plan(result: dict, model: ModelSpec, cluster: ClusterSpec, *, command:
 
     from costmodel.layout import check_implementation
 
-    impl = check_implementation({k: layout.get(k) for k in ("attention", "kernels", "loss_fusion", "tp_comm_overlap")})
+    impl = check_implementation({k: layout.get(k) for k in ("attention", "kernels", "loss", "tp_comm_overlap")})
     attention = impl.get("attention", "flash")
     kernels = impl.get("kernels", "fused")
-    loss_fusion = bool(impl.get("loss_fusion", False))
+    loss = impl.get("loss", "unfused")
     tp_comm_overlap = bool(impl.get("tp_comm_overlap", False))
 
     rec_model = result.get("model")
@@ -225,7 +226,7 @@ def build_plan(result: dict, model: ModelSpec, cluster: ClusterSpec, *, command:
     plan = Plan(
         result=result, model=model, cluster=cluster, recompute=recompute,
         recompute_layers=_int(layout.get("recompute_layers") or 0, "recompute_layers") if recompute == "full" else 0,
-        sp=sp, precision=precision, attention=attention, kernels=kernels, loss_fusion=loss_fusion,
+        sp=sp, precision=precision, attention=attention, kernels=kernels, loss=loss,
         tp_comm_overlap=tp_comm_overlap and sp,
         grad_accum=m, gpus=gpus, stage_layers=stages, nnodes=nnodes, nproc_per_node=nproc,
         gpu_name=str(result.get("gpu") or cluster.gpu), **v,

@@ -285,7 +285,7 @@ def megatron_sections(plan: Plan) -> list[tuple[str, list[tuple[str, list]]]]:
     fusions: list[tuple[str, list]] = []
     if plan.tp_comm_overlap:
         fusions.append(("--tp-comm-overlap", []))
-    if plan.loss_fusion:
+    if plan.loss == "fused":
         fusions.append(("--cross-entropy-loss-fusion", []))
     if fusions:
         sections.append(("Overlap and fusion (as priced)", fusions))

@@ -335,9 +335,9 @@ def notes(plan: Plan, target: str) -> list[str]:
     if plan.recompute == "selective":
         out.append("Selective recompute -> torchtitan's per-op SAC, which saves attention outputs and recomputes every "
                    "second matmul: not Megatron's core-attention recompute, so step time may exceed the prediction.")
-    if plan.loss_fusion:
-        out.append("The plan prices a fused cross-entropy; torchtitan computes the loss with F.cross_entropy on FP32 "
-                   "logits, so the last stage may be slower than predicted (price it with --no-loss-fusion).")
+    if plan.loss != "eager":
+        out.append(f"The plan prices a {plan.loss} cross-entropy; torchtitan computes the loss with F.cross_entropy on "
+                   "FP32 logits, which holds more memory on the last stage (price it with --loss eager).")
     if plan.attention == "flash3":
         out.append("The plan prices FlashAttention-3 / cuDNN attention; torchtitan's SDPA runs FlashAttention-2 "
                    "unless its cuDNN backend is selected.")

@@ -23,7 +23,7 @@ MEMORY_LABELS = {
     "gradients": "gradients (fp32 main grads)",
     "optimizer": "optimizer states (fp32 master + Adam m, v)",
     "activations": "activations (in-flight micro-batches)",
-    "logits": "logits (fp32, last stage)",
+    "logits": "logits (last stage, by loss kernel)",
     "workspace": "workspace + fragmentation allowance",
 }
 

@@ -21,6 +21,12 @@ from costmodel.params import ParamCounts
 from hardware_catalog.schema import GPUSpec, ModelSpec
 
 BF16_BYTES = 2.0
+MOE_EXTRA_KERNELS_PER_LAYER = 18.0
+"""Kernels an MoE layer launches beyond a dense MLP's three (Megatron-Core MoELayer with the
+all-to-all dispatcher): router GEMM, score function, top-k, aux-loss terms (3), probability
+scatter; permute index and permute (2), token and probability all-to-alls (2), chunk sort;
+FP8 casts (2) around the two grouped GEMMs; on combine the sort back, the all-to-all and the
+unpermute: about 21 in all."""
 EAGER_EXTRA_KERNELS_PER_LAYER = 22.0
 """Kernels an eager PyTorch transformer layer launches beyond a fused one (see the count in
 ``dense_and_moe_layer_times``)."""
@@ -180,13 +186,14 @@ def dense_and_moe_layer_times(
     kernels = calib.kernels_per_layer + np.where(eager, EAGER_EXTRA_KERNELS_PER_LAYER, 0.0)
     launch = kernels * calib.kernel_overhead_us * 1e-6
 
-    def assemble(t_mlp_gemms, f_mlp, mlp_elems, mlp_fp8_inputs, mlp_up, mlp_down, eager_mlp=0.0):
+    def assemble(t_mlp_gemms, f_mlp, mlp_elems, mlp_fp8_inputs, mlp_up, mlp_down, eager_mlp=0.0, extra_kernels=0.0):
         t_gemm = t_qkv + t_out + t_mlp_gemms
         t_elem = elementwise_time(rep_elems, attn_tp_elems + mlp_elems, attn_gemm_inputs + mlp_fp8_inputs, eager_mlp)
-        forward = t_gemm + t_core + t_elem + launch
+        layer_launch = launch + extra_kernels * calib.kernel_overhead_us * 1e-6
+        forward = t_gemm + t_core + t_elem + layer_launch
         # Backward: dgrad + wgrad GEMMs (2x forward FLOPs), the attention core as above,
         # elementwise backward ~2x traffic.
-        backward = 2.0 * t_gemm + core_backward_factor * t_core + 2.0 * t_elem + 2.0 * launch
+        backward = 2.0 * t_gemm + core_backward_factor * t_core + 2.0 * t_elem + 2.0 * layer_launch
         flops = f_qkv + f_out + f_mlp + core_flops_run
         return LayerTimes(forward, backward, t_core, flops, (t_qkv, t_out, mlp_up, mlp_down))
 
@@ -226,9 +233,12 @@ def dense_and_moe_layer_times(
         t_shared, f_shared = t_su + t_sd, f_su + f_sd
     # Router: a small BF16 GEMM on this rank's SP share of tokens.
     t_router, f_router = gemm_time(tokens / rep_div, h, E, bf16_peak, bf16_gemm_efficiency(gpu, calib), hbm, BF16_BYTES)
-    # Elementwise: activation on routed tokens, permute + unpermute copies (read+write h per
-    # routed token, twice), shared-expert activation.
-    moe_elems = k * ((3.0 if model.gated_mlp else 2.0) * Fe + 4.0 * h) + (3.0 if model.gated_mlp else 2.0) * Fs
+    # Elementwise: activation on routed tokens, shared-expert activation, and the token
+    # shuffles of Megatron-Core's all-to-all dispatcher (token_dispatcher.py): permute into
+    # expert order before the all-to-all and sort the received chunks by local expert after it
+    # (read + write h per routed copy each), the reverse sort on combine, and the unpermute
+    # that reads the k copies and writes one weighted sum: 7kh + h.
+    moe_elems = k * ((3.0 if model.gated_mlp else 2.0) * Fe + 7.0 * h) + h + (3.0 if model.gated_mlp else 2.0) * Fs
     moe_layer = assemble(
         t_experts + t_shared + t_router,
         f_experts + f_shared + f_router,
@@ -236,6 +246,7 @@ def dense_and_moe_layer_times(
         k * (h + Fe) + (h + Fs if Fs else 0.0),
         t_su,
         t_sd,
+        extra_kernels=MOE_EXTRA_KERNELS_PER_LAYER,
     )
     return dense, moe_layer
 

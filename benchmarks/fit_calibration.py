@@ -29,7 +29,7 @@ RANGES = {
     "attention_efficiency": np.round(np.arange(0.20, 0.76, 0.05), 3),
     "native_attention_speedup": np.round(np.arange(1.0, 2.01, 0.1), 3),
     "memory_bound_efficiency": np.round(np.arange(0.40, 0.91, 0.05), 3),
-    "kernel_overhead_us": np.array([0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 10.0]),
+    "kernel_overhead_us": np.array([0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0]),
     "sustained_clock_fraction": np.round(np.arange(0.80, 1.001, 0.02), 3),
     "comm_sm_fraction": np.round(np.arange(0.0, 0.301, 0.03), 3),
 }

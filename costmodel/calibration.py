@@ -34,10 +34,10 @@ class Calibration:
     This global value is the large-K limit for GPUs without a measurement (the per-tile cost,
     costmodel.compute.GEMM_K_OVERHEAD, comes on top); fitted on their rows (A100): 0.80, in
     line with cuBLAS reaching ~75-85% of the A100's 312 TFLOP/s on large GEMMs."""
-    gemm_efficiency_fp8: float = 0.64
+    gemm_efficiency_fp8: float = 0.66
     """Achievable fraction of dense FP8 peak for large FP8 GEMMs (TransformerEngine delayed/current
     scaling). Measured on a lent H100 SXM with torch._scaled_mm: 0.40-0.67 of 1979 TFLOP/s over
-    the same 16 shapes, 0.65 as the large-K limit of e_max·K/(K+350). Fitted: 0.64."""
+    the same 16 shapes, 0.65 as the large-K limit of e_max·K/(K+350). Fitted: 0.66."""
     attention_efficiency: float = 0.25
     """Achievable fraction of BF16 peak for the FlashAttention kernels (forward + backward).
     FlashAttention-2 reaches 50-73% of A100 peak forward and less backward (Dao 2023, Fig. 4-6);
@@ -60,10 +60,12 @@ class Calibration:
     occupancy hit the board power limit and the clock steps down (NVIDIA DVFS; H100 SXM boosts
     to 1980 MHz, its 989 TFLOP/s is quoted at 1830 MHz). Scales every tensor-core peak; HBM is
     unaffected. Fitted: 0.94 (1720 of 1830 MHz)."""
-    kernel_overhead_us: float = 6.0
-    """Fixed cost per kernel launched (launch + tail), microseconds; ~3-5 us per kernel on
-    recent GPUs/CUDA (CUDA Graphs reduce it). Counted per transformer layer as
-    ``kernels_per_layer`` launches per pass. Fitted: 6.0."""
+    kernel_overhead_us: float = 8.0
+    """Fixed cost per kernel launched, microseconds: the launch, the tail of its last wave and
+    the idle gap before the dependent kernel starts; ~3-8 us per kernel on recent GPUs/CUDA
+    (CUDA Graphs reduce it). Counted per transformer layer as ``kernels_per_layer`` launches per
+    pass (more for eager and MoE layers, see costmodel.compute). Fitted: 8.0 (the top of the
+    range; the fit would go higher, a hint that some per-layer cost is still missing)."""
     kernels_per_layer: int = 30
     """Kernels launched per transformer layer per forward pass (GEMMs, norms, rotary, attention,
     activation, residual adds, casts); backward launches twice as many. Order of magnitude from

@@ -302,8 +302,12 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     p2p_bytes = act_bytes / np.where(sp, tp, 1.0)  # Megatron sends the SP shard
     p2p_one = collectives.p2p_time(p2p_bytes, crosses, fabric)
     # Non-interleaved 1F1B waits on every send/recv (2 per micro-batch step); the interleaved
-    # schedule overlaps steady-state P2P (--overlap-p2p-comm), leaving the fill/drain ones.
-    p2p_count = np.where(vpp > 1, 2.0 * (pp - 1.0), 2.0 * (m + pp - 1.0))
+    # schedule overlaps the steady-state P2P (Megatron overlap_p2p_comm, on by default) but not
+    # the warm-up and flush (--overlap-p2p-communication-warmup-flush is off by default), which
+    # run (pp - 1)·2 + (vpp - 1)·pp chunk steps each on the first stage (Megatron-Core
+    # schedules.py, get_num_warmup_microbatches for the interleaved schedule).
+    warmup_steps = np.minimum(2.0 * (pp - 1.0) + (vpp - 1.0) * pp, m * vpp)
+    p2p_count = np.where(vpp > 1, 2.0 * warmup_steps, 2.0 * (m + pp - 1.0))
     pp_p2p = np.where(single, 0.0, p2p_count * p2p_one)
 
     # ---------------- parameters per GPU on each stage

@@ -165,3 +165,20 @@ def test_logit_memory_by_loss_kernel():
     per = {loss: float(_run(LLAMA_8B, H100, loss=loss, **kw).memory_gib["logits"][0]) for loss in ("fused", "unfused", "eager")}
     logits_gib = 4096 * LLAMA_8B.vocab_size / 2**30
     assert per == pytest.approx({"fused": 2 * logits_gib, "unfused": 4 * logits_gib, "eager": 12 * logits_gib})
+
+
+def test_interleaved_warmup_and_flush_p2p_by_hand():
+    # Interleaved 1F1B, first stage: (pp-1)*2 + (vpp-1)*pp warm-up chunk steps, as many in the
+    # flush, each waiting on its send/recv; pp=4, vpp=2: 2*3 + 1*4 = 10, so 20 transfers.
+    from costmodel import collectives
+    from hardware_catalog import get_interconnect
+
+    m = LLAMA_70B
+    lay = Layout(tp=8, pp=4, dp=1, vpp=2, mbs=1, gbs=8, seq_len=4096, recompute="full")
+    r = evaluate(m, H100, lay)
+    fabric = collectives.fabric_from_cluster(H100, get_gpu("h100"), get_interconnect(H100.nic))
+    one = collectives.p2p_time(np.array([4096 * m.hidden_size * 2.0 / 8]), np.array([True]), fabric)
+    assert r.time_terms["pp_p2p"][0] == pytest.approx(20 * float(one[0]))
+    # More virtual stages never wait on fewer transfers.
+    r4 = evaluate(m, H100, dataclasses.replace(lay, vpp=4, gbs=16))
+    assert r4.time_terms["pp_p2p"][0] > r.time_terms["pp_p2p"][0]

@@ -31,7 +31,7 @@ RANGES = {
     "memory_bound_efficiency": np.round(np.arange(0.40, 0.91, 0.05), 3),
     "kernel_overhead_us": np.array([0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0]),
     "sustained_clock_fraction": np.round(np.arange(0.80, 1.001, 0.02), 3),
-    "comm_sm_fraction": np.round(np.arange(0.0, 0.301, 0.03), 3),
+    "comm_sm_fraction": np.round(np.arange(0.0, 0.241, 0.03), 3),
 }
 
 

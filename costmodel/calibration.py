@@ -34,10 +34,11 @@ class Calibration:
     This global value is the large-K limit for GPUs without a measurement (the per-tile cost,
     costmodel.compute.GEMM_K_OVERHEAD, comes on top); fitted on their rows (A100): 0.80, in
     line with cuBLAS reaching ~75-85% of the A100's 312 TFLOP/s on large GEMMs."""
-    gemm_efficiency_fp8: float = 0.66
+    gemm_efficiency_fp8: float = 0.68
     """Achievable fraction of dense FP8 peak for large FP8 GEMMs (TransformerEngine delayed/current
     scaling). Measured on a lent H100 SXM with torch._scaled_mm: 0.40-0.67 of 1979 TFLOP/s over
-    the same 16 shapes, 0.65 as the large-K limit of e_max·K/(K+350). Fitted: 0.66."""
+    the same 16 shapes, 0.65 as the large-K limit of e_max·K/(K+350). Fitted: 0.68
+    (TransformerEngine's cuBLASLt FP8 GEMMs, a little above torch._scaled_mm's)."""
     attention_efficiency: float = 0.25
     """Achievable fraction of BF16 peak for the FlashAttention kernels (forward + backward).
     FlashAttention-2 reaches 50-73% of A100 peak forward and less backward (Dao 2023, Fig. 4-6);

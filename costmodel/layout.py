@@ -83,6 +83,10 @@ class Layout:
     """Overlap the tensor-parallel all-gathers / reduce-scatters with the GEMMs they feed
     (Megatron --tp-comm-overlap: TransformerEngine userbuffers, needs sequence parallelism).
     Off by default, as in Megatron."""
+    ep_comm_overlap: bool = False
+    """Hide the expert-parallel all-to-alls of one micro-batch behind the computation of
+    another (Megatron-Core --overlap-moe-expert-parallel-comm --delay-wgrad-compute, MoE
+    "batch-level overlapping"; needs an interleaved pipeline or pp = 1). Off by default."""
     pp_first_layers: Optional[int] = None
     """Layers on the first pipeline stage; None = planner's split (see costmodel.pipeline)."""
     pp_last_layers: Optional[int] = None
@@ -109,9 +113,10 @@ class Layout:
         return d
 
 
-_BOOL_FIELDS = ("sp", "tp_overlap")
+_BOOL_FIELDS = ("sp", "tp_overlap", "ep_overlap")
 
-IMPLEMENTATION_DEFAULTS = {"attention": "flash", "kernels": "fused", "loss": "unfused", "tp_comm_overlap": False}
+IMPLEMENTATION_DEFAULTS = {"attention": "flash", "kernels": "fused", "loss": "unfused", "tp_comm_overlap": False,
+                           "ep_comm_overlap": False}
 """How the framework runs the layout (``Layout`` fields that are not parallel degrees): the
 search keeps them fixed at what the user states, and prices every candidate with them."""
 
@@ -144,6 +149,7 @@ def implementation_columns(impl: dict) -> dict:
         "kernels": KERNELS.index(full["kernels"]),
         "loss": LOSSES.index(full["loss"]),
         "tp_overlap": bool(full["tp_comm_overlap"]),
+        "ep_overlap": bool(full["ep_comm_overlap"]),
     }
 _INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "mbs", "gbs", "seq_len")
 
@@ -182,6 +188,8 @@ class LayoutBatch:
     """0 fused, 1 eager."""
     loss: np.ndarray = None
     """0 unfused, 1 fused, 2 eager cross entropy."""
+    ep_overlap: np.ndarray = None
+    """EP all-to-all overlapped across micro-batches (bool)."""
     tp_overlap: np.ndarray = None
     """TP communication overlapped with GEMMs (bool; only effective with sequence parallelism)."""
 
@@ -194,6 +202,8 @@ class LayoutBatch:
             self.kernels = np.zeros_like(self.tp)
         if self.loss is None:
             self.loss = np.zeros_like(self.tp)
+        if self.ep_overlap is None:
+            self.ep_overlap = np.zeros(self.tp.shape, dtype=bool)
         if self.tp_overlap is None:
             self.tp_overlap = np.zeros(self.tp.shape, dtype=bool)
 
@@ -214,6 +224,7 @@ class LayoutBatch:
             cols["recompute_layers"].append(lay.recompute_layers or 0)
             cols["attention"].append(ATTENTION.index(lay.attention))
             cols["tp_overlap"].append(bool(lay.tp_comm_overlap))
+            cols["ep_overlap"].append(bool(lay.ep_comm_overlap))
             cols["kernels"].append(KERNELS.index(lay.kernels))
             cols["loss"].append(LOSSES.index(lay.loss))
         arrays = {k: np.asarray(v, dtype=bool if k in _BOOL_FIELDS else np.int64) for k, v in cols.items()}
@@ -233,7 +244,7 @@ class LayoutBatch:
                 full[f.name] = PRECISIONS.index(defaults.precision)
             elif f.name == "sp":
                 full[f.name] = True
-            elif f.name == "tp_overlap":
+            elif f.name in ("tp_overlap", "ep_overlap"):
                 full[f.name] = False
             elif f.name in ("pp_first_layers", "pp_last_layers", "recompute_layers", "attention", "kernels", "loss"):
                 full[f.name] = 0
@@ -260,6 +271,7 @@ class LayoutBatch:
         kw["recompute_layers"] = (int(self.recompute_layers[i]) or None) if kw["recompute"] == "full" else None
         kw["attention"] = ATTENTION[int(self.attention[i])]
         kw["tp_comm_overlap"] = bool(self.tp_overlap[i])
+        kw["ep_comm_overlap"] = bool(self.ep_overlap[i])
         kw["kernels"] = KERNELS[int(self.kernels[i])]
         kw["loss"] = LOSSES[int(self.loss[i])]
         return Layout(**kw)

@@ -258,6 +258,10 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
                 share_cache[key] = np.where(full, share, 0.0)
         return share_cache[key]
 
+    ep_overlap_on = None
+    if model.moe is not None and batch.ep_overlap.any():
+        ep_overlap_on = batch.ep_overlap & ((vpp > 1) | (pp == 1))
+
     def stage_terms(n_layers, first_stage, last_stage):
         nd, nm = _stage_layer_mix(model, counts, n_layers, first_stage)
         share = recompute_share(n_layers)
@@ -275,6 +279,14 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
             compute = compute + head_fwd + head_bwd
         elif last_stage is not False:
             compute = compute + np.where(last_stage, head_fwd + head_bwd, 0.0)
+        if ep_overlap_on is not None:
+            # Batch-level overlapping (Megatron-Core MoE README, v0.14): the steady-state 1F1B
+            # pairs one micro-batch's forward with another's backward and runs the all-to-alls
+            # of each beside the other's computation; what exceeds that computation stays exposed.
+            exposed = np.maximum(ep_c - (compute + recompute), 0.0)
+            ep_hidden = np.where(ep_overlap_on, ep_c - exposed, 0.0)
+            ep_c = np.where(ep_overlap_on, exposed, ep_c)
+            compute = compute + calib.comm_sm_fraction * ep_hidden
         return compute, recompute, tp_c, cp_c, ep_c
 
     single = pp == 1

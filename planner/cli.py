@@ -34,8 +34,12 @@ LossOpt = typer.Option("unfused", "--loss", help="Cross entropy: unfused (Megatr
 TpOverlapOpt = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap TP all-gathers/reduce-scatters with GEMMs (Megatron --tp-comm-overlap; needs SP). Default: off.")
 
 
-def _implementation(attention, kernels, loss, tp_comm_overlap) -> dict:
-    return {"attention": attention, "kernels": kernels, "loss": loss, "tp_comm_overlap": tp_comm_overlap}
+EpOverlapOpt = typer.Option(False, "--ep-comm-overlap/--no-ep-comm-overlap", help="Hide MoE all-to-alls behind another micro-batch's compute (Megatron --overlap-moe-expert-parallel-comm; needs vpp > 1 or pp = 1). Default: off.")
+
+
+def _implementation(attention, kernels, loss, tp_comm_overlap, ep_comm_overlap=False) -> dict:
+    return {"attention": attention, "kernels": kernels, "loss": loss, "tp_comm_overlap": tp_comm_overlap,
+            "ep_comm_overlap": ep_comm_overlap}
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -120,13 +124,14 @@ def evaluate(
     kernels: str = KernelsOpt,
     loss: str = LossOpt,
     tp_comm_overlap: bool = TpOverlapOpt,
+    ep_comm_overlap: bool = EpOverlapOpt,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not."""
     setup, record = _evaluate_record(
         model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
         recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
-        recompute_layers, _implementation(attention, kernels, loss, tp_comm_overlap),
+        recompute_layers, _implementation(attention, kernels, loss, tp_comm_overlap, ep_comm_overlap),
     )
     if as_json:
         typer.echo(json.dumps(record, indent=2))
@@ -225,6 +230,7 @@ def export(
     kernels: str = KernelsOpt,
     loss: str = LossOpt,
     tp_comm_overlap: bool = TpOverlapOpt,
+    ep_comm_overlap: bool = EpOverlapOpt,
     entrypoint: str = typer.Option("pretrain_gpt.py", "--entrypoint", help="Training script torchrun runs."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ):
@@ -253,7 +259,7 @@ def export(
         setup, record = _evaluate_record(
             model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
             recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
-            recompute_layers, _implementation(attention, kernels, loss, tp_comm_overlap),
+            recompute_layers, _implementation(attention, kernels, loss, tp_comm_overlap, ep_comm_overlap),
         )
         model_spec, cluster_spec = setup.model, setup.cluster
     report = export_layout(

@@ -132,6 +132,11 @@ def build_layout(
             "--tp-comm-overlap needs tp > 1 and sequence parallelism (Megatron asserts it; "
             f"got tp={tp}, sequence_parallel={'on' if sp_on else 'off'})"
         )
+    if impl.get("ep_comm_overlap") and pp > 1 and vpp == 1:
+        raise PlannerInputError(
+            f"--ep-comm-overlap needs an interleaved pipeline (vpp > 1) or pp = 1 (Megatron-Core's "
+            f"batch-level overlap pairs chunks of the interleaved schedule; got pp={pp}, vpp={vpp})"
+        )
     return Layout(
         **impl,
         tp=tp, pp=pp, dp=gpus // model_parallel, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs,

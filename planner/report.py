@@ -69,6 +69,8 @@ def layout_summary(lay: dict) -> str:
         parts.append(f"{lay['loss']}-CE")
     if lay.get("tp_comm_overlap") and lay["tp"] > 1:
         parts.append("TP-overlap")
+    if lay.get("ep_comm_overlap"):
+        parts.append("EP-overlap")
     return " ".join(parts)
 
 

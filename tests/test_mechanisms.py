@@ -182,3 +182,29 @@ def test_interleaved_warmup_and_flush_p2p_by_hand():
     # More virtual stages never wait on fewer transfers.
     r4 = evaluate(m, H100, dataclasses.replace(lay, vpp=4, gbs=16))
     assert r4.time_terms["pp_p2p"][0] > r.time_terms["pp_p2p"][0]
+
+
+def test_ep_overlap_hides_all_to_all_where_the_schedule_allows():
+    dsv3 = get_model("deepseek-v3")
+    base = dict(tp=2, pp=8, dp=64, ep=64, vpp=4, mbs=1, gbs=8192, seq_len=4096, recompute="full",
+                recompute_layers=-2, precision="fp8")
+    plain = evaluate(dsv3, H100, Layout(**base))
+    hidden = evaluate(dsv3, H100, Layout(ep_comm_overlap=True, **base))
+    assert hidden.time_terms["ep_comm"][0] < plain.time_terms["ep_comm"][0]
+    assert hidden.step_time_s[0] < plain.step_time_s[0]
+    # Exposed = what exceeds the other micro-batch's computation: never below ep - compute.
+    lower = plain.time_terms["ep_comm"][0] - plain.time_terms["compute"][0] - plain.time_terms["recompute"][0]
+    assert hidden.time_terms["ep_comm"][0] >= lower - 1e-9
+    # Plain 1F1B (vpp 1, pp > 1) has no chunk pairs to overlap: unchanged.
+    base1 = dict(base, vpp=1, gbs=8192)
+    assert evaluate(dsv3, H100, Layout(ep_comm_overlap=True, **base1)).step_time_s[0] == pytest.approx(
+        evaluate(dsv3, H100, Layout(**base1)).step_time_s[0])
+
+
+def test_cli_ep_overlap_needs_interleaving():
+    from planner.cli import app
+
+    runner = CliRunner()
+    bad = runner.invoke(app, ["evaluate", "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "h100", "--tp", "2",
+                              "--pp", "4", "--ep", "8", "--ep-comm-overlap"])
+    assert bad.exit_code != 0

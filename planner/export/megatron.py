@@ -285,6 +285,8 @@ def megatron_sections(plan: Plan) -> list[tuple[str, list[tuple[str, list]]]]:
     fusions: list[tuple[str, list]] = []
     if plan.tp_comm_overlap:
         fusions.append(("--tp-comm-overlap", []))
+    if plan.ep_comm_overlap:
+        fusions += [("--overlap-moe-expert-parallel-comm", []), ("--delay-wgrad-compute", [])]
     if plan.loss == "fused":
         fusions.append(("--cross-entropy-loss-fusion", []))
     if fusions:

@@ -22,6 +22,8 @@ operator, fp32 upcasts in the norms, rotary and loss: plain PyTorch, FSDP script
 torch.compile)."""
 LOSSES = ("unfused", "fused", "eager")
 """Cross-entropy implementations; codes 0, 1, 2 in ``LayoutBatch.loss``."""
+DISPATCHERS = ("alltoall", "deepep")
+"""MoE token dispatchers; codes 0, 1 in ``LayoutBatch.dispatcher``."""
 PRECISIONS = ("bf16", "fp8")
 """Compute precisions; codes 0, 1 in ``LayoutBatch.precision``. FP8 is TransformerEngine-style
 (linear-layer GEMMs in FP8, attention and the rest in BF16)."""
@@ -83,6 +85,10 @@ class Layout:
     """Overlap the tensor-parallel all-gathers / reduce-scatters with the GEMMs they feed
     (Megatron --tp-comm-overlap: TransformerEngine userbuffers, needs sequence parallelism).
     Off by default, as in Megatron."""
+    moe_dispatcher: str = "alltoall"
+    """MoE token dispatcher: alltoall (Megatron-Core's all-to-all, one copy per routed expert)
+    or deepep (DeepEP via --moe-token-dispatcher-type flex: one network copy per destination
+    node, forwarded over NVLink)."""
     ep_comm_overlap: bool = False
     """Hide the expert-parallel all-to-alls of one micro-batch behind the computation of
     another (Megatron-Core --overlap-moe-expert-parallel-comm --delay-wgrad-compute, MoE
@@ -116,7 +122,7 @@ class Layout:
 _BOOL_FIELDS = ("sp", "tp_overlap", "ep_overlap")
 
 IMPLEMENTATION_DEFAULTS = {"attention": "flash", "kernels": "fused", "loss": "unfused", "tp_comm_overlap": False,
-                           "ep_comm_overlap": False}
+                           "ep_comm_overlap": False, "moe_dispatcher": "alltoall"}
 """How the framework runs the layout (``Layout`` fields that are not parallel degrees): the
 search keeps them fixed at what the user states, and prices every candidate with them."""
 
@@ -132,9 +138,9 @@ def check_implementation(impl: dict) -> dict:
             continue
         if key not in IMPLEMENTATION_DEFAULTS:
             raise PlannerInputError(f"unknown implementation setting {key!r} (allowed: {', '.join(IMPLEMENTATION_DEFAULTS)})")
-        allowed = {"attention": ATTENTION, "kernels": KERNELS, "loss": LOSSES}.get(key)
+        allowed = {"attention": ATTENTION, "kernels": KERNELS, "loss": LOSSES, "moe_dispatcher": DISPATCHERS}.get(key)
         if allowed is not None and value not in allowed:
-            raise PlannerInputError(f"--{key}={value}: allowed {', '.join(allowed)}")
+            raise PlannerInputError(f"--{key.replace('_', '-')}={value}: allowed {', '.join(allowed)}")
         if allowed is None and not isinstance(value, (bool, np.bool_)):
             raise PlannerInputError(f"--{key.replace('_', '-')}={value!r}: must be true or false")
         out[key] = value if allowed is not None else bool(value)
@@ -150,6 +156,7 @@ def implementation_columns(impl: dict) -> dict:
         "loss": LOSSES.index(full["loss"]),
         "tp_overlap": bool(full["tp_comm_overlap"]),
         "ep_overlap": bool(full["ep_comm_overlap"]),
+        "dispatcher": DISPATCHERS.index(full["moe_dispatcher"]),
     }
 _INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "mbs", "gbs", "seq_len")
 
@@ -188,6 +195,8 @@ class LayoutBatch:
     """0 fused, 1 eager."""
     loss: np.ndarray = None
     """0 unfused, 1 fused, 2 eager cross entropy."""
+    dispatcher: np.ndarray = None
+    """0 alltoall, 1 deepep."""
     ep_overlap: np.ndarray = None
     """EP all-to-all overlapped across micro-batches (bool)."""
     tp_overlap: np.ndarray = None
@@ -202,6 +211,8 @@ class LayoutBatch:
             self.kernels = np.zeros_like(self.tp)
         if self.loss is None:
             self.loss = np.zeros_like(self.tp)
+        if self.dispatcher is None:
+            self.dispatcher = np.zeros_like(self.tp)
         if self.ep_overlap is None:
             self.ep_overlap = np.zeros(self.tp.shape, dtype=bool)
         if self.tp_overlap is None:
@@ -225,6 +236,7 @@ class LayoutBatch:
             cols["attention"].append(ATTENTION.index(lay.attention))
             cols["tp_overlap"].append(bool(lay.tp_comm_overlap))
             cols["ep_overlap"].append(bool(lay.ep_comm_overlap))
+            cols["dispatcher"].append(DISPATCHERS.index(lay.moe_dispatcher))
             cols["kernels"].append(KERNELS.index(lay.kernels))
             cols["loss"].append(LOSSES.index(lay.loss))
         arrays = {k: np.asarray(v, dtype=bool if k in _BOOL_FIELDS else np.int64) for k, v in cols.items()}
@@ -246,7 +258,7 @@ class LayoutBatch:
                 full[f.name] = True
             elif f.name in ("tp_overlap", "ep_overlap"):
                 full[f.name] = False
-            elif f.name in ("pp_first_layers", "pp_last_layers", "recompute_layers", "attention", "kernels", "loss"):
+            elif f.name in ("pp_first_layers", "pp_last_layers", "recompute_layers", "attention", "kernels", "loss", "dispatcher"):
                 full[f.name] = 0
             else:
                 full[f.name] = getattr(defaults, f.name)
@@ -272,6 +284,7 @@ class LayoutBatch:
         kw["attention"] = ATTENTION[int(self.attention[i])]
         kw["tp_comm_overlap"] = bool(self.tp_overlap[i])
         kw["ep_comm_overlap"] = bool(self.ep_overlap[i])
+        kw["moe_dispatcher"] = DISPATCHERS[int(self.dispatcher[i])]
         kw["kernels"] = KERNELS[int(self.kernels[i])]
         kw["loss"] = LOSSES[int(self.loss[i])]
         return Layout(**kw)

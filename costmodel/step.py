@@ -226,6 +226,19 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     if model.moe is not None and np.any(ep > 1):
         ep_local, ep_nodes = group_span(batch.ep, batch.etp, domain)
         routed_bytes = tokens_mb / np.where(sp, tp, 1.0) * model.moe.top_k * h * BF16
+        if batch.dispatcher.any():
+            # DeepEP (DeepSeek-V3 report Sec. 3.2.2; Megatron --moe-token-dispatcher-type flex):
+            # a token crosses the network once per destination node and is forwarded over
+            # NVLink there, so the network carries distinct nodes / k of the copies. With k
+            # experts drawn over n nodes that is n(1 - (1 - 1/n)^k) nodes, at most the
+            # router_group_topk groups of node-limited routing.
+            moe = model.moe
+            nodes = ep_nodes.astype(np.float64)
+            distinct = nodes * (1.0 - (1.0 - 1.0 / nodes) ** moe.top_k)
+            if moe.router_groups and moe.router_group_topk:
+                distinct = np.minimum(distinct, float(moe.router_group_topk))
+            dedup = np.where(ep_nodes > 1, np.minimum(distinct / moe.top_k, 1.0), 1.0)
+            routed_bytes = routed_bytes * np.where(batch.dispatcher == 1, dedup, 1.0)
         a2a, _ = collectives.collective_time("all_to_all", routed_bytes, ep_local, ep_nodes, fabric)
         ep_pass = 2.0 * a2a
     else:

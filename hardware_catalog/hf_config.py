@@ -239,6 +239,8 @@ def _deepseek(r: _Reader) -> dict:
             num_shared_experts=n_shared,
             num_dense_layers=r.integer("first_k_dense_replace", default=0),
             moe_layer_frequency=r.integer("moe_layer_freq", default=1),
+            router_groups=r.opt_integer("n_group"),
+            router_group_topk=r.opt_integer("topk_group"),
         )
     return spec
 

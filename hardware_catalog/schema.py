@@ -146,6 +146,12 @@ class MoESpec(BaseModel):
     """Leading layers that use the dense MLP (``ffn_hidden_size``) instead of experts (DeepSeek first_k_dense_replace)."""
     moe_layer_frequency: int = Field(default=1, gt=0)
     """Every n-th layer (after the dense ones) is MoE; others are dense."""
+    router_groups: Optional[int] = Field(default=None, gt=0)
+    """Group-limited routing: experts split into this many groups (DeepSeek n_group; Megatron
+    --moe-router-num-groups); None = unrestricted routing."""
+    router_group_topk: Optional[int] = Field(default=None, gt=0)
+    """Groups one token may use under group-limited routing (DeepSeek topk_group; Megatron
+    --moe-router-group-topk): with groups laid out one per node, the nodes a token reaches."""
 
 
 class MLASpec(BaseModel):

@@ -37,9 +37,12 @@ TpOverlapOpt = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap", hel
 EpOverlapOpt = typer.Option(False, "--ep-comm-overlap/--no-ep-comm-overlap", help="Hide MoE all-to-alls behind another micro-batch's compute (Megatron --overlap-moe-expert-parallel-comm; needs vpp > 1 or pp = 1). Default: off.")
 
 
-def _implementation(attention, kernels, loss, tp_comm_overlap, ep_comm_overlap=False) -> dict:
+DispatcherOpt = typer.Option("alltoall", "--moe-dispatcher", help="MoE token dispatcher: alltoall (Megatron-Core) | deepep (one network copy per destination node).")
+
+
+def _implementation(attention, kernels, loss, tp_comm_overlap, ep_comm_overlap=False, moe_dispatcher="alltoall") -> dict:
     return {"attention": attention, "kernels": kernels, "loss": loss, "tp_comm_overlap": tp_comm_overlap,
-            "ep_comm_overlap": ep_comm_overlap}
+            "ep_comm_overlap": ep_comm_overlap, "moe_dispatcher": moe_dispatcher}
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -125,13 +128,14 @@ def evaluate(
     loss: str = LossOpt,
     tp_comm_overlap: bool = TpOverlapOpt,
     ep_comm_overlap: bool = EpOverlapOpt,
+    moe_dispatcher: str = DispatcherOpt,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not."""
     setup, record = _evaluate_record(
         model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
         recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
-        recompute_layers, _implementation(attention, kernels, loss, tp_comm_overlap, ep_comm_overlap),
+        recompute_layers, _implementation(attention, kernels, loss, tp_comm_overlap, ep_comm_overlap, moe_dispatcher),
     )
     if as_json:
         typer.echo(json.dumps(record, indent=2))
@@ -231,6 +235,7 @@ def export(
     loss: str = LossOpt,
     tp_comm_overlap: bool = TpOverlapOpt,
     ep_comm_overlap: bool = EpOverlapOpt,
+    moe_dispatcher: str = DispatcherOpt,
     entrypoint: str = typer.Option("pretrain_gpt.py", "--entrypoint", help="Training script torchrun runs."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ):
@@ -259,7 +264,7 @@ def export(
         setup, record = _evaluate_record(
             model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
             recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
-            recompute_layers, _implementation(attention, kernels, loss, tp_comm_overlap, ep_comm_overlap),
+            recompute_layers, _implementation(attention, kernels, loss, tp_comm_overlap, ep_comm_overlap, moe_dispatcher),
         )
         model_spec, cluster_spec = setup.model, setup.cluster
     report = export_layout(

@@ -184,6 +184,7 @@ def register(app: typer.Typer) -> None:
         loss: str = typer.Option("unfused", "--loss", help="Cross entropy: unfused | fused | eager (F.cross_entropy on FP32 logits)."),
         tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap TP comm with GEMMs where tp > 1 with SP (Megatron --tp-comm-overlap)."),
         ep_comm_overlap: bool = typer.Option(False, "--ep-comm-overlap/--no-ep-comm-overlap", help="Hide MoE all-to-alls behind another micro-batch's compute where vpp > 1 or pp = 1."),
+        moe_dispatcher: str = typer.Option("alltoall", "--moe-dispatcher", help="MoE token dispatcher: alltoall | deepep."),
         stage_splits: bool = typer.Option(False, "--stage-splits", help="Also search uneven first/last stage layer counts."),
         top: int = typer.Option(10, "--top", help="How many layouts to show."),
         method: str = typer.Option("auto", "--method", help="auto | exhaustive | optuna (auto: exhaustive up to 5M candidates)."),
@@ -220,7 +221,8 @@ def register(app: typer.Typer) -> None:
                 price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
                 stage_splits=stage_splits, progress=progress,
                 implementation={"attention": attention, "kernels": kernels, "loss": loss,
-                                "tp_comm_overlap": tp_comm_overlap, "ep_comm_overlap": ep_comm_overlap},
+                                "tp_comm_overlap": tp_comm_overlap, "ep_comm_overlap": ep_comm_overlap,
+                                "moe_dispatcher": moe_dispatcher},
             )
             if csv_file is not None:
                 try:

@@ -71,6 +71,8 @@ def layout_summary(lay: dict) -> str:
         parts.append("TP-overlap")
     if lay.get("ep_comm_overlap"):
         parts.append("EP-overlap")
+    if lay.get("moe_dispatcher", "alltoall") != "alltoall":
+        parts.append(lay["moe_dispatcher"])
     return " ".join(parts)
 
 

@@ -208,3 +208,26 @@ def test_cli_ep_overlap_needs_interleaving():
     bad = runner.invoke(app, ["evaluate", "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "h100", "--tp", "2",
                               "--pp", "4", "--ep", "8", "--ep-comm-overlap"])
     assert bad.exit_code != 0
+
+
+def test_deepep_dedup_by_hand():
+    # EP64 folded over 8 nodes: DeepSeek-V3's node-limited routing sends a token to at most 4
+    # nodes, so DeepEP's network copies are 4 of the k = 8 (all-to-all: 8).
+    from costmodel import collectives
+    from costmodel.placement import group_span
+    from hardware_catalog import get_interconnect
+
+    dsv3 = get_model("deepseek-v3")
+    base = dict(tp=2, pp=8, dp=64, ep=64, vpp=4, mbs=1, gbs=8192, seq_len=4096, recompute="full", precision="fp8")
+    a2a = evaluate(dsv3, H100, Layout(**base)).time_terms["ep_comm"][0]
+    deep = evaluate(dsv3, H100, Layout(moe_dispatcher="deepep", **base)).time_terms["ep_comm"][0]
+    fabric = collectives.fabric_from_cluster(H100, get_gpu("h100"), get_interconnect(H100.nic))
+    local, nodes = group_span(np.array([64]), np.array([1]), 8)
+    routed = 4096 / 2 * 8 * dsv3.hidden_size * 2.0
+    full, _ = collectives.collective_time("all_to_all", np.array([routed]), local, nodes, fabric)
+    half, _ = collectives.collective_time("all_to_all", np.array([routed / 2]), local, nodes, fabric)
+    assert deep / a2a == pytest.approx(float(half[0] / full[0]))
+    # Inside one node DeepEP changes nothing (no network copies to save).
+    mix = get_model("mixtral-8x7b")
+    one = dict(tp=1, pp=1, dp=8, ep=8, mbs=1, gbs=8, seq_len=4096, recompute="full")
+    assert _step(mix, H100, moe_dispatcher="deepep", **one) == pytest.approx(_step(mix, H100, **one))

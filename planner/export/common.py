@@ -63,6 +63,7 @@ class Plan:
     """unfused | fused | eager cross entropy."""
     tp_comm_overlap: bool
     ep_comm_overlap: bool
+    moe_dispatcher: str
     grad_accum: int
     """Micro-batches per pipeline per step, gbs / (dp * mbs)."""
     gpus: int
@@ -105,6 +106,7 @@ class Plan:
             f"{self.kernels} kernels, cross-entropy {self.loss}, "
             f"TP overlap {'on' if self.tp_comm_overlap else 'off'}"
             + (", EP all-to-all overlap on" if self.ep_comm_overlap else "")
+            + (f", {self.moe_dispatcher} dispatcher" if self.model.moe is not None else "")
         )
 
 
@@ -162,12 +164,13 @@ def build_plan(result: dict, model: ModelSpec, cluster: ClusterSpec, *, command:
 
     from costmodel.layout import check_implementation
 
-    impl = check_implementation({k: layout.get(k) for k in ("attention", "kernels", "loss", "tp_comm_overlap", "ep_comm_overlap")})
+    impl = check_implementation({k: layout.get(k) for k in ("attention", "kernels", "loss", "tp_comm_overlap", "ep_comm_overlap", "moe_dispatcher")})
     attention = impl.get("attention", "flash")
     kernels = impl.get("kernels", "fused")
     loss = impl.get("loss", "unfused")
     tp_comm_overlap = bool(impl.get("tp_comm_overlap", False))
     ep_comm_overlap = bool(impl.get("ep_comm_overlap", False)) and model.moe is not None
+    moe_dispatcher = impl.get("moe_dispatcher", "alltoall")
 
     rec_model = result.get("model")
     if rec_model is not None and rec_model != model.name and rec_model not in model.aliases:
@@ -230,7 +233,7 @@ def build_plan(result: dict, model: ModelSpec, cluster: ClusterSpec, *, command:
         result=result, model=model, cluster=cluster, recompute=recompute,
         recompute_layers=_int(layout.get("recompute_layers") or 0, "recompute_layers") if recompute == "full" else 0,
         sp=sp, precision=precision, attention=attention, kernels=kernels, loss=loss,
-        tp_comm_overlap=tp_comm_overlap and sp, ep_comm_overlap=ep_comm_overlap,
+        tp_comm_overlap=tp_comm_overlap and sp, ep_comm_overlap=ep_comm_overlap, moe_dispatcher=moe_dispatcher,
         grad_accum=m, gpus=gpus, stage_layers=stages, nnodes=nnodes, nproc_per_node=nproc,
         gpu_name=str(result.get("gpu") or cluster.gpu), **v,
     )

@@ -219,12 +219,18 @@ def megatron_sections(plan: Plan) -> list[tuple[str, list[tuple[str, list]]]]:
             moe_args.append(("--moe-layer-freq", [pattern]))
         if moe.top_k == 1:
             moe_args.append(("--moe-router-pre-softmax", []))
+        if moe.router_groups and moe.router_group_topk:
+            moe_args += [("--moe-router-num-groups", [moe.router_groups]),
+                         ("--moe-router-group-topk", [moe.router_group_topk])]
         moe_args += [
             ("--moe-router-load-balancing-type", ["aux_loss"]),
             ("--moe-aux-loss-coeff", ["1e-2"]),
-            ("--moe-token-dispatcher-type", ["alltoall"]),
-            ("--moe-grouped-gemm", []),
         ]
+        if plan.moe_dispatcher == "deepep":
+            moe_args += [("--moe-token-dispatcher-type", ["flex"]), ("--moe-enable-deepep", [])]
+        else:
+            moe_args.append(("--moe-token-dispatcher-type", ["alltoall"]))
+        moe_args.append(("--moe-grouped-gemm", []))
         sections.append(("Mixture of experts", moe_args))
 
     par: list[tuple[str, list]] = [

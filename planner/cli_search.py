@@ -96,9 +96,15 @@ def format_summary(stats: dict) -> str:
     if method == "optuna":
         how = f"{stats.get('sampler')}, {stats.get('trials')} trials, seed {stats.get('seed')}"
     auto = " (auto)" if stats.get("method_requested") == "auto" else ""
-    return (f"enumerated {stats['enumerated']:,}, feasible {stats['feasible']:,}, fitting memory "
+    line = (f"enumerated {stats['enumerated']:,}, feasible {stats['feasible']:,}, fitting memory "
             f"{stats['fits']:,}, {stats['seconds']:.2f} s, method {method}{auto} ({how}), "
             f"memory headroom {stats['memory_headroom'] * 100:g}%")
+    from costmodel.layout import IMPLEMENTATION_DEFAULTS
+
+    impl = {k: v for k, v in (stats.get("implementation") or {}).items() if v != IMPLEMENTATION_DEFAULTS.get(k)}
+    if impl:
+        line += "\npriced with " + ", ".join(f"{k}={v}" for k, v in impl.items())
+    return line
 
 
 def format_nothing_fits(result) -> str:
@@ -124,7 +130,8 @@ def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
     from costmodel.result import MEMORY_TERMS, TIME_TERMS
 
     lay_keys = ["gpus", "dp", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "grad_accum", "gbs", "seq_len",
-                "recompute", "precision", "sequence_parallel", "pp_first_layers", "pp_last_layers"]
+                "recompute", "precision", "sequence_parallel", "pp_first_layers", "pp_last_layers",
+                "attention", "kernels", "loss", "tp_comm_overlap", "ep_comm_overlap", "moe_dispatcher"]
     head = (["rank", "model", "gpu", "cluster"] + lay_keys
             + ["step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "fits", "largest_term"]
             + [f"mem_{k}_gib" for k in list(MEMORY_TERMS) + ["peak", "capacity"]]

@@ -326,6 +326,7 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
         "seq_len": seq_v,
         "pins": {k: v for k, v in (pins or {}).items() if v is not None},
         "stage_splits": bool(stage_splits),
+        "implementation": impl,
     })
     if pareto:
         stats["objectives"] = list(objectives.names)

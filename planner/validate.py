@@ -208,23 +208,27 @@ def map_run(row: dict) -> MappedRun:
         # Plain PyTorch operators (torchtitan without torch.compile; llm-foundry/Composer MPT):
         # unfused norms, rotary, activation and loss (see costmodel.compute).
         pins["kernels"] = "eager"
-        assumptions.append("eager PyTorch kernels (no torch.compile, no fused norms/loss)")
+        assumptions.append("eager PyTorch kernels (no torch.compile: unfused norms, rotary, SwiGLU)")
     if "attention" not in pins and any(f in framework for f in ("megatron-core", "nemo", "megatron-bridge")):
         # TransformerEngine runs attention through cuDNN's fused kernels (FlashAttention-3
         # class on Hopper); torchtitan and llm-foundry call SDPA / flash-attn 2.
         pins["attention"] = "flash3"
+        assumptions.append("TransformerEngine cuDNN attention (flash3 on Hopper)")
     if any(f in framework for f in ("nemo", "megatron-bridge", "composer")):
         # Fused cross entropy: NeMo 2 / Megatron-Bridge model configs default
         # cross_entropy_loss_fusion=True (TransformerEngine implementation); llm-foundry's MPT
         # default loss is flash-attn's fused CrossEntropyLoss. Megatron-LM's flag defaults off,
         # and torchtitan calls F.cross_entropy on FP32 logits.
         pins["loss"] = "fused"
+        assumptions.append("fused cross entropy (framework default)")
     elif "torchtitan" in framework:
         # torchtitan computes F.cross_entropy(pred.flatten(0, 1).float(), ...) outside the
         # compiled blocks (torchtitan train.py; compiling the loss is disabled there).
         pins["loss"] = "eager"
+        assumptions.append("eager F.cross_entropy on FP32 logits")
     if "--tp-comm-overlap" in framework:
         pins["tp_overlap"] = True
+        assumptions.append("TP comm overlap (--tp-comm-overlap stated)")
     elif any(f in framework for f in ("megatron-core", "nemo", "megatron-bridge")):
         # TransformerEngine's userbuffers overlap (Megatron --tp-comm-overlap) is available to
         # these frameworks and their performance recipes set it per model and GPU (e.g.

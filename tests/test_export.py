@@ -724,3 +724,26 @@ def test_megatron_partial_recompute_uses_block_method(tmp_path):
     export(rec, LLAMA3_405B, tmp_path, formats="megatron")
     text = (tmp_path / "megatron_args.sh").read_text()
     assert "--recompute-method block" in text and "--recompute-num-layers 1" in text
+
+
+@needs_bash
+def test_megatron_implementation_flags(tmp_path):
+    # What the plan was priced with is what the launch file asks for.
+    grouped = DEEPSEEK_LIKE.model_copy(update={"moe": DEEPSEEK_LIKE.moe.model_copy(update={"router_groups": 8, "router_group_topk": 4})})
+    rec = record(grouped, tp=2, pp=1, dp=8, ep=16, gbs=64, precision="fp8", tp_comm_overlap=True,
+                 loss="fused", ep_comm_overlap=True, moe_dispatcher="deepep", attention="flash3")
+    export(rec, grouped, tmp_path, formats="megatron")
+    args = megatron_arg_list(tmp_path / "megatron_args.sh")
+    pairs = dict(zip(args, args[1:]))
+    for flag in ("--tp-comm-overlap", "--cross-entropy-loss-fusion", "--overlap-moe-expert-parallel-comm",
+                 "--delay-wgrad-compute", "--moe-enable-deepep"):
+        assert flag in args, flag
+    assert pairs["--moe-token-dispatcher-type"] == "flex"
+    assert pairs["--moe-router-num-groups"] == "8" and pairs["--moe-router-group-topk"] == "4"
+    assert set(a for a in args if a.startswith("--")) <= megatron.megatron_flags()
+    # Defaults: none of them.
+    plain = record(MIXTRAL, tp=2, pp=4, vpp=2, dp=8, ep=8, gbs=64)
+    export(plain, MIXTRAL, tmp_path / "plain", formats="megatron")
+    args = megatron_arg_list(tmp_path / "plain" / "megatron_args.sh")
+    assert "--tp-comm-overlap" not in args and "--cross-entropy-loss-fusion" not in args
+    assert dict(zip(args, args[1:]))["--moe-token-dispatcher-type"] == "alltoall"

@@ -38,6 +38,9 @@ _FAMILY_BASE = (
 _PRESETS = {"deepseekv3": "deepseek-v3", "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b",
             "llama3.1-405b": "llama3-405b"}
 
+IMPLEMENTATION_KEYS = ("attention", "kernels", "loss", "tp_comm_overlap", "ep_comm_overlap", "moe_dispatcher")
+"""Layout fields a runs file may carry to state how the run was implemented (costmodel.Layout)."""
+
 _GPU_CLUSTERS = {
     "A100-SXM-80GB": "dgx-a100",
     "A100-SXM-40GB": "dgx-a100-40gb",
@@ -235,6 +238,16 @@ def map_run(row: dict) -> MappedRun:
         # Megatron-Bridge COMM_OVERLAP_CONFIG_MAP, userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192):
         # unstated, so searched like the other knobs.
         searched["tp_overlap"] = [0, 1]
+    # A runs file may state the implementation outright (the planner's own names); that wins
+    # over what the framework string suggests.
+    from costmodel.layout import check_implementation
+
+    stated = check_implementation({k: lay.get(k) for k in IMPLEMENTATION_KEYS})
+    for key, value in stated.items():
+        pin = {"tp_comm_overlap": "tp_overlap", "ep_comm_overlap": "ep_overlap"}.get(key, key)
+        pins[pin] = value
+        searched.pop(pin, None)
+        assumptions.append(f"{key}={value} (stated)")
     precision = str(lay.get("precision") or "").lower()
     pins["precision"] = "fp8" if ("fp8" in precision or "float8" in precision) else "bf16"
     if lay.get("sequence_parallel") is False:
@@ -244,7 +257,7 @@ def map_run(row: dict) -> MappedRun:
 
 def _candidates(run: MappedRun):
     """All layouts consistent with the pins (the unknown knobs as a grid), valid ones only."""
-    from costmodel.layout import ATTENTION, KERNELS, LOSSES, PRECISIONS, RECOMPUTE, LayoutBatch
+    from costmodel.layout import ATTENTION, DISPATCHERS, KERNELS, LOSSES, PRECISIONS, RECOMPUTE, LayoutBatch
     from costmodel.pipeline import partial_recompute_per_chunk, stage_layer_split, vpp_divides_stages
 
     pins = run.pins
@@ -283,6 +296,8 @@ def _candidates(run: MappedRun):
         attention=ATTENTION.index(pins.get("attention", "flash")),
         sp=pins.get("sequence_parallel", True), tp_overlap=cols["tp_overlap"].astype(bool),
         kernels=KERNELS.index(pins.get("kernels", "fused")), loss=LOSSES.index(pins.get("loss", "unfused")),
+        ep_overlap=bool(pins.get("ep_overlap", False)),
+        dispatcher=DISPATCHERS.index(pins.get("moe_dispatcher", "alltoall")),
     )
     first, middle, last, split_ok = stage_layer_split(run.model.num_layers, batch.pp, 0, 0)
     m = batch.gbs // np.maximum(batch.dp * batch.mbs, 1)

@@ -68,3 +68,16 @@ def test_validate_cli_json_and_bad_file(tmp_path):
     bad.write_text("{not json")
     res = runner.invoke(app, ["validate", "--runs", str(bad)])
     assert res.exit_code != 0
+
+
+def test_runs_file_may_state_the_implementation():
+    rows = {r["id"]: r for r in load_runs(None)}
+    row = copy.deepcopy(rows["mbridge2509_h100_deepseekv3_1024gpu"])
+    (plain,) = validate_rows([row])
+    row["layout"].update(ep_comm_overlap=True, moe_dispatcher="deepep")
+    (stated,) = validate_rows([row])
+    assert stated.predicted > plain.predicted
+    assert "moe_dispatcher=deepep (stated)" in stated.assumptions
+    row["layout"]["kernels"] = "turbo"
+    (bad,) = validate_rows([row])
+    assert bad.error is None and "--kernels=turbo" in bad.reason

@@ -71,9 +71,6 @@ class Calibration:
     """Kernels launched per transformer layer per forward pass (GEMMs, norms, rotary, attention,
     activation, residual adds, casts); backward launches twice as many. Order of magnitude from
     Megatron-Core/TE layer profiles."""
-    tp_comm_overlap: float = 0.0
-    """Fraction of TP communication hidden behind GEMMs regardless of the layout. Kept at 0:
-    --tp-comm-overlap is a layout setting (Layout.tp_comm_overlap) priced by mechanism."""
     dp_overlap: float = 1.0
     """Fraction of the overlap window (backward of the last micro-batch for the gradient
     reduction, forward of the first for the parameter all-gather) that can actually hide

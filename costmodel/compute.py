@@ -22,11 +22,12 @@ from hardware_catalog.schema import GPUSpec, ModelSpec
 
 BF16_BYTES = 2.0
 MOE_EXTRA_KERNELS_PER_LAYER = 18.0
-"""Kernels an MoE layer launches beyond a dense MLP's three (Megatron-Core MoELayer with the
-all-to-all dispatcher): router GEMM, score function, top-k, aux-loss terms (3), probability
-scatter; permute index and permute (2), token and probability all-to-alls (2), chunk sort;
-FP8 casts (2) around the two grouped GEMMs; on combine the sort back, the all-to-all and the
-unpermute: about 21 in all."""
+"""Kernels an MoE layer launches beyond a dense MLP's (Megatron-Core MoELayer with the
+all-to-all dispatcher; its up/activation/down kernels become the grouped GEMMs' and count as
+the dense ones): router GEMM, score function, top-k, aux-loss terms (3), probability scatter
+(7); the per-expert token count, permute index and permute, token and probability
+all-to-alls, chunk sort (6); FP8 casts around the two grouped GEMMs (2); on combine the sort
+back, the all-to-all and the unpermute (3): 18."""
 EAGER_EXTRA_KERNELS_PER_LAYER = 22.0
 """Kernels an eager PyTorch transformer layer launches beyond a fused one (see the count in
 ``dense_and_moe_layer_times``)."""

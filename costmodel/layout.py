@@ -158,6 +158,8 @@ def implementation_columns(impl: dict) -> dict:
         "ep_overlap": bool(full["ep_comm_overlap"]),
         "dispatcher": DISPATCHERS.index(full["moe_dispatcher"]),
     }
+
+
 _INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "mbs", "gbs", "seq_len")
 
 

@@ -161,7 +161,6 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
         tp_pair = np.where(sp, ag + rs, ar)
     else:
         tp_pair = np.zeros(n)
-    tp_pair = tp_pair * (1.0 - calib.tp_comm_overlap)
     tp_dense = 2.0 * tp_pair
     has_shared = model.moe is not None and model.moe.num_shared_experts > 0
     tp_moe = (2.0 if has_shared else 1.0) * tp_pair if model.moe is not None else tp_dense

@@ -19,14 +19,14 @@ def evaluate(model, gpus: int, gpu: str | None = None, cluster: str | None = Non
     sequence_parallel, pp_first_layers, pp_last_layers) and its implementation settings
     (attention, kernels, loss, tp_comm_overlap, ep_comm_overlap, moe_dispatcher)."""
     from costmodel import evaluate as _evaluate
+    from costmodel.layout import IMPLEMENTATION_DEFAULTS
     from costmodel.record import result_record
     from planner.common import build_layout, resolve_setup
     from search.rules import check_layout
 
     allow = layout.pop("allow_cross_node_tp", False)
     setup = resolve_setup(model, gpu, cluster, seq_len, gbs, tokens_per_batch)
-    impl = {k: layout.pop(k) for k in ("attention", "kernels", "loss", "tp_comm_overlap", "ep_comm_overlap", "moe_dispatcher")
-            if k in layout}
+    impl = {k: layout.pop(k) for k in IMPLEMENTATION_DEFAULTS if k in layout}
     lay = build_layout(setup, gpus, implementation=impl, **layout)
     check_layout(setup.model, setup.cluster, setup.gpu, lay, allow_cross_node_tp=allow)
     return result_record(setup.model, setup.cluster, setup.gpu, _evaluate(setup.model, setup.cluster, lay, gpu=setup.gpu))

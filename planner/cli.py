@@ -32,11 +32,7 @@ AttentionOpt = typer.Option("flash", "--attention", help="Attention kernel: flas
 KernelsOpt = typer.Option("fused", "--kernels", help="Elementwise kernels: fused (Megatron/TransformerEngine, torch.compile) | eager (plain PyTorch ops).")
 LossOpt = typer.Option("unfused", "--loss", help="Cross entropy: unfused (Megatron default) | fused (--cross-entropy-loss-fusion, TE) | eager (F.cross_entropy on FP32 logits, torchtitan).")
 TpOverlapOpt = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap TP all-gathers/reduce-scatters with GEMMs (Megatron --tp-comm-overlap; needs SP). Default: off.")
-
-
 EpOverlapOpt = typer.Option(False, "--ep-comm-overlap/--no-ep-comm-overlap", help="Hide MoE all-to-alls behind another micro-batch's compute (Megatron --overlap-moe-expert-parallel-comm; needs vpp > 1 or pp = 1). Default: off.")
-
-
 DispatcherOpt = typer.Option("alltoall", "--moe-dispatcher", help="MoE token dispatcher: alltoall (Megatron-Core) | deepep (one network copy per destination node).")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from costmodel.layout import check_implementation, PRECISIONS, RECOMPUTE, Layout
+from costmodel.layout import PRECISIONS, RECOMPUTE, Layout, check_implementation
 from hardware_catalog import (
     ClusterSpec,
     GPUSpec,

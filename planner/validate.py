@@ -38,9 +38,6 @@ _FAMILY_BASE = (
 _PRESETS = {"deepseekv3": "deepseek-v3", "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b",
             "llama3.1-405b": "llama3-405b"}
 
-IMPLEMENTATION_KEYS = ("attention", "kernels", "loss", "tp_comm_overlap", "ep_comm_overlap", "moe_dispatcher")
-"""Layout fields a runs file may carry to state how the run was implemented (costmodel.Layout)."""
-
 _GPU_CLUSTERS = {
     "A100-SXM-80GB": "dgx-a100",
     "A100-SXM-40GB": "dgx-a100-40gb",
@@ -240,9 +237,9 @@ def map_run(row: dict) -> MappedRun:
         searched["tp_overlap"] = [0, 1]
     # A runs file may state the implementation outright (the planner's own names); that wins
     # over what the framework string suggests.
-    from costmodel.layout import check_implementation
+    from costmodel.layout import IMPLEMENTATION_DEFAULTS, check_implementation
 
-    stated = check_implementation({k: lay.get(k) for k in IMPLEMENTATION_KEYS})
+    stated = check_implementation({k: lay.get(k) for k in IMPLEMENTATION_DEFAULTS})
     for key, value in stated.items():
         pin = {"tp_comm_overlap": "tp_overlap", "ep_comm_overlap": "ep_overlap"}.get(key, key)
         pins[pin] = value

@@ -27,8 +27,8 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from search.exhaustive import DEFAULT_MEMORY_HEADROOM, Candidate, Objectives, run_exhaustive
 from costmodel.layout import check_implementation
+from search.exhaustive import DEFAULT_MEMORY_HEADROOM, Candidate, Objectives, run_exhaustive
 from search.space import Problem, normalize_pins, raw_size
 
 AUTO_EXHAUSTIVE_MAX = 5_000_000
@@ -265,7 +265,8 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     HBM kept free. ``pareto``: the time vs memory front (vs cost when ``price_per_gpu_hour``;
     whole-run time and cost when ``train_tokens``). ``stage_splits``: also search the first/last
     stage layer counts. ``implementation``: attention (flash | flash3 | unfused), kernels (fused |
-    eager), loss (unfused | fused | eager), tp_comm_overlap, applied to every candidate. Raises
+    eager), loss (unfused | fused | eager), tp_comm_overlap, ep_comm_overlap, moe_dispatcher
+    (alltoall | deepep), applied to every candidate. Raises
     ``PlannerInputError`` on bad input.
     """
     t0 = time.perf_counter()

@@ -143,7 +143,7 @@ class Problem:
     allow_cross_node_tp: bool = False
     stage_splits: bool = False
     implementation: dict = field(default_factory=dict)
-    """Attention kernel, elementwise kernels, loss fusion, TP comm overlap (``Layout`` names and
+    """Implementation settings (``costmodel.layout.IMPLEMENTATION_DEFAULTS`` names, ``Layout``
     values), the same for every candidate."""
 
     @property

@@ -162,9 +162,9 @@ def build_plan(result: dict, model: ModelSpec, cluster: ClusterSpec, *, command:
     if precision not in ("bf16", "fp8"):
         raise PlannerInputError(f"layout.precision={precision!r}: must be bf16 or fp8")
 
-    from costmodel.layout import check_implementation
+    from costmodel.layout import IMPLEMENTATION_DEFAULTS, check_implementation
 
-    impl = check_implementation({k: layout.get(k) for k in ("attention", "kernels", "loss", "tp_comm_overlap", "ep_comm_overlap", "moe_dispatcher")})
+    impl = check_implementation({k: layout.get(k) for k in IMPLEMENTATION_DEFAULTS})
     attention = impl.get("attention", "flash")
     kernels = impl.get("kernels", "fused")
     loss = impl.get("loss", "unfused")

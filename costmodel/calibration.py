@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 class Calibration:
     """Global constants of the cost model."""
 
-    gemm_efficiency_bf16: float = 0.8
+    gemm_efficiency_bf16: float = 0.82
     """Achievable fraction of dense BF16 peak for large, compute-bound GEMMs.
     cuBLAS reaches ~750-800 of 989 TFLOP/s on H100 SXM and ~250-270 of 312 on A100 for large
     BF16 GEMMs (NVIDIA cuBLAS/Transformer Engine benchmarks; Narayanan et al. 2021 report up to
@@ -33,34 +33,35 @@ class Calibration:
     parts (GPUSpec.gemm_efficiency_bf16).
     This global value is the large-K limit for GPUs without a measurement (the per-tile cost,
     costmodel.compute.GEMM_K_OVERHEAD, comes on top); fitted on their rows (A100): 0.80, in
-    line with cuBLAS reaching ~75-85% of the A100's 312 TFLOP/s on large GEMMs."""
-    gemm_efficiency_fp8: float = 0.68
+    line with cuBLAS reaching ~75-85% of the A100's 312 TFLOP/s on large GEMMs. Refitted: 0.82."""
+    gemm_efficiency_fp8: float = 0.66
     """Achievable fraction of dense FP8 peak for large FP8 GEMMs (TransformerEngine delayed/current
     scaling). Measured on a lent H100 SXM with torch._scaled_mm: 0.40-0.67 of 1979 TFLOP/s over
-    the same 16 shapes, 0.65 as the large-K limit of e_max·K/(K+350). Fitted: 0.68
-    (TransformerEngine's cuBLASLt FP8 GEMMs, a little above torch._scaled_mm's)."""
+    the same 16 shapes, 0.65 as the large-K limit of e_max·K/(K+350). Fitted: 0.66
+    (TransformerEngine's cuBLASLt FP8 GEMMs, at torch._scaled_mm's measured limit)."""
     attention_efficiency: float = 0.25
     """Achievable fraction of BF16 peak for the FlashAttention kernels (forward + backward).
     FlashAttention-2 reaches 50-73% of A100 peak forward and less backward (Dao 2023, Fig. 4-6);
     FlashAttention-3 ~60-75% of H100 (Shah et al. 2024). Measured on a lent H100 SXM (PyTorch
     SDPA flash backend, causal, fwd+bwd): 0.26-0.33 at 4K-32K tokens. Fitted: 0.25 (with the
     sustained clock, 0.235 of the datasheet peak in training)."""
-    native_attention_speedup: float = 1.3
+    native_attention_speedup: float = 1.4
     """Speed of the architecture-native fused attention (FlashAttention-3, cuDNN 9 fused
     attention under TransformerEngine; attention="flash3") over FlashAttention-2 on Hopper and
     newer: 1.5-2.0x forward, 1.5-1.75x backward at head dim 128 (Shah et al. 2024, Sec. 4.1).
-    Fitted: 1.3 (just below the paper's range: cuDNN under TransformerEngine, short sequences)."""
+    Fitted: 1.4 (just below the paper's range: cuDNN under TransformerEngine, short sequences)."""
     memory_bound_efficiency: float = 0.85
     """Achievable fraction of HBM bandwidth for elementwise/normalization kernels and the
     optimizer step (STREAM-like kernels reach 80-90%; unfused PyTorch ops less). Measured on a
     lent H100 SXM: a device copy 0.81, an eager (unfused) RMSNorm 0.09, which the eager kernel
     model prices as 9 passes at this efficiency (0.85 / 9 = 0.094). Fitted: 0.85."""
-    sustained_clock_fraction: float = 0.94
+    sustained_clock_fraction: float = 0.90
     """Tensor-core clock that a GPU holds through hours of training, as a fraction of the clock
     its datasheet peak (and a seconds-long kernel benchmark) assumes: dense GEMMs at full
     occupancy hit the board power limit and the clock steps down (NVIDIA DVFS; H100 SXM boosts
     to 1980 MHz, its 989 TFLOP/s is quoted at 1830 MHz). Scales every tensor-core peak; HBM is
-    unaffected. Fitted: 0.94 (1720 of 1830 MHz)."""
+    unaffected. Fitted: 0.90 (1650 of 1830 MHz; H100 SXM at its 700 W limit in long GEMM loops
+    typically holds 1.6-1.75 GHz)."""
     kernel_overhead_us: float = 8.0
     """Fixed cost per kernel launched, microseconds: the launch, the tail of its last wave and
     the idle gap before the dependent kernel starts; ~3-8 us per kernel on recent GPUs/CUDA
@@ -76,10 +77,10 @@ class Calibration:
     reduction, forward of the first for the parameter all-gather) that can actually hide
     data-parallel communication (Megatron --overlap-grad-reduce/--overlap-param-gather, FSDP
     prefetching)."""
-    comm_sm_fraction: float = 0.21
+    comm_sm_fraction: float = 0.12
     """Fraction of compute throughput lost while a data-parallel / FSDP collective runs
     behind it: NCCL holds one SM per channel (16-32 channels on multi-NIC nodes, of 132 SMs on
-    an H100: 0.12-0.24) and shares HBM bandwidth. Fitted: 0.21."""
+    an H100: 0.12-0.24) and shares HBM bandwidth. Fitted: 0.12 (16 channels)."""
     workspace_gib: float = 1.5
     """Fixed per-GPU memory outside tensors the model owns: CUDA context (~0.5 GiB), NCCL
     buffers, cuBLAS/cuDNN workspaces (PyTorch CUDA semantics notes; NCCL docs NCCL_BUFFSIZE)."""

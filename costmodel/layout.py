@@ -24,6 +24,8 @@ LOSSES = ("unfused", "fused", "eager")
 """Cross-entropy implementations; codes 0, 1, 2 in ``LayoutBatch.loss``."""
 DISPATCHERS = ("alltoall", "deepep")
 """MoE token dispatchers; codes 0, 1 in ``LayoutBatch.dispatcher``."""
+GRAD_DTYPES = ("fp32", "bf16")
+"""Gradient buffer / data-parallel reduction dtypes; codes 0, 1 in ``LayoutBatch.grad_dtype``."""
 PRECISIONS = ("bf16", "fp8")
 """Compute precisions; codes 0, 1 in ``LayoutBatch.precision``. FP8 is TransformerEngine-style
 (linear-layer GEMMs in FP8, attention and the rest in BF16)."""
@@ -93,6 +95,12 @@ class Layout:
     """Hide the expert-parallel all-to-alls of one micro-batch behind the computation of
     another (Megatron-Core --overlap-moe-expert-parallel-comm --delay-wgrad-compute, MoE
     "batch-level overlapping"; needs an interleaved pipeline or pp = 1). Off by default."""
+    grad_dtype: str = "fp32"
+    """Dtype the gradients are accumulated, kept and reduced across data parallel in: fp32
+    (Megatron's main_grad buffers, which --bf16 forces; FSDP reduce_dtype float32) or bf16
+    (Megatron-Core DDP grad_reduce_in_fp32=False, NeMo optim.grad_sync_dtype=bf16, FSDP
+    reduce_dtype bfloat16): half the gradient memory and half the reduce-scatter /
+    all-reduce bytes."""
     pp_first_layers: Optional[int] = None
     """Layers on the first pipeline stage; None = planner's split (see costmodel.pipeline)."""
     pp_last_layers: Optional[int] = None
@@ -122,7 +130,7 @@ class Layout:
 _BOOL_FIELDS = ("sp", "tp_overlap", "ep_overlap")
 
 IMPLEMENTATION_DEFAULTS = {"attention": "flash", "kernels": "fused", "loss": "unfused", "tp_comm_overlap": False,
-                           "ep_comm_overlap": False, "moe_dispatcher": "alltoall"}
+                           "ep_comm_overlap": False, "moe_dispatcher": "alltoall", "grad_dtype": "fp32"}
 """How the framework runs the layout (``Layout`` fields that are not parallel degrees): the
 search keeps them fixed at what the user states, and prices every candidate with them."""
 
@@ -138,7 +146,8 @@ def check_implementation(impl: dict) -> dict:
             continue
         if key not in IMPLEMENTATION_DEFAULTS:
             raise PlannerInputError(f"unknown implementation setting {key!r} (allowed: {', '.join(IMPLEMENTATION_DEFAULTS)})")
-        allowed = {"attention": ATTENTION, "kernels": KERNELS, "loss": LOSSES, "moe_dispatcher": DISPATCHERS}.get(key)
+        allowed = {"attention": ATTENTION, "kernels": KERNELS, "loss": LOSSES, "moe_dispatcher": DISPATCHERS,
+                   "grad_dtype": GRAD_DTYPES}.get(key)
         if allowed is not None and value not in allowed:
             raise PlannerInputError(f"--{key.replace('_', '-')}={value}: allowed {', '.join(allowed)}")
         if allowed is None and not isinstance(value, (bool, np.bool_)):
@@ -157,6 +166,7 @@ def implementation_columns(impl: dict) -> dict:
         "tp_overlap": bool(full["tp_comm_overlap"]),
         "ep_overlap": bool(full["ep_comm_overlap"]),
         "dispatcher": DISPATCHERS.index(full["moe_dispatcher"]),
+        "grad_dtype": GRAD_DTYPES.index(full["grad_dtype"]),
     }
 
 
@@ -203,6 +213,8 @@ class LayoutBatch:
     """EP all-to-all overlapped across micro-batches (bool)."""
     tp_overlap: np.ndarray = None
     """TP communication overlapped with GEMMs (bool; only effective with sequence parallelism)."""
+    grad_dtype: np.ndarray = None
+    """0 fp32, 1 bf16 gradients."""
 
     def __post_init__(self):
         if self.recompute_layers is None:
@@ -219,6 +231,8 @@ class LayoutBatch:
             self.ep_overlap = np.zeros(self.tp.shape, dtype=bool)
         if self.tp_overlap is None:
             self.tp_overlap = np.zeros(self.tp.shape, dtype=bool)
+        if self.grad_dtype is None:
+            self.grad_dtype = np.zeros_like(self.tp)
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -241,6 +255,7 @@ class LayoutBatch:
             cols["dispatcher"].append(DISPATCHERS.index(lay.moe_dispatcher))
             cols["kernels"].append(KERNELS.index(lay.kernels))
             cols["loss"].append(LOSSES.index(lay.loss))
+            cols["grad_dtype"].append(GRAD_DTYPES.index(lay.grad_dtype))
         arrays = {k: np.asarray(v, dtype=bool if k in _BOOL_FIELDS else np.int64) for k, v in cols.items()}
         return cls(**arrays)
 
@@ -260,7 +275,7 @@ class LayoutBatch:
                 full[f.name] = True
             elif f.name in ("tp_overlap", "ep_overlap"):
                 full[f.name] = False
-            elif f.name in ("pp_first_layers", "pp_last_layers", "recompute_layers", "attention", "kernels", "loss", "dispatcher"):
+            elif f.name in ("pp_first_layers", "pp_last_layers", "recompute_layers", "attention", "kernels", "loss", "dispatcher", "grad_dtype"):
                 full[f.name] = 0
             else:
                 full[f.name] = getattr(defaults, f.name)
@@ -289,4 +304,5 @@ class LayoutBatch:
         kw["moe_dispatcher"] = DISPATCHERS[int(self.dispatcher[i])]
         kw["kernels"] = KERNELS[int(self.kernels[i])]
         kw["loss"] = LOSSES[int(self.loss[i])]
+        kw["grad_dtype"] = GRAD_DTYPES[int(self.grad_dtype[i])]
         return Layout(**kw)

@@ -108,19 +108,21 @@ def zero_divisors(zero, dense_shard, expert_shard):
     return by_stage[3], by_stage[2], by_stage[1]
 
 
-def model_state_bytes(dense_params, expert_params, zero, dense_shard, expert_shard, fp8, divisors=None):
+def model_state_bytes(dense_params, expert_params, zero, dense_shard, expert_shard, fp8, divisors=None,
+                      grad_bytes=GRAD_BYTES):
     """Weights, gradients and optimizer bytes per GPU for the parameters a GPU holds.
 
     ``dense_params``/``expert_params``: parameters on this GPU after TP/PP/EP splitting;
     ``dense_shard``/``expert_shard``: the ZeRO sharding group sizes (dp·cp, and the expert
     data-parallel size). Under FP8 the BF16 weights stay the primary copy; TransformerEngine's
     FP8 casts of them are transient per micro-batch and not counted. ``divisors``: a cached
-    ``zero_divisors`` result.
+    ``zero_divisors`` result. ``grad_bytes``: bytes per gradient element, 4 for FP32 main grads,
+    2 for BF16 gradient buffers (Megatron-Core ``grad_reduce_in_fp32=False``).
     """
     (w_d, w_e), (g_d, g_e), (o_d, o_e) = divisors or zero_divisors(zero, dense_shard, expert_shard)
     if np.ndim(expert_params) == 0 and expert_params == 0:
-        return WEIGHT_BYTES * dense_params / w_d, GRAD_BYTES * dense_params / g_d, OPTIMIZER_BYTES * dense_params / o_d
+        return WEIGHT_BYTES * dense_params / w_d, grad_bytes * dense_params / g_d, OPTIMIZER_BYTES * dense_params / o_d
     weights = WEIGHT_BYTES * (dense_params / w_d + expert_params / w_e)
-    grads = GRAD_BYTES * (dense_params / g_d + expert_params / g_e)
+    grads = grad_bytes * (dense_params / g_d + expert_params / g_e)
     optim = OPTIMIZER_BYTES * (dense_params / o_d + expert_params / o_e)
     return weights, grads, optim

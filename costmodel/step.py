@@ -34,6 +34,7 @@ from hardware_catalog.schema import ClusterSpec, GPUSpec, ModelSpec
 
 BF16 = 2.0
 GRAD_REDUCE_BYTES = 4.0  # Megatron accumulates and reduces main grads in FP32 under BF16 (arguments.py)
+GRAD_REDUCE_BYTES_BF16 = 2.0  # Megatron-Core DDP grad_reduce_in_fp32=False: BF16 grad buffers
 PARAM_GATHER_BYTES = 2.0  # updated BF16 weights all-gathered after the sharded optimizer step
 # Adam step traffic per owned parameter: read grad, master, m, v (4 x 4 B), write master, m, v
 # (3 x 4 B) and the BF16 weight (2 B), plus reading the grad once more for the norm/clip.
@@ -395,8 +396,9 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
             t_exp, _ = collectives.collective_time(op, bytes_expert / pieces, edp_local, edp_nodes, fabric)
         return pieces * (t_dense + t_exp), algo
 
-    grad_ar, dp_algo = dp_collective("all_reduce", GRAD_REDUCE_BYTES * p_dense, GRAD_REDUCE_BYTES * p_expert)
-    grad_rs, _ = dp_collective("reduce_scatter", GRAD_REDUCE_BYTES * p_dense, GRAD_REDUCE_BYTES * p_expert)
+    grad_bytes = np.where(batch.grad_dtype == 1, GRAD_REDUCE_BYTES_BF16, GRAD_REDUCE_BYTES)
+    grad_ar, dp_algo = dp_collective("all_reduce", grad_bytes * p_dense, grad_bytes * p_expert)
+    grad_rs, _ = dp_collective("reduce_scatter", grad_bytes * p_dense, grad_bytes * p_expert)
     param_ag, _ = dp_collective("all_gather", PARAM_GATHER_BYTES * p_dense, PARAM_GATHER_BYTES * p_expert)
     stage_of = lambda terms: _select3(slowest, *terms)
     window_bwd = calib.dp_overlap * stage_of([first_terms[0], middle_terms[0], last_terms[0]]) * (2.0 / 3.0)
@@ -502,7 +504,8 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
         # unfused loss (Korthikanti Sec. 4.3, 4sbv/t).
         logits = np.where(last_stage, logit_bytes * tokens_mb * model.vocab_size / tp, 0.0)
         weights, grads, optim = model_state_bytes(
-            params[0], params[1], zero, dense_shard, expert_shard, fp8, divisors=state_divisors
+            params[0], params[1], zero, dense_shard, expert_shard, fp8, divisors=state_divisors,
+            grad_bytes=grad_bytes,
         )
         # ZeRO-3 materialises the current and the prefetched layer in full.
         layer_params = np.where(nm > 0, moe_dense_part + moe_expert_part, dense_per_layer_dense)

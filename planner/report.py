@@ -20,7 +20,7 @@ TERM_LABELS = {
 
 MEMORY_LABELS = {
     "weights": "weights",
-    "gradients": "gradients (fp32 main grads)",
+    "gradients": "gradients (main grads, --grad-dtype)",
     "optimizer": "optimizer states (fp32 master + Adam m, v)",
     "activations": "activations (in-flight micro-batches)",
     "logits": "logits (last stage, by loss kernel)",
@@ -73,6 +73,8 @@ def layout_summary(lay: dict) -> str:
         parts.append("EP-overlap")
     if lay.get("moe_dispatcher", "alltoall") != "alltoall":
         parts.append(lay["moe_dispatcher"])
+    if lay.get("grad_dtype", "fp32") != "fp32":
+        parts.append(f"{lay['grad_dtype']}-grads")
     return " ".join(parts)
 
 

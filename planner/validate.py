@@ -226,6 +226,18 @@ def map_run(row: dict) -> MappedRun:
         # compiled blocks (torchtitan train.py; compiling the loss is disabled there).
         pins["loss"] = "eager"
         assumptions.append("eager F.cross_entropy on FP32 logits")
+    precision_text = str(lay.get("precision") or "").lower()
+    if any(f in framework for f in ("nemo", "megatron-bridge")) and "fp8" in precision_text:
+        # NeMo FP8 recipes reduce gradients in BF16: NeMo 1 launcher configs set
+        # optim.grad_sync_dtype: bf16 (conf/training/nemotron/nemotron_340b.yaml), NeMo 2 and
+        # Megatron-Bridge performance scripts set grad_reduce_in_fp32 = False for FP8
+        # (scripts/performance/helpers.py set_precision_configs).
+        pins["grad_dtype"] = "bf16"
+        assumptions.append("BF16 gradient reduction (NeMo FP8 recipes)")
+    elif "composer" in framework and "pure" in precision_text:
+        # Composer FSDP mixed_precision PURE: parameters, gradient reduction and buffers in BF16.
+        pins["grad_dtype"] = "bf16"
+        assumptions.append("BF16 gradient reduction (FSDP mixed_precision PURE)")
     if "--tp-comm-overlap" in framework:
         pins["tp_overlap"] = True
         assumptions.append("TP comm overlap (--tp-comm-overlap stated)")
@@ -254,7 +266,7 @@ def map_run(row: dict) -> MappedRun:
 
 def _candidates(run: MappedRun):
     """All layouts consistent with the pins (the unknown knobs as a grid), valid ones only."""
-    from costmodel.layout import ATTENTION, DISPATCHERS, KERNELS, LOSSES, PRECISIONS, RECOMPUTE, LayoutBatch
+    from costmodel.layout import ATTENTION, DISPATCHERS, GRAD_DTYPES, KERNELS, LOSSES, PRECISIONS, RECOMPUTE, LayoutBatch
     from costmodel.pipeline import partial_recompute_per_chunk, stage_layer_split, vpp_divides_stages
 
     pins = run.pins
@@ -295,6 +307,7 @@ def _candidates(run: MappedRun):
         kernels=KERNELS.index(pins.get("kernels", "fused")), loss=LOSSES.index(pins.get("loss", "unfused")),
         ep_overlap=bool(pins.get("ep_overlap", False)),
         dispatcher=DISPATCHERS.index(pins.get("moe_dispatcher", "alltoall")),
+        grad_dtype=GRAD_DTYPES.index(pins.get("grad_dtype", "fp32")),
     )
     first, middle, last, split_ok = stage_layer_split(run.model.num_layers, batch.pp, 0, 0)
     m = batch.gbs // np.maximum(batch.dp * batch.mbs, 1)

@@ -480,6 +480,16 @@ def test_deepspeed_batch_identity(tmp_path):
     assert any("planner 0.1.0" in line for line in cfg["_comment"])
 
 
+def test_deepspeed_bf16_gradients(tmp_path):
+    # Priced with BF16 gradient reduction -> DeepSpeed is told to reduce and accumulate in BF16.
+    rec = even_dense()
+    rec["layout"]["grad_dtype"] = "bf16"
+    cfg = json.loads(export(rec, LLAMA3_8B, tmp_path, formats="deepspeed").written[0].read_text())
+    assert cfg["communication_data_type"] == "bf16" and cfg["data_types"] == {"grad_accum_dtype": "bf16"}
+    plain = json.loads(export(even_dense(), LLAMA3_8B, tmp_path / "p", formats="deepspeed").written[0].read_text())
+    assert "communication_data_type" not in plain
+
+
 def test_deepspeed_accepts_the_file(tmp_path, monkeypatch):
     """DeepSpeed's own parser: unknown '_comment' key ignored, batch identity asserted."""
     ds_config = pytest.importorskip("deepspeed.runtime.config")
@@ -731,12 +741,13 @@ def test_megatron_implementation_flags(tmp_path):
     # What the plan was priced with is what the launch file asks for.
     grouped = DEEPSEEK_LIKE.model_copy(update={"moe": DEEPSEEK_LIKE.moe.model_copy(update={"router_groups": 8, "router_group_topk": 4})})
     rec = record(grouped, tp=2, pp=1, dp=8, ep=16, gbs=64, precision="fp8", tp_comm_overlap=True,
-                 loss="fused", ep_comm_overlap=True, moe_dispatcher="deepep", attention="flash3")
+                 loss="fused", ep_comm_overlap=True, moe_dispatcher="deepep", attention="flash3",
+                 grad_dtype="bf16")
     export(rec, grouped, tmp_path, formats="megatron")
     args = megatron_arg_list(tmp_path / "megatron_args.sh")
     pairs = dict(zip(args, args[1:]))
     for flag in ("--tp-comm-overlap", "--cross-entropy-loss-fusion", "--overlap-moe-expert-parallel-comm",
-                 "--delay-wgrad-compute", "--moe-enable-deepep"):
+                 "--delay-wgrad-compute", "--moe-enable-deepep", "--grad-reduce-in-bf16"):
         assert flag in args, flag
     assert pairs["--moe-token-dispatcher-type"] == "flex"
     assert pairs["--moe-router-num-groups"] == "8" and pairs["--moe-router-group-topk"] == "4"
@@ -746,4 +757,5 @@ def test_megatron_implementation_flags(tmp_path):
     export(plain, MIXTRAL, tmp_path / "plain", formats="megatron")
     args = megatron_arg_list(tmp_path / "plain" / "megatron_args.sh")
     assert "--tp-comm-overlap" not in args and "--cross-entropy-loss-fusion" not in args
+    assert "--grad-reduce-in-bf16" not in args
     assert dict(zip(args, args[1:]))["--moe-token-dispatcher-type"] == "alltoall"

@@ -64,6 +64,8 @@ class Plan:
     tp_comm_overlap: bool
     ep_comm_overlap: bool
     moe_dispatcher: str
+    grad_dtype: str
+    """fp32 | bf16 gradient buffers and data-parallel reduction."""
     grad_accum: int
     """Micro-batches per pipeline per step, gbs / (dp * mbs)."""
     gpus: int
@@ -171,6 +173,7 @@ def build_plan(result: dict, model: ModelSpec, cluster: ClusterSpec, *, command:
     tp_comm_overlap = bool(impl.get("tp_comm_overlap", False))
     ep_comm_overlap = bool(impl.get("ep_comm_overlap", False)) and model.moe is not None
     moe_dispatcher = impl.get("moe_dispatcher", "alltoall")
+    grad_dtype = impl.get("grad_dtype", "fp32")
 
     rec_model = result.get("model")
     if rec_model is not None and rec_model != model.name and rec_model not in model.aliases:
@@ -234,7 +237,7 @@ def build_plan(result: dict, model: ModelSpec, cluster: ClusterSpec, *, command:
         recompute_layers=_int(layout.get("recompute_layers") or 0, "recompute_layers") if recompute == "full" else 0,
         sp=sp, precision=precision, attention=attention, kernels=kernels, loss=loss,
         tp_comm_overlap=tp_comm_overlap and sp, ep_comm_overlap=ep_comm_overlap, moe_dispatcher=moe_dispatcher,
-        grad_accum=m, gpus=gpus, stage_layers=stages, nnodes=nnodes, nproc_per_node=nproc,
+        grad_dtype=grad_dtype, grad_accum=m, gpus=gpus, stage_layers=stages, nnodes=nnodes, nproc_per_node=nproc,
         gpu_name=str(result.get("gpu") or cluster.gpu), **v,
     )
     return _with_header(plan, command)

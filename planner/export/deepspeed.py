@@ -69,6 +69,10 @@ def config_dict(plan: Plan) -> dict:
         "fp16": {"enabled": False},
         "wall_clock_breakdown": False,
     }
+    if plan.grad_dtype == "bf16":
+        # DeepSpeed's BF16 path accumulates and reduces gradients in FP32 unless told otherwise.
+        cfg["communication_data_type"] = "bf16"
+        cfg["data_types"] = {"grad_accum_dtype": "bf16"}
     if plan.recompute == "selective":
         cfg["_comment"].append("Selective recompute is a Megatron-DeepSpeed model flag, not a DeepSpeed config key.")
     if plan.pp > 1:

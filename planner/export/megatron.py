@@ -282,6 +282,8 @@ def megatron_sections(plan: Plan) -> list[tuple[str, list[tuple[str, list]]]]:
     elif plan.recompute == "full":
         rec += [("--recompute-granularity", ["full"]), ("--recompute-method", ["uniform"]), ("--recompute-num-layers", [1])]
     prec: list[tuple[str, list]] = [("--bf16", [])]
+    if plan.grad_dtype == "bf16":
+        prec.append(("--grad-reduce-in-bf16", []))
     if plan.precision == "fp8":
         prec += [("--fp8-format", ["hybrid"]), ("--fp8-recipe", ["delayed"]),
                  ("--fp8-amax-history-len", [1024]), ("--fp8-amax-compute-algo", ["max"])]

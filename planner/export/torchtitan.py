@@ -332,6 +332,9 @@ def notes(plan: Plan, target: str) -> list[str]:
                        "data-parallel traffic can exceed the plan's.")
     if plan.zero == 3:
         out.append("ZeRO-3 -> FSDP2 with reshard_after_forward=always (weights gathered for each micro-batch).")
+    if plan.grad_dtype == "bf16":
+        out.append("grad_dtype bf16: torchtitan's FSDP2 reduces gradients in float32 by default "
+                   "(mixed_precision_reduce); set it to bfloat16 to run what was priced.")
     if plan.recompute == "selective":
         out.append("Selective recompute -> torchtitan's per-op SAC, which saves attention outputs and recomputes every "
                    "second matmul: not Megatron's core-attention recompute, so step time may exceed the prediction.")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 class Calibration:
     """Global constants of the cost model."""
 
-    gemm_efficiency_bf16: float = 0.82
+    gemm_efficiency_bf16: float = 0.84
     """Achievable fraction of dense BF16 peak for large, compute-bound GEMMs.
     cuBLAS reaches ~750-800 of 989 TFLOP/s on H100 SXM and ~250-270 of 312 on A100 for large
     BF16 GEMMs (NVIDIA cuBLAS/Transformer Engine benchmarks; Narayanan et al. 2021 report up to
@@ -33,7 +33,7 @@ class Calibration:
     parts (GPUSpec.gemm_efficiency_bf16).
     This global value is the large-K limit for GPUs without a measurement (the per-tile cost,
     costmodel.compute.GEMM_K_OVERHEAD, comes on top); fitted on their rows (A100): 0.80, in
-    line with cuBLAS reaching ~75-85% of the A100's 312 TFLOP/s on large GEMMs. Refitted: 0.82."""
+    line with cuBLAS reaching ~75-85% of the A100's 312 TFLOP/s on large GEMMs. Refitted: 0.84."""
     gemm_efficiency_fp8: float = 0.66
     """Achievable fraction of dense FP8 peak for large FP8 GEMMs (TransformerEngine delayed/current
     scaling). Measured on a lent H100 SXM with torch._scaled_mm: 0.40-0.67 of 1979 TFLOP/s over

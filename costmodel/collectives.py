@@ -553,7 +553,14 @@ def collective_time(op: str, message_bytes, n_local, n_nodes, fabric: Fabric, al
             algo = np.full(shape, code, dtype=np.int64)
             algo[np.broadcast_to(alone, shape)] = 0
             return t, algo
-        cands = _candidates(op, S, I, E, set(range(len(ALGORITHMS))))
+        offered = set(range(len(ALGORITHMS)))
+        if op in ("all_gather", "reduce_scatter") and I.switched and E.switched:
+            # On NVLink + switched-network clusters (NCCL's) only all_reduce chooses an algorithm;
+            # all_gather / reduce_scatter run as rings over every rank (tuning.cc:
+            # "if (coll != ncclFuncAllReduce && a != NCCL_ALGO_RING) continue"), or PAT with
+            # one GPU per node. No domain-then-network split: ring latency is N-1 steps.
+            offered.discard(HIERARCHICAL)
+        cands = _candidates(op, S, I, E, offered)
         if HIERARCHICAL in cands:
             # Within one level it equals that level's best: report that algorithm instead.
             cands[HIERARCHICAL] = cands[HIERARCHICAL] + _barrier(I.used & E.used)

@@ -26,6 +26,8 @@ DISPATCHERS = ("alltoall", "deepep")
 """MoE token dispatchers; codes 0, 1 in ``LayoutBatch.dispatcher``."""
 GRAD_DTYPES = ("fp32", "bf16")
 """Gradient buffer / data-parallel reduction dtypes; codes 0, 1 in ``LayoutBatch.grad_dtype``."""
+ZERO3_GATHERS = ("prefetch", "blocking")
+"""How ZeRO-3 fetches parameters; codes 0, 1 in ``LayoutBatch.zero3_gather``."""
 PRECISIONS = ("bf16", "fp8")
 """Compute precisions; codes 0, 1 in ``LayoutBatch.precision``. FP8 is TransformerEngine-style
 (linear-layer GEMMs in FP8, attention and the rest in BF16)."""
@@ -101,6 +103,11 @@ class Layout:
     (Megatron-Core DDP grad_reduce_in_fp32=False, NeMo optim.grad_sync_dtype=bf16, FSDP
     reduce_dtype bfloat16): half the gradient memory and half the reduce-scatter /
     all-reduce bytes."""
+    zero3_gather: str = "prefetch"
+    """ZeRO-3 parameter fetching: prefetch (one flat all-gather per layer / FSDP unit, issued
+    ahead and hidden behind compute: FSDP, DeepSpeed since its coalesced gathers) or blocking
+    (early DeepSpeed ZeRO-3, 2021: one all-gather per parameter tensor, each after a
+    torch.cuda.synchronize(), and one reduce-scatter per gradient: nothing overlaps)."""
     pp_first_layers: Optional[int] = None
     """Layers on the first pipeline stage; None = planner's split (see costmodel.pipeline)."""
     pp_last_layers: Optional[int] = None
@@ -130,7 +137,8 @@ class Layout:
 _BOOL_FIELDS = ("sp", "tp_overlap", "ep_overlap")
 
 IMPLEMENTATION_DEFAULTS = {"attention": "flash", "kernels": "fused", "loss": "unfused", "tp_comm_overlap": False,
-                           "ep_comm_overlap": False, "moe_dispatcher": "alltoall", "grad_dtype": "fp32"}
+                           "ep_comm_overlap": False, "moe_dispatcher": "alltoall", "grad_dtype": "fp32",
+                           "zero3_gather": "prefetch"}
 """How the framework runs the layout (``Layout`` fields that are not parallel degrees): the
 search keeps them fixed at what the user states, and prices every candidate with them."""
 
@@ -147,7 +155,7 @@ def check_implementation(impl: dict) -> dict:
         if key not in IMPLEMENTATION_DEFAULTS:
             raise PlannerInputError(f"unknown implementation setting {key!r} (allowed: {', '.join(IMPLEMENTATION_DEFAULTS)})")
         allowed = {"attention": ATTENTION, "kernels": KERNELS, "loss": LOSSES, "moe_dispatcher": DISPATCHERS,
-                   "grad_dtype": GRAD_DTYPES}.get(key)
+                   "grad_dtype": GRAD_DTYPES, "zero3_gather": ZERO3_GATHERS}.get(key)
         if allowed is not None and value not in allowed:
             raise PlannerInputError(f"--{key.replace('_', '-')}={value}: allowed {', '.join(allowed)}")
         if allowed is None and not isinstance(value, (bool, np.bool_)):
@@ -167,6 +175,7 @@ def implementation_columns(impl: dict) -> dict:
         "ep_overlap": bool(full["ep_comm_overlap"]),
         "dispatcher": DISPATCHERS.index(full["moe_dispatcher"]),
         "grad_dtype": GRAD_DTYPES.index(full["grad_dtype"]),
+        "zero3_gather": ZERO3_GATHERS.index(full["zero3_gather"]),
     }
 
 
@@ -215,6 +224,8 @@ class LayoutBatch:
     """TP communication overlapped with GEMMs (bool; only effective with sequence parallelism)."""
     grad_dtype: np.ndarray = None
     """0 fp32, 1 bf16 gradients."""
+    zero3_gather: np.ndarray = None
+    """0 prefetch, 1 blocking per-parameter ZeRO-3 gathers."""
 
     def __post_init__(self):
         if self.recompute_layers is None:
@@ -233,6 +244,8 @@ class LayoutBatch:
             self.tp_overlap = np.zeros(self.tp.shape, dtype=bool)
         if self.grad_dtype is None:
             self.grad_dtype = np.zeros_like(self.tp)
+        if self.zero3_gather is None:
+            self.zero3_gather = np.zeros_like(self.tp)
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -256,6 +269,7 @@ class LayoutBatch:
             cols["kernels"].append(KERNELS.index(lay.kernels))
             cols["loss"].append(LOSSES.index(lay.loss))
             cols["grad_dtype"].append(GRAD_DTYPES.index(lay.grad_dtype))
+            cols["zero3_gather"].append(ZERO3_GATHERS.index(lay.zero3_gather))
         arrays = {k: np.asarray(v, dtype=bool if k in _BOOL_FIELDS else np.int64) for k, v in cols.items()}
         return cls(**arrays)
 
@@ -275,7 +289,7 @@ class LayoutBatch:
                 full[f.name] = True
             elif f.name in ("tp_overlap", "ep_overlap"):
                 full[f.name] = False
-            elif f.name in ("pp_first_layers", "pp_last_layers", "recompute_layers", "attention", "kernels", "loss", "dispatcher", "grad_dtype"):
+            elif f.name in ("pp_first_layers", "pp_last_layers", "recompute_layers", "attention", "kernels", "loss", "dispatcher", "grad_dtype", "zero3_gather"):
                 full[f.name] = 0
             else:
                 full[f.name] = getattr(defaults, f.name)
@@ -305,4 +319,5 @@ class LayoutBatch:
         kw["kernels"] = KERNELS[int(self.kernels[i])]
         kw["loss"] = LOSSES[int(self.loss[i])]
         kw["grad_dtype"] = GRAD_DTYPES[int(self.grad_dtype[i])]
+        kw["zero3_gather"] = ZERO3_GATHERS[int(self.zero3_gather[i])]
         return Layout(**kw)

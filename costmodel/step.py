@@ -26,7 +26,7 @@ from costmodel.memory import (
     model_state_bytes,
     zero_divisors,
 )
-from costmodel.params import count_params
+from costmodel.params import count_params, parameter_tensors_per_layer
 from costmodel.pipeline import partial_recompute_per_chunk, stage_layer_split
 from costmodel.placement import group_span, pipeline_crosses_network
 from costmodel.result import MEMORY_TERMS, TIME_TERMS, BatchResult
@@ -383,9 +383,12 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     # bucket_size; PyTorch DDP's 25 MB buckets are of the same order).
     heavy_layers = _select3(heavy, n_first, n_middle, n_last).astype(np.float64)
     bucket_params = np.maximum(4e7, 1e6 * dense_shard)
+    # Blocking ZeRO-3 (early DeepSpeed) gathers and reduces each parameter tensor on its own.
+    blocking = (batch.zero == 3) & (batch.zero3_gather == 1)
+    per_layer = np.where(blocking, float(parameter_tensors_per_layer(model)), 1.0)
     pieces = np.where(
         batch.zero == 3,
-        np.maximum(heavy_layers, 1.0),
+        np.maximum(heavy_layers, 1.0) * per_layer,
         np.maximum(np.ceil((p_dense + p_expert) / bucket_params), 1.0),
     )
 
@@ -420,6 +423,11 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     # ZeRO-3 / FSDP: every micro-batch gathers weights for forward and again for backward and
     # reduce-scatters gradients (Rajbhandari et al. 2020 Sec. 5.3; FSDP2 default), hidden
     # behind that micro-batch's compute where possible.
+    # Early DeepSpeed ZeRO-3 calls torch.cuda.synchronize() before every parameter all-gather
+    # (partition_parameters.py _all_gather, 2021; maintainers in DeepSpeed issue #1173), so no
+    # gather or gradient reduce-scatter overlaps compute.
+    window_fwd = np.where(blocking, 0.0, window_fwd)
+    window_bwd = np.where(blocking, 0.0, window_bwd)
     z3 = (
         np.maximum(param_ag - window_fwd, 0.0) + np.maximum(param_ag + grad_rs - window_bwd, 0.0)
     ) * m
@@ -435,7 +443,7 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     # Sec. 3.2.1 limits by giving its all-to-all only 20 of 132 SMs).
     dp_hidden = np.where(zero == 0, grad_ar, rs_count * grad_rs + param_ag) - dp_exposed
     dp_hidden = np.where((zero == 3) | (single_replica & (expert_shard <= 1)), 0.0, dp_hidden)
-    z3_hidden = np.where(zero == 3, (2.0 * param_ag + grad_rs) * m - zero3_exposed, 0.0)
+    z3_hidden = np.where(zero == 3, np.maximum((2.0 * param_ag + grad_rs) * m - zero3_exposed, 0.0), 0.0)
     z3_hidden = np.where(single_replica & (expert_shard <= 1), 0.0, z3_hidden)
     contention = calib.comm_sm_fraction * np.maximum(dp_hidden + z3_hidden, 0.0)
 

@@ -17,7 +17,7 @@ def evaluate(model, gpus: int, gpu: str | None = None, cluster: str | None = Non
     """Evaluate one layout; returns the ``planner evaluate --json`` dict. ``layout`` takes the
     knobs of ``costmodel.Layout`` (tp, pp, cp, ep, etp, vpp, zero, mbs, recompute, precision,
     sequence_parallel, pp_first_layers, pp_last_layers) and its implementation settings
-    (attention, kernels, loss, tp_comm_overlap, ep_comm_overlap, moe_dispatcher, grad_dtype)."""
+    (attention, kernels, loss, tp_comm_overlap, ep_comm_overlap, moe_dispatcher, grad_dtype, zero3_gather)."""
     from costmodel import evaluate as _evaluate
     from costmodel.layout import IMPLEMENTATION_DEFAULTS
     from costmodel.record import result_record

@@ -34,13 +34,15 @@ LossOpt = typer.Option("unfused", "--loss", help="Cross entropy: unfused (Megatr
 TpOverlapOpt = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap TP all-gathers/reduce-scatters with GEMMs (Megatron --tp-comm-overlap; needs SP). Default: off.")
 EpOverlapOpt = typer.Option(False, "--ep-comm-overlap/--no-ep-comm-overlap", help="Hide MoE all-to-alls behind another micro-batch's compute (Megatron --overlap-moe-expert-parallel-comm; needs vpp > 1 or pp = 1). Default: off.")
 DispatcherOpt = typer.Option("alltoall", "--moe-dispatcher", help="MoE token dispatcher: alltoall (Megatron-Core) | deepep (one network copy per destination node).")
+Zero3GatherOpt = typer.Option("prefetch", "--zero3-gather", help="ZeRO-3 parameter fetching: prefetch (per-layer gathers hidden behind compute: FSDP, DeepSpeed today) | blocking (one synchronised gather per parameter: DeepSpeed 2021).")
 GradDtypeOpt = typer.Option("fp32", "--grad-dtype", help="Gradient buffers and their data-parallel reduction: fp32 (Megatron main grads, FSDP reduce_dtype fp32) | bf16 (NeMo grad_sync_dtype bf16, Megatron-Core grad_reduce_in_fp32=False).")
 
 
 def _implementation(attention, kernels, loss, tp_comm_overlap, ep_comm_overlap=False, moe_dispatcher="alltoall",
-                    grad_dtype="fp32") -> dict:
+                    grad_dtype="fp32", zero3_gather="prefetch") -> dict:
     return {"attention": attention, "kernels": kernels, "loss": loss, "tp_comm_overlap": tp_comm_overlap,
-            "ep_comm_overlap": ep_comm_overlap, "moe_dispatcher": moe_dispatcher, "grad_dtype": grad_dtype}
+            "ep_comm_overlap": ep_comm_overlap, "moe_dispatcher": moe_dispatcher, "grad_dtype": grad_dtype,
+            "zero3_gather": zero3_gather}
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -128,13 +130,14 @@ def evaluate(
     ep_comm_overlap: bool = EpOverlapOpt,
     moe_dispatcher: str = DispatcherOpt,
     grad_dtype: str = GradDtypeOpt,
+    zero3_gather: str = Zero3GatherOpt,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not."""
     setup, record = _evaluate_record(
         model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
         recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
-        recompute_layers, _implementation(attention, kernels, loss, tp_comm_overlap, ep_comm_overlap, moe_dispatcher, grad_dtype),
+        recompute_layers, _implementation(attention, kernels, loss, tp_comm_overlap, ep_comm_overlap, moe_dispatcher, grad_dtype, zero3_gather),
     )
     if as_json:
         typer.echo(json.dumps(record, indent=2))
@@ -236,6 +239,7 @@ def export(
     ep_comm_overlap: bool = EpOverlapOpt,
     moe_dispatcher: str = DispatcherOpt,
     grad_dtype: str = GradDtypeOpt,
+    zero3_gather: str = Zero3GatherOpt,
     entrypoint: str = typer.Option("pretrain_gpt.py", "--entrypoint", help="Training script torchrun runs."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ):
@@ -264,7 +268,7 @@ def export(
         setup, record = _evaluate_record(
             model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
             recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
-            recompute_layers, _implementation(attention, kernels, loss, tp_comm_overlap, ep_comm_overlap, moe_dispatcher, grad_dtype),
+            recompute_layers, _implementation(attention, kernels, loss, tp_comm_overlap, ep_comm_overlap, moe_dispatcher, grad_dtype, zero3_gather),
         )
         model_spec, cluster_spec = setup.model, setup.cluster
     report = export_layout(

@@ -131,7 +131,7 @@ def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
 
     lay_keys = ["gpus", "dp", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "grad_accum", "gbs", "seq_len",
                 "recompute", "precision", "sequence_parallel", "pp_first_layers", "pp_last_layers",
-                "attention", "kernels", "loss", "tp_comm_overlap", "ep_comm_overlap", "moe_dispatcher", "grad_dtype"]
+                "attention", "kernels", "loss", "tp_comm_overlap", "ep_comm_overlap", "moe_dispatcher", "grad_dtype", "zero3_gather"]
     head = (["rank", "model", "gpu", "cluster"] + lay_keys
             + ["step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "fits", "largest_term"]
             + [f"mem_{k}_gib" for k in list(MEMORY_TERMS) + ["peak", "capacity"]]
@@ -193,6 +193,7 @@ def register(app: typer.Typer) -> None:
         ep_comm_overlap: bool = typer.Option(False, "--ep-comm-overlap/--no-ep-comm-overlap", help="Hide MoE all-to-alls behind another micro-batch's compute where vpp > 1 or pp = 1."),
         moe_dispatcher: str = typer.Option("alltoall", "--moe-dispatcher", help="MoE token dispatcher: alltoall | deepep."),
         grad_dtype: str = typer.Option("fp32", "--grad-dtype", help="Gradient buffers and their data-parallel reduction: fp32 | bf16."),
+        zero3_gather: str = typer.Option("prefetch", "--zero3-gather", help="ZeRO-3 parameter fetching: prefetch | blocking (DeepSpeed 2021)."),
         stage_splits: bool = typer.Option(False, "--stage-splits", help="Also search uneven first/last stage layer counts."),
         top: int = typer.Option(10, "--top", help="How many layouts to show."),
         method: str = typer.Option("auto", "--method", help="auto | exhaustive | optuna (auto: exhaustive up to 5M candidates)."),
@@ -230,7 +231,8 @@ def register(app: typer.Typer) -> None:
                 stage_splits=stage_splits, progress=progress,
                 implementation={"attention": attention, "kernels": kernels, "loss": loss,
                                 "tp_comm_overlap": tp_comm_overlap, "ep_comm_overlap": ep_comm_overlap,
-                                "moe_dispatcher": moe_dispatcher, "grad_dtype": grad_dtype},
+                                "moe_dispatcher": moe_dispatcher, "grad_dtype": grad_dtype,
+                                "zero3_gather": zero3_gather},
             )
             if csv_file is not None:
                 try:

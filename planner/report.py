@@ -75,6 +75,8 @@ def layout_summary(lay: dict) -> str:
         parts.append(lay["moe_dispatcher"])
     if lay.get("grad_dtype", "fp32") != "fp32":
         parts.append(f"{lay['grad_dtype']}-grads")
+    if lay.get("zero3_gather", "prefetch") != "prefetch" and lay.get("zero") == 3:
+        parts.append("blocking-ZeRO-3")
     return " ".join(parts)
 
 

@@ -238,6 +238,13 @@ def map_run(row: dict) -> MappedRun:
         # Composer FSDP mixed_precision PURE: parameters, gradient reduction and buffers in BF16.
         pins["grad_dtype"] = "bf16"
         assumptions.append("BF16 gradient reduction (FSDP mixed_precision PURE)")
+    if "deepspeed" in framework and year and year <= 2021:
+        # DeepSpeed's first ZeRO-3 (v0.3.13-0.5, 2021) all-gathered each parameter tensor after a
+        # torch.cuda.synchronize() and reduce-scattered each gradient on its own
+        # (runtime/zero/partition_parameters.py, stage3.py of that release; coalesced gathers and
+        # reduce_scatter_coalesced came later).
+        pins["zero3_gather"] = "blocking"
+        assumptions.append("blocking per-parameter ZeRO-3 gathers (DeepSpeed 2021)")
     if "--tp-comm-overlap" in framework:
         pins["tp_overlap"] = True
         assumptions.append("TP comm overlap (--tp-comm-overlap stated)")
@@ -266,7 +273,8 @@ def map_run(row: dict) -> MappedRun:
 
 def _candidates(run: MappedRun):
     """All layouts consistent with the pins (the unknown knobs as a grid), valid ones only."""
-    from costmodel.layout import ATTENTION, DISPATCHERS, GRAD_DTYPES, KERNELS, LOSSES, PRECISIONS, RECOMPUTE, LayoutBatch
+    from costmodel.layout import (ATTENTION, DISPATCHERS, GRAD_DTYPES, KERNELS, LOSSES, PRECISIONS, RECOMPUTE,
+                                  ZERO3_GATHERS, LayoutBatch)
     from costmodel.pipeline import partial_recompute_per_chunk, stage_layer_split, vpp_divides_stages
 
     pins = run.pins
@@ -308,6 +316,7 @@ def _candidates(run: MappedRun):
         ep_overlap=bool(pins.get("ep_overlap", False)),
         dispatcher=DISPATCHERS.index(pins.get("moe_dispatcher", "alltoall")),
         grad_dtype=GRAD_DTYPES.index(pins.get("grad_dtype", "fp32")),
+        zero3_gather=ZERO3_GATHERS.index(pins.get("zero3_gather", "prefetch")),
     )
     first, middle, last, split_ok = stage_layer_split(run.model.num_layers, batch.pp, 0, 0)
     m = batch.gbs // np.maximum(batch.dp * batch.mbs, 1)

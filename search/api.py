@@ -266,7 +266,7 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     whole-run time and cost when ``train_tokens``). ``stage_splits``: also search the first/last
     stage layer counts. ``implementation``: attention (flash | flash3 | unfused), kernels (fused |
     eager), loss (unfused | fused | eager), tp_comm_overlap, ep_comm_overlap, moe_dispatcher
-    (alltoall | deepep), grad_dtype (fp32 | bf16), applied to every candidate. Raises
+    (alltoall | deepep), grad_dtype (fp32 | bf16), zero3_gather (prefetch | blocking), applied to every candidate. Raises
     ``PlannerInputError`` on bad input.
     """
     t0 = time.perf_counter()

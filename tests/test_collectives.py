@@ -364,7 +364,11 @@ def test_auto_never_slower_than_any_algorithm(case):
     op, S, L, m, fab = case
     auto, code = collective_time(op, S, L, m, fab)
     assert np.all(np.isfinite(auto)) and np.all(auto >= 0)
+    nccl_rings = op in ("all_gather", "reduce_scatter") and all(
+        lvl.topology in ("switch", "tree") for lvl in (fab.intra, fab.inter))
     for algo in ALGORITHMS:
+        if nccl_rings and algo == "hierarchical":
+            continue  # not offered: NCCL runs AG/RS as rings (test_nccl_all_gather_is_a_ring)
         assert _le(auto, collective_time(op, S, L, m, fab, algo)[0]), algo
     # the reported algorithm prices what auto returned
     for i in range(len(S)):
@@ -387,3 +391,16 @@ def test_vectorized_equals_scalar_calls(case):
     # broadcasting: scalar message, array group sizes
     t, _ = collective_time(op, 1e6, L, m, fab)
     assert t.shape == L.shape
+
+
+def test_nccl_all_gather_is_a_ring():
+    # NVLink domains + a switched network: all_gather / reduce_scatter are NCCL rings over all
+    # N ranks, (N-1) steps of latency, m-1 of them on the network (tuning.cc), even where a
+    # domain-then-network split would have fewer steps.
+    fab = fabric(b_intra=450e9, b_inter=50e9, a_intra=1e-6, a_inter=5e-6)
+    for op in ("all_gather", "reduce_scatter"):
+        auto, code = collective_time(op, 0.0, 8, 64, fab)
+        assert ALGORITHMS[int(code)] == "ring"
+        assert float(auto) == pytest.approx(63 * 5e-6 + 64 * 7 * 1e-6)
+        hier, _ = collective_time(op, 0.0, 8, 64, fab, "hierarchical")
+        assert float(hier) < float(auto)  # still priced when asked for by name

@@ -283,3 +283,39 @@ def test_validate_nemo_fp8_rows_reduce_gradients_in_bf16():
     assert res.chosen["recompute"] == "none"
     assert abs(res.error) < 0.10
     assert "grad_dtype" not in map_run(rows["torchtitan_h100_8b_fsdp_8gpu"]).pins  # FSDP2 reduces in fp32
+
+
+def test_parameter_tensors_per_layer_by_hand():
+    from costmodel.params import parameter_tensors_per_layer
+
+    # GPT-3: QKV, proj, fc1, fc2 weights + their 4 biases + 2 LayerNorms (scale, bias) = 12.
+    assert parameter_tensors_per_layer(get_model("gpt3-175b")) == 12
+    # Llama: 4 bias-free linears (gate and up fused) + 2 RMSNorm scales = 6.
+    assert parameter_tensors_per_layer(LLAMA_8B) == 6
+
+
+def test_blocking_zero3_hides_nothing_and_is_never_faster():
+    # Early DeepSpeed ZeRO-3 synchronises before every per-parameter gather: all of the gather
+    # and reduce-scatter time is on the critical path, in 6x as many collectives for Llama.
+    kw = dict(tp=1, pp=1, dp=64, mbs=1, gbs=64, seq_len=4096, zero=3, recompute="full")
+    pre = evaluate(LLAMA_8B, H100, Layout(**kw))
+    blk = evaluate(LLAMA_8B, H100, Layout(zero3_gather="blocking", **kw))
+    # (overlapped_terms["dp_comm"] holds the hidden data-parallel and ZeRO-3 traffic)
+    assert blk.overlapped_terms["dp_comm"][0] == pytest.approx(0.0, abs=1e-12)
+    assert blk.time_terms["comm_contention"][0] == pytest.approx(0.0, abs=1e-12)
+    assert pre.overlapped_terms["dp_comm"][0] > 0.0
+    assert blk.step_time_s[0] > pre.step_time_s[0]
+    exposed_total = pre.time_terms["zero3_gather"][0] + pre.overlapped_terms["dp_comm"][0]
+    assert blk.time_terms["zero3_gather"][0] > exposed_total  # more pieces: more latency
+    # Not ZeRO-3: the setting changes nothing.
+    z1 = dict(kw, zero=1)
+    assert evaluate(LLAMA_8B, H100, Layout(zero3_gather="blocking", **z1)).step_time_s[0] == pytest.approx(
+        evaluate(LLAMA_8B, H100, Layout(**z1)).step_time_s[0])
+
+
+def test_validate_deepspeed_2021_rows_use_blocking_gathers():
+    from planner.validate import load_runs, map_run
+
+    rows = {r["id"]: r for r in load_runs(None)}
+    assert map_run(rows["megatron2021_t2_zero3_174p6b_768gpu"]).pins["zero3_gather"] == "blocking"
+    assert "zero3_gather" not in map_run(rows["mpt_7b_h100_80gb_8gpu_seq2048"]).pins  # PyTorch FSDP prefetches

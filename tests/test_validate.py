@@ -20,10 +20,12 @@ def results():
 def test_accuracy_on_reference_set_high_confidence(results):
     s = summarize(results, "high")
     # Figures measured when the calibration was fitted (see costmodel/calibration.py and the
-    # validate note): median 3.6%, p90 18.6% over 83 rows. Small slack for platform noise.
+    # validate note): median 3.6%, p90 18.5%, MAPE 9.5% over 83 rows. Small slack for
+    # platform noise.
     assert s["rows"] >= 80
     assert s["median_abs_error"] <= 0.04
     assert s["p90_abs_error"] <= 0.20
+    assert s["mape"] <= 0.105
     # Sources the model covers by mechanism stay tight.
     for source in ("nemo_perf_2407", "nemo_longseq", "megatron_readme_2024", "korthikanti2022",
                    "torchtitan_bench", "llmfoundry_bench"):

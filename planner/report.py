@@ -20,7 +20,7 @@ TERM_LABELS = {
 
 MEMORY_LABELS = {
     "weights": "weights",
-    "gradients": "gradients (main grads, --grad-dtype)",
+    "gradients": "gradients (fp32 main grads)",
     "optimizer": "optimizer states (fp32 master + Adam m, v)",
     "activations": "activations (in-flight micro-batches)",
     "logits": "logits (last stage, by loss kernel)",
@@ -136,7 +136,10 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
     where = f" (fullest stage: {rec['fullest_stage']})" if rec.get("fullest_stage") else ""
     lines.append(f"{'memory per GPU' + where:<46}{'GiB':>10}")
     for term in MEMORY_TERMS:
-        lines.append(f"  {MEMORY_LABELS[term]:<44}{mem[term]:>10.2f}")
+        label = MEMORY_LABELS[term]
+        if term == "gradients" and rec.get("layout", {}).get("grad_dtype") == "bf16":
+            label = "gradients (bf16 grad buffers)"
+        lines.append(f"  {label:<44}{mem[term]:>10.2f}")
     cap = mem["capacity"]
     peak = mem["peak"]
     verdict = (

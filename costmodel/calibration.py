@@ -32,8 +32,8 @@ class Calibration:
     GEMM shapes, which fit e_max·K/(K+350) with e_max 0.71: the catalog carries that for GH100
     parts (GPUSpec.gemm_efficiency_bf16).
     This global value is the large-K limit for GPUs without a measurement (the per-tile cost,
-    costmodel.compute.GEMM_K_OVERHEAD, comes on top); fitted on their rows (A100): 0.80, in
-    line with cuBLAS reaching ~75-85% of the A100's 312 TFLOP/s on large GEMMs. Refitted: 0.84."""
+    costmodel.compute.GEMM_K_OVERHEAD, comes on top); fitted on their rows (A100): 0.84, in
+    line with cuBLAS reaching ~75-85% of the A100's 312 TFLOP/s on large GEMMs."""
     gemm_efficiency_fp8: float = 0.66
     """Achievable fraction of dense FP8 peak for large FP8 GEMMs (TransformerEngine delayed/current
     scaling). Measured on a lent H100 SXM with torch._scaled_mm: 0.40-0.67 of 1979 TFLOP/s over

@@ -34,7 +34,6 @@ from hardware_catalog.schema import ClusterSpec, GPUSpec, ModelSpec
 
 BF16 = 2.0
 GRAD_REDUCE_BYTES = 4.0  # Megatron accumulates and reduces main grads in FP32 under BF16 (arguments.py)
-GRAD_REDUCE_BYTES_BF16 = 2.0  # Megatron-Core DDP grad_reduce_in_fp32=False: BF16 grad buffers
 PARAM_GATHER_BYTES = 2.0  # updated BF16 weights all-gathered after the sharded optimizer step
 # Adam step traffic per owned parameter: read grad, master, m, v (4 x 4 B), write master, m, v
 # (3 x 4 B) and the BF16 weight (2 B), plus reading the grad once more for the norm/clip.
@@ -399,7 +398,8 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
             t_exp, _ = collectives.collective_time(op, bytes_expert / pieces, edp_local, edp_nodes, fabric)
         return pieces * (t_dense + t_exp), algo
 
-    grad_bytes = np.where(batch.grad_dtype == 1, GRAD_REDUCE_BYTES_BF16, GRAD_REDUCE_BYTES)
+    # BF16 gradient buffers (Megatron-Core grad_reduce_in_fp32=False) are kept and reduced in BF16.
+    grad_bytes = np.where(batch.grad_dtype == 1, BF16, GRAD_REDUCE_BYTES)
     grad_ar, dp_algo = dp_collective("all_reduce", grad_bytes * p_dense, grad_bytes * p_expert)
     grad_rs, _ = dp_collective("reduce_scatter", grad_bytes * p_dense, grad_bytes * p_expert)
     param_ag, _ = dp_collective("all_gather", PARAM_GATHER_BYTES * p_dense, PARAM_GATHER_BYTES * p_expert)

@@ -226,15 +226,15 @@ def map_run(row: dict) -> MappedRun:
         # compiled blocks (torchtitan train.py; compiling the loss is disabled there).
         pins["loss"] = "eager"
         assumptions.append("eager F.cross_entropy on FP32 logits")
-    precision_text = str(lay.get("precision") or "").lower()
-    if any(f in framework for f in ("nemo", "megatron-bridge")) and "fp8" in precision_text:
+    precision = str(lay.get("precision") or "").lower()
+    if any(f in framework for f in ("nemo", "megatron-bridge")) and "fp8" in precision:
         # NeMo FP8 recipes reduce gradients in BF16: NeMo 1 launcher configs set
         # optim.grad_sync_dtype: bf16 (conf/training/nemotron/nemotron_340b.yaml), NeMo 2 and
         # Megatron-Bridge performance scripts set grad_reduce_in_fp32 = False for FP8
         # (scripts/performance/helpers.py set_precision_configs).
         pins["grad_dtype"] = "bf16"
         assumptions.append("BF16 gradient reduction (NeMo FP8 recipes)")
-    elif "composer" in framework and "pure" in precision_text:
+    elif "composer" in framework and "pure" in precision:
         # Composer FSDP mixed_precision PURE: parameters, gradient reduction and buffers in BF16.
         pins["grad_dtype"] = "bf16"
         assumptions.append("BF16 gradient reduction (FSDP mixed_precision PURE)")
@@ -264,7 +264,6 @@ def map_run(row: dict) -> MappedRun:
         pins[pin] = value
         searched.pop(pin, None)
         assumptions.append(f"{key}={value} (stated)")
-    precision = str(lay.get("precision") or "").lower()
     pins["precision"] = "fp8" if ("fp8" in precision or "float8" in precision) else "bf16"
     if lay.get("sequence_parallel") is False:
         pins["sequence_parallel"] = False
@@ -273,8 +272,7 @@ def map_run(row: dict) -> MappedRun:
 
 def _candidates(run: MappedRun):
     """All layouts consistent with the pins (the unknown knobs as a grid), valid ones only."""
-    from costmodel.layout import (ATTENTION, DISPATCHERS, GRAD_DTYPES, KERNELS, LOSSES, PRECISIONS, RECOMPUTE,
-                                  ZERO3_GATHERS, LayoutBatch)
+    from costmodel.layout import IMPLEMENTATION_DEFAULTS, PRECISIONS, RECOMPUTE, LayoutBatch, implementation_columns
     from costmodel.pipeline import partial_recompute_per_chunk, stage_layer_split, vpp_divides_stages
 
     pins = run.pins
@@ -305,18 +303,16 @@ def _candidates(run: MappedRun):
     ok = dp * cols["tp"] * cols["pp"] * cols["cp"] == n
     if "dp" in pins and not layout_unknown:
         ok &= dp == pins["dp"]
+    # Pinned implementation settings as batch codes; TP overlap may be a searched grid instead.
+    impl = implementation_columns({k: pins.get({"tp_comm_overlap": "tp_overlap", "ep_comm_overlap": "ep_overlap"}.get(k, k))
+                                   for k in IMPLEMENTATION_DEFAULTS})
+    impl["tp_overlap"] = cols["tp_overlap"].astype(bool)
     batch = LayoutBatch.from_arrays(
         tp=cols["tp"], pp=cols["pp"], cp=cols["cp"], dp=np.maximum(dp, 1), ep=pins["ep"], etp=pins["etp"],
         vpp=cols["vpp"], zero=cols["zero"], mbs=cols["mbs"], gbs=pins["gbs"], seq_len=pins["seq_len"],
         recompute=cols["recompute"], precision=PRECISIONS.index(pins["precision"]),
         recompute_layers=cols["recompute_layers"],
-        attention=ATTENTION.index(pins.get("attention", "flash")),
-        sp=pins.get("sequence_parallel", True), tp_overlap=cols["tp_overlap"].astype(bool),
-        kernels=KERNELS.index(pins.get("kernels", "fused")), loss=LOSSES.index(pins.get("loss", "unfused")),
-        ep_overlap=bool(pins.get("ep_overlap", False)),
-        dispatcher=DISPATCHERS.index(pins.get("moe_dispatcher", "alltoall")),
-        grad_dtype=GRAD_DTYPES.index(pins.get("grad_dtype", "fp32")),
-        zero3_gather=ZERO3_GATHERS.index(pins.get("zero3_gather", "prefetch")),
+        sp=pins.get("sequence_parallel", True), **impl,
     )
     first, middle, last, split_ok = stage_layer_split(run.model.num_layers, batch.pp, 0, 0)
     m = batch.gbs // np.maximum(batch.dp * batch.mbs, 1)

@@ -70,7 +70,8 @@ def config_dict(plan: Plan) -> dict:
         "wall_clock_breakdown": False,
     }
     if plan.grad_dtype == "bf16":
-        # DeepSpeed's BF16 path accumulates and reduces gradients in FP32 unless told otherwise.
+        # DeepSpeed's BF16 path accumulates and reduces gradients in FP32 unless told otherwise
+        # (DeepSpeed config docs: communication_data_type, data_types.grad_accum_dtype).
         cfg["communication_data_type"] = "bf16"
         cfg["data_types"] = {"grad_accum_dtype": "bf16"}
     if plan.recompute == "selective":

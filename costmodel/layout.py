@@ -106,8 +106,10 @@ class Layout:
     zero3_gather: str = "prefetch"
     """ZeRO-3 parameter fetching: prefetch (one flat all-gather per layer / FSDP unit, issued
     ahead and hidden behind compute: FSDP, DeepSpeed since its coalesced gathers) or blocking
-    (early DeepSpeed ZeRO-3, 2021: one all-gather per parameter tensor, each after a
-    torch.cuda.synchronize(), and one reduce-scatter per gradient: nothing overlaps)."""
+    (early DeepSpeed ZeRO-3, 2021: one all-gather per weight tensor, each after a
+    torch.cuda.synchronize(), again after a recomputed forward, and gradient reduce-scatters per
+    5e8-element bucket, all in PyTorch's list form; nothing overlaps; see
+    costmodel.zero3_blocking)."""
     pp_first_layers: Optional[int] = None
     """Layers on the first pipeline stage; None = planner's split (see costmodel.pipeline)."""
     pp_last_layers: Optional[int] = None
@@ -225,7 +227,7 @@ class LayoutBatch:
     grad_dtype: np.ndarray = None
     """0 fp32, 1 bf16 gradients."""
     zero3_gather: np.ndarray = None
-    """0 prefetch, 1 blocking per-parameter ZeRO-3 gathers."""
+    """0 prefetch, 1 blocking per-tensor ZeRO-3 gathers (early DeepSpeed)."""
 
     def __post_init__(self):
         if self.recompute_layers is None:

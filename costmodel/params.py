@@ -170,13 +170,3 @@ def count_params(model: ModelSpec) -> ParamCounts:
     )
     return counts
 
-
-def parameter_tensors_per_layer(model: ModelSpec) -> int:
-    """Separate parameter tensors in one dense transformer layer, Megatron style (fused QKV, gate
-    and up fused into one linear): 4 linear weights, their biases where the model has them
-    (QKV's alone for qkv_bias), and the two norms' scale (+ bias for LayerNorm). GPT-3: 12,
-    Llama: 6. What a per-parameter ZeRO-3 gather loops over."""
-    linears = 4
-    biases = 4 if model.linear_bias else (1 if model.qkv_bias else 0)
-    norms = 2 * (2 if model.norm == "layernorm" else 1)
-    return linears + biases + norms

@@ -16,7 +16,7 @@ from costmodel import collectives
 from costmodel.calibration import DEFAULT, Calibration
 from costmodel.compute import dense_and_moe_layer_times, lm_head_times, power_limited
 from costmodel.flops import attention_core_flops_per_token, model_flops_per_token
-from costmodel.layout import Layout, LayoutBatch
+from costmodel.layout import RECOMPUTE, Layout, LayoutBatch
 from costmodel.memory import (
     GIB,
     activation_bytes_per_token,
@@ -26,10 +26,11 @@ from costmodel.memory import (
     model_state_bytes,
     zero_divisors,
 )
-from costmodel.params import count_params, parameter_tensors_per_layer
+from costmodel.params import count_params
 from costmodel.pipeline import partial_recompute_per_chunk, stage_layer_split
 from costmodel.placement import group_span, pipeline_crosses_network
 from costmodel.result import MEMORY_TERMS, TIME_TERMS, BatchResult
+from costmodel.zero3_blocking import blocking_zero3_time
 from hardware_catalog.schema import ClusterSpec, GPUSpec, ModelSpec
 
 BF16 = 2.0
@@ -382,12 +383,9 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     # bucket_size; PyTorch DDP's 25 MB buckets are of the same order).
     heavy_layers = _select3(heavy, n_first, n_middle, n_last).astype(np.float64)
     bucket_params = np.maximum(4e7, 1e6 * dense_shard)
-    # Blocking ZeRO-3 (early DeepSpeed) gathers and reduces each parameter tensor on its own.
-    blocking = (batch.zero == 3) & (batch.zero3_gather == 1)
-    per_layer = np.where(blocking, float(parameter_tensors_per_layer(model)), 1.0)
     pieces = np.where(
         batch.zero == 3,
-        np.maximum(heavy_layers, 1.0) * per_layer,
+        np.maximum(heavy_layers, 1.0),
         np.maximum(np.ceil((p_dense + p_expert) / bucket_params), 1.0),
     )
 
@@ -423,14 +421,19 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     # ZeRO-3 / FSDP: every micro-batch gathers weights for forward and again for backward and
     # reduce-scatters gradients (Rajbhandari et al. 2020 Sec. 5.3; FSDP2 default), hidden
     # behind that micro-batch's compute where possible.
-    # Early DeepSpeed ZeRO-3 calls torch.cuda.synchronize() before every parameter all-gather
-    # (partition_parameters.py _all_gather, 2021; maintainers in DeepSpeed issue #1173), so no
-    # gather or gradient reduce-scatter overlaps compute.
-    window_fwd = np.where(blocking, 0.0, window_fwd)
-    window_bwd = np.where(blocking, 0.0, window_bwd)
     z3 = (
         np.maximum(param_ag - window_fwd, 0.0) + np.maximum(param_ag + grad_rs - window_bwd, 0.0)
     ) * m
+    # Early DeepSpeed ZeRO-3 (2021): per-tensor gathers behind torch.cuda.synchronize(), nothing
+    # hidden (costmodel.zero3_blocking). Its MoE-less design: expert weights counted with the rest.
+    blocking = (zero == 3) & (batch.zero3_gather == 1)
+    if blocking.any():
+        z3_blocking = blocking_zero3_time(
+            p_dense + p_expert, heavy_layers, m, batch.recompute == RECOMPUTE.index("full"),
+            PARAM_GATHER_BYTES, grad_bytes, dp_local, dp_nodes, fabric, calib.kernel_overhead_us * 1e-6,
+            gpu.memory_bandwidth_gbps * 1e9 * calib.memory_bound_efficiency,
+        )
+        z3 = np.where(blocking, z3_blocking, z3)
     zero3_exposed = np.where(zero == 3, z3, 0.0)
     dp_exposed = np.where(zero == 3, 0.0, dp_exposed)
     single_replica = dense_shard == 1

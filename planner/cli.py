@@ -34,7 +34,7 @@ LossOpt = typer.Option("unfused", "--loss", help="Cross entropy: unfused (Megatr
 TpOverlapOpt = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap TP all-gathers/reduce-scatters with GEMMs (Megatron --tp-comm-overlap; needs SP). Default: off.")
 EpOverlapOpt = typer.Option(False, "--ep-comm-overlap/--no-ep-comm-overlap", help="Hide MoE all-to-alls behind another micro-batch's compute (Megatron --overlap-moe-expert-parallel-comm; needs vpp > 1 or pp = 1). Default: off.")
 DispatcherOpt = typer.Option("alltoall", "--moe-dispatcher", help="MoE token dispatcher: alltoall (Megatron-Core) | deepep (one network copy per destination node).")
-Zero3GatherOpt = typer.Option("prefetch", "--zero3-gather", help="ZeRO-3 parameter fetching: prefetch (per-layer gathers hidden behind compute: FSDP, DeepSpeed today) | blocking (one synchronised gather per parameter: DeepSpeed 2021).")
+Zero3GatherOpt = typer.Option("prefetch", "--zero3-gather", help="ZeRO-3 parameter fetching: prefetch (per-layer gathers hidden behind compute: FSDP, DeepSpeed today) | blocking (one synchronised gather per weight tensor, re-gathered after recompute: DeepSpeed 2021).")
 GradDtypeOpt = typer.Option("fp32", "--grad-dtype", help="Gradient buffers and their data-parallel reduction: fp32 (Megatron main grads, FSDP reduce_dtype fp32) | bf16 (NeMo grad_sync_dtype bf16, Megatron-Core grad_reduce_in_fp32=False).")
 
 

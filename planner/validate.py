@@ -177,7 +177,7 @@ def map_run(row: dict) -> MappedRun:
         pins["vpp"] = lay["vp"]
     else:
         # Every chunk count a stage's layers allow (the candidate filter keeps the divisors).
-        searched["vpp"] = list(range(1, 17))
+        searched["vpp"] = list(range(1, model.num_layers + 1))
     zero = _zero_from_row(lay)
     if zero is None:
         searched["zero"] = [0, 1]
@@ -239,12 +239,16 @@ def map_run(row: dict) -> MappedRun:
         pins["grad_dtype"] = "bf16"
         assumptions.append("BF16 gradient reduction (FSDP mixed_precision PURE)")
     if "deepspeed" in framework and year and year <= 2021:
-        # DeepSpeed's first ZeRO-3 (v0.3.13-0.5, 2021) all-gathered each parameter tensor after a
-        # torch.cuda.synchronize() and reduce-scattered each gradient on its own
-        # (runtime/zero/partition_parameters.py, stage3.py of that release; coalesced gathers and
-        # reduce_scatter_coalesced came later).
+        # DeepSpeed's first ZeRO-3 (v0.3.13-0.5, 2021) all-gathered each weight tensor after a
+        # torch.cuda.synchronize() (runtime/zero/partition_parameters.py of that release; coalesced
+        # prefetching gathers came later). Its defaults are priced in costmodel.zero3_blocking.
         pins["zero3_gather"] = "blocking"
-        assumptions.append("blocking per-parameter ZeRO-3 gathers (DeepSpeed 2021)")
+        assumptions.append("blocking per-tensor ZeRO-3 gathers with DeepSpeed's defaults (DeepSpeed 2021)")
+    if "deepspeed" in framework and "16-bit" in precision:
+        # DeepSpeed's fp16 engine keeps 16-bit gradients and reduces them in 16 bits
+        # (communication_data_type defaults to the training dtype; docs/_pages/config-json.md).
+        pins["grad_dtype"] = "bf16"
+        assumptions.append("16-bit gradient reduction (DeepSpeed fp16)")
     if "--tp-comm-overlap" in framework:
         pins["tp_overlap"] = True
         assumptions.append("TP comm overlap (--tp-comm-overlap stated)")

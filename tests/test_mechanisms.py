@@ -285,18 +285,33 @@ def test_validate_nemo_fp8_rows_reduce_gradients_in_bf16():
     assert "grad_dtype" not in map_run(rows["torchtitan_h100_8b_fsdp_8gpu"]).pins  # FSDP2 reduces in fp32
 
 
-def test_parameter_tensors_per_layer_by_hand():
-    from costmodel.params import parameter_tensors_per_layer
+def test_blocking_zero3_by_hand():
+    from costmodel.collectives import Fabric, LinkLevel, collective_time
+    from costmodel.zero3_blocking import backward_regather_fraction, blocking_zero3_time
 
-    # GPT-3: QKV, proj, fc1, fc2 weights + their 4 biases + 2 LayerNorms (scale, bias) = 12.
-    assert parameter_tensors_per_layer(get_model("gpt3-175b")) == 12
-    # Llama: 4 bias-free linears (gate and up fused) + 2 RMSNorm scales = 6.
-    assert parameter_tensors_per_layer(LLAMA_8B) == 6
+    # 1e9 elements stay live between recompute and backward: a 2e9-element layer gathers half again.
+    assert backward_regather_fraction(2e9) == pytest.approx(0.5)
+    assert backward_regather_fraction(5e8) == 0.0
+    # One 8-GPU switched domain: ring AG / RS = 7 a + 7/8 S / B (collectives.py).
+    level = LinkLevel(bandwidth=100e9, latency=2e-6, topology="switch")
+    fabric = Fabric(intra=level, inter=level, domain_size=8)
+    params, layers, op, hbm = 8e9, 4, 10e-6, 1e12  # 2e9 elements a layer, 16 weights, 16 buckets of 5e8
+    # + per rank: one copy (AG) or a cat and a copy (RS), each pass reading and writing the buffer.
+    ag = 7 * 2e-6 + 7 / 8 * (2.0 * params / 16) / 100e9 + 8 * op + 2 * (2.0 * params / 16) / hbm
+    rs = 7 * 2e-6 + 7 / 8 * (4.0 * params / 16) / 100e9 + 2 * (8 * op + 2 * (4.0 * params / 16) / hbm)
+    assert collective_time("all_gather", 2.0 * params / 16, 8, 1, fabric)[0] == pytest.approx(
+        7 * 2e-6 + 7 / 8 * (2.0 * params / 16) / 100e9)
+    args = (2.0, 4.0, 8, 1, fabric, op, hbm)
+    no_recompute = blocking_zero3_time(params, layers, 3, False, *args)
+    assert no_recompute == pytest.approx(3 * (2 * 16 * ag + 16 * rs))  # forward + backward gathers
+    full = blocking_zero3_time(params, layers, 3, True, *args)
+    assert full == pytest.approx(3 * (2.5 * 16 * ag + 16 * rs))  # + recompute, half again for backward
+    assert blocking_zero3_time(params, layers, 3, True, 2.0, 4.0, 1, 1, fabric, op, hbm) == 0.0  # one rank
 
 
 def test_blocking_zero3_hides_nothing_and_is_never_faster():
-    # Early DeepSpeed ZeRO-3 synchronises before every per-parameter gather: all of the gather
-    # and reduce-scatter time is on the critical path, in 6x as many collectives for Llama.
+    # Early DeepSpeed ZeRO-3 synchronises before every per-tensor gather: all of the gather
+    # and reduce-scatter time is on the critical path, in 4x as many gathers, each with per-rank copies.
     kw = dict(tp=1, pp=1, dp=64, mbs=1, gbs=64, seq_len=4096, zero=3, recompute="full")
     pre = evaluate(LLAMA_8B, H100, Layout(**kw))
     blk = evaluate(LLAMA_8B, H100, Layout(zero3_gather="blocking", **kw))

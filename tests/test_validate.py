@@ -20,12 +20,15 @@ def results():
 def test_accuracy_on_reference_set_high_confidence(results):
     s = summarize(results, "high")
     # Figures measured when the calibration was fitted (see costmodel/calibration.py and the
-    # validate note): median 3.6%, p90 18.5%, MAPE 9.5% over 83 rows. Small slack for
+    # validate note): median 3.6%, p90 16.7%, MAPE 6.7% over 83 rows. Small slack for
     # platform noise.
     assert s["rows"] >= 80
     assert s["median_abs_error"] <= 0.04
-    assert s["p90_abs_error"] <= 0.20
-    assert s["mape"] <= 0.105
+    assert s["p90_abs_error"] <= 0.18
+    assert s["mape"] <= 0.075
+    # Early DeepSpeed ZeRO-3 is priced from its defaults (costmodel.zero3_blocking): the
+    # Narayanan et al. rows, which include it, stay within reach.
+    assert s["per_source"]["narayanan2021"]["mape"] <= 0.16
     # Sources the model covers by mechanism stay tight.
     for source in ("nemo_perf_2407", "nemo_longseq", "megatron_readme_2024", "korthikanti2022",
                    "torchtitan_bench", "llmfoundry_bench"):
@@ -83,3 +86,15 @@ def test_runs_file_may_state_the_implementation():
     row["layout"]["kernels"] = "turbo"
     (bad,) = validate_rows([row])
     assert bad.error is None and "--kernels=turbo" in bad.reason
+
+
+def test_unstated_vpp_covers_every_chunk_count_a_stage_allows():
+    # Megatron 119B: 92 layers on PP4 = 23 a stage, so interleaving means 23 one-layer chunks.
+    from planner.validate import map_run, predict_run
+
+    rows = {r["id"]: r for r in load_runs(None)}
+    run = map_run(rows["megatron2024_h100_weak_119b"])
+    assert 23 in run.searched["vpp"]
+    res = predict_run(run)
+    assert res.chosen["vpp"] in (1, 23)
+    assert abs(res.error) < 0.10

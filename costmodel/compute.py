@@ -10,7 +10,7 @@ HBM-bound; every kernel also pays a fixed launch/tail cost.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -94,6 +94,11 @@ class LayerTimes:
     projection (after the all-gather), output projection (before the reduce-scatter), MLP up
     and MLP down (for MoE layers: the shared expert's, zero without one). What
     --tp-comm-overlap can hide each collective behind."""
+    module_forward: dict = field(default_factory=dict)
+    """Forward seconds of the submodules selective recompute can run again (names of
+    ``costmodel.layout.RECOMPUTE_MODULES`` other than core_attn; 0 where the layer has none)."""
+    module_flops: dict = field(default_factory=dict)
+    """Forward FLOPs of the same submodules."""
 
 
 def _precision_gemm(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration):
@@ -207,6 +212,25 @@ def dense_and_moe_layer_times(
     # Eager SwiGLU: silu (read+write F) then the product (2 reads + 1 write): 5F, not 3F.
     dense = assemble(t_up + t_down, f_up + f_down, act_elems, h + F, t_up, t_down, 2.0 * F if model.gated_mlp else 0.0)
 
+    # --- submodules selective recompute can repeat (Megatron-Core recompute_modules): the two
+    # norms (read h, write h each), MLA's up-projections, the dense MLP with its activation.
+    def streamed(elements_per_token, divisor):
+        return tokens * BF16_BYTES * elements_per_token / divisor / mem_bw
+
+    t_norms = streamed(4.0 * h, rep_div)
+    t_mla_up = f_mla_up = 0.0
+    if model.mla is not None:
+        m_ = model.mla
+        q_in = float(m_.q_lora_rank or h)
+        t_qu, f_qu = gemm_time(tokens, q_in, a * (m_.qk_nope_head_dim + m_.qk_rope_head_dim) / tp, peak, eff, hbm, elem)
+        t_kvu, f_kvu = gemm_time(tokens, float(m_.kv_lora_rank), a * (m_.qk_nope_head_dim + m_.v_head_dim) / tp, peak, eff, hbm, elem)
+        t_mla_up, f_mla_up = t_qu + t_kvu, f_qu + f_kvu
+    zero = 0.0
+    dense.module_forward = {"layernorm": t_norms, "mla_up_proj": t_mla_up, "mlp": t_up + t_down + streamed(act_elems, tp),
+                            "moe_act": zero, "shared_experts": zero, "moe": zero}
+    dense.module_flops = {"layernorm": zero, "mla_up_proj": f_mla_up, "mlp": f_up + f_down,
+                          "moe_act": zero, "shared_experts": zero, "moe": zero}
+
     if model.moe is None:
         return dense, dense
 
@@ -249,6 +273,15 @@ def dense_and_moe_layer_times(
         t_sd,
         extra_kernels=MOE_EXTRA_KERNELS_PER_LAYER,
     )
+    shared_act = (3.0 if model.gated_mlp else 2.0) * Fs
+    moe_layer.module_forward = {
+        "layernorm": t_norms, "mla_up_proj": t_mla_up, "mlp": zero,
+        "moe_act": streamed(k * (3.0 if model.gated_mlp else 2.0) * Fe, tp),
+        "shared_experts": t_shared + streamed(shared_act, tp),
+        "moe": t_experts + t_shared + t_router + streamed(moe_elems, tp),
+    }
+    moe_layer.module_flops = {"layernorm": zero, "mla_up_proj": f_mla_up, "mlp": zero, "moe_act": zero,
+                              "shared_experts": f_shared, "moe": f_experts + f_shared + f_router}
     return dense, moe_layer
 
 

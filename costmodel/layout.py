@@ -13,6 +13,11 @@ import numpy as np
 
 RECOMPUTE = ("none", "selective", "full")
 """Activation recomputation modes; codes 0, 1, 2 in ``LayoutBatch.recompute``."""
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts", "moe")
+"""Megatron-Core submodules selective recompute can cover (TransformerConfig.recompute_modules;
+--recompute-modules). Bit i of ``LayoutBatch.recompute_modules`` is module i."""
+DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
+"""Megatron-Core's default for --recompute-granularity selective."""
 ATTENTION = ("flash", "unfused", "flash3")
 """Attention kernels; codes 0, 1, 2 in ``LayoutBatch.attention``."""
 KERNELS = ("fused", "eager")
@@ -77,6 +82,12 @@ class Layout:
     rest keep theirs (Megatron --recompute-method block; --recompute-num-layers is this divided
     by vpp). None = every layer. A negative value -q means q quarters of every stage's layers
     (what the search explores: 1/4, 1/2, 3/4)."""
+    recompute_modules: Optional[tuple] = None
+    """With recompute=selective: the submodules recomputed in every layer (Megatron-Core
+    --recompute-modules, names in ``RECOMPUTE_MODULES``); None = ("core_attn",), Megatron's
+    default. core_attn, mlp, moe and shared_experts keep only their input; layernorm,
+    mla_up_proj and moe_act drop their output (the next GEMM's saved input) and run again
+    before backward needs it."""
     kernels: str = "fused"
     """Elementwise kernels: fused (Megatron/TransformerEngine, torch.compile) or eager (plain
     PyTorch operators, e.g. torchtitan or llm-foundry without compile)."""
@@ -181,6 +192,24 @@ def implementation_columns(impl: dict) -> dict:
     }
 
 
+def recompute_modules_mask(modules) -> int:
+    """Bit mask of recompute module names (None: Megatron's default, core_attn)."""
+    from hardware_catalog.errors import PlannerInputError
+
+    names = DEFAULT_RECOMPUTE_MODULES if modules is None else tuple(modules)
+    mask = 0
+    for name in names:
+        if name not in RECOMPUTE_MODULES:
+            raise PlannerInputError(f"--recompute-modules: unknown module {name!r} (allowed: {', '.join(RECOMPUTE_MODULES)})")
+        mask |= 1 << RECOMPUTE_MODULES.index(name)
+    return mask
+
+
+def recompute_modules_names(mask: int) -> tuple:
+    """Module names of a bit mask, in ``RECOMPUTE_MODULES`` order."""
+    return tuple(name for i, name in enumerate(RECOMPUTE_MODULES) if int(mask) >> i & 1)
+
+
 _INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "mbs", "gbs", "seq_len")
 
 
@@ -212,6 +241,8 @@ class LayoutBatch:
     pp_last_layers: np.ndarray
     recompute_layers: np.ndarray = None
     """With full recompute: layers per stage recomputed; 0 = all; -q = q quarters of each stage."""
+    recompute_modules: np.ndarray = None
+    """With selective recompute: bit mask over ``RECOMPUTE_MODULES`` (1 = core_attn alone)."""
     attention: np.ndarray = None
     """0 flash, 1 unfused, 2 flash3."""
     kernels: np.ndarray = None
@@ -232,6 +263,8 @@ class LayoutBatch:
     def __post_init__(self):
         if self.recompute_layers is None:
             self.recompute_layers = np.zeros_like(self.tp)
+        if self.recompute_modules is None:
+            self.recompute_modules = np.ones_like(self.tp)
         if self.attention is None:
             self.attention = np.zeros_like(self.tp)
         if self.kernels is None:
@@ -264,6 +297,7 @@ class LayoutBatch:
             cols["pp_first_layers"].append(lay.pp_first_layers or 0)
             cols["pp_last_layers"].append(lay.pp_last_layers or 0)
             cols["recompute_layers"].append(lay.recompute_layers or 0)
+            cols["recompute_modules"].append(recompute_modules_mask(lay.recompute_modules))
             cols["attention"].append(ATTENTION.index(lay.attention))
             cols["tp_overlap"].append(bool(lay.tp_comm_overlap))
             cols["ep_overlap"].append(bool(lay.ep_comm_overlap))
@@ -289,6 +323,8 @@ class LayoutBatch:
                 full[f.name] = PRECISIONS.index(defaults.precision)
             elif f.name == "sp":
                 full[f.name] = True
+            elif f.name == "recompute_modules":
+                full[f.name] = 1
             elif f.name in ("tp_overlap", "ep_overlap"):
                 full[f.name] = False
             elif f.name in ("pp_first_layers", "pp_last_layers", "recompute_layers", "attention", "kernels", "loss", "dispatcher", "grad_dtype", "zero3_gather"):
@@ -314,6 +350,8 @@ class LayoutBatch:
         kw["pp_first_layers"] = int(self.pp_first_layers[i]) or None
         kw["pp_last_layers"] = int(self.pp_last_layers[i]) or None
         kw["recompute_layers"] = (int(self.recompute_layers[i]) or None) if kw["recompute"] == "full" else None
+        mask = int(self.recompute_modules[i])
+        kw["recompute_modules"] = recompute_modules_names(mask) if kw["recompute"] == "selective" and mask != 1 else None
         kw["attention"] = ATTENTION[int(self.attention[i])]
         kw["tp_comm_overlap"] = bool(self.tp_overlap[i])
         kw["ep_comm_overlap"] = bool(self.ep_overlap[i])

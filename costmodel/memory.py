@@ -74,6 +74,44 @@ def activation_bytes_per_token(model: ModelSpec, tp, sp, moe_layer: bool, fp8=Fa
     return total - np.where(fp8, fp8_saving, 0.0)
 
 
+def recompute_module_savings_per_token(model: ModelSpec, tp, sp, moe_layer: bool, fp8, modules):
+    """Bytes per token one layer no longer keeps when selective recompute covers ``modules``
+    (bit mask over ``costmodel.layout.RECOMPUTE_MODULES``), against
+    ``activation_bytes_per_token`` (Megatron-Core TransformerConfig.recompute_modules).
+
+    Output-discarding modules drop their output, which the next GEMM had saved: layernorm the
+    two norm outputs (QKV / MLP inputs, 2h each, FP8 copies of 1 B under FP8), mla_up_proj the
+    up-projected Q, K, V, moe_act the activation output (the expert down-projection's input,
+    k·Fe). Checkpointed modules keep only their input: mlp (dense layers) and shared_experts
+    their intermediates, moe everything between the MoE input and its output. core_attn saves
+    nothing more under FlashAttention (the unfused scores are handled with the attention).
+    """
+    from costmodel.layout import RECOMPUTE_MODULES
+
+    bit = lambda name: (np.asarray(modules) >> RECOMPUTE_MODULES.index(name)) & 1
+    h = float(model.hidden_size)
+    a = float(model.num_attention_heads)
+    tp = np.asarray(tp, dtype=np.float64)
+    rep_div = np.where(sp, tp, 1.0)
+    fp8 = np.asarray(fp8, dtype=np.float64)
+    per_ffn = 6.0 if model.gated_mlp else 4.0
+    saved = bit("layernorm") * (4.0 - 2.0 * fp8) * h / rep_div
+    if model.mla is not None:
+        m = model.mla
+        saved = saved + bit("mla_up_proj") * 2.0 * a * (2 * (m.qk_nope_head_dim + m.qk_rope_head_dim) + m.v_head_dim) / tp
+    if moe_layer and model.moe is not None:
+        moe = model.moe
+        Fe = float(moe.expert_ffn_hidden_size)
+        Fs = float(moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size))
+        act = bit("moe_act") * moe.top_k * Fe * (2.0 - fp8) + bit("shared_experts") * per_ffn * Fs
+        whole = moe.top_k * (2.0 * h + per_ffn * Fe - fp8 * Fe) + per_ffn * Fs
+        saved = saved + np.where(bit("moe") == 1, whole, act) / tp
+    else:
+        F = float(model.ffn_hidden_size)
+        saved = saved + bit("mlp") * (per_ffn - fp8) * F / tp
+    return saved
+
+
 def full_recompute_bytes_per_token(model: ModelSpec, tp, sp):
     """Full recompute keeps only each layer's input: 2h bytes per token (Korthikanti Table 2,
     '2sbh'), split by TP under sequence parallelism."""

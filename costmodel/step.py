@@ -16,12 +16,13 @@ from costmodel import collectives
 from costmodel.calibration import DEFAULT, Calibration
 from costmodel.compute import dense_and_moe_layer_times, lm_head_times, power_limited
 from costmodel.flops import attention_core_flops_per_token, model_flops_per_token
-from costmodel.layout import RECOMPUTE, Layout, LayoutBatch
+from costmodel.layout import RECOMPUTE, RECOMPUTE_MODULES, Layout, LayoutBatch
 from costmodel.memory import (
     GIB,
     activation_bytes_per_token,
     attention_scores_bytes_per_token,
     full_recompute_bytes_per_token,
+    recompute_module_savings_per_token,
     inflight_microbatches,
     model_state_bytes,
     zero_divisors,
@@ -271,6 +272,26 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
                 share_cache[key] = np.where(full, share, 0.0)
         return share_cache[key]
 
+    # Selective recompute of Megatron-Core submodules (--recompute-modules; core_attn alone by
+    # default): the recomputed forwards, and the communication they repeat: the TP all-gather /
+    # reduce-scatter pair of a recomputed dense MLP or shared expert, the dispatch and combine
+    # all-to-alls of a recomputed MoE layer.
+    modules = np.where(selective, batch.recompute_modules, 0)
+    has_module = lambda name: ((modules >> RECOMPUTE_MODULES.index(name)) & 1).astype(np.float64)
+
+    def selective_time(layer):
+        t = has_module("core_attn") * layer.attention_forward
+        for name, seconds in layer.module_forward.items():
+            t = t + has_module(name) * seconds
+        return t
+
+    selective_dense = selective_time(dense_t)
+    selective_moe = selective_time(moe_t)
+    selective_tp_dense = has_module("mlp") * tp_dense / 2.0
+    shared_tp = (tp_moe / 2.0) if has_shared else 0.0
+    selective_tp_moe = np.maximum(has_module("moe"), has_module("shared_experts")) * shared_tp
+    selective_moe_again = has_module("moe")
+
     ep_overlap_on = None
     if model.moe is not None and batch.ep_overlap.any():
         ep_overlap_on = batch.ep_overlap & ((vpp > 1) | (pp == 1))
@@ -282,12 +303,12 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
         recompute = np.where(
             full,
             share * (nd * dense_t.forward + nm * moe_t.forward),
-            np.where(selective, nd * dense_t.attention_forward + nm * moe_t.attention_forward, 0.0),
+            np.where(selective, nd * selective_dense + nm * selective_moe, 0.0),
         )
         passes = 2.0 + share  # forward, backward (+ the recomputed forward of the covered layers)
-        tp_c = passes * (nd * tp_dense + nm * tp_moe)
+        tp_c = passes * (nd * tp_dense + nm * tp_moe) + nd * selective_tp_dense + nm * selective_tp_moe
         cp_c = (nd * cp_dense_f + nm * cp_moe_f) * (passes - 1.0) + nd * cp_dense_b + nm * cp_moe_b
-        ep_c = passes * nm * ep_pass
+        ep_c = (passes + selective_moe_again) * nm * ep_pass
         if last_stage is True:
             compute = compute + head_fwd + head_bwd
         elif last_stage is not False:
@@ -477,19 +498,29 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     # core) for full, the attention core forward for selective.
     core_fwd = model.num_layers * attention_core_flops_per_token(model, batch.seq_len)
     layer_fwd = 2.0 * (counts.matmul_active - (counts.lm_head or counts.embedding_matrix)) + core_fwd
-    extra = np.where(full, recompute_share(n_middle) * layer_fwd, np.where(selective, core_fwd, 0.0))
+    # Selective: the attention core if covered, plus the recomputed submodules' GEMMs (per
+    # micro-batch on one GPU -> per token of the model: x tp / tokens).
+    module_flops = sum(
+        has_module(name) * (counts.num_dense_layers * dense_t.module_flops[name] + counts.num_moe_layers * moe_t.module_flops[name])
+        for name in dense_t.module_flops
+    ) * tp / tokens_mb
+    extra = np.where(full, recompute_share(n_middle) * layer_fwd,
+                     np.where(selective, has_module("core_attn") * core_fwd + module_flops, 0.0))
     hfu = (flops_token + extra) * tokens_step / (step * gpus * peak)
 
     # ---------------- memory on each stage; the peak is the most loaded stage
     # Stored attention scores (unfused attention only) unless selective recompute drops them.
     unfused = batch.attention == 1
     scores = (
-        np.where(selective, 0.0, attention_scores_bytes_per_token(model, tp, batch.seq_len, unfused))
+        np.where(has_module("core_attn") == 1, 0.0, attention_scores_bytes_per_token(model, tp, batch.seq_len, unfused))
         if unfused.any()
         else 0.0
     )
     a_dense = activation_bytes_per_token(model, tp, sp, moe_layer=False, fp8=fp8) + scores
     a_moe = activation_bytes_per_token(model, tp, sp, moe_layer=True, fp8=fp8) + scores
+    if np.any(modules > 1):
+        a_dense = a_dense - recompute_module_savings_per_token(model, tp, sp, False, fp8, modules)
+        a_moe = a_moe - recompute_module_savings_per_token(model, tp, sp, True, fp8, modules)
     a_full = full_recompute_bytes_per_token(model, tp, sp)
 
     # Bytes per logit alive at the loss: a fused cross entropy keeps the BF16 logits and writes

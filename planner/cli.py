@@ -34,6 +34,7 @@ LossOpt = typer.Option("unfused", "--loss", help="Cross entropy: unfused (Megatr
 TpOverlapOpt = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap TP all-gathers/reduce-scatters with GEMMs (Megatron --tp-comm-overlap; needs SP). Default: off.")
 EpOverlapOpt = typer.Option(False, "--ep-comm-overlap/--no-ep-comm-overlap", help="Hide MoE all-to-alls behind another micro-batch's compute (Megatron --overlap-moe-expert-parallel-comm; needs vpp > 1 or pp = 1). Default: off.")
 DispatcherOpt = typer.Option("alltoall", "--moe-dispatcher", help="MoE token dispatcher: alltoall (Megatron-Core) | deepep (one network copy per destination node).")
+RecomputeModulesOpt = typer.Option(None, "--recompute-modules", help="With --recompute selective: Megatron-Core submodules to recompute, comma-separated (core_attn, layernorm, mla_up_proj, mlp, moe_act, shared_experts, moe). Default: core_attn.")
 Zero3GatherOpt = typer.Option("prefetch", "--zero3-gather", help="ZeRO-3 parameter fetching: prefetch (per-layer gathers hidden behind compute: FSDP, DeepSpeed today) | blocking (one synchronised gather per weight tensor, re-gathered after recompute: DeepSpeed 2021).")
 GradDtypeOpt = typer.Option("fp32", "--grad-dtype", help="Gradient buffers and their data-parallel reduction: fp32 (Megatron main grads, FSDP reduce_dtype fp32) | bf16 (NeMo grad_sync_dtype bf16, Megatron-Core grad_reduce_in_fp32=False).")
 
@@ -57,7 +58,7 @@ def _command_line() -> str:
 def _evaluate_record(
     model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
     recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
-    recompute_layers=None, implementation=None,
+    recompute_layers=None, implementation=None, recompute_modules=None,
 ):
     from costmodel import evaluate
     from costmodel.record import result_record
@@ -69,7 +70,7 @@ def _evaluate_record(
         setup, gpus, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs,
         recompute=recompute, precision=precision, sequence_parallel=sequence_parallel,
         pp_first_layers=pp_first_layers, pp_last_layers=pp_last_layers, recompute_layers=recompute_layers,
-        implementation=implementation,
+        implementation=implementation, recompute_modules=recompute_modules,
     )
     check_layout(setup.model, setup.cluster, setup.gpu, layout, allow_cross_node_tp=allow_cross_node_tp)
     result = evaluate(setup.model, setup.cluster, layout, gpu=setup.gpu)
@@ -118,6 +119,7 @@ def evaluate(
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length. Default: the model preset's."),
     recompute: str = typer.Option("selective", help="Activation recompute: none | selective | full."),
     recompute_layers: Optional[int] = typer.Option(None, "--recompute-layers", help="With --recompute full: layers per pipeline stage to recompute (Megatron block method). Default: all."),
+    recompute_modules: Optional[str] = RecomputeModulesOpt,
     precision: str = typer.Option("bf16", help="bf16 | fp8 (TransformerEngine GEMMs)."),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel", help="Megatron sequence parallelism. Default: on when tp > 1."),
     pp_first_layers: Optional[int] = typer.Option(None, "--pp-first-layers", help="Layers on the first pipeline stage (uneven pipelines). Default: planner's split."),
@@ -138,6 +140,7 @@ def evaluate(
         model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
         recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
         recompute_layers, _implementation(attention, kernels, loss, tp_comm_overlap, ep_comm_overlap, moe_dispatcher, grad_dtype, zero3_gather),
+        recompute_modules,
     )
     if as_json:
         typer.echo(json.dumps(record, indent=2))
@@ -228,6 +231,7 @@ def export(
     seq_len: Optional[int] = typer.Option(None, "--seq-len"),
     recompute: str = typer.Option("selective"), precision: str = typer.Option("bf16"),
     recompute_layers: Optional[int] = typer.Option(None, "--recompute-layers"),
+    recompute_modules: Optional[str] = RecomputeModulesOpt,
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
     pp_first_layers: Optional[int] = typer.Option(None, "--pp-first-layers"),
     pp_last_layers: Optional[int] = typer.Option(None, "--pp-last-layers"),
@@ -269,6 +273,7 @@ def export(
             model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
             recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
             recompute_layers, _implementation(attention, kernels, loss, tp_comm_overlap, ep_comm_overlap, moe_dispatcher, grad_dtype, zero3_gather),
+            recompute_modules,
         )
         model_spec, cluster_spec = setup.model, setup.cluster
     report = export_layout(

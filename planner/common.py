@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from costmodel.layout import PRECISIONS, RECOMPUTE, Layout, check_implementation
+from costmodel.layout import PRECISIONS, RECOMPUTE, RECOMPUTE_MODULES, Layout, check_implementation, recompute_modules_mask
 from hardware_catalog import (
     ClusterSpec,
     GPUSpec,
@@ -101,6 +101,7 @@ def build_layout(
     pp_last_layers: Optional[int] = None,
     recompute_layers: Optional[int] = None,
     implementation: Optional[dict] = None,
+    recompute_modules: Optional[str] = None,
 ) -> Layout:
     """A Layout with dp = gpus / (tp·pp·cp); rejects values that cannot form a layout at all."""
     for name, value in (
@@ -117,6 +118,14 @@ def build_layout(
         raise PlannerInputError(f"--recompute-layers={recompute_layers} applies only with --recompute full (got {recompute})")
     if recompute_layers is not None and recompute_layers < 1:
         raise PlannerInputError(f"--recompute-layers={recompute_layers}: must be a positive number of layers per stage")
+    modules = None
+    if recompute_modules is not None:
+        if recompute != "selective":
+            raise PlannerInputError(f"--recompute-modules={recompute_modules} applies only with --recompute selective (got {recompute})")
+        modules = tuple(m.strip() for m in recompute_modules.split(",") if m.strip())
+        if not modules:
+            raise PlannerInputError(f"--recompute-modules={recompute_modules!r}: name at least one of {', '.join(RECOMPUTE_MODULES)}")
+        recompute_modules_mask(modules)  # one-line error naming an unknown module
     if precision not in PRECISIONS:
         raise PlannerInputError(f"--precision={precision}: allowed {', '.join(PRECISIONS)}")
     model_parallel = tp * pp * cp
@@ -142,5 +151,5 @@ def build_layout(
         tp=tp, pp=pp, dp=gpus // model_parallel, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs,
         gbs=setup.gbs, seq_len=setup.seq_len, recompute=recompute, sequence_parallel=sequence_parallel,
         precision=precision, pp_first_layers=pp_first_layers, pp_last_layers=pp_last_layers,
-        recompute_layers=recompute_layers,
+        recompute_layers=recompute_layers, recompute_modules=modules,
     )

@@ -44,8 +44,12 @@ def human_seconds(s: float) -> str:
 
 
 def recompute_label(lay: dict) -> str:
-    """none / selective / full, with the share of layers for partial full recompute."""
+    """none / selective / full, with the share of layers for partial full recompute and the
+    submodules of selective recompute when they are not Megatron's default (core_attn)."""
     rl = lay.get("recompute_layers") or 0
+    modules = lay.get("recompute_modules")
+    if lay["recompute"] == "selective" and modules:
+        return "selective(" + "+".join(modules) + ")"
     if lay["recompute"] != "full" or rl == 0:
         return lay["recompute"]
     return f"full {-rl}/4" if rl < 0 else f"full {rl}L"

@@ -268,6 +268,15 @@ def map_run(row: dict) -> MappedRun:
         pins[pin] = value
         searched.pop(pin, None)
         assumptions.append(f"{key}={value} (stated)")
+    if lay.get("recompute_modules"):
+        # Megatron-Core fine-grained selective recompute (--recompute-modules), stated outright.
+        from costmodel.layout import recompute_modules_mask
+
+        recompute_modules_mask(lay["recompute_modules"])
+        pins["recompute"] = "selective"
+        pins["recompute_modules"] = tuple(lay["recompute_modules"])
+        searched.pop("recompute", None)
+        assumptions.append(f"recompute_modules={','.join(lay['recompute_modules'])} (stated)")
     pins["precision"] = "fp8" if ("fp8" in precision or "float8" in precision) else "bf16"
     if lay.get("sequence_parallel") is False:
         pins["sequence_parallel"] = False
@@ -276,7 +285,9 @@ def map_run(row: dict) -> MappedRun:
 
 def _candidates(run: MappedRun):
     """All layouts consistent with the pins (the unknown knobs as a grid), valid ones only."""
-    from costmodel.layout import IMPLEMENTATION_DEFAULTS, PRECISIONS, RECOMPUTE, LayoutBatch, implementation_columns
+    from costmodel.layout import (
+        IMPLEMENTATION_DEFAULTS, PRECISIONS, RECOMPUTE, LayoutBatch, implementation_columns, recompute_modules_mask,
+    )
     from costmodel.pipeline import partial_recompute_per_chunk, stage_layer_split, vpp_divides_stages
 
     pins = run.pins
@@ -315,6 +326,7 @@ def _candidates(run: MappedRun):
         tp=cols["tp"], pp=cols["pp"], cp=cols["cp"], dp=np.maximum(dp, 1), ep=pins["ep"], etp=pins["etp"],
         vpp=cols["vpp"], zero=cols["zero"], mbs=cols["mbs"], gbs=pins["gbs"], seq_len=pins["seq_len"],
         recompute=cols["recompute"], precision=PRECISIONS.index(pins["precision"]),
+        recompute_modules=recompute_modules_mask(pins.get("recompute_modules")),
         recompute_layers=cols["recompute_layers"],
         sp=pins.get("sequence_parallel", True), **impl,
     )

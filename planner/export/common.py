@@ -53,6 +53,8 @@ class Plan:
     recompute: str
     recompute_layers: int
     """With full recompute: layers per stage recomputed (0 = all; -q = q quarters of a stage)."""
+    recompute_modules: tuple
+    """With selective recompute: Megatron-Core submodules recomputed (empty = core_attn)."""
     sp: bool
     precision: str
     attention: str
@@ -101,6 +103,8 @@ class Plan:
         per_chunk = partial_recompute_per_chunk(self)
         if per_chunk:
             recompute += f" ({per_chunk} layer(s) per model chunk, block method)"
+        if self.recompute_modules:
+            recompute += f" ({', '.join(self.recompute_modules)})"
         return (
             f"TP{self.tp} PP{self.pp}{split} DP{self.dp} CP{self.cp} EP{self.ep} ETP{self.etp} VPP{self.vpp} "
             f"ZeRO-{self.zero} SP {sp}; mbs {self.mbs}, gbs {self.gbs} ({self.grad_accum} micro-batches/step), "
@@ -235,6 +239,7 @@ def build_plan(result: dict, model: ModelSpec, cluster: ClusterSpec, *, command:
     plan = Plan(
         result=result, model=model, cluster=cluster, recompute=recompute,
         recompute_layers=_int(layout.get("recompute_layers") or 0, "recompute_layers") if recompute == "full" else 0,
+        recompute_modules=_recompute_modules(layout) if recompute == "selective" else (),
         sp=sp, precision=precision, attention=attention, kernels=kernels, loss=loss,
         tp_comm_overlap=tp_comm_overlap and sp, ep_comm_overlap=ep_comm_overlap, moe_dispatcher=moe_dispatcher,
         grad_dtype=grad_dtype, grad_accum=m, gpus=gpus, stage_layers=stages, nnodes=nnodes, nproc_per_node=nproc,
@@ -375,6 +380,19 @@ def write_atomically(files: dict[Path, tuple[str, int]]) -> list[Path]:
                 pass
         raise
     return [path for _, path in temps]
+
+
+def _recompute_modules(layout: dict) -> tuple:
+    """layout.recompute_modules as a tuple of known module names (None -> ())."""
+    from costmodel.layout import recompute_modules_mask
+
+    modules = layout.get("recompute_modules")
+    if modules is None:
+        return ()
+    if isinstance(modules, str) or not isinstance(modules, (list, tuple)):
+        raise PlannerInputError(f"layout.recompute_modules={modules!r}: must be a list of module names")
+    recompute_modules_mask(modules)
+    return tuple(modules)
 
 
 def partial_recompute_per_chunk(plan: "Plan") -> int:

@@ -25,6 +25,9 @@ def check(plan: Plan) -> None:
     if partial_recompute_per_chunk(plan):
         raise CannotExpress("deepspeed_partial_recompute", "recomputing only some layers of each stage is Megatron's "
                             "block method; deepspeed has no equivalent setting", "planner.export")
+    if plan.recompute_modules:
+        raise CannotExpress("deepspeed_recompute_modules", f"recomputing the submodules {', '.join(plan.recompute_modules)} "
+                            "is Megatron-Core's --recompute-modules; a DeepSpeed config has no such setting", "planner.export")
     if plan.precision == "fp8":
         raise CannotExpress("deepspeed_no_fp8", "precision fp8: a DeepSpeed config has bf16/fp16 sections only; FP8 GEMMs "
                             "live in the model code (TransformerEngine), which this file cannot switch on",

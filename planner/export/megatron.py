@@ -275,6 +275,8 @@ def megatron_sections(plan: Plan) -> list[tuple[str, list[tuple[str, list]]]]:
     rec: list[tuple[str, list]] = []
     if plan.recompute == "selective":
         rec.append(("--recompute-granularity", ["selective"]))
+        if plan.recompute_modules:
+            rec.append(("--recompute-modules", list(plan.recompute_modules)))
     elif plan.recompute == "full" and partial_recompute_per_chunk(plan):
         # Partial recompute: the first N layers of every chunk (Megatron's block method).
         rec += [("--recompute-granularity", ["full"]), ("--recompute-method", ["block"]),

@@ -175,6 +175,10 @@ def check_common(plan: Plan) -> None:
     if partial_recompute_per_chunk(plan):
         raise CannotExpress("torchtitan_partial_recompute", "recomputing only some layers of each stage is Megatron's "
                             "block method; torchtitan has no equivalent setting", "planner.export")
+    if plan.recompute_modules:
+        raise CannotExpress("torchtitan_recompute_modules", f"recomputing the submodules {', '.join(plan.recompute_modules)} "
+                            "is Megatron-Core's --recompute-modules; torchtitan's activation checkpointing has no "
+                            "such setting", "planner.export")
     torchrun.check_nodes(plan)
     if flavor_for(plan.model) is None:
         names = ", ".join(f"{n} {f}" for n, f in LLAMA3_FLAVORS)

@@ -102,6 +102,8 @@ def format_summary(stats: dict) -> str:
     from costmodel.layout import IMPLEMENTATION_DEFAULTS
 
     impl = {k: v for k, v in (stats.get("implementation") or {}).items() if v != IMPLEMENTATION_DEFAULTS.get(k)}
+    if stats.get("recompute_modules"):
+        impl["recompute_modules"] = "+".join(stats["recompute_modules"])
     if impl:
         line += "\npriced with " + ", ".join(f"{k}={v}" for k, v in impl.items())
     return line
@@ -194,6 +196,7 @@ def register(app: typer.Typer) -> None:
         moe_dispatcher: str = typer.Option("alltoall", "--moe-dispatcher", help="MoE token dispatcher: alltoall | deepep."),
         grad_dtype: str = typer.Option("fp32", "--grad-dtype", help="Gradient buffers and their data-parallel reduction: fp32 | bf16."),
         zero3_gather: str = typer.Option("prefetch", "--zero3-gather", help="ZeRO-3 parameter fetching: prefetch | blocking (DeepSpeed 2021)."),
+        recompute_modules: Optional[str] = typer.Option(None, "--recompute-modules", help="Submodules selective candidates recompute, comma-separated (core_attn, layernorm, mla_up_proj, mlp, moe_act, shared_experts, moe). Default: core_attn."),
         stage_splits: bool = typer.Option(False, "--stage-splits", help="Also search uneven first/last stage layer counts."),
         top: int = typer.Option(10, "--top", help="How many layouts to show."),
         method: str = typer.Option("auto", "--method", help="auto | exhaustive | optuna (auto: exhaustive up to 5M candidates)."),
@@ -233,6 +236,7 @@ def register(app: typer.Typer) -> None:
                                 "tp_comm_overlap": tp_comm_overlap, "ep_comm_overlap": ep_comm_overlap,
                                 "moe_dispatcher": moe_dispatcher, "grad_dtype": grad_dtype,
                                 "zero3_gather": zero3_gather},
+                recompute_modules=recompute_modules,
             )
             if csv_file is not None:
                 try:

@@ -27,7 +27,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from costmodel.layout import check_implementation
+from costmodel.layout import RECOMPUTE, check_implementation, recompute_modules_mask
 from search.exhaustive import DEFAULT_MEMORY_HEADROOM, Candidate, Objectives, run_exhaustive
 from search.space import Problem, normalize_pins, raw_size
 
@@ -256,7 +256,7 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
            pareto: bool = False, price_per_gpu_hour: Optional[float] = None,
            train_tokens: Optional[float] = None, stage_splits: bool = False,
            progress: bool = False, engine: str = "cpsat",
-           implementation: Optional[dict] = None) -> SearchResult:
+           implementation: Optional[dict] = None, recompute_modules=None) -> SearchResult:
     """Find the fastest layouts that fit in memory.
 
     ``model``/``gpu``/``cluster`` take names or spec objects; ``gpus`` an int, a list or a
@@ -266,8 +266,9 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     whole-run time and cost when ``train_tokens``). ``stage_splits``: also search the first/last
     stage layer counts. ``implementation``: attention (flash | flash3 | unfused), kernels (fused |
     eager), loss (unfused | fused | eager), tp_comm_overlap, ep_comm_overlap, moe_dispatcher
-    (alltoall | deepep), grad_dtype (fp32 | bf16), zero3_gather (prefetch | blocking), applied to every candidate. Raises
-    ``PlannerInputError`` on bad input.
+    (alltoall | deepep), grad_dtype (fp32 | bf16), zero3_gather (prefetch | blocking), applied to every candidate.
+    ``recompute_modules``: the Megatron-Core submodules selective candidates recompute (names, or
+    a comma-separated string; None = core_attn). Raises ``PlannerInputError`` on bad input.
     """
     t0 = time.perf_counter()
     if method not in METHODS:
@@ -293,9 +294,16 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     gbs_v, seq_v = _resolve_batch(model_spec, seq_len, gbs, tokens_per_batch)
     pins_n = normalize_pins(pins)
     impl = check_implementation(implementation or {})
+    if isinstance(recompute_modules, str):
+        recompute_modules = [m.strip() for m in recompute_modules.split(",") if m.strip()] or None
+    modules_mask = recompute_modules_mask(recompute_modules)
+    if recompute_modules is not None and pins_n.get("recompute", RECOMPUTE.index("selective")) != RECOMPUTE.index("selective"):
+        raise _err(f"--recompute-modules={','.join(recompute_modules)} applies only to selective recompute "
+                   f"(got --recompute {RECOMPUTE[pins_n['recompute']]})")
     problems = [
         Problem(model=model_spec, cluster=c, gpu=g, gpus=n, gbs=gbs_v, seq_len=seq_v, pins=pins_n,
-                allow_cross_node_tp=allow_cross_node_tp, stage_splits=stage_splits, implementation=impl)
+                allow_cross_node_tp=allow_cross_node_tp, stage_splits=stage_splits, implementation=impl,
+                recompute_modules=modules_mask)
         for g, c in hardware for n in counts
     ]
     objectives = Objectives(pareto=bool(pareto), price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens)
@@ -328,6 +336,7 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
         "pins": {k: v for k, v in (pins or {}).items() if v is not None},
         "stage_splits": bool(stage_splits),
         "implementation": impl,
+        "recompute_modules": list(recompute_modules) if recompute_modules is not None else None,
     })
     if pareto:
         stats["objectives"] = list(objectives.names)

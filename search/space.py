@@ -145,6 +145,9 @@ class Problem:
     implementation: dict = field(default_factory=dict)
     """Implementation settings (``costmodel.layout.IMPLEMENTATION_DEFAULTS`` names, ``Layout``
     values), the same for every candidate."""
+    recompute_modules: int = 1
+    """Bit mask of the submodules selective candidates recompute (costmodel.layout
+    RECOMPUTE_MODULES; 1 = core_attn, Megatron's default)."""
 
     @property
     def ctx(self) -> RuleContext:
@@ -200,6 +203,7 @@ class Space:
         share = np.asarray(arrays.get("recompute_share", 4))
         arrays["recompute_layers"] = np.where(share < 4, -share, 0)
         arrays.update(implementation_columns(self.problem.implementation))
+        arrays["recompute_modules"] = self.problem.recompute_modules
         return LayoutBatch.from_arrays(**arrays)
 
 

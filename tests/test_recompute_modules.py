@@ -144,3 +144,16 @@ def test_validate_pins_stated_recompute_modules():
     stated = predict_run(run)
     assert stated.chosen.get("recompute", "selective") == "selective"
     assert stated.fits
+
+
+def test_search_prices_selective_candidates_with_the_stated_modules():
+    from search.api import search
+
+    kw = dict(gbs=64, seq_len=4096, pins={"tp": 2, "pp": 1, "ep": 8, "recompute": "selective"}, top=1)
+    plain = search("mixtral-8x7b", 32, "h100", **kw)
+    lighter = search("mixtral-8x7b", 32, "h100", recompute_modules="moe_act,layernorm", **kw)
+    assert list(lighter.results[0]["layout"]["recompute_modules"]) == ["layernorm", "moe_act"]
+    assert lighter.stats["recompute_modules"] == ["moe_act", "layernorm"]
+    assert plain.results[0]["layout"]["recompute_modules"] is None
+    with pytest.raises(PlannerInputError, match="applies only to selective recompute"):
+        search("mixtral-8x7b", 32, "h100", gbs=64, pins={"recompute": "full"}, recompute_modules=["mlp"])

@@ -295,6 +295,19 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     ep_overlap_on = None
     if model.moe is not None and batch.ep_overlap.any():
         ep_overlap_on = batch.ep_overlap & ((vpp > 1) | (pp == 1))
+        # Batch-level overlapping (Megatron-Core MoE README, v0.14) follows DeepSeek-V3's
+        # pairing of a forward and a backward chunk (DeepSeek-V3 report Sec. 3.2.1, Fig. 4):
+        # per MoE layer, each all-to-all runs beside one computation of the other micro-batch:
+        # backward combine || forward attention, forward dispatch || backward MLP, backward
+        # dispatch || forward MLP, forward combine || backward attention. A collective longer
+        # than its partner stays exposed by the difference. Attention here is everything but
+        # the MoE block; backward splits like forward.
+        one_a2a = ep_pass / 2.0
+        mlp_f = moe_t.module_forward["moe"]
+        attn_f = np.maximum(moe_t.forward - mlp_f, 0.0)
+        mlp_b = moe_t.backward * mlp_f / np.maximum(moe_t.forward, 1e-30)
+        attn_b = np.maximum(moe_t.backward - mlp_b, 0.0)
+        paired_exposed = sum(np.maximum(one_a2a - partner, 0.0) for partner in (attn_f, mlp_b, mlp_f, attn_b))
 
     def stage_terms(n_layers, first_stage, last_stage):
         nd, nm = _stage_layer_mix(model, counts, n_layers, first_stage)
@@ -314,10 +327,9 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
         elif last_stage is not False:
             compute = compute + np.where(last_stage, head_fwd + head_bwd, 0.0)
         if ep_overlap_on is not None:
-            # Batch-level overlapping (Megatron-Core MoE README, v0.14): the steady-state 1F1B
-            # pairs one micro-batch's forward with another's backward and runs the all-to-alls
-            # of each beside the other's computation; what exceeds that computation stays exposed.
-            exposed = np.maximum(ep_c - (compute + recompute), 0.0)
+            # Forward and backward all-to-alls pair with the other micro-batch's computation
+            # (above); a recomputed forward's all-to-alls have no partner.
+            exposed = nm * paired_exposed + np.maximum(ep_c - 2.0 * nm * ep_pass, 0.0)
             ep_hidden = np.where(ep_overlap_on, ep_c - exposed, 0.0)
             ep_c = np.where(ep_overlap_on, exposed, ep_c)
             compute = compute + calib.comm_sm_fraction * ep_hidden

@@ -201,6 +201,36 @@ def test_ep_overlap_hides_all_to_all_where_the_schedule_allows():
         evaluate(dsv3, H100, Layout(**base1)).step_time_s[0])
 
 
+def test_ep_overlap_pairs_each_all_to_all_with_one_computation():
+    # DeepSeek-V3 report Fig. 4 pairing, by hand from the layer times the model uses: per MoE
+    # layer and micro-batch, sum over the four all-to-alls of (all-to-all - its partner)+; the
+    # recomputed forward's all-to-alls (full recompute of half the layers) stay exposed.
+    from costmodel.compute import dense_and_moe_layer_times
+    from costmodel.params import count_params
+
+    dsv3 = get_model("deepseek-v3")
+    base = dict(tp=2, pp=8, dp=64, ep=64, vpp=4, mbs=1, gbs=8192, seq_len=4096, recompute="none", precision="fp8")
+    plain = evaluate(dsv3, H100, Layout(**base))
+    hidden = evaluate(dsv3, H100, Layout(ep_comm_overlap=True, **base))
+    batch = LayoutBatch.from_layouts([Layout(ep_comm_overlap=True, **base)])
+    counts = count_params(dsv3)
+    gpu = power_limited(get_gpu("h100"), H100.power_limit_watts, DEFAULT.sustained_clock_fraction)
+    _, moe = dense_and_moe_layer_times(dsv3, counts, gpu, batch, DEFAULT)
+    m = 8192 / 64
+    per_mb = plain.time_terms["ep_comm"][0] / m  # 2 passes x moe layers x (dispatch + combine)
+    mlp_f = moe.module_forward["moe"][0]
+    attn_f = moe.forward[0] - mlp_f
+    mlp_b = moe.backward[0] * mlp_f / moe.forward[0]
+    attn_b = moe.backward[0] - mlp_b
+    # Stages 6 + 6x8 + 7 layers: without overlap a middle stage (8 MoE layers) is the slowest,
+    # with it the last (7 MoE layers and the head). 2 passes x 2 all-to-alls per layer.
+    assert plain.notes["slowest_stage"][0] == 1 and hidden.notes["slowest_stage"][0] == 2
+    one = per_mb / (2 * 8 * 2)
+    expected = m * 7 * sum(max(one - x, 0.0) for x in (attn_f, mlp_b, mlp_f, attn_b))
+    assert hidden.time_terms["ep_comm"][0] == pytest.approx(expected, rel=1e-6)
+    assert 0.0 < hidden.time_terms["ep_comm"][0] < plain.time_terms["ep_comm"][0]
+
+
 def test_cli_ep_overlap_needs_interleaving():
     from planner.cli import app
 

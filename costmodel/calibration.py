@@ -66,8 +66,10 @@ class Calibration:
     """Fixed cost per kernel launched, microseconds: the launch, the tail of its last wave and
     the idle gap before the dependent kernel starts; ~3-8 us per kernel on recent GPUs/CUDA
     (CUDA Graphs reduce it). Counted per transformer layer as ``kernels_per_layer`` launches per
-    pass (more for eager and MoE layers, see costmodel.compute). Fitted: 8.0 (the top of the
-    range; the fit would go higher, a hint that some per-layer cost is still missing)."""
+    pass (more for eager and MoE layers, see costmodel.compute), and once per rank for the
+    copies of PyTorch's list-form collectives that early DeepSpeed ZeRO-3 used
+    (costmodel.zero3_blocking). Fitted: 8.0 (the top of the range; the fit would go higher, a
+    hint that some per-layer cost is still missing)."""
     kernels_per_layer: int = 30
     """Kernels launched per transformer layer per forward pass (GEMMs, norms, rotary, attention,
     activation, residual adds, casts); backward launches twice as many. Order of magnitude from

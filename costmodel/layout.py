@@ -210,7 +210,28 @@ def recompute_modules_names(mask: int) -> tuple:
     return tuple(name for i, name in enumerate(RECOMPUTE_MODULES) if int(mask) >> i & 1)
 
 
+def parse_recompute_modules(value):
+    """--recompute-modules as given (comma-separated text, or names) -> a tuple of known module
+    names, or None when not given; one-line errors naming the bad value."""
+    from hardware_catalog.errors import PlannerInputError
+
+    if value is None:
+        return None
+    names = tuple(m.strip() for m in value.split(",") if m.strip()) if isinstance(value, str) else tuple(value)
+    if not names:
+        raise PlannerInputError(f"--recompute-modules={value!r}: name at least one of {', '.join(RECOMPUTE_MODULES)}")
+    recompute_modules_mask(names)  # names an unknown module
+    return names
+
+
 _INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "mbs", "gbs", "seq_len")
+
+_OPTIONAL_CODES = {"recompute_layers": 0, "recompute_modules": recompute_modules_mask(None), "attention": 0,
+                   "kernels": 0, "loss": 0, "dispatcher": 0, "ep_overlap": False, "tp_overlap": False,
+                   "grad_dtype": 0, "zero3_gather": 0}
+"""``LayoutBatch`` columns that may be left out, and the code they then take (the ``Layout``
+default: every layer, core_attn, flash, fused kernels, unfused loss, alltoall, no overlap,
+FP32 gradients, prefetching ZeRO-3)."""
 
 
 @dataclass
@@ -261,26 +282,9 @@ class LayoutBatch:
     """0 prefetch, 1 blocking per-tensor ZeRO-3 gathers (early DeepSpeed)."""
 
     def __post_init__(self):
-        if self.recompute_layers is None:
-            self.recompute_layers = np.zeros_like(self.tp)
-        if self.recompute_modules is None:
-            self.recompute_modules = np.ones_like(self.tp)
-        if self.attention is None:
-            self.attention = np.zeros_like(self.tp)
-        if self.kernels is None:
-            self.kernels = np.zeros_like(self.tp)
-        if self.loss is None:
-            self.loss = np.zeros_like(self.tp)
-        if self.dispatcher is None:
-            self.dispatcher = np.zeros_like(self.tp)
-        if self.ep_overlap is None:
-            self.ep_overlap = np.zeros(self.tp.shape, dtype=bool)
-        if self.tp_overlap is None:
-            self.tp_overlap = np.zeros(self.tp.shape, dtype=bool)
-        if self.grad_dtype is None:
-            self.grad_dtype = np.zeros_like(self.tp)
-        if self.zero3_gather is None:
-            self.zero3_gather = np.zeros_like(self.tp)
+        for name, code in _OPTIONAL_CODES.items():
+            if getattr(self, name) is None:
+                setattr(self, name, np.full(self.tp.shape, code, dtype=bool if name in _BOOL_FIELDS else np.int64))
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -323,12 +327,10 @@ class LayoutBatch:
                 full[f.name] = PRECISIONS.index(defaults.precision)
             elif f.name == "sp":
                 full[f.name] = True
-            elif f.name == "recompute_modules":
-                full[f.name] = 1
-            elif f.name in ("tp_overlap", "ep_overlap"):
-                full[f.name] = False
-            elif f.name in ("pp_first_layers", "pp_last_layers", "recompute_layers", "attention", "kernels", "loss", "dispatcher", "grad_dtype", "zero3_gather"):
+            elif f.name in ("pp_first_layers", "pp_last_layers"):
                 full[f.name] = 0
+            elif f.name in _OPTIONAL_CODES:
+                full[f.name] = _OPTIONAL_CODES[f.name]
             else:
                 full[f.name] = getattr(defaults, f.name)
         shaped = np.broadcast_arrays(*[np.asarray(v) for v in full.values()])

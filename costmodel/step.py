@@ -16,7 +16,7 @@ from costmodel import collectives
 from costmodel.calibration import DEFAULT, Calibration
 from costmodel.compute import dense_and_moe_layer_times, lm_head_times, power_limited
 from costmodel.flops import attention_core_flops_per_token, model_flops_per_token
-from costmodel.layout import RECOMPUTE, RECOMPUTE_MODULES, Layout, LayoutBatch
+from costmodel.layout import RECOMPUTE_MODULES, Layout, LayoutBatch
 from costmodel.memory import (
     GIB,
     activation_bytes_per_token,
@@ -462,7 +462,7 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     blocking = (zero == 3) & (batch.zero3_gather == 1)
     if blocking.any():
         z3_blocking = blocking_zero3_time(
-            p_dense + p_expert, heavy_layers, m, batch.recompute == RECOMPUTE.index("full"),
+            p_dense + p_expert, heavy_layers, m, full,
             PARAM_GATHER_BYTES, grad_bytes, dp_local, dp_nodes, fabric, calib.kernel_overhead_us * 1e-6,
             gpu.memory_bandwidth_gbps * 1e9 * calib.memory_bound_efficiency,
         )

@@ -27,15 +27,14 @@ import numpy as np
 
 from costmodel import collectives
 
-PERSISTENT_BELOW_ELEMENTS = 1e5
-"""stage3_param_persistence_threshold default: smaller tensors are not partitioned."""
 MAX_LIVE_ELEMENTS = 1e9
 """stage3_max_live_parameters and stage3_max_reuse_distance default."""
 REDUCE_BUCKET_ELEMENTS = 5e8
 """reduce_bucket_size default."""
 GATHERED_TENSORS_PER_LAYER = 4
 """Linear weights of a Megatron-style layer (fused QKV, attention output, MLP in, MLP out): the
-tensors above the persistence threshold once the hidden size passes ~320 (320^2 > 1e5)."""
+tensors above stage3_param_persistence_threshold (1e5 elements) once the hidden size passes
+~320 (320^2 > 1e5); biases and norm scales stay below it."""
 OPS_PER_RANK = {"all_gather": 1.0, "reduce_scatter": 2.0}
 """Launched operations per rank in one list-form collective (copies, plus torch.cat for RS)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from costmodel.layout import PRECISIONS, RECOMPUTE, RECOMPUTE_MODULES, Layout, check_implementation, recompute_modules_mask
+from costmodel.layout import PRECISIONS, RECOMPUTE, Layout, check_implementation, parse_recompute_modules
 from hardware_catalog import (
     ClusterSpec,
     GPUSpec,
@@ -118,14 +118,9 @@ def build_layout(
         raise PlannerInputError(f"--recompute-layers={recompute_layers} applies only with --recompute full (got {recompute})")
     if recompute_layers is not None and recompute_layers < 1:
         raise PlannerInputError(f"--recompute-layers={recompute_layers}: must be a positive number of layers per stage")
-    modules = None
-    if recompute_modules is not None:
-        if recompute != "selective":
-            raise PlannerInputError(f"--recompute-modules={recompute_modules} applies only with --recompute selective (got {recompute})")
-        modules = tuple(m.strip() for m in recompute_modules.split(",") if m.strip())
-        if not modules:
-            raise PlannerInputError(f"--recompute-modules={recompute_modules!r}: name at least one of {', '.join(RECOMPUTE_MODULES)}")
-        recompute_modules_mask(modules)  # one-line error naming an unknown module
+    if recompute_modules is not None and recompute != "selective":
+        raise PlannerInputError(f"--recompute-modules={recompute_modules} applies only with --recompute selective (got {recompute})")
+    modules = parse_recompute_modules(recompute_modules)
     if precision not in PRECISIONS:
         raise PlannerInputError(f"--precision={precision}: allowed {', '.join(PRECISIONS)}")
     model_parallel = tp * pp * cp

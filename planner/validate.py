@@ -270,13 +270,12 @@ def map_run(row: dict) -> MappedRun:
         assumptions.append(f"{key}={value} (stated)")
     if lay.get("recompute_modules"):
         # Megatron-Core fine-grained selective recompute (--recompute-modules), stated outright.
-        from costmodel.layout import recompute_modules_mask
+        from costmodel.layout import parse_recompute_modules
 
-        recompute_modules_mask(lay["recompute_modules"])
         pins["recompute"] = "selective"
-        pins["recompute_modules"] = tuple(lay["recompute_modules"])
+        pins["recompute_modules"] = parse_recompute_modules(lay["recompute_modules"])
         searched.pop("recompute", None)
-        assumptions.append(f"recompute_modules={','.join(lay['recompute_modules'])} (stated)")
+        assumptions.append(f"recompute_modules={','.join(pins['recompute_modules'])} (stated)")
     pins["precision"] = "fp8" if ("fp8" in precision or "float8" in precision) else "bf16"
     if lay.get("sequence_parallel") is False:
         pins["sequence_parallel"] = False

@@ -27,7 +27,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from costmodel.layout import RECOMPUTE, check_implementation, recompute_modules_mask
+from costmodel.layout import RECOMPUTE, check_implementation, parse_recompute_modules, recompute_modules_mask
 from search.exhaustive import DEFAULT_MEMORY_HEADROOM, Candidate, Objectives, run_exhaustive
 from search.space import Problem, normalize_pins, raw_size
 
@@ -294,8 +294,7 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     gbs_v, seq_v = _resolve_batch(model_spec, seq_len, gbs, tokens_per_batch)
     pins_n = normalize_pins(pins)
     impl = check_implementation(implementation or {})
-    if isinstance(recompute_modules, str):
-        recompute_modules = [m.strip() for m in recompute_modules.split(",") if m.strip()] or None
+    recompute_modules = parse_recompute_modules(recompute_modules)
     modules_mask = recompute_modules_mask(recompute_modules)
     if recompute_modules is not None and pins_n.get("recompute", RECOMPUTE.index("selective")) != RECOMPUTE.index("selective"):
         raise _err(f"--recompute-modules={','.join(recompute_modules)} applies only to selective recompute "

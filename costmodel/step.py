@@ -31,7 +31,7 @@ from costmodel.params import count_params
 from costmodel.pipeline import partial_recompute_per_chunk, stage_layer_split
 from costmodel.placement import group_span, pipeline_crosses_network
 from costmodel.result import MEMORY_TERMS, TIME_TERMS, BatchResult
-from costmodel.zero3_blocking import blocking_zero3_time
+from costmodel.zero3_blocking import blocking_zero3_time, parameter_tensors_per_layer
 from hardware_catalog.schema import ClusterSpec, GPUSpec, ModelSpec
 
 BF16 = 2.0
@@ -464,7 +464,7 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
         z3_blocking = blocking_zero3_time(
             p_dense + p_expert, heavy_layers, m, full,
             PARAM_GATHER_BYTES, grad_bytes, dp_local, dp_nodes, fabric, calib.kernel_overhead_us * 1e-6,
-            gpu.memory_bandwidth_gbps * 1e9 * calib.memory_bound_efficiency,
+            gpu.memory_bandwidth_gbps * 1e9 * calib.memory_bound_efficiency, parameter_tensors_per_layer(model),
         )
         z3 = np.where(blocking, z3_blocking, z3)
     zero3_exposed = np.where(zero == 3, z3, 0.0)

@@ -2,9 +2,11 @@
 
 Each row of a runs file (format of shared/reference/published_runs.json) becomes a model, a
 cluster and a set of candidate layouts: the knobs the source published are pinned, the ones it
-left unstated (micro-batch, recompute, ZeRO / distributed optimizer, virtual stages, sometimes
-the whole layout) are searched as a user would, and the fastest layout that fits in memory is
-the prediction. Rows that cannot be mapped are listed with the reason.
+left unstated (micro-batch, recompute with Megatron-Core's recompute-module sets, ZeRO /
+distributed optimizer, virtual stages, sometimes the whole layout) are searched as a user would,
+and the fastest layout that fits in memory is the prediction. Settings the framework's own
+published scripts fix (e.g. NeMo's DeepEP for DeepSeek-V3 on H100) are pinned, with the source.
+Rows that cannot be mapped are listed with the reason.
 """
 
 from __future__ import annotations
@@ -258,6 +260,13 @@ def map_run(row: dict) -> MappedRun:
         # Megatron-Bridge COMM_OVERLAP_CONFIG_MAP, userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192):
         # unstated, so searched like the other knobs.
         searched["tp_overlap"] = [0, 1]
+    megatron_family = any(f in framework for f in ("megatron-core", "nemo", "megatron-bridge"))
+    if model.moe is not None and model.mla is not None and megatron_family and year >= 2025 and gpu.name.startswith("h100"):
+        # NeMo's 2025 performance scripts, which produce these tables, run DeepSeek-V3 on H100
+        # with the flex dispatcher and DeepEP (scripts/performance/llm/pretrain_deepseek_v3.py:
+        # "For H100 we use deepEP"); their Qwen3 and Mixtral scripts keep the recipes' alltoall.
+        pins["moe_dispatcher"] = "deepep"
+        assumptions.append("DeepEP dispatcher (NeMo performance script for DeepSeek-V3 on H100)")
     # A runs file may state the implementation outright (the planner's own names); that wins
     # over what the framework string suggests.
     from costmodel.layout import IMPLEMENTATION_DEFAULTS, check_implementation
@@ -280,6 +289,29 @@ def map_run(row: dict) -> MappedRun:
     if lay.get("sequence_parallel") is False:
         pins["sequence_parallel"] = False
     return MappedRun(row, model, cluster, gpu, int(hw["num_gpus"]), pins, searched, assumptions)
+
+
+def _module_subset_masks(model) -> list[int]:
+    """Bit masks of every non-empty set of the recompute modules this model has (Megatron-Core
+    TransformerConfig: mla_up_proj needs multi-latent attention, moe_act / moe an MoE layer,
+    shared_experts shared experts; mlp is the dense MLP, so only where dense layers exist)."""
+    from costmodel.layout import RECOMPUTE_MODULES
+
+    moe = model.moe
+    present = {"core_attn", "layernorm"}
+    if moe is None or moe.num_dense_layers > 0 or moe.moe_layer_frequency > 1:
+        present.add("mlp")
+    if model.mla is not None:
+        present.add("mla_up_proj")
+    if moe is not None:
+        present |= {"moe_act", "moe"}
+        if moe.num_shared_experts > 0:
+            present.add("shared_experts")
+    bits = [1 << i for i, name in enumerate(RECOMPUTE_MODULES) if name in present]
+    masks = set()
+    for chosen in range(1, 1 << len(bits)):
+        masks.add(sum(b for j, b in enumerate(bits) if chosen >> j & 1))
+    return sorted(masks)
 
 
 def _candidates(run: MappedRun):
@@ -340,7 +372,21 @@ def _candidates(run: MappedRun):
     ok &= heads_ok
     _, distinct = partial_recompute_per_chunk(run.model.num_layers, batch.pp, batch.vpp, 0, 0, batch.recompute_layers)
     ok &= (batch.recompute_layers == 0) | ((batch.recompute == RECOMPUTE.index("full")) & distinct)
-    return batch.take(np.nonzero(ok)[0])
+    batch = batch.take(np.nonzero(ok)[0])
+    if "recompute" not in run.searched:
+        return batch
+    # Unstated selective recompute also covers Megatron-Core's fine-grained variant: each
+    # selective layout once per set of the recompute modules this model has.
+    masks = np.asarray(_module_subset_masks(run.model), dtype=np.int64)
+    selective = batch.recompute == RECOMPUTE.index("selective")
+    copies = np.where(selective, len(masks), 1)
+    expanded = batch.take(np.repeat(np.arange(len(batch)), copies))
+    starts = np.cumsum(copies) - copies
+    rank_in_row = np.arange(len(expanded)) - np.repeat(starts, copies)
+    expanded.recompute_modules = np.where(
+        np.repeat(selective, copies), masks[rank_in_row % len(masks)], expanded.recompute_modules
+    )
+    return expanded
 
 
 @dataclass
@@ -360,6 +406,13 @@ class RowResult:
     memory_error: Optional[float] = None
     reason: str = ""
     assumptions: list = field(default_factory=list)
+
+
+def _modules_label(lay) -> str:
+    """'(mla_up_proj,mlp)' after 'sel' when selective recompute runs other modules than core_attn."""
+    if lay.recompute != "selective" or lay.recompute_modules in (None, ("core_attn",)):
+        return ""
+    return "(" + ",".join(lay.recompute_modules) + ")"
 
 
 def predict_run(run: MappedRun, calib: Calibration = DEFAULT) -> RowResult:
@@ -391,9 +444,11 @@ def predict_run(run: MappedRun, calib: Calibration = DEFAULT) -> RowResult:
     res.chosen = {k: getattr(lay, "tp_comm_overlap" if k == "tp_overlap" else k) for k in run.searched}
     if not all(k in run.pins for k in ("tp", "pp", "dp")):
         res.chosen.update(tp=lay.tp, pp=lay.pp, dp=lay.dp)
+    if "recompute" in run.searched and lay.recompute == "selective":
+        res.chosen["recompute_modules"] = list(lay.recompute_modules or ("core_attn",))
     res.layout = (
         f"TP{lay.tp} PP{lay.pp} DP{lay.dp} CP{lay.cp}" + (f" EP{lay.ep}" if lay.ep > 1 else "")
-        + f" v{lay.vpp} mbs{lay.mbs} z{lay.zero} {lay.recompute[:3]}"
+        + f" v{lay.vpp} mbs{lay.mbs} z{lay.zero} {lay.recompute[:3]}" + _modules_label(lay)
         + (f"{-lay.recompute_layers}/4" if (lay.recompute_layers or 0) < 0 else "") + f" {lay.precision}"
         + (" tpo" if lay.tp_comm_overlap and lay.tp > 1 else "") + (" eager" if lay.kernels == "eager" else "")
     )
@@ -448,7 +503,7 @@ def summarize(results: list[RowResult], confidence: str = "high") -> dict:
 
 
 def format_table(results: list[RowResult], summary: dict) -> str:
-    lines = [f"{'run':<40}{'GPUs':>6}  {'layout (searched knobs chosen by planner)':<50}{'reported':>10}{'predicted':>11}{'error':>8}  mem GiB (rep/pred)"]
+    lines = [f"{'run':<40}{'GPUs':>6}  {'layout (searched knobs chosen by planner)':<64}{'reported':>10}{'predicted':>11}{'error':>8}  mem GiB (rep/pred)"]
     for r in results:
         if r.error is None:
             continue
@@ -457,7 +512,7 @@ def format_table(results: list[RowResult], summary: dict) -> str:
             mem = f"{r.reported_memory_gib:.1f}/{r.predicted_memory_gib:.1f}"
         flag = "" if r.fits else " (nothing fits; least-memory layout)"
         lines.append(
-            f"{r.id[:39]:<40}{r.gpus:>6}  {r.layout[:49]:<50}{r.reported:>10.1f}{r.predicted:>11.1f}{r.error * 100:>+7.1f}%  {mem}{flag}"
+            f"{r.id[:39]:<40}{r.gpus:>6}  {r.layout[:63]:<64}{r.reported:>10.1f}{r.predicted:>11.1f}{r.error * 100:>+7.1f}%  {mem}{flag}"
         )
     lines.append("")
     s = summary
@@ -488,15 +543,17 @@ def llama3_405b_production_check() -> dict:
     gpu = get_gpu(cluster.gpu)
     out = {}
     variants = {
-        "none": ("none", None, 1),
-        "selective": ("selective", None, 1),
-        "full": ("full", None, 1),
+        "none": ("none", None, 1, None),
+        "selective": ("selective", None, 1, None),
+        # Megatron-Core's fine-grained selective recompute of the MLP (--recompute-modules mlp).
+        "selective (mlp)": ("selective", None, 1, ("mlp",)),
+        "full": ("full", None, 1, None),
         # Interleaved (the paper's schedule) with half of each stage's layers recomputed.
-        "full, half the layers, vpp 4": ("full", -2, 4),
+        "full, half the layers, vpp 4": ("full", -2, 4, None),
     }
-    for label, (rc, layers, vpp) in variants.items():
+    for label, (rc, layers, vpp, modules) in variants.items():
         lay = Layout(tp=8, cp=1, pp=16, dp=128, vpp=vpp, zero=1, mbs=1, gbs=2048, seq_len=8192, recompute=rc,
-                     recompute_layers=layers)
+                     recompute_layers=layers, recompute_modules=modules)
         r = evaluate(model, cluster, lay, gpu=gpu)
         out[label] = {
             "peak_gib": float(r.memory_gib["peak"][0]),
@@ -514,7 +571,7 @@ def format_production_check(check: dict) -> str:
         lines.append(f"  recompute {rc:<29} peak {v['peak_gib']:6.1f} of {v['capacity_gib']:.1f} GiB: {verdict:<13} "
                      f"{v['tokens_per_s_per_gpu']:.0f} tokens/s/GPU")
     fitting = [rc for rc, v in check.items() if v["fits"]]
-    lines.append(f"  -> fits an 80 GB H100 with recompute: {', '.join(fitting) if fitting else 'none of them'}")
+    lines.append(f"  -> fits an 80 GB H100 with recompute: {'; '.join(fitting) if fitting else 'none of them'}")
     return "\n".join(lines)
 
 

@@ -317,25 +317,32 @@ def test_validate_nemo_fp8_rows_reduce_gradients_in_bf16():
 
 def test_blocking_zero3_by_hand():
     from costmodel.collectives import Fabric, LinkLevel, collective_time
-    from costmodel.zero3_blocking import backward_regather_fraction, blocking_zero3_time
+    from costmodel.zero3_blocking import backward_regather_fraction, blocking_zero3_time, parameter_tensors_per_layer
+    from hardware_catalog import get_model
 
     # 1e9 elements stay live between recompute and backward: a 2e9-element layer gathers half again.
     assert backward_regather_fraction(2e9) == pytest.approx(0.5)
     assert backward_regather_fraction(5e8) == 0.0
+    # GPT-3: 4 weights, 4 biases, 2 LayerNorms with scale and shift; Llama: 4 weights, 2 RMSNorm scales.
+    assert parameter_tensors_per_layer(get_model("gpt3-175b")) == 12
+    assert parameter_tensors_per_layer(LLAMA_8B) == 6
     # One 8-GPU switched domain: ring AG / RS = 7 a + 7/8 S / B (collectives.py).
     level = LinkLevel(bandwidth=100e9, latency=2e-6, topology="switch")
     fabric = Fabric(intra=level, inter=level, domain_size=8)
-    params, layers, op, hbm = 8e9, 4, 10e-6, 1e12  # 2e9 elements a layer, 16 weights, 16 buckets of 5e8
-    # + per rank: one copy (AG) or a cat and a copy (RS), each pass reading and writing the buffer.
-    ag = 7 * 2e-6 + 7 / 8 * (2.0 * params / 16) / 100e9 + 8 * op + 2 * (2.0 * params / 16) / hbm
-    rs = 7 * 2e-6 + 7 / 8 * (4.0 * params / 16) / 100e9 + 2 * (8 * op + 2 * (4.0 * params / 16) / hbm)
+    params, layers, op, hbm = 8e9, 4, 10e-6, 1e12  # 2e9 elements a layer, 16 weights
+    # + per rank: DeepSpeed's narrow and PyTorch's copy for the all-gather, view, narrow and copy
+    # for the reduce-scatter, each a host operation; and one pass of the buffer through HBM
+    # (read + write) for the copies.
+    ag = 7 * 2e-6 + 7 / 8 * (2.0 * params / 16) / 100e9 + 2 * 8 * op + 2 * (2.0 * params / 16) / hbm
+    rs = 7 * 2e-6 + 7 / 8 * (4.0 * params / 16) / 100e9 + 3 * 8 * op + 2 * (4.0 * params / 16) / hbm
+    small = 7 * 2e-6 + 3 * 8 * op  # a bias or norm: latency and the per-rank operations
     assert collective_time("all_gather", 2.0 * params / 16, 8, 1, fabric)[0] == pytest.approx(
         7 * 2e-6 + 7 / 8 * (2.0 * params / 16) / 100e9)
-    args = (2.0, 4.0, 8, 1, fabric, op, hbm)
+    args = (2.0, 4.0, 8, 1, fabric, op, hbm, 12)  # 12 tensors a layer: 8 small ones each
     no_recompute = blocking_zero3_time(params, layers, 3, False, *args)
-    assert no_recompute == pytest.approx(3 * (2 * 16 * ag + 16 * rs))  # forward + backward gathers
+    assert no_recompute == pytest.approx(3 * (2 * 16 * ag + 16 * rs + 32 * small))  # forward + backward gathers
     full = blocking_zero3_time(params, layers, 3, True, *args)
-    assert full == pytest.approx(3 * (2.5 * 16 * ag + 16 * rs))  # + recompute, half again for backward
+    assert full == pytest.approx(3 * (2.5 * 16 * ag + 16 * rs + 32 * small))  # + recompute, half again for backward
     assert blocking_zero3_time(params, layers, 3, True, 2.0, 4.0, 1, 1, fabric, op, hbm) == 0.0  # one rank
 
 

@@ -96,31 +96,34 @@ def evaluate_batch(
     n = len(batch)
     if n <= 2 * CHUNK:
         return _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts)
-    parts = [
-        _evaluate_chunk(model, cluster, batch.take(slice(i, min(i + CHUNK, n))), gpu, calib, fabric, counts)
-        for i in range(0, n, CHUNK)
-    ]
-    return concatenate_results(parts, batch)
+    # Each chunk is copied into preallocated arrays while its results are still in cache.
+    out = None
+    for i in range(0, n, CHUNK):
+        part = _evaluate_chunk(model, cluster, batch.take(slice(i, min(i + CHUNK, n))), gpu, calib, fabric, counts)
+        if out is None:
+            out = _empty_like_result(part, batch, n)
+        _fill_result(out, part, slice(i, i + len(part)))
+    return out
 
 
-def concatenate_results(parts: list[BatchResult], batch: LayoutBatch) -> BatchResult:
-    """One BatchResult from consecutive chunks."""
-    cat = lambda name: np.concatenate([getattr(p, name) for p in parts])
-    cat_dict = lambda name: {k: np.concatenate([getattr(p, name)[k] for p in parts]) for k in getattr(parts[0], name)}
-    return BatchResult(
-        batch=batch,
-        step_time_s=cat("step_time_s"),
-        tokens_per_s=cat("tokens_per_s"),
-        tokens_per_s_per_gpu=cat("tokens_per_s_per_gpu"),
-        mfu=cat("mfu"),
-        hfu=cat("hfu"),
-        time_terms=cat_dict("time_terms"),
-        overlapped_terms=cat_dict("overlapped_terms"),
-        memory_gib=cat_dict("memory_gib"),
-        memory_capacity_gib=parts[0].memory_capacity_gib,
-        fits=cat("fits"),
-        notes=cat_dict("notes"),
-    )
+_ARRAY_FIELDS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "fits")
+_DICT_FIELDS = ("time_terms", "overlapped_terms", "memory_gib", "notes")
+
+
+def _empty_like_result(part: BatchResult, batch: LayoutBatch, n: int) -> BatchResult:
+    """A BatchResult of ``n`` uninitialised rows with the fields and dtypes of ``part``."""
+    arrays = {name: np.empty(n, dtype=getattr(part, name).dtype) for name in _ARRAY_FIELDS}
+    dicts = {name: {k: np.empty(n, dtype=v.dtype) for k, v in getattr(part, name).items()} for name in _DICT_FIELDS}
+    return BatchResult(batch=batch, memory_capacity_gib=part.memory_capacity_gib, **arrays, **dicts)
+
+
+def _fill_result(out: BatchResult, part: BatchResult, rows: slice) -> None:
+    for name in _ARRAY_FIELDS:
+        getattr(out, name)[rows] = getattr(part, name)
+    for name in _DICT_FIELDS:
+        target = getattr(out, name)
+        for k, v in getattr(part, name).items():
+            target[k][rows] = v
 
 
 def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchResult:

@@ -118,9 +118,9 @@ class Layout:
     """ZeRO-3 parameter fetching: prefetch (one flat all-gather per layer / FSDP unit, issued
     ahead and hidden behind compute: FSDP, DeepSpeed since its coalesced gathers) or blocking
     (early DeepSpeed ZeRO-3, 2021: one all-gather per weight tensor, each after a
-    torch.cuda.synchronize(), again after a recomputed forward, and gradient reduce-scatters per
-    5e8-element bucket, all in PyTorch's list form; nothing overlaps; see
-    costmodel.zero3_blocking)."""
+    torch.cuda.synchronize(), again after a recomputed forward, and one gradient reduce-scatter
+    per parameter tensor, all in PyTorch's list form built from per-rank slices and copies;
+    nothing overlaps; see costmodel.zero3_blocking)."""
     pp_first_layers: Optional[int] = None
     """Layers on the first pipeline stage; None = planner's split (see costmodel.pipeline)."""
     pp_last_layers: Optional[int] = None

@@ -242,10 +242,11 @@ def map_run(row: dict) -> MappedRun:
         assumptions.append("BF16 gradient reduction (FSDP mixed_precision PURE)")
     if "deepspeed" in framework and year and year <= 2021:
         # DeepSpeed's first ZeRO-3 (v0.3.13-0.5, 2021) all-gathered each weight tensor after a
-        # torch.cuda.synchronize() (runtime/zero/partition_parameters.py of that release; coalesced
-        # prefetching gathers came later). Its defaults are priced in costmodel.zero3_blocking.
+        # torch.cuda.synchronize() and reduce-scattered each gradient tensor on its own
+        # (runtime/zero/partition_parameters.py of that release; coalesced collectives came
+        # later). Priced from that code and its defaults in costmodel.zero3_blocking.
         pins["zero3_gather"] = "blocking"
-        assumptions.append("blocking per-tensor ZeRO-3 gathers with DeepSpeed's defaults (DeepSpeed 2021)")
+        assumptions.append("blocking per-tensor ZeRO-3 gathers and reduce-scatters (DeepSpeed 2021)")
     if "deepspeed" in framework and "16-bit" in precision:
         # DeepSpeed's fp16 engine keeps 16-bit gradients and reduces them in 16 bits
         # (communication_data_type defaults to the training dtype; docs/_pages/config-json.md).

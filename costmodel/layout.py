@@ -58,7 +58,9 @@ class Layout:
     """Virtual pipeline stages per GPU (interleaved 1F1B); 1 = plain 1F1B."""
     zero: int = 1
     """ZeRO stage 0-3: 0 plain DDP, 1 optimizer states sharded (Megatron distributed optimizer),
-    2 + gradients, 3 + parameters (FSDP)."""
+    2 + gradients, 3 + parameters (FSDP). With pipeline parallelism only FSDP2 runs stages 2-3,
+    and under torch.distributed.pipelining it keeps gradients unsharded for the whole step:
+    priced with ZeRO-1's footprint (ZeRO-3 re-gathers weights for each backward)."""
     mbs: int = 1
     """Micro-batch size, sequences."""
     gbs: int = 1

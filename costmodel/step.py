@@ -448,7 +448,12 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     # ZeRO-2 keeps only a shard of the gradients, so it must reduce-scatter after every
     # micro-batch's backward (DeepSpeed stage 2 IPG buckets; FSDP SHARD_GRAD_OP without
     # no_sync), not once per step.
-    rs_count = np.where(zero == 2, m, 1.0)
+    # Under a pipeline, ZeRO-2/3 run as FSDP2 in torch.distributed.pipelining (torchtitan; DeepSpeed
+    # and Megatron have no ZeRO-2/3 with PP): its stage turns off gradient sync and resharding
+    # after backward until the last micro-batch (stage.py backward_maybe_with_nosync), so
+    # gradients accumulate unsharded and are reduce-scattered once a step.
+    pipelined_fsdp = (pp > 1) & (zero >= 2)
+    rs_count = np.where((zero == 2) & ~pipelined_fsdp, m, 1.0)
     dp_exposed = np.where(
         zero == 0,
         np.maximum(grad_ar - window_bwd, 0.0),
@@ -460,6 +465,16 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     z3 = (
         np.maximum(param_ag - window_fwd, 0.0) + np.maximum(param_ag + grad_rs - window_bwd, 0.0)
     ) * m
+    # ZeRO-3 under a pipeline (the export's reshard_after_forward=always): weights gathered for
+    # the step's first forward, freed after each forward and gathered again for its backward
+    # (which keeps them), gradients reduce-scattered once a step.
+    z3_pipelined = pipelined_fsdp & (zero == 3)
+    z3 = np.where(
+        z3_pipelined,
+        np.maximum(param_ag - window_fwd, 0.0) + m * np.maximum(param_ag - window_bwd, 0.0)
+        + np.maximum(grad_rs - window_bwd, 0.0),
+        z3,
+    )
     # Early DeepSpeed ZeRO-3 (2021): per-tensor gathers behind torch.cuda.synchronize(), nothing
     # hidden (costmodel.zero3_blocking). Its MoE-less design: expert weights counted with the rest.
     blocking = (zero == 3) & (batch.zero3_gather == 1)
@@ -482,7 +497,8 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     # Sec. 3.2.1 limits by giving its all-to-all only 20 of 132 SMs).
     dp_hidden = np.where(zero == 0, grad_ar, rs_count * grad_rs + param_ag) - dp_exposed
     dp_hidden = np.where((zero == 3) | (single_replica & (expert_shard <= 1)), 0.0, dp_hidden)
-    z3_hidden = np.where(zero == 3, np.maximum((2.0 * param_ag + grad_rs) * m - zero3_exposed, 0.0), 0.0)
+    z3_traffic = np.where(z3_pipelined, (1.0 + m) * param_ag + grad_rs, (2.0 * param_ag + grad_rs) * m)
+    z3_hidden = np.where(zero == 3, np.maximum(z3_traffic - zero3_exposed, 0.0), 0.0)
     z3_hidden = np.where(single_replica & (expert_shard <= 1), 0.0, z3_hidden)
     contention = calib.comm_sm_fraction * np.maximum(dp_hidden + z3_hidden, 0.0)
 
@@ -564,9 +580,10 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
             params[0], params[1], zero, dense_shard, expert_shard, fp8, divisors=state_divisors,
             grad_bytes=grad_bytes,
         )
-        # ZeRO-3 materialises the current and the prefetched layer in full.
+        # ZeRO-3 materialises the current and the prefetched layer in full (under a pipeline the
+        # whole stage is gathered after a backward, counted by state_divisors).
         layer_params = np.where(nm > 0, moe_dense_part + moe_expert_part, dense_per_layer_dense)
-        weights = weights + np.where(zero == 3, 2.0 * BF16 * layer_params, 0.0)
+        weights = weights + np.where((zero == 3) & ~pipelined_fsdp, 2.0 * BF16 * layer_params, 0.0)
         return {
             "weights": weights / GIB,
             "gradients": grads / GIB,
@@ -575,7 +592,9 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
             "logits": logits / GIB,
         }
 
-    state_divisors = zero_divisors(zero, dense_shard, expert_shard)
+    # Under a pipeline FSDP2 keeps a stage's gradients (and, after a backward, its weights)
+    # unsharded for the whole step: ZeRO-1's footprint (optimizer states stay sharded).
+    state_divisors = zero_divisors(np.where(pipelined_fsdp, 1, zero), dense_shard, expert_shard)
     mem_first = stage_memory(n_first, first_params, 0.0, True, single)
     mem_middle = stage_memory(n_middle, middle_params, 1.0, False, False)
     mem_last = stage_memory(n_last, last_params, pp - 1.0, False, True)

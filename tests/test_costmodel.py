@@ -164,6 +164,25 @@ def test_higher_zero_never_more_memory(h100):
         assert np.all(hi <= lo + 1e-9)
 
 
+def test_zero_2_and_3_under_a_pipeline_keep_zero_1_footprint(h100):
+    # FSDP2 under torch.distributed.pipelining (stage.py backward_maybe_with_nosync) keeps
+    # gradients, and after a backward the weights, unsharded until the step's last micro-batch:
+    # ZeRO-2 is priced as ZeRO-1; ZeRO-3 has the same memory and gathers again for each backward.
+    kw = dict(tp=8, pp=8, dp=16, mbs=1, gbs=256, seq_len=8192, recompute="full")
+    z1, z2, z3 = (evaluate(LLAMA_405B, h100, Layout(zero=z, **kw)) for z in (1, 2, 3))
+    for k in ("weights", "gradients", "optimizer", "peak"):
+        assert z2.memory_gib[k][0] == pytest.approx(z1.memory_gib[k][0])
+    assert z3.memory_gib["peak"][0] == pytest.approx(z1.memory_gib["peak"][0])
+    assert z2.step_time_s[0] == pytest.approx(z1.step_time_s[0])
+    assert z3.step_time_s[0] >= z1.step_time_s[0]
+    assert z3.overlapped_terms["dp_comm"][0] + z3.time_terms["zero3_gather"][0] > (
+        z1.overlapped_terms["dp_comm"][0] + z1.time_terms["dp_comm"][0])
+    # Without a pipeline ZeRO-3 shards the weights and gradients: far less than ZeRO-1.
+    flat = dict(kw, pp=1, dp=128)
+    assert evaluate(LLAMA_405B, h100, Layout(zero=3, **flat)).memory_gib["peak"][0] < 0.5 * evaluate(
+        LLAMA_405B, h100, Layout(zero=1, **flat)).memory_gib["peak"][0]
+
+
 def test_more_recompute_never_more_activation_memory(h100):
     base = dict(tp=np.array([1, 4, 8]), pp=np.array([1, 2, 8]), dp=np.array([64, 8, 1]), mbs=2, gbs=64, seq_len=4096)
     acts = [

@@ -426,3 +426,12 @@ def test_cli_nothing_fits_exits_zero_and_bad_input_exits_two():
         assert r.exit_code == 2
         err = r.stderr if hasattr(r, "stderr") else r.output
         assert err.strip().startswith("error:") and len(err.strip().splitlines()) == 1
+
+
+def test_zero_2_under_a_pipeline_is_listed_only_when_asked_for():
+    # The cost model prices ZeRO-2 under PP exactly as ZeRO-1 (FSDP2 under pipelining keeps
+    # gradients unsharded), so search drops the duplicate unless ZeRO-2 is pinned.
+    res = search(MID, 64, GPU, CLUSTER, gbs=128, pins={"pp": 2}, method="exhaustive", top=50)
+    assert res.results and all(r["layout"]["zero"] != 2 for r in res.results)
+    pinned = search(MID, 64, GPU, CLUSTER, gbs=128, pins={"pp": 2, "zero": 2}, method="exhaustive", top=3)
+    assert pinned.results and all(r["layout"]["zero"] == 2 for r in pinned.results)

@@ -336,6 +336,9 @@ def notes(plan: Plan, target: str) -> list[str]:
                        "data-parallel traffic can exceed the plan's.")
     if plan.zero == 3:
         out.append("ZeRO-3 -> FSDP2 with reshard_after_forward=always (weights gathered for each micro-batch).")
+    if plan.zero >= 2 and plan.pp > 1:
+        out.append("Under PP, torch.distributed.pipelining keeps FSDP gradients (and weights after a backward) "
+                   "unsharded until the last micro-batch: ZeRO-1's memory, as priced.")
     if plan.grad_dtype == "bf16":
         out.append("grad_dtype bf16: torchtitan's FSDP2 reduces gradients in float32 by default "
                    "(mixed_precision_reduce); set it to bfloat16 to run what was priced.")

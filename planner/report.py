@@ -152,4 +152,7 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
         else f"DOES NOT FIT: {peak - cap:.1f} GiB over ({peak / cap * 100:.0f}% of HBM)"
     )
     lines.append(f"  {'peak':<44}{peak:>10.2f}  of {cap:.1f} GiB: {verdict}")
+    if lay.get("zero", 0) >= 2 and lay.get("pp", 1) > 1:
+        lines.append(f"  ZeRO-{lay['zero']} under PP: FSDP2 in torch.distributed.pipelining keeps gradients (and weights")
+        lines.append("  after a backward) unsharded until the last micro-batch, so memory is ZeRO-1's.")
     return "\n".join(lines)

@@ -32,6 +32,9 @@ def test_evaluate_reports_by_how_much_a_layout_does_not_fit():
                        "--recompute", "selective")
     assert code == 0
     assert "DOES NOT FIT" in out and "GiB over" in out
+    # ZeRO-3 under a pipeline says why its memory is ZeRO-1's.
+    code, out, _ = run("evaluate", "--model", "8b", "--gpus", "16", "--gpu", "h100", "--pp", "2", "--zero", "3")
+    assert code == 0 and "ZeRO-3 under PP" in out
 
 
 @pytest.mark.parametrize("args,needle", [

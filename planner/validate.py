@@ -265,7 +265,7 @@ def map_run(row: dict) -> MappedRun:
     if model.moe is not None and model.mla is not None and megatron_family and year >= 2025 and gpu.name.startswith("h100"):
         # NeMo's 2025 performance scripts, which produce these tables, run DeepSeek-V3 on H100
         # with the flex dispatcher and DeepEP (scripts/performance/llm/pretrain_deepseek_v3.py:
-        # "For H100 we use deepEP"); their Qwen3 and Mixtral scripts keep the recipes' alltoall.
+        # "For H100 we use deepEP"); their Qwen3 scripts keep the recipes' alltoall.
         pins["moe_dispatcher"] = "deepep"
         assumptions.append("DeepEP dispatcher (NeMo performance script for DeepSeek-V3 on H100)")
     # A runs file may state the implementation outright (the planner's own names); that wins

@@ -207,6 +207,11 @@ def recompute_modules_mask(modules) -> int:
     return mask
 
 
+def recompute_module_bit(masks, name: str) -> np.ndarray:
+    """1 where the bit mask(s) include module ``name``, else 0 (vectorized over masks)."""
+    return (np.asarray(masks, dtype=np.int64) >> RECOMPUTE_MODULES.index(name)) & 1
+
+
 def recompute_modules_names(mask: int) -> tuple:
     """Module names of a bit mask, in ``RECOMPUTE_MODULES`` order."""
     return tuple(name for i, name in enumerate(RECOMPUTE_MODULES) if int(mask) >> i & 1)

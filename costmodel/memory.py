@@ -86,9 +86,9 @@ def recompute_module_savings_per_token(model: ModelSpec, tp, sp, moe_layer: bool
     their intermediates, moe everything between the MoE input and its output. core_attn saves
     nothing more under FlashAttention (the unfused scores are handled with the attention).
     """
-    from costmodel.layout import RECOMPUTE_MODULES
+    from costmodel.layout import recompute_module_bit
 
-    bit = lambda name: (np.asarray(modules) >> RECOMPUTE_MODULES.index(name)) & 1
+    bit = lambda name: recompute_module_bit(modules, name)
     h = float(model.hidden_size)
     a = float(model.num_attention_heads)
     tp = np.asarray(tp, dtype=np.float64)

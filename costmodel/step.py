@@ -16,7 +16,7 @@ from costmodel import collectives
 from costmodel.calibration import DEFAULT, Calibration
 from costmodel.compute import dense_and_moe_layer_times, lm_head_times, power_limited
 from costmodel.flops import attention_core_flops_per_token, model_flops_per_token
-from costmodel.layout import RECOMPUTE_MODULES, Layout, LayoutBatch
+from costmodel.layout import Layout, LayoutBatch, recompute_module_bit
 from costmodel.memory import (
     GIB,
     activation_bytes_per_token,
@@ -280,7 +280,7 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     # reduce-scatter pair of a recomputed dense MLP or shared expert, the dispatch and combine
     # all-to-alls of a recomputed MoE layer.
     modules = np.where(selective, batch.recompute_modules, 0)
-    has_module = lambda name: ((modules >> RECOMPUTE_MODULES.index(name)) & 1).astype(np.float64)
+    has_module = lambda name: recompute_module_bit(modules, name).astype(np.float64)
 
     def selective_time(layer):
         t = has_module("core_attn") * layer.attention_forward

@@ -296,7 +296,9 @@ def _module_subset_masks(model) -> list[int]:
     """Bit masks of every non-empty set of the recompute modules this model has (Megatron-Core
     TransformerConfig: mla_up_proj needs multi-latent attention, moe_act / moe an MoE layer,
     shared_experts shared experts; mlp is the dense MLP, so only where dense layers exist)."""
-    from costmodel.layout import RECOMPUTE_MODULES
+    from itertools import combinations
+
+    from costmodel.layout import RECOMPUTE_MODULES, recompute_modules_mask
 
     moe = model.moe
     present = {"core_attn", "layernorm"}
@@ -308,11 +310,8 @@ def _module_subset_masks(model) -> list[int]:
         present |= {"moe_act", "moe"}
         if moe.num_shared_experts > 0:
             present.add("shared_experts")
-    bits = [1 << i for i, name in enumerate(RECOMPUTE_MODULES) if name in present]
-    masks = set()
-    for chosen in range(1, 1 << len(bits)):
-        masks.add(sum(b for j, b in enumerate(bits) if chosen >> j & 1))
-    return sorted(masks)
+    names = [name for name in RECOMPUTE_MODULES if name in present]
+    return sorted(recompute_modules_mask(chosen) for r in range(1, len(names) + 1) for chosen in combinations(names, r))
 
 
 def _candidates(run: MappedRun):

@@ -122,7 +122,7 @@ def dense_and_moe_layer_times(
     d_v = float(attention_v_dim(model))
     tp = batch.tp.astype(np.float64)
     cp = batch.cp.astype(np.float64)
-    sp = batch.sp
+    sp = batch.sequence_parallel
     tokens = batch.mbs * batch.seq_len / cp  # tokens of one micro-batch on this GPU (before SP split)
     hbm = gpu.memory_bandwidth_gbps * 1e9
     peak, eff, elem = _precision_gemm(gpu, batch, calib)

@@ -142,7 +142,7 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     m = np.maximum(batch.gbs // np.maximum(batch.dp * batch.mbs, 1), 1).astype(np.float64)
     gpus = tp * cp * dp * pp
     tokens_mb = batch.mbs * batch.seq_len / cp  # tokens per micro-batch on one GPU
-    sp = batch.sp
+    sp = batch.sequence_parallel
     full = batch.recompute == 2
     selective = batch.recompute == 1
     fp8 = batch.precision == 1
@@ -179,7 +179,7 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     # 24 of 132 SMs beside the attention output projection and 16 beside the MLP down
     # projection (NeMo recipes/tp_overlap_configs/userbuffers.py); the all-gathers use
     # copy-engine ring exchange and cost no SMs.
-    overlap_on = batch.tp_overlap & sp & (tp > 1)
+    overlap_on = batch.tp_comm_overlap & sp & (tp > 1)
     if overlap_on.any():
         one = np.where(sp, ag, ar)  # one collective (AG ~ RS in time)
 
@@ -230,7 +230,7 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     if model.moe is not None and np.any(ep > 1):
         ep_local, ep_nodes = group_span(batch.ep, batch.etp, domain)
         routed_bytes = tokens_mb / np.where(sp, tp, 1.0) * model.moe.top_k * h * BF16
-        if batch.dispatcher.any():
+        if batch.moe_dispatcher.any():
             # DeepEP (DeepSeek-V3 report Sec. 3.2.2; Megatron --moe-token-dispatcher-type flex):
             # a token crosses the network once per destination node and is forwarded over
             # NVLink there, so the network carries distinct nodes / k of the copies. With k
@@ -242,7 +242,7 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
             if moe.router_groups and moe.router_group_topk:
                 distinct = np.minimum(distinct, float(moe.router_group_topk))
             dedup = np.where(ep_nodes > 1, np.minimum(distinct / moe.top_k, 1.0), 1.0)
-            routed_bytes = routed_bytes * np.where(batch.dispatcher == 1, dedup, 1.0)
+            routed_bytes = routed_bytes * np.where(batch.moe_dispatcher == 1, dedup, 1.0)
         a2a, _ = collectives.collective_time("all_to_all", routed_bytes, ep_local, ep_nodes, fabric)
         ep_pass = 2.0 * a2a
     else:
@@ -296,8 +296,8 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     selective_moe_again = has_module("moe")
 
     ep_overlap_on = None
-    if model.moe is not None and batch.ep_overlap.any():
-        ep_overlap_on = batch.ep_overlap & ((vpp > 1) | (pp == 1))
+    if model.moe is not None and batch.ep_comm_overlap.any():
+        ep_overlap_on = batch.ep_comm_overlap & ((vpp > 1) | (pp == 1))
         # Batch-level overlapping (Megatron-Core MoE README, v0.14) follows DeepSeek-V3's
         # pairing of a forward and a backward chunk (DeepSeek-V3 report Sec. 3.2.1, Fig. 4):
         # per MoE layer, each all-to-all runs beside one computation of the other micro-batch:

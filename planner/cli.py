@@ -13,6 +13,7 @@ from typing import Optional
 import typer
 
 from hardware_catalog.errors import PlannerInputError
+from planner.cli_options import layout_options
 
 app = typer.Typer(
     name="planner",
@@ -22,28 +23,14 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-# Options shared by evaluate and export (search defines the same names as pins).
+# Options shared by evaluate and export; the layout options come from their declarations
+# (costmodel.options) through planner.cli_options.layout_options.
 ModelOpt = typer.Option(..., "--model", help="Model preset (e.g. 405b, llama3-70b, mixtral-8x7b) or a model / HF config.json file.")
 GpusOpt = typer.Option(..., "--gpus", help="Total GPUs in the job.")
 GpuOpt = typer.Option(None, "--gpu", help="GPU type (h100, a100, b200, ...); picks its default cluster.")
 ClusterOpt = typer.Option(None, "--cluster", help="Cluster preset name or a TOML/YAML/JSON cluster file (overrides --gpu's default).")
-# How the framework runs the layout (same names in evaluate, export and search).
-AttentionOpt = typer.Option("flash", "--attention", help="Attention kernel: flash (FlashAttention-2, PyTorch SDPA) | flash3 (FlashAttention-3 / cuDNN via TransformerEngine on Hopper+) | unfused.")
-KernelsOpt = typer.Option("fused", "--kernels", help="Elementwise kernels: fused (Megatron/TransformerEngine, torch.compile) | eager (plain PyTorch ops).")
-LossOpt = typer.Option("unfused", "--loss", help="Cross entropy: unfused (Megatron default) | fused (--cross-entropy-loss-fusion, TE) | eager (F.cross_entropy on FP32 logits, torchtitan).")
-TpOverlapOpt = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap TP all-gathers/reduce-scatters with GEMMs (Megatron --tp-comm-overlap; needs SP). Default: off.")
-EpOverlapOpt = typer.Option(False, "--ep-comm-overlap/--no-ep-comm-overlap", help="Hide MoE all-to-alls behind another micro-batch's compute (Megatron --overlap-moe-expert-parallel-comm; needs vpp > 1 or pp = 1). Default: off.")
-DispatcherOpt = typer.Option("alltoall", "--moe-dispatcher", help="MoE token dispatcher: alltoall (Megatron-Core) | deepep (one network copy per destination node).")
-RecomputeModulesOpt = typer.Option(None, "--recompute-modules", help="With --recompute selective: Megatron-Core submodules to recompute, comma-separated (core_attn, layernorm, mla_up_proj, mlp, moe_act, shared_experts, moe). Default: core_attn.")
-Zero3GatherOpt = typer.Option("prefetch", "--zero3-gather", help="ZeRO-3 parameter fetching: prefetch (per-layer gathers hidden behind compute: FSDP, DeepSpeed today) | blocking (one synchronised gather per weight tensor, re-gathered after recompute: DeepSpeed 2021).")
-GradDtypeOpt = typer.Option("fp32", "--grad-dtype", help="Gradient buffers and their data-parallel reduction: fp32 (Megatron main grads, FSDP reduce_dtype fp32) | bf16 (NeMo grad_sync_dtype bf16, Megatron-Core grad_reduce_in_fp32=False).")
-
-
-def _implementation(attention, kernels, loss, tp_comm_overlap, ep_comm_overlap=False, moe_dispatcher="alltoall",
-                    grad_dtype="fp32", zero3_gather="prefetch") -> dict:
-    return {"attention": attention, "kernels": kernels, "loss": loss, "tp_comm_overlap": tp_comm_overlap,
-            "ep_comm_overlap": ep_comm_overlap, "moe_dispatcher": moe_dispatcher, "grad_dtype": grad_dtype,
-            "zero3_gather": zero3_gather}
+TokensOpt = typer.Option(None, "--tokens-per-batch", help="Global batch in tokens (instead of --gbs).")
+CrossNodeTpOpt = typer.Option(False, "--allow-cross-node-tp", help="Allow TP groups larger than the scale-up domain.")
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -55,25 +42,17 @@ def _command_line() -> str:
     return "planner " + " ".join(sys.argv[1:])
 
 
-def _evaluate_record(
-    model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
-    recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
-    recompute_layers=None, implementation=None, recompute_modules=None,
-):
+def _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout: dict):
+    """Resolve, check (one rule set) and price one layout given as option values."""
     from costmodel import evaluate
     from costmodel.record import result_record
     from planner.common import build_layout, resolve_setup
     from search.rules import check_layout
 
-    setup = resolve_setup(model, gpu, cluster, seq_len, gbs, tokens_per_batch)
-    layout = build_layout(
-        setup, gpus, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs,
-        recompute=recompute, precision=precision, sequence_parallel=sequence_parallel,
-        pp_first_layers=pp_first_layers, pp_last_layers=pp_last_layers, recompute_layers=recompute_layers,
-        implementation=implementation, recompute_modules=recompute_modules,
-    )
-    check_layout(setup.model, setup.cluster, setup.gpu, layout, allow_cross_node_tp=allow_cross_node_tp)
-    result = evaluate(setup.model, setup.cluster, layout, gpu=setup.gpu)
+    setup = resolve_setup(model, gpu, cluster, layout.get("seq_len"), layout.get("gbs"), tokens_per_batch)
+    lay = build_layout(setup, gpus, **layout)
+    check_layout(setup.model, setup.cluster, setup.gpu, lay, gpus=gpus, allow_cross_node_tp=allow_cross_node_tp)
+    result = evaluate(setup.model, setup.cluster, lay, gpu=setup.gpu)
     record = result_record(setup.model, setup.cluster, setup.gpu, result, 0)
     record["planner_version"] = _version()
     record["command"] = _command_line()
@@ -101,47 +80,19 @@ def _cluster_line(setup) -> str:
 
 
 @app.command()
+@layout_options("evaluate")
 def evaluate(
     model: str = ModelOpt,
     gpus: int = GpusOpt,
     gpu: Optional[str] = GpuOpt,
     cluster: Optional[str] = ClusterOpt,
-    tp: int = typer.Option(1, help="Tensor-parallel degree."),
-    pp: int = typer.Option(1, help="Pipeline-parallel stages."),
-    cp: int = typer.Option(1, help="Context-parallel degree."),
-    ep: int = typer.Option(1, help="Expert-parallel degree (MoE)."),
-    etp: int = typer.Option(1, help="Expert tensor-parallel degree (MoE)."),
-    vpp: int = typer.Option(1, help="Virtual pipeline stages per GPU (interleaved 1F1B)."),
-    zero: int = typer.Option(1, help="ZeRO stage 0-3 (1 = Megatron distributed optimizer, 3 = FSDP)."),
-    mbs: int = typer.Option(1, help="Micro-batch size (sequences)."),
-    gbs: Optional[int] = typer.Option(None, help="Global batch (sequences). Default: the model's tokens per batch / seq-len."),
-    tokens_per_batch: Optional[int] = typer.Option(None, "--tokens-per-batch", help="Global batch in tokens (instead of --gbs)."),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length. Default: the model preset's."),
-    recompute: str = typer.Option("selective", help="Activation recompute: none | selective | full."),
-    recompute_layers: Optional[int] = typer.Option(None, "--recompute-layers", help="With --recompute full: layers per pipeline stage to recompute (Megatron block method). Default: all."),
-    recompute_modules: Optional[str] = RecomputeModulesOpt,
-    precision: str = typer.Option("bf16", help="bf16 | fp8 (TransformerEngine GEMMs)."),
-    sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel", help="Megatron sequence parallelism. Default: on when tp > 1."),
-    pp_first_layers: Optional[int] = typer.Option(None, "--pp-first-layers", help="Layers on the first pipeline stage (uneven pipelines). Default: planner's split."),
-    pp_last_layers: Optional[int] = typer.Option(None, "--pp-last-layers", help="Layers on the last pipeline stage. Default: planner's split."),
-    allow_cross_node_tp: bool = typer.Option(False, "--allow-cross-node-tp", help="Allow TP groups larger than the scale-up domain."),
-    attention: str = AttentionOpt,
-    kernels: str = KernelsOpt,
-    loss: str = LossOpt,
-    tp_comm_overlap: bool = TpOverlapOpt,
-    ep_comm_overlap: bool = EpOverlapOpt,
-    moe_dispatcher: str = DispatcherOpt,
-    grad_dtype: str = GradDtypeOpt,
-    zero3_gather: str = Zero3GatherOpt,
+    tokens_per_batch: Optional[int] = TokensOpt,
+    allow_cross_node_tp: bool = CrossNodeTpOpt,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    layout: dict = None,
 ):
     """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not."""
-    setup, record = _evaluate_record(
-        model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
-        recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
-        recompute_layers, _implementation(attention, kernels, loss, tp_comm_overlap, ep_comm_overlap, moe_dispatcher, grad_dtype, zero3_gather),
-        recompute_modules,
-    )
+    setup, record = _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout)
     if as_json:
         typer.echo(json.dumps(record, indent=2))
     else:
@@ -217,6 +168,7 @@ def catalog(
 
 
 @app.command()
+@layout_options("export")
 def export(
     out: Path = typer.Option(..., "--out", help="Directory to write the launch files into."),
     fmt: str = typer.Option("all", "--format", help="torchrun | megatron | deepspeed | torchtitan | slurm | all"),
@@ -225,27 +177,11 @@ def export(
     gpus: Optional[int] = typer.Option(None, "--gpus", help="Total GPUs."),
     gpu: Optional[str] = GpuOpt,
     cluster: Optional[str] = ClusterOpt,
-    tp: int = typer.Option(1), pp: int = typer.Option(1), cp: int = typer.Option(1), ep: int = typer.Option(1),
-    etp: int = typer.Option(1), vpp: int = typer.Option(1), zero: int = typer.Option(1), mbs: int = typer.Option(1),
-    gbs: Optional[int] = typer.Option(None), tokens_per_batch: Optional[int] = typer.Option(None, "--tokens-per-batch"),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len"),
-    recompute: str = typer.Option("selective"), precision: str = typer.Option("bf16"),
-    recompute_layers: Optional[int] = typer.Option(None, "--recompute-layers"),
-    recompute_modules: Optional[str] = RecomputeModulesOpt,
-    sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
-    pp_first_layers: Optional[int] = typer.Option(None, "--pp-first-layers"),
-    pp_last_layers: Optional[int] = typer.Option(None, "--pp-last-layers"),
-    allow_cross_node_tp: bool = typer.Option(False, "--allow-cross-node-tp"),
-    attention: str = AttentionOpt,
-    kernels: str = KernelsOpt,
-    loss: str = LossOpt,
-    tp_comm_overlap: bool = TpOverlapOpt,
-    ep_comm_overlap: bool = EpOverlapOpt,
-    moe_dispatcher: str = DispatcherOpt,
-    grad_dtype: str = GradDtypeOpt,
-    zero3_gather: str = Zero3GatherOpt,
+    tokens_per_batch: Optional[int] = TokensOpt,
+    allow_cross_node_tp: bool = CrossNodeTpOpt,
     entrypoint: str = typer.Option("pretrain_gpt.py", "--entrypoint", help="Training script torchrun runs."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
+    layout: dict = None,
 ):
     """Write launch configs (torchrun, Megatron-LM args, DeepSpeed JSON, torchtitan, SLURM) for a layout."""
     from hardware_catalog import get_cluster, get_model
@@ -269,12 +205,7 @@ def export(
     else:
         if not model or not gpus:
             raise PlannerInputError("give --from FILE, or --model and --gpus with the layout flags")
-        setup, record = _evaluate_record(
-            model, gpus, gpu, cluster, tp, pp, cp, ep, etp, vpp, zero, mbs, gbs, tokens_per_batch, seq_len,
-            recompute, precision, sequence_parallel, pp_first_layers, pp_last_layers, allow_cross_node_tp,
-            recompute_layers, _implementation(attention, kernels, loss, tp_comm_overlap, ep_comm_overlap, moe_dispatcher, grad_dtype, zero3_gather),
-            recompute_modules,
-        )
+        setup, record = _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout)
         model_spec, cluster_spec = setup.model, setup.cluster
     report = export_layout(
         record, model_spec, cluster_spec, fmt, Path(out), force=force, entrypoint=entrypoint, command=_command_line()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
-from costmodel.layout import PRECISIONS, RECOMPUTE, Layout, check_implementation, parse_recompute_modules
+from costmodel.options import Layout
 from hardware_catalog import (
     ClusterSpec,
     GPUSpec,
@@ -82,69 +82,14 @@ def resolve_setup(
     return Setup(model_spec, gpu_spec, cluster_spec, g, s)
 
 
-def build_layout(
-    setup: Setup,
-    gpus: int,
-    *,
-    tp: int = 1,
-    pp: int = 1,
-    cp: int = 1,
-    ep: int = 1,
-    etp: int = 1,
-    vpp: int = 1,
-    zero: int = 1,
-    mbs: int = 1,
-    recompute: str = "selective",
-    precision: str = "bf16",
-    sequence_parallel: Optional[bool] = None,
-    pp_first_layers: Optional[int] = None,
-    pp_last_layers: Optional[int] = None,
-    recompute_layers: Optional[int] = None,
-    implementation: Optional[dict] = None,
-    recompute_modules: Optional[str] = None,
-) -> Layout:
-    """A Layout with dp = gpus / (tp·pp·cp); rejects values that cannot form a layout at all."""
-    for name, value in (
-        ("--gpus", gpus), ("--tp", tp), ("--pp", pp), ("--cp", cp), ("--ep", ep), ("--etp", etp),
-        ("--vpp", vpp), ("--mbs", mbs), ("--pp-first-layers", pp_first_layers),
-        ("--pp-last-layers", pp_last_layers),
-    ):
-        positive(name, value)
-    if zero not in (0, 1, 2, 3):
-        raise PlannerInputError(f"--zero={zero}: allowed 0, 1, 2, 3")
-    if recompute not in RECOMPUTE:
-        raise PlannerInputError(f"--recompute={recompute}: allowed {', '.join(RECOMPUTE)}")
-    if recompute_layers is not None and recompute != "full":
-        raise PlannerInputError(f"--recompute-layers={recompute_layers} applies only with --recompute full (got {recompute})")
-    if recompute_layers is not None and recompute_layers < 1:
-        raise PlannerInputError(f"--recompute-layers={recompute_layers}: must be a positive number of layers per stage")
-    if recompute_modules is not None and recompute != "selective":
-        raise PlannerInputError(f"--recompute-modules={recompute_modules} applies only with --recompute selective (got {recompute})")
-    modules = parse_recompute_modules(recompute_modules)
-    if precision not in PRECISIONS:
-        raise PlannerInputError(f"--precision={precision}: allowed {', '.join(PRECISIONS)}")
-    model_parallel = tp * pp * cp
-    if gpus % model_parallel:
-        raise PlannerInputError(
-            f"--gpus={gpus} is not divisible by tp*pp*cp = {tp}*{pp}*{cp} = {model_parallel}; "
-            "dp = gpus / (tp*pp*cp) must be a whole number"
-        )
-    impl = check_implementation(implementation or {})
-    sp_on = tp > 1 and sequence_parallel is not False
-    if impl.get("tp_comm_overlap") and not sp_on:
-        raise PlannerInputError(
-            "--tp-comm-overlap needs tp > 1 and sequence parallelism (Megatron asserts it; "
-            f"got tp={tp}, sequence_parallel={'on' if sp_on else 'off'})"
-        )
-    if impl.get("ep_comm_overlap") and pp > 1 and vpp == 1:
-        raise PlannerInputError(
-            f"--ep-comm-overlap needs an interleaved pipeline (vpp > 1) or pp = 1 (Megatron-Core's "
-            f"batch-level overlap pairs chunks of the interleaved schedule; got pp={pp}, vpp={vpp})"
-        )
-    return Layout(
-        **impl,
-        tp=tp, pp=pp, dp=gpus // model_parallel, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs,
-        gbs=setup.gbs, seq_len=setup.seq_len, recompute=recompute, sequence_parallel=sequence_parallel,
-        precision=precision, pp_first_layers=pp_first_layers, pp_last_layers=pp_last_layers,
-        recompute_layers=recompute_layers, recompute_modules=modules,
-    )
+def build_layout(setup: Setup, gpus: int, **values) -> Layout:
+    """A Layout from option values as typed (``costmodel.options``; None = the option's
+    default), with the setup's batch and dp = gpus / (tp·pp·cp). Each value is checked by its
+    option (one line naming the flag); the rules (``search.rules.check_layout``) judge the
+    layout as a whole."""
+    positive("--gpus", gpus)
+    values = {k: v for k, v in values.items() if k not in ("gbs", "seq_len", "dp")}
+    layout = Layout.from_values(values)
+    model_parallel = layout.tp * layout.pp * layout.cp
+    dp = max(gpus // model_parallel, 1)  # when it does not divide, the rule degrees_multiply_to_gpus says so
+    return replace(layout, dp=dp, gbs=setup.gbs, seq_len=setup.seq_len)

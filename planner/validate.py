@@ -253,14 +253,14 @@ def map_run(row: dict) -> MappedRun:
         pins["grad_dtype"] = "bf16"
         assumptions.append("16-bit gradient reduction (DeepSpeed fp16)")
     if "--tp-comm-overlap" in framework:
-        pins["tp_overlap"] = True
+        pins["tp_comm_overlap"] = True
         assumptions.append("TP comm overlap (--tp-comm-overlap stated)")
     elif any(f in framework for f in ("megatron-core", "nemo", "megatron-bridge")):
         # TransformerEngine's userbuffers overlap (Megatron --tp-comm-overlap) is available to
         # these frameworks and their performance recipes set it per model and GPU (e.g.
         # Megatron-Bridge COMM_OVERLAP_CONFIG_MAP, userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192):
         # unstated, so searched like the other knobs.
-        searched["tp_overlap"] = [0, 1]
+        searched["tp_comm_overlap"] = [0, 1]
     megatron_family = any(f in framework for f in ("megatron-core", "nemo", "megatron-bridge"))
     if model.moe is not None and model.mla is not None and megatron_family and year >= 2025 and gpu.name.startswith("h100"):
         # NeMo's 2025 performance scripts, which produce these tables, run DeepSeek-V3 on H100
@@ -274,9 +274,8 @@ def map_run(row: dict) -> MappedRun:
 
     stated = check_implementation({k: lay.get(k) for k in IMPLEMENTATION_DEFAULTS})
     for key, value in stated.items():
-        pin = {"tp_comm_overlap": "tp_overlap", "ep_comm_overlap": "ep_overlap"}.get(key, key)
-        pins[pin] = value
-        searched.pop(pin, None)
+        pins[key] = value
+        searched.pop(key, None)
         assumptions.append(f"{key}={value} (stated)")
     if lay.get("recompute_modules"):
         # Megatron-Core fine-grained selective recompute (--recompute-modules), stated outright.
@@ -339,7 +338,7 @@ def _candidates(run: MappedRun):
     grids["mbs"] = run.searched.get("mbs", [pins.get("mbs")])
     grids["vpp"] = run.searched.get("vpp", [pins.get("vpp")])
     grids["zero"] = run.searched.get("zero", [pins.get("zero")])
-    grids["tp_overlap"] = run.searched.get("tp_overlap", [int(pins.get("tp_overlap", False))])
+    grids["tp_comm_overlap"] = run.searched.get("tp_comm_overlap", [int(pins.get("tp_comm_overlap", False))])
     grids["recompute"] = [RECOMPUTE.index(r) for r in run.searched.get("recompute", [pins.get("recompute")])]
     # Unstated recompute also covers partial full recompute (3, 2 or 1 quarters of the layers).
     grids["recompute_layers"] = [0, -3, -2, -1] if "recompute" in run.searched else [pins.get("recompute_layers", 0)]
@@ -350,16 +349,15 @@ def _candidates(run: MappedRun):
     if "dp" in pins and not layout_unknown:
         ok &= dp == pins["dp"]
     # Pinned implementation settings as batch codes; TP overlap may be a searched grid instead.
-    impl = implementation_columns({k: pins.get({"tp_comm_overlap": "tp_overlap", "ep_comm_overlap": "ep_overlap"}.get(k, k))
-                                   for k in IMPLEMENTATION_DEFAULTS})
-    impl["tp_overlap"] = cols["tp_overlap"].astype(bool)
+    impl = implementation_columns({k: pins.get(k) for k in IMPLEMENTATION_DEFAULTS})
+    impl["tp_comm_overlap"] = cols["tp_comm_overlap"].astype(bool)
     batch = LayoutBatch.from_arrays(
         tp=cols["tp"], pp=cols["pp"], cp=cols["cp"], dp=np.maximum(dp, 1), ep=pins["ep"], etp=pins["etp"],
         vpp=cols["vpp"], zero=cols["zero"], mbs=cols["mbs"], gbs=pins["gbs"], seq_len=pins["seq_len"],
         recompute=cols["recompute"], precision=PRECISIONS.index(pins["precision"]),
         recompute_modules=recompute_modules_mask(pins.get("recompute_modules")),
         recompute_layers=cols["recompute_layers"],
-        sp=pins.get("sequence_parallel", True), **impl,
+        sequence_parallel=pins.get("sequence_parallel", True), **impl,
     )
     first, middle, last, split_ok = stage_layer_split(run.model.num_layers, batch.pp, 0, 0)
     m = batch.gbs // np.maximum(batch.dp * batch.mbs, 1)
@@ -441,7 +439,7 @@ def predict_run(run: MappedRun, calib: Calibration = DEFAULT) -> RowResult:
     lay = batch.layout(int(best))
     res.predicted = float(out.tokens_per_s_per_gpu[best])
     res.error = (res.predicted - res.reported) / res.reported
-    res.chosen = {k: getattr(lay, "tp_comm_overlap" if k == "tp_overlap" else k) for k in run.searched}
+    res.chosen = {k: getattr(lay, k) for k in run.searched}
     if not all(k in run.pins for k in ("tp", "pp", "dp")):
         res.chosen.update(tp=lay.tp, pp=lay.pp, dp=lay.dp)
     if "recompute" in run.searched and lay.recompute == "selective":

@@ -296,9 +296,12 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     impl = check_implementation(implementation or {})
     recompute_modules = parse_recompute_modules(recompute_modules)
     modules_mask = recompute_modules_mask(recompute_modules)
-    if recompute_modules is not None and pins_n.get("recompute", RECOMPUTE.index("selective")) != RECOMPUTE.index("selective"):
-        raise _err(f"--recompute-modules={','.join(recompute_modules)} applies only to selective recompute "
-                   f"(got --recompute {RECOMPUTE[pins_n['recompute']]})")
+    from search.rules import check_settings
+
+    settings = {**impl, "recompute_modules": recompute_modules}
+    if "recompute" in pins_n:
+        settings["recompute"] = RECOMPUTE[pins_n["recompute"]]
+    check_settings(model_spec, settings)
     problems = [
         Problem(model=model_spec, cluster=c, gpu=g, gpus=n, gbs=gbs_v, seq_len=seq_v, pins=pins_n,
                 allow_cross_node_tp=allow_cross_node_tp, stage_splits=stage_splits, implementation=impl,

@@ -14,29 +14,32 @@ Every rule is usable two ways:
   recompute, precision, sequence parallel) have no CP-SAT form: the space filters their domains
   with the numpy check before broadcasting them.
 
-Layouts are given as "columns": a mapping field -> array (or scalar), with the ``LayoutBatch``
-field names (``tp pp dp cp ep etp vpp zero mbs gbs seq_len recompute precision sp
-pp_first_layers pp_last_layers``; enums as codes). :func:`columns_of` builds it from a
-``Layout``, a ``LayoutBatch`` or a dict. For a ``Layout`` the ``sp`` column is what the user
-*asked for* (so ``sequence_parallel=True`` with ``tp=1`` breaks ``sequence_parallel_needs_tp``);
-a ``LayoutBatch`` has already forced it off where ``tp == 1``.
+Layouts are given as "columns": a mapping option name -> array (or scalar) of codes, as in a
+``LayoutBatch`` (``costmodel.options``: choices as indices, flags as bools). A column a rule
+reads but the mapping lacks takes the option's default. :func:`columns_of` builds the mapping
+from a ``Layout``, a ``LayoutBatch`` or a dict. For a ``Layout`` the ``sequence_parallel``
+column is what the user *asked for* (so ``sequence_parallel=True`` with ``tp=1`` breaks
+``sequence_parallel_needs_tp``); a ``LayoutBatch`` has already forced it off where ``tp == 1``.
+
+Every rule names its source. ``planner evaluate``, ``planner export``, ``planner validate`` and
+the search all use this one rule set (``check_layout`` for one layout). Some rules depend on the
+model alone (which recompute modules exist, whether MoE settings apply): ``check_settings``
+rejects a search's fixed settings with them before anything is enumerated. Implementation
+settings that apply only to some layouts (``tp_comm_overlap`` needs TP with SP,
+``ep_comm_overlap`` an interleaved pipeline) are rules for a layout a user gives; the search
+switches them on where they apply (``search.space``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields as dc_fields
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
-from costmodel.layout import PRECISIONS, RECOMPUTE, Layout, LayoutBatch
+from costmodel.layout import LayoutBatch
+from costmodel.options import DISPATCHERS, OPTIONS, OPTIONS_BY_NAME, PRECISIONS, RECOMPUTE, RECOMPUTE_MODULES, Layout
 from costmodel.pipeline import stage_layer_split, vpp_divides_stages
-
-COLUMNS = (
-    "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "mbs", "gbs", "seq_len",
-    "recompute", "precision", "sp", "pp_first_layers", "pp_last_layers",
-)
-"""Column names the rules read (the ``LayoutBatch`` fields)."""
 
 
 @dataclass(frozen=True)
@@ -99,8 +102,10 @@ class Rule:
     explain: Callable[[RuleContext, dict], str]
     """One-line reason for one violating layout (given as a dict of ints)."""
     cpsat: Optional[Callable] = None
-    """``cpsat(ctx, model, V, domains)`` adds CP-SAT constraints over vars ``V``; None = table or
-    broadcast rule (see module doc)."""
+    """``cpsat(ctx, sat, V, domains)`` adds CP-SAT constraints to the CP-SAT model ``sat`` over
+    vars ``V``; None = table or broadcast rule (see module doc)."""
+    source: str = ""
+    """Where the rule comes from (the framework file that enforces it, or the paper)."""
 
     def __call__(self, ctx: RuleContext, cols: Cols) -> np.ndarray:
         return np.asarray(self.check(ctx, cols), dtype=bool)
@@ -167,7 +172,7 @@ def _vpp_needs_pp(ctx, c):
     return (_a(c, "vpp", 1) <= 1) | (_a(c, "pp", 1) > 1)
 
 
-def _cp_seq(ctx, c):
+def _cp_divides_seq(ctx, c):
     cp = _pos(_a(c, "cp", 1))
     seq = _a(c, "seq_len", 4096)
     return (cp == 1) | (seq % (2 * cp) == 0)
@@ -217,7 +222,7 @@ def _zero(ctx, c):
 
 
 def _sp(ctx, c):
-    sp = np.asarray(c.get("sp", False)).astype(bool)  # None (auto) -> False
+    sp = np.asarray(c.get("sequence_parallel", False)).astype(bool)  # None (auto) -> False
     return ~sp | (_a(c, "tp", 1) > 1)
 
 
@@ -243,7 +248,11 @@ def _x_positive(ctx, v):
 
 
 def _x_product(ctx, v):
-    g = v["tp"] * v["cp"] * v["pp"] * v["dp"]
+    model_parallel = v["tp"] * v["cp"] * v["pp"]
+    if model_parallel and ctx.gpus % model_parallel:
+        return (f"tp*cp*pp = {v['tp']}*{v['cp']}*{v['pp']} = {model_parallel} does not divide the GPU count "
+                f"(--gpus={ctx.gpus}); dp = gpus / (tp*cp*pp) must be a whole number")
+    g = model_parallel * v["dp"]
     return f"tp*cp*pp*dp = {v['tp']}*{v['cp']}*{v['pp']}*{v['dp']} = {g} must equal the GPU count {ctx.gpus}"
 
 
@@ -325,12 +334,101 @@ def _x_sp(ctx, v):
 
 
 def _partial_recompute(ctx, c):
-    share = _a(c, "recompute_share", 4)
-    return (share >= 4) | (_a(c, "recompute", 1) == RECOMPUTE.index("full"))
+    return (_a(c, "recompute_layers", 0) == 0) | (_a(c, "recompute", 1) == RECOMPUTE.index("full"))
 
 
 def _x_partial_recompute(ctx, v):
-    return "a partial recompute share applies only to recompute=full"
+    return (f"recompute_layers={v.get('recompute_layers')}: recomputing only some layers applies only with "
+            f"--recompute full (got {_name(RECOMPUTE, v.get('recompute', 1))})")
+
+
+def _name(choices, code) -> str:
+    return choices[code] if 0 <= code < len(choices) else str(code)
+
+
+def _tp_overlap(ctx, c):
+    on = np.asarray(c.get("tp_comm_overlap", False)).astype(bool)
+    sp = np.asarray(c.get("sequence_parallel", False)).astype(bool)
+    return ~on | (sp & (_a(c, "tp", 1) > 1))
+
+
+def _x_tp_overlap(ctx, v):
+    return (f"tp_comm_overlap needs tp > 1 and sequence parallelism (got tp={v['tp']}, "
+            f"sequence_parallel={'on' if v.get('sequence_parallel') else 'off'})")
+
+
+def _ep_overlap_interleaved(ctx, c):
+    on = np.asarray(c.get("ep_comm_overlap", False)).astype(bool)
+    return ~on | (_a(c, "vpp", 1) > 1) | (_a(c, "pp", 1) == 1)
+
+
+def _x_ep_overlap_interleaved(ctx, v):
+    return (f"ep_comm_overlap needs an interleaved pipeline (vpp > 1) or pp = 1: the batch-level overlap pairs "
+            f"chunks of the interleaved schedule (got pp={v['pp']}, vpp={v['vpp']})")
+
+
+def _ep_overlap_moe(ctx, c):
+    on = np.asarray(c.get("ep_comm_overlap", False)).astype(bool)
+    return ~on | (ctx.num_experts > 0)
+
+
+def _x_ep_overlap_moe(ctx, v):
+    return f"ep_comm_overlap hides MoE all-to-alls, and {ctx.model.name} is dense"
+
+
+def _dispatcher_moe(ctx, c):
+    return (_a(c, "moe_dispatcher", 0) == DISPATCHERS.index("alltoall")) | (ctx.num_experts > 0)
+
+
+def _x_dispatcher_moe(ctx, v):
+    return (f"moe_dispatcher={_name(DISPATCHERS, v.get('moe_dispatcher', 0))} routes MoE tokens, and "
+            f"{ctx.model.name} is dense (only alltoall, the default, applies)")
+
+
+def _modules_selective(ctx, c):
+    default = OPTIONS_BY_NAME["recompute_modules"].default_code
+    return (_a(c, "recompute_modules", default) == default) | (_a(c, "recompute", 1) == RECOMPUTE.index("selective"))
+
+
+def _x_modules_selective(ctx, v):
+    return (f"recompute_modules={','.join(_module_names(v.get('recompute_modules', 1)))} applies only with --recompute "
+            f"selective (it applies only to selective recompute; got {_name(RECOMPUTE, v.get('recompute', 1))})")
+
+
+def model_recompute_modules(model) -> tuple[str, ...]:
+    """The recompute modules ``model`` has (Megatron-Core TransformerConfig: mla_up_proj needs
+    multi-latent attention, moe_act / moe an MoE layer, shared_experts shared experts; mlp is
+    the dense MLP, so only where dense layers exist), in ``RECOMPUTE_MODULES`` order."""
+    moe = model.moe
+    present = {"core_attn", "layernorm"}
+    if moe is None or moe.num_dense_layers > 0 or moe.moe_layer_frequency > 1:
+        present.add("mlp")
+    if model.mla is not None:
+        present.add("mla_up_proj")
+    if moe is not None:
+        present |= {"moe_act", "moe"}
+        if moe.num_shared_experts > 0:
+            present.add("shared_experts")
+    return tuple(name for name in RECOMPUTE_MODULES if name in present)
+
+
+def _module_names(mask) -> list[str]:
+    return [name for i, name in enumerate(RECOMPUTE_MODULES) if int(mask) >> i & 1]
+
+
+def _modules_exist(ctx, c):
+    allowed = 0
+    for name in model_recompute_modules(ctx.model):
+        allowed |= 1 << RECOMPUTE_MODULES.index(name)
+    mask = _a(c, "recompute_modules", OPTIONS_BY_NAME["recompute_modules"].default_code)
+    return (mask & ~allowed) == 0
+
+
+def _x_modules_exist(ctx, v):
+    have = model_recompute_modules(ctx.model)
+    missing = [n for n in _module_names(v.get("recompute_modules", 1)) if n not in have]
+    return (f"recompute_modules: {ctx.model.name} has no {', '.join(missing)} module "
+            f"(its modules: {', '.join(have)})")
 
 
 def _x_recompute(ctx, v):
@@ -350,36 +448,36 @@ def _x_precision(ctx, v):
 # determined, so an enumeration of all solutions yields each assignment exactly once.
 
 
-def _mul(m, V, name, a, b, ub):
+def _mul(sat, V, name, a, b, ub):
     if name not in V:
-        v = m.new_int_var(0, ub, name)
-        m.add_multiplication_equality(v, [V[a] if isinstance(a, str) else a, V[b] if isinstance(b, str) else b])
+        v = sat.new_int_var(0, ub, name)
+        sat.add_multiplication_equality(v, [V[a] if isinstance(a, str) else a, V[b] if isinstance(b, str) else b])
         V[name] = v
     return V[name]
 
 
-def _cp_positive(ctx, m, V, domains):
+def _sat_positive(ctx, sat, V, domains):
     for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp"):
         if k in V:
-            m.add(V[k] >= 1)
+            sat.add(V[k] >= 1)
 
 
-def _cp_product(ctx, m, V, domains):
+def _sat_product(ctx, sat, V, domains):
     g = ctx.gpus
-    tc = _mul(m, V, "_tc", "tp", "cp", g * g)
-    tcp = _mul(m, V, "_tcp", tc, "pp", g * g)
-    m.add_multiplication_equality(g, [tcp, V["dp"]])
+    tc = _mul(sat, V, "_tc", "tp", "cp", g * g)
+    tcp = _mul(sat, V, "_tcp", tc, "pp", g * g)
+    sat.add_multiplication_equality(g, [tcp, V["dp"]])
 
 
-def _cp_ep_dp(ctx, m, V, domains):
+def _sat_ep_dp(ctx, sat, V, domains):
     g = ctx.gpus
-    dc = _mul(m, V, "_dc", "dp", "cp", g * g)
-    tdc = m.new_int_var(1, g * g * 8, "_tdc")
-    m.add_multiplication_equality(tdc, [dc, V["tp"]])
-    ee = m.new_int_var(1, g * g, "_ep_etp")
-    m.add_multiplication_equality(ee, [V["ep"], V["etp"]] if "etp" in V else [V["ep"], 1])
-    k = m.new_int_var(1, max(g, 1) * 8, "_tdc_over_ep")
-    m.add_multiplication_equality(tdc, [ee, k])
+    dc = _mul(sat, V, "_dc", "dp", "cp", g * g)
+    tdc = sat.new_int_var(1, g * g * 8, "_tdc")
+    sat.add_multiplication_equality(tdc, [dc, V["tp"]])
+    ee = sat.new_int_var(1, g * g, "_ep_etp")
+    sat.add_multiplication_equality(ee, [V["ep"], V["etp"]] if "etp" in V else [V["ep"], 1])
+    k = sat.new_int_var(1, max(g, 1) * 8, "_tdc_over_ep")
+    sat.add_multiplication_equality(tdc, [ee, k])
 
 
 def _gbs_value(domains) -> int:
@@ -387,67 +485,105 @@ def _gbs_value(domains) -> int:
     return int(gbs)
 
 
-def _cp_gbs(ctx, m, V, domains):
+def _sat_gbs(ctx, sat, V, domains):
     gbs = _gbs_value(domains)
-    dm = _mul(m, V, "_dm", "dp", "mbs", max(gbs, 1) * 64)
-    mvar = m.new_int_var(1, max(gbs, 1), "_m")
-    m.add_multiplication_equality(gbs, [dm, mvar])
+    dm = _mul(sat, V, "_dm", "dp", "mbs", max(gbs, 1) * 64)
+    mvar = sat.new_int_var(1, max(gbs, 1), "_m")
+    sat.add_multiplication_equality(gbs, [dm, mvar])
     V["_m"] = mvar
 
 
-def _cp_interleave(ctx, m, V, domains):
+def _sat_interleave(ctx, sat, V, domains):
     gbs = _gbs_value(domains)
     if "_m" not in V:
-        _cp_gbs(ctx, m, V, domains)
-    b = m.new_bool_var("_interleaved")
-    m.add(V["vpp"] >= 2).only_enforce_if(b)
-    m.add(V["vpp"] <= 1).only_enforce_if(~b)
-    q = m.new_int_var(0, max(gbs, 1), "_m_over_pp")
-    pq = m.new_int_var(0, max(gbs, 1) * max(ctx.num_layers, 1), "_pp_q")
-    m.add_multiplication_equality(pq, [V["pp"], q])
-    m.add(pq == V["_m"]).only_enforce_if(b)
-    m.add(q == 0).only_enforce_if(~b)
+        _sat_gbs(ctx, sat, V, domains)
+    b = sat.new_bool_var("_interleaved")
+    sat.add(V["vpp"] >= 2).only_enforce_if(b)
+    sat.add(V["vpp"] <= 1).only_enforce_if(~b)
+    q = sat.new_int_var(0, max(gbs, 1), "_m_over_pp")
+    pq = sat.new_int_var(0, max(gbs, 1) * max(ctx.num_layers, 1), "_pp_q")
+    sat.add_multiplication_equality(pq, [V["pp"], q])
+    sat.add(pq == V["_m"]).only_enforce_if(b)
+    sat.add(q == 0).only_enforce_if(~b)
 
 
 # ------------------------------------------------------------------------------------- rule table
 
+_MEGATRON_ARGS = "Megatron-LM megatron/training/arguments.py (validate_args)"
+_MCORE_TCFG = "Megatron-LM megatron/core/transformer/transformer_config.py"
+_MCORE_MOE = "Megatron-Core MoE README (parallel folding, batch-level overlapping)"
+
 RULES: tuple[Rule, ...] = (
     Rule("degrees_positive", "every parallel degree (tp pp dp cp ep etp vpp) is >= 1",
-         ("tp", "pp", "dp", "cp", "ep", "etp", "vpp"), _degrees_positive, _x_positive, _cp_positive),
+         ("tp", "pp", "dp", "cp", "ep", "etp", "vpp"), _degrees_positive, _x_positive, _sat_positive,
+         source="a degree counts GPUs or stages"),
     Rule("degrees_multiply_to_gpus", "tp * cp * pp * dp equals the GPU count",
-         ("tp", "cp", "pp", "dp"), _product, _x_product, _cp_product),
+         ("tp", "cp", "pp", "dp"), _product, _x_product, _sat_product,
+         source="Megatron-Core parallel_state.initialize_model_parallel (world size = tp*cp*pp*dp)"),
     Rule("tp_divides_heads", "tp divides the attention heads, and divides the kv heads or is a multiple "
-         "of them (KV-head replication)", ("tp",), _tp_heads, _x_tp_heads),
+         "of them (KV-head replication)", ("tp",), _tp_heads, _x_tp_heads,
+         source="Megatron-LM megatron/core/transformer/attention.py (heads split over TP)"),
     Rule("tp_within_scaleup_domain", "tp fits in the scale-up (NVLink) domain unless cross-node TP is "
-         "allowed, and divides or is a multiple of the domain size", ("tp",), _tp_domain, _x_tp_domain),
+         "allowed, and divides or is a multiple of the domain size", ("tp",), _tp_domain, _x_tp_domain,
+         source="Narayanan et al. 2021, Sec. 3.2 (TP across nodes is communication-bound)"),
     Rule("pp_stage_split", "pp <= layers and the layers split validly over the stages "
-         "(costmodel.pipeline.stage_layer_split)", ("pp", "pp_first_layers", "pp_last_layers"), _pp_split, _x_pp),
+         "(costmodel.pipeline.stage_layer_split)", ("pp", "pp_first_layers", "pp_last_layers"), _pp_split, _x_pp,
+         source=_MCORE_TCFG + " (uneven pipeline checks)"),
     Rule("vpp_divides_stage_layers", "vpp splits every pipeline stage into equal model chunks "
          "(costmodel.pipeline.vpp_divides_stages)",
-         ("pp", "vpp", "pp_first_layers", "pp_last_layers"), _vpp_layers, _x_vpp_layers),
-    Rule("vpp_needs_pipeline", "an interleaved schedule (vpp > 1) needs pp > 1", ("pp", "vpp"), _vpp_needs_pp, _x_vpp_pp),
+         ("pp", "vpp", "pp_first_layers", "pp_last_layers"), _vpp_layers, _x_vpp_layers, source=_MCORE_TCFG),
+    Rule("vpp_needs_pipeline", "an interleaved schedule (vpp > 1) needs pp > 1", ("pp", "vpp"), _vpp_needs_pp, _x_vpp_pp,
+         source=_MEGATRON_ARGS),
     Rule("cp_divides_seq", "seq_len is divisible by 2*cp when cp > 1 (load-balanced ring attention)",
-         ("cp", "seq_len"), _cp_seq, _x_cp),
-    Rule("ep_divides_experts", "ep divides the number of experts (ep = 1 for a dense model)", ("ep",), _ep_experts, _x_ep),
+         ("cp", "seq_len"), _cp_divides_seq, _x_cp, source="Megatron-Core context parallel docs (2*cp chunks)"),
+    Rule("ep_divides_experts", "ep divides the number of experts (ep = 1 for a dense model)", ("ep",), _ep_experts, _x_ep,
+         source=_MEGATRON_ARGS),
     Rule("ep_divides_dp_cp", "ep * etp divides tp * cp * dp (MoE parallel folding re-splits a stage's ranks)",
-         ("ep", "etp", "tp", "dp", "cp"), _ep_dp_cp, _x_ep_dp, _cp_ep_dp),
+         ("ep", "etp", "tp", "dp", "cp"), _ep_dp_cp, _x_ep_dp, _sat_ep_dp,
+         source="Megatron-LM megatron/core/parallel_state.py (expert rank grid)"),
     Rule("etp_divides_expert_ffn", "etp divides the expert ffn hidden size (etp = 1 for a dense model)",
-         ("etp",), _etp_ffn, _x_etp),
-    Rule("mbs_positive", "the micro-batch size is >= 1", ("mbs",), _mbs_positive, _x_mbs),
+         ("etp",), _etp_ffn, _x_etp, source="Megatron-LM megatron/core/tensor_parallel/layers.py"),
+    Rule("mbs_positive", "the micro-batch size is >= 1", ("mbs",), _mbs_positive, _x_mbs,
+         source="a micro-batch holds whole sequences"),
     Rule("gbs_divisible_by_dp_mbs", "the global batch is divisible by dp * mbs",
-         ("gbs", "dp", "mbs"), _gbs_dp_mbs, _x_gbs, _cp_gbs),
+         ("gbs", "dp", "mbs"), _gbs_dp_mbs, _x_gbs, _sat_gbs,
+         source="Megatron-LM megatron/core/num_microbatches_calculator.py"),
     Rule("interleaved_microbatches_divisible_by_pp", "with vpp > 1 the micro-batch count gbs/(dp*mbs) is "
          "divisible by pp (Megatron interleaved 1F1B)", ("gbs", "dp", "mbs", "vpp", "pp"), _interleave_m,
-         _x_interleave, _cp_interleave),
-    Rule("zero_stage_valid", "the ZeRO stage is 0, 1, 2 or 3", ("zero",), _zero, _x_zero),
-    Rule("sequence_parallel_needs_tp", "sequence parallelism needs tp > 1", ("sp", "tp"), _sp, _x_sp),
-    Rule("recompute_valid", "recompute is one of none, selective, full", ("recompute",), _recompute, _x_recompute),
+         _x_interleave, _sat_interleave, source="Megatron-LM megatron/core/pipeline_parallel/schedules.py"),
+    Rule("zero_stage_valid", "the ZeRO stage is 0, 1, 2 or 3", ("zero",), _zero, _x_zero,
+         source="Rajbhandari et al. 2020, Sec. 5"),
+    Rule("sequence_parallel_needs_tp", "sequence parallelism needs tp > 1", ("sequence_parallel", "tp"), _sp, _x_sp,
+         source="Korthikanti et al. 2022, Sec. 4.2.2 (SP splits along the TP group)"),
+    Rule("recompute_valid", "recompute is one of none, selective, full", ("recompute",), _recompute, _x_recompute,
+         source="Korthikanti et al. 2022, Sec. 5"),
     Rule("partial_recompute_needs_full", "recomputing only some layers is a form of full recompute",
-         ("recompute_share", "recompute"), _partial_recompute, _x_partial_recompute),
+         ("recompute_layers", "recompute"), _partial_recompute, _x_partial_recompute,
+         source="Megatron-LM --recompute-method block (with --recompute-granularity full)"),
+    Rule("recompute_modules_need_selective", "recompute modules apply only to selective recompute",
+         ("recompute_modules", "recompute"), _modules_selective, _x_modules_selective,
+         source=_MCORE_TCFG + " (recompute_modules with recompute_granularity selective)"),
+    Rule("recompute_modules_exist", "every recompute module names a part the model has (mla_up_proj: MLA; "
+         "moe_act, moe: MoE; shared_experts: shared experts; mlp: dense layers)",
+         ("recompute_modules",), _modules_exist, _x_modules_exist, source=_MCORE_TCFG),
     Rule("precision_supported", "precision is bf16 or fp8, and fp8 needs a GPU with FP8 tensor cores",
-         ("precision",), _precision, _x_precision),
+         ("precision",), _precision, _x_precision, source="NVIDIA datasheets (FP8 tensor cores: Hopper and later)"),
+    Rule("tp_comm_overlap_needs_sequence_parallel", "TP communication overlap needs tp > 1 with sequence parallelism",
+         ("tp_comm_overlap", "tp", "sequence_parallel"), _tp_overlap, _x_tp_overlap, source=_MEGATRON_ARGS),
+    Rule("ep_comm_overlap_needs_moe", "expert-parallel all-to-all overlap needs an MoE model",
+         ("ep_comm_overlap",), _ep_overlap_moe, _x_ep_overlap_moe, source=_MCORE_MOE),
+    Rule("ep_comm_overlap_needs_interleaving", "expert-parallel all-to-all overlap needs vpp > 1 or pp = 1",
+         ("ep_comm_overlap", "vpp", "pp"), _ep_overlap_interleaved, _x_ep_overlap_interleaved, source=_MCORE_MOE),
+    Rule("moe_dispatcher_needs_moe", "a MoE token dispatcher other than alltoall needs an MoE model",
+         ("moe_dispatcher",), _dispatcher_moe, _x_dispatcher_moe,
+         source="Megatron-LM --moe-token-dispatcher-type (MoE layers only)"),
 )
 """All rules, in the order used to attribute a removed layout to the first rule it breaks."""
+
+SETTING_RULES = ("recompute_modules_need_selective", "recompute_modules_exist", "ep_comm_overlap_needs_moe",
+                 "moe_dispatcher_needs_moe")
+"""Rules that read the model and one fixed setting only: the search checks them on its settings
+before enumerating anything (``check_settings``)."""
 
 RULES_BY_NAME = {r.name: r for r in RULES}
 
@@ -456,21 +592,20 @@ RULES_BY_NAME = {r.name: r for r in RULES}
 
 
 def columns_of(layouts) -> dict:
-    """Columns (field -> np array) from a ``Layout``, a ``LayoutBatch`` or a mapping.
+    """Columns (option name -> np array of codes) from a ``Layout``, a ``LayoutBatch`` or a
+    mapping.
 
-    For a ``Layout`` the enums become codes (an unknown name becomes -1, which the enum rules
-    reject) and ``sp`` is the user's request (None = auto = off where tp == 1).
+    For a ``Layout`` each option is encoded as in a LayoutBatch (``Option.encode``: an unknown
+    choice becomes -1, which the rules reject), except ``sequence_parallel``, which is the
+    user's request where explicit (so True with tp == 1 breaks its rule) and what runs where
+    automatic.
     """
     if isinstance(layouts, LayoutBatch):
-        return {f.name: getattr(layouts, f.name) for f in dc_fields(layouts)}
+        return layouts.columns()
     if isinstance(layouts, Layout):
-        d = {k: np.asarray([getattr(layouts, k)], dtype=np.int64) for k in
-             ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "mbs", "gbs", "seq_len")}
-        d["recompute"] = np.asarray([RECOMPUTE.index(layouts.recompute) if layouts.recompute in RECOMPUTE else -1])
-        d["precision"] = np.asarray([PRECISIONS.index(layouts.precision) if layouts.precision in PRECISIONS else -1])
-        d["sp"] = np.asarray([bool(layouts.sequence_parallel)])
-        d["pp_first_layers"] = np.asarray([layouts.pp_first_layers or 0])
-        d["pp_last_layers"] = np.asarray([layouts.pp_last_layers or 0])
+        d = {o.name: np.asarray([o.encode(getattr(layouts, o.name))]) for o in OPTIONS}
+        requested = layouts.sequence_parallel
+        d["sequence_parallel"] = np.asarray([layouts.sp if requested is None else bool(requested)])
         return d
     return dict(layouts)
 
@@ -511,8 +646,7 @@ def removed_by_rule(ctx: RuleContext, layouts, rules=RULES) -> tuple[dict[str, i
 def violations(ctx: RuleContext, layout) -> list[tuple[str, str]]:
     """Every rule one layout breaks: [(rule name, one-line reason)]."""
     cols = columns_of(layout)
-    v = {k: int(np.asarray(x).reshape(-1)[0]) for k, x in cols.items() if k != "sp"}
-    v["sp"] = bool(np.asarray(cols.get("sp", False)).reshape(-1)[0])
+    v = {k: np.asarray(x).reshape(-1)[0].item() for k, x in cols.items()}
     out = []
     for r in RULES:
         if not bool(np.asarray(r(ctx, cols)).reshape(-1)[0]):
@@ -526,9 +660,9 @@ def first_violation(ctx: RuleContext, layout) -> Optional[tuple[str, str]]:
     return v[0] if v else None
 
 
-def add_cpsat_constraints(ctx: RuleContext, model, V: dict, domains: dict[str, tuple[int, ...]],
+def add_cpsat_constraints(ctx: RuleContext, sat, V: dict, domains: dict[str, tuple[int, ...]],
                           rules=RULES) -> list[str]:
-    """Add every integer rule to the CP-SAT ``model`` over vars ``V`` (field -> IntVar).
+    """Add every integer rule to the CP-SAT model ``sat`` over vars ``V`` (field -> IntVar).
 
     ``domains`` gives each field's candidate values (one-value tuples for constants such as
     ``gbs`` and ``seq_len``). A rule reading a field absent from ``domains`` is skipped (and
@@ -542,20 +676,20 @@ def add_cpsat_constraints(ctx: RuleContext, model, V: dict, domains: dict[str, t
             skipped.append(r.name)
             continue
         if r.cpsat is not None:
-            r.cpsat(ctx, model, V, domains)
+            r.cpsat(ctx, sat, V, domains)
             continue
         var_fields = [f for f in r.fields if f in V and len(domains[f]) > 1]
         const = {f: domains[f][0] for f in r.fields if f not in var_fields}
         if not var_fields:
             if not bool(np.all(r(ctx, const))):
-                model.add_bool_or([])  # infeasible: the constants break the rule
+                sat.add_bool_or([])  # infeasible: the constants break the rule
             continue
         grids = np.meshgrid(*[np.asarray(domains[f], dtype=np.int64) for f in var_fields], indexing="ij")
         cols = {f: g.reshape(-1) for f, g in zip(var_fields, grids)}
         cols.update(const)
         ok = np.broadcast_to(r(ctx, cols), cols[var_fields[0]].shape)
         tuples = np.stack([cols[f] for f in var_fields], axis=1)[ok]
-        model.add_allowed_assignments([V[f] for f in var_fields], tuples.tolist())
+        sat.add_allowed_assignments([V[f] for f in var_fields], tuples.tolist())
     return skipped
 
 
@@ -564,15 +698,36 @@ def describe_rules() -> list[tuple[str, str]]:
     return [(r.name, r.description) for r in RULES]
 
 
+def broken_rule_message(name: str, reason: str, others=()) -> str:
+    """One line: the rule, why, its source, and the other rules also broken."""
+    source = RULES_BY_NAME[name].source
+    more = f" (also breaks: {', '.join(others)})" if others else ""
+    return f"layout breaks rule {name}: {reason}" + (f" [{source}]" if source else "") + more
+
+
 def check_layout(model, cluster, gpu, layout: Layout, *, gpus: Optional[int] = None,
                  allow_cross_node_tp: bool = False) -> None:
     """Reject a user layout that breaks a rule: raises ``PlannerInputError`` with one line naming
-    the rule and the value (the first broken rule; others are appended by name)."""
+    the rule, the value and the rule's source (the first broken rule; others are appended by
+    name). evaluate, export and validate all call this."""
     from hardware_catalog.errors import PlannerInputError
 
     ctx = RuleContext.build(model, gpus if gpus is not None else layout.gpus, cluster, gpu, allow_cross_node_tp)
     broken = violations(ctx, layout)
     if broken:
         name, reason = broken[0]
-        more = f" (also breaks: {', '.join(n for n, _ in broken[1:])})" if len(broken) > 1 else ""
-        raise PlannerInputError(f"layout breaks rule {name}: {reason}{more}")
+        raise PlannerInputError(broken_rule_message(name, reason, [n for n, _ in broken[1:]]))
+
+
+def check_settings(model, settings: dict) -> None:
+    """Reject fixed settings (option name -> ``Layout`` value) that no layout of ``model`` can
+    use: the rules in ``SETTING_RULES``, before a search enumerates anything."""
+    from hardware_catalog.errors import PlannerInputError
+
+    ctx = RuleContext(model=model, gpus=1)
+    cols = columns_of(Layout(**{k: v for k, v in settings.items() if v is not None}))
+    v = {k: np.asarray(x).reshape(-1)[0].item() for k, x in cols.items()}
+    for name in SETTING_RULES:
+        rule = RULES_BY_NAME[name]
+        if not bool(np.asarray(rule(ctx, cols)).reshape(-1)[0]):
+            raise PlannerInputError(broken_rule_message(name, rule.explain(ctx, v)))

@@ -52,7 +52,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from costmodel.layout import PRECISIONS, RECOMPUTE, LayoutBatch, implementation_columns
+from costmodel.layout import LayoutBatch, implementation_columns
+from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE, SEARCHED
 from costmodel.pipeline import stage_layer_split
 from search.rules import RULES, RuleContext, add_cpsat_constraints, removed_by_rule
 
@@ -65,14 +66,15 @@ SPLIT_MAX_DELTA = 4
 
 SKELETON = ("tp", "cp", "pp", "dp", "ep", "etp", "vpp", "mbs", "pp_first_layers", "pp_last_layers")
 """Knobs CP-SAT enumerates."""
-BROADCAST = ("zero", "recompute", "precision", "sp", "recompute_share")
-RECOMPUTE_SHARES = (4, 3, 2, 1)
-"""Partial full recompute, in quarters of a stage's layers (4 = every layer): Megatron's
---recompute-method block recomputes only the first layers of each chunk, trading recompute
-time for activation memory in steps a layout can use to just fit."""
+BROADCAST = ("zero", "recompute", "precision", "sequence_parallel", "recompute_layers")
 """Knobs numpy broadcasts over the skeleton."""
-PIN_KEYS = SKELETON + ("zero", "recompute", "precision", "sequence_parallel")
-"""Knobs a user can pin."""
+RECOMPUTE_SHARES = (0, -3, -2, -1)
+"""Partial full recompute as ``recompute_layers`` codes: every layer (0), then 3, 2 and 1
+quarters of a stage's layers (-q): Megatron's --recompute-method block recomputes only the
+first layers of each chunk, trading recompute time for activation memory in steps a layout
+can use to just fit."""
+PIN_KEYS = tuple(name for name, o in OPTIONS_BY_NAME.items() if o.search == SEARCHED)
+"""Knobs a user can pin (the options the search searches)."""
 
 
 def _input_error(msg: str) -> Exception:
@@ -96,35 +98,18 @@ def powers_of_two(limit: int) -> list[int]:
 
 
 def normalize_pins(pins: Optional[dict]) -> dict[str, int]:
-    """Pins as integer codes; raises PlannerInputError for an unknown knob or value."""
+    """Pins (option name -> value as typed) as column codes; raises PlannerInputError for an
+    unknown knob or a bad value (``Option.parse``)."""
     out: dict[str, int] = {}
     for k, v in (pins or {}).items():
         if v is None:
             continue
-        key = "sp" if k in ("sequence_parallel", "sp") else k
-        if key not in SKELETON + BROADCAST:
+        if k not in PIN_KEYS:
             raise _input_error(f"unknown layout knob '{k}' (allowed: {', '.join(PIN_KEYS)})")
-        if key == "recompute":
-            if isinstance(v, str):
-                if v not in RECOMPUTE:
-                    raise _input_error(f"--recompute {v!r} is not allowed (allowed: {', '.join(RECOMPUTE)})")
-                v = RECOMPUTE.index(v)
-        elif key == "precision":
-            if isinstance(v, str):
-                if v not in PRECISIONS:
-                    raise _input_error(f"--precision {v!r} is not allowed (allowed: {', '.join(PRECISIONS)})")
-                v = PRECISIONS.index(v)
-        elif key == "sp":
-            v = bool(v)
-        else:
-            try:
-                iv = int(v)
-            except (TypeError, ValueError):
-                raise _input_error(f"--{k.replace('_', '-')} {v!r} must be an integer") from None
-            if iv != v or (iv < 1 and key not in ("zero", "pp_first_layers", "pp_last_layers")) or iv < 0:
-                raise _input_error(f"--{k.replace('_', '-')} {v!r} must be a positive integer")
-            v = iv
-        out[key] = int(v) if key != "sp" else v
+        opt = OPTIONS_BY_NAME[k]
+        if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and opt.kind == "choice":
+            v = opt.choices[int(v)] if 0 <= int(v) < len(opt.choices) else v  # a code
+        out[k] = opt.encode(opt.parse(v))
     return out
 
 
@@ -143,8 +128,8 @@ class Problem:
     allow_cross_node_tp: bool = False
     stage_splits: bool = False
     implementation: dict = field(default_factory=dict)
-    """Implementation settings (``costmodel.layout.IMPLEMENTATION_DEFAULTS`` names, ``Layout``
-    values), the same for every candidate."""
+    """Implementation settings (``costmodel.options.IMPLEMENTATION_OPTIONS`` names, ``Layout``
+    values), the same for every candidate where they apply."""
     recompute_modules: int = 1
     """Bit mask of the submodules selective candidates recompute (costmodel.layout
     RECOMPUTE_MODULES; 1 = core_attn, Megatron's default)."""
@@ -199,11 +184,17 @@ class Space:
         arrays.update({k: v[b_idx] for k, v in self.broadcast.items()})
         arrays["gbs"] = self.problem.gbs
         arrays["seq_len"] = self.problem.seq_len
-        # Partial recompute as quarters of each stage (recompute_layers = -quarters, see Layout).
-        share = np.asarray(arrays.get("recompute_share", 4))
-        arrays["recompute_layers"] = np.where(share < 4, -share, 0)
         arrays.update(implementation_columns(self.problem.implementation))
-        arrays["recompute_modules"] = self.problem.recompute_modules
+        # Settings that apply only to some layouts are switched on where they apply (the rules
+        # tp_comm_overlap_needs_sequence_parallel, ep_comm_overlap_needs_interleaving), so each
+        # record says what was priced and evaluates again as it is.
+        if arrays["tp_comm_overlap"]:
+            arrays["tp_comm_overlap"] = (arrays["tp"] > 1) & arrays["sequence_parallel"]
+        if arrays["ep_comm_overlap"]:
+            arrays["ep_comm_overlap"] = (arrays["vpp"] > 1) | (arrays["pp"] == 1)
+        if self.problem.recompute_modules != 1:
+            selective = arrays["recompute"] == RECOMPUTE.index("selective")
+            arrays["recompute_modules"] = np.where(selective, self.problem.recompute_modules, 1)
         return LayoutBatch.from_arrays(**arrays)
 
 
@@ -278,9 +269,9 @@ def domains(problem: Problem) -> dict[str, tuple]:
     pick("zero", range(4))
     pick("recompute", range(len(RECOMPUTE)))
     full = RECOMPUTE.index("full")
-    dom["recompute_share"] = RECOMPUTE_SHARES if full in dom["recompute"] else (4,)
+    dom["recompute_layers"] = RECOMPUTE_SHARES if full in dom["recompute"] else (0,)
     dom["precision"] = (pins.get("precision", 0),)
-    dom["sp"] = (bool(pins.get("sp", True)),)
+    dom["sequence_parallel"] = (bool(pins.get("sequence_parallel", True)),)
     dom["gbs"] = (problem.gbs,)
     dom["seq_len"] = (problem.seq_len,)
     return dom
@@ -507,8 +498,8 @@ def _broadcast_grid(dom: dict) -> dict[str, np.ndarray]:
     """Cartesian product of the broadcast knobs' domains."""
     grids = np.meshgrid(*[np.asarray(dom[k]) for k in BROADCAST], indexing="ij")
     out = {k: gr.reshape(-1) for k, gr in zip(BROADCAST, grids)}
-    out["sp"] = out["sp"].astype(bool)
-    for k in ("zero", "recompute", "precision", "recompute_share"):
+    out["sequence_parallel"] = out["sequence_parallel"].astype(bool)
+    for k in ("zero", "recompute", "precision", "recompute_layers"):
         out[k] = out[k].astype(np.int64)
     return out
 

@@ -152,11 +152,11 @@ def test_validate_maps_framework_to_implementation():
     assert eager.pins["kernels"] == "eager" and eager.pins["loss"] == "eager"
     bridge = map_run(rows["mbridge2509_h100_llama3_70b_64gpu"])
     assert bridge.pins["loss"] == "fused" and bridge.pins["attention"] == "flash3"
-    assert bridge.searched["tp_overlap"] == [0, 1]
+    assert bridge.searched["tp_comm_overlap"] == [0, 1]
     mcore = map_run(rows["megatron2024_h100_weak_32b"])
-    assert mcore.pins["tp_overlap"] is True  # the README lists --tp-comm-overlap
+    assert mcore.pins["tp_comm_overlap"] is True  # the README lists --tp-comm-overlap
     old = map_run(rows["megatron2021_t1_1p7b"])
-    assert old.pins["attention"] == "unfused" and "tp_overlap" not in old.searched
+    assert old.pins["attention"] == "unfused" and "tp_comm_overlap" not in old.searched
 
 
 def test_logit_memory_by_loss_kernel():

@@ -1,0 +1,461 @@
+"""Every layout option, declared once: ``Layout``'s fields.
+
+A field of ``Layout`` is declared with ``option(...)``, which records what the rest of planner
+derives from it: its kind and allowed values, default, unit, one-line help, the mechanism's
+source, the rules that constrain it (``search.rules``), which commands take it and how the
+search treats it. From that one declaration come
+
+* ``LayoutBatch``'s columns (same names; enums as codes: the index in ``choices``),
+* the typer options of ``planner evaluate`` / ``export`` / ``search`` (``planner.cli_options``),
+* the CSV / JSON keys of a layout (``Layout.to_dict``), the export plan (``planner.export``) and
+  the settings a runs file may state (``planner.validate``),
+* input checking: ``parse_option`` turns what a user typed (or a JSON value) into a value,
+  with one-line errors that name the option, the value and what is allowed.
+
+Adding an option: one field here (with its docstring), its mechanism in ``costmodel/``, and
+where it applies its export mapping, framework profile and report label (ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any, Optional
+
+# Kinds: how a value is typed, stored in a LayoutBatch column, and checked.
+INT = "int"
+"""An integer (>= ``minimum``); column int64."""
+OPTIONAL_INT = "optional_int"
+"""An integer or None ("planner decides"); column int64 with 0 for None."""
+CHOICE = "choice"
+"""One of ``choices``; column int64 with the index as code."""
+FLAG = "flag"
+"""True or False; column bool."""
+AUTO_FLAG = "auto_flag"
+"""True, False or None (automatic, see the field); column bool with the resolved value."""
+MODULES = "modules"
+"""A set of names from ``choices`` (None = ``default_modules``); column int64 bit mask."""
+
+# Groups: what kind of decision an option is.
+PARALLEL = "parallel"
+"""How the GPUs are split (degrees, ZeRO)."""
+BATCH = "batch"
+"""The batch: micro-batch size, global batch, sequence length."""
+PIPELINE = "pipeline"
+"""How the layers sit on the pipeline stages."""
+MEMORY = "memory"
+"""Activation recomputation and precision: memory against time."""
+IMPLEMENTATION = "implementation"
+"""How the framework runs the layout (kernels, overlaps, dispatchers): the same layout is
+faster under one framework than another. The search prices every candidate with them."""
+
+# How the search treats an option.
+SEARCHED = "searched"
+"""Searched over a default domain unless the user pins it (``--tp 8``)."""
+SETTING = "setting"
+"""Fixed at what the user states and applied to every candidate where it applies."""
+PROBLEM = "problem"
+"""Part of the problem, not of the layout (the batch)."""
+INTERNAL = "internal"
+"""Not a search flag (searched in its own terms, e.g. recompute shares)."""
+
+EVALUATE, EXPORT, SEARCH = "evaluate", "export", "search"
+ALL_COMMANDS = (EVALUATE, EXPORT, SEARCH)
+
+
+@dataclass(frozen=True)
+class Option:
+    """What planner knows about one layout option (the metadata of a ``Layout`` field)."""
+
+    name: str
+    """Field name: also the LayoutBatch column, the JSON / CSV key and (dashed) the CLI flag."""
+    kind: str
+    """INT, OPTIONAL_INT, CHOICE, FLAG, AUTO_FLAG or MODULES."""
+    default: Any
+    """``Layout``'s default."""
+    help: str
+    """One line for ``--help``."""
+    group: str
+    """PARALLEL, BATCH, PIPELINE, MEMORY or IMPLEMENTATION."""
+    choices: tuple = ()
+    """Allowed values (CHOICE: the code is the index; MODULES: bit i is choices[i])."""
+    unit: str = ""
+    """Unit of the value, where it has one."""
+    minimum: Optional[int] = None
+    """Smallest value a user may type (INT / OPTIONAL_INT)."""
+    source: str = ""
+    """Where the mechanism comes from (paper, framework file)."""
+    rules: tuple = ()
+    """Names of the rules in ``search.rules`` that constrain this option."""
+    commands: tuple = ALL_COMMANDS
+    """CLI commands that take it as a flag."""
+    search: str = SEARCHED
+    """SEARCHED, SETTING, PROBLEM or INTERNAL."""
+    search_default: Any = None
+    """Value ``planner search`` passes when the user gives none (None: searched)."""
+    default_modules: tuple = ()
+    """MODULES: what None means."""
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def column_dtype(self) -> str:
+        return "bool" if self.kind in (FLAG, AUTO_FLAG) else "int64"
+
+    @property
+    def default_code(self):
+        """The column code of ``default`` (AUTO_FLAG: True, resolved per layout)."""
+        if self.kind == AUTO_FLAG:
+            return True
+        return self.encode(self.default)
+
+    def encode(self, value):
+        """``Layout`` value -> LayoutBatch code (an unknown choice becomes -1, which the rules
+        reject)."""
+        if self.kind == CHOICE:
+            return self.choices.index(value) if value in self.choices else -1
+        if self.kind == OPTIONAL_INT:
+            return int(value or 0)
+        if self.kind in (FLAG, AUTO_FLAG):
+            return bool(value)
+        if self.kind == MODULES:
+            names = self.default_modules if value is None else tuple(value)
+            mask = 0
+            for name in names:
+                mask |= 1 << self.choices.index(name)
+            return mask
+        return int(value)
+
+    def decode(self, code):
+        """LayoutBatch code -> ``Layout`` value (MODULES: None for the default set)."""
+        if self.kind == CHOICE:
+            return self.choices[int(code)]
+        if self.kind == OPTIONAL_INT:
+            return int(code) or None
+        if self.kind in (FLAG, AUTO_FLAG):
+            return bool(code)
+        if self.kind == MODULES:
+            names = tuple(n for i, n in enumerate(self.choices) if int(code) >> i & 1)
+            return None if names == self.default_modules else names
+        return int(code)
+
+    def parse(self, value, where: str = ""):
+        """A value as typed or read from JSON -> a checked ``Layout`` value. Raises
+        ``PlannerInputError`` with one line naming ``where`` (default: the CLI flag)."""
+        from hardware_catalog.errors import PlannerInputError
+
+        label = where or self.flag
+        if value is None:
+            if self.kind in (OPTIONAL_INT, AUTO_FLAG, MODULES):
+                return None
+            return self.default
+        if self.kind in (INT, OPTIONAL_INT):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+                raise PlannerInputError(f"{label}={value!r}: must be an integer")
+            if self.minimum is not None and value < self.minimum:
+                raise PlannerInputError(f"{label}={int(value)}: must be >= {self.minimum}")
+            return int(value)
+        if self.kind == CHOICE:
+            if value not in self.choices:
+                raise PlannerInputError(f"{label}={value}: allowed {', '.join(map(str, self.choices))}")
+            return value
+        if self.kind in (FLAG, AUTO_FLAG):
+            if not isinstance(value, bool) and type(value).__name__ != "bool_":
+                raise PlannerInputError(f"{label}={value!r}: must be true or false")
+            return bool(value)
+        return parse_modules(self, value, label)
+
+
+def parse_modules(opt: Option, value, label: str):
+    """A MODULES value (comma-separated text or names) -> a tuple of known names."""
+    from hardware_catalog.errors import PlannerInputError
+
+    if isinstance(value, str):
+        names = tuple(m.strip() for m in value.split(",") if m.strip())
+    elif isinstance(value, (list, tuple)):
+        names = tuple(value)
+    else:
+        raise PlannerInputError(f"{label}={value!r}: must be a list of module names")
+    if not names:
+        raise PlannerInputError(f"{label}={value!r}: name at least one of {', '.join(opt.choices)}")
+    for name in names:
+        if name not in opt.choices:
+            raise PlannerInputError(f"{label}: unknown module {name!r} (allowed: {', '.join(opt.choices)})")
+    return names
+
+
+def option(default, help: str, *, kind: str = INT, group: str = PARALLEL, **meta):
+    """A ``Layout`` field declared as an option (see ``Option`` for the metadata)."""
+    return field(default=default, metadata={"option": dict(kind=kind, default=default, help=help, group=group, **meta)})
+
+
+RECOMPUTE = ("none", "selective", "full")
+"""Activation recomputation modes; codes 0, 1, 2."""
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts", "moe")
+"""Megatron-Core submodules selective recompute can cover (TransformerConfig.recompute_modules;
+--recompute-modules). Bit i of the column is module i."""
+DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
+"""Megatron-Core's default for --recompute-granularity selective."""
+PRECISIONS = ("bf16", "fp8")
+"""Compute precisions; codes 0, 1. FP8 is TransformerEngine-style (linear-layer GEMMs in FP8,
+attention and the rest in BF16)."""
+ATTENTION = ("flash", "unfused", "flash3")
+"""Attention kernels; codes 0, 1, 2."""
+KERNELS = ("fused", "eager")
+"""Elementwise kernels; codes 0, 1."""
+LOSSES = ("unfused", "fused", "eager")
+"""Cross-entropy implementations; codes 0, 1, 2."""
+DISPATCHERS = ("alltoall", "deepep")
+"""MoE token dispatchers; codes 0, 1."""
+GRAD_DTYPES = ("fp32", "bf16")
+"""Gradient buffer / data-parallel reduction dtypes; codes 0, 1."""
+ZERO3_GATHERS = ("prefetch", "blocking")
+"""How ZeRO-3 fetches parameters; codes 0, 1."""
+
+_EVAL_EXPORT = (EVALUATE, EXPORT)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One parallel layout. Degrees multiply: tp * cp * pp * dp = GPUs (ep lives inside dp*cp)."""
+
+    # ---------------------------------------------------------------- parallel degrees
+    tp: int = option(1, "Tensor-parallel degree.", minimum=1, unit="GPUs",
+                     source="Shoeybi et al. 2019 (Megatron-LM), Sec. 3",
+                     rules=("tp_divides_heads", "tp_within_scaleup_domain"))
+    """Tensor-parallel degree (Megatron column/row split), inside the scale-up domain by default."""
+    pp: int = option(1, "Pipeline-parallel stages.", minimum=1, unit="stages",
+                     source="Narayanan et al. 2021, Sec. 2.2", rules=("pp_stage_split", "vpp_needs_pipeline"))
+    """Pipeline-parallel stages."""
+    dp: int = option(1, "Data-parallel replicas (evaluate derives it: gpus / (tp*pp*cp)).", minimum=1, unit="GPUs",
+                     commands=(SEARCH,), source="Rajbhandari et al. 2020 (ZeRO)",
+                     rules=("degrees_multiply_to_gpus", "gbs_divisible_by_dp_mbs"))
+    """Data-parallel replicas (with ZeRO, the sharding group too)."""
+    cp: int = option(1, "Context-parallel degree.", minimum=1, unit="GPUs",
+                     source="Liu et al. 2023 (ring attention); Megatron-Core context parallel docs",
+                     rules=("cp_divides_seq",))
+    """Context-parallel degree: the sequence is split over cp ranks (ring attention)."""
+    ep: int = option(1, "Expert-parallel degree (MoE).", minimum=1, unit="GPUs",
+                     source="Lepikhin et al. 2020 (GShard); Megatron-Core MoE parallel folding",
+                     rules=("ep_divides_experts", "ep_divides_dp_cp"))
+    """Expert-parallel degree for MoE layers, carved out of dp * cp."""
+    etp: int = option(1, "Expert tensor-parallel degree (MoE).", minimum=1, unit="GPUs",
+                      source="Megatron-Core MoE parallel folding", rules=("etp_divides_expert_ffn", "ep_divides_dp_cp"))
+    """Expert tensor-parallel degree (MoE expert weights split over etp ranks)."""
+    vpp: int = option(1, "Virtual pipeline stages per GPU (interleaved 1F1B).", minimum=1, group=PIPELINE,
+                      source="Narayanan et al. 2021, Sec. 2.2.2",
+                      rules=("vpp_divides_stage_layers", "vpp_needs_pipeline", "interleaved_microbatches_divisible_by_pp"))
+    """Virtual pipeline stages per GPU (interleaved 1F1B); 1 = plain 1F1B."""
+    zero: int = option(1, "ZeRO stage 0-3 (1 = Megatron distributed optimizer, 3 = FSDP).", minimum=0,
+                       source="Rajbhandari et al. 2020 (ZeRO), Sec. 5", rules=("zero_stage_valid",))
+    """ZeRO stage 0-3: 0 plain DDP, 1 optimizer states sharded (Megatron distributed optimizer),
+    2 + gradients, 3 + parameters (FSDP). With pipeline parallelism only FSDP2 runs stages 2-3,
+    and under torch.distributed.pipelining it keeps gradients unsharded for the whole step:
+    priced with ZeRO-1's footprint (ZeRO-3 re-gathers weights for each backward)."""
+
+    # ---------------------------------------------------------------- batch
+    mbs: int = option(1, "Micro-batch size (sequences).", minimum=1, group=BATCH, unit="sequences",
+                      rules=("mbs_positive", "gbs_divisible_by_dp_mbs"))
+    """Micro-batch size, sequences."""
+    gbs: int = option(1, "Global batch (sequences). Default: the model's tokens per batch / seq-len.", minimum=1,
+                      group=BATCH, unit="sequences", search=PROBLEM, rules=("gbs_divisible_by_dp_mbs",))
+    """Global batch size, sequences per optimizer step."""
+    seq_len: int = option(4096, "Sequence length. Default: the model preset's.", minimum=1, group=BATCH,
+                          unit="tokens", search=PROBLEM, rules=("cp_divides_seq",))
+    """Tokens per sequence."""
+
+    # ---------------------------------------------------------------- memory: recompute, precision
+    recompute: str = option("selective", "Activation recompute: none | selective | full.", kind=CHOICE,
+                            group=MEMORY, choices=RECOMPUTE, source="Korthikanti et al. 2022, Sec. 4-5",
+                            rules=("recompute_valid",))
+    """Activation recomputation: none, selective (core attention), full (whole layer)."""
+    recompute_layers: Optional[int] = option(
+        None, "With --recompute full: layers per pipeline stage to recompute (Megatron block method). Default: all.",
+        kind=OPTIONAL_INT, group=MEMORY, minimum=1, unit="layers", commands=_EVAL_EXPORT, search=INTERNAL,
+        source="Megatron-LM --recompute-method block", rules=("partial_recompute_needs_full",))
+    """With recompute=full: layers per pipeline stage whose activations are recomputed, the
+    rest keep theirs (Megatron --recompute-method block; --recompute-num-layers is this divided
+    by vpp). None = every layer. A negative value -q means q quarters of every stage's layers
+    (what the search explores: 1/4, 1/2, 3/4)."""
+    recompute_modules: Optional[tuple] = option(
+        None, "With --recompute selective: Megatron-Core submodules to recompute, comma-separated "
+        "(core_attn, layernorm, mla_up_proj, mlp, moe_act, shared_experts, moe). Default: core_attn.",
+        kind=MODULES, group=MEMORY, choices=RECOMPUTE_MODULES, default_modules=DEFAULT_RECOMPUTE_MODULES,
+        search=SETTING, source="Megatron-Core TransformerConfig.recompute_modules",
+        rules=("recompute_modules_need_selective", "recompute_modules_exist"))
+    """With recompute=selective: the submodules recomputed in every layer (Megatron-Core
+    --recompute-modules, names in ``RECOMPUTE_MODULES``); None = ("core_attn",), Megatron's
+    default. core_attn, mlp, moe and shared_experts keep only their input; layernorm,
+    mla_up_proj and moe_act drop their output (the next GEMM's saved input) and run again
+    before backward needs it."""
+    sequence_parallel: Optional[bool] = option(
+        None, "Megatron sequence parallelism. Default: on when tp > 1.", kind=AUTO_FLAG,
+        source="Korthikanti et al. 2022, Sec. 4.2.2", rules=("sequence_parallel_needs_tp",))
+    """Megatron sequence parallelism for the non-TP regions; None = on whenever tp > 1."""
+    precision: str = option("bf16", "bf16 | fp8 (TransformerEngine GEMMs; needs a GPU with FP8).", kind=CHOICE,
+                            group=MEMORY, choices=PRECISIONS, search_default="bf16",
+                            source="Micikevicius et al. 2022 (FP8 formats); TransformerEngine",
+                            rules=("precision_supported",))
+    """bf16, or fp8 (TransformerEngine: GEMMs in FP8)."""
+
+    # ---------------------------------------------------------------- implementation
+    attention: str = option(
+        "flash", "Attention kernel: flash (FlashAttention-2, PyTorch SDPA) | flash3 (FlashAttention-3 / cuDNN "
+        "via TransformerEngine on Hopper+) | unfused.", kind=CHOICE, group=IMPLEMENTATION, choices=ATTENTION,
+        search=SETTING, source="Dao 2023 (FlashAttention-2); Shah et al. 2024 (FlashAttention-3)")
+    """Attention kernel: flash (FlashAttention-2 class: scores never stored, causal blocks
+    skipped; PyTorch SDPA, flash-attn 2), flash3 (the Hopper/Blackwell-native kernels:
+    FlashAttention-3, cuDNN fused attention as TransformerEngine runs it; same as flash on older
+    GPUs) or unfused (scores materialised in HBM, softmax as a separate kernel: Megatron before
+    FlashAttention, Dao et al. 2022; kept to price older runs)."""
+    kernels: str = option(
+        "fused", "Elementwise kernels: fused (Megatron/TransformerEngine, torch.compile) | eager (plain PyTorch ops).",
+        kind=CHOICE, group=IMPLEMENTATION, choices=KERNELS, search=SETTING,
+        source="torchtitan models/llama/model.py (eager operators)")
+    """Elementwise kernels: fused (Megatron/TransformerEngine, torch.compile) or eager (plain
+    PyTorch operators, e.g. torchtitan or llm-foundry without compile)."""
+    loss: str = option(
+        "unfused", "Cross entropy: unfused (Megatron default) | fused (--cross-entropy-loss-fusion, TE) | eager "
+        "(F.cross_entropy on FP32 logits, torchtitan).", kind=CHOICE, group=IMPLEMENTATION, choices=LOSSES,
+        search=SETTING, source="Megatron-LM megatron/core/tensor_parallel/cross_entropy.py")
+    """Cross-entropy kernel: unfused (Megatron's default vocab-parallel cross entropy: FP32
+    passes over the logits, in place), fused (one kernel: Megatron --cross-entropy-loss-fusion,
+    TransformerEngine or flash-attn cross entropy) or eager (torch.nn.functional.cross_entropy
+    on FP32 logits, e.g. torchtitan, which does not compile its loss)."""
+    tp_comm_overlap: bool = option(
+        False, "Overlap TP all-gathers/reduce-scatters with GEMMs (Megatron --tp-comm-overlap; needs SP). "
+        "Default: off.", kind=FLAG, group=IMPLEMENTATION, search=SETTING,
+        source="Megatron-Core 'Communication overlap' docs; TransformerEngine userbuffers",
+        rules=("tp_comm_overlap_needs_sequence_parallel",))
+    """Overlap the tensor-parallel all-gathers / reduce-scatters with the GEMMs they feed
+    (Megatron --tp-comm-overlap: TransformerEngine userbuffers, needs sequence parallelism).
+    Off by default, as in Megatron. The search applies it where tp > 1 with SP."""
+    moe_dispatcher: str = option(
+        "alltoall", "MoE token dispatcher: alltoall (Megatron-Core) | deepep (one network copy per destination node).",
+        kind=CHOICE, group=IMPLEMENTATION, choices=DISPATCHERS, search=SETTING,
+        source="DeepSeek-V3 report Sec. 3.2.2 (DeepEP); Megatron --moe-token-dispatcher-type",
+        rules=("moe_dispatcher_needs_moe",))
+    """MoE token dispatcher: alltoall (Megatron-Core's all-to-all, one copy per routed expert)
+    or deepep (DeepEP via --moe-token-dispatcher-type flex: one network copy per destination
+    node, forwarded over NVLink)."""
+    ep_comm_overlap: bool = option(
+        False, "Hide MoE all-to-alls behind another micro-batch's compute (Megatron "
+        "--overlap-moe-expert-parallel-comm; needs vpp > 1 or pp = 1). Default: off.", kind=FLAG,
+        group=IMPLEMENTATION, search=SETTING, source="DeepSeek-V3 report Sec. 3.2.1, Fig. 4; Megatron-Core MoE README",
+        rules=("ep_comm_overlap_needs_moe", "ep_comm_overlap_needs_interleaving"))
+    """Hide the expert-parallel all-to-alls of one micro-batch behind the computation of
+    another (Megatron-Core --overlap-moe-expert-parallel-comm --delay-wgrad-compute, MoE
+    "batch-level overlapping"; needs an interleaved pipeline or pp = 1). Off by default. The
+    search applies it where the schedule allows."""
+    grad_dtype: str = option(
+        "fp32", "Gradient buffers and their data-parallel reduction: fp32 (Megatron main grads, FSDP reduce_dtype "
+        "fp32) | bf16 (NeMo grad_sync_dtype bf16, Megatron-Core grad_reduce_in_fp32=False).", kind=CHOICE,
+        group=IMPLEMENTATION, choices=GRAD_DTYPES, search=SETTING,
+        source="Megatron-LM --grad-reduce-in-bf16; NeMo optim.grad_sync_dtype")
+    """Dtype the gradients are accumulated, kept and reduced across data parallel in: fp32
+    (Megatron's main_grad buffers, which --bf16 forces; FSDP reduce_dtype float32) or bf16
+    (Megatron-Core DDP grad_reduce_in_fp32=False, NeMo optim.grad_sync_dtype=bf16, FSDP
+    reduce_dtype bfloat16): half the gradient memory and half the reduce-scatter /
+    all-reduce bytes."""
+    zero3_gather: str = option(
+        "prefetch", "ZeRO-3 parameter fetching: prefetch (per-layer gathers hidden behind compute: FSDP, DeepSpeed "
+        "today) | blocking (one synchronised gather per weight tensor, re-gathered after recompute: DeepSpeed 2021).",
+        kind=CHOICE, group=IMPLEMENTATION, choices=ZERO3_GATHERS, search=SETTING,
+        source="DeepSpeed 2021 runtime/zero/partition_parameters.py; DeepSpeed issue #1173")
+    """ZeRO-3 parameter fetching: prefetch (one flat all-gather per layer / FSDP unit, issued
+    ahead and hidden behind compute: FSDP, DeepSpeed since its coalesced gathers) or blocking
+    (early DeepSpeed ZeRO-3, 2021: one all-gather per weight tensor, each after a
+    torch.cuda.synchronize(), again after a recomputed forward, and one gradient reduce-scatter
+    per parameter tensor, all in PyTorch's list form built from per-rank slices and copies;
+    nothing overlaps; see costmodel.zero3_blocking)."""
+
+    # ---------------------------------------------------------------- pipeline split
+    pp_first_layers: Optional[int] = option(
+        None, "Layers on the first pipeline stage (uneven pipelines). Default: planner's split.", kind=OPTIONAL_INT,
+        group=PIPELINE, minimum=1, unit="layers", source="Megatron-LM --decoder-first-pipeline-num-layers; "
+        "Llama 3 paper Sec. 3.3.2", rules=("pp_stage_split",))
+    """Layers on the first pipeline stage; None = planner's split (see costmodel.pipeline)."""
+    pp_last_layers: Optional[int] = option(
+        None, "Layers on the last pipeline stage. Default: planner's split.", kind=OPTIONAL_INT, group=PIPELINE,
+        minimum=1, unit="layers", source="Megatron-LM --decoder-last-pipeline-num-layers", rules=("pp_stage_split",))
+    """Layers on the last pipeline stage; None = planner's split."""
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def sp(self) -> bool:
+        """Sequence parallelism as it runs: on where requested or automatic, and tp > 1."""
+        return self.tp > 1 if self.sequence_parallel is None else bool(self.sequence_parallel and self.tp > 1)
+
+    @property
+    def grad_accum(self) -> int:
+        """Micro-batches per step per pipeline (m): gbs / (dp * mbs)."""
+        return self.gbs // (self.dp * self.mbs)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["sequence_parallel"] = self.sp
+        d["grad_accum"] = self.grad_accum
+        d["gpus"] = self.gpus
+        return d
+
+    @classmethod
+    def from_values(cls, values: dict, where: str = "") -> "Layout":
+        """A Layout from option values as typed or read from JSON (missing: defaults; None:
+        "default"), each checked by ``Option.parse``; errors name ``where + name`` (e.g.
+        ``layout.tp``) or the CLI flag. Unknown keys are ignored."""
+        kw = {}
+        for opt in OPTIONS:
+            if opt.name in values and values[opt.name] is not None:
+                kw[opt.name] = opt.parse(values[opt.name], f"{where}{opt.name}" if where else "")
+        return cls(**kw)
+
+
+def _collect_options() -> tuple[Option, ...]:
+    out = []
+    for f in fields(Layout):
+        meta = dict(f.metadata["option"])
+        if f.default is MISSING:  # pragma: no cover - every option has a default
+            raise TypeError(f"Layout.{f.name} has no default")
+        out.append(Option(name=f.name, **meta))
+    return tuple(out)
+
+
+OPTIONS: tuple[Option, ...] = _collect_options()
+"""Every layout option, in ``Layout`` field order."""
+OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}
+IMPLEMENTATION_OPTIONS = tuple(o.name for o in OPTIONS if o.group == IMPLEMENTATION)
+"""How the framework runs the layout: the settings a framework profile fixes."""
+IMPLEMENTATION_DEFAULTS = {name: OPTIONS_BY_NAME[name].default for name in IMPLEMENTATION_OPTIONS}
+"""Implementation settings and their defaults (``Layout`` values)."""
+
+
+def options_for(command: str) -> tuple[Option, ...]:
+    """The options ``command`` (evaluate, export, search) takes as flags."""
+    return tuple(o for o in OPTIONS if command in o.commands)
+
+
+def check_implementation(impl: dict) -> dict:
+    """Implementation settings checked (None values dropped); one-line errors that name the
+    option, the value and what is allowed."""
+    from hardware_catalog.errors import PlannerInputError
+
+    out = {}
+    for key, value in (impl or {}).items():
+        if value is None:
+            continue
+        if key not in IMPLEMENTATION_DEFAULTS:
+            raise PlannerInputError(f"unknown implementation setting {key!r} (allowed: {', '.join(IMPLEMENTATION_OPTIONS)})")
+        out[key] = OPTIONS_BY_NAME[key].parse(value)
+    return out
+
+
+def parse_recompute_modules(value):
+    """--recompute-modules as given (comma-separated text, or names) -> a tuple of known module
+    names, or None when not given; one-line errors naming the bad value."""
+    if value is None:
+        return None
+    return OPTIONS_BY_NAME["recompute_modules"].parse(value)

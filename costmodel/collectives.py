@@ -6,10 +6,11 @@ MPICH", IJHPCA 19(1)). Notation used in the comments below:
 
 * ``S``  message bytes: the buffer for all_reduce/broadcast, the gathered OUTPUT for all_gather,
   the INPUT for reduce_scatter, everything one rank sends (itself included) for all_to_all.
-* ``n``  ranks taking part at one level; ``L`` ranks per scale-up domain, ``m`` domains spanned,
-  ``N = L*m``.
+* ``n``  ranks taking part at one level; ``r`` ranks per scale-up domain, ``q`` domains spanned,
+  ``N = r*q`` (``n_local`` and ``n_nodes`` in ``collective_time``).
 * ``B``  achievable bandwidth per GPU per direction at a level (already times efficiency and
-  divided by oversubscription); ``a`` the latency of one algorithm step at that level.
+  divided by oversubscription); ``alpha`` the latency of one algorithm step at that level;
+  ``D`` the GPUs of a scale-up domain (costmodel/NOTATION.md has the project-wide table).
 
 Per-level physical topologies and how a GPU's ``B`` is spread over its ports:
 
@@ -25,7 +26,7 @@ Per-level physical topologies and how a GPU's ``B`` is spread over its ports:
   factorization of ``n`` (a whole torus); given ``(X, Y)`` -> ranks fill rows of ``X`` first and a
   dimension wraps only when the group spans all of it.
 
-Hardware routing is assumed on every level: a message crossing several hops costs one ``a``.
+Hardware routing is assumed on every level: a message crossing several hops costs one ``alpha``.
 Tree algorithms (NCCL's double binary tree, binomial broadcast, PAT/recursive halving) need a
 switched level; on ring/mesh/torus/fully-connected levels their edges would share links.
 """
@@ -170,7 +171,7 @@ class _Span:
         self.level = level
         self.topo = level.topology
         self.B = level.bandwidth / level.oversubscription
-        self.a = level.latency
+        self.alpha = level.latency
         self.dims = level.dims
         self.peers = peers
         self.n = n
@@ -260,41 +261,41 @@ class _Span:
 
     # ---- ring (Patarasuk & Yuan 2009; NCCL; seed 003 sec. 4.2-4.3, L4 slide 34)
     def ring_rs(self, S):
-        # RS or AG: n-1 steps of S/n -> (n-1) a + (n-1)/n * S/B. Zero when n == 1.
-        return self.nm1 * self.a + self.frac * S / self.ring_bw
+        # RS or AG: n-1 steps of S/n -> (n-1) alpha + (n-1)/n * S/B. Zero when n == 1.
+        return self.nm1 * self.alpha + self.frac * S / self.ring_bw
 
     def ring_ar(self, S):
-        # AR = RS + AG: 2(n-1) a + 2(n-1)/n * S/B (bandwidth-optimal, Patarasuk & Yuan 2009).
+        # AR = RS + AG: 2(n-1) alpha + 2(n-1)/n * S/B (bandwidth-optimal, Patarasuk & Yuan 2009).
         return 2.0 * self.ring_rs(S)
 
     def ring_bcast(self, S):
         # Pipelined chain from the root (NCCL ring broadcast; nccl-tests busbw factor 1):
-        # (n-1) a + S/B.
-        return self.nm1 * self.a + self.used_f * S / self.ring_bw
+        # (n-1) alpha + S/B.
+        return self.nm1 * self.alpha + self.used_f * S / self.ring_bw
 
     # ---- trees (switched levels only; elsewhere tree edges would share links)
     def tree_ar(self, S):
         # NCCL double binary tree (Sanders, Speck & Traeff 2009): reduce up + broadcast down,
-        # pipelined -> 2 ceil(log2 n) a. Bandwidth 2S/B: each rank is inner node of one tree
+        # pipelined -> 2 ceil(log2 n) alpha. Bandwidth 2S/B: each rank is inner node of one tree
         # and leaf of the other and sends S/2 + 2(S/2) + S/2 = 2S in all; NCCL's model says
         # the same (tuning.cc: tree algBw = busBw/2). So the ring (2(n-1)/n S/B) keeps a small
         # bandwidth edge and the tree wins on latency: small messages, many ranks.
         if not self.switched:
             return _INF
-        return 2.0 * self.log2n * self.a + self.used_f * 2.0 * S / self.B
+        return 2.0 * self.log2n * self.alpha + self.used_f * 2.0 * S / self.B
 
     def tree_rs(self, S):
         # Recursive halving (RS) / doubling (AG) (Thakur et al. 2005 sec. 3.1, 3.3), as NCCL's
-        # PAT (2.23+, one GPU per node only): ceil(log2 n) a + (n-1)/n * S/B.
+        # PAT (2.23+, one GPU per node only): ceil(log2 n) alpha + (n-1)/n * S/B.
         if not self.switched:
             return _INF
-        return self.log2n * self.a + self.frac * S / self.B
+        return self.log2n * self.alpha + self.frac * S / self.B
 
     def tree_bcast(self, S):
-        # Binomial tree (Thakur et al. 2005 sec. 4.1, short messages): ceil(log2 n)(a + S/B).
+        # Binomial tree (Thakur et al. 2005 sec. 4.1, short messages): ceil(log2 n)(alpha + S/B).
         if not self.switched:
             return _INF
-        return self.log2n * (self.a + S / self.B)
+        return self.log2n * (self.alpha + S / self.B)
 
     # ---- dimension-ordered 2-D algorithms (torus2d / mesh2d levels)
     def dims_rs(self, S):
@@ -305,12 +306,12 @@ class _Span:
         g ranks is, on a torus, a bidirectional ring: both directions of the +-links (B/2) and
         ceil((g-1)/2) steps, blocks travelling half-way round either way; on a mesh, a line:
         its end links carry (g-1)/g of the data one way (B/4) in g-1 steps (the diameter).
-        Time = steps * a + max(each half's path, each dimension's link load). A square torus
+        Time = steps * alpha + max(each half's path, each dimension's link load). A square torus
         gives (n-1)/n * S/B, the switch's figure, in 2 ceil((g-1)/2) steps; a square mesh
         twice that bandwidth term.
         """
         steps, per_byte = self._lookup(_Span._dims_rs_raw)
-        return steps * self.a + per_byte * S
+        return steps * self.alpha + per_byte * S
 
     def _dims_rs_raw(self):
         gx, gy, wx, wy = self.grid
@@ -329,10 +330,10 @@ class _Span:
 
     def dims_a2a(self, S):
         # Dimension-ordered all-to-all (rows, then columns, store and forward: each phase
-        # moves all of S): per dimension (g-1) a + max(injection over 2 ports of B/4,
+        # moves all of S): per dimension (g-1) alpha + max(injection over 2 ports of B/4,
         # bisection floor(g/2)ceil(g/2)/g * S over 2 (torus) or 1 (mesh) cut links of B/4).
         steps, per_byte = self._lookup(_Span._dims_a2a_raw)
-        return steps * self.a + per_byte * S
+        return steps * self.alpha + per_byte * S
 
     def _dims_a2a_raw(self):
         gx, gy, wx, wy = self.grid
@@ -410,42 +411,42 @@ class _Span:
 
 
 # ---------------------------------------------------------------------------------------------
-# Algorithms over the whole group: L ranks in each of m domains (I: scale-up, E: network).
+# Algorithms over the whole group: r ranks in each of q domains (I: scale-up, E: network).
 
 
 def _ring(op, S, I: _Span, E: _Span):
     """NCCL rings through all N ranks, crossing the network once per domain.
 
-    Bandwidth: the slower of the scale-up ring and the network, the L ranks of a domain
-    sharing L per-GPU NIC shares (NCCL runs a ring per NIC). Latency as NCCL's tuning model
+    Bandwidth: the slower of the scale-up ring and the network, the r ranks of a domain
+    sharing r per-GPU NIC shares (NCCL runs a ring per NIC). Latency as NCCL's tuning model
     (src/graph/tuning.cc): (steps - inter_steps) scale-up steps + inter_steps network steps,
-    inter_steps = 2(m-1) for AR and m-1 otherwise.
+    inter_steps = 2(q-1) for AR and q-1 otherwise.
     """
-    L, m = I.n, E.n
+    r, q = I.n, E.n
     # Seconds per byte of the slower level; a level the group does not use does not count.
-    per_byte = np.maximum(I.used_f / I.ring_bw, E.used_f / (L * E.ring_bw))
-    # N-1 steps, m-1 of them on the network: N-1-(m-1) = m(L-1) scale-up steps.
-    lat = (I.nm1 * I.a) * m + E.nm1 * E.a
+    per_byte = np.maximum(I.used_f / I.ring_bw, E.used_f / (r * E.ring_bw))
+    # N-1 steps, q-1 of them on the network: N-1-(q-1) = q(r-1) scale-up steps.
+    lat = (I.nm1 * I.alpha) * q + E.nm1 * E.alpha
     if op == "broadcast":
         return lat + S * per_byte
-    share = 1.0 - 1.0 / (L * m)  # (N-1)/N
+    share = 1.0 - 1.0 / (r * q)  # (N-1)/N
     if op == "all_reduce":
         return 2.0 * (lat + share * per_byte * S)  # twice the steps and the bytes
     return lat + share * per_byte * S
 
 
 def _tree(op, S, I: _Span, E: _Span):
-    L = I.n
+    r = I.n
     if op == "all_reduce":
         # One domain: double binary tree over its switch (_Span.tree_ar). Several domains:
         # NCCL's tree, a chain inside each domain + a double binary tree across domains;
-        # tuning.cc latency 2((L-1) a_intra + log2(m) a_net), bandwidth 2S over the slower of
-        # the chain and the domain's L NIC shares.
+        # tuning.cc latency 2((r-1) alpha_intra + log2(q) alpha_net), bandwidth 2S over the slower
+        # of the chain and the domain's r NIC shares.
         t_one = I.tree_ar(S)
         t_many = _INF
         if E.switched:
-            per_byte = np.maximum(I.used_f / I.ring_bw, 1.0 / (L * E.B))
-            t_many = 2.0 * (I.nm1 * I.a + E.log2n * E.a + S * per_byte)
+            per_byte = np.maximum(I.used_f / I.ring_bw, 1.0 / (r * E.B))
+            t_many = 2.0 * (I.nm1 * I.alpha + E.log2n * E.alpha + S * per_byte)
         return _choose(E.used, t_many, t_one)
     if op == "broadcast":
         # Binomial tree across domains (one GPU each), then each domain's own best broadcast.
@@ -453,16 +454,16 @@ def _tree(op, S, I: _Span, E: _Span):
         t_many = E.tree_bcast(S) + I.bcast_best(S) if E.switched else _INF
         return _choose(E.used, t_many, t_one)
     if op in ("all_gather", "reduce_scatter") and E.switched:
-        return E.tree_rs(S) + _barrier((L <= 1) & E.used)  # PAT: one GPU per node only
+        return E.tree_rs(S) + _barrier((r <= 1) & E.used)  # PAT: one GPU per node only
     return _INF
 
 
 def _hierarchical(op, S, I: _Span, E: _Span):
     """Scale-up level first, then the network (seed 003 sec. 4.4; L4 slide 38, L5 slide 4).
 
-    AR: intra RS of S, inter AR of S/L on the L "rails" in parallel (best of ring / tree / 2-D
-    for the network), intra AG of S. AG: inter AG of S/L, then intra AG of S; RS the reverse.
-    Broadcast: scatter in the root's domain, inter broadcast of S/L per rail, intra AG.
+    AR: intra RS of S, inter AR of S/r on the r "rails" in parallel (best of ring / tree / 2-D
+    for the network), intra AG of S. AG: inter AG of S/r, then intra AG of S; RS the reverse.
+    Broadcast: scatter in the root's domain, inter broadcast of S/r per rail, intra AG.
     In this model an intra RS costs the same as an intra AG.
     """
     part = S / I.n
@@ -478,15 +479,16 @@ def _hierarchical(op, S, I: _Span, E: _Span):
 def _direct(op, S, I: _Span, E: _Span):
     """All-to-all by pairwise exchange, scale-up and network traffic at the same time.
 
-    A rank sends S/N to each of its L-1 domain peers (an L-rank all-to-all of S/m) and the
-    other (N-L)/N of S over its NIC share (an m-rank all-to-all of S per rail, bisection-bound
-    on ring / torus / mesh networks). Latency (L-1) a_intra + (N-L) a_net (Thakur sec. 3.6).
+    A rank sends S/N to each of its r-1 domain peers (an r-rank all-to-all of S/q) and the
+    other (N-r)/N of S over its NIC share (a q-rank all-to-all of S per rail, bisection-bound
+    on ring / torus / mesh networks). Latency (r-1) alpha_intra + (N-r) alpha_net (Thakur
+    sec. 3.6).
     """
     if op != "all_to_all":
         return _INF
-    L, m = I.n, E.n
-    lat = (L - 1.0) * I.a + L * (m - 1.0) * E.a
-    return lat + np.maximum(I.a2a_bw(S / m), E.a2a_bw(S))
+    r, q = I.n, E.n
+    lat = (r - 1.0) * I.alpha + r * (q - 1.0) * E.alpha
+    return lat + np.maximum(I.a2a_bw(S / q), E.a2a_bw(S))
 
 
 def _dims(op, S, I: _Span, E: _Span, topo):
@@ -538,12 +540,12 @@ def collective_time(op: str, message_bytes, n_local, n_nodes, fabric: Fabric, al
     if algorithm != "auto" and algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; expected 'auto' or one of {ALGORITHMS}")
     S = np.asarray(message_bytes, dtype=np.float64)
-    L = np.maximum(np.asarray(n_local, dtype=np.float64), 1.0)
-    m = np.maximum(np.asarray(n_nodes, dtype=np.float64), 1.0)
-    shape = np.broadcast_shapes(S.shape, L.shape, m.shape)
-    I = _Span(fabric.intra, L, fabric.domain_size)
-    E = _Span(fabric.inter, m, None)
-    alone = (L * m) <= 1
+    r = np.maximum(np.asarray(n_local, dtype=np.float64), 1.0)
+    q = np.maximum(np.asarray(n_nodes, dtype=np.float64), 1.0)
+    shape = np.broadcast_shapes(S.shape, r.shape, q.shape)
+    I = _Span(fabric.intra, r, fabric.domain_size)
+    E = _Span(fabric.inter, q, None)
+    alone = (r * q) <= 1
     zero_if_alone = _barrier(alone)  # 0 where alone, inf elsewhere: np.minimum with it
     t = np.empty(shape)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -591,7 +593,7 @@ def _p2p_bandwidth(level: LinkLevel, peers: int | None) -> float:
 
 
 def p2p_time(message_bytes, crosses_network, fabric: Fabric) -> np.ndarray:
-    """One send/recv between pipeline neighbours: a + S/B (seed 003 sec. 4.5, L6), with the
+    """One send/recv between pipeline neighbours: alpha + S/B (seed 003 sec. 4.5, L6), with the
     network's a/B when ``crosses_network`` else the scale-up level's."""
     S, x = np.broadcast_arrays(np.asarray(message_bytes, dtype=np.float64), np.asarray(crosses_network, dtype=bool))
     intra = fabric.intra.latency + S / _p2p_bandwidth(fabric.intra, fabric.domain_size)

@@ -68,7 +68,8 @@ def _parameter(opt: Option, command: str) -> inspect.Parameter:
     else:
         metavar = None
     option = typer.Option(default, *decls, help=cli_help(opt, command), metavar=metavar,
-                          show_default=default is not None and opt.kind not in (FLAG, AUTO_FLAG))
+                          show_default=default is not None and opt.kind not in (FLAG, AUTO_FLAG),
+                          rich_help_panel=f"Layout: {opt.group}")
     return inspect.Parameter(opt.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
 
 

@@ -13,6 +13,8 @@ from typing import Optional
 
 import typer
 
+from planner.cli_options import layout_options
+
 COLUMNS = ("rank", "DP", "TP", "PP", "VPP", "CP", "EP", "ZeRO", "mbs", "GA", "recompute",
            "step time", "tok/s/GPU", "MFU", "mem/GPU", "headroom", "largest term")
 
@@ -131,9 +133,9 @@ def format_nothing_fits(result) -> str:
 def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
     from costmodel.result import MEMORY_TERMS, TIME_TERMS
 
-    lay_keys = ["gpus", "dp", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "grad_accum", "gbs", "seq_len",
-                "recompute", "precision", "sequence_parallel", "pp_first_layers", "pp_last_layers",
-                "attention", "kernels", "loss", "tp_comm_overlap", "ep_comm_overlap", "moe_dispatcher", "grad_dtype", "zero3_gather"]
+    from costmodel.options import OPTIONS
+
+    lay_keys = ["gpus", "grad_accum"] + [o.name for o in OPTIONS]
     head = (["rank", "model", "gpu", "cluster"] + lay_keys
             + ["step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "fits", "largest_term"]
             + [f"mem_{k}_gib" for k in list(MEMORY_TERMS) + ["peak", "capacity"]]
@@ -143,13 +145,18 @@ def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
     for r in records:
         lay = r["layout"]
         row = [r.get("rank"), r["model"], r["gpu"], r["cluster"]]
-        row += [lay.get(k, r.get(k)) if k != "gpus" else r["gpus"] for k in lay_keys]
+        row += [_csv_value(lay.get(k, r.get(k))) if k != "gpus" else r["gpus"] for k in lay_keys]
         row += [r["step_time_s"], r["tokens_per_s"], r["tokens_per_s_per_gpu"], r["mfu"], r["hfu"], r["fits"], r["largest_term"]]
         row += [r["memory_gib"].get(k) for k in list(MEMORY_TERMS) + ["peak", "capacity"]]
         row += [r["breakdown"].get(k) for k in TIME_TERMS]
         row += [r.get("cost_per_step_usd"), r.get("run_time_s"), r.get("run_cost_usd")]
         rows.append(row)
     return head, rows
+
+
+def _csv_value(value):
+    """A layout value as one CSV cell (a module list as core_attn+mlp)."""
+    return "+".join(value) if isinstance(value, (list, tuple)) else value
 
 
 def write_csv(path: Path, records: list[dict]) -> None:
@@ -166,37 +173,13 @@ def register(app: typer.Typer) -> None:
     """Add the ``search`` command to ``app``."""
 
     @app.command("search")
+    @layout_options("search")
     def search_cmd(
         model: str = typer.Option(..., "--model", help="Model preset (e.g. 405b) or a model / HF config.json file."),
         gpus: str = typer.Option(..., "--gpus", help="GPU count; or a list 4096,8192; or A..B (doubling from A to B); or A..B:S (steps of S)."),
         gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU type (h100, b200, ...) or a comma list h100,b200, each on its default cluster."),
         cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster preset name or TOML/YAML/JSON file (fixes the GPU type)."),
-        gbs: Optional[int] = typer.Option(None, "--gbs", help="Global batch (sequences). Default: the model's tokens per batch / seq-len."),
         tokens_per_batch: Optional[int] = typer.Option(None, "--tokens-per-batch", help="Global batch in tokens (instead of --gbs)."),
-        seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length. Default: the model preset's."),
-        tp: Optional[int] = typer.Option(None, "--tp", help="Pin the tensor-parallel degree."),
-        pp: Optional[int] = typer.Option(None, "--pp", help="Pin the pipeline stages."),
-        dp: Optional[int] = typer.Option(None, "--dp", help="Pin the data-parallel degree."),
-        cp: Optional[int] = typer.Option(None, "--cp", help="Pin the context-parallel degree."),
-        ep: Optional[int] = typer.Option(None, "--ep", help="Pin the expert-parallel degree (MoE)."),
-        etp: Optional[int] = typer.Option(None, "--etp", help="Pin the expert tensor-parallel degree (MoE)."),
-        vpp: Optional[int] = typer.Option(None, "--vpp", help="Pin the virtual pipeline stages per GPU."),
-        zero: Optional[int] = typer.Option(None, "--zero", help="Pin the ZeRO stage (0-3)."),
-        mbs: Optional[int] = typer.Option(None, "--mbs", help="Pin the micro-batch size."),
-        recompute: Optional[str] = typer.Option(None, "--recompute", help="Pin recompute: none | selective | full."),
-        precision: str = typer.Option("bf16", "--precision", help="bf16 | fp8 (needs a GPU with FP8)."),
-        sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel", help="Pin sequence parallelism. Default: on where tp > 1."),
-        pp_first_layers: Optional[int] = typer.Option(None, "--pp-first-layers", help="Pin the layers of the first pipeline stage."),
-        pp_last_layers: Optional[int] = typer.Option(None, "--pp-last-layers", help="Pin the layers of the last pipeline stage."),
-        attention: str = typer.Option("flash", "--attention", help="Attention kernel: flash | flash3 (FlashAttention-3 / cuDNN on Hopper+) | unfused."),
-        kernels: str = typer.Option("fused", "--kernels", help="Elementwise kernels: fused | eager (plain PyTorch ops)."),
-        loss: str = typer.Option("unfused", "--loss", help="Cross entropy: unfused | fused | eager (F.cross_entropy on FP32 logits)."),
-        tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap TP comm with GEMMs where tp > 1 with SP (Megatron --tp-comm-overlap)."),
-        ep_comm_overlap: bool = typer.Option(False, "--ep-comm-overlap/--no-ep-comm-overlap", help="Hide MoE all-to-alls behind another micro-batch's compute where vpp > 1 or pp = 1."),
-        moe_dispatcher: str = typer.Option("alltoall", "--moe-dispatcher", help="MoE token dispatcher: alltoall | deepep."),
-        grad_dtype: str = typer.Option("fp32", "--grad-dtype", help="Gradient buffers and their data-parallel reduction: fp32 | bf16."),
-        zero3_gather: str = typer.Option("prefetch", "--zero3-gather", help="ZeRO-3 parameter fetching: prefetch | blocking (DeepSpeed 2021)."),
-        recompute_modules: Optional[str] = typer.Option(None, "--recompute-modules", help="Submodules selective candidates recompute, comma-separated (core_attn, layernorm, mla_up_proj, mlp, moe_act, shared_experts, moe). Default: core_attn."),
         stage_splits: bool = typer.Option(False, "--stage-splits", help="Also search uneven first/last stage layer counts."),
         top: int = typer.Option(10, "--top", help="How many layouts to show."),
         method: str = typer.Option("auto", "--method", help="auto | exhaustive | optuna (auto: exhaustive up to 5M candidates)."),
@@ -212,31 +195,27 @@ def register(app: typer.Typer) -> None:
         csv_file: Optional[Path] = typer.Option(None, "--csv", help="Also write the results to this CSV file."),
         export_dir: Optional[Path] = typer.Option(None, "--export", help="Write launch files for the best layout into this directory."),
         progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar on stderr for searches over 1 s. Default: when stderr is a terminal."),
+        layout: dict = None,
     ):
         """Find the fastest parallel layouts that fit in memory."""
         from hardware_catalog.errors import PlannerInputError
 
-        pins = {
-            "tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "etp": etp, "vpp": vpp, "zero": zero, "mbs": mbs,
-            "recompute": recompute, "precision": precision, "sequence_parallel": sequence_parallel,
-            "pp_first_layers": pp_first_layers, "pp_last_layers": pp_last_layers,
-        }
+        from costmodel.options import IMPLEMENTATION_OPTIONS, OPTIONS_BY_NAME, SEARCHED
+
+        pins = {k: v for k, v in layout.items() if OPTIONS_BY_NAME[k].search == SEARCHED}
+        implementation = {k: layout[k] for k in IMPLEMENTATION_OPTIONS}
         if progress is None:
             progress = sys.stderr.isatty()
         try:
             from search.api import search
 
             result = search(
-                model, gpus, gpu, cluster, gbs=gbs, tokens_per_batch=tokens_per_batch, seq_len=seq_len,
+                model, gpus, gpu, cluster, gbs=layout["gbs"], tokens_per_batch=tokens_per_batch, seq_len=layout["seq_len"],
                 pins=pins, top=top, method=method, trials=trials, seed=seed, sampler=sampler,
                 memory_headroom=memory_headroom, allow_cross_node_tp=allow_cross_node_tp, pareto=pareto,
                 price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
                 stage_splits=stage_splits, progress=progress,
-                implementation={"attention": attention, "kernels": kernels, "loss": loss,
-                                "tp_comm_overlap": tp_comm_overlap, "ep_comm_overlap": ep_comm_overlap,
-                                "moe_dispatcher": moe_dispatcher, "grad_dtype": grad_dtype,
-                                "zero3_gather": zero3_gather},
-                recompute_modules=recompute_modules,
+                implementation=implementation, recompute_modules=layout["recompute_modules"],
             )
             if csv_file is not None:
                 try:
@@ -267,7 +246,7 @@ def register(app: typer.Typer) -> None:
                 else:
                     title += f" -- top {len(result.results)} layouts by step time"
                 typer.echo(title)
-                splits = bool(stats.get("stage_splits") or pp_first_layers or pp_last_layers)
+                splits = bool(stats.get("stage_splits") or layout["pp_first_layers"] or layout["pp_last_layers"])
                 typer.echo(format_table(result.results, multi, splits))
             else:
                 typer.echo(format_nothing_fits(result))

@@ -94,6 +94,9 @@ class Option:
     """Value ``planner search`` passes when the user gives none (None: searched)."""
     default_modules: tuple = ()
     """MODULES: what None means."""
+    label: str = ""
+    """How a one-line layout summary shows a value other than the default ("{value}" is
+    replaced by it); empty: not shown."""
 
     @property
     def flag(self) -> str:
@@ -303,7 +306,7 @@ class Layout:
     attention: str = option(
         "flash", "Attention kernel: flash (FlashAttention-2, PyTorch SDPA) | flash3 (FlashAttention-3 / cuDNN "
         "via TransformerEngine on Hopper+) | unfused.", kind=CHOICE, group=IMPLEMENTATION, choices=ATTENTION,
-        search=SETTING, source="Dao 2023 (FlashAttention-2); Shah et al. 2024 (FlashAttention-3)")
+        search=SETTING, label="attn-{value}", source="Dao 2023 (FlashAttention-2); Shah et al. 2024 (FlashAttention-3)")
     """Attention kernel: flash (FlashAttention-2 class: scores never stored, causal blocks
     skipped; PyTorch SDPA, flash-attn 2), flash3 (the Hopper/Blackwell-native kernels:
     FlashAttention-3, cuDNN fused attention as TransformerEngine runs it; same as flash on older
@@ -311,47 +314,48 @@ class Layout:
     FlashAttention, Dao et al. 2022; kept to price older runs)."""
     kernels: str = option(
         "fused", "Elementwise kernels: fused (Megatron/TransformerEngine, torch.compile) | eager (plain PyTorch ops).",
-        kind=CHOICE, group=IMPLEMENTATION, choices=KERNELS, search=SETTING,
+        kind=CHOICE, group=IMPLEMENTATION, choices=KERNELS, search=SETTING, label="{value}-kernels",
         source="torchtitan models/llama/model.py (eager operators)")
     """Elementwise kernels: fused (Megatron/TransformerEngine, torch.compile) or eager (plain
     PyTorch operators, e.g. torchtitan or llm-foundry without compile)."""
     loss: str = option(
         "unfused", "Cross entropy: unfused (Megatron default) | fused (--cross-entropy-loss-fusion, TE) | eager "
         "(F.cross_entropy on FP32 logits, torchtitan).", kind=CHOICE, group=IMPLEMENTATION, choices=LOSSES,
-        search=SETTING, source="Megatron-LM megatron/core/tensor_parallel/cross_entropy.py")
+        search=SETTING, label="{value}-CE", source="Megatron-LM megatron/core/tensor_parallel/cross_entropy.py")
     """Cross-entropy kernel: unfused (Megatron's default vocab-parallel cross entropy: FP32
     passes over the logits, in place), fused (one kernel: Megatron --cross-entropy-loss-fusion,
     TransformerEngine or flash-attn cross entropy) or eager (torch.nn.functional.cross_entropy
     on FP32 logits, e.g. torchtitan, which does not compile its loss)."""
     tp_comm_overlap: bool = option(
         False, "Overlap TP all-gathers/reduce-scatters with GEMMs (Megatron --tp-comm-overlap; needs SP). "
-        "Default: off.", kind=FLAG, group=IMPLEMENTATION, search=SETTING,
+        "Default: off.", kind=FLAG, group=IMPLEMENTATION, search=SETTING, label="TP-overlap",
         source="Megatron-Core 'Communication overlap' docs; TransformerEngine userbuffers",
         rules=("tp_comm_overlap_needs_sequence_parallel",))
     """Overlap the tensor-parallel all-gathers / reduce-scatters with the GEMMs they feed
     (Megatron --tp-comm-overlap: TransformerEngine userbuffers, needs sequence parallelism).
     Off by default, as in Megatron. The search applies it where tp > 1 with SP."""
-    moe_dispatcher: str = option(
-        "alltoall", "MoE token dispatcher: alltoall (Megatron-Core) | deepep (one network copy per destination node).",
-        kind=CHOICE, group=IMPLEMENTATION, choices=DISPATCHERS, search=SETTING,
-        source="DeepSeek-V3 report Sec. 3.2.2 (DeepEP); Megatron --moe-token-dispatcher-type",
-        rules=("moe_dispatcher_needs_moe",))
-    """MoE token dispatcher: alltoall (Megatron-Core's all-to-all, one copy per routed expert)
-    or deepep (DeepEP via --moe-token-dispatcher-type flex: one network copy per destination
-    node, forwarded over NVLink)."""
     ep_comm_overlap: bool = option(
         False, "Hide MoE all-to-alls behind another micro-batch's compute (Megatron "
         "--overlap-moe-expert-parallel-comm; needs vpp > 1 or pp = 1). Default: off.", kind=FLAG,
-        group=IMPLEMENTATION, search=SETTING, source="DeepSeek-V3 report Sec. 3.2.1, Fig. 4; Megatron-Core MoE README",
+        group=IMPLEMENTATION, search=SETTING, label="EP-overlap",
+        source="DeepSeek-V3 report Sec. 3.2.1, Fig. 4; Megatron-Core MoE README",
         rules=("ep_comm_overlap_needs_moe", "ep_comm_overlap_needs_interleaving"))
     """Hide the expert-parallel all-to-alls of one micro-batch behind the computation of
     another (Megatron-Core --overlap-moe-expert-parallel-comm --delay-wgrad-compute, MoE
     "batch-level overlapping"; needs an interleaved pipeline or pp = 1). Off by default. The
     search applies it where the schedule allows."""
+    moe_dispatcher: str = option(
+        "alltoall", "MoE token dispatcher: alltoall (Megatron-Core) | deepep (one network copy per destination node).",
+        kind=CHOICE, group=IMPLEMENTATION, choices=DISPATCHERS, search=SETTING, label="{value}",
+        source="DeepSeek-V3 report Sec. 3.2.2 (DeepEP); Megatron --moe-token-dispatcher-type",
+        rules=("moe_dispatcher_needs_moe",))
+    """MoE token dispatcher: alltoall (Megatron-Core's all-to-all, one copy per routed expert)
+    or deepep (DeepEP via --moe-token-dispatcher-type flex: one network copy per destination
+    node, forwarded over NVLink)."""
     grad_dtype: str = option(
         "fp32", "Gradient buffers and their data-parallel reduction: fp32 (Megatron main grads, FSDP reduce_dtype "
         "fp32) | bf16 (NeMo grad_sync_dtype bf16, Megatron-Core grad_reduce_in_fp32=False).", kind=CHOICE,
-        group=IMPLEMENTATION, choices=GRAD_DTYPES, search=SETTING,
+        group=IMPLEMENTATION, choices=GRAD_DTYPES, search=SETTING, label="{value}-grads",
         source="Megatron-LM --grad-reduce-in-bf16; NeMo optim.grad_sync_dtype")
     """Dtype the gradients are accumulated, kept and reduced across data parallel in: fp32
     (Megatron's main_grad buffers, which --bf16 forces; FSDP reduce_dtype float32) or bf16
@@ -361,14 +365,15 @@ class Layout:
     zero3_gather: str = option(
         "prefetch", "ZeRO-3 parameter fetching: prefetch (per-layer gathers hidden behind compute: FSDP, DeepSpeed "
         "today) | blocking (one synchronised gather per weight tensor, re-gathered after recompute: DeepSpeed 2021).",
-        kind=CHOICE, group=IMPLEMENTATION, choices=ZERO3_GATHERS, search=SETTING,
-        source="DeepSpeed 2021 runtime/zero/partition_parameters.py; DeepSpeed issue #1173")
+        kind=CHOICE, group=IMPLEMENTATION, choices=ZERO3_GATHERS, search=SETTING, label="{value}-ZeRO-3",
+        source="DeepSpeed 2021 runtime/zero/partition_parameters.py; DeepSpeed issue #1173",
+        rules=("zero3_gather_needs_zero3",))
     """ZeRO-3 parameter fetching: prefetch (one flat all-gather per layer / FSDP unit, issued
     ahead and hidden behind compute: FSDP, DeepSpeed since its coalesced gathers) or blocking
     (early DeepSpeed ZeRO-3, 2021: one all-gather per weight tensor, each after a
     torch.cuda.synchronize(), again after a recomputed forward, and one gradient reduce-scatter
     per parameter tensor, all in PyTorch's list form built from per-rank slices and copies;
-    nothing overlaps; see costmodel.zero3_blocking)."""
+    nothing overlaps; see costmodel.zero3_blocking). Applies with zero = 3 only."""
 
     # ---------------------------------------------------------------- pipeline split
     pp_first_layers: Optional[int] = option(
@@ -436,6 +441,18 @@ IMPLEMENTATION_DEFAULTS = {name: OPTIONS_BY_NAME[name].default for name in IMPLE
 def options_for(command: str) -> tuple[Option, ...]:
     """The options ``command`` (evaluate, export, search) takes as flags."""
     return tuple(o for o in OPTIONS if command in o.commands)
+
+
+def setting_labels(values: dict) -> list[str]:
+    """Labels of the implementation settings in ``values`` (option name -> ``Layout`` value)
+    that differ from their defaults, in declaration order (``Option.label``)."""
+    out = []
+    for name in IMPLEMENTATION_OPTIONS:
+        opt = OPTIONS_BY_NAME[name]
+        value = values.get(name, opt.default)
+        if opt.label and value is not None and value != opt.default:
+            out.append(opt.label.format(value=value))
+    return out
 
 
 def check_implementation(impl: dict) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from costmodel.options import setting_labels
 from costmodel.result import MEMORY_TERMS, TIME_TERMS
 
 TERM_LABELS = {
@@ -64,23 +65,8 @@ def layout_summary(lay: dict) -> str:
     ]
     if lay["tp"] > 1:
         parts.append("SP" if lay["sequence_parallel"] else "no-SP")
-    # Implementation settings, where they differ from the defaults.
-    if lay.get("attention", "flash") != "flash":
-        parts.append(f"attn-{lay['attention']}")
-    if lay.get("kernels", "fused") != "fused":
-        parts.append(f"{lay['kernels']}-kernels")
-    if lay.get("loss", "unfused") != "unfused":
-        parts.append(f"{lay['loss']}-CE")
-    if lay.get("tp_comm_overlap") and lay["tp"] > 1:
-        parts.append("TP-overlap")
-    if lay.get("ep_comm_overlap"):
-        parts.append("EP-overlap")
-    if lay.get("moe_dispatcher", "alltoall") != "alltoall":
-        parts.append(lay["moe_dispatcher"])
-    if lay.get("grad_dtype", "fp32") != "fp32":
-        parts.append(f"{lay['grad_dtype']}-grads")
-    if lay.get("zero3_gather", "prefetch") != "prefetch" and lay.get("zero") == 3:
-        parts.append("blocking-ZeRO-3")
+    # Implementation settings, where they differ from the defaults (labels declared with the options).
+    parts += setting_labels(lay)
     return " ".join(parts)
 
 

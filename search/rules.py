@@ -38,7 +38,9 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 
 from costmodel.layout import LayoutBatch
-from costmodel.options import DISPATCHERS, OPTIONS, OPTIONS_BY_NAME, PRECISIONS, RECOMPUTE, RECOMPUTE_MODULES, Layout
+from costmodel.options import (
+    DISPATCHERS, OPTIONS, OPTIONS_BY_NAME, PRECISIONS, RECOMPUTE, RECOMPUTE_MODULES, ZERO3_GATHERS, Layout,
+)
 from costmodel.pipeline import stage_layer_split, vpp_divides_stages
 
 
@@ -395,6 +397,14 @@ def _x_modules_selective(ctx, v):
             f"selective (it applies only to selective recompute; got {_name(RECOMPUTE, v.get('recompute', 1))})")
 
 
+def _zero3_gather(ctx, c):
+    return (_a(c, "zero3_gather", 0) == 0) | (_a(c, "zero", 1) == 3)
+
+
+def _x_zero3_gather(ctx, v):
+    return f"zero3_gather={_name(ZERO3_GATHERS, v.get('zero3_gather', 0))} sets how ZeRO-3 fetches weights (got zero={v['zero']})"
+
+
 def model_recompute_modules(model) -> tuple[str, ...]:
     """The recompute modules ``model`` has (Megatron-Core TransformerConfig: mla_up_proj needs
     multi-latent attention, moe_act / moe an MoE layer, shared_experts shared experts; mlp is
@@ -577,6 +587,8 @@ RULES: tuple[Rule, ...] = (
     Rule("moe_dispatcher_needs_moe", "a MoE token dispatcher other than alltoall needs an MoE model",
          ("moe_dispatcher",), _dispatcher_moe, _x_dispatcher_moe,
          source="Megatron-LM --moe-token-dispatcher-type (MoE layers only)"),
+    Rule("zero3_gather_needs_zero3", "a ZeRO-3 gather mode other than prefetch needs zero = 3",
+         ("zero3_gather", "zero"), _zero3_gather, _x_zero3_gather, source="Rajbhandari et al. 2020, Sec. 5.3 (stage 3)"),
 )
 """All rules, in the order used to attribute a removed layout to the first rule it breaks."""
 
@@ -717,6 +729,26 @@ def check_layout(model, cluster, gpu, layout: Layout, *, gpus: Optional[int] = N
     if broken:
         name, reason = broken[0]
         raise PlannerInputError(broken_rule_message(name, reason, [n for n, _ in broken[1:]]))
+
+
+def where_settings_apply(ctx: RuleContext, settings: dict, cols: dict) -> dict:
+    """Setting columns (option name -> code) over the layouts ``cols``, switched back to the
+    option's default on the layouts where a rule of the option (``Option.rules``, those that
+    read the layout) says it does not apply. The search prices every candidate with its fixed
+    settings this way, so a record says what was priced."""
+    out = {}
+    for name, code in settings.items():
+        opt = OPTIONS_BY_NAME[name]
+        rules = [RULES_BY_NAME[r] for r in opt.rules if r not in SETTING_RULES]
+        if not rules or code == opt.default_code:
+            out[name] = code
+            continue
+        with_setting = {**cols, name: code}
+        ok = np.ones(np.broadcast(*[np.asarray(v) for v in with_setting.values()]).shape, bool)
+        for rule in rules:
+            ok = ok & rule(ctx, with_setting)
+        out[name] = np.where(ok, code, opt.default_code)
+    return out
 
 
 def check_settings(model, settings: dict) -> None:

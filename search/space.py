@@ -55,7 +55,7 @@ import numpy as np
 from costmodel.layout import LayoutBatch, implementation_columns
 from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE, SEARCHED
 from costmodel.pipeline import stage_layer_split
-from search.rules import RULES, RuleContext, add_cpsat_constraints, removed_by_rule
+from search.rules import RULES, RuleContext, add_cpsat_constraints, removed_by_rule, where_settings_apply
 
 VPP_MAX = 8
 """Largest virtual-pipeline degree searched by default."""
@@ -184,17 +184,9 @@ class Space:
         arrays.update({k: v[b_idx] for k, v in self.broadcast.items()})
         arrays["gbs"] = self.problem.gbs
         arrays["seq_len"] = self.problem.seq_len
-        arrays.update(implementation_columns(self.problem.implementation))
-        # Settings that apply only to some layouts are switched on where they apply (the rules
-        # tp_comm_overlap_needs_sequence_parallel, ep_comm_overlap_needs_interleaving), so each
-        # record says what was priced and evaluates again as it is.
-        if arrays["tp_comm_overlap"]:
-            arrays["tp_comm_overlap"] = (arrays["tp"] > 1) & arrays["sequence_parallel"]
-        if arrays["ep_comm_overlap"]:
-            arrays["ep_comm_overlap"] = (arrays["vpp"] > 1) | (arrays["pp"] == 1)
-        if self.problem.recompute_modules != 1:
-            selective = arrays["recompute"] == RECOMPUTE.index("selective")
-            arrays["recompute_modules"] = np.where(selective, self.problem.recompute_modules, 1)
+        settings = implementation_columns(self.problem.implementation)
+        settings["recompute_modules"] = self.problem.recompute_modules
+        arrays.update(where_settings_apply(self.problem.ctx, settings, arrays))
         return LayoutBatch.from_arrays(**arrays)
 
 

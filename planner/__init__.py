@@ -13,22 +13,18 @@ __version__ = "0.1.0"
 
 
 def evaluate(model, gpus: int, gpu: str | None = None, cluster: str | None = None, *, gbs=None,
-             tokens_per_batch=None, seq_len=None, **layout) -> dict:
+             tokens_per_batch=None, seq_len=None, allow_cross_node_tp: bool = False, **layout) -> dict:
     """Evaluate one layout; returns the ``planner evaluate --json`` dict. ``layout`` takes the
-    knobs of ``costmodel.Layout`` (tp, pp, cp, ep, etp, vpp, zero, mbs, recompute, precision,
-    sequence_parallel, pp_first_layers, pp_last_layers) and its implementation settings
-    (attention, kernels, loss, tp_comm_overlap, ep_comm_overlap, moe_dispatcher, grad_dtype, zero3_gather)."""
+    options of ``costmodel.options.Layout`` by name (tp, pp, recompute, precision, the
+    implementation settings...; ``costmodel.OPTIONS`` lists them); dp is gpus / (tp·pp·cp)."""
     from costmodel import evaluate as _evaluate
-    from costmodel.layout import IMPLEMENTATION_DEFAULTS
     from costmodel.record import result_record
     from planner.common import build_layout, resolve_setup
     from search.rules import check_layout
 
-    allow = layout.pop("allow_cross_node_tp", False)
     setup = resolve_setup(model, gpu, cluster, seq_len, gbs, tokens_per_batch)
-    impl = {k: layout.pop(k) for k in IMPLEMENTATION_DEFAULTS if k in layout}
-    lay = build_layout(setup, gpus, implementation=impl, **layout)
-    check_layout(setup.model, setup.cluster, setup.gpu, lay, allow_cross_node_tp=allow)
+    lay = build_layout(setup, gpus, **layout)
+    check_layout(setup.model, setup.cluster, setup.gpu, lay, gpus=gpus, allow_cross_node_tp=allow_cross_node_tp)
     return result_record(setup.model, setup.cluster, setup.gpu, _evaluate(setup.model, setup.cluster, lay, gpu=setup.gpu))
 
 

@@ -264,9 +264,9 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     precision sequence_parallel pp_first_layers pp_last_layers. ``memory_headroom``: fraction of
     HBM kept free. ``pareto``: the time vs memory front (vs cost when ``price_per_gpu_hour``;
     whole-run time and cost when ``train_tokens``). ``stage_splits``: also search the first/last
-    stage layer counts. ``implementation``: attention (flash | flash3 | unfused), kernels (fused |
-    eager), loss (unfused | fused | eager), tp_comm_overlap, ep_comm_overlap, moe_dispatcher
-    (alltoall | deepep), grad_dtype (fp32 | bf16), zero3_gather (prefetch | blocking), applied to every candidate.
+    stage layer counts. ``implementation``: the implementation settings
+    (``costmodel.options.IMPLEMENTATION_OPTIONS`` -> value), applied to every candidate where
+    their rules allow (``search.rules.where_settings_apply``).
     ``recompute_modules``: the Megatron-Core submodules selective candidates recompute (names, or
     a comma-separated string; None = core_attn). Raises ``PlannerInputError`` on bad input.
     """

@@ -592,11 +592,6 @@ RULES: tuple[Rule, ...] = (
 )
 """All rules, in the order used to attribute a removed layout to the first rule it breaks."""
 
-SETTING_RULES = ("recompute_modules_need_selective", "recompute_modules_exist", "ep_comm_overlap_needs_moe",
-                 "moe_dispatcher_needs_moe")
-"""Rules that read the model and one fixed setting only: the search checks them on its settings
-before enumerating anything (``check_settings``)."""
-
 RULES_BY_NAME = {r.name: r for r in RULES}
 
 
@@ -734,12 +729,12 @@ def check_layout(model, cluster, gpu, layout: Layout, *, gpus: Optional[int] = N
 def where_settings_apply(ctx: RuleContext, settings: dict, cols: dict) -> dict:
     """Setting columns (option name -> code) over the layouts ``cols``, switched back to the
     option's default on the layouts where a rule of the option (``Option.rules``, those that
-    read the layout) says it does not apply. The search prices every candidate with its fixed
+    read more of the layout than the option itself) says it does not apply. The search prices every candidate with its fixed
     settings this way, so a record says what was priced."""
     out = {}
     for name, code in settings.items():
         opt = OPTIONS_BY_NAME[name]
-        rules = [RULES_BY_NAME[r] for r in opt.rules if r not in SETTING_RULES]
+        rules = [RULES_BY_NAME[r] for r in opt.rules if set(RULES_BY_NAME[r].fields) != {name}]
         if not rules or code == opt.default_code:
             out[name] = code
             continue
@@ -753,13 +748,15 @@ def where_settings_apply(ctx: RuleContext, settings: dict, cols: dict) -> dict:
 
 def check_settings(model, settings: dict) -> None:
     """Reject fixed settings (option name -> ``Layout`` value) that no layout of ``model`` can
-    use: the rules in ``SETTING_RULES``, before a search enumerates anything."""
+    use: every rule that reads only options given in ``settings`` (and the model), before a
+    search enumerates anything; e.g. recompute modules the model lacks, or a MoE dispatcher
+    for a dense model."""
     from hardware_catalog.errors import PlannerInputError
 
+    given = {k for k, v in settings.items() if v is not None}
     ctx = RuleContext(model=model, gpus=1)
-    cols = columns_of(Layout(**{k: v for k, v in settings.items() if v is not None}))
+    cols = columns_of(Layout(**{k: settings[k] for k in given}))
     v = {k: np.asarray(x).reshape(-1)[0].item() for k, x in cols.items()}
-    for name in SETTING_RULES:
-        rule = RULES_BY_NAME[name]
-        if not bool(np.asarray(rule(ctx, cols)).reshape(-1)[0]):
-            raise PlannerInputError(broken_rule_message(name, rule.explain(ctx, v)))
+    for rule in RULES:
+        if set(rule.fields) <= given and not bool(np.asarray(rule(ctx, cols)).reshape(-1)[0]):
+            raise PlannerInputError(broken_rule_message(rule.name, rule.explain(ctx, v)))

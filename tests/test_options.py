@@ -1,0 +1,128 @@
+"""One declaration per option: what is derived from ``costmodel.options`` and the one rule set."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from costmodel.layout import COLUMNS, LayoutBatch
+from costmodel.options import (
+    IMPLEMENTATION,
+    IMPLEMENTATION_OPTIONS,
+    OPTIONS,
+    OPTIONS_BY_NAME,
+    Layout,
+    options_for,
+    setting_labels,
+)
+from hardware_catalog import get_model
+from hardware_catalog.errors import PlannerInputError
+from planner.cli import app
+from search.rules import RULES_BY_NAME, RuleContext, check_settings, where_settings_apply
+
+runner = CliRunner()
+
+
+def test_batch_columns_are_the_layout_fields():
+    assert COLUMNS == tuple(f.name for f in dataclasses.fields(Layout))
+    assert set(IMPLEMENTATION_OPTIONS) == {o.name for o in OPTIONS if o.group == IMPLEMENTATION}
+
+
+def test_every_rule_an_option_names_exists_and_reads_that_option():
+    for opt in OPTIONS:
+        for name in opt.rules:
+            assert name in RULES_BY_NAME, (opt.name, name)
+            assert opt.name in RULES_BY_NAME[name].fields or opt.name in ("dp", "mbs", "gbs", "seq_len", "tp", "pp",
+                                                                         "vpp", "ep", "etp"), (opt.name, name)
+
+
+def test_a_layout_with_every_option_off_default_round_trips_through_a_batch():
+    lay = Layout(tp=2, pp=4, dp=2, cp=2, ep=1, etp=1, vpp=2, zero=3, mbs=2, gbs=64, seq_len=8192, recompute="full",
+                 recompute_layers=2, sequence_parallel=False, precision="fp8", attention="flash3", kernels="eager",
+                 loss="fused", tp_comm_overlap=False, moe_dispatcher="alltoall", grad_dtype="bf16",
+                 zero3_gather="blocking", pp_first_layers=7, pp_last_layers=9)
+    batch = LayoutBatch.from_layouts([lay, Layout()])
+    assert batch.layout(0) == lay
+    assert batch.layout(1) == Layout(sequence_parallel=False)  # tp = 1: SP resolved off
+    sel = Layout(recompute="selective", recompute_modules=("layernorm", "mlp"))
+    assert LayoutBatch.from_layouts([sel]).layout(0) == dataclasses.replace(sel, sequence_parallel=False)
+    assert int(LayoutBatch.from_layouts([sel]).recompute_modules[0]) == 0b1010  # bits 1 and 3 (layernorm, mlp)
+
+
+@pytest.mark.parametrize("command", ["evaluate", "export", "search"])
+def test_every_declared_option_is_a_flag_of_its_commands(command):
+    out = runner.invoke(app, [command, "--help"], env={"COLUMNS": "240"}).output
+    for opt in options_for(command):
+        assert opt.flag in out, (command, opt.flag)
+    if command == "evaluate":
+        assert "--dp " not in out  # evaluate derives dp = gpus / (tp*pp*cp)
+
+
+def test_option_parse_names_the_flag_and_what_is_allowed():
+    with pytest.raises(PlannerInputError, match=r"^--tp=0: must be >= 1$"):
+        OPTIONS_BY_NAME["tp"].parse(0)
+    with pytest.raises(PlannerInputError, match=r"--loss=slow: allowed unfused, fused, eager"):
+        OPTIONS_BY_NAME["loss"].parse("slow")
+    with pytest.raises(PlannerInputError, match=r"layout.tp='8': must be an integer"):
+        Layout.from_values({"tp": "8"}, where="layout.")
+
+
+def test_setting_labels_follow_the_declarations():
+    assert setting_labels({"attention": "flash3", "tp_comm_overlap": True, "grad_dtype": "bf16"}) == \
+        ["attn-flash3", "TP-overlap", "bf16-grads"]
+    assert setting_labels({name: OPTIONS_BY_NAME[name].default for name in IMPLEMENTATION_OPTIONS}) == []
+
+
+def _evaluate(*extra):
+    return runner.invoke(app, ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100", *extra])
+
+
+def test_evaluate_rejects_recompute_modules_the_model_does_not_have():
+    res = _evaluate("--recompute-modules", "mla_up_proj,moe_act")
+    assert res.exit_code != 0
+    assert "recompute_modules_exist" in str(res.exception) and "mla_up_proj, moe_act" in str(res.exception)
+    assert _evaluate("--recompute-modules", "mlp,layernorm").exit_code == 0
+
+
+@pytest.mark.parametrize("extra,rule", [
+    (("--moe-dispatcher", "deepep"), "moe_dispatcher_needs_moe"),
+    (("--ep-comm-overlap",), "ep_comm_overlap_needs_moe"),
+    (("--zero3-gather", "blocking", "--zero", "1"), "zero3_gather_needs_zero3"),
+    (("--tp", "1", "--tp-comm-overlap"), "tp_comm_overlap_needs_sequence_parallel"),
+    (("--recompute", "full", "--recompute-modules", "mlp"), "recompute_modules_need_selective"),
+])
+def test_settings_that_do_not_apply_are_refused_with_the_rule(extra, rule):
+    res = _evaluate(*extra)
+    assert res.exit_code != 0 and rule in str(res.exception)
+
+
+def test_search_refuses_settings_no_layout_of_the_model_can_use():
+    with pytest.raises(PlannerInputError, match="moe_dispatcher_needs_moe"):
+        check_settings(get_model("llama3-8b"), {"moe_dispatcher": "deepep"})
+    check_settings(get_model("mixtral-8x7b"), {"moe_dispatcher": "deepep", "ep_comm_overlap": True})
+    from search.api import search
+
+    with pytest.raises(PlannerInputError, match="recompute_modules_exist"):
+        search("llama3-8b", 8, "h100", gbs=8, seq_len=4096, recompute_modules="moe_act")
+
+
+def test_search_applies_a_setting_only_where_its_rules_allow():
+    ctx = RuleContext(model=get_model("llama3-8b"), gpus=8)
+    cols = {"tp": np.array([1, 2, 2]), "sequence_parallel": np.array([True, True, False]),
+            "recompute": np.array([1, 2, 1]), "zero": np.array([3, 1, 3])}
+    out = where_settings_apply(ctx, {"tp_comm_overlap": True, "recompute_modules": 0b1000, "zero3_gather": 1}, cols)
+    assert out["tp_comm_overlap"].tolist() == [False, True, False]  # needs tp > 1 with SP
+    assert out["recompute_modules"].tolist() == [0b1000, 1, 0b1000]  # selective rows only (else core_attn)
+    assert out["zero3_gather"].tolist() == [1, 0, 1]  # ZeRO-3 rows only
+
+
+def test_search_records_say_what_was_priced():
+    from search.api import search
+
+    res = search("llama3-8b", 16, "h100", gbs=64, seq_len=4096, top=40, implementation={"tp_comm_overlap": True})
+    seen = {(r["layout"]["tp"] > 1 and r["layout"]["sequence_parallel"], r["layout"]["tp_comm_overlap"])
+            for r in res.results}
+    assert seen <= {(True, True), (False, False)} and (False, False) in seen

@@ -103,7 +103,7 @@ def test_unstated_recompute_covers_every_set_of_recompute_modules():
     # Megatron-Core --recompute-modules: every non-empty set of the modules a model has.
     from costmodel.layout import RECOMPUTE_MODULES, recompute_modules_names
     from hardware_catalog import get_model
-    from planner.validate import _module_subset_masks
+    from search.grid import recompute_module_masks as _module_subset_masks
 
     dense = _module_subset_masks(get_model("llama3-8b"))  # core_attn, layernorm, mlp
     assert len(dense) == 2**3 - 1

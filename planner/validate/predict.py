@@ -1,0 +1,147 @@
+"""Predictions for mapped runs: the candidate layouts, the fastest that fits, the error."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from costmodel.calibration import DEFAULT, Calibration
+from costmodel.options import IMPLEMENTATION_OPTIONS
+from hardware_catalog.errors import PlannerInputError
+from planner.validate.profiles import row_label_suffix
+from planner.validate.runs import MappedRun, map_run
+from search.grid import candidate_grid, expand_recompute_modules
+from search.space import RECOMPUTE_SHARES, divisors, powers_of_two
+
+PP_MAX = 64
+"""Largest pipeline degree tried where a row states no layout."""
+_LAYOUT_KNOBS = ("tp", "pp", "dp")
+
+
+@dataclass
+class RowResult:
+    id: str
+    source: str
+    confidence: str
+    gpus: int
+    reported: float
+    predicted: Optional[float] = None
+    error: Optional[float] = None
+    layout: str = ""
+    chosen: dict = field(default_factory=dict)
+    fits: bool = True
+    reported_memory_gib: Optional[float] = None
+    predicted_memory_gib: Optional[float] = None
+    memory_error: Optional[float] = None
+    reason: str = ""
+    assumptions: list = field(default_factory=list)
+
+
+def _layout_known(run: MappedRun) -> bool:
+    return all(k in run.pins for k in _LAYOUT_KNOBS)
+
+
+def candidate_choices(run: MappedRun) -> tuple[dict, dict]:
+    """(choices, fixed) for ``search.grid.candidate_grid``: the degrees (searched when the row
+    states no layout), then the searched knobs; everything else pinned."""
+    pins, searched = run.pins, run.searched
+    if _layout_known(run):
+        choices = {k: [pins.get(k, 1)] for k in ("tp", "pp", "cp")}
+        fixed = {"dp": pins["dp"]}
+    else:
+        # Every power-of-two tp in the NVLink domain and every pp dividing the GPUs; the rules
+        # drop what does not split the heads or the layers.
+        pp_max = min(run.model.num_layers, PP_MAX)
+        choices = {"tp": powers_of_two(run.cluster.scaleup_domain_size),
+                   "pp": [p for p in divisors(run.gpus) if p <= pp_max], "cp": [pins.get("cp", 1)]}
+        fixed = {}
+    for k in ("mbs", "vpp", "zero"):
+        choices[k] = searched.get(k, [pins.get(k)])
+    choices.update({k: searched[k] for k in IMPLEMENTATION_OPTIONS if k in searched})
+    choices["recompute"] = searched.get("recompute", [pins.get("recompute")])
+    # Unstated recompute also covers partial full recompute (3, 2 or 1 quarters of the layers).
+    unstated = "recompute" in searched
+    choices["recompute_layers"] = list(RECOMPUTE_SHARES) if unstated else [pins.get("recompute_layers", 0)]
+    fixed.update({k: v for k, v in pins.items() if k not in choices and k not in _LAYOUT_KNOBS})
+    return choices, fixed
+
+
+def candidates(run: MappedRun):
+    """Every valid layout consistent with the pins (the unstated knobs as a grid). Where the
+    recompute mode is unstated, selective recompute also covers Megatron-Core's fine-grained
+    variant: each selective layout once per set of the recompute modules the model has."""
+    choices, fixed = candidate_choices(run)
+    batch = candidate_grid(run.model, run.cluster, run.gpu, run.gpus, choices, fixed)
+    return expand_recompute_modules(batch, run.model) if "recompute" in run.searched else batch
+
+
+def _modules_label(lay) -> str:
+    """'(mla_up_proj,mlp)' after 'sel' when selective recompute runs other modules than core_attn."""
+    if lay.recompute != "selective" or lay.recompute_modules in (None, ("core_attn",)):
+        return ""
+    return "(" + ",".join(lay.recompute_modules) + ")"
+
+
+def layout_label(lay) -> str:
+    """One line, e.g. "TP8 PP16 DP8 CP1 v1 mbs1 z1 sel bf16 tpo eager"."""
+    return (
+        f"TP{lay.tp} PP{lay.pp} DP{lay.dp} CP{lay.cp}" + (f" EP{lay.ep}" if lay.ep > 1 else "")
+        + f" v{lay.vpp} mbs{lay.mbs} z{lay.zero} {lay.recompute[:3]}" + _modules_label(lay)
+        + (f"{-lay.recompute_layers}/4" if (lay.recompute_layers or 0) < 0 else "") + f" {lay.precision}"
+        + row_label_suffix(lay)
+    )
+
+
+def predict_run(run: MappedRun, calib: Calibration = DEFAULT) -> RowResult:
+    """The fastest candidate that fits (else the one needing least memory), against the row."""
+    from costmodel import evaluate_batch
+
+    row = run.row
+    ref = row["reference"]
+    res = RowResult(
+        id=row["id"], source=row["source"].get("key", "?"), confidence=row.get("confidence", "?"),
+        gpus=run.gpus, reported=float(ref["tokens_per_s_per_gpu"]), reported_memory_gib=ref.get("peak_memory_gib"),
+        assumptions=list(run.assumptions),
+    )
+    batch = candidates(run)
+    if len(batch) == 0:
+        res.reason = "no layout satisfies the published knobs and the planner's rules"
+        return res
+    out = evaluate_batch(run.model, run.cluster, batch, gpu=run.gpu, calib=calib)
+    if out.fits.any():
+        idx = np.nonzero(out.fits)[0]
+        best = idx[np.argmax(out.tokens_per_s_per_gpu[idx])]
+    else:
+        best = int(np.argmin(out.memory_gib["peak"]))
+        res.fits = False
+    lay = batch.layout(int(best))
+    res.predicted = float(out.tokens_per_s_per_gpu[best])
+    res.error = (res.predicted - res.reported) / res.reported
+    res.chosen = {k: getattr(lay, k) for k in run.searched}
+    if not _layout_known(run):
+        res.chosen.update(tp=lay.tp, pp=lay.pp, dp=lay.dp)
+    if "recompute" in run.searched and lay.recompute == "selective":
+        res.chosen["recompute_modules"] = list(lay.recompute_modules or ("core_attn",))
+    res.layout = layout_label(lay)
+    res.predicted_memory_gib = float(out.memory_gib["peak"][best])
+    if res.reported_memory_gib:
+        res.memory_error = (res.predicted_memory_gib - res.reported_memory_gib) / res.reported_memory_gib
+    return res
+
+
+def validate_rows(rows: list[dict], calib: Calibration = DEFAULT) -> list[RowResult]:
+    """A result per row: predicted, or listed with the reason it could not be mapped."""
+    results = []
+    for row in rows:
+        try:
+            results.append(predict_run(map_run(row), calib))
+        except (PlannerInputError, KeyError, TypeError, ValueError) as err:
+            ref = (row.get("reference") or {})
+            results.append(RowResult(
+                id=str(row.get("id", "?")), source=str((row.get("source") or {}).get("key", "?")),
+                confidence=str(row.get("confidence", "?")), gpus=int((row.get("hardware") or {}).get("num_gpus") or 0),
+                reported=float(ref.get("tokens_per_s_per_gpu") or 0.0), reason=str(err),
+            ))
+    return results

@@ -1,0 +1,230 @@
+"""Framework profiles: what a framework release fixes about how a layout runs, as data.
+
+A runs file says which framework produced a number in free text (``layout.framework``, e.g.
+"NeMo 24.07 (Megatron-Core)"). A ``Profile`` is matched from that text by a pattern and lists
+``Entry``s: option (a ``costmodel.options.Layout`` field) -> a pinned value, or a list of values
+to search, under an optional condition on the row, with the assumption line ``planner validate``
+reports and the source it rests on.
+
+A row gets the first named profile whose pattern matches, then ``GENERIC`` (what holds for any
+framework); an unknown framework gets ``GENERIC`` alone. Entries apply in order and the first
+entry to set an option wins, so a later entry is a fallback (e.g. TP overlap searched unless the
+text states it). Settings a row states outright (``layout.<option>``) override all of this
+(``planner.validate.runs``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class RowFacts:
+    """What the conditions read about one row."""
+
+    framework: str = ""
+    """``layout.framework``, lowercased."""
+    year: int = 0
+    """``source.year`` (0: unknown)."""
+    source: str = ""
+    """``source.key``."""
+    precision: str = ""
+    """``layout.precision``, lowercased."""
+    recompute: Optional[str] = None
+    """Recompute mode the row states (none, selective, full), or None."""
+    gpu: str = ""
+    """Catalog GPU name (e.g. "h100-sxm")."""
+    model_parts: frozenset = frozenset()
+    """Parts the model has: "moe", "mla"."""
+
+
+@dataclass(frozen=True)
+class When:
+    """A condition: every test given holds (a test left at its default is not made)."""
+
+    year_max: Optional[int] = None
+    """The source year is known and <= this."""
+    year_min: Optional[int] = None
+    """The source year is >= this."""
+    source: str = ""
+    """The source key is this."""
+    text: str = ""
+    """The framework text mentions this."""
+    text_lacks: str = ""
+    """The framework text does not mention this."""
+    precision: str = ""
+    """The precision text mentions this."""
+    recompute: str = ""
+    """The row states this recompute mode."""
+    gpu: str = ""
+    """The GPU's catalog name starts with this."""
+    model: tuple = ()
+    """The model has all these parts ("moe", "mla")."""
+
+    def holds(self, f: RowFacts) -> bool:
+        return all((
+            self.year_max is None or (f.year and f.year <= self.year_max),
+            self.year_min is None or f.year >= self.year_min,
+            not self.source or f.source == self.source,
+            not self.text or self.text in f.framework,
+            not self.text_lacks or self.text_lacks not in f.framework,
+            not self.precision or self.precision in f.precision,
+            not self.recompute or f.recompute == self.recompute,
+            not self.gpu or f.gpu.startswith(self.gpu),
+            set(self.model) <= f.model_parts,
+        ))
+
+
+@dataclass(frozen=True)
+class Entry:
+    """Options a framework fixes (value) or leaves to search (list of values)."""
+
+    values: dict
+    """Option name -> pinned ``Layout`` value, or a list of values to search."""
+    assumption: str = ""
+    """The line ``planner validate`` lists when the entry applies ("" = none)."""
+    source: str = ""
+    """Where this comes from."""
+    when: tuple = ()
+    """Conditions (``When``); the entry applies if any holds (none given: always)."""
+
+    def applies(self, facts: RowFacts) -> bool:
+        return not self.when or any(w.holds(facts) for w in self.when)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    """Framework and release."""
+    pattern: str
+    """Regular expression searched in the lowercased framework text ("" matches any)."""
+    entries: tuple = field(default_factory=tuple)
+
+
+# ------------------------------------------------------------------------- entries shared by profiles
+
+_BEFORE_FLASH = Entry(
+    {"attention": "unfused"}, "unfused attention (the run predates FlashAttention)",
+    source="Dao et al. 2022 (FlashAttention, May 2022) postdates these runs: Megatron materialised the "
+           "scores and ran a fused scale-mask-softmax; Korthikanti et al. 2022 Sec. 4.1 counts the 5as^2b "
+           "bytes storing them costs",
+    when=(When(year_max=2021), When(source="korthikanti2022")))
+_EAGER_STATED = Entry(
+    {"kernels": "eager"}, "eager PyTorch kernels (no torch.compile: unfused norms, rotary, SwiGLU)",
+    source="a run without torch.compile (e.g. torchtitan eager) calls plain PyTorch operators: unfused norms, "
+           "rotary, activation and loss (costmodel.compute)",
+    when=(When(text="eager"),))
+_TE_ATTENTION = Entry(
+    {"attention": "flash3"}, "TransformerEngine cuDNN attention (flash3 on Hopper)",
+    source="TransformerEngine runs attention through cuDNN's fused kernels (FlashAttention-3 class on "
+           "Hopper); torchtitan and llm-foundry call SDPA / flash-attn 2")
+_FUSED_LOSS = Entry(
+    {"loss": "fused"}, "fused cross entropy (framework default)",
+    source="NeMo 2 / Megatron-Bridge model configs default cross_entropy_loss_fusion=True (TransformerEngine); "
+           "llm-foundry's MPT default loss is flash-attn's fused CrossEntropyLoss; Megatron-LM's flag "
+           "defaults off")
+_TPO_STATED = Entry(
+    {"tp_comm_overlap": True}, "TP comm overlap (--tp-comm-overlap stated)",
+    source="Megatron-LM --tp-comm-overlap (TransformerEngine userbuffers), listed in the framework text",
+    when=(When(text="--tp-comm-overlap"),))
+_TPO_SEARCHED = Entry(
+    {"tp_comm_overlap": [False, True]},
+    source="TransformerEngine userbuffers overlap is available to these frameworks and their performance "
+           "recipes set it per model and GPU (Megatron-Bridge COMM_OVERLAP_CONFIG_MAP, e.g. "
+           "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192): unstated, so searched")
+_DEEPEP = Entry(
+    {"moe_dispatcher": "deepep"}, "DeepEP dispatcher (NeMo performance script for DeepSeek-V3 on H100)",
+    source="NeMo 2025 performance scripts run DeepSeek-V3 on H100 with the flex dispatcher and DeepEP "
+           "(scripts/performance/llm/pretrain_deepseek_v3.py: \"For H100 we use deepEP\"); their Qwen3 "
+           "scripts keep the recipes' alltoall",
+    when=(When(model=("moe", "mla"), year_min=2025, gpu="h100"),))
+
+# ------------------------------------------------------------------------------------- the table
+
+# Order matters where texts overlap: NeMo / Megatron-Bridge texts also name "(Megatron-Core)".
+PROFILES: tuple[Profile, ...] = (
+    Profile("Megatron-LM 2021-22 (PTD-P)", r"megatron-lm", (_BEFORE_FLASH,)),
+    Profile("NeMo 24.x / Megatron-Bridge 25.09", r"nemo|megatron-bridge", (
+        _TE_ATTENTION,
+        _FUSED_LOSS,
+        Entry({"grad_dtype": "bf16"}, "BF16 gradient reduction (NeMo FP8 recipes)",
+              source="NeMo 1 launcher optim.grad_sync_dtype: bf16 (conf/training/nemotron/nemotron_340b.yaml); "
+                     "NeMo 2 / Megatron-Bridge scripts/performance/helpers.py set_precision_configs: "
+                     "grad_reduce_in_fp32 = False for FP8",
+              when=(When(precision="fp8"),)),
+        _TPO_STATED,
+        _TPO_SEARCHED,
+        _DEEPEP,
+    )),
+    Profile("Megatron-Core r0.8", r"megatron-core", (_TE_ATTENTION, _TPO_STATED, _TPO_SEARCHED, _DEEPEP)),
+    Profile("torchtitan (Dec 2024)", r"torchtitan", (
+        Entry({"recompute": "full", "recompute_layers": -2},
+              "torchtitan selective (per-op SAC) priced as full recompute of half the layers",
+              source="torchtitan activation_checkpoint.py _save_list: per-op SAC keeps SDPA and matmul outputs "
+                     "and recomputes the rest, about half of each layer's forward in time and memory",
+              when=(When(recompute="selective"),)),
+        _EAGER_STATED,
+        Entry({"loss": "eager"}, "eager F.cross_entropy on FP32 logits",
+              source="torchtitan train.py: F.cross_entropy(pred.flatten(0, 1).float(), ...) outside the compiled "
+                     "blocks (compiling the loss is disabled there)"),
+    )),
+    Profile("Composer/llm-foundry (2024)", r"composer|llm-foundry", (
+        Entry({"kernels": "eager"}, _EAGER_STATED.assumption,
+              source="llm-foundry/Composer MPT without torch.compile runs plain PyTorch operators",
+              when=(When(text="eager"), When(text_lacks="compile"))),
+        _FUSED_LOSS,
+        Entry({"grad_dtype": "bf16"}, "BF16 gradient reduction (FSDP mixed_precision PURE)",
+              source="Composer FSDP mixed_precision PURE: parameters, gradient reduction and buffers in BF16",
+              when=(When(precision="pure"),)),
+    )),
+    Profile("DeepSpeed ZeRO-3 (2021)", r"deepspeed", (
+        _BEFORE_FLASH,
+        Entry({"zero3_gather": "blocking"},
+              "blocking per-tensor ZeRO-3 gathers and reduce-scatters (DeepSpeed 2021)",
+              source="DeepSpeed v0.3.13-0.5 runtime/zero/partition_parameters.py: one all-gather per weight "
+                     "tensor after torch.cuda.synchronize(), one reduce-scatter per gradient tensor "
+                     "(costmodel.zero3_blocking)",
+              when=(When(year_max=2021),)),
+        Entry({"grad_dtype": "bf16"}, "16-bit gradient reduction (DeepSpeed fp16)",
+              source="DeepSpeed docs/_pages/config-json.md: communication_data_type defaults to the training "
+                     "dtype; the fp16 engine keeps and reduces 16-bit gradients",
+              when=(When(precision="16-bit"),)),
+    )),
+)
+"""Named framework profiles; a row gets the first whose pattern matches its framework text."""
+
+GENERIC = Profile("generic", "", (_BEFORE_FLASH, _EAGER_STATED, _TPO_STATED))
+"""Applied to every row after its framework's profile: what holds whatever the framework."""
+
+ROW_LABELS: tuple[tuple[str, Any, str], ...] = (("tp_comm_overlap", True, "tpo"), ("kernels", "eager", "eager"))
+"""How a validate row's layout line marks implementation settings: (option, value, label)."""
+
+
+def profiles_for(framework: str) -> list[Profile]:
+    """The profiles a framework text gets: the first matching named one, then ``GENERIC``."""
+    text = (framework or "").lower()
+    named = [p for p in PROFILES if re.search(p.pattern, text)][:1]
+    return named + [GENERIC]
+
+
+def apply_profiles(facts: RowFacts) -> tuple[dict, list[str]]:
+    """Option -> value (pinned) or list (searched) from the row's profiles, and the assumption
+    lines, in entry order; an entry is skipped when an earlier one set any of its options or
+    its condition fails."""
+    settings: dict = {}
+    assumptions: list[str] = []
+    for profile in profiles_for(facts.framework):
+        for entry in profile.entries:
+            if any(k in settings for k in entry.values) or not entry.applies(facts):
+                continue
+            settings.update(entry.values)
+            if entry.assumption:
+                assumptions.append(entry.assumption)
+    return settings, assumptions
+
+
+def row_label_suffix(layout) -> str:
+    """' tpo', ' eager', ... for the settings in ``ROW_LABELS`` that ``layout`` uses."""
+    return "".join(f" {label}" for name, value, label in ROW_LABELS if getattr(layout, name) == value)

@@ -1,0 +1,132 @@
+"""Reporting: accuracy summaries, the text table, the Llama 3 405B production check, the command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from hardware_catalog.errors import PlannerInputError
+from planner.validate.predict import RowResult, validate_rows
+from planner.validate.runs import load_runs
+
+
+def summarize(results: list[RowResult], confidence: str = "high") -> dict:
+    keep = [r for r in results if r.error is not None and (confidence == "all" or r.confidence == confidence
+                                                            or (confidence == "medium" and r.confidence == "high"))]
+
+    def stats(rs):
+        errs = np.abs([r.error for r in rs])
+        if len(errs) == 0:
+            return {"rows": 0, "median_abs_error": None, "p90_abs_error": None, "mape": None}
+        return {
+            "rows": len(rs),
+            "median_abs_error": float(np.median(errs)),
+            "p90_abs_error": float(np.percentile(errs, 90)),
+            "mape": float(np.mean(errs)),
+            "mean_signed_error": float(np.mean([r.error for r in rs])),
+        }
+
+    summary = stats(keep)
+    summary["confidence"] = confidence
+    summary["per_source"] = {src: stats([r for r in keep if r.source == src]) for src in sorted({r.source for r in keep})}
+    mem = [r for r in results if r.memory_error is not None]
+    summary["memory"] = {
+        "rows": len(mem),
+        "median_abs_error": float(np.median(np.abs([r.memory_error for r in mem]))) if mem else None,
+    }
+    summary["unmapped"] = [{"id": r.id, "reason": r.reason} for r in results if r.error is None]
+    return summary
+
+
+def format_table(results: list[RowResult], summary: dict) -> str:
+    lines = [f"{'run':<40}{'GPUs':>6}  {'layout (searched knobs chosen by planner)':<64}{'reported':>10}{'predicted':>11}{'error':>8}  mem GiB (rep/pred)"]
+    for r in results:
+        if r.error is None:
+            continue
+        mem = ""
+        if r.reported_memory_gib:
+            mem = f"{r.reported_memory_gib:.1f}/{r.predicted_memory_gib:.1f}"
+        flag = "" if r.fits else " (nothing fits; least-memory layout)"
+        lines.append(
+            f"{r.id[:39]:<40}{r.gpus:>6}  {r.layout[:63]:<64}{r.reported:>10.1f}{r.predicted:>11.1f}{r.error * 100:>+7.1f}%  {mem}{flag}"
+        )
+    lines.append("")
+    s = summary
+
+    def fmt(st):
+        if not st["rows"]:
+            return "no rows"
+        return (f"{st['rows']} rows: median |err| {st['median_abs_error'] * 100:.1f}%, "
+                f"p90 {st['p90_abs_error'] * 100:.1f}%, MAPE {st['mape'] * 100:.1f}%, mean signed {st['mean_signed_error'] * 100:+.1f}%")
+
+    lines.append(f"summary ({s['confidence']}-confidence rows) {fmt(s)}")
+    for src, st in s["per_source"].items():
+        lines.append(f"  {src:<24}{fmt(st)}")
+    if s["memory"]["rows"]:
+        lines.append(f"peak memory: {s['memory']['rows']} rows with published peak, median |err| {s['memory']['median_abs_error'] * 100:.1f}%")
+    for u in s["unmapped"]:
+        lines.append(f"not mapped: {u['id']}: {u['reason']}")
+    return "\n".join(lines)
+
+
+def llama3_405b_production_check() -> dict:
+    """The Llama 3 405B production layout (Llama 3 paper, Table 4: TP8 CP1 PP16 DP128 on
+    16,384 H100, 8K sequences, 16M-token batches): peak memory per recompute setting."""
+    from costmodel import Layout, evaluate
+    from hardware_catalog import get_cluster, get_gpu, get_model
+
+    model, cluster = get_model("llama3-405b"), get_cluster("dgx-h100")
+    gpu = get_gpu(cluster.gpu)
+    out = {}
+    variants = {
+        "none": ("none", None, 1, None),
+        "selective": ("selective", None, 1, None),
+        # Megatron-Core's fine-grained selective recompute of the MLP (--recompute-modules mlp).
+        "selective (mlp)": ("selective", None, 1, ("mlp",)),
+        "full": ("full", None, 1, None),
+        # Interleaved (the paper's schedule) with half of each stage's layers recomputed.
+        "full, half the layers, vpp 4": ("full", -2, 4, None),
+    }
+    for label, (rc, layers, vpp, modules) in variants.items():
+        lay = Layout(tp=8, cp=1, pp=16, dp=128, vpp=vpp, zero=1, mbs=1, gbs=2048, seq_len=8192, recompute=rc,
+                     recompute_layers=layers, recompute_modules=modules)
+        r = evaluate(model, cluster, lay, gpu=gpu)
+        out[label] = {
+            "peak_gib": float(r.memory_gib["peak"][0]),
+            "capacity_gib": float(r.memory_capacity_gib),
+            "fits": bool(r.fits[0]),
+            "tokens_per_s_per_gpu": float(r.tokens_per_s_per_gpu[0]),
+        }
+    return out
+
+
+def format_production_check(check: dict) -> str:
+    lines = ["Llama 3 405B production layout (TP8 CP1 PP16 DP128, 16,384 x H100 80GB, seq 8192, gbs 2048 = 16M tokens):"]
+    for rc, v in check.items():
+        verdict = "fits" if v["fits"] else "does not fit"
+        lines.append(f"  recompute {rc:<29} peak {v['peak_gib']:6.1f} of {v['capacity_gib']:.1f} GiB: {verdict:<13} "
+                     f"{v['tokens_per_s_per_gpu']:.0f} tokens/s/GPU")
+    fitting = [rc for rc, v in check.items() if v["fits"]]
+    lines.append(f"  -> fits an 80 GB H100 with recompute: {'; '.join(fitting) if fitting else 'none of them'}")
+    return "\n".join(lines)
+
+
+def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = "high") -> None:
+    import typer
+
+    if confidence not in ("high", "medium", "all"):
+        raise PlannerInputError(f"--confidence={confidence}: allowed high, medium, all")
+    rows = load_runs(runs)
+    results = validate_rows(rows)
+    summary = summarize(results, confidence)
+    check = llama3_405b_production_check()
+    if as_json:
+        typer.echo(json.dumps({"rows": [r.__dict__ for r in results], "summary": summary,
+                               "llama3_405b_production": check}, indent=2))
+    else:
+        typer.echo(format_table(results, summary))
+        typer.echo("")
+        typer.echo(format_production_check(check))

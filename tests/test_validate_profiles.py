@@ -1,0 +1,194 @@
+"""Framework profiles (planner.validate.profiles) and the candidate grid (search.grid)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE
+from hardware_catalog import get_cluster, get_gpu, get_model
+from planner.validate import GENERIC, PROFILES, RowFacts, apply_profiles, load_runs, map_run, profiles_for
+from planner.validate.profiles import row_label_suffix
+from search.grid import candidate_grid, expand_recompute_modules, recompute_module_masks
+
+ROWS = {r["id"]: r for r in load_runs(None)}
+
+# Which profile each shipped row is meant for, by the start of its framework text.
+EXPECTED = {
+    "Megatron-LM": "Megatron-LM 2021-22 (PTD-P)",
+    "Megatron-Core r0.8": "Megatron-Core r0.8",
+    "NeMo 24.": "NeMo 24.x / Megatron-Bridge 25.09",
+    "Megatron-Bridge / NeMo 25.09": "NeMo 24.x / Megatron-Bridge 25.09",
+    "torchtitan (Dec 2024)": "torchtitan (Dec 2024)",
+    "Composer": "Composer/llm-foundry (2024)",
+    "DeepSpeed ZeRO-3": "DeepSpeed ZeRO-3 (2021)",
+}
+
+
+def _expected(framework: str) -> str:
+    (name,) = [v for k, v in EXPECTED.items() if framework.startswith(k)]
+    return name
+
+
+def test_each_profile_matches_the_shipped_rows_it_is_for():
+    used = set()
+    for row in ROWS.values():
+        text = row["layout"]["framework"]
+        got = profiles_for(text)
+        assert [p.name for p in got] == [_expected(text), GENERIC.name], text
+        used.add(got[0].name)
+    assert used == {p.name for p in PROFILES}  # no profile without a shipped row
+
+
+def test_unknown_framework_gets_only_the_generic_profile():
+    assert profiles_for("JAX/MaxText 2025") == [GENERIC]
+    assert profiles_for("") == [GENERIC]
+    settings, notes = apply_profiles(RowFacts(framework="maxtext", year=2025, precision="bf16"))
+    assert settings == {} and notes == []
+
+
+def test_profile_entries_name_real_options_and_valid_values_with_a_source():
+    for profile in (*PROFILES, GENERIC):
+        assert profile.entries, profile.name
+        for entry in profile.entries:
+            assert entry.source, (profile.name, entry.values)
+            for name, value in entry.values.items():
+                opt = OPTIONS_BY_NAME[name]
+                for v in value if isinstance(value, list) else [value]:
+                    if opt.kind == "choice":
+                        assert v in opt.choices, (name, v)
+                    else:  # flags are bools; counts (recompute_layers: -q = q quarters) ints
+                        assert isinstance(v, bool) == (opt.kind == "flag") and isinstance(v, int), (name, v)
+
+
+def test_shipped_rows_get_their_framework_assumptions_in_order():
+    deepspeed = map_run(ROWS["megatron2021_t2_zero3_174p6b_768gpu"])
+    assert deepspeed.assumptions == [
+        "unfused attention (the run predates FlashAttention)",
+        "blocking per-tensor ZeRO-3 gathers and reduce-scatters (DeepSpeed 2021)",
+        "16-bit gradient reduction (DeepSpeed fp16)",
+    ]
+    bridge = map_run(ROWS["mbridge2509_h100_deepseekv3_1024gpu"])
+    assert bridge.assumptions == [
+        "TransformerEngine cuDNN attention (flash3 on Hopper)",
+        "fused cross entropy (framework default)",
+        "BF16 gradient reduction (NeMo FP8 recipes)",
+        "DeepEP dispatcher (NeMo performance script for DeepSeek-V3 on H100)",
+    ]
+    assert bridge.searched["tp_comm_overlap"] == [False, True]
+    titan = map_run(ROWS["torchtitan_h100_8b_fsdp_8gpu"])
+    assert titan.pins["recompute"] == "full" and titan.pins["recompute_layers"] == -2
+    assert titan.assumptions[-2:] == ["eager PyTorch kernels (no torch.compile: unfused norms, rotary, SwiGLU)",
+                                      "eager F.cross_entropy on FP32 logits"]
+
+
+def test_conditions_deepspeed_blocking_gathers_only_in_2021():
+    row = copy.deepcopy(ROWS["megatron2021_t2_zero3_174p6b_768gpu"])
+    assert map_run(row).pins["zero3_gather"] == "blocking"
+    row["source"]["year"] = 2024
+    later = map_run(row)
+    assert "zero3_gather" not in later.pins and "attention" not in later.pins
+    assert later.pins["grad_dtype"] == "bf16"  # the 16-bit reduction does not depend on the year
+
+
+def test_conditions_on_text_precision_gpu_and_model():
+    mcore = RowFacts(framework="megatron-core r0.8.0", year=2024)
+    assert apply_profiles(mcore)[0]["tp_comm_overlap"] == [False, True]
+    stated = RowFacts(framework="megatron-core r0.8.0 (--tp-comm-overlap)", year=2024)
+    assert apply_profiles(stated)[0]["tp_comm_overlap"] is True
+    dsv3 = dict(framework="nemo 25.09 (megatron-core)", year=2025, gpu="h100-sxm",
+                model_parts=frozenset({"moe", "mla"}))
+    assert apply_profiles(RowFacts(**dsv3))[0]["moe_dispatcher"] == "deepep"
+    for change in (dict(year=2024), dict(gpu="b200"), dict(model_parts=frozenset({"moe"}))):
+        assert "moe_dispatcher" not in apply_profiles(RowFacts(**{**dsv3, **change}))[0], change
+    assert "grad_dtype" not in apply_profiles(RowFacts(**dsv3))[0]  # bf16 reduction only with fp8
+    assert apply_profiles(RowFacts(**dsv3, precision="fp8"))[0]["grad_dtype"] == "bf16"
+    assert apply_profiles(RowFacts(framework="composer + pytorch fsdp"))[0]["kernels"] == "eager"
+    assert "kernels" not in apply_profiles(RowFacts(framework="composer + torch.compile"))[0]
+    assert "recompute" not in apply_profiles(RowFacts(framework="torchtitan", recompute="full"))[0]
+    assert apply_profiles(RowFacts(framework="megatron-lm", year=0))[0] == {}  # unknown year: not "old"
+    assert apply_profiles(RowFacts(framework="megatron-lm", year=2022, source="korthikanti2022"))[0] == {
+        "attention": "unfused"}
+
+
+def test_a_stated_setting_overrides_the_profile():
+    row = copy.deepcopy(ROWS["mbridge2509_h100_llama3_70b_64gpu"])
+    row["layout"].update(attention="flash", tp_comm_overlap=False)
+    run = map_run(row)
+    assert run.pins["attention"] == "flash" and run.pins["tp_comm_overlap"] is False
+    assert "tp_comm_overlap" not in run.searched
+    # The profile's line stays; the stated settings follow it, in option order.
+    assert run.assumptions[0] == "TransformerEngine cuDNN attention (flash3 on Hopper)"
+    assert run.assumptions[-2:] == ["attention=flash (stated)", "tp_comm_overlap=False (stated)"]
+
+
+def test_row_label_marks_tp_overlap_and_eager_kernels():
+    class Lay:
+        tp_comm_overlap, kernels = True, "eager"
+
+    assert row_label_suffix(Lay()) == " tpo eager"
+    Lay.tp_comm_overlap, Lay.kernels = False, "fused"
+    assert row_label_suffix(Lay()) == ""
+
+
+# ------------------------------------------------------------------------------------ candidate grid
+
+LLAMA_8B = get_model("llama3-8b")  # 32 layers, 32 heads, 8 KV heads
+H100 = get_cluster("dgx-h100")  # scale-up domain 8
+H100_GPU = get_gpu(H100.gpu)
+
+
+def _grid(choices, **fixed):
+    fixed = {"gbs": 8, "seq_len": 4096, **fixed}
+    return candidate_grid(LLAMA_8B, H100, H100_GPU, 8, choices, fixed)
+
+
+def test_candidate_grid_count_matches_a_hand_count():
+    batch = _grid({"tp": [1, 2, 4, 8, 16], "pp": [1, 2, 4, 8], "mbs": [1, 2], "vpp": [1, 2]}, recompute="full")
+    # tp*pp <= 8 leaves 10 (tp, pp) pairs (tp 16 exceeds both the 8 GPUs and the NVLink domain).
+    # vpp 1: gbs 8 divisible by dp*mbs everywhere except dp 8 with mbs 2 -> 10*2 - 1 = 19.
+    # vpp 2 (pp > 1 only): micro-batches 8/(dp*mbs) divisible by pp -> (tp,pp) = (1,2), (1,4),
+    # (1,8) with mbs 1 only, (2,2), (2,4), (4,2) with mbs 1 and 2 -> 3 + 6 = 9.
+    assert len(batch) == 19 + 9
+    assert np.all(batch.tp * batch.pp * batch.dp == 8)
+    rows = set(zip(batch.tp.tolist(), batch.pp.tolist(), batch.mbs.tolist(), batch.vpp.tolist()))
+    assert (16, 1, 1, 1) not in rows  # tp beyond the scale-up domain
+    assert (1, 1, 2, 1) not in rows  # gbs 8 not divisible by dp*mbs = 16
+    assert (1, 1, 1, 2) not in rows  # interleaving without a pipeline
+    assert (1, 8, 2, 2) not in rows  # 4 micro-batches for 8 stages, interleaved
+    # meshgrid 'ij' order: the last option varies fastest.
+    assert list(zip(batch.tp[:3].tolist(), batch.pp[:3].tolist(), batch.mbs[:3].tolist(), batch.vpp[:3].tolist())) == [
+        (1, 1, 1, 1), (1, 2, 1, 1), (1, 2, 1, 2)]
+
+
+def test_candidate_grid_drops_invalid_settings_and_partial_shares_that_round_to_all_layers():
+    batch = _grid({"tp": [1, 2], "pp": [1], "tp_comm_overlap": [False, True]}, recompute="full")
+    assert sorted(zip(batch.tp.tolist(), batch.tp_comm_overlap.tolist())) == [(1, False), (2, False), (2, True)]
+    # A fixed setting is switched off where its rules say it does not apply (zero3_gather: zero 3 only).
+    fixed = _grid({"tp": [8], "pp": [1], "zero": [1, 3]}, recompute="full", zero3_gather="blocking")
+    assert dict(zip(fixed.zero.tolist(), fixed.zero3_gather.tolist())) == {1: 0, 3: 1}
+    shares = {"tp": [1], "pp": [8], "recompute": ["full"], "recompute_layers": [0, -3, -2, -1]}
+    assert len(_grid({**shares, "vpp": [1]})) == 4  # 4-layer stages: every quarter share is distinct
+    assert _grid({**shares, "vpp": [4]}).recompute_layers.tolist() == [0]  # one-layer chunks: all layers
+
+
+def test_expand_recompute_modules_repeats_selective_rows_once_per_module_set():
+    masks = recompute_module_masks(LLAMA_8B)  # core_attn, layernorm, mlp
+    assert len(masks) == 7 and masks == sorted(masks)
+    batch = _grid({"tp": [8], "pp": [1], "recompute": list(RECOMPUTE)})
+    out = expand_recompute_modules(batch, LLAMA_8B)
+    assert [RECOMPUTE[r] for r in out.recompute.tolist()] == ["none"] + ["selective"] * 7 + ["full"]
+    assert out.recompute_modules[1:8].tolist() == masks
+
+
+@pytest.mark.parametrize("row_id", ["megatron2024_h100_weak_1p7b", "nemo2407_h100_fp8_llama3_8b_8gpu"])
+def test_validate_candidates_obey_every_rule(row_id):
+    from planner.validate import candidates
+    from search.rules import RuleContext, valid_mask
+
+    run = map_run(ROWS[row_id])
+    batch = candidates(run)
+    assert len(batch) > 0
+    assert valid_mask(RuleContext.build(run.model, run.gpus, run.cluster, run.gpu), batch).all()

@@ -7,9 +7,13 @@ files are kept unless ``force``.
 
 ``formats="all"`` writes every format that can express the layout and reports the others in
 ``ExportReport.skipped`` with the reason; naming a format that cannot express the layout raises
-``PlannerInputError`` naming the rule (and the framework source that enforces it).
+``PlannerInputError`` naming the rule (and the framework source that enforces it). A record
+whose layout breaks a rule of ``search.rules`` (the one rule set evaluate and search use) is
+refused for every format (``build_plan``).
 
-Formats and files:
+Each format is an ``Exporter`` in the registry (``planner.export.registry``): ``FORMATS`` and
+``FILES`` list what is registered, and a new launcher is one module whose ``Exporter`` is
+passed to ``register``. Formats and files:
 
 ==========  =============================  ==================================================
 torchrun    launch_torchrun.sh             run on every node; torchrun c10d + Megatron args
@@ -30,20 +34,24 @@ from hardware_catalog.errors import PlannerInputError
 from hardware_catalog.schema import ClusterSpec, ModelSpec
 from planner.export import deepspeed, megatron, slurm, torchrun, torchtitan
 from planner.export.common import CannotExpress, build_plan, check_entrypoint, write_atomically
+from planner.export.registry import EXPORTERS, Exporter, files, formats, register, unregister
 
-FORMATS = ("torchrun", "megatron", "deepspeed", "torchtitan", "slurm")
+for _exporter in (torchrun.EXPORTER, megatron.EXPORTER, deepspeed.EXPORTER, torchtitan.EXPORTER, slurm.EXPORTER):
+    if _exporter.name not in EXPORTERS:  # a reload of this package keeps the registry
+        register(_exporter)
 
-FILES = {
-    "torchrun": (torchrun.FILE_NAME,),
-    "megatron": (megatron.FILE_NAME,),
-    "deepspeed": (deepspeed.FILE_NAME,),
-    "torchtitan": (torchtitan.OVERRIDES_FILE, torchtitan.TOML_FILE),
-    "slurm": (slurm.FILE_NAME,),
-}
-"""File names each format writes, relative to ``out_dir``."""
 
-_EXECUTABLE = 0o755
-_PLAIN = 0o644
+def __getattr__(name: str):
+    # FORMATS and FILES follow the registry (an exporter registered later is listed too).
+    if name == "FORMATS":
+        return formats()
+    if name == "FILES":
+        return files()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# FORMATS: format names in order (torchrun, megatron, deepspeed, torchtitan, slurm, then any
+# registered later). FILES: format -> the file names it writes, relative to ``out_dir``.
 
 
 @dataclass
@@ -51,47 +59,35 @@ class ExportReport:
     written: list[Path] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     """Format -> why it cannot express the layout (only with ``formats="all"``). A format with
-    two files that wrote only one reports the other as ``"format:file"`` (torchtitan: the
-    0.3.0 overrides and the job-config TOML can each refuse on their own)."""
+    several files that wrote only some reports each other one as ``"format:file"`` (torchtitan:
+    the 0.3.0 overrides and the job-config TOML can each refuse on their own)."""
 
 
 def _parse_formats(formats) -> tuple[list[str], bool]:
     """(format names, all?)."""
+    known = tuple(EXPORTERS)
     if isinstance(formats, str):
         names = [f.strip() for f in formats.split(",") if f.strip()]
     else:
         names = [str(f).strip() for f in formats]
     if not names:
-        raise PlannerInputError(f"formats={formats!r}: name at least one of {', '.join(FORMATS)} or 'all'")
+        raise PlannerInputError(f"formats={formats!r}: name at least one of {', '.join(known)} or 'all'")
     if names == ["all"]:
-        return list(FORMATS), True
-    bad = [n for n in names if n not in FORMATS]
+        return list(known), True
+    bad = [n for n in names if n not in EXPORTERS]
     if bad:
-        raise PlannerInputError(f"unknown export format {bad[0]!r} (known: {', '.join(FORMATS)}, or all)")
+        raise PlannerInputError(f"unknown export format {bad[0]!r} (known: {', '.join(known)}, or all)")
     return list(dict.fromkeys(names)), False
 
 
-def _render(fmt: str, plan, entrypoint: str) -> tuple[dict[str, tuple[str, int]], dict[str, str]]:
-    """(file name -> (text, mode), partial refusals "format:file" -> reason)."""
-    if fmt == "megatron":
-        return {megatron.FILE_NAME: (megatron.render(plan), _EXECUTABLE)}, {}
-    if fmt == "torchrun":
-        return {torchrun.FILE_NAME: (torchrun.render(plan, entrypoint), _EXECUTABLE)}, {}
-    if fmt == "slurm":
-        return {slurm.FILE_NAME: (slurm.render(plan, entrypoint), _EXECUTABLE)}, {}
-    if fmt == "deepspeed":
-        return {deepspeed.FILE_NAME: (deepspeed.render(plan), _PLAIN)}, {}
-    if fmt == "torchtitan":
-        texts, refused = torchtitan.render(plan)
-        if not texts:
-            errors = list(refused.values())
-            if len({e.rule for e in errors}) == 1:
-                raise errors[0]
-            raise CannotExpress(errors[0].rule, "; ".join(f"{name}: {err}" for name, err in refused.items()))
-        modes = {torchtitan.OVERRIDES_FILE: _EXECUTABLE, torchtitan.TOML_FILE: _PLAIN}
-        return ({name: (text, modes[name]) for name, text in texts.items()},
-                {f"torchtitan:{name}": str(err) for name, err in refused.items()})
-    raise AssertionError(fmt)
+def _render(exporter: Exporter, plan, entrypoint: str) -> tuple[dict[str, tuple[str, int]], dict[str, str]]:
+    """(file name -> (text, mode), "format:file" -> why that file was left out)."""
+    texts, refused = exporter.render(plan, entrypoint)
+    undeclared = sorted(set(texts) - set(exporter.files))
+    if undeclared:  # a programming error in the exporter
+        raise RuntimeError(f"exporter {exporter.name} rendered {undeclared[0]}, which it does not declare")
+    return ({name: (text, exporter.files[name]) for name, text in texts.items()},
+            {f"{exporter.name}:{name}": reason for name, reason in refused.items()})
 
 
 def _shell_syntax_ok(name: str, text: str) -> None:
@@ -118,14 +114,18 @@ def export_layout(
     entrypoint: str = "pretrain_gpt.py",
     command: str = "",
     allow_unfit: bool = False,
+    allow_cross_node_tp: bool = True,
 ) -> ExportReport:
-    """Render, check and write launch files for one evaluated layout.
+    """Render, check and write launch files for one evaluated layout, with every registered
+    exporter named in ``formats`` (``"all"``: all of them, in registration order).
 
-    ``allow_unfit`` writes files for a layout predicted not to fit in memory (refused otherwise).
+    ``allow_unfit`` writes files for a layout predicted not to fit in memory (refused otherwise);
+    ``allow_cross_node_tp``: see ``build_plan``.
     """
     names, all_formats = _parse_formats(formats)
     entrypoint = check_entrypoint(entrypoint)
-    plan = build_plan(result, model, cluster, command=command, allow_unfit=allow_unfit)
+    plan = build_plan(result, model, cluster, command=command, allow_unfit=allow_unfit,
+                      allow_cross_node_tp=allow_cross_node_tp)
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise PlannerInputError(f"out_dir={str(out_dir)!r} exists and is not a directory")
@@ -134,14 +134,14 @@ def export_layout(
     rendered: dict[Path, tuple[str, int]] = {}
     for fmt in names:
         try:
-            files, partial = _render(fmt, plan, entrypoint)
+            texts, partial = _render(EXPORTERS[fmt], plan, entrypoint)
         except CannotExpress as err:
             if all_formats:
                 report.skipped[fmt] = str(err)
                 continue
             raise PlannerInputError(f"format {fmt} cannot express this layout: {err}") from None
         report.skipped.update(partial)
-        for name, (text, mode) in files.items():
+        for name, (text, mode) in texts.items():
             _shell_syntax_ok(name, text)
             rendered[out_dir / name] = (text, mode)
 
@@ -153,4 +153,4 @@ def export_layout(
     return report
 
 
-__all__ = ["FORMATS", "FILES", "ExportReport", "export_layout"]
+__all__ = ["FORMATS", "FILES", "ExportReport", "export_layout", "Exporter", "EXPORTERS", "register", "unregister"]

@@ -1,8 +1,10 @@
 """What every exporter shares: the checked plan, refusals, headers, shell quoting, atomic writes.
 
-An exporter turns a ``Plan`` (an evaluated layout that passed the format-independent checks in
-``build_plan``) into file contents, or raises ``CannotExpress`` naming the rule the target
-framework would break. Nothing here writes outside ``write_atomically``.
+An exporter (``planner.export.registry.Exporter``) turns a ``Plan`` (an evaluated layout that
+``build_plan`` checked against its record and judged with the rules of ``search.rules``, the one
+rule set evaluate, search and validate use) into file contents, or raises ``CannotExpress``
+naming the rule the target framework would break. Nothing here writes outside
+``write_atomically``.
 """
 
 from __future__ import annotations
@@ -11,14 +13,16 @@ import os
 import re
 import shlex
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
+from costmodel.options import FLAG, IMPLEMENTATION_OPTIONS, INT, OPTIONS, OPTIONS_BY_NAME, Layout
 from hardware_catalog.errors import PlannerInputError
 from hardware_catalog.schema import ClusterSpec, ModelSpec
 
-_LAYOUT_INT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "mbs", "gbs", "seq_len")
+_REQUIRED = tuple(o.name for o in OPTIONS if o.kind == INT)
+"""Options every record states: the integers of a layout (degrees, ZeRO stage, batch)."""
 
 
 class CannotExpress(Exception):
@@ -34,40 +38,20 @@ class CannotExpress(Exception):
 
 @dataclass(frozen=True)
 class Plan:
-    """One evaluated layout, checked for internal consistency, with derived launch numbers."""
+    """One evaluated layout that obeys the rules (``search.rules``), with derived launch numbers.
+
+    Every layout option reads as an attribute (``plan.tp``, ``plan.attention``, ...): the
+    ``Layout`` value, so options that mean "default" are None (``recompute_layers``: every layer;
+    ``recompute_modules``: core_attn; ``sequence_parallel``: automatic, see ``sp``). Read them
+    through ``partial_recompute_per_chunk(plan)`` and ``selective_modules(plan)``, which give
+    what runs (0 / empty where the recompute mode does not use them).
+    """
 
     result: dict
     model: ModelSpec
     cluster: ClusterSpec
-    tp: int
-    pp: int
-    dp: int
-    cp: int
-    ep: int
-    etp: int
-    vpp: int
-    zero: int
-    mbs: int
-    gbs: int
-    seq_len: int
-    recompute: str
-    recompute_layers: int
-    """With full recompute: layers per stage recomputed (0 = all; -q = q quarters of a stage)."""
-    recompute_modules: tuple
-    """With selective recompute: Megatron-Core submodules recomputed (empty = core_attn)."""
-    sp: bool
-    precision: str
-    attention: str
-    """flash | flash3 | unfused (costmodel.layout.ATTENTION)."""
-    kernels: str
-    """fused | eager elementwise kernels."""
-    loss: str
-    """unfused | fused | eager cross entropy."""
-    tp_comm_overlap: bool
-    ep_comm_overlap: bool
-    moe_dispatcher: str
-    grad_dtype: str
-    """fp32 | bf16 gradient buffers and data-parallel reduction."""
+    layout: Layout
+    """The evaluated layout (``Layout.from_values`` of the record's ``layout``), rules checked."""
     grad_accum: int
     """Micro-batches per pipeline per step, gbs / (dp * mbs)."""
     gpus: int
@@ -77,6 +61,18 @@ class Plan:
     nproc_per_node: int
     gpu_name: str
     header: tuple[str, ...] = field(default=())
+
+    def __getattr__(self, name: str):
+        # Only reached for names that are not fields or properties: the layout options.
+        layout = self.__dict__.get("layout")
+        if layout is not None and name in OPTIONS_BY_NAME:
+            return getattr(layout, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def sp(self) -> bool:
+        """Sequence parallelism as it runs (requested or automatic, with tp > 1)."""
+        return self.layout.sp
 
     @property
     def first_layers(self) -> int:
@@ -103,17 +99,35 @@ class Plan:
         per_chunk = partial_recompute_per_chunk(self)
         if per_chunk:
             recompute += f" ({per_chunk} layer(s) per model chunk, block method)"
-        if self.recompute_modules:
-            recompute += f" ({', '.join(self.recompute_modules)})"
+        modules = selective_modules(self)
+        if modules:
+            recompute += f" ({', '.join(modules)})"
         return (
             f"TP{self.tp} PP{self.pp}{split} DP{self.dp} CP{self.cp} EP{self.ep} ETP{self.etp} VPP{self.vpp} "
             f"ZeRO-{self.zero} SP {sp}; mbs {self.mbs}, gbs {self.gbs} ({self.grad_accum} micro-batches/step), "
-            f"seq {self.seq_len}, recompute {recompute}, {self.precision}; attention {self.attention}, "
-            f"{self.kernels} kernels, cross-entropy {self.loss}, "
-            f"TP overlap {'on' if self.tp_comm_overlap else 'off'}"
-            + (", EP all-to-all overlap on" if self.ep_comm_overlap else "")
-            + (f", {self.moe_dispatcher} dispatcher" if self.model.moe is not None else "")
+            f"seq {self.seq_len}, recompute {recompute}, {self.precision}; "
+            + ", ".join(implementation_summary(self))
         )
+
+
+def implementation_summary(plan: Plan) -> list[str]:
+    """How the header names the implementation settings the plan was priced with: every
+    implementation option (``costmodel.options``, declaration order) that has a summary phrase
+    (``SUMMARY_PHRASES`` of the exporter that maps it to framework flags) and is shown for this
+    plan. A flag reads "on" / "off"."""
+    from planner.export.megatron import SUMMARY_PHRASES
+
+    out = []
+    for name in IMPLEMENTATION_OPTIONS:
+        if name not in SUMMARY_PHRASES:
+            continue
+        phrase, shown = SUMMARY_PHRASES[name]
+        value = getattr(plan.layout, name)
+        if OPTIONS_BY_NAME[name].kind == FLAG:
+            value = "on" if value else "off"
+        if shown(plan):
+            out.append(phrase.format(value=value))
+    return out
 
 
 def _stage_text(stages: tuple[int, ...]) -> str:
@@ -128,14 +142,6 @@ def _stage_text(stages: tuple[int, ...]) -> str:
 # ----------------------------------------------------------------------------------- input
 
 
-def _int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise PlannerInputError(f"layout.{name}={value!r}: must be an integer")
-    return value
-
-
 def _num(result: dict, key: str) -> Optional[float]:
     value = result.get(key)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -143,42 +149,31 @@ def _num(result: dict, key: str) -> Optional[float]:
     return None
 
 
-def build_plan(result: dict, model: ModelSpec, cluster: ClusterSpec, *, command: str = "",
-               allow_unfit: bool = False) -> Plan:
-    """Check an evaluation record (``planner evaluate --json``) against itself, the model and the
-    cluster, and derive launcher numbers. Raises ``PlannerInputError`` (one line) on bad input."""
+def _record_layout(result) -> dict:
+    """The record's ``layout`` object, with every required option present."""
     if not isinstance(result, dict):
         raise PlannerInputError(f"result={type(result).__name__}: expected the dict of 'planner evaluate --json'")
-    layout = result.get("layout")
-    if not isinstance(layout, dict):
+    values = result.get("layout")
+    if not isinstance(values, dict):
         raise PlannerInputError("result has no 'layout' object: expected the dict of 'planner evaluate --json'")
-    missing = [k for k in _LAYOUT_INT_KEYS if k not in layout]
+    missing = [k for k in _REQUIRED if k not in values]
     if missing:
         raise PlannerInputError(f"result.layout lacks {', '.join(missing)}: expected the layout of 'planner evaluate --json'")
-    v = {k: _int(layout[k], k) for k in _LAYOUT_INT_KEYS}
-    for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "gbs", "seq_len"):
-        if v[k] < 1:
-            raise PlannerInputError(f"layout.{k}={v[k]}: must be >= 1")
-    if v["zero"] not in (0, 1, 2, 3):
-        raise PlannerInputError(f"layout.zero={v['zero']}: ZeRO stage must be 0, 1, 2 or 3")
-    recompute = layout.get("recompute", "selective")
-    if recompute not in ("none", "selective", "full"):
-        raise PlannerInputError(f"layout.recompute={recompute!r}: must be none, selective or full")
-    precision = layout.get("precision", "bf16")
-    if precision not in ("bf16", "fp8"):
-        raise PlannerInputError(f"layout.precision={precision!r}: must be bf16 or fp8")
+    return values
 
-    from costmodel.layout import IMPLEMENTATION_DEFAULTS, check_implementation
 
-    impl = check_implementation({k: layout.get(k) for k in IMPLEMENTATION_DEFAULTS})
-    attention = impl.get("attention", "flash")
-    kernels = impl.get("kernels", "fused")
-    loss = impl.get("loss", "unfused")
-    tp_comm_overlap = bool(impl.get("tp_comm_overlap", False))
-    ep_comm_overlap = bool(impl.get("ep_comm_overlap", False)) and model.moe is not None
-    moe_dispatcher = impl.get("moe_dispatcher", "alltoall")
-    grad_dtype = impl.get("grad_dtype", "fp32")
+def parse_layout(values: dict) -> Layout:
+    """A record's layout values -> ``Layout`` (``Layout.from_values``, errors naming
+    ``layout.<option>``). ``recompute_layers`` may also be -q, q quarters of every stage, as
+    ``planner search`` writes the shares it explores."""
+    share = values.get("recompute_layers")
+    if isinstance(share, (int, float)) and not isinstance(share, bool) and share < 0 and int(share) == share:
+        layout = Layout.from_values({**values, "recompute_layers": None}, where="layout.")
+        return replace(layout, recompute_layers=int(share))
+    return Layout.from_values(values, where="layout.")
 
+
+def _check_names(result: dict, model: ModelSpec, cluster: ClusterSpec) -> None:
     rec_model = result.get("model")
     if rec_model is not None and rec_model != model.name and rec_model not in model.aliases:
         raise PlannerInputError(
@@ -190,80 +185,66 @@ def build_plan(result: dict, model: ModelSpec, cluster: ClusterSpec, *, command:
             f"result.cluster={rec_cluster!r} but the cluster given is {cluster.name!r}: export the layout with the cluster it was evaluated for"
         )
 
-    gpus = v["tp"] * v["cp"] * v["pp"] * v["dp"]
-    for where, value in (("result.gpus", result.get("gpus")), ("layout.gpus", layout.get("gpus"))):
-        if value is not None and value != gpus:
-            raise PlannerInputError(f"{where}={value} but tp*cp*pp*dp = {gpus}: the record is inconsistent")
-    if v["gbs"] % (v["dp"] * v["mbs"]):
-        raise PlannerInputError(
-            f"layout.gbs={v['gbs']} is not divisible by dp*mbs = {v['dp'] * v['mbs']} (rule gbs_divisible_by_dp_mbs)"
-        )
-    m = v["gbs"] // (v["dp"] * v["mbs"])
-    if layout.get("grad_accum") is not None and _int(layout["grad_accum"], "grad_accum") != m:
-        raise PlannerInputError(f"layout.grad_accum={layout['grad_accum']} but gbs/(dp*mbs) = {m}: the record is inconsistent")
 
-    sp_raw = layout.get("sequence_parallel")
-    if sp_raw is None:
-        sp = v["tp"] > 1
-    else:
-        sp = bool(sp_raw)
-        if sp and v["tp"] == 1:
-            raise PlannerInputError("layout.sequence_parallel=true with tp=1: sequence parallelism needs tp > 1 (rule sequence_parallel_needs_tp)")
-
-    if v["vpp"] > 1 and v["pp"] == 1:
-        raise PlannerInputError(f"layout.vpp={v['vpp']} with pp=1: an interleaved schedule needs pp > 1 (rule vpp_needs_pipeline)")
-    if model.moe is None and (v["ep"] > 1 or v["etp"] > 1):
-        raise PlannerInputError(f"layout ep={v['ep']} etp={v['etp']} for dense model {model.name}: ep and etp must be 1")
-
-    stages = _stage_layers(model.num_layers, v["pp"], layout.get("pp_first_layers"), layout.get("pp_last_layers"))
-    recorded = layout.get("stage_layers")
-    if recorded is not None and v["pp"] > 1 and tuple(recorded) != stages:
-        raise PlannerInputError(
-            f"layout.stage_layers={list(recorded)} but pp_first/last_layers give {list(stages)}: the record is inconsistent"
-        )
-
-    fits = result.get("fits")
+def _check_fits(result: dict, allow_unfit: bool) -> None:
     mem = result.get("memory_gib") or {}
-    if fits is False and not allow_unfit:
+    if result.get("fits") is False and not allow_unfit:
         peak, cap = mem.get("peak"), mem.get("capacity")
         detail = f"predicted peak {peak:.1f} GiB > {cap:.1f} GiB" if isinstance(peak, (int, float)) and isinstance(cap, (int, float)) else "fits=false"
         raise PlannerInputError(
             f"layout does not fit in GPU memory ({detail}): refusing to write launch files that would run out of memory"
         )
 
+
+def build_plan(result: dict, model: ModelSpec, cluster: ClusterSpec, *, command: str = "",
+               allow_unfit: bool = False, allow_cross_node_tp: bool = True) -> Plan:
+    """Check an evaluation record (``planner evaluate --json``) against itself, the model and the
+    cluster, judge its layout with the rules (``search.rules.check_layout``), and derive launcher
+    numbers. Raises ``PlannerInputError`` (one line) on bad input.
+
+    ``allow_cross_node_tp`` (default True): a TP group wider than the scale-up domain is a
+    planning choice the evaluation already accepted (``--allow-cross-node-tp``, which the record
+    does not carry), not something a launcher refuses; pass False to hold the record to the
+    search's default."""
+    from hardware_catalog import get_gpu
+    from search.rules import check_layout
+
+    values = _record_layout(result)
+    layout = parse_layout(values)
+    _check_names(result, model, cluster)
+    gpus = layout.gpus
+    for where, value in (("result.gpus", result.get("gpus")), ("layout.gpus", values.get("gpus"))):
+        if value is not None and value != gpus:
+            raise PlannerInputError(f"{where}={value} but tp*cp*pp*dp = {gpus}: the record is inconsistent")
+    check_layout(model, cluster, get_gpu(cluster.gpu), layout, gpus=gpus, allow_cross_node_tp=allow_cross_node_tp)
+    m = layout.grad_accum
+    if values.get("grad_accum") is not None and values["grad_accum"] != m:
+        raise PlannerInputError(f"layout.grad_accum={values['grad_accum']} but gbs/(dp*mbs) = {m}: the record is inconsistent")
+    stages = _stage_layers(model.num_layers, layout)
+    recorded = values.get("stage_layers")
+    if recorded is not None and layout.pp > 1 and tuple(recorded) != stages:
+        raise PlannerInputError(
+            f"layout.stage_layers={list(recorded)} but pp_first/last_layers give {list(stages)}: the record is inconsistent"
+        )
+    _check_fits(result, allow_unfit)
+
     gpn = cluster.gpus_per_node
-    if gpus <= gpn:
-        nnodes, nproc = 1, gpus
-    else:
-        nnodes, nproc = gpus // gpn, gpn
-    plan = Plan(
-        result=result, model=model, cluster=cluster, recompute=recompute,
-        recompute_layers=_int(layout.get("recompute_layers") or 0, "recompute_layers") if recompute == "full" else 0,
-        recompute_modules=_recompute_modules(layout) if recompute == "selective" else (),
-        sp=sp, precision=precision, attention=attention, kernels=kernels, loss=loss,
-        tp_comm_overlap=tp_comm_overlap and sp, ep_comm_overlap=ep_comm_overlap, moe_dispatcher=moe_dispatcher,
-        grad_dtype=grad_dtype, grad_accum=m, gpus=gpus, stage_layers=stages, nnodes=nnodes, nproc_per_node=nproc,
-        gpu_name=str(result.get("gpu") or cluster.gpu), **v,
-    )
+    nnodes, nproc = (1, gpus) if gpus <= gpn else (gpus // gpn, gpn)
+    plan = Plan(result=result, model=model, cluster=cluster, layout=layout, grad_accum=m, gpus=gpus,
+                stage_layers=stages, nnodes=nnodes, nproc_per_node=nproc,
+                gpu_name=str(result.get("gpu") or cluster.gpu))
     return _with_header(plan, command)
 
 
-def _stage_layers(num_layers: int, pp: int, first, last) -> tuple[int, ...]:
-    if pp == 1:
-        return (num_layers,)
-    if pp > num_layers:
-        raise PlannerInputError(f"layout.pp={pp} > {num_layers} layers: every stage needs a layer (rule pp_stage_split)")
-    f = _int(first, "pp_first_layers") if first is not None else 0
-    l = _int(last, "pp_last_layers") if last is not None else 0
+def _stage_layers(num_layers: int, layout: Layout) -> tuple[int, ...]:
+    """Layers on each stage (the rule pp_stage_split has passed)."""
     from costmodel.pipeline import stage_layer_split
 
-    fo, mo, lo, ok = stage_layer_split(num_layers, pp, f, l)
-    fo, mo, lo, ok = int(fo), int(mo), int(lo), bool(ok)
-    if not ok:
-        raise PlannerInputError(
-            f"layout pp_first_layers={first} pp_last_layers={last}: {num_layers} layers do not split over pp={pp} stages "
-            f"with equal middle stages (rule pp_stage_split)"
-        )
+    pp = layout.pp
+    if pp == 1:
+        return (num_layers,)
+    fo, mo, lo, _ = stage_layer_split(num_layers, pp, layout.pp_first_layers or 0, layout.pp_last_layers or 0)
+    fo, mo, lo = int(fo), int(mo), int(lo)
     if pp == 2:
         return (fo, lo)
     return (fo,) + (mo,) * (pp - 2) + (lo,)
@@ -316,7 +297,7 @@ def _with_header(plan: Plan, command: str) -> Plan:
             lines.append(f"Evaluated by: {sanitize(evaluated)}")
     elif evaluated:
         lines.append(f"Command: {sanitize(evaluated)}")
-    return Plan(**{**plan.__dict__, "header": tuple(lines)})
+    return replace(plan, header=tuple(lines))
 
 
 def comment_block(lines, prefix: str = "# ") -> str:
@@ -382,17 +363,12 @@ def write_atomically(files: dict[Path, tuple[str, int]]) -> list[Path]:
     return [path for _, path in temps]
 
 
-def _recompute_modules(layout: dict) -> tuple:
-    """layout.recompute_modules as a tuple of known module names (None -> ())."""
-    from costmodel.layout import recompute_modules_mask
-
-    modules = layout.get("recompute_modules")
-    if modules is None:
+def selective_modules(plan: "Plan") -> tuple:
+    """With selective recompute, the submodules the record names (empty: Megatron's default,
+    core_attn); empty with any other recompute mode."""
+    if plan.recompute != "selective":
         return ()
-    if isinstance(modules, str) or not isinstance(modules, (list, tuple)):
-        raise PlannerInputError(f"layout.recompute_modules={modules!r}: must be a list of module names")
-    recompute_modules_mask(modules)
-    return tuple(modules)
+    return tuple(plan.recompute_modules or ())
 
 
 def partial_recompute_per_chunk(plan: "Plan") -> int:
@@ -400,7 +376,7 @@ def partial_recompute_per_chunk(plan: "Plan") -> int:
     same rounding the cost model priced (costmodel.pipeline.partial_recompute_per_chunk)."""
     from costmodel.pipeline import partial_recompute_per_chunk as per_chunk
 
-    if plan.recompute != "full" or plan.recompute_layers == 0:
+    if plan.recompute != "full" or not plan.recompute_layers:
         return 0
     first, last = plan.stage_layers[0], plan.stage_layers[-1]
     k, distinct = per_chunk(plan.model.num_layers, plan.pp, plan.vpp, first if plan.pp > 1 else 0,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 
-from planner.export.common import partial_recompute_per_chunk
-from planner.export.common import CannotExpress, Plan
+from planner.export.common import CannotExpress, Plan, partial_recompute_per_chunk, selective_modules
+from planner.export.registry import PLAIN, Exporter, one_file
 
 FILE_NAME = "deepspeed_config.json"
 DEEPSPEED_COMMIT = "03f6f75c5caadf213b53a7b3f5438bb46a30d278"
@@ -25,8 +25,8 @@ def check(plan: Plan) -> None:
     if partial_recompute_per_chunk(plan):
         raise CannotExpress("deepspeed_partial_recompute", "recomputing only some layers of each stage is Megatron's "
                             "block method; deepspeed has no equivalent setting", "planner.export")
-    if plan.recompute_modules:
-        raise CannotExpress("deepspeed_recompute_modules", f"recomputing the submodules {', '.join(plan.recompute_modules)} "
+    if selective_modules(plan):
+        raise CannotExpress("deepspeed_recompute_modules", f"recomputing the submodules {', '.join(selective_modules(plan))} "
                             "is Megatron-Core's --recompute-modules; a DeepSpeed config has no such setting", "planner.export")
     if plan.precision == "fp8":
         raise CannotExpress("deepspeed_no_fp8", "precision fp8: a DeepSpeed config has bf16/fp16 sections only; FP8 GEMMs "
@@ -108,3 +108,11 @@ def render(plan: Plan) -> str:
     text = json.dumps(config_dict(plan), indent=2, ensure_ascii=False) + "\n"
     json.loads(text)
     return text
+
+
+EXPORTER = Exporter(
+    name="deepspeed",
+    files={FILE_NAME: PLAIN},
+    render=one_file(FILE_NAME, lambda plan, entrypoint: render(plan)),
+    description="Megatron-DeepSpeed config (batch, ZeRO, pipeline)",
+)

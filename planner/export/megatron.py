@@ -10,8 +10,10 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from planner.export.common import partial_recompute_per_chunk
-from planner.export.common import CannotExpress, Plan, bash_array, comment_block, q, sanitize
+from planner.export.common import (
+    CannotExpress, Plan, bash_array, comment_block, partial_recompute_per_chunk, q, selective_modules, sanitize,
+)
+from planner.export.registry import EXECUTABLE, Exporter, one_file
 
 FILE_NAME = "megatron_args.sh"
 MEGATRON_COMMIT = "000c4ac24f61159c138b0975def722c65245983c"
@@ -22,6 +24,19 @@ _ATTN = "Megatron-LM megatron/core/transformer/attention.py (divide(num_query_gr
 _PSTATE = "Megatron-LM megatron/core/parallel_state.py (expert rank grid)"
 _MPCFG = "Megatron-LM megatron/core/model_parallel_config.py"
 _FSDP = "Megatron-FSDP supports TP/EP/CP but not PP (Megatron-LM docs; issue NVIDIA/Megatron-LM#1455)"
+
+SUMMARY_PHRASES = {
+    "attention": ("attention {value}", lambda plan: True),
+    "kernels": ("{value} kernels", lambda plan: True),
+    "loss": ("cross-entropy {value}", lambda plan: True),
+    "tp_comm_overlap": ("TP overlap {value}", lambda plan: True),
+    "ep_comm_overlap": ("EP all-to-all overlap {value}", lambda plan: bool(plan.ep_comm_overlap)),
+    "moe_dispatcher": ("{value} dispatcher", lambda plan: plan.is_moe),
+}
+"""Implementation option -> (phrase, shown(plan)): how every file's header names the setting
+the plan was priced with (``Plan.layout_summary``; a flag's value reads on / off). The
+implementation options are Megatron's mechanisms (its flags below), so the header uses its
+terms. An option without a phrase is not in the summary."""
 
 
 @lru_cache(maxsize=1)
@@ -158,158 +173,196 @@ def uses_fsdp(plan: Plan) -> bool:
     return plan.zero >= 2
 
 
-def megatron_sections(plan: Plan) -> list[tuple[str, list[tuple[str, list]]]]:
-    """(title, [(flag, values)]) groups of Megatron arguments for this plan. ``check_megatron``
-    must have passed."""
+Args = list[tuple[str, list]]
+"""(flag, values) pairs."""
+
+
+def _attention_args(m) -> Args:
+    """Attention shape: GQA / head size, or multi-latent attention."""
+    if m.mla is None:
+        args: Args = []
+        if m.kv_heads != m.num_attention_heads:
+            args += [("--group-query-attention", []), ("--num-query-groups", [m.kv_heads])]
+        if m.head_dim is not None and m.head_dim * m.num_attention_heads != m.hidden_size:
+            args.append(("--kv-channels", [m.head_dim]))
+        return args
+    args = [("--multi-latent-attention", [])]
+    if m.mla.q_lora_rank is not None:
+        args.append(("--q-lora-rank", [m.mla.q_lora_rank]))
+    return args + [
+        ("--kv-lora-rank", [m.mla.kv_lora_rank]),
+        ("--qk-head-dim", [m.mla.qk_nope_head_dim]),
+        ("--qk-pos-emb-head-dim", [m.mla.qk_rope_head_dim]),
+        ("--v-head-dim", [m.mla.v_head_dim]),
+    ]
+
+
+def _model_args(plan: Plan) -> Args:
+    """The model's shape, its layers' variants and the sequence."""
     m = plan.model
-    model_args: list[tuple[str, list]] = [
+    args: Args = [
         ("--num-layers", [m.num_layers]),
         ("--hidden-size", [m.hidden_size]),
         ("--ffn-hidden-size", [m.ffn_hidden_size]),
         ("--num-attention-heads", [m.num_attention_heads]),
     ]
-    if m.mla is None:
-        if m.kv_heads != m.num_attention_heads:
-            model_args += [("--group-query-attention", []), ("--num-query-groups", [m.kv_heads])]
-        if m.head_dim is not None and m.head_dim * m.num_attention_heads != m.hidden_size:
-            model_args.append(("--kv-channels", [m.head_dim]))
-    else:
-        model_args.append(("--multi-latent-attention", []))
-        if m.mla.q_lora_rank is not None:
-            model_args.append(("--q-lora-rank", [m.mla.q_lora_rank]))
-        model_args += [
-            ("--kv-lora-rank", [m.mla.kv_lora_rank]),
-            ("--qk-head-dim", [m.mla.qk_nope_head_dim]),
-            ("--qk-pos-emb-head-dim", [m.mla.qk_rope_head_dim]),
-            ("--v-head-dim", [m.mla.v_head_dim]),
-        ]
+    args += _attention_args(m)
     if m.gated_mlp:
-        model_args.append(("--swiglu", []))
-    model_args.append(("--normalization", ["RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"]))
+        args.append(("--swiglu", []))
+    args.append(("--normalization", ["RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"]))
     pos = {"rope": "rope", "learned": "learned_absolute", "none": "none"}[m.position_embedding]
-    model_args.append(("--position-embedding-type", [pos]))
+    args.append(("--position-embedding-type", [pos]))
     if not m.tied_embeddings:
-        model_args.append(("--untie-embeddings-and-output-weights", []))
+        args.append(("--untie-embeddings-and-output-weights", []))
     if not m.linear_bias:
-        model_args.append(("--disable-bias-linear", []))
+        args.append(("--disable-bias-linear", []))
         if m.qkv_bias:
-            model_args.append(("--add-qkv-bias", []))
+            args.append(("--add-qkv-bias", []))
     if not m.dropout:
-        model_args += [("--attention-dropout", ["0.0"]), ("--hidden-dropout", ["0.0"])]
+        args += [("--attention-dropout", ["0.0"]), ("--hidden-dropout", ["0.0"])]
     max_pos = m.max_position_embeddings if m.position_embedding == "learned" else max(m.max_position_embeddings, plan.seq_len)
-    model_args += [
+    return args + [
         ("--seq-length", [plan.seq_len]),
         ("--max-position-embeddings", [max_pos]),
         ("--make-vocab-size-divisible-by", [_vocab_divisor(m.vocab_size, plan.tp)]),
     ]
-    sections = [(f"Model shape ({m.name})", model_args)]
 
-    if m.moe is not None:
-        moe = m.moe
-        moe_args: list[tuple[str, list]] = [
-            ("--num-experts", [moe.num_experts]),
-            ("--moe-router-topk", [moe.top_k]),
-            ("--moe-ffn-hidden-size", [moe.expert_ffn_hidden_size]),
-        ]
-        if moe.num_shared_experts:
-            size = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
-            moe_args.append(("--moe-shared-expert-intermediate-size", [moe.num_shared_experts * size]))
-        pattern = _moe_pattern(m)
-        if pattern is not None:
-            moe_args.append(("--moe-layer-freq", [pattern]))
-        if moe.top_k == 1:
-            moe_args.append(("--moe-router-pre-softmax", []))
-        if moe.router_groups and moe.router_group_topk:
-            moe_args += [("--moe-router-num-groups", [moe.router_groups]),
-                         ("--moe-router-group-topk", [moe.router_group_topk])]
-        moe_args += [
-            ("--moe-router-load-balancing-type", ["aux_loss"]),
-            ("--moe-aux-loss-coeff", ["1e-2"]),
-        ]
-        if plan.moe_dispatcher == "deepep":
-            moe_args += [("--moe-token-dispatcher-type", ["flex"]), ("--moe-enable-deepep", [])]
-        else:
-            moe_args.append(("--moe-token-dispatcher-type", ["alltoall"]))
-        moe_args.append(("--moe-grouped-gemm", []))
-        sections.append(("Mixture of experts", moe_args))
 
-    par: list[tuple[str, list]] = [
+def _moe_args(plan: Plan) -> Args:
+    """Experts, router and token dispatcher (MoE models)."""
+    moe = plan.model.moe
+    args: Args = [
+        ("--num-experts", [moe.num_experts]),
+        ("--moe-router-topk", [moe.top_k]),
+        ("--moe-ffn-hidden-size", [moe.expert_ffn_hidden_size]),
+    ]
+    if moe.num_shared_experts:
+        size = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
+        args.append(("--moe-shared-expert-intermediate-size", [moe.num_shared_experts * size]))
+    pattern = _moe_pattern(plan.model)
+    if pattern is not None:
+        args.append(("--moe-layer-freq", [pattern]))
+    if moe.top_k == 1:
+        args.append(("--moe-router-pre-softmax", []))
+    if moe.router_groups and moe.router_group_topk:
+        args += [("--moe-router-num-groups", [moe.router_groups]),
+                 ("--moe-router-group-topk", [moe.router_group_topk])]
+    args += [
+        ("--moe-router-load-balancing-type", ["aux_loss"]),
+        ("--moe-aux-loss-coeff", ["1e-2"]),
+    ]
+    if plan.moe_dispatcher == "deepep":
+        args += [("--moe-token-dispatcher-type", ["flex"]), ("--moe-enable-deepep", [])]
+    else:
+        args.append(("--moe-token-dispatcher-type", ["alltoall"]))
+    return args + [("--moe-grouped-gemm", [])]
+
+
+def _parallel_args(plan: Plan) -> Args:
+    """Degrees, sequence parallelism and the pipeline split."""
+    args: Args = [
         ("--tensor-model-parallel-size", [plan.tp]),
         ("--pipeline-model-parallel-size", [plan.pp]),
         ("--context-parallel-size", [plan.cp]),
     ]
-    if m.moe is not None:
-        par += [("--expert-model-parallel-size", [plan.ep]), ("--expert-tensor-parallel-size", [plan.etp])]
+    if plan.is_moe:
+        args += [("--expert-model-parallel-size", [plan.ep]), ("--expert-tensor-parallel-size", [plan.etp])]
     if plan.sp and plan.tp > 1:
-        par.append(("--sequence-parallel", []))
+        args.append(("--sequence-parallel", []))
     if plan.pp > 1 and plan.uneven and plan.vpp > 1 and _embedding_loss_split(plan):
-        par += [("--account-for-embedding-in-pipeline-split", []),
-                ("--account-for-loss-in-pipeline-split", [])]
+        args += [("--account-for-embedding-in-pipeline-split", []),
+                 ("--account-for-loss-in-pipeline-split", [])]
     elif plan.pp > 1 and plan.uneven:
-        par += [("--decoder-first-pipeline-num-layers", [plan.first_layers]),
-                ("--decoder-last-pipeline-num-layers", [plan.last_layers])]
+        args += [("--decoder-first-pipeline-num-layers", [plan.first_layers]),
+                 ("--decoder-last-pipeline-num-layers", [plan.last_layers])]
     if plan.vpp > 1:
-        par.append(("--num-virtual-stages-per-pipeline-rank", [plan.vpp]))
-    sections.append(("Parallel layout", par))
+        args.append(("--num-virtual-stages-per-pipeline-rank", [plan.vpp]))
+    return args
 
-    batch: list[tuple[str, list]] = [("--micro-batch-size", [plan.mbs]), ("--global-batch-size", [plan.gbs])]
-    sections.append((f"Batch ({plan.grad_accum} micro-batches of {plan.mbs} per step on each of {plan.dp} data-parallel ranks)", batch))
 
-    dp_args: list[tuple[str, list]] = []
+def _data_parallel_args(plan: Plan) -> Args:
+    """ZeRO stage: distributed optimizer (1) or Megatron-FSDP (2, 3), and the DP overlaps."""
+    args: Args = []
     if plan.zero == 1:
-        dp_args.append(("--use-distributed-optimizer", []))
-    elif plan.zero >= 2:
+        args.append(("--use-distributed-optimizer", []))
+    elif uses_fsdp(plan):
         strategy = "optim_grads" if plan.zero == 2 else "optim_grads_params"
-        dp_args += [
+        args += [
             ("--use-megatron-fsdp", []),
             ("--data-parallel-sharding-strategy", [strategy]),
             ("--use-distributed-optimizer", []),
             ("--no-gradient-accumulation-fusion", []),
             ("--ckpt-format", ["fsdp_dtensor"]),
         ]
-    dp_args.append(("--overlap-grad-reduce", []))
+    args.append(("--overlap-grad-reduce", []))
     if plan.zero >= 1:
-        dp_args.append(("--overlap-param-gather", []))
-    sections.append((f"Data parallel: ZeRO-{plan.zero}", dp_args))
+        args.append(("--overlap-param-gather", []))
+    return args
 
-    rec: list[tuple[str, list]] = []
+
+def _recompute_args(plan: Plan) -> Args:
+    """Selective (with its modules), partial full (block method) or full recompute."""
+    per_chunk = partial_recompute_per_chunk(plan)
     if plan.recompute == "selective":
-        rec.append(("--recompute-granularity", ["selective"]))
-        if plan.recompute_modules:
-            rec.append(("--recompute-modules", list(plan.recompute_modules)))
-    elif plan.recompute == "full" and partial_recompute_per_chunk(plan):
+        modules = selective_modules(plan)
+        return [("--recompute-granularity", ["selective"])] + ([("--recompute-modules", list(modules))] if modules else [])
+    if plan.recompute == "full" and per_chunk:
         # Partial recompute: the first N layers of every chunk (Megatron's block method).
-        rec += [("--recompute-granularity", ["full"]), ("--recompute-method", ["block"]),
-                ("--recompute-num-layers", [partial_recompute_per_chunk(plan)])]
-    elif plan.recompute == "full":
-        rec += [("--recompute-granularity", ["full"]), ("--recompute-method", ["uniform"]), ("--recompute-num-layers", [1])]
-    prec: list[tuple[str, list]] = [("--bf16", [])]
-    if plan.grad_dtype == "bf16":
-        prec.append(("--grad-reduce-in-bf16", []))
-    if plan.precision == "fp8":
-        prec += [("--fp8-format", ["hybrid"]), ("--fp8-recipe", ["delayed"]),
-                 ("--fp8-amax-history-len", [1024]), ("--fp8-amax-compute-algo", ["max"])]
-    if rec:
-        sections.append((f"Activation recompute: {plan.recompute}", rec))
-    sections.append((f"Precision: {plan.precision}", prec))
-    fusions: list[tuple[str, list]] = []
-    if plan.tp_comm_overlap:
-        fusions.append(("--tp-comm-overlap", []))
-    if plan.ep_comm_overlap:
-        fusions += [("--overlap-moe-expert-parallel-comm", []), ("--delay-wgrad-compute", [])]
-    if plan.loss == "fused":
-        fusions.append(("--cross-entropy-loss-fusion", []))
-    if fusions:
-        sections.append(("Overlap and fusion (as priced)", fusions))
+        return [("--recompute-granularity", ["full"]), ("--recompute-method", ["block"]),
+                ("--recompute-num-layers", [per_chunk])]
+    if plan.recompute == "full":
+        return [("--recompute-granularity", ["full"]), ("--recompute-method", ["uniform"]), ("--recompute-num-layers", [1])]
+    return []
 
-    run = [
+
+def _precision_args(plan: Plan) -> Args:
+    args: Args = [("--bf16", [])]
+    if plan.grad_dtype == "bf16":
+        args.append(("--grad-reduce-in-bf16", []))
+    if plan.precision == "fp8":
+        args += [("--fp8-format", ["hybrid"]), ("--fp8-recipe", ["delayed"]),
+                 ("--fp8-amax-history-len", [1024]), ("--fp8-amax-compute-algo", ["max"])]
+    return args
+
+
+def _overlap_args(plan: Plan) -> Args:
+    """The communication overlaps and fusions the plan was priced with."""
+    args: Args = []
+    if plan.tp_comm_overlap:
+        args.append(("--tp-comm-overlap", []))
+    if plan.ep_comm_overlap:
+        args += [("--overlap-moe-expert-parallel-comm", []), ("--delay-wgrad-compute", [])]
+    if plan.loss == "fused":
+        args.append(("--cross-entropy-loss-fusion", []))
+    return args
+
+
+def _run_args(plan: Plan) -> Args:
+    """Placeholders: optimizer and run length are not part of the plan."""
+    return [
         ("--train-iters", ["${TRAIN_ITERS}"]),
         ("--lr", ["1.0e-4"]), ("--min-lr", ["1.0e-5"]), ("--lr-decay-style", ["cosine"]),
         ("--weight-decay", ["0.1"]), ("--clip-grad", ["1.0"]), ("--adam-beta1", ["0.9"]), ("--adam-beta2", ["0.95"]),
         ("--log-interval", [1]), ("--eval-iters", [0]),
     ]
-    sections.append(("PLACEHOLDER optimizer and run length (not part of the plan; edit freely)", run))
-    return sections
+
+
+def megatron_sections(plan: Plan) -> list[tuple[str, Args]]:
+    """(title, [(flag, values)]) groups of Megatron arguments for this plan; empty groups are
+    left out. ``check_megatron`` must have passed."""
+    sections = [
+        (f"Model shape ({plan.model.name})", _model_args(plan)),
+        ("Mixture of experts", _moe_args(plan) if plan.is_moe else []),
+        ("Parallel layout", _parallel_args(plan)),
+        (f"Batch ({plan.grad_accum} micro-batches of {plan.mbs} per step on each of {plan.dp} data-parallel ranks)",
+         [("--micro-batch-size", [plan.mbs]), ("--global-batch-size", [plan.gbs])]),
+        (f"Data parallel: ZeRO-{plan.zero}", _data_parallel_args(plan)),
+        (f"Activation recompute: {plan.recompute}", _recompute_args(plan)),
+        (f"Precision: {plan.precision}", _precision_args(plan)),
+        ("Overlap and fusion (as priced)", _overlap_args(plan)),
+        ("PLACEHOLDER optimizer and run length (not part of the plan; edit freely)", _run_args(plan)),
+    ]
+    return [(title, args) for title, args in sections if args]
 
 
 def emitted_flags(plan: Plan) -> list[str]:
@@ -415,3 +468,11 @@ def render(plan: Plan) -> str:
         + '  printf \'%s\\n\' "${MEGATRON_ARGS[@]}"\n'
         + "fi\n"
     )
+
+
+EXPORTER = Exporter(
+    name="megatron",
+    files={FILE_NAME: EXECUTABLE},
+    render=one_file(FILE_NAME, lambda plan, entrypoint: render(plan)),
+    description="MEGATRON_ARGS bash array for pretrain_gpt.py",
+)

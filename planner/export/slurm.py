@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from planner.export import megatron, torchrun
 from planner.export.common import Plan, comment_block, safe_name
+from planner.export.registry import EXECUTABLE, Exporter, one_file
 
 FILE_NAME = "launch.sbatch"
 
@@ -51,3 +52,10 @@ def render(plan: Plan, entrypoint: str) -> str:
         + " \\\n  ".join(torchrun._pairs(words)) + ' "$@"\n'
     )
 
+
+EXPORTER = Exporter(
+    name="slurm",
+    files={FILE_NAME: EXECUTABLE},
+    render=one_file(FILE_NAME, render),
+    description="sbatch script: srun one torchrun per node",
+)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from planner.export import megatron
 from planner.export.common import CannotExpress, Plan, comment_block, q, safe_name
+from planner.export.registry import EXECUTABLE, Exporter, one_file
 
 FILE_NAME = "launch_torchrun.sh"
 TORCHRUN_SOURCE = "torch.distributed.run.get_args_parser (PyTorch)"
@@ -86,3 +87,11 @@ def _pairs(words: list[str]) -> list[str]:
             out.append(words[i])
             i += 1
     return out
+
+
+EXPORTER = Exporter(
+    name="torchrun",
+    files={FILE_NAME: EXECUTABLE},
+    render=one_file(FILE_NAME, render),
+    description="run on every node; torchrun c10d + Megatron args",
+)

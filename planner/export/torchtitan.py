@@ -34,8 +34,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from planner.export import torchrun
-from planner.export.common import partial_recompute_per_chunk
-from planner.export.common import CannotExpress, Plan, bash_array, comment_block, q, safe_name
+from planner.export.common import (
+    CannotExpress, Plan, bash_array, comment_block, partial_recompute_per_chunk, q, selective_modules, safe_name,
+)
+from planner.export.registry import EXECUTABLE, PLAIN, Exporter, each_file
 
 OVERRIDES_FILE = "torchtitan_overrides.sh"
 TOML_FILE = "torchtitan.toml"
@@ -175,8 +177,8 @@ def check_common(plan: Plan) -> None:
     if partial_recompute_per_chunk(plan):
         raise CannotExpress("torchtitan_partial_recompute", "recomputing only some layers of each stage is Megatron's "
                             "block method; torchtitan has no equivalent setting", "planner.export")
-    if plan.recompute_modules:
-        raise CannotExpress("torchtitan_recompute_modules", f"recomputing the submodules {', '.join(plan.recompute_modules)} "
+    if selective_modules(plan):
+        raise CannotExpress("torchtitan_recompute_modules", f"recomputing the submodules {', '.join(selective_modules(plan))} "
                             "is Megatron-Core's --recompute-modules; torchtitan's activation checkpointing has no "
                             "such setting", "planner.export")
     torchrun.check_nodes(plan)
@@ -431,13 +433,11 @@ def render_toml(plan: Plan) -> str:
     return text
 
 
-def render(plan: Plan) -> tuple[dict[str, str], dict[str, CannotExpress]]:
-    """Both torchtitan files where each target can express the layout: (name -> text, name -> why not)."""
-    files: dict[str, str] = {}
-    refused: dict[str, CannotExpress] = {}
-    for name, fn in ((OVERRIDES_FILE, render_overrides), (TOML_FILE, render_toml)):
-        try:
-            files[name] = fn(plan)
-        except CannotExpress as err:
-            refused[name] = err
-    return files, refused
+EXPORTER = Exporter(
+    name="torchtitan",
+    files={OVERRIDES_FILE: EXECUTABLE, TOML_FILE: PLAIN},
+    # The 0.3.0 command line and the job-config TOML refuse independently.
+    render=each_file({OVERRIDES_FILE: lambda plan, entrypoint: render_overrides(plan),
+                      TOML_FILE: lambda plan, entrypoint: render_toml(plan)}),
+    description="torchtitan 0.3.0 command line (run it to launch), and the same layout for job-config releases",
+)

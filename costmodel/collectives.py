@@ -162,6 +162,12 @@ def _square_factor(n) -> np.ndarray:
     return _SQUARE[ni].astype(np.float64)
 
 
+def square_grid(n: int) -> tuple[int, int]:
+    """(gx, gy), gx >= gy: the grid a mesh2d/torus2d level without ``dims`` lays n ranks on."""
+    gy = int(_square_factor(n))
+    return n // gy, gy
+
+
 # ---------------------------------------------------------------------------------------------
 # One level as seen by a group of n ranks on it (n an array; n <= 1: the level is not used).
 

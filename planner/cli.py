@@ -228,6 +228,51 @@ def validate(
     run_validate(runs, as_json=as_json, confidence=confidence)
 
 
+_COMM_HELP = (
+    "Time of one collective or P2P on a topology: the algorithm chosen and why, steps, bytes per GPU, "
+    "algbw and busbw (as nccl-tests reports them), and the formula with its source.\n\n"
+    "One level: --topology ring|tree|switch|mesh2d|torus2d --gpus N --bandwidth B --latency alpha. B is all one "
+    "GPU sends per direction: a ring GPU has two links of B/2, a mesh/torus GPU four of B/4; a tree is a "
+    "switched (fat) tree, priced like a switch.\n\n"
+    "Two levels: --topology hierarchical --gpus N --gpus-per-node G --bandwidth B1 --latency a1 "
+    "--network-bandwidth B2 --network-latency a2 [--network-topology switch]: G GPUs per node on an "
+    "NVSwitch-like switch, the nodes joined by the network (B2: each GPU's share of the NICs). "
+    "Or --cluster NAME --gpus N: a catalog cluster's scale-up domains and network, times their efficiencies.\n\n"
+    "Example: planner comm all-reduce --topology switch --gpus 64 --bandwidth 400GB/s --latency 2us "
+    "--sweep 1KiB..4GiB --plot ar.png"
+)
+
+
+@app.command(help=_COMM_HELP)
+def comm(
+    op: str = typer.Argument(..., help="all-reduce | all-gather | reduce-scatter | broadcast | all-to-all | p2p (underscores too)."),
+    size: Optional[str] = typer.Option(None, "--size", help="Message: 1GiB, 64MB, 4096 (B; KB MB GB TB = 10^3; KiB MiB GiB TiB = 2^10). All-gather: the gathered output; reduce-scatter: the input; all-to-all: all one GPU sends."),
+    sweep: Optional[str] = typer.Option(None, "--sweep", help="Table of time vs size instead: A..B doubling (1KiB..16GiB) or A..B:xF (1KB..1GB:x10), with the crossovers."),
+    topology: Optional[str] = typer.Option(None, "--topology", help="ring | tree | switch | mesh2d | torus2d (one level) | hierarchical (nodes + network)."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs taking part (N)."),
+    dims: Optional[str] = typer.Option(None, "--dims", help="mesh2d / torus2d grid XxY (instead of --gpus; default: the most square grid of N). Hierarchical: the grid of nodes."),
+    bandwidth: Optional[str] = typer.Option(None, "--bandwidth", help="B per GPU per direction, as achieved: 400GB/s, 400Gb/s (bits), 1TiB/s. Hierarchical: inside a node."),
+    latency: Optional[str] = typer.Option(None, "--latency", help="alpha, per algorithm step: 2us, 2µs, 500ns, 1ms. Hierarchical: inside a node."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Catalog cluster (planner catalog clusters) or cluster file: its scale-up domain + network, with --gpus."),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="Hierarchical: GPUs per node (G), joined by a switch."),
+    network_bandwidth: Optional[str] = typer.Option(None, "--network-bandwidth", help="Hierarchical: B2 per GPU between nodes (its NIC share), e.g. 400Gb/s."),
+    network_latency: Optional[str] = typer.Option(None, "--network-latency", help="Hierarchical: alpha2 per step between nodes, e.g. 5us."),
+    network_topology: Optional[str] = typer.Option(None, "--network-topology", help="Hierarchical: switch (default) | tree | ring | mesh2d | torus2d between nodes."),
+    algorithm: str = typer.Option("auto", "--algorithm", help="auto (the fastest) | ring | tree | hierarchical | direct | torus2d | mesh2d."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="With --sweep: write a log-log plot of time vs size (.png or .svg)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+):
+    """Time of one collective or P2P on a topology you describe (see --help)."""
+    from planner.comm import CommArgs, run_comm
+
+    typer.echo(run_comm(CommArgs(
+        op=op, size=size, sweep=sweep, topology=topology, gpus=gpus, dims=dims, bandwidth=bandwidth,
+        latency=latency, cluster=cluster, gpus_per_node=gpus_per_node, network_bandwidth=network_bandwidth,
+        network_latency=network_latency, network_topology=network_topology, algorithm=algorithm,
+        plot=plot, as_json=as_json,
+    )))
+
+
 def _register_optional_commands() -> None:
     try:
         from planner.cli_search import register

@@ -1,0 +1,829 @@
+"""``planner comm``: one collective or P2P (or a sweep of message sizes) on a topology you
+describe: time, algorithm, steps, bytes per GPU, algbw/busbw, and the formula with its source.
+
+This is the communication calculator of seed document 003 (sections 3 and 4). The pricing is
+``costmodel.collectives``' own (the model the planner uses for every layout); this module parses
+what a person types, maps the topology onto a ``Fabric``, reads steps and bytes off that model,
+and formats. How a topology maps onto ``Fabric`` (``intra`` = scale-up level, ``inter`` =
+network level; a group spans ``n_local`` GPUs in each of ``n_nodes`` domains):
+
+* one level (``--topology ring|tree|switch|mesh2d|torus2d --gpus N``): every GPU is a domain
+  of its own (r = 1, q = N), so the group lies on the ``inter`` level alone and the model's
+  formulas are the one-level textbook ones; collectives.py then also offers recursive halving /
+  doubling for all-gather / reduce-scatter on a switch (NCCL's PAT: one GPU per node).
+* ``hierarchical`` (``--gpus-per-node G``): ``intra`` an NVSwitch-like switch of G GPUs at
+  --bandwidth / --latency, ``inter`` the --network-topology at --network-bandwidth / -latency.
+* ``--cluster NAME``: ``fabric_from_cluster`` (catalog bandwidths times their efficiencies),
+  the group placed on whole scale-up domains as ``costmodel.placement.group_span`` places DP.
+
+Steps and bytes are read off the model rather than written again: with the algorithm fixed,
+every time it returns is a sum of ``steps_L * alpha_L`` and ``bytes_L / B_L`` terms over the levels
+L (Hockney's alpha-beta model), the bytes of levels that work at once under a max; so
+``steps_L = dt/d(alpha_L)`` and ``bytes_L = dt/d(1/B_L)``. Then ``t = sum(steps_L * alpha_L) +
+sum(bytes_L / B_L)``, except where two levels tie for the slowest: both count in full.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from costmodel.collectives import (
+    ALGORITHMS,
+    OPS,
+    Fabric,
+    LinkLevel,
+    collective_time,
+    fabric_from_cluster,
+    p2p_time,
+    square_grid,
+)
+from costmodel.placement import group_span
+from hardware_catalog.errors import PlannerInputError
+
+P2P = "p2p"
+ALL_OPS = (*OPS, P2P)
+USER_TOPOLOGIES = ("ring", "tree", "hierarchical", "switch", "mesh2d", "torus2d")
+NETWORK_TOPOLOGIES = ("switch", "tree", "ring", "mesh2d", "torus2d")
+_GRIDS = ("mesh2d", "torus2d")
+_SWITCHED = ("switch", "tree")
+_LINKS = {"ring": 2, "mesh2d": 4, "torus2d": 4}  # links a GPU's B is spread over (collectives.py)
+MAX_SWEEP_POINTS = 200
+
+# ---------------------------------------------------------------------------------------------
+# Units, as people write them.
+
+_PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
+           "ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30, "ti": 2.0**40}
+_NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(\S*)\s*$")
+_LATENCY = {"s": 1.0, "ms": 1e3, "us": 1e6, "\u00b5s": 1e6, "\u03bcs": 1e6, "ns": 1e9}  # units per second
+SIZE_UNITS = "B, KB, MB, GB, TB (powers of 10), KiB, MiB, GiB, TiB (powers of 2)"
+BANDWIDTH_UNITS = "GB/s, MB/s, TB/s, GiB/s (bytes) or Gb/s, Gbps (bits), e.g. 400GB/s or 400Gb/s"
+LATENCY_UNITS = "s, ms, us (or \u00b5s), ns, e.g. 2us"
+
+
+def _split(text: Optional[str], what: str, allowed: str, bare_ok: bool = False) -> tuple[float, str]:
+    """(number, unit) of '400GB/s'; a bare number only where ``bare_ok`` (sizes: bytes)."""
+    m = _NUMBER.match(text or "")
+    if not m:
+        raise PlannerInputError(f"{what} {text!r}: expected a number and a unit ({allowed})")
+    if not m.group(2) and not bare_ok:
+        raise PlannerInputError(f"{what} {text!r}: give a unit ({allowed})")
+    return float(m.group(1)), m.group(2)
+
+
+def _byte_scale(unit: str) -> Optional[float]:
+    """'GiB' -> 2**30, 'KB'/'kB' -> 1e3, 'B' -> 1; None when ``unit`` is not bytes."""
+    return _PREFIX.get(unit[:-1].lower()) if unit.endswith("B") else None
+
+
+def _bit_scale(unit: str) -> Optional[float]:
+    """'Gb' / 'Gbit' -> 1e9 / 8 bytes; None when ``unit`` is not bits."""
+    for suffix in ("bit", "b"):
+        if unit.endswith(suffix) and unit[: -len(suffix)].lower() in _PREFIX:
+            return _PREFIX[unit[: -len(suffix)].lower()] / 8.0
+    return None
+
+
+def parse_size(text: Optional[str], what: str = "--size") -> float:
+    """Bytes of a message: '1GiB' -> 1073741824, '64MB' -> 64e6, '4096' -> 4096."""
+    value, unit = _split(text, what, SIZE_UNITS, bare_ok=True)
+    scale = _byte_scale(unit) if unit else 1.0
+    if scale is None:
+        bits = " (sizes are bytes: B, not b)" if _bit_scale(unit) else ""
+        raise PlannerInputError(f"{what} {text!r}: unknown unit '{unit}'{bits}; allowed {SIZE_UNITS}")
+    if not value * scale > 0:
+        raise PlannerInputError(f"{what} {text!r}: a message must be larger than 0 bytes")
+    return value * scale
+
+
+def parse_bandwidth(text: Optional[str], what: str = "--bandwidth") -> float:
+    """Bytes/s: '400GB/s' -> 4e11, '400Gb/s' -> 5e10 (bits), '1TiB/s' -> 2**40."""
+    value, unit = _split(text, what, BANDWIDTH_UNITS)
+    per = next((unit[: -len(s)] for s in ("/s", "ps") if unit.endswith(s)), None)
+    scale = None if per is None else (_byte_scale(per) or _bit_scale(per))
+    if scale is None:
+        raise PlannerInputError(f"{what} {text!r}: unknown unit '{unit}'; allowed {BANDWIDTH_UNITS}")
+    if not value > 0:
+        raise PlannerInputError(f"{what} {text!r}: bandwidth must be larger than 0")
+    return value * scale
+
+
+def parse_latency(text: Optional[str], what: str = "--latency") -> float:
+    """Seconds: '2us' / '2\u00b5s' -> 2e-6, '1.5ms' -> 1.5e-3, '500ns' -> 5e-7."""
+    value, unit = _split(text, what, LATENCY_UNITS)
+    if unit.lower() not in _LATENCY:
+        raise PlannerInputError(f"{what} {text!r}: unknown unit '{unit}'; allowed {LATENCY_UNITS}")
+    return value / _LATENCY[unit.lower()]
+
+
+def parse_dims(text: str) -> tuple[int, int]:
+    """'8x8' -> (8, 8): the X x Y grid of a 2-D mesh or torus."""
+    m = re.match(r"^\s*(\d+)\s*[xX\u00d7*]\s*(\d+)\s*$", text)
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1 or int(m.group(1)) * int(m.group(2)) < 2:
+        raise PlannerInputError(f"--dims {text!r}: expected X x Y, two positive integers, e.g. 8x8 or 4x2")
+    return int(m.group(1)), int(m.group(2))
+
+
+def parse_op(text: str) -> str:
+    """'all-reduce', 'all_reduce', 'AllReduce' -> 'all_reduce'; 'p2p' / 'send-recv' -> 'p2p'."""
+    key = re.sub(r"[-_\s]", "", text.lower())
+    names = {op.replace("_", ""): op for op in OPS} | {"p2p": P2P, "sendrecv": P2P}
+    if key not in names:
+        allowed = ", ".join(op.replace("_", "-") for op in ALL_OPS)
+        raise PlannerInputError(f"operation '{text}': allowed {allowed} (underscores too)")
+    return names[key]
+
+
+def parse_sweep(text: str) -> np.ndarray:
+    """'1KiB..16GiB' -> powers of 2 from 1 KiB to 16 GiB; 'A..B:xF' -> factor F between points."""
+    m = re.match(r"^\s*(.+?)\s*\.\.\s*(.+?)\s*(?::\s*[xX](.+))?$", text)
+    if not m:
+        raise PlannerInputError(f"--sweep {text!r}: expected A..B (doubling) or A..B:xF, e.g. 1KiB..16GiB or 1KB..1GB:x10")
+    lo, hi = parse_size(m.group(1), "--sweep start"), parse_size(m.group(2), "--sweep end")
+    try:
+        factor = float(m.group(3)) if m.group(3) else 2.0
+    except ValueError:
+        factor = 0.0
+    if not factor > 1.0:
+        raise PlannerInputError(f"--sweep {text!r}: the factor after ':x' must be a number larger than 1")
+    if hi < lo:
+        raise PlannerInputError(f"--sweep {text!r}: the end must not be smaller than the start")
+    count = int(math.floor(math.log(hi / lo) / math.log(factor) + 1e-9)) + 1
+    if count > MAX_SWEEP_POINTS:
+        raise PlannerInputError(f"--sweep {text!r}: {count} sizes; at most {MAX_SWEEP_POINTS} (use a larger factor :xF)")
+    return lo * factor ** np.arange(count, dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting of quantities.
+
+
+def fmt_bytes(x: float) -> str:
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if x >= scale:
+            return f"{x / scale:.4g} {unit}"
+    return f"{x:.4g} B"
+
+
+def fmt_time(s: float) -> str:
+    """Four significant digits: sub-microsecond latencies matter here (report.human_seconds
+    rounds to whole microseconds)."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("\u00b5s", 1e-6)):
+        if s >= scale:
+            return f"{s / scale:.4g} {unit}"
+    return f"{s * 1e9:.4g} ns"
+
+
+def fmt_bandwidth(bps: float) -> str:
+    return f"{bps / 1e9:.4g} GB/s"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def op_label(op: str) -> str:
+    return op.replace("_", "-")
+
+
+# ---------------------------------------------------------------------------------------------
+# The user's topology as a Fabric.
+
+
+@dataclass(frozen=True)
+class CommArgs:
+    """The options of ``planner comm`` as typed (strings are parsed here)."""
+
+    op: str
+    size: Optional[str] = None
+    sweep: Optional[str] = None
+    topology: Optional[str] = None
+    gpus: Optional[int] = None
+    dims: Optional[str] = None
+    bandwidth: Optional[str] = None
+    latency: Optional[str] = None
+    cluster: Optional[str] = None
+    gpus_per_node: Optional[int] = None
+    network_bandwidth: Optional[str] = None
+    network_latency: Optional[str] = None
+    network_topology: Optional[str] = None
+    algorithm: str = "auto"
+    plot: Optional[Path] = None
+    as_json: bool = False
+
+
+@dataclass(frozen=True)
+class Level:
+    """One fabric level the group uses."""
+
+    name: str  # "link" (one level), "scale-up", "network"
+    attr: str  # the Fabric field holding it: "intra" or "inter"
+    link: LinkLevel
+    gpus: int  # ranks of the group on this level (n, r or q)
+
+    @property
+    def bandwidth(self) -> float:
+        """B as the model uses it (after oversubscription)."""
+        return self.link.bandwidth / self.link.oversubscription
+
+
+@dataclass(frozen=True)
+class Setup:
+    fabric: Fabric
+    n_local: int
+    n_nodes: int
+    levels: tuple[Level, ...]
+    topology: str  # the user's word, or "cluster:<name>"
+    label: str
+
+    @property
+    def gpus(self) -> int:
+        return self.n_local * self.n_nodes
+
+    @property
+    def two_level(self) -> bool:
+        return len(self.levels) == 2
+
+
+_OPTION = {"gpus_per_node": "--gpus-per-node", "network_bandwidth": "--network-bandwidth",
+           "network_latency": "--network-latency", "network_topology": "--network-topology",
+           "bandwidth": "--bandwidth", "latency": "--latency", "dims": "--dims", "gpus": "--gpus"}
+
+
+def _reject(args: CommArgs, fields: tuple[str, ...], why: str) -> None:
+    given = [_OPTION[f] for f in fields if getattr(args, f) is not None]
+    if given:
+        raise PlannerInputError(f"{', '.join(given)} not allowed here: {why}")
+
+
+def _require(args: CommArgs, field: str, why: str):
+    value = getattr(args, field)
+    if value is None:
+        raise PlannerInputError(f"{_OPTION[field]} is required: {why}")
+    return value
+
+
+def _grid_label(topology: str, n: int, dims: Optional[tuple[int, int]]) -> str:
+    if topology not in _GRIDS:
+        return topology
+    gx, gy = dims or square_grid(n)
+    how = "" if dims else ", the most square grid"
+    return f"{topology} {gx}x{gy}{how}"
+
+
+def _group_size(gpus: Optional[int], dims: Optional[tuple[int, int]], per_cell: int) -> int:
+    """N from --gpus, or from --dims (X*Y cells of ``per_cell`` GPUs); both must agree."""
+    if dims is None:
+        if gpus is None:
+            raise PlannerInputError("--gpus N is required (or --dims XxY for a mesh2d / torus2d)")
+        n = gpus
+    else:
+        n = dims[0] * dims[1] * per_cell
+        if gpus is not None and gpus != n:
+            raise PlannerInputError(f"--gpus {gpus} does not match --dims {dims[0]}x{dims[1]} ({n} GPUs)")
+    if n < 2:
+        raise PlannerInputError(f"--gpus {n}: a collective or P2P needs at least 2 GPUs")
+    return n
+
+
+def _grid_dims(args: CommArgs, topology: str) -> Optional[tuple[int, int]]:
+    if args.dims is None:
+        return None
+    if topology not in _GRIDS:
+        raise PlannerInputError(f"--dims {args.dims}: only for a mesh2d or torus2d (here: {topology})")
+    return parse_dims(args.dims)
+
+
+def _one_level(args: CommArgs, topology: str) -> Setup:
+    _reject(args, ("gpus_per_node", "network_bandwidth", "network_latency", "network_topology"),
+            f"--topology {topology} is one level; --topology hierarchical describes nodes and a network")
+    dims = _grid_dims(args, topology)
+    n = _group_size(args.gpus, dims, 1)
+    B = parse_bandwidth(_require(args, "bandwidth", "bytes/s per GPU per direction, e.g. 400GB/s"))
+    alpha = parse_latency(_require(args, "latency", "seconds per algorithm step, e.g. 2us"))
+    link = LinkLevel(B, alpha, topology, dims)
+    # Every GPU a domain of its own: the group lies on the level Fabric calls the network.
+    fabric = Fabric(intra=link, inter=link, domain_size=1)
+    label = f"{n} GPUs, {_grid_label(topology, n, dims)}: B {fmt_bandwidth(B)}, \u03b1 {fmt_time(alpha)}"
+    return Setup(fabric, 1, n, (Level("link", "inter", link, n),), topology, label)
+
+
+def _levels(fabric: Fabric, n_local: int, n_nodes: int) -> tuple[Level, ...]:
+    used = []
+    if n_local > 1:
+        used.append(Level("scale-up", "intra", fabric.intra, n_local))
+    if n_nodes > 1:
+        used.append(Level("network", "inter", fabric.inter, n_nodes))
+    return tuple(used)
+
+
+def _hierarchical(args: CommArgs) -> Setup:
+    why = "--topology hierarchical is GPUs in nodes (a switch inside) joined by a network"
+    per_node = _require(args, "gpus_per_node", why)
+    if per_node < 1:
+        raise PlannerInputError(f"--gpus-per-node {per_node}: must be at least 1")
+    net = (args.network_topology or "switch").lower()
+    if net not in NETWORK_TOPOLOGIES:
+        raise PlannerInputError(f"--network-topology {net}: allowed {', '.join(NETWORK_TOPOLOGIES)}")
+    dims = _grid_dims(args, net)  # a grid of nodes
+    n = _group_size(args.gpus, dims, per_node)
+    if n > per_node and n % per_node:
+        raise PlannerInputError(f"--gpus {n}: a group across nodes fills them (a multiple of --gpus-per-node {per_node})")
+    intra = LinkLevel(parse_bandwidth(_require(args, "bandwidth", why)), parse_latency(_require(args, "latency", why)), "switch")
+    inter = LinkLevel(parse_bandwidth(_require(args, "network_bandwidth", why), "--network-bandwidth"),
+                      parse_latency(_require(args, "network_latency", why), "--network-latency"), net, dims)
+    fabric = Fabric(intra=intra, inter=inter, domain_size=per_node)
+    r, q = (int(x) for x in group_span(n, 1, per_node))
+    label = (f"{n} GPUs = {_count(q, 'node')} x {r}, hierarchical: switch in a node B1 {fmt_bandwidth(intra.bandwidth)}, "
+             f"\u03b11 {fmt_time(intra.latency)}; {_grid_label(net, q, dims)} network B2 "
+             f"{fmt_bandwidth(inter.bandwidth)}, \u03b12 {fmt_time(inter.latency)}")
+    return Setup(fabric, r, q, _levels(fabric, r, q), "hierarchical", label)
+
+
+def _from_cluster(args: CommArgs) -> Setup:
+    from hardware_catalog import get_cluster, get_gpu, get_interconnect
+
+    why = "the cluster preset fixes the topology, bandwidths and latencies"
+    _reject(args, ("bandwidth", "latency", "gpus_per_node", "network_bandwidth", "network_latency",
+                   "network_topology", "dims"), why)
+    if args.topology not in (None, "hierarchical"):
+        raise PlannerInputError(f"--topology {args.topology} with --cluster: {why}; leave --topology out")
+    cluster = get_cluster(args.cluster)
+    fabric = fabric_from_cluster(cluster, get_gpu(cluster.gpu), get_interconnect(cluster.nic))
+    n = _group_size(_require(args, "gpus", "the GPUs taking part"), None, 1)
+    domain = cluster.scaleup_domain_size
+    if n > domain and n % domain:
+        raise PlannerInputError(f"--gpus {n}: a group across domains fills them (a multiple of {domain} on {cluster.name})")
+    r, q = (int(x) for x in group_span(n, 1, domain))
+    I, E = fabric.intra, fabric.inter
+    label = (f"{n} GPUs of {cluster.name} = {_count(q, 'domain')} x {r}: scale-up {I.topology} "
+             f"{fmt_bandwidth(I.bandwidth)}, \u03b1 {fmt_time(I.latency)}; network "
+             f"{_grid_label(E.topology, q, E.dims)} {fmt_bandwidth(E.bandwidth / E.oversubscription)} per GPU, "
+             f"\u03b1 {fmt_time(E.latency)} (catalog, times its efficiencies)")
+    return Setup(fabric, r, q, _levels(fabric, r, q), f"cluster:{cluster.name}", label)
+
+
+def build_setup(args: CommArgs) -> Setup:
+    if args.cluster is not None:
+        return _from_cluster(args)
+    if args.topology is None:
+        raise PlannerInputError(f"--topology is required (allowed {', '.join(USER_TOPOLOGIES)}), or give --cluster NAME")
+    topology = args.topology.lower()
+    if topology not in USER_TOPOLOGIES:
+        raise PlannerInputError(f"--topology {args.topology}: allowed {', '.join(USER_TOPOLOGIES)}")
+    return _hierarchical(args) if topology == "hierarchical" else _one_level(args, topology)
+
+
+# ---------------------------------------------------------------------------------------------
+# Formulas in words, with their sources (the code is costmodel/collectives.py; one level: n GPUs
+# at B, alpha; two levels: r GPUs in each of q domains, N = r*q, B1/alpha1 scale-up, B2/alpha2
+# network). Keys: (algorithm, op group, two levels?).
+
+_PY = "Patarasuk & Yuan 2009 (bandwidth-optimal all-reduce)"
+_THAKUR = "Thakur, Rabenseifner & Gropp 2005"
+_NCCL = "NCCL src/graph/tuning.cc"
+_SST = "Sanders, Speck & Traeff 2009 (double binary tree)"
+_GRID_SRC = "Mikami et al. 2018 and Ying et al. 2018 (2-D torus all-reduce); seed doc 003 sec. 3.2"
+_HIER_SRC = "seed doc 003 sec. 4.4 (L4 slide 38, L5 slide 4)"
+_BISECT = "Leighton 1992 (bisection bound)"
+_SCALEUP_MAX = "S \u00b7 max(1/B1, 1/(r\u00b7B2))"
+
+FORMULAS: dict[tuple[str, str, bool], tuple[str, str]] = {
+    ("ring", "all_reduce", False): (
+        "t = 2(n-1)\u00b7\u03b1 + 2(n-1)/n \u00b7 S/B: reduce-scatter then all-gather round a ring, 2(n-1) steps of S/n",
+        f"{_PY}; seed doc 003 sec. 4.2 (L4 slide 34); NCCL ring"),
+    ("ring", "gather", False): (
+        "t = (n-1)\u00b7\u03b1 + (n-1)/n \u00b7 S/B: n-1 steps of S/n round a ring",
+        f"{_PY}; seed doc 003 sec. 4.3 (L4 slide 34); NCCL ring"),
+    ("ring", "broadcast", False): (
+        "t = (n-1)\u00b7\u03b1 + S/B: a pipelined chain from the root",
+        "NCCL ring broadcast; nccl-tests doc/PERFORMANCE.md (broadcast busbw = algbw)"),
+    ("tree", "all_reduce", False): (
+        "t = 2\u2308log2 n\u2309\u00b7\u03b1 + 2\u00b7S/B: reduce up a double binary tree and broadcast down, "
+        "pipelined, each GPU sending 2S (seed doc 003 sec. 4.2 writes the unpipelined 2\u2308log2 n\u2309(\u03b1 + S/B))",
+        f"{_SST}; {_NCCL} (tree algBw = busBw/2); seed doc 003 sec. 4.2 (L4 slide 36)"),
+    ("tree", "gather", False): (
+        "t = \u2308log2 n\u2309\u00b7\u03b1 + (n-1)/n \u00b7 S/B: recursive doubling (all-gather) or halving (reduce-scatter)",
+        f"{_THAKUR} sec. 3.1, 3.3; NCCL PAT (one GPU per node)"),
+    ("tree", "broadcast", False): (
+        "t = \u2308log2 n\u2309\u00b7(\u03b1 + S/B): binomial tree", f"{_THAKUR} sec. 4.1"),
+    ("direct", "all_to_all", False): (
+        "t = (n-1)\u00b7\u03b1 + max((n-1)/n \u00b7 S/B, bisection): pairwise exchange of S/n with every peer; on a "
+        "ring, mesh or torus the two halves also swap \u230an/2\u230b\u2308n/2\u2309/n \u00b7 S over the cut links",
+        f"{_THAKUR} sec. 3.6; {_BISECT}; seed doc 003 sec. 4.1 (CP all-to-all, L7)"),
+    ("dims", "gather", False): (
+        "t = (s_x + s_y)\u00b7\u03b1 + bandwidth term: one dimension after the other, half the data X then Y and "
+        "half Y then X so all four links work; a dimension of g GPUs takes \u2308(g-1)/2\u2309 steps on a torus "
+        "ring, g-1 on a mesh line; a square torus moves (n-1)/n \u00b7 S/B, a square mesh twice that", _GRID_SRC),
+    ("dims", "all_reduce", False): (
+        "t = 2 \u00d7 the dimension-ordered reduce-scatter (reduce-scatter, then all-gather): "
+        "2(s_x + s_y)\u00b7\u03b1, and 2(n-1)/n \u00b7 S/B on a square torus", _GRID_SRC),
+    ("dims", "broadcast", False): (
+        "t = 2 \u00d7 the dimension-ordered reduce-scatter time: scatter, then all-gather",
+        f"van de Geijn; {_THAKUR} sec. 4.1; {_GRID_SRC}"),
+    ("dims", "all_to_all", False): (
+        "t = \u03a3 over the two dimensions of g GPUs: (g-1)\u00b7\u03b1 + max((g-1)/g \u00b7 S over 2 links of B/4, "
+        "\u230ag/2\u230b\u2308g/2\u2309/g \u00b7 S over the cut links): rows, then columns, each moving all of S",
+        f"{_THAKUR} sec. 3.6; {_BISECT}"),
+    ("ring", "all_reduce", True): (
+        f"t = 2[q(r-1)\u00b7\u03b11 + (q-1)\u00b7\u03b12] + 2(N-1)/N \u00b7 {_SCALEUP_MAX}: one ring through all N "
+        "GPUs, crossing the network once per domain; a domain's r GPUs share the crossing with their r NIC shares",
+        f"{_NCCL} (ring latency model); {_PY}; seed doc 003 sec. 4.2"),
+    ("ring", "gather", True): (
+        f"t = q(r-1)\u00b7\u03b11 + (q-1)\u00b7\u03b12 + (N-1)/N \u00b7 {_SCALEUP_MAX}: one ring through all N GPUs",
+        f"{_NCCL} (ring latency model); {_PY}; seed doc 003 sec. 4.3"),
+    ("ring", "broadcast", True): (
+        f"t = q(r-1)\u00b7\u03b11 + (q-1)\u00b7\u03b12 + {_SCALEUP_MAX}: a pipelined chain through all N GPUs",
+        f"{_NCCL}; nccl-tests doc/PERFORMANCE.md"),
+    ("tree", "all_reduce", True): (
+        f"t = 2[(r-1)\u00b7\u03b11 + \u2308log2 q\u2309\u00b7\u03b12 + {_SCALEUP_MAX}]: NCCL's tree, a chain inside "
+        "each domain and a double binary tree across domains", f"{_NCCL}; {_SST}"),
+    ("tree", "broadcast", True): (
+        "t = \u2308log2 q\u2309\u00b7(\u03b12 + S/B2) + the domain's best broadcast: a binomial tree across "
+        "domains (one GPU each), then inside each domain", f"{_THAKUR} sec. 4.1"),
+    ("hierarchical", "all_reduce", True): (
+        "t = 2[(r-1)\u00b7\u03b11 + (r-1)/r \u00b7 S/B1] + AR_net(S/r): reduce-scatter inside the domain, "
+        "all-reduce of S/r across domains on all r rails at once (the network's best of ring, tree, 2-D), "
+        "all-gather inside the domain", _HIER_SRC),
+    ("hierarchical", "gather", True): (
+        "t = AG_net(S/r) + (r-1)\u00b7\u03b11 + (r-1)/r \u00b7 S/B1: all-gather of S/r across domains on each rail, "
+        "then inside the domain (reduce-scatter: the same the other way round)", _HIER_SRC),
+    ("hierarchical", "broadcast", True): (
+        "t = 2[(r-1)\u00b7\u03b11 + (r-1)/r \u00b7 S/B1] + BC_net(S/r): scatter in the root's domain, broadcast "
+        "of S/r on each rail, all-gather inside every domain", f"{_HIER_SRC}; van de Geijn"),
+    ("direct", "all_to_all", True): (
+        "t = (r-1)\u00b7\u03b11 + r(q-1)\u00b7\u03b12 + max(A2A_up(S/q), A2A_net(S)): pairwise exchange of S/N "
+        "with every peer, scale-up and network traffic at the same time", f"{_THAKUR} sec. 3.6; {_BISECT}"),
+    ("p2p", "p2p", False): (
+        "t = \u03b1 + S/B_link: one send over the link joining the two GPUs (B on a switch; one of a ring "
+        "GPU's two links, B/2; one of a mesh/torus GPU's four, B/4)",
+        "seed doc 003 sec. 4.5 (L6); Hockney's alpha-beta model"),
+}
+
+RING_ON_GRID = ("here B is the ring's bandwidth: B/2 on a 2-D mesh or torus (an embedded ring uses 2 of "
+                "the 4 links), B/4 on a 1-D line")
+NCCL_RING_RULE = ("hierarchical is not offered: on NVLink + switched networks NCCL runs all-gather and "
+                  "reduce-scatter as rings over all GPUs (tuning.cc: only all-reduce chooses its algorithm)")
+BUSBW_SOURCE = "nccl-tests doc/PERFORMANCE.md"
+
+
+def formula(setup: Setup, op: str, algorithm: str) -> tuple[str, str]:
+    """(formula in words, its source) of ``algorithm`` for ``op`` on this setup."""
+    group = "gather" if op in ("all_gather", "reduce_scatter") else op
+    algo = "dims" if algorithm in _GRIDS else algorithm
+    text, source = FORMULAS[(algo, group, setup.two_level and op != P2P)]
+    if algorithm == "ring" and any(lvl.link.topology in _GRIDS for lvl in setup.levels):
+        text = f"{text} ({RING_ON_GRID})"
+    return text, source
+
+
+def busbw_factor(op: str, n: int) -> tuple[float, str]:
+    """nccl-tests' bus-bandwidth factor (doc/PERFORMANCE.md): busbw = algbw x factor."""
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n, "2(n-1)/n"
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n, "(n-1)/n"
+    return 1.0, "1"
+
+
+# ---------------------------------------------------------------------------------------------
+# Pricing one message (steps and bytes read off the model).
+
+
+def _with_level(fabric: Fabric, attr: str, **changes) -> Fabric:
+    link = dataclasses.replace(getattr(fabric, attr), **changes)
+    if fabric.intra is fabric.inter:  # one level: the same LinkLevel in both fields
+        return dataclasses.replace(fabric, intra=link, inter=link)
+    return dataclasses.replace(fabric, **{attr: link})
+
+
+def _timer(setup: Setup, op: str, S, algorithm: str) -> Callable[[Fabric], np.ndarray]:
+    """fabric -> seconds of ``op`` by ``algorithm`` (a name, never 'auto', so probes keep it)."""
+    if op == P2P:
+        crosses = setup.n_nodes > 1  # the slowest hop of a group that spans domains
+        return lambda fab: p2p_time(S, crosses, fab)
+    return lambda fab: collective_time(op, S, setup.n_local, setup.n_nodes, fab, algorithm)[0]
+
+
+def _whole(x: float) -> float | int:
+    return int(round(x)) if abs(x - round(x)) < 1e-3 else x
+
+
+def read_terms(setup: Setup, timer: Callable[[Fabric], np.ndarray], t: float) -> tuple[dict, dict]:
+    """Per level: steps = dt/d(alpha) and bytes = dt/d(1/B), by small one-sided differences.
+
+    The time is piecewise linear in each alpha and 1/B with the algorithm fixed, so these are the
+    counts of the formula's alpha terms and the bytes its bandwidth terms charge at B (0 for a
+    level that works beside a slower one; both levels in full where they tie)."""
+    steps, nbytes = {}, {}
+    for lvl in setup.levels:
+        h = lvl.link.latency * 1e-3 or 1e-9
+        slower = _with_level(setup.fabric, lvl.attr, latency=lvl.link.latency + h)
+        steps[lvl.name] = _whole((float(timer(slower)) - t) / h)
+        d = 1e-6
+        narrower = _with_level(setup.fabric, lvl.attr, bandwidth=lvl.link.bandwidth / (1.0 + d))
+        nbytes[lvl.name] = float(f"{(float(timer(narrower)) - t) * lvl.bandwidth / d:.9g}")  # drop probe noise
+    return steps, nbytes
+
+
+def applicable(setup: Setup, op: str, S) -> dict[str, np.ndarray]:
+    """Seconds of every algorithm that applies to ``op`` here (hierarchical: two levels only)."""
+    if op == P2P:
+        return {P2P: np.asarray(p2p_time(S, setup.n_nodes > 1, setup.fabric))}
+    out = {}
+    for name in ALGORITHMS:
+        if name == "hierarchical" and not setup.two_level:
+            continue  # within one level it is that level's best algorithm: no column of its own
+        t = collective_time(op, S, setup.n_local, setup.n_nodes, setup.fabric, name)[0]
+        if np.all(np.isfinite(t)):
+            out[name] = t
+    return out
+
+
+def _nccl_ring_rule(setup: Setup, op: str) -> bool:
+    """collective_time's auto drops hierarchical for AG/RS when both levels are switched."""
+    f = setup.fabric
+    return (op in ("all_gather", "reduce_scatter") and setup.two_level
+            and f.intra.topology in _SWITCHED and f.inter.topology in _SWITCHED)
+
+
+def _reason(setup: Setup, op: str, chosen: str, requested: str, alts: dict[str, float]) -> str:
+    if op == P2P:
+        hop = "the network hop (the slowest)" if setup.two_level else "one hop"
+        return f"one send/recv between neighbours: {hop}"
+    best = min(alts, key=alts.get)
+    if requested != "auto":
+        extra = "" if best == chosen else f"; auto would pick {best} ({fmt_time(alts[best])})"
+        return f"as asked (--algorithm {requested}){extra}"
+    if len(alts) == 1:
+        return f"the only algorithm for {op_label(op)} on this topology"
+    others = ", ".join(f"{a} {fmt_time(t)}" for a, t in sorted(alts.items(), key=lambda kv: kv[1]) if a != chosen)
+    text = f"the fastest for this size (auto; others: {others})"
+    return f"{text}; {NCCL_RING_RULE}" if _nccl_ring_rule(setup, op) else text
+
+
+def _choose(setup: Setup, op: str, S: float, algorithm: str, alts: dict) -> tuple[float, str]:
+    if op == P2P:
+        return float(alts[P2P]), P2P
+    if algorithm != "auto" and algorithm not in alts:
+        allowed = ", ".join(alts)
+        raise PlannerInputError(f"--algorithm {algorithm} does not apply to {op_label(op)} on this topology (allowed: auto, {allowed})")
+    t, code = collective_time(op, S, setup.n_local, setup.n_nodes, setup.fabric, algorithm)
+    return float(t), ALGORITHMS[int(code)]
+
+
+def price(setup: Setup, op: str, S: float, algorithm: str = "auto") -> dict:
+    """Everything ``planner comm`` says about one message, as the JSON record it prints."""
+    alts = {name: float(t) for name, t in applicable(setup, op, S).items()}
+    t, chosen = _choose(setup, op, S, algorithm, alts)
+    steps, nbytes = read_terms(setup, _timer(setup, op, S, chosen), t)
+    latency = sum(k * lvl.link.latency for k, lvl in zip(steps.values(), setup.levels))
+    factor, rule = busbw_factor(op, setup.gpus)
+    text, source = formula(setup, op, chosen)
+    return {
+        "op": op, "size_bytes": S, "gpus": setup.gpus, "topology": setup.topology, "setup": setup.label,
+        "levels": [{"name": lvl.name, "topology": lvl.link.topology, "gpus": lvl.gpus,
+                    "bandwidth_gbps": lvl.bandwidth / 1e9, "latency_s": lvl.link.latency} for lvl in setup.levels],
+        "algorithm": chosen, "requested_algorithm": algorithm,
+        "reason": _reason(setup, op, chosen, algorithm, alts),
+        "time_s": t, "latency_s": latency, "transfer_s": t - latency,
+        "steps": steps, "bytes_per_gpu": nbytes,
+        "algbw_gbps": S / t / 1e9, "busbw_gbps": S / t / 1e9 * factor,
+        "busbw_factor": factor, "busbw_rule": rule,
+        "formula": text, "source": source, "alternatives_s": alts,
+        **_p2p_within(setup, op, S),
+    }
+
+
+def _p2p_within(setup: Setup, op: str, S: float) -> dict:
+    """A P2P across domains also reports the hop inside one domain."""
+    if op != P2P or not setup.two_level:
+        return {}
+    return {"time_within_domain_s": float(p2p_time(S, False, setup.fabric))}
+
+
+# ---------------------------------------------------------------------------------------------
+# A sweep of message sizes, and where the best algorithm changes.
+
+
+def _auto_code(setup: Setup, op: str, S):
+    return collective_time(op, S, setup.n_local, setup.n_nodes, setup.fabric)[1]
+
+
+def crossovers(setup: Setup, op: str, sizes: np.ndarray, codes: np.ndarray) -> list[dict]:
+    """Sizes where auto's choice changes, each found by bisection (in log size) between the
+    two sweep points around it."""
+    out = []
+    for i in np.flatnonzero(codes[1:] != codes[:-1]):
+        lo, hi = float(sizes[i]), float(sizes[i + 1])
+        for _ in range(60):
+            mid = math.sqrt(lo * hi)
+            if _auto_code(setup, op, mid) == codes[i]:
+                lo = mid
+            else:
+                hi = mid
+        out.append({"size_bytes": hi, "from": ALGORITHMS[int(codes[i])],
+                    "to": ALGORITHMS[int(_auto_code(setup, op, hi))]})
+    return out
+
+
+def sweep(setup: Setup, op: str, sizes: np.ndarray) -> dict:
+    """Seconds per applicable algorithm and auto's choice at every size (the JSON printed)."""
+    columns = applicable(setup, op, sizes)
+    if op == P2P:
+        auto_t, names, cross = columns[P2P], [P2P] * len(sizes), []
+    else:
+        auto_t, codes = collective_time(op, sizes, setup.n_local, setup.n_nodes, setup.fabric)
+        names, cross = [ALGORITHMS[int(c)] for c in codes], crossovers(setup, op, sizes, codes)
+    factor, rule = busbw_factor(op, setup.gpus)
+    rows = [{"size_bytes": float(S), "time_s": {a: float(t[i]) for a, t in columns.items()},
+             "auto": {"algorithm": names[i], "time_s": float(auto_t[i]),
+                      "algbw_gbps": float(S / auto_t[i] / 1e9), "busbw_gbps": float(S / auto_t[i] / 1e9 * factor)}}
+            for i, S in enumerate(sizes)]
+    return {"op": op, "gpus": setup.gpus, "topology": setup.topology, "setup": setup.label,
+            "algorithms": list(columns), "busbw_rule": rule,
+            "nccl_ring_rule": NCCL_RING_RULE if _nccl_ring_rule(setup, op) else None,
+            "rows": rows, "crossovers": cross}
+
+
+# ---------------------------------------------------------------------------------------------
+# Text output.
+
+
+def _wrap(label: str, text: str) -> str:
+    import textwrap
+
+    return textwrap.fill(text, width=100, initial_indent=f"{label:<12}", subsequent_indent=" " * 12)
+
+
+def _per_level(rec: dict, values: dict, unit: Callable[[float, dict], str], joiner: str = " + ") -> str:
+    levels = {lvl["name"]: lvl for lvl in rec["levels"]}
+    parts = [unit(v, levels[name]) + ("" if len(values) == 1 else f" ({name})")
+             for name, v in values.items() if v > 0]
+    return joiner.join(parts) or "0"
+
+
+def _moved(rec: dict) -> str:
+    """The bytes line: per level, the bytes the transfer time charges at that level's B."""
+    if rec["op"] == P2P:  # one message of S bytes over one link: its rate is S / transfer
+        return f"{fmt_bytes(rec['size_bytes'])} over one link at {rec['size_bytes'] / rec['transfer_s'] / 1e9:.4g} GB/s"
+    # ", ": levels may move their bytes one after the other (hierarchical) or at once (rings).
+    moved = _per_level(rec, rec["bytes_per_gpu"], lambda b, lvl: f"{fmt_bytes(b)} at {lvl['bandwidth_gbps']:.4g} GB/s", ", ")
+    hidden = [n for n, b in rec["bytes_per_gpu"].items() if b == 0 and rec["steps"].get(n)]
+    if hidden:
+        moved += f"; {', '.join(hidden)}: overlapped by the slower level"
+    shared = sorted({lvl["topology"] for lvl in rec["levels"] if lvl["topology"] in _LINKS})
+    if shared:
+        moved += (f" (B is a GPU's total over its {' / '.join(str(_LINKS[t]) for t in shared)} {' / '.join(shared)} "
+                  "links: traffic that one link or the bisection limits counts more bytes than it sends)")
+    return moved
+
+
+def format_single(rec: dict) -> str:
+    S = rec["size_bytes"]
+    steps = _per_level(rec, rec["steps"], lambda k, lvl: f"{k} x {fmt_time(lvl['latency_s'])}")
+    lines = [
+        f"{op_label(rec['op'])} of {fmt_bytes(S)} ({S:,.0f} B) on {rec['setup']}",
+        f"{'time':<12}{fmt_time(rec['time_s'])} = latency {fmt_time(rec['latency_s'])} + transfer {fmt_time(rec['transfer_s'])}",
+        _wrap("algorithm", f"{rec['algorithm']}: {rec['reason']}"),
+        f"{'steps':<12}{steps}",
+        _wrap("bytes/GPU", _moved(rec)),
+        f"{'algbw':<12}{rec['algbw_gbps']:.4g} GB/s (size / time)",
+        f"{'busbw':<12}{rec['busbw_gbps']:.4g} GB/s = algbw x {rec['busbw_rule']}, n = {rec['gpus']} ({BUSBW_SOURCE})",
+        _wrap("formula", rec["formula"]),
+        _wrap("source", rec["source"]),
+    ]
+    if "time_within_domain_s" in rec:
+        lines.insert(2, f"{'':<12}(inside one domain: {fmt_time(rec['time_within_domain_s'])})")
+    return "\n".join(lines)
+
+
+def _auto_meaning(res: dict) -> str:
+    return "NCCL's choice, see the note" if res["nccl_ring_rule"] else "the fastest at each size"
+
+
+def format_sweep(res: dict) -> str:
+    algos = res["algorithms"]
+    head = f"{'size':>10}" + "".join(f"{a:>14}" for a in algos) + f"{'auto':>14}  {'algorithm':<13}{'algbw':>8}{'busbw':>8}"
+    lines = [f"{op_label(res['op'])} on {res['setup']}",
+             f"time in \u00b5s per algorithm; auto = {_auto_meaning(res)}; algbw, busbw in GB/s "
+             f"(busbw = algbw x {res['busbw_rule']}, n = {res['gpus']}: {BUSBW_SOURCE})",
+             head]
+    for row in res["rows"]:
+        auto = row["auto"]
+        lines.append(f"{fmt_bytes(row['size_bytes']):>10}" + "".join(f"{row['time_s'][a] * 1e6:>14.2f}" for a in algos)
+                     + f"{auto['time_s'] * 1e6:>14.2f}  {auto['algorithm']:<13}{auto['algbw_gbps']:>8.2f}{auto['busbw_gbps']:>8.2f}")
+    if res["nccl_ring_rule"]:
+        lines.append(f"note: {res['nccl_ring_rule']}")
+    for c in res["crossovers"]:
+        lines.append(f"crossover: {c['from']} -> {c['to']} at {fmt_bytes(c['size_bytes'])} ({c['size_bytes']:,.0f} B)")
+    if not res["crossovers"] and res["op"] != P2P:
+        lines.append(f"no crossover in this range: {res['rows'][0]['auto']['algorithm']} throughout")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Plot (matplotlib, Agg; imported here only, so `planner --help` stays fast).
+
+
+def _size_ticks(lo: float, hi: float, every: Optional[int] = None) -> list[float]:
+    """Powers of 2 between lo and hi, every 1, 2, 5 or 10 (1 KiB, 1 MiB, 1 GiB...) octaves."""
+    k0, k1 = math.ceil(math.log2(lo) - 1e-9), math.floor(math.log2(hi) + 1e-9)
+    step = every or next(s for limit, s in ((8, 1), (16, 2), (20, 5), (math.inf, 10)) if k1 - k0 <= limit)
+    return [2.0**k for k in range(k0, k1 + 1) if k % step == 0]
+
+
+def plot_sweep(res: dict, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+    except ImportError:
+        raise PlannerInputError("--plot needs matplotlib: pip install 'matplotlib>=3.7'") from None
+    import textwrap
+
+    sizes = [row["size_bytes"] for row in res["rows"]]
+    fig, ax = plt.subplots(figsize=(9, 5.5), layout="constrained")
+    auto = [row["auto"]["time_s"] for row in res["rows"]]
+    ax.loglog(sizes, auto, color="0.2", lw=7, alpha=0.18, solid_capstyle="round", label=f"auto ({_auto_meaning(res)})")
+    for algo in res["algorithms"]:
+        ax.loglog(sizes, [row["time_s"][algo] for row in res["rows"]], marker="o", ms=3, lw=1.6, label=algo)
+    for c in res["crossovers"]:
+        ax.axvline(c["size_bytes"], color="0.35", ls="--", lw=1)
+        ax.annotate(f"{c['from']} \u2192 {c['to']}\n{fmt_bytes(c['size_bytes'])}", (c["size_bytes"], 0.97),
+                    xycoords=("data", "axes fraction"), ha="right", va="top", fontsize=9,
+                    xytext=(-4, 0), textcoords="offset points")
+    ax.set_xticks(_size_ticks(sizes[0], sizes[-1]))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: fmt_bytes(x)))
+    ax.xaxis.set_minor_locator(FixedLocator(_size_ticks(sizes[0], sizes[-1], every=1)))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: fmt_time(y)))
+    ax.set_xlabel("message size")
+    ax.set_ylabel("time (log scale)")
+    ax.grid(True, which="major", alpha=0.35)
+    ax.legend(loc="lower right")
+    ax.set_title(textwrap.fill(f"{op_label(res['op'])}: time vs message size. {res['setup']}", 95), fontsize=10)
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# The command.
+
+
+def _algorithm(text: str, op: str) -> str:
+    name = text.lower()
+    if name not in ("auto", *ALGORITHMS):
+        raise PlannerInputError(f"--algorithm {text}: allowed auto, {', '.join(ALGORITHMS)}")
+    if op == P2P and name != "auto":
+        raise PlannerInputError(f"--algorithm {text}: p2p is one send/recv, it has no algorithm to choose")
+    return name
+
+
+def _plot_path(args: CommArgs) -> Optional[Path]:
+    if args.plot is None:
+        return None
+    if args.sweep is None:
+        raise PlannerInputError("--plot draws a --sweep: add --sweep A..B, e.g. --sweep 1KiB..16GiB")
+    path = Path(args.plot)
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise PlannerInputError(f"--plot {path}: the file must end in .png or .svg")
+    return path
+
+
+def run_comm(args: CommArgs) -> str:
+    """The text (or JSON) ``planner comm`` prints."""
+    op = parse_op(args.op)
+    algorithm = _algorithm(args.algorithm, op)
+    plot = _plot_path(args)
+    setup = build_setup(args)
+    if args.sweep is None:
+        record = price(setup, op, parse_size(_require_size(args)), algorithm)
+        return json.dumps(record, indent=2) if args.as_json else format_single(record)
+    if args.size is not None:
+        raise PlannerInputError("--size and --sweep: give one (a message, or a range of them)")
+    if algorithm != "auto":
+        raise PlannerInputError(f"--algorithm {algorithm} with --sweep: a sweep prices every algorithm; leave it out")
+    res = sweep(setup, op, parse_sweep(args.sweep))
+    if plot is not None:
+        plot_sweep(res, plot)
+        res["plot"] = str(plot)
+    if args.as_json:
+        return json.dumps(res, indent=2)
+    return format_sweep(res) + (f"\nwrote {plot}" if plot is not None else "")
+
+
+def _require_size(args: CommArgs) -> str:
+    if args.size is None:
+        raise PlannerInputError("--size is required (e.g. --size 1GiB), or --sweep A..B for a table")
+    return args.size

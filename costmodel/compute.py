@@ -30,7 +30,7 @@ all-to-alls, chunk sort (6); FP8 casts around the two grouped GEMMs (2); on comb
 back, the all-to-all and the unpermute (3): 18."""
 EAGER_EXTRA_KERNELS_PER_LAYER = 22.0
 """Kernels an eager PyTorch transformer layer launches beyond a fused one (see the count in
-``dense_and_moe_layer_times``)."""
+``_LayerAssembler``)."""
 FP8_BYTES = 1.0
 
 
@@ -112,62 +112,115 @@ def _precision_gemm(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration):
     return peak, eff, elem
 
 
-def dense_and_moe_layer_times(
-    model: ModelSpec, counts: ParamCounts, gpu: GPUSpec, batch: LayoutBatch, calib: Calibration
-) -> tuple[LayerTimes, LayerTimes]:
-    """Times of one dense layer and one MoE layer (the MoE one equals the dense one for dense models)."""
-    h = float(model.hidden_size)
-    a = float(model.num_attention_heads)
-    g = float(model.kv_heads)
-    d_v = float(attention_v_dim(model))
+@dataclass(frozen=True, slots=True)
+class _Kernels:
+    """How the kernels of one layer are priced for each layout (arrays over layouts)."""
+
+    tokens: np.ndarray
+    """Tokens of one micro-batch on this GPU, b · s / c (before the SP split)."""
+    tp: np.ndarray
+    """TP degree t, float."""
+    rep_div: np.ndarray
+    """What splits the sequence-parallel regions (norms, residuals, dropout): t with SP, else 1."""
+    peak: np.ndarray
+    """Peak FLOP/s of the linear layers' precision."""
+    eff: np.ndarray
+    """Its large-K GEMM efficiency."""
+    elem: np.ndarray
+    """Operand bytes per element of the linear layers."""
+    hbm: float
+    """HBM bandwidth W, bytes/s."""
+    mem_bw: float
+    """Achievable HBM bandwidth of memory-bound kernels, W · η."""
+    bf16_peak: float
+    """Dense BF16 peak (attention core, router, LM head)."""
+    fp8: np.ndarray
+    """FP8 linear layers."""
+    eager: np.ndarray
+    """Eager PyTorch kernels (one per operator) instead of fused ones."""
+
+    def gemm(self, rows, reduction, cols):
+        """(seconds, FLOPs) of a linear layer's GEMM, (rows x reduction) @ (reduction x cols)."""
+        return gemm_time(rows, reduction, cols, self.peak, self.eff, self.hbm, self.elem)
+
+    def streamed(self, elements_per_token, divisor):
+        """Seconds of an HBM-bound kernel moving ``elements_per_token`` BF16 elements per token,
+        split ``divisor`` ways."""
+        return self.tokens * BF16_BYTES * elements_per_token / divisor / self.mem_bw
+
+
+def _kernels(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration) -> _Kernels:
     tp = batch.tp.astype(np.float64)
     cp = batch.cp.astype(np.float64)
-    sp = batch.sequence_parallel
-    tokens = batch.mbs * batch.seq_len / cp  # tokens of one micro-batch on this GPU (before SP split)
     hbm = gpu.memory_bandwidth_gbps * 1e9
     peak, eff, elem = _precision_gemm(gpu, batch, calib)
-    bf16_peak = gpu.bf16_tflops * 1e12
-    mem_bw = hbm * calib.memory_bound_efficiency
-    fp8 = batch.precision == 1
-    # Sequence-parallel regions (norms, residuals, dropout) are split over TP only with SP.
-    rep_div = np.where(sp, tp, 1.0)
+    return _Kernels(
+        tokens=batch.mbs * batch.seq_len / cp,
+        tp=tp,
+        rep_div=np.where(batch.sequence_parallel, tp, 1.0),
+        peak=peak,
+        eff=eff,
+        elem=elem,
+        hbm=hbm,
+        mem_bw=hbm * calib.memory_bound_efficiency,
+        bf16_peak=gpu.bf16_tflops * 1e12,
+        fp8=batch.precision == 1,
+        eager=batch.kernels == 1,
+    )
 
-    # --- attention block: QKV (or MLA down/up projections) and output projection GEMMs.
-    out_proj = a * d_v * h
-    in_width = (counts.attention_per_layer - out_proj) / h  # all input-side projections, as one GEMM
-    t_qkv, f_qkv = gemm_time(tokens, h, in_width / tp, peak, eff, hbm, elem)
-    t_out, f_out = gemm_time(tokens, a * d_v / tp, h, peak, eff, hbm, elem)
-    # Attention core: heads split over TP (KV heads replicated when tp > g: Megatron allows it).
-    core_flops = tokens * attention_core_flops_per_token(model, batch.seq_len) / tp
+
+def _attention_core(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: Calibration, kern: _Kernels):
+    """(forward seconds, backward / forward factor, FLOPs run) of the attention core, heads
+    split over TP (KV heads replicated when tp > g: Megatron allows it)."""
+    core_flops = kern.tokens * attention_core_flops_per_token(model, batch.seq_len) / kern.tp
     # FlashAttention-3 / cuDNN's warp-specialized kernels use Hopper's wgmma and TMA: 1.5-2.0x
     # FlashAttention-2 forward, 1.5-1.75x backward (Shah et al. 2024, Sec. 4.1).
     native = (batch.attention == 2) & (gpu.architecture in ("hopper", "blackwell"))
     attn_eff = calib.attention_efficiency * np.where(native, calib.native_attention_speedup, 1.0)
-    t_flash = core_flops / (bf16_peak * attn_eff)
+    t_flash = core_flops / (kern.bf16_peak * attn_eff)
     # Unfused attention (pre-FlashAttention Megatron): QK^T and AV as batched GEMMs over every
     # key (the causal mask is applied after, so no blocks are skipped), plus the a x s scores
     # per token through HBM: written by QK^T, read and written by the fused scale-mask-softmax,
     # dropout mask and output, read by AV (2 + 4 + 3 + 2 bytes; 2 + 4 + 2 without dropout).
-    unfused = batch.attention == 1
+    unfused = unfused_attention(batch)
     # Backward: FlashAttention recomputes the scores (5 matmuls vs 2, Dao 2023 Sec. 3.1): 2.5x;
     # unfused: two GEMMs per forward GEMM and the scores' gradient traffic: 2x.
-    if unfused.any():
-        score_bytes = (11.0 if model.dropout else 8.0) * a / tp * batch.seq_len
-        t_unfused = 2.0 * core_flops / (bf16_peak * bf16_gemm_efficiency(gpu, calib)) + tokens * score_bytes / mem_bw
-        t_core = np.where(unfused, t_unfused, t_flash)
-        core_backward_factor = np.where(unfused, 2.0, 2.5)
-        core_flops_run = np.where(unfused, 2.0 * core_flops, core_flops)
-    else:
-        t_core, core_backward_factor, core_flops_run = t_flash, 2.5, core_flops
+    if not unfused.any():
+        return t_flash, 2.5, core_flops
+    a = float(model.num_attention_heads)
+    score_bytes = (11.0 if model.dropout else 8.0) * a / kern.tp * batch.seq_len
+    t_unfused = 2.0 * core_flops / (kern.bf16_peak * bf16_gemm_efficiency(gpu, calib)) + kern.tokens * score_bytes / kern.mem_bw
+    return (
+        np.where(unfused, t_unfused, t_flash),
+        np.where(unfused, 2.0, 2.5),
+        np.where(unfused, 2.0 * core_flops, core_flops),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Elementwise:
+    """BF16 elements the attention side of a layer moves per token in memory-bound kernels."""
+
+    rep: float
+    """In the sequence-parallel region (fused kernels): 2 norms (read + write h) and 2
+    residual adds (2 reads + 1 write) = 10h, + dropout's 5h."""
+    attn_tp: float
+    """In the TP region: rotary on Q and K (read + write)."""
+    gemm_inputs: float
+    """Inputs of the attention GEMMs, cast to FP8 under FP8 (read BF16, write FP8: 3 bytes)."""
+    eager_rep: float
+    """What eager kernels add in the SP region (the norms' FP32 round trips)."""
+    eager_attn_tp: float
+    """What eager kernels add in the TP region (FP32 rotary, repeat_kv, contiguous copies)."""
+
+
+def _elementwise(model: ModelSpec) -> _Elementwise:
+    h = float(model.hidden_size)
+    a = float(model.num_attention_heads)
+    g = float(model.kv_heads)
     d = float(model.head_size)
-    eager = batch.kernels == 1
+    d_v = float(attention_v_dim(model))
     rope = model.position_embedding == "rope"
-    # Elementwise BF16 elements moved per token (fused kernels): 2 norms (read+write h) and 2
-    # residual adds (2 reads + 1 write) = 10h in the SP region, + rotary on Q and K
-    # (read+write) in the TP region.
-    rep_elems = 10.0 * h + (5.0 * h if model.dropout else 0.0)
-    attn_tp_elems = 2.0 * (a + g) * d if rope else 0.0
-    attn_gemm_inputs = h + a * d_v  # FP8 casts of GEMM inputs (read BF16, write FP8: 3 bytes)
     # Eager PyTorch runs one kernel per operator, several through FP32 (counted in BF16
     # elements, an FP32 element = 2), e.g. torchtitan's Llama (models/llama/model.py):
     # RMSNorm as x.float(), pow, mean, x * rsqrt, type_as, * weight = 3 + 4 + 2 + 4 + 3 + 2 = 18
@@ -176,118 +229,201 @@ def dense_and_moe_layer_times(
     # GQA's repeat_kv copies K and V out to every query head (read g·d, write a·d, twice) and
     # the attention output is made contiguous again (2·a·d).
     norm_extra = 16.0 if model.norm == "rmsnorm" else 0.0
-    eager_rep = 2.0 * norm_extra * h
-    eager_attn_tp = (8.0 * (a + g) * d if rope else 0.0) + (2.0 * (g * d + a * d) if g < a else 0.0) + 2.0 * a * d_v
+    return _Elementwise(
+        rep=10.0 * h + (5.0 * h if model.dropout else 0.0),
+        attn_tp=2.0 * (a + g) * d if rope else 0.0,
+        gemm_inputs=h + a * d_v,
+        eager_rep=2.0 * norm_extra * h,
+        eager_attn_tp=(8.0 * (a + g) * d if rope else 0.0) + (2.0 * (g * d + a * d) if g < a else 0.0) + 2.0 * a * d_v,
+    )
 
-    def elementwise_time(rep, sharded, fp8_inputs, eager_sharded=0.0):
-        rep = np.where(eager, rep + eager_rep, rep)
-        sharded = np.where(eager, sharded + eager_attn_tp + eager_sharded, sharded)
-        bytes_per_token = BF16_BYTES * (rep / rep_div + sharded / tp)
-        bytes_per_token = bytes_per_token + np.where(fp8, 3.0 * fp8_inputs / tp, 0.0)
-        return tokens * bytes_per_token / mem_bw
 
-    # Eager PyTorch launches one kernel per operator: the norms' 5 extra each, rotary's 4 extra
-    # for Q and for K, repeat_kv and the contiguous copies (3), the separate SiLU product (1):
-    # 22 more than the fused layer's.
-    kernels = calib.kernels_per_layer + np.where(eager, EAGER_EXTRA_KERNELS_PER_LAYER, 0.0)
-    launch = kernels * calib.kernel_overhead_us * 1e-6
+class _LayerAssembler:
+    """Adds an MLP (dense or MoE) to the attention block every layer shares: GEMMs, attention
+    core, memory-bound kernels and launches, forward and backward."""
 
-    def assemble(t_mlp_gemms, f_mlp, mlp_elems, mlp_fp8_inputs, mlp_up, mlp_down, eager_mlp=0.0, extra_kernels=0.0):
-        t_gemm = t_qkv + t_out + t_mlp_gemms
-        t_elem = elementwise_time(rep_elems, attn_tp_elems + mlp_elems, attn_gemm_inputs + mlp_fp8_inputs, eager_mlp)
-        layer_launch = launch + extra_kernels * calib.kernel_overhead_us * 1e-6
-        forward = t_gemm + t_core + t_elem + layer_launch
+    def __init__(self, model: ModelSpec, counts: ParamCounts, gpu: GPUSpec, batch: LayoutBatch, calib: Calibration,
+                 kern: _Kernels):
+        h = float(model.hidden_size)
+        a = float(model.num_attention_heads)
+        d_v = float(attention_v_dim(model))
+        self.kern, self.calib = kern, calib
+        # Attention block: QKV (or MLA down/up projections) and output projection GEMMs.
+        out_proj = a * d_v * h
+        in_width = (counts.attention_per_layer - out_proj) / h  # all input-side projections, as one GEMM
+        self.t_qkv, self.f_qkv = kern.gemm(kern.tokens, h, in_width / kern.tp)
+        self.t_out, self.f_out = kern.gemm(kern.tokens, a * d_v / kern.tp, h)
+        self.t_core, self.core_backward_factor, self.core_flops = _attention_core(model, gpu, batch, calib, kern)
+        self.ew = _elementwise(model)
+        # Eager PyTorch launches one kernel per operator: the norms' 5 extra each, rotary's 4 extra
+        # for Q and for K, repeat_kv and the contiguous copies (3), the separate SiLU product (1):
+        # 22 more than the fused layer's.
+        kernels = calib.kernels_per_layer + np.where(kern.eager, EAGER_EXTRA_KERNELS_PER_LAYER, 0.0)
+        self.launch = kernels * calib.kernel_overhead_us * 1e-6
+
+    def elementwise_time(self, rep, sharded, fp8_inputs, eager_sharded=0.0):
+        """Seconds of the memory-bound kernels moving ``rep`` elements per token in the SP
+        region and ``sharded`` in the TP region, casting ``fp8_inputs`` under FP8."""
+        kern, ew = self.kern, self.ew
+        rep = np.where(kern.eager, rep + ew.eager_rep, rep)
+        sharded = np.where(kern.eager, sharded + ew.eager_attn_tp + eager_sharded, sharded)
+        bytes_per_token = BF16_BYTES * (rep / kern.rep_div + sharded / kern.tp)
+        bytes_per_token = bytes_per_token + np.where(kern.fp8, 3.0 * fp8_inputs / kern.tp, 0.0)
+        return kern.tokens * bytes_per_token / kern.mem_bw
+
+    def layer(self, t_mlp_gemms, f_mlp, mlp_elems, mlp_fp8_inputs, mlp_up, mlp_down, eager_mlp=0.0, extra_kernels=0.0):
+        """LayerTimes of the attention block plus an MLP of GEMM seconds ``t_mlp_gemms`` and
+        FLOPs ``f_mlp``; ``mlp_up`` / ``mlp_down``: the GEMMs beside its TP collectives."""
+        ew = self.ew
+        t_gemm = self.t_qkv + self.t_out + t_mlp_gemms
+        t_elem = self.elementwise_time(ew.rep, ew.attn_tp + mlp_elems, ew.gemm_inputs + mlp_fp8_inputs, eager_mlp)
+        layer_launch = self.launch + extra_kernels * self.calib.kernel_overhead_us * 1e-6
+        forward = t_gemm + self.t_core + t_elem + layer_launch
         # Backward: dgrad + wgrad GEMMs (2x forward FLOPs), the attention core as above,
         # elementwise backward ~2x traffic.
-        backward = 2.0 * t_gemm + core_backward_factor * t_core + 2.0 * t_elem + 2.0 * layer_launch
-        flops = f_qkv + f_out + f_mlp + core_flops_run
-        return LayerTimes(forward, backward, t_core, flops, (t_qkv, t_out, mlp_up, mlp_down))
+        backward = 2.0 * t_gemm + self.core_backward_factor * self.t_core + 2.0 * t_elem + 2.0 * layer_launch
+        flops = self.f_qkv + self.f_out + f_mlp + self.core_flops
+        return LayerTimes(forward, backward, self.t_core, flops, (self.t_qkv, self.t_out, mlp_up, mlp_down))
 
-    # --- dense MLP
+
+def _shared_modules(model: ModelSpec, kern: _Kernels):
+    """(norms seconds, MLA up-projection seconds and FLOPs) of the submodules selective
+    recompute can repeat in any layer (Megatron-Core recompute_modules): the two norms (read h,
+    write h each) and MLA's query and KV up-projections."""
+    h = float(model.hidden_size)
+    a = float(model.num_attention_heads)
+    t_norms = kern.streamed(4.0 * h, kern.rep_div)
+    if model.mla is None:
+        return t_norms, 0.0, 0.0
+    mla = model.mla
+    q_in = float(mla.q_lora_rank or h)
+    t_qu, f_qu = kern.gemm(kern.tokens, q_in, a * (mla.qk_nope_head_dim + mla.qk_rope_head_dim) / kern.tp)
+    t_kvu, f_kvu = kern.gemm(kern.tokens, float(mla.kv_lora_rank), a * (mla.qk_nope_head_dim + mla.v_head_dim) / kern.tp)
+    return t_norms, t_qu + t_kvu, f_qu + f_kvu
+
+
+def _dense_layer(model: ModelSpec, asm: _LayerAssembler, shared) -> LayerTimes:
+    """A layer with a dense MLP (gated: up and gate as one GEMM of width 2F)."""
+    kern = asm.kern
+    h = float(model.hidden_size)
     F = float(model.ffn_hidden_size)
     up_width = (2.0 if model.gated_mlp else 1.0) * F
-    t_up, f_up = gemm_time(tokens, h, up_width / tp, peak, eff, hbm, elem)
-    t_down, f_down = gemm_time(tokens, F / tp, h, peak, eff, hbm, elem)
+    t_up, f_up = kern.gemm(kern.tokens, h, up_width / kern.tp)
+    t_down, f_down = kern.gemm(kern.tokens, F / kern.tp, h)
     act_elems = (3.0 if model.gated_mlp else 2.0) * F
     # Eager SwiGLU: silu (read+write F) then the product (2 reads + 1 write): 5F, not 3F.
-    dense = assemble(t_up + t_down, f_up + f_down, act_elems, h + F, t_up, t_down, 2.0 * F if model.gated_mlp else 0.0)
-
-    # --- submodules selective recompute can repeat (Megatron-Core recompute_modules): the two
-    # norms (read h, write h each), MLA's up-projections, the dense MLP with its activation.
-    def streamed(elements_per_token, divisor):
-        return tokens * BF16_BYTES * elements_per_token / divisor / mem_bw
-
-    t_norms = streamed(4.0 * h, rep_div)
-    t_mla_up = f_mla_up = 0.0
-    if model.mla is not None:
-        m_ = model.mla
-        q_in = float(m_.q_lora_rank or h)
-        t_qu, f_qu = gemm_time(tokens, q_in, a * (m_.qk_nope_head_dim + m_.qk_rope_head_dim) / tp, peak, eff, hbm, elem)
-        t_kvu, f_kvu = gemm_time(tokens, float(m_.kv_lora_rank), a * (m_.qk_nope_head_dim + m_.v_head_dim) / tp, peak, eff, hbm, elem)
-        t_mla_up, f_mla_up = t_qu + t_kvu, f_qu + f_kvu
+    dense = asm.layer(t_up + t_down, f_up + f_down, act_elems, h + F, t_up, t_down, 2.0 * F if model.gated_mlp else 0.0)
+    t_norms, t_mla_up, f_mla_up = shared
     zero = 0.0
-    dense.module_forward = {"layernorm": t_norms, "mla_up_proj": t_mla_up, "mlp": t_up + t_down + streamed(act_elems, tp),
+    mlp = t_up + t_down + kern.streamed(act_elems, kern.tp)
+    dense.module_forward = {"layernorm": t_norms, "mla_up_proj": t_mla_up, "mlp": mlp,
                             "moe_act": zero, "shared_experts": zero, "moe": zero}
     dense.module_flops = {"layernorm": zero, "mla_up_proj": f_mla_up, "mlp": f_up + f_down,
                           "moe_act": zero, "shared_experts": zero, "moe": zero}
+    return dense
 
-    if model.moe is None:
-        return dense, dense
 
-    # --- MoE MLP. With MoE parallel folding (Megatron-Core) the expert layer spreads the
-    # micro-batch's tokens over tp*cp*dp ranks as ep x etp x expert-dp: this GPU receives
-    # tokens*k/tp routed tokens (balanced routing) for its E/ep experts, each split over etp.
+def _moe_mlp_gemms(model: ModelSpec, batch: LayoutBatch, gpu: GPUSpec, calib: Calibration, kern: _Kernels):
+    """GEMM (seconds, FLOPs) of an MoE block: routed experts, shared experts (with their up and
+    down GEMMs), router.
+
+    With MoE parallel folding (Megatron-Core) the expert layer spreads the micro-batch's
+    tokens over t·c·dp ranks as ep x etp x expert-dp: this GPU receives tokens·k/t routed
+    tokens (balanced routing) for its E/ep experts, each split over etp."""
     moe = model.moe
+    h = float(model.hidden_size)
     E = float(moe.num_experts)
-    k = float(moe.top_k)
+    top_k = float(moe.top_k)
     Fe = float(moe.expert_ffn_hidden_size)
     ep = batch.ep.astype(np.float64)
     etp = batch.etp.astype(np.float64)
     local_experts = E / ep
-    tokens_per_expert = tokens * k * ep * etp / (tp * E)
+    tokens_per_expert = kern.tokens * top_k * ep * etp / (kern.tp * E)
     e_up = (2.0 if model.gated_mlp else 1.0) * Fe / etp
-    t_eu, f_eu = gemm_time(tokens_per_expert, h, e_up, peak, eff, hbm, elem)
-    t_ed, f_ed = gemm_time(tokens_per_expert, Fe / etp, h, peak, eff, hbm, elem)
-    t_experts = local_experts * (t_eu + t_ed)
-    f_experts = local_experts * (f_eu + f_ed)
+    t_eu, f_eu = kern.gemm(tokens_per_expert, h, e_up)
+    t_ed, f_ed = kern.gemm(tokens_per_expert, Fe / etp, h)
+    experts = (local_experts * (t_eu + t_ed), local_experts * (f_eu + f_ed))
     Fs = float(moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size))
     t_shared = f_shared = t_su = t_sd = 0.0
     if Fs:
-        t_su, f_su = gemm_time(tokens, h, (2.0 if model.gated_mlp else 1.0) * Fs / tp, peak, eff, hbm, elem)
-        t_sd, f_sd = gemm_time(tokens, Fs / tp, h, peak, eff, hbm, elem)
+        t_su, f_su = kern.gemm(kern.tokens, h, (2.0 if model.gated_mlp else 1.0) * Fs / kern.tp)
+        t_sd, f_sd = kern.gemm(kern.tokens, Fs / kern.tp, h)
         t_shared, f_shared = t_su + t_sd, f_su + f_sd
     # Router: a small BF16 GEMM on this rank's SP share of tokens.
-    t_router, f_router = gemm_time(tokens / rep_div, h, E, bf16_peak, bf16_gemm_efficiency(gpu, calib), hbm, BF16_BYTES)
+    router = gemm_time(kern.tokens / kern.rep_div, h, E, kern.bf16_peak, bf16_gemm_efficiency(gpu, calib), kern.hbm, BF16_BYTES)
+    return experts, (t_shared, f_shared, t_su, t_sd), router
+
+
+def _moe_layer(model: ModelSpec, batch: LayoutBatch, gpu: GPUSpec, calib: Calibration, asm: _LayerAssembler,
+               shared) -> LayerTimes:
+    """A layer whose MLP is an MoE block."""
+    kern = asm.kern
+    moe = model.moe
+    h = float(model.hidden_size)
+    top_k = float(moe.top_k)
+    Fe = float(moe.expert_ffn_hidden_size)
+    Fs = float(moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size))
+    (t_experts, f_experts), (t_shared, f_shared, t_su, t_sd), (t_router, f_router) = _moe_mlp_gemms(
+        model, batch, gpu, calib, kern
+    )
+    act = 3.0 if model.gated_mlp else 2.0
     # Elementwise: activation on routed tokens, shared-expert activation, and the token
     # shuffles of Megatron-Core's all-to-all dispatcher (token_dispatcher.py): permute into
     # expert order before the all-to-all and sort the received chunks by local expert after it
     # (read + write h per routed copy each), the reverse sort on combine, and the unpermute
     # that reads the k copies and writes one weighted sum: 7kh + h.
-    moe_elems = k * ((3.0 if model.gated_mlp else 2.0) * Fe + 7.0 * h) + h + (3.0 if model.gated_mlp else 2.0) * Fs
-    moe_layer = assemble(
+    moe_elems = top_k * (act * Fe + 7.0 * h) + h + act * Fs
+    moe_layer = asm.layer(
         t_experts + t_shared + t_router,
         f_experts + f_shared + f_router,
         moe_elems,
-        k * (h + Fe) + (h + Fs if Fs else 0.0),
+        top_k * (h + Fe) + (h + Fs if Fs else 0.0),
         t_su,
         t_sd,
         extra_kernels=MOE_EXTRA_KERNELS_PER_LAYER,
     )
-    shared_act = (3.0 if model.gated_mlp else 2.0) * Fs
+    t_norms, t_mla_up, f_mla_up = shared
+    zero = 0.0
     moe_layer.module_forward = {
         "layernorm": t_norms, "mla_up_proj": t_mla_up, "mlp": zero,
-        "moe_act": streamed(k * (3.0 if model.gated_mlp else 2.0) * Fe, tp),
-        "shared_experts": t_shared + streamed(shared_act, tp),
-        "moe": t_experts + t_shared + t_router + streamed(moe_elems, tp),
+        "moe_act": kern.streamed(top_k * act * Fe, kern.tp),
+        "shared_experts": t_shared + kern.streamed(act * Fs, kern.tp),
+        "moe": t_experts + t_shared + t_router + kern.streamed(moe_elems, kern.tp),
     }
     moe_layer.module_flops = {"layernorm": zero, "mla_up_proj": f_mla_up, "mlp": zero, "moe_act": zero,
                               "shared_experts": f_shared, "moe": f_experts + f_shared + f_router}
-    return dense, moe_layer
+    return moe_layer
+
+
+def dense_and_moe_layer_times(
+    model: ModelSpec, counts: ParamCounts, gpu: GPUSpec, batch: LayoutBatch, calib: Calibration
+) -> tuple[LayerTimes, LayerTimes]:
+    """Times of one dense layer and one MoE layer (the MoE one equals the dense one for dense models)."""
+    kern = _kernels(gpu, batch, calib)
+    asm = _LayerAssembler(model, counts, gpu, batch, calib, kern)
+    shared = _shared_modules(model, kern)
+    dense = _dense_layer(model, asm, shared)
+    if model.moe is None:
+        return dense, dense
+    return dense, _moe_layer(model, batch, gpu, calib, asm, shared)
 
 
 def _by_loss(code, unfused, fused, eager):
     """Per-layout value by ``LayoutBatch.loss`` code (costmodel.layout.LOSSES order)."""
     return np.where(code == 1, fused, np.where(code == 2, eager, unfused))
+
+
+def logit_bytes(batch: LayoutBatch):
+    """Bytes per logit alive at the loss, by loss kernel: a fused cross entropy keeps the BF16
+    logits and writes the gradient over them (2); Megatron's unfused loss an FP32 copy (4);
+    eager F.cross_entropy(logits.float()) holds at the start of backward the FP32 log-softmax
+    it saved, the dense FP32 NLL gradient and the FP32 log-softmax gradient (12)."""
+    return _by_loss(batch.loss, 4.0, 2.0, 12.0)
+
+
+def unfused_attention(batch: LayoutBatch):
+    """Where attention runs unfused (materialising the a x s scores), not as FlashAttention."""
+    return batch.attention == 1
 
 
 def lm_head_times(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: Calibration):

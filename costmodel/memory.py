@@ -11,9 +11,14 @@ kept, so the 5·a·s²·b term is gone and selective recompute saves nothing mor
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from costmodel.compute import logit_bytes, unfused_attention
 from costmodel.flops import attention_v_dim
+from costmodel.pipeline import argmax3, select3, stage_layer_mix
+from costmodel.result import MEMORY_TERMS
 from hardware_catalog.schema import ModelSpec
 
 GIB = float(2**30)
@@ -48,8 +53,8 @@ def activation_bytes_per_token(model: ModelSpec, tp, sp, moe_layer: bool, fp8=Fa
     rep_div = np.where(sp, tp, 1.0)
     sp_region = 8.0 * h + (2.0 * h if model.dropout else 0.0)
     if model.mla is not None:
-        m = model.mla
-        qkv = 2.0 * a * (2 * (m.qk_nope_head_dim + m.qk_rope_head_dim) + m.v_head_dim)
+        mla = model.mla
+        qkv = 2.0 * a * (2 * (mla.qk_nope_head_dim + mla.qk_rope_head_dim) + mla.v_head_dim)
     else:
         qkv = 2.0 * (a + 2.0 * g) * d
     attention = qkv + 2.0 * a * d_v
@@ -97,8 +102,8 @@ def recompute_module_savings_per_token(model: ModelSpec, tp, sp, moe_layer: bool
     per_ffn = 6.0 if model.gated_mlp else 4.0
     saved = bit("layernorm") * (4.0 - 2.0 * fp8) * h / rep_div
     if model.mla is not None:
-        m = model.mla
-        saved = saved + bit("mla_up_proj") * 2.0 * a * (2 * (m.qk_nope_head_dim + m.qk_rope_head_dim) + m.v_head_dim) / tp
+        mla = model.mla
+        saved = saved + bit("mla_up_proj") * 2.0 * a * (2 * (mla.qk_nope_head_dim + mla.qk_rope_head_dim) + mla.v_head_dim) / tp
     if moe_layer and model.moe is not None:
         moe = model.moe
         Fe = float(moe.expert_ffn_hidden_size)
@@ -164,3 +169,119 @@ def model_state_bytes(dense_params, expert_params, zero, dense_shard, expert_sha
     grads = grad_bytes * (dense_params / g_d + expert_params / g_e)
     optim = OPTIMIZER_BYTES * (dense_params / o_d + expert_params / o_e)
     return weights, grads, optim
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-stage memory of a chunk of layouts, and the fullest stage (what ``evaluate_batch`` reports).
+
+
+@dataclass(frozen=True, slots=True)
+class ActivationBytes:
+    """Bytes one layer keeps per token on one GPU, by layer kind (arrays over layouts)."""
+
+    dense: np.ndarray
+    """A dense layer without full recompute (selective recompute's savings taken off)."""
+    moe: np.ndarray
+    """The same for an MoE layer."""
+    full: np.ndarray
+    """A layer under full recompute: its input alone."""
+    logit: np.ndarray
+    """Bytes per logit alive at the loss (``compute.logit_bytes``, by loss kernel)."""
+    working_dense: np.ndarray
+    """A dense layer's activations rebuilt at once in backward under full recompute, per
+    micro-batch (0 without it)."""
+
+
+def activation_bytes(ctx, selective) -> ActivationBytes:
+    """Per-token activation bytes of each layer kind for ``ctx``'s layouts; ``selective``: the
+    ``recompute.SelectiveRecompute`` modules (what they drop is not kept)."""
+    model, batch, tp, sp, fp8 = ctx.model, ctx.batch, ctx.tp, ctx.sp, ctx.fp8
+    # Stored attention scores (unfused attention only) unless selective recompute drops them.
+    unfused = unfused_attention(batch)
+    scores = (
+        np.where(selective.has("core_attn") == 1, 0.0, attention_scores_bytes_per_token(model, tp, batch.seq_len, unfused))
+        if unfused.any()
+        else 0.0
+    )
+    a_dense = activation_bytes_per_token(model, tp, sp, moe_layer=False, fp8=fp8) + scores
+    a_moe = activation_bytes_per_token(model, tp, sp, moe_layer=True, fp8=fp8) + scores
+    modules = selective.modules
+    if np.any(modules > 1):
+        a_dense = a_dense - recompute_module_savings_per_token(model, tp, sp, False, fp8, modules)
+        a_moe = a_moe - recompute_module_savings_per_token(model, tp, sp, True, fp8, modules)
+    return ActivationBytes(
+        dense=a_dense,
+        moe=a_moe,
+        full=full_recompute_bytes_per_token(model, tp, sp),
+        logit=logit_bytes(batch),
+        # Full recompute rebuilds one layer's activations at a time during backward.
+        working_dense=np.where(ctx.full, ctx.tokens_mb * a_dense, 0.0),
+    )
+
+
+def stage_activations(ctx, act: ActivationBytes, share, n_dense, n_moe, rank):
+    """Activation bytes of a stage at its peak: what each micro-batch keeps (the ``share`` of
+    layers under full recompute keep their input only) times the micro-batches in flight on
+    pipeline rank ``rank``, plus the layer that full recompute rebuilds."""
+    tokens_mb, full = ctx.tokens_mb, ctx.full
+    if ctx.model.moe is None:
+        kept = tokens_mb * n_dense * (share * act.full + (1.0 - share) * act.dense)
+        working = act.working_dense
+    else:
+        kept = tokens_mb * (share * (n_dense + n_moe) * act.full + (1.0 - share) * (n_dense * act.dense + n_moe * act.moe))
+        working = np.where(full, tokens_mb * np.maximum(act.dense, np.where(n_moe > 0, act.moe, 0.0)), 0.0)
+    inflight = inflight_microbatches(rank, ctx.pp, ctx.vpp, ctx.m)
+    return kept * inflight + working
+
+
+def stage_model_states(ctx, sh, per_layer, params, n_moe):
+    """(weights, gradients, optimizer) bytes of a stage holding ``params`` (dense, expert)
+    under ``sh`` (``data_parallel.Sharding``); ``per_layer``: ``stage_params.LayerParams``."""
+    weights, grads, optim = model_state_bytes(
+        params[0], params[1], sh.zero, sh.dense_shard, sh.expert_shard, ctx.fp8, divisors=sh.state_divisors,
+        grad_bytes=sh.grad_bytes,
+    )
+    # ZeRO-3 materialises the current and the prefetched layer in full (under a pipeline the
+    # whole stage is gathered after a backward, counted by state_divisors).
+    layer_params = np.where(n_moe > 0, per_layer.moe_dense + per_layer.moe_expert, per_layer.dense_layer)
+    weights = weights + np.where((sh.zero == 3) & ~sh.pipelined_fsdp, 2.0 * WEIGHT_BYTES * layer_params, 0.0)
+    return weights, grads, optim
+
+
+def stage_memory(ctx, act, share, sh, per_layer, n_layers, params, rank, first_stage, last_stage) -> dict:
+    """GiB of each of ``MEMORY_TERMS`` and ``peak`` on one pipeline stage."""
+    nd, nm = stage_layer_mix(ctx.model, ctx.counts, n_layers, first_stage)
+    activations = stage_activations(ctx, act, share, nd, nm, rank)
+    # Logits on the last stage, [s, b, V/t] at ``act.logit`` bytes each: FP32 for Megatron's
+    # unfused loss (Korthikanti Sec. 4.3, 4sbv/t).
+    logits = np.where(last_stage, act.logit * ctx.tokens_mb * ctx.model.vocab_size / ctx.tp, 0.0)
+    weights, grads, optim = stage_model_states(ctx, sh, per_layer, params, nm)
+    mem = {
+        "weights": weights / GIB,
+        "gradients": grads / GIB,
+        "optimizer": optim / GIB,
+        "activations": activations / GIB,
+        "logits": logits / GIB,
+    }
+    # Fragmentation hits the many short-lived activation blocks; weights, gradient and
+    # optimizer buffers are few large allocations (Megatron allocates them contiguously).
+    mem["workspace"] = ctx.calib.workspace_gib + ctx.calib.fragmentation * (mem["activations"] + mem["logits"])
+    mem["peak"] = sum(mem[k] for k in MEMORY_TERMS)
+    return mem
+
+
+def peak_memory(ctx, split, full_recompute, selective, sh, per_layer, params):
+    """(memory GiB by term, fullest stage index): the most loaded of the first, middle and last
+    stages; ``params``: their (dense, expert) parameters per GPU."""
+    act = activation_bytes(ctx, selective)
+    stages = (
+        (split.first, 0.0, True, split.single),
+        (split.middle, 1.0, False, False),
+        (split.last, ctx.pp - 1.0, False, True),
+    )
+    mems = [
+        stage_memory(ctx, act, full_recompute.share(n_layers), sh, per_layer, n_layers, p, rank, first, last)
+        for (n_layers, rank, first, last), p in zip(stages, params)
+    ]
+    fullest = argmax3(*split.present(*(mem["peak"] for mem in mems)))
+    return {k: select3(fullest, *(mem[k] for mem in mems)) for k in list(MEMORY_TERMS) + ["peak"]}, fullest

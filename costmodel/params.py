@@ -99,15 +99,15 @@ def attention_params(model: ModelSpec) -> int:
     if model.mla is not None:
         # DeepSeek-V2 Sec. 2.1.2 / V3 config: q = W_uq (W_dq x), kv latent c = W_dkv x, k_rope = W_kr x,
         # k_nope, v = W_uk c, W_uv c; norms on the latents.
-        m = model.mla
-        qk_head = m.qk_nope_head_dim + m.qk_rope_head_dim
-        if m.q_lora_rank:
-            q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * a * qk_head
+        mla = model.mla
+        qk_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        if mla.q_lora_rank:
+            q = h * mla.q_lora_rank + mla.q_lora_rank + mla.q_lora_rank * a * qk_head
         else:
             q = h * a * qk_head
-        kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
-        kv += m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
-        out = a * m.v_head_dim * h
+        kv = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank
+        kv += mla.kv_lora_rank * a * (mla.qk_nope_head_dim + mla.v_head_dim)
+        out = a * mla.v_head_dim * h
         return q + kv + out
     d = model.head_size
     g = model.kv_heads

@@ -101,3 +101,50 @@ def partial_recompute_per_chunk(num_layers, pp, vpp, first, last, recompute_laye
     larger = np.where(q + 1 >= 4, chunk, np.clip(np.round((q + 1) / 4.0 * chunk), 1, chunk))
     distinct = (rl == 0) | ((per_chunk < chunk) & ((rl > 0) | (per_chunk < larger)))
     return per_chunk, distinct
+
+
+def stage_layer_mix(model, counts, n_layers, first_stage: bool):
+    """(dense layers, MoE layers) on a stage of ``n_layers``; leading dense layers sit on the
+    first stage (DeepSeek's first_k_dense_replace), the rest keep the model's MoE fraction."""
+    n = n_layers.astype(np.float64)
+    if model.moe is None:
+        return n, np.zeros_like(n)
+    lead = model.moe.num_dense_layers
+    rest_layers = model.num_layers - lead
+    moe_fraction = counts.num_moe_layers / rest_layers if rest_layers else 0.0
+    lead_here = np.minimum(n, lead) if first_stage else np.zeros_like(n)
+    moe = (n - lead_here) * moe_fraction
+    return n - moe, moe
+
+
+def argmax3(a, b, c):
+    """Index of the largest of three arrays (the first on ties, like np.argmax), elementwise;
+    cheaper than np.argmax over a stacked (3, n) array."""
+    return np.where((a >= b) & (a >= c), 0, np.where(b >= c, 1, 2))
+
+
+def select3(index, a, b, c):
+    """Elementwise a, b or c by ``index`` in {0, 1, 2} (np.choose without its overhead)."""
+    return np.where(index == 0, a, np.where(index == 1, b, c))
+
+
+class StageSplit:
+    """The three kinds of pipeline stage of a chunk of layouts: the first (embedding; with
+    pp = 1 also the last), the middle ones (pp - 2 of them, all alike) and the last (LM head)."""
+
+    __slots__ = ("first", "middle", "last", "single", "has_middle")
+
+    def __init__(self, model, batch, pp):
+        # Layers on the first, a middle and the last stage (int arrays).
+        self.first, self.middle, self.last, _ = stage_layer_split(
+            model.num_layers, batch.pp, batch.pp_first_layers, batch.pp_last_layers
+        )
+        # pp = 1: the first stage is also the last (embedding and head included).
+        self.single = pp == 1
+        # Some stage is neither first nor last.
+        self.has_middle = pp > 2
+
+    def present(self, first, middle, last):
+        """The three per-stage values with 0 for stage kinds a layout lacks (no middle stage
+        below pp = 3, no separate last stage at pp = 1), for taking a maximum over stages."""
+        return first, np.where(self.has_middle, middle, 0.0), np.where(self.single, 0.0, last)

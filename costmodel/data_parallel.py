@@ -1,0 +1,218 @@
+"""Data-parallel and ZeRO 0-3 communication per step: traffic, overlap windows, exposure, and
+the compute that hidden collectives slow down.
+
+ZeRO (Rajbhandari et al. 2020) shards optimizer states (stage 1), gradients (2) and weights (3)
+over the data-parallel x context-parallel ranks; experts over their own expert-data-parallel
+group (Megatron-Core MoE parallel folding). Priced on the stage holding the most parameters.
+The only module that reads ``batch.zero3_gather`` (early DeepSpeed's blocking ZeRO-3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel import collectives
+from costmodel.context import BF16, ChunkContext
+from costmodel.memory import zero_divisors
+from costmodel.placement import group_span
+from costmodel.stage_params import HeaviestStage
+from costmodel.zero3_blocking import blocking_zero3_time, parameter_tensors_per_layer
+
+GRAD_REDUCE_BYTES = 4.0  # Megatron accumulates and reduces main grads in FP32 under BF16 (arguments.py)
+PARAM_GATHER_BYTES = 2.0  # updated BF16 weights all-gathered after the sharded optimizer step
+BUCKET_PARAMS = 4e7
+"""Parameters per DDP / distributed-optimizer bucket, at least (Megatron-Core DDP bucket_size
+default max(40M, 1M x dp); PyTorch DDP's 25 MB buckets are of the same order)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sharding:
+    """How ZeRO shards each layout's model states."""
+
+    zero: np.ndarray
+    """ZeRO stage, 0-3."""
+    dense_shard: np.ndarray
+    """Ranks dense states are sharded over: dp · c."""
+    expert_shard: np.ndarray
+    """Ranks expert states are sharded over: the expert-data-parallel size t·c·dp / (ep·etp)."""
+    pipelined_fsdp: np.ndarray
+    """ZeRO-2/3 under a pipeline: FSDP2 in torch.distributed.pipelining (torchtitan; DeepSpeed
+    and Megatron have no ZeRO-2/3 with PP), which keeps gradients unsharded until the last
+    micro-batch (stage.py backward_maybe_with_nosync) and reduce-scatters once a step."""
+    unreplicated: np.ndarray
+    """Neither dense nor expert states have a data-parallel replica: nothing to reduce."""
+    grad_bytes: np.ndarray
+    """Bytes per gradient element: 4 (FP32 main grads), 2 with BF16 gradient buffers
+    (Megatron-Core grad_reduce_in_fp32=False, reduced in BF16 too)."""
+    state_divisors: tuple
+    """``memory.zero_divisors`` of the footprint: under a pipeline FSDP2 keeps a stage's
+    gradients (and, after a backward, its weights) unsharded for the whole step, ZeRO-1's."""
+
+
+def sharding(ctx: ChunkContext) -> Sharding:
+    """ZeRO sharding of ``ctx``'s layouts (the only reader of ``batch.zero`` and ``grad_dtype``)."""
+    batch = ctx.batch
+    zero = batch.zero
+    dense_shard = ctx.dp * ctx.cp
+    expert_shard = np.maximum(ctx.tp * ctx.cp * ctx.dp / (ctx.ep * ctx.etp), 1.0)
+    pipelined_fsdp = (ctx.pp > 1) & (zero >= 2)
+    return Sharding(
+        zero=zero,
+        dense_shard=dense_shard,
+        expert_shard=expert_shard,
+        pipelined_fsdp=pipelined_fsdp,
+        unreplicated=(dense_shard == 1) & (expert_shard <= 1),
+        grad_bytes=np.where(batch.grad_dtype == 1, BF16, GRAD_REDUCE_BYTES),
+        state_divisors=zero_divisors(np.where(pipelined_fsdp, 1, zero), dense_shard, expert_shard),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Traffic:
+    """Seconds of each data-parallel collective over the heaviest stage's parameters."""
+
+    grad_all_reduce: np.ndarray
+    """Gradient all-reduce (ZeRO-0)."""
+    grad_reduce_scatter: np.ndarray
+    """Gradient reduce-scatter (ZeRO >= 1)."""
+    param_all_gather: np.ndarray
+    """All-gather of the BF16 weights (updated shards for ZeRO-1/2, every use for ZeRO-3)."""
+    algorithm: np.ndarray
+    """Algorithm code of the gradient all-reduce (``collectives.ALGORITHMS``)."""
+    dp_local: np.ndarray
+    """Data-parallel ranks per scale-up domain."""
+    dp_nodes: np.ndarray
+    """Domains the data-parallel group spans."""
+
+
+def traffic(ctx: ChunkContext, sh: Sharding, heavy: HeaviestStage) -> Traffic:
+    """The collectives of one step, each split into the pieces that go out separately: ZeRO-3
+    / FSDP one layer (FSDP unit) at a time, DDP and the distributed optimizer per bucket of
+    max(40M, 1M x dp) parameters; every piece pays the collective's latency."""
+    batch = ctx.batch
+    # Data-parallel ranks stride t (order tp-cp-ep-dp-pp, cp folded in); experts stride ep·etp.
+    dp_local, dp_nodes = group_span(batch.dp * batch.cp, batch.tp, ctx.domain)
+    edp_local, edp_nodes = group_span(np.maximum(sh.expert_shard.astype(np.int64), 1), batch.ep * batch.etp, ctx.domain)
+    bucket_params = np.maximum(BUCKET_PARAMS, 1e6 * sh.dense_shard)
+    pieces = np.where(
+        sh.zero == 3,
+        np.maximum(heavy.layers, 1.0),
+        np.maximum(np.ceil((heavy.dense + heavy.expert) / bucket_params), 1.0),
+    )
+
+    def per_step(op, bytes_per_param):
+        dense_bytes = bytes_per_param * heavy.dense / pieces
+        t_dense, algo = collectives.collective_time(op, dense_bytes, dp_local, dp_nodes, ctx.fabric)
+        t_exp = 0.0
+        if ctx.model.moe is not None:
+            expert_bytes = bytes_per_param * heavy.expert / pieces
+            t_exp, _ = collectives.collective_time(op, expert_bytes, edp_local, edp_nodes, ctx.fabric)
+        return pieces * (t_dense + t_exp), algo
+
+    grad_ar, algo = per_step("all_reduce", sh.grad_bytes)
+    grad_rs, _ = per_step("reduce_scatter", sh.grad_bytes)
+    param_ag, _ = per_step("all_gather", PARAM_GATHER_BYTES)
+    return Traffic(grad_ar, grad_rs, param_ag, algo, dp_local, dp_nodes)
+
+
+def overlap_windows(ctx: ChunkContext, stage_compute):
+    """(forward, backward) compute one micro-batch offers to hide DP collectives behind: the
+    backward (2/3 of its compute) for gradient reduction, the forward (1/3) for the parameter
+    all-gather, times the achievable fraction ``dp_overlap``."""
+    window_bwd = ctx.calib.dp_overlap * stage_compute * (2.0 / 3.0)
+    window_fwd = ctx.calib.dp_overlap * stage_compute * (1.0 / 3.0)
+    return window_fwd, window_bwd
+
+
+def reduce_scatters_per_step(sh: Sharding, m):
+    """ZeRO-2 keeps only a shard of the gradients, so it reduce-scatters after every
+    micro-batch's backward (DeepSpeed stage 2 IPG buckets; FSDP SHARD_GRAD_OP without no_sync),
+    except under a pipeline (FSDP2 then syncs once a step); ZeRO-1 once a step."""
+    return np.where((sh.zero == 2) & ~sh.pipelined_fsdp, m, 1.0)
+
+
+def replicated_exposure(sh: Sharding, tr: Traffic, windows, rs_count):
+    """Exposed seconds of ZeRO 0-2. ZeRO-0: the all-reduce beyond the last micro-batch's
+    backward (PyTorch DDP buckets, Li et al. 2020; Megatron --overlap-grad-reduce). ZeRO-1/2:
+    the reduce-scatter there, and the all-gather of updated weights beyond the next step's
+    first forward (--overlap-param-gather)."""
+    window_fwd, window_bwd = windows
+    return np.where(
+        sh.zero == 0,
+        np.maximum(tr.grad_all_reduce - window_bwd, 0.0),
+        rs_count * np.maximum(tr.grad_reduce_scatter - window_bwd, 0.0)
+        + np.maximum(tr.param_all_gather - window_fwd, 0.0),
+    )
+
+
+def zero3_exposure(ctx: ChunkContext, sh: Sharding, tr: Traffic, windows, heavy: HeaviestStage):
+    """Exposed seconds of ZeRO-3 / FSDP per step, and whether it ran pipelined."""
+    window_fwd, window_bwd = windows
+    ag, rs, m = tr.param_all_gather, tr.grad_reduce_scatter, ctx.m
+    # Every micro-batch gathers weights for forward and again for backward and reduce-scatters
+    # gradients (Rajbhandari et al. 2020 Sec. 5.3; FSDP2 default), hidden behind its compute.
+    z3 = (np.maximum(ag - window_fwd, 0.0) + np.maximum(ag + rs - window_bwd, 0.0)) * m
+    # Under a pipeline (the export's reshard_after_forward=always): gathered for the step's first
+    # forward, freed after each forward and gathered again for its backward (which keeps them),
+    # gradients reduce-scattered once a step.
+    pipelined = sh.pipelined_fsdp & (sh.zero == 3)
+    z3 = np.where(
+        pipelined,
+        np.maximum(ag - window_fwd, 0.0) + m * np.maximum(ag - window_bwd, 0.0) + np.maximum(rs - window_bwd, 0.0),
+        z3,
+    )
+    # Early DeepSpeed ZeRO-3 (2021): per-tensor gathers behind torch.cuda.synchronize(), nothing
+    # hidden (costmodel.zero3_blocking). Its MoE-less design: expert weights counted with the rest.
+    blocking = (sh.zero == 3) & (ctx.batch.zero3_gather == 1)
+    if blocking.any():
+        calib = ctx.calib
+        z3_blocking = blocking_zero3_time(
+            heavy.dense + heavy.expert, heavy.layers, m, ctx.full,
+            PARAM_GATHER_BYTES, sh.grad_bytes, tr.dp_local, tr.dp_nodes, ctx.fabric, calib.kernel_overhead_us * 1e-6,
+            ctx.gpu.memory_bandwidth_gbps * 1e9 * calib.memory_bound_efficiency, parameter_tensors_per_layer(ctx.model),
+        )
+        z3 = np.where(blocking, z3_blocking, z3)
+    return z3, pipelined
+
+
+@dataclass(frozen=True, slots=True)
+class DataParallelComm:
+    """Data-parallel communication per step, seconds."""
+
+    terms: dict
+    """Exposed time terms: "dp_comm" (ZeRO 0-2) and "zero3_gather" (ZeRO-3 / FSDP)."""
+    hidden: np.ndarray
+    """Traffic hidden behind compute (reported as overlapped)."""
+    contention: np.ndarray
+    """Compute slowed by the hidden traffic: NCCL runs one thread block per channel on the SMs
+    (NCCL_MIN/MAX_NCHANNELS; 16-32 channels for rings over several NICs), so compute beside a
+    collective runs on fewer SMs (the cost DeepSeek-V3 Sec. 3.2.1 limits by giving its
+    all-to-all 20 of 132 SMs): ``comm_sm_fraction`` of the hidden seconds."""
+    algorithm: np.ndarray
+    """Algorithm code of the gradient all-reduce."""
+
+
+def data_parallel_comm(ctx: ChunkContext, sh: Sharding, heavy: HeaviestStage, stage_compute) -> DataParallelComm:
+    """Exposed and hidden DP / ZeRO traffic of the heaviest stage; ``stage_compute``: compute
+    seconds of one micro-batch on the slowest stage (the overlap window)."""
+    tr = traffic(ctx, sh, heavy)
+    windows = overlap_windows(ctx, stage_compute)
+    rs_count = reduce_scatters_per_step(sh, ctx.m)
+    z3, z3_pipelined = zero3_exposure(ctx, sh, tr, windows, heavy)
+    is_z3 = sh.zero == 3
+    zero3_exposed = np.where(sh.unreplicated, 0.0, np.where(is_z3, z3, 0.0))
+    dp_exposed = np.where(sh.unreplicated, 0.0, np.where(is_z3, 0.0, replicated_exposure(sh, tr, windows, rs_count)))
+    ag, rs, m = tr.param_all_gather, tr.grad_reduce_scatter, ctx.m
+    dp_hidden = np.where(sh.zero == 0, tr.grad_all_reduce, rs_count * rs + ag) - dp_exposed
+    dp_hidden = np.where(is_z3 | sh.unreplicated, 0.0, dp_hidden)
+    z3_traffic = np.where(z3_pipelined, (1.0 + m) * ag + rs, (2.0 * ag + rs) * m)
+    z3_hidden = np.where(is_z3, np.maximum(z3_traffic - zero3_exposed, 0.0), 0.0)
+    z3_hidden = np.where(sh.unreplicated, 0.0, z3_hidden)
+    return DataParallelComm(
+        terms={"dp_comm": dp_exposed, "zero3_gather": zero3_exposed},
+        hidden=dp_hidden + z3_hidden,
+        contention=ctx.calib.comm_sm_fraction * np.maximum(dp_hidden + z3_hidden, 0.0),
+        algorithm=tr.algorithm,
+    )

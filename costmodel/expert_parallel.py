@@ -1,0 +1,104 @@
+"""Expert-parallel communication: the token all-to-alls of each MoE layer.
+
+Every MoE layer dispatches its routed tokens to the experts' ranks and combines the results
+back, one all-to-all each per pass (GShard, Lepikhin et al. 2020; Megatron-Core alltoall token
+dispatcher), over the ep group. The only module that reads ``batch.moe_dispatcher`` (DeepEP's
+node deduplication) and ``batch.ep_comm_overlap`` (DeepSeek-V3's pairing of micro-batches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel import collectives
+from costmodel.compute import LayerTimes
+from costmodel.context import BF16, ChunkContext
+from costmodel.placement import group_span
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertParallelComm:
+    """EP all-to-all seconds of one MoE layer, one micro-batch."""
+
+    per_pass: np.ndarray
+    """Dispatch + combine of one pass."""
+    overlap_on: np.ndarray | None
+    """Where --ep-comm-overlap pairs micro-batches (None: nowhere in this chunk)."""
+    paired_exposed: np.ndarray | None
+    """With the pairing, what the forward and backward all-to-alls leave exposed per layer."""
+
+
+def distinct_nodes(nodes, top_k, group_topk=None):
+    """Expected distinct nodes among ``top_k`` experts drawn uniformly over ``nodes`` nodes,
+    n(1 - (1 - 1/n)^k), capped at the ``group_topk`` groups of node-limited routing."""
+    distinct = nodes * (1.0 - (1.0 - 1.0 / nodes) ** top_k)
+    if group_topk:
+        distinct = np.minimum(distinct, float(group_topk))
+    return distinct
+
+
+def deepep_traffic_share(ep_nodes, moe):
+    """Share of the routed copies DeepEP sends over the network (DeepSeek-V3 report Sec. 3.2.2;
+    Megatron --moe-token-dispatcher-type flex): a token crosses once per destination node and
+    is forwarded over NVLink there, so distinct nodes / k of its k copies; 1 inside one node."""
+    group_topk = moe.router_group_topk if moe.router_groups else None
+    distinct = distinct_nodes(ep_nodes.astype(np.float64), moe.top_k, group_topk)
+    return np.where(ep_nodes > 1, np.minimum(distinct / moe.top_k, 1.0), 1.0)
+
+
+def all_to_all_per_pass(ctx: ChunkContext):
+    """Dispatch + combine seconds of one MoE layer per pass, over the ep group (stride etp
+    under MoE parallel folding); the routed copies of this rank's (SP share of) tokens, k each."""
+    batch, moe = ctx.batch, ctx.model.moe
+    if moe is None or not np.any(ctx.ep > 1):
+        return np.zeros(ctx.n)
+    ep_local, ep_nodes = group_span(batch.ep, batch.etp, ctx.domain)
+    routed_bytes = ctx.tokens_mb / np.where(ctx.sp, ctx.tp, 1.0) * moe.top_k * ctx.h * BF16
+    if batch.moe_dispatcher.any():
+        routed_bytes = routed_bytes * np.where(batch.moe_dispatcher == 1, deepep_traffic_share(ep_nodes, moe), 1.0)
+    a2a, _ = collectives.collective_time("all_to_all", routed_bytes, ep_local, ep_nodes, ctx.fabric)
+    return 2.0 * a2a
+
+
+def paired_exposure(one_a2a, moe_layer: LayerTimes):
+    """Exposed all-to-all seconds per MoE layer when a forward and a backward micro-batch run
+    side by side (DeepSeek-V3 report Sec. 3.2.1, Fig. 4; Megatron-Core MoE README, v0.14
+    batch-level overlap): backward combine || forward attention, forward dispatch || backward
+    MLP, backward dispatch || forward MLP, forward combine || backward attention. A collective
+    longer than its partner stays exposed by the difference. "Attention" is all but the MoE
+    block; backward splits like forward."""
+    mlp_f = moe_layer.module_forward["moe"]
+    attn_f = np.maximum(moe_layer.forward - mlp_f, 0.0)
+    mlp_b = moe_layer.backward * mlp_f / np.maximum(moe_layer.forward, 1e-30)
+    attn_b = np.maximum(moe_layer.backward - mlp_b, 0.0)
+    return sum(np.maximum(one_a2a - partner, 0.0) for partner in (attn_f, mlp_b, mlp_f, attn_b))
+
+
+def layer_comm(ctx: ChunkContext, moe_layer: LayerTimes) -> ExpertParallelComm:
+    """EP all-to-all time per MoE layer and what the micro-batch pairing leaves of it."""
+    per_pass = all_to_all_per_pass(ctx)
+    batch = ctx.batch
+    if ctx.model.moe is None or not batch.ep_comm_overlap.any():
+        return ExpertParallelComm(per_pass, None, None)
+    # The pairing needs two micro-batches in different phases at once: interleaved pipelines
+    # or none (Megatron-Core requires one of them for --overlap-moe-expert-parallel-comm).
+    overlap_on = batch.ep_comm_overlap & ((ctx.vpp > 1) | (ctx.pp == 1))
+    return ExpertParallelComm(per_pass, overlap_on, paired_exposure(per_pass / 2.0, moe_layer))
+
+
+def stage_time(comm: ExpertParallelComm, runs, n_moe, comm_sm_fraction):
+    """(exposed EP seconds, compute slowed by the hidden ones) of one micro-batch on a stage of
+    ``n_moe`` MoE layers whose all-to-alls run ``runs`` times (passes + selective re-runs).
+
+    Paired, the forward and backward all-to-alls hide behind the other micro-batch; a
+    recomputed forward's have no partner. Hidden ones still hold SMs (DeepSeek-V3 Sec. 3.2.1
+    gives its all-to-all 20 of 132): ``comm_sm_fraction`` of them is added to compute.
+    """
+    ep = runs * n_moe * comm.per_pass
+    if comm.overlap_on is None:
+        return ep, None
+    exposed = n_moe * comm.paired_exposed + np.maximum(ep - 2.0 * n_moe * comm.per_pass, 0.0)
+    hidden = np.where(comm.overlap_on, ep - exposed, 0.0)
+    return np.where(comm.overlap_on, exposed, ep), comm_sm_fraction * hidden

@@ -1,0 +1,100 @@
+"""Tensor-parallel communication of one layer, and what --tp-comm-overlap hides of it.
+
+Megatron TP (Shoeybi et al. 2019, Fig. 4) runs one collective pair per block (attention, MLP)
+per pass: an all-reduce, or with sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2)
+an all-gather before the block and a reduce-scatter after it, over the tp ranks of the
+micro-batch's activations. The only module that reads ``batch.tp_comm_overlap``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from costmodel import collectives
+from costmodel.compute import LayerTimes
+from costmodel.context import ChunkContext
+from costmodel.placement import group_span
+
+TP_OVERLAP_SM_MARGIN = (24.0 / (132.0 - 24.0), 16.0 / (132.0 - 16.0))
+"""Extra time of a GEMM that runs beside a pipelined reduce-scatter holding n of the GPU's SMs:
+n / (SMs - n), for the attention output projection (24 of 132 H100 SMs) and the MLP down
+projection (16 of 132) in NeMo's userbuffers configs."""
+
+
+@dataclass(frozen=True, slots=True)
+class TensorParallelComm:
+    """Exposed TP communication of one layer, one micro-batch, one pass, seconds."""
+
+    dense: np.ndarray
+    """Per dense layer: two collective pairs (attention and MLP), or what overlap leaves."""
+    moe: np.ndarray
+    """Per MoE layer: the attention pair, plus the shared experts' pair where there are any
+    (routed experts use EP, not TP)."""
+    dense_layer: LayerTimes
+    """The dense layer's times, its forward slowed by the SMs overlapped reduce-scatters hold."""
+    moe_layer: LayerTimes
+    """The same for the MoE layer."""
+
+
+def collective_pair(ctx: ChunkContext):
+    """(pair, all-gather, all-reduce) seconds of one block's TP collectives per pass: AG + RS
+    under SP, else one all-reduce (Korthikanti Sec. 4.2.2: the same bytes either way). The
+    single collectives are None when no layout has tp > 1."""
+    if not np.any(ctx.tp > 1):
+        return np.zeros(ctx.n), None, None
+    tp_local, tp_nodes = group_span(ctx.batch.tp, 1, ctx.domain)
+    ag, _ = collectives.collective_time("all_gather", ctx.act_bytes, tp_local, tp_nodes, ctx.fabric)
+    rs, _ = collectives.collective_time("reduce_scatter", ctx.act_bytes, tp_local, tp_nodes, ctx.fabric)
+    ar, _ = collectives.collective_time("all_reduce", ctx.act_bytes, tp_local, tp_nodes, ctx.fabric)
+    return np.where(ctx.sp, ag + rs, ar), ag, ar
+
+
+def overlapped_exposure(one, tp, gemms):
+    """What --tp-comm-overlap leaves exposed of collectives ``one`` each beside one of ``gemms``.
+
+    TransformerEngine userbuffers (Megatron-Core "Communication overlap" docs): each all-gather
+    is split into tp chunks pipelined with the GEMM it feeds, each reduce-scatter with the GEMM
+    producing it; backward pairs them with dgrad/wgrad GEMMs of the same size. Exposed is the
+    part longer than its GEMM, and at least the one chunk (1/tp) with nothing to overlap with.
+    """
+    return sum(np.maximum(one - gemm, one / tp) for gemm in gemms)
+
+
+def sm_margin_cost(overlap_on, layer: LayerTimes):
+    """Forward seconds the GEMMs beside overlapped reduce-scatters lose to the SMs those hold.
+
+    TE's "pipeline" reduce-scatters run communication kernels on SMs the GEMM then lacks
+    (set_sm_margin): NeMo's tuned H100 configs reserve 24 of 132 SMs beside the attention output
+    projection and 16 beside the MLP down projection (NeMo recipes/tp_overlap_configs/
+    userbuffers.py); the all-gathers use copy-engine ring exchange and cost no SMs.
+    """
+    _, out_proj, _, mlp_down = layer.tp_neighbour_gemms
+    return np.where(overlap_on, out_proj * TP_OVERLAP_SM_MARGIN[0] + mlp_down * TP_OVERLAP_SM_MARGIN[1], 0.0)
+
+
+def layer_comm(ctx: ChunkContext, dense: LayerTimes, moe: LayerTimes) -> TensorParallelComm:
+    """Exposed TP communication per layer and pass, with --tp-comm-overlap where it runs."""
+    pair, ag, ar = collective_pair(ctx)
+    tp_dense = 2.0 * pair
+    moe_model = ctx.model.moe is not None
+    tp_moe = (2.0 if ctx.shared_experts else 1.0) * pair if moe_model else tp_dense
+    # Userbuffers overlap needs SP (its all-gather / reduce-scatter split) and tp > 1.
+    overlap_on = ctx.batch.tp_comm_overlap & ctx.sp & (ctx.tp > 1)
+    if overlap_on.any():
+        one = np.where(ctx.sp, ag, ar)  # one collective (AG ~ RS in time)
+        tp_dense = np.where(overlap_on, overlapped_exposure(one, ctx.tp, dense.tp_neighbour_gemms), tp_dense)
+        dense = replace(dense, forward=dense.forward + sm_margin_cost(overlap_on, dense))
+        if moe_model:
+            # Without shared experts only the attention pair runs under TP.
+            gemms = moe.tp_neighbour_gemms if ctx.shared_experts else moe.tp_neighbour_gemms[:2]
+            tp_moe = np.where(overlap_on, overlapped_exposure(one, ctx.tp, gemms), tp_moe)
+            moe = replace(moe, forward=moe.forward + sm_margin_cost(overlap_on, moe))
+    return TensorParallelComm(tp_dense, tp_moe, dense, moe)
+
+
+def stage_time(comm: TensorParallelComm, passes, n_dense, n_moe):
+    """Exposed TP seconds of one micro-batch on a stage of ``n_dense`` dense and ``n_moe`` MoE
+    layers, each running ``passes`` passes (forward, backward, a recomputed forward)."""
+    return passes * (n_dense * comm.dense + n_moe * comm.moe)

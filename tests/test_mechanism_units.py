@@ -1,0 +1,277 @@
+"""One unit test per cost-model mechanism module: a tiny setup (catalog models, a hand-made fabric
+of round numbers) and a value derived by hand from the formula and its source, in the comments.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from costmodel import context_parallel, data_parallel, expert_parallel, recompute, schedule, tensor_parallel
+from costmodel.calibration import DEFAULT
+from costmodel.collectives import Fabric, LinkLevel
+from costmodel.compute import LayerTimes
+from costmodel.context import chunk_context
+from costmodel.layout import LayoutBatch, recompute_modules_mask
+from costmodel.memory import activation_bytes, inflight_microbatches, stage_activations
+from costmodel.optimizer import optimizer_time, owned_params
+from costmodel.params import count_params
+from costmodel.pipeline import StageSplit
+from costmodel.stage_params import heaviest_stage, layer_params, params_per_stage
+from costmodel.utilization import recomputed_flops_per_token, utilization
+from hardware_catalog import get_cluster, get_gpu, get_model
+
+H100 = get_cluster("dgx-h100")  # 8 GPUs per NVLink domain
+LLAMA_8B = get_model("llama3-8b")  # h 4096, 32 layers, g 8 KV heads of d 128, V 128256, untied
+MIXTRAL = get_model("mixtral-8x7b")  # h 4096, 8 experts, top-2, no shared experts
+DEEPSEEK_V3 = get_model("deepseek-v3")  # top-8 of 256 experts, 8 router groups, top-4 groups
+
+# Round numbers: NVLink 100 GB/s and 1 us per step, network 10 GB/s and 10 us, 8 GPUs a domain.
+B_IN, ALPHA_IN = 100e9, 1e-6
+B_NET, ALPHA_NET = 10e9, 10e-6
+FABRIC = Fabric(
+    intra=LinkLevel(bandwidth=B_IN, latency=ALPHA_IN, topology="switch"),
+    inter=LinkLevel(bandwidth=B_NET, latency=ALPHA_NET, topology="switch"),
+    domain_size=8,
+)
+RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
+
+
+def _ctx(model, recompute="none", **columns):
+    """ChunkContext of one layout (LayoutBatch codes; recompute by name) on the round fabric."""
+    columns.setdefault("seq_len", 4096)
+    batch = LayoutBatch.from_arrays(recompute=RECOMPUTE_CODE[recompute], **columns)
+    return chunk_context(model, H100, batch, get_gpu(H100.gpu), DEFAULT, FABRIC, count_params(model))
+
+
+def _layer(forward=0.0, backward=0.0, attention=0.0, modules=None, gemms=(0.0, 0.0, 0.0, 0.0)):
+    lt = LayerTimes(np.array([forward]), np.array([backward]), np.array([attention]), np.array([0.0]), gemms)
+    lt.module_forward = {name: 0.0 for name in ("layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts", "moe")}
+    lt.module_forward.update(modules or {})
+    return lt
+
+
+def test_context_micro_batches_and_tokens():
+    # m = gbs / (dp · b) = 512 / (4 · 2) = 64; tokens per micro-batch per GPU b·s/c = 2·8192/2.
+    ctx = _ctx(LLAMA_8B, tp=2, cp=2, dp=4, pp=2, mbs=2, gbs=512, seq_len=8192)
+    assert ctx.m[0] == 64.0
+    assert ctx.tokens_mb[0] == 8192.0
+    assert ctx.gpus[0] == 2 * 2 * 4 * 2
+    assert ctx.act_bytes[0] == 8192.0 * 4096 * 2  # [s/c, b, h] in BF16
+
+
+def test_tensor_parallel_pair_is_two_ring_collectives():
+    # tp 4 inside one NVLink domain, SP: all-gather + reduce-scatter of the micro-batch's
+    # activations S = s·b·h·2 bytes, each a ring: (n-1)·alpha + (n-1)/n · S/B (Patarasuk & Yuan
+    # 2009). Without SP one ring all-reduce, 2(n-1)·alpha + 2(n-1)/n · S/B: the same time
+    # (Korthikanti et al. 2022, Sec. 4.2.2). Megatron runs one pair per block, two per layer.
+    S = 4096 * 4096 * 2.0
+    ring = 3 * ALPHA_IN + 0.75 * S / B_IN
+    for sp in (True, False):
+        ctx = _ctx(LLAMA_8B, tp=4, dp=2, sequence_parallel=sp)
+        pair, _, _ = tensor_parallel.collective_pair(ctx)
+        assert pair[0] == pytest.approx(2 * ring, rel=1e-12)
+        dense = _layer()
+        comm = tensor_parallel.layer_comm(ctx, dense, dense)
+        assert comm.dense[0] == pytest.approx(4 * ring, rel=1e-12)
+
+
+def test_tensor_parallel_overlap_exposure_and_sm_margin():
+    # Userbuffers overlap: a collective beside a GEMM stays exposed by max(collective - GEMM,
+    # collective / tp) (the first of tp chunks has no partner). Collective 1 ms, tp 4: beside a
+    # 0.5 ms GEMM 0.5 ms, beside a 2 ms GEMM the 0.25 ms chunk.
+    one, tp = np.array([1e-3]), np.array([4.0])
+    exposed = tensor_parallel.overlapped_exposure(one, tp, (np.array([0.5e-3]), np.array([2e-3])))
+    assert exposed[0] == pytest.approx(0.5e-3 + 0.25e-3)
+    # SM margin (NeMo userbuffers configs): 24 of 132 SMs beside the output projection, 16
+    # beside the MLP down projection, each costing n / (132 - n) of that GEMM's time.
+    layer = _layer(gemms=(0.0, np.array([1e-3]), 0.0, np.array([2e-3])))
+    cost = tensor_parallel.sm_margin_cost(np.array([True, False]), layer)
+    assert cost[0] == pytest.approx(1e-3 * 24 / 108 + 2e-3 * 16 / 116)
+    assert cost[1] == 0.0
+
+
+def test_context_parallel_ring_exposure_and_kv_bytes():
+    # Ring attention: c - 1 steps, each hidden behind one of c attention chunks (forward) or its
+    # backward (2.5x, FlashAttention recomputes). c = 4, attention 2 s -> chunk 0.5 s; K/V step
+    # 1 s forward, 2 s backward: exposed 3 x 0.5 = 1.5 s forward, 3 x (2 - 1.25) = 2.25 s backward.
+    fwd, bwd = context_parallel.ring_exposed(3.0, 1.0, 2.0, 2.0, 4.0)
+    assert (fwd, bwd) == (pytest.approx(1.5), pytest.approx(2.25))
+    # K/V of one step: tokens b·s/c times K and V of g/t heads of d = 128, BF16. tp 2: 4 heads
+    # -> 2·4·128 per token; tp 16 > g = 8: one (replicated) head per rank.
+    for tp, heads in ((2, 4), (16, 1)):
+        ctx = _ctx(LLAMA_8B, tp=tp, cp=4, dp=1, mbs=1, seq_len=32768)
+        assert context_parallel.kv_bytes(ctx)[0] == pytest.approx(8192 * 2 * heads * 128 * 2)
+
+
+def test_context_parallel_step_is_one_p2p_send():
+    # tp 2 x cp 2 in one domain: a ring step is one NVLink send alpha + S/B of the K/V chunk.
+    ctx = _ctx(LLAMA_8B, tp=2, cp=2, dp=2, mbs=1, seq_len=8192)
+    kv = 4096 * 2 * 4 * 128 * 2.0
+    layer = _layer(attention=1e-9)  # attention far shorter than the send: nearly all exposed
+    comm = context_parallel.layer_comm(ctx, layer, layer)
+    chunk = 1e-9 / 2
+    assert comm.dense_forward[0] == pytest.approx(ALPHA_IN + kv / B_IN - chunk, rel=1e-12)
+
+
+def test_expert_parallel_deepep_distinct_nodes():
+    # k experts drawn uniformly over n nodes reach n(1 - (1 - 1/n)^k) distinct nodes; DeepEP
+    # sends one network copy per node (DeepSeek-V3 Sec. 3.2.2). n = 4, k = 8: 4(1 - 0.75^8).
+    assert expert_parallel.distinct_nodes(4.0, 8) == pytest.approx(4 * (1 - 0.75**8))
+    # DeepSeek-V3 (k 8) over 1, 4 and 8 nodes: all copies inside one node; 4(1 - 0.75^8) / 8 of
+    # them; over 8 nodes 8(1 - (7/8)^8) = 5.25 nodes, capped by node-limited routing at 4 groups.
+    share = expert_parallel.deepep_traffic_share(np.array([1, 4, 8]), DEEPSEEK_V3.moe)
+    np.testing.assert_allclose(share, [1.0, 4 * (1 - 0.75**8) / 8, 4 / 8])
+
+
+def test_expert_parallel_all_to_all_inside_one_domain():
+    # Mixtral, ep 8 in one NVLink domain: per pass a dispatch and a combine all-to-all of the
+    # k = 2 routed copies of 4096 tokens x h 4096 in BF16, each a direct exchange:
+    # (n-1)·alpha + (n-1)/n · S/B (Thakur et al. 2005, Sec. 3.6).
+    ctx = _ctx(MIXTRAL, tp=1, dp=8, ep=8, mbs=1, seq_len=4096)
+    S = 4096 * 2 * 4096 * 2.0
+    assert expert_parallel.all_to_all_per_pass(ctx)[0] == pytest.approx(2 * (7 * ALPHA_IN + 7 / 8 * S / B_IN), rel=1e-12)
+
+
+def test_expert_parallel_overlap_pairing():
+    # DeepSeek-V3 Fig. 4: each all-to-all beside one computation of the other micro-batch.
+    # Forward 4 s, of which the MoE block 1 s (attention 3 s); backward 8 s splits alike (MLP 2,
+    # attention 6). All-to-all 2.5 s: exposed 0 + 0.5 + 1.5 + 0 = 2 s per layer.
+    moe = _layer(forward=4.0, backward=8.0, modules={"moe": np.array([1.0])})
+    paired = expert_parallel.paired_exposure(np.array([2.5]), moe)
+    assert paired[0] == pytest.approx(2.0)
+    # A stage of 2 MoE layers, 3 runs (forward, backward, a recomputed forward) of 5 s each:
+    # 30 s; paired: 2 x 2 s for forward + backward, the recomputed forward's 10 s unpaired;
+    # the 16 s hidden cost comm_sm_fraction of compute.
+    comm = expert_parallel.ExpertParallelComm(np.array([5.0]), np.array([True]), paired)
+    exposed, sm_cost = expert_parallel.stage_time(comm, 3.0, 2.0, 0.12)
+    assert exposed[0] == pytest.approx(14.0)
+    assert sm_cost[0] == pytest.approx(0.12 * 16.0)
+
+
+def test_recompute_block_share_and_selective_modules():
+    # Megatron's block method: per chunk round(q/4 · chunk) layers. pp 4 -> 8 layers a stage,
+    # vpp 2 -> chunks of 4, 2 quarters -> 2 layers a chunk, 4 of the stage's 8: share 1/2.
+    ctx = _ctx(LLAMA_8B, "full", tp=1, pp=4, vpp=2, dp=2, recompute_layers=-2)
+    split = StageSplit(LLAMA_8B, ctx.batch, ctx.pp)
+    assert recompute.FullRecompute(ctx, split.middle).share(split.middle)[0] == 0.5
+    assert recompute.block_share(np.array([4.0]), np.array([8]), np.array([False]), np.array([True]))[0] == 1.0
+    # Selective core_attn + mlp: their forwards run again, 1 s + 0.5 s; the recomputed MLP
+    # repeats its TP pair, half of the layer's two.
+    ctx = _ctx(LLAMA_8B, "selective", tp=2, dp=4, recompute_modules=recompute_modules_mask(["core_attn", "mlp"]))
+    sel = recompute.SelectiveRecompute(ctx)
+    layer = _layer(attention=1.0, modules={"mlp": np.array([0.5]), "layernorm": np.array([0.25])})
+    cost = recompute.selective_cost(sel, layer, layer, np.array([0.2]), np.array([0.2]), False)
+    assert cost.dense_forward[0] == pytest.approx(1.5)
+    assert cost.tp_dense[0] == pytest.approx(0.1)
+
+
+def test_schedule_bubble_and_p2p_count():
+    # Interleaved 1F1B: fill and drain cost (p - 1)/v stage times (Narayanan et al. 2021,
+    # Sec. 2.2.2): p 4, v 2, equal stages of 1 s -> 1.5 s.
+    ctx = _ctx(LLAMA_8B, tp=1, pp=4, vpp=2, dp=2)
+    split = StageSplit(LLAMA_8B, ctx.batch, ctx.pp)
+    t = np.array([1.0])
+    assert schedule.bubble(split, (t, t, t), t, ctx.pp, ctx.vpp)[0] == pytest.approx(1.5)
+    # 1F1B waits on 2 sends per micro-batch step: 2(m + p - 1) = 2(8 + 3) = 22. Interleaved
+    # (v 2) only in warm-up and flush: 2 x min(2(p-1) + (v-1)p, m·v) = 2 x min(10, 16) = 20.
+    assert schedule.p2p_count(4.0, 1.0, 8.0) == 22.0
+    assert schedule.p2p_count(4.0, 2.0, 8.0) == 20.0
+
+
+def test_schedule_p2p_inside_one_domain():
+    # pp 4 x tp 2 = 8 GPUs, one domain: each of 2(m + p - 1) sends of the SP shard of the
+    # activations (s·b·h·2 / t bytes) costs alpha + S/B on NVLink. m = 16 / (1 · 1) = 16.
+    ctx = _ctx(LLAMA_8B, tp=2, pp=4, dp=1, mbs=1, gbs=16)
+    split = StageSplit(LLAMA_8B, ctx.batch, ctx.pp)
+    S = 4096 * 4096 * 2.0 / 2
+    assert schedule.p2p_exposed(ctx, split)[0] == pytest.approx(2 * (16 + 3) * (ALPHA_IN + S / B_IN), rel=1e-12)
+
+
+def test_stage_params_heaviest_stage():
+    # pp 2: 16 layers a stage; the first adds the input embedding V·h, the last the (untied) LM
+    # head V·h and the final norm h: the last is heavier by h.
+    ctx = _ctx(LLAMA_8B, tp=1, pp=2, dp=4)
+    split = StageSplit(LLAMA_8B, ctx.batch, ctx.pp)
+    counts = count_params(LLAMA_8B)
+    params = params_per_stage(ctx, split, layer_params(ctx))
+    heavy = heaviest_stage(ctx, split, params)
+    V, h = 128256, 4096
+    assert heavy.index[0] == 2
+    assert heavy.dense[0] == 16 * counts.dense_layer + V * h + h
+    assert params[0][0][0] == 16 * counts.dense_layer + V * h
+    assert heavy.layers[0] == 16.0
+
+
+def test_data_parallel_zero_exposure():
+    # ZeRO-0: the all-reduce beyond the backward window; ZeRO-1: reduce-scatter beyond the
+    # backward window (max(0, 3 - 2.5)) + all-gather beyond the forward one (max(0, 2 - 1)).
+    sh = SimpleNamespace(zero=np.array([0, 1]))
+    tr = SimpleNamespace(grad_all_reduce=np.array([4.0, 4.0]), grad_reduce_scatter=np.array([3.0, 3.0]),
+                         param_all_gather=np.array([2.0, 2.0]))
+    exposed = data_parallel.replicated_exposure(sh, tr, (1.0, 2.5), 1.0)
+    np.testing.assert_allclose(exposed, [1.5, 1.5])
+    # ZeRO-2 reduce-scatters after every micro-batch, except pipelined (FSDP2, once a step).
+    sh = SimpleNamespace(zero=np.array([1, 2, 2]), pipelined_fsdp=np.array([False, False, True]))
+    np.testing.assert_array_equal(data_parallel.reduce_scatters_per_step(sh, 8.0), [1.0, 8.0, 1.0])
+
+
+def test_data_parallel_sharding_groups():
+    # Dense states shard over dp·c = 8; experts over t·c·dp / (ep·etp) = 2·2·4 / (4·1) = 4.
+    ctx = _ctx(MIXTRAL, tp=2, cp=2, dp=4, ep=4, etp=1, zero=1)
+    sh = data_parallel.sharding(ctx)
+    assert (sh.dense_shard[0], sh.expert_shard[0]) == (8.0, 4.0)
+    assert not sh.unreplicated[0]
+
+
+def test_optimizer_step_bytes():
+    # ZeRO-1 over 8 ranks owns 1/8 of 1e9 dense parameters; Adam moves 34 B per owned parameter
+    # (grad, master, m, v read; master, m, v, BF16 weight written; grad read again for the norm)
+    # at the memory-bound share of HBM bandwidth.
+    owned = owned_params(np.array([1, 0]), 1e9, 0.0, 8.0, 1.0)
+    np.testing.assert_allclose(owned, [1.25e8, 1e9])
+    ctx = _ctx(LLAMA_8B, tp=1, dp=8, zero=1)
+    heavy = SimpleNamespace(dense=np.array([1e9]), expert=0.0)
+    sh = SimpleNamespace(zero=np.array([1]), dense_shard=np.array([8.0]), expert_shard=np.array([1.0]))
+    gpu = get_gpu(H100.gpu)
+    expected = 34 * 1.25e8 / (gpu.memory_bandwidth_gbps * 1e9 * DEFAULT.memory_bound_efficiency)
+    assert optimizer_time(ctx, sh, heavy)[0] == pytest.approx(expected)
+
+
+def test_memory_inflight_and_full_recompute_activations():
+    # 1F1B: stage i holds min(m, p - i) micro-batches (Narayanan et al. 2021, Sec. 2.2.1).
+    np.testing.assert_array_equal(inflight_microbatches(np.array([0, 3, 0]), 4, 1, np.array([8, 8, 2])), [4, 1, 2])
+    # Full recompute keeps each layer's input, 2h / t bytes per token under SP (Korthikanti
+    # Table 2): 8 layers x 4096 tokens x 4096 B per micro-batch. Stage 0 holds 4 micro-batches,
+    # stage 3 one: 3 x that more (the rebuilt working layer is the same on both).
+    ctx = _ctx(LLAMA_8B, "full", tp=2, pp=4, dp=1, mbs=1, gbs=8)
+    act = activation_bytes(ctx, recompute.SelectiveRecompute(ctx))
+    one, n = np.array([1.0]), np.array([8.0])
+    first = stage_activations(ctx, act, one, n, 0.0 * n, 0.0)
+    last = stage_activations(ctx, act, one, n, 0.0 * n, 3.0)
+    assert (first - last)[0] == pytest.approx(3 * 8 * 4096 * 4096.0)
+
+
+def test_utilization_counts_recompute_as_hardware_flops():
+    # Full recompute of every layer adds a forward: 2 FLOPs per layer weight (attention + MLP +
+    # norms of 32 dense layers; the head is not recomputed) + the attention core forward.
+    from costmodel.flops import attention_core_flops_per_token, model_flops_per_token
+
+    ctx = _ctx(LLAMA_8B, "full", tp=1, dp=8)
+    counts = count_params(LLAMA_8B)
+    layer = _layer()
+    layer.module_flops = {name: 0.0 for name in layer.module_forward}
+    extra = recomputed_flops_per_token(ctx, np.array([1.0]), recompute.SelectiveRecompute(ctx), layer, layer)
+    expected = 2.0 * 32 * counts.dense_layer + 32 * attention_core_flops_per_token(LLAMA_8B, 4096)
+    assert extra[0] == pytest.approx(expected)
+    # MFU = model FLOPs per step / (step x GPUs x peak): a step of exactly that many seconds at
+    # half the peak gives 0.5; HFU adds the recomputed FLOPs.
+    tokens = 4096.0 * 1
+    flops = model_flops_per_token(LLAMA_8B, np.array([4096]), counts)
+    peak = get_gpu(H100.gpu).bf16_tflops * 1e12
+    step = flops * tokens / (0.5 * 8 * peak)
+    mfu, hfu = utilization(ctx, step, np.array([tokens]), extra)
+    assert mfu[0] == pytest.approx(0.5)
+    assert hfu[0] == pytest.approx(0.5 * (flops[0] + expected) / flops[0])

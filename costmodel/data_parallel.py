@@ -120,9 +120,15 @@ def traffic(ctx: ChunkContext, sh: Sharding, heavy: HeaviestStage) -> Traffic:
 def overlap_windows(ctx: ChunkContext, stage_compute):
     """(forward, backward) compute one micro-batch offers to hide DP collectives behind: the
     backward (2/3 of its compute) for gradient reduction, the forward (1/3) for the parameter
-    all-gather, times the achievable fraction ``dp_overlap``."""
+    all-gather, times the achievable fraction ``dp_overlap``; none where the layout runs
+    without data-parallel overlap (``dp_comm_overlap`` off: the collectives run after backward,
+    Megatron's DDP without --overlap-grad-reduce)."""
     window_bwd = ctx.calib.dp_overlap * stage_compute * (2.0 / 3.0)
     window_fwd = ctx.calib.dp_overlap * stage_compute * (1.0 / 3.0)
+    overlap = ctx.batch.dp_comm_overlap
+    if not overlap.all():
+        window_bwd = np.where(overlap, window_bwd, 0.0)
+        window_fwd = np.where(overlap, window_fwd, 0.0)
     return window_fwd, window_bwd
 
 

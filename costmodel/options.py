@@ -374,6 +374,17 @@ class Layout:
     torch.cuda.synchronize(), again after a recomputed forward, and one gradient reduce-scatter
     per parameter tensor, all in PyTorch's list form built from per-rank slices and copies;
     nothing overlaps; see costmodel.zero3_blocking). Applies with zero = 3 only."""
+    dp_comm_overlap: bool = option(
+        True, "Overlap data-parallel gradient reductions and parameter all-gathers with compute (Megatron "
+        "--overlap-grad-reduce --overlap-param-gather, DeepSpeed overlap_comm, FSDP prefetch). Default: on.",
+        kind=FLAG, group=IMPLEMENTATION, search=SETTING, label="no-DP-overlap",
+        source="Megatron-Core DistributedDataParallel (overlap_grad_reduce, overlap_param_gather); Li et al. 2020 "
+        "(PyTorch DDP bucketed overlap)")
+    """Hide the data-parallel gradient reduction behind the last micro-batch's backward and the
+    all-gather of updated weights behind the next step's first forward (ZeRO-3: each layer's
+    gathers behind the previous layer's compute). On by default, as planner's Megatron export
+    sets it; off prices what runs without those flags (Megatron before they existed, or with
+    them left at their default): every data-parallel collective exposed."""
 
     # ---------------------------------------------------------------- pipeline split
     pp_first_layers: Optional[int] = option(

@@ -471,7 +471,7 @@ def test_deepspeed_batch_identity(tmp_path):
     cfg = json.loads(report.written[0].read_text())
     assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * 4
     assert (cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]) == (64, 2, 8)
-    assert cfg["zero_optimization"] == {"stage": 1}
+    assert cfg["zero_optimization"] == {"stage": 1, "overlap_comm": True}  # DP overlap on, as priced
     assert cfg["bf16"] == {"enabled": True} and cfg["fp16"] == {"enabled": False}
     assert cfg["gradient_clipping"] == 1.0 and cfg["steps_per_print"] == 10
     assert cfg["pipeline"]["stages"] == 2 and cfg["pipeline"]["pipe_partitioned"] is True

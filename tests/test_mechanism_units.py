@@ -218,6 +218,22 @@ def test_data_parallel_zero_exposure():
     np.testing.assert_array_equal(data_parallel.reduce_scatters_per_step(sh, 8.0), [1.0, 8.0, 1.0])
 
 
+def test_data_parallel_overlap_off_exposes_every_collective():
+    # The backward window is 2/3 of a micro-batch's compute, the forward one 1/3, times the
+    # achievable fraction; with --no-dp-comm-overlap (Megatron without --overlap-grad-reduce)
+    # there is none, so ZeRO-1 exposes its whole reduce-scatter and all-gather.
+    on = _ctx(LLAMA_8B, tp=1, dp=8, zero=1)
+    off = _ctx(LLAMA_8B, tp=1, dp=8, zero=1, dp_comm_overlap=False)
+    fwd, bwd = data_parallel.overlap_windows(on, np.array([3.0]))
+    np.testing.assert_allclose((fwd, bwd), ([DEFAULT.dp_overlap * 1.0], [DEFAULT.dp_overlap * 2.0]))
+    fwd, bwd = data_parallel.overlap_windows(off, np.array([3.0]))
+    np.testing.assert_array_equal((fwd, bwd), ([0.0], [0.0]))
+    sh = SimpleNamespace(zero=np.array([1]))
+    tr = SimpleNamespace(grad_all_reduce=np.array([4.0]), grad_reduce_scatter=np.array([3.0]),
+                         param_all_gather=np.array([2.0]))
+    np.testing.assert_allclose(data_parallel.replicated_exposure(sh, tr, (fwd, bwd), 1.0), [5.0])
+
+
 def test_data_parallel_sharding_groups():
     # Dense states shard over dp·c = 8; experts over t·c·dp / (ep·etp) = 2·2·4 / (4·1) = 4.
     ctx = _ctx(MIXTRAL, tp=2, cp=2, dp=4, ep=4, etp=1, zero=1)

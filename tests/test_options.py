@@ -126,3 +126,24 @@ def test_search_records_say_what_was_priced():
     seen = {(r["layout"]["tp"] > 1 and r["layout"]["sequence_parallel"], r["layout"]["tp_comm_overlap"])
             for r in res.results}
     assert seen <= {(True, True), (False, False)} and (False, False) in seen
+
+
+def test_dp_comm_overlap_from_one_declaration(tmp_path):
+    # The option added in three edits (declaration, data_parallel.overlap_windows, export
+    # mapping): the flag exists on every command, labels the layout, and maps to Megatron's
+    # --overlap-grad-reduce / DeepSpeed's overlap_comm.
+    import json
+
+    res = _evaluate("--no-dp-comm-overlap", "--tp", "2", "--json")
+    assert res.exit_code == 0, res.output
+    rec = json.loads(res.output)
+    assert rec["layout"]["dp_comm_overlap"] is False
+    on = json.loads(_evaluate("--tp", "2", "--json").output)
+    assert rec["breakdown"]["dp_comm"] > on["breakdown"]["dp_comm"]
+    out = runner.invoke(app, ["export", "--model", "llama3-8b", "--gpus", "16", "--gpu", "h100", "--tp", "2",
+                              "--gbs", "64", "--no-dp-comm-overlap", "--format", "megatron,deepspeed",
+                              "--out", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert "--overlap-grad-reduce" not in (tmp_path / "megatron_args.sh").read_text()
+    assert json.loads((tmp_path / "deepspeed_config.json").read_text())["zero_optimization"]["overlap_comm"] is False
+    assert "no-DP-overlap" in _evaluate("--no-dp-comm-overlap").output

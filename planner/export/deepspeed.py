@@ -67,7 +67,9 @@ def config_dict(plan: Plan) -> dict:
         "gradient_accumulation_steps": plan.grad_accum,
         "steps_per_print": 10,
         "gradient_clipping": 1.0,
-        "zero_optimization": {"stage": plan.zero},
+        # overlap_comm: reduce gradients during the backward pass (DeepSpeed config docs,
+        # zero_optimization.overlap_comm), as the plan prices it with dp_comm_overlap on.
+        "zero_optimization": {"stage": plan.zero, "overlap_comm": bool(plan.dp_comm_overlap)},
         "bf16": {"enabled": True},
         "fp16": {"enabled": False},
         "wall_clock_breakdown": False,

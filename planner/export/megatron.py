@@ -294,9 +294,10 @@ def _data_parallel_args(plan: Plan) -> Args:
             ("--no-gradient-accumulation-fusion", []),
             ("--ckpt-format", ["fsdp_dtensor"]),
         ]
-    args.append(("--overlap-grad-reduce", []))
-    if plan.zero >= 1:
-        args.append(("--overlap-param-gather", []))
+    if plan.dp_comm_overlap:  # off: Megatron's default, collectives after the backward
+        args.append(("--overlap-grad-reduce", []))
+        if plan.zero >= 1:
+            args.append(("--overlap-param-gather", []))
     return args
 
 

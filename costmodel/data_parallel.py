@@ -188,7 +188,7 @@ class DataParallelComm:
     """Data-parallel communication per step, seconds."""
 
     terms: dict
-    """Exposed time terms: "dp_comm" (ZeRO 0-2) and "zero3_gather" (ZeRO-3 / FSDP)."""
+    """Exposed time terms: "dp_comm" (ZeRO 0-2) and "zero3_comm" (ZeRO-3 / FSDP)."""
     hidden: np.ndarray
     """Traffic hidden behind compute (reported as overlapped)."""
     contention: np.ndarray
@@ -217,7 +217,7 @@ def data_parallel_comm(ctx: ChunkContext, sh: Sharding, heavy: HeaviestStage, st
     z3_hidden = np.where(is_z3, np.maximum(z3_traffic - zero3_exposed, 0.0), 0.0)
     z3_hidden = np.where(sh.unreplicated, 0.0, z3_hidden)
     return DataParallelComm(
-        terms={"dp_comm": dp_exposed, "zero3_gather": zero3_exposed},
+        terms={"dp_comm": dp_exposed, "zero3_comm": zero3_exposed},
         hidden=dp_hidden + z3_hidden,
         contention=ctx.calib.comm_sm_fraction * np.maximum(dp_hidden + z3_hidden, 0.0),
         algorithm=tr.algorithm,

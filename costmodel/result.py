@@ -17,7 +17,7 @@ TIME_TERMS = (
     "ep_comm",
     "pp_p2p",
     "dp_comm",
-    "zero3_gather",
+    "zero3_comm",
     "comm_contention",
     "optimizer",
 )

@@ -14,7 +14,7 @@ TERM_LABELS = {
     "ep_comm": "expert-parallel all-to-all",
     "pp_p2p": "pipeline send/recv (exposed)",
     "dp_comm": "data-parallel grad/param comm (exposed)",
-    "zero3_gather": "ZeRO-3 param gather + grad RS (exposed)",
+    "zero3_comm": "ZeRO-3 param gather + grad RS (exposed)",
     "comm_contention": "compute slowed by overlapped comm (SMs)",
     "optimizer": "optimizer step",
 }

@@ -97,6 +97,12 @@ class Option:
     label: str = ""
     """How a one-line layout summary shows a value other than the default ("{value}" is
     replaced by it); empty: not shown."""
+    phrase: str = ""
+    """How a launch file's header names the setting the plan was priced with ("{value}"; a flag
+    reads on / off); empty: not named."""
+    phrase_when: str = "always"
+    """When the header names it: "always", "set" (only when not the default) or "moe" (only
+    for MoE models)."""
 
     @property
     def flag(self) -> str:
@@ -306,7 +312,7 @@ class Layout:
     attention: str = option(
         "flash", "Attention kernel: flash (FlashAttention-2, PyTorch SDPA) | flash3 (FlashAttention-3 / cuDNN "
         "via TransformerEngine on Hopper+) | unfused.", kind=CHOICE, group=IMPLEMENTATION, choices=ATTENTION,
-        search=SETTING, label="attn-{value}", source="Dao 2023 (FlashAttention-2); Shah et al. 2024 (FlashAttention-3)")
+        search=SETTING, label="attn-{value}", phrase="attention {value}", source="Dao 2023 (FlashAttention-2); Shah et al. 2024 (FlashAttention-3)")
     """Attention kernel: flash (FlashAttention-2 class: scores never stored, causal blocks
     skipped; PyTorch SDPA, flash-attn 2), flash3 (the Hopper/Blackwell-native kernels:
     FlashAttention-3, cuDNN fused attention as TransformerEngine runs it; same as flash on older
@@ -314,21 +320,21 @@ class Layout:
     FlashAttention, Dao et al. 2022; kept to price older runs)."""
     kernels: str = option(
         "fused", "Elementwise kernels: fused (Megatron/TransformerEngine, torch.compile) | eager (plain PyTorch ops).",
-        kind=CHOICE, group=IMPLEMENTATION, choices=KERNELS, search=SETTING, label="{value}-kernels",
+        kind=CHOICE, group=IMPLEMENTATION, choices=KERNELS, search=SETTING, label="{value}-kernels", phrase="{value} kernels",
         source="torchtitan models/llama/model.py (eager operators)")
     """Elementwise kernels: fused (Megatron/TransformerEngine, torch.compile) or eager (plain
     PyTorch operators, e.g. torchtitan or llm-foundry without compile)."""
     loss: str = option(
         "unfused", "Cross entropy: unfused (Megatron default) | fused (--cross-entropy-loss-fusion, TE) | eager "
         "(F.cross_entropy on FP32 logits, torchtitan).", kind=CHOICE, group=IMPLEMENTATION, choices=LOSSES,
-        search=SETTING, label="{value}-CE", source="Megatron-LM megatron/core/tensor_parallel/cross_entropy.py")
+        search=SETTING, label="{value}-CE", phrase="cross-entropy {value}", source="Megatron-LM megatron/core/tensor_parallel/cross_entropy.py")
     """Cross-entropy kernel: unfused (Megatron's default vocab-parallel cross entropy: FP32
     passes over the logits, in place), fused (one kernel: Megatron --cross-entropy-loss-fusion,
     TransformerEngine or flash-attn cross entropy) or eager (torch.nn.functional.cross_entropy
     on FP32 logits, e.g. torchtitan, which does not compile its loss)."""
     tp_comm_overlap: bool = option(
         False, "Overlap TP all-gathers/reduce-scatters with GEMMs (Megatron --tp-comm-overlap; needs SP). "
-        "Default: off.", kind=FLAG, group=IMPLEMENTATION, search=SETTING, label="TP-overlap",
+        "Default: off.", kind=FLAG, group=IMPLEMENTATION, search=SETTING, label="TP-overlap", phrase="TP overlap {value}",
         source="Megatron-Core 'Communication overlap' docs; TransformerEngine userbuffers",
         rules=("tp_comm_overlap_needs_sequence_parallel",))
     """Overlap the tensor-parallel all-gathers / reduce-scatters with the GEMMs they feed
@@ -337,7 +343,8 @@ class Layout:
     ep_comm_overlap: bool = option(
         False, "Hide MoE all-to-alls behind another micro-batch's compute (Megatron "
         "--overlap-moe-expert-parallel-comm; needs vpp > 1 or pp = 1). Default: off.", kind=FLAG,
-        group=IMPLEMENTATION, search=SETTING, label="EP-overlap",
+        group=IMPLEMENTATION, search=SETTING, label="EP-overlap", phrase="EP all-to-all overlap {value}",
+        phrase_when="set",
         source="DeepSeek-V3 report Sec. 3.2.1, Fig. 4; Megatron-Core MoE README",
         rules=("ep_comm_overlap_needs_moe", "ep_comm_overlap_needs_interleaving"))
     """Hide the expert-parallel all-to-alls of one micro-batch behind the computation of
@@ -346,7 +353,7 @@ class Layout:
     search applies it where the schedule allows."""
     moe_dispatcher: str = option(
         "alltoall", "MoE token dispatcher: alltoall (Megatron-Core) | deepep (one network copy per destination node).",
-        kind=CHOICE, group=IMPLEMENTATION, choices=DISPATCHERS, search=SETTING, label="{value}",
+        kind=CHOICE, group=IMPLEMENTATION, choices=DISPATCHERS, search=SETTING, label="{value}", phrase="{value} dispatcher", phrase_when="moe",
         source="DeepSeek-V3 report Sec. 3.2.2 (DeepEP); Megatron --moe-token-dispatcher-type",
         rules=("moe_dispatcher_needs_moe",))
     """MoE token dispatcher: alltoall (Megatron-Core's all-to-all, one copy per routed expert)

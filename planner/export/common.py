@@ -112,21 +112,15 @@ class Plan:
 
 def implementation_summary(plan: Plan) -> list[str]:
     """How the header names the implementation settings the plan was priced with: every
-    implementation option (``costmodel.options``, declaration order) that has a summary phrase
-    (``SUMMARY_PHRASES`` of the exporter that maps it to framework flags) and is shown for this
-    plan. A flag reads "on" / "off"."""
-    from planner.export.megatron import SUMMARY_PHRASES
-
+    implementation option with a header phrase (``Option.phrase``, declaration order), where
+    its ``phrase_when`` says; a flag reads "on" / "off"."""
     out = []
     for name in IMPLEMENTATION_OPTIONS:
-        if name not in SUMMARY_PHRASES:
-            continue
-        phrase, shown = SUMMARY_PHRASES[name]
+        opt = OPTIONS_BY_NAME[name]
         value = getattr(plan.layout, name)
-        if OPTIONS_BY_NAME[name].kind == FLAG:
-            value = "on" if value else "off"
-        if shown(plan):
-            out.append(phrase.format(value=value))
+        shown = {"always": True, "set": value != opt.default, "moe": plan.is_moe}[opt.phrase_when]
+        if opt.phrase and shown:
+            out.append(opt.phrase.format(value=("on" if value else "off") if opt.kind == FLAG else value))
     return out
 
 

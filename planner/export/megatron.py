@@ -25,20 +25,6 @@ _PSTATE = "Megatron-LM megatron/core/parallel_state.py (expert rank grid)"
 _MPCFG = "Megatron-LM megatron/core/model_parallel_config.py"
 _FSDP = "Megatron-FSDP supports TP/EP/CP but not PP (Megatron-LM docs; issue NVIDIA/Megatron-LM#1455)"
 
-SUMMARY_PHRASES = {
-    "attention": ("attention {value}", lambda plan: True),
-    "kernels": ("{value} kernels", lambda plan: True),
-    "loss": ("cross-entropy {value}", lambda plan: True),
-    "tp_comm_overlap": ("TP overlap {value}", lambda plan: True),
-    "ep_comm_overlap": ("EP all-to-all overlap {value}", lambda plan: bool(plan.ep_comm_overlap)),
-    "moe_dispatcher": ("{value} dispatcher", lambda plan: plan.is_moe),
-}
-"""Implementation option -> (phrase, shown(plan)): how every file's header names the setting
-the plan was priced with (``Plan.layout_summary``; a flag's value reads on / off). The
-implementation options are Megatron's mechanisms (its flags below), so the header uses its
-terms. An option without a phrase is not in the summary."""
-
-
 @lru_cache(maxsize=1)
 def megatron_flags() -> frozenset[str]:
     """The flags listed in ``megatron_flags.txt`` (checked against Megatron-LM's arguments.py)."""

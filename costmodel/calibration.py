@@ -99,3 +99,17 @@ class Calibration:
 
 
 DEFAULT = Calibration()
+
+PRIOR = Calibration(
+    gemm_efficiency_bf16=0.80,  # cuBLAS large BF16 GEMMs: ~75-85% of A100 peak (NVIDIA benchmarks)
+    gemm_efficiency_fp8=0.65,  # lent H100, torch._scaled_mm: large-K limit 0.65 (results/h100_kernels.json)
+    attention_efficiency=0.30,  # lent H100, SDPA flash backend fwd+bwd: 0.26-0.33 at 4K-32K tokens
+    native_attention_speedup=1.5,  # FlashAttention-3 over -2: 1.5-2.0x fwd, 1.5-1.75x bwd (Shah et al. 2024 Sec. 4.1)
+    memory_bound_efficiency=0.80,  # lent H100: device copy at 0.81 of HBM bandwidth
+    kernel_overhead_us=5.0,  # 3-8 us per dependent kernel on recent GPUs/CUDA (middle of the range)
+    sustained_clock_fraction=0.90,  # H100 SXM holds ~1.6-1.75 GHz of the 1.83 GHz its peak assumes
+    comm_sm_fraction=0.12,  # NCCL: 16 channels of 132 H100 SMs
+)
+"""What measurements and the literature say before any fit: where every fit starts
+(``planner validate --cross-validate`` fits each fold from here, so no fold starts from
+constants that saw its held-out source). ``DEFAULT`` is the fit on every source."""

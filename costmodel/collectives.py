@@ -34,6 +34,7 @@ switched level; on ring/mesh/torus/fully-connected levels their edges would shar
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -525,6 +526,25 @@ def _candidates(op, S, I, E, want):
     return out
 
 
+_MEMO: dict | None = None
+"""While ``remembered()`` is active: collective_time results by their inputs."""
+
+
+@contextmanager
+def remembered():
+    """Within this block ``collective_time`` remembers its results by its inputs. For callers
+    that price the same layouts many times under constants that do not touch communication
+    (fitting the compute constants: ``planner.validate.fit``); pointless for the search, whose
+    chunks never repeat."""
+    global _MEMO
+    outer = _MEMO
+    _MEMO = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _MEMO = outer
+
+
 def collective_time(op: str, message_bytes, n_local, n_nodes, fabric: Fabric, algorithm: str = "auto"):
     """Seconds of one collective over a group of ``n_local * n_nodes`` ranks (vectorized).
 
@@ -541,6 +561,16 @@ def collective_time(op: str, message_bytes, n_local, n_nodes, fabric: Fabric, al
     'hierarchical' for a group within one level is that level's best algorithm. A group of
     one rank costs 0 (code 0).
     """
+    if _MEMO is not None:
+        key = (op, algorithm, fabric) + tuple(
+            (a.tobytes(), a.dtype.str, a.shape) for a in map(np.asarray, (message_bytes, n_local, n_nodes)))
+        if key not in _MEMO:
+            _MEMO[key] = _collective_time(op, message_bytes, n_local, n_nodes, fabric, algorithm)
+        return _MEMO[key]
+    return _collective_time(op, message_bytes, n_local, n_nodes, fabric, algorithm)
+
+
+def _collective_time(op: str, message_bytes, n_local, n_nodes, fabric: Fabric, algorithm: str = "auto"):
     if op not in OPS:
         raise ValueError(f"unknown collective {op!r}; expected one of {OPS}")
     if algorithm != "auto" and algorithm not in ALGORITHMS:

@@ -102,6 +102,11 @@ class LayoutBatch:
         out["sequence_parallel"] = out["sequence_parallel"] & (out["tp"] > 1)
         return cls(**out)
 
+    @classmethod
+    def concat(cls, batches: list["LayoutBatch"]) -> "LayoutBatch":
+        """One batch holding the layouts of ``batches``, in order."""
+        return cls(**{name: np.concatenate([getattr(b, name) for b in batches]) for name in COLUMNS})
+
     def take(self, index) -> "LayoutBatch":
         return LayoutBatch(**{name: getattr(self, name)[index] for name in COLUMNS})
 

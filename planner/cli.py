@@ -221,8 +221,17 @@ def validate(
     runs: Optional[Path] = typer.Option(None, "--runs", help="Runs file (published_runs.json format). Default: the reference set shipped with planner."),
     as_json: bool = typer.Option(False, "--json", help="Print rows and summary as JSON."),
     confidence: str = typer.Option("high", help="Rows used for the summary: high | medium | all."),
+    cross_validate: bool = typer.Option(False, "--cross-validate", help="Leave one source out: fit the constants on every other source, predict the one left out (about a minute)."),
+    bootstrap: int = typer.Option(0, "--bootstrap", help="With --cross-validate: refit on N resamples of the sources and print each constant's 5-95% interval (several minutes)."),
 ):
     """Compare predictions with real published training runs (throughput and peak memory)."""
+    if cross_validate:
+        from planner.validate.crossval import run_cross_validation
+
+        run_cross_validation(runs, confidence=confidence, resamples=bootstrap, as_json=as_json)
+        return
+    if bootstrap:
+        raise PlannerInputError("--bootstrap goes with --cross-validate")
     from planner.validate import run_validate
 
     run_validate(runs, as_json=as_json, confidence=confidence)

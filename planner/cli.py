@@ -14,6 +14,7 @@ import typer
 
 from hardware_catalog.errors import PlannerInputError
 from planner.cli_options import layout_options
+from planner.plots import check_plot_path
 
 app = typer.Typer(
     name="planner",
@@ -89,9 +90,11 @@ def evaluate(
     tokens_per_batch: Optional[int] = TokensOpt,
     allow_cross_node_tp: bool = CrossNodeTpOpt,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw the pipeline schedule and the time and memory breakdowns to FILE (.png, .svg or .html)."),
     layout: dict = None,
 ):
     """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not."""
+    plot = check_plot_path(plot)
     setup, record = _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout)
     if as_json:
         typer.echo(json.dumps(record, indent=2))
@@ -99,6 +102,10 @@ def evaluate(
         from planner.report import format_evaluation
 
         typer.echo(format_evaluation(record, _cluster_line(setup)))
+    if plot is not None:
+        from planner.plots import plot_evaluation
+
+        typer.echo(f"wrote {plot_evaluation(record, setup, plot)}", err=True)
 
 
 @app.command()
@@ -223,9 +230,12 @@ def validate(
     confidence: str = typer.Option("high", help="Rows used for the summary: high | medium | all."),
     cross_validate: bool = typer.Option(False, "--cross-validate", help="Leave one source out: fit the constants on every other source, predict the one left out (about a minute)."),
     bootstrap: int = typer.Option(0, "--bootstrap", help="With --cross-validate: refit on N resamples of the sources and print each constant's 5-95% interval (several minutes)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw predicted vs measured tokens/s/GPU per run to FILE (.png, .svg or .html)."),
 ):
     """Compare predictions with real published training runs (throughput and peak memory)."""
     if cross_validate:
+        if plot is not None:
+            raise PlannerInputError("--plot draws the validate table's rows; give it without --cross-validate")
         from planner.validate.crossval import run_cross_validation
 
         run_cross_validation(runs, confidence=confidence, resamples=bootstrap, as_json=as_json)
@@ -234,7 +244,7 @@ def validate(
         raise PlannerInputError("--bootstrap goes with --cross-validate")
     from planner.validate import run_validate
 
-    run_validate(runs, as_json=as_json, confidence=confidence)
+    run_validate(runs, as_json=as_json, confidence=confidence, plot=plot)
 
 
 _COMM_HELP = (
@@ -268,7 +278,7 @@ def comm(
     network_latency: Optional[str] = typer.Option(None, "--network-latency", help="Hierarchical: alpha2 per step between nodes, e.g. 5us."),
     network_topology: Optional[str] = typer.Option(None, "--network-topology", help="Hierarchical: switch (default) | tree | ring | mesh2d | torus2d between nodes."),
     algorithm: str = typer.Option("auto", "--algorithm", help="auto (the fastest) | ring | tree | hierarchical | direct | torus2d | mesh2d."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="With --sweep: write a log-log plot of time vs size (.png or .svg)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="With --sweep: write a log-log plot of time vs size (.png, .svg or .html)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Time of one collective or P2P on a topology you describe (see --help)."""

@@ -195,12 +195,16 @@ def register(app: typer.Typer) -> None:
         csv_file: Optional[Path] = typer.Option(None, "--csv", help="Also write the results to this CSV file."),
         export_dir: Optional[Path] = typer.Option(None, "--export", help="Write launch files for the best layout into this directory."),
         progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar on stderr for searches over 1 s. Default: when stderr is a terminal."),
+        plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw step time vs memory (vs cost with --price-per-gpu-hour) of the layouts, the Pareto front, and for several GPU counts the scaling curves, to FILE (.png, .svg or .html). An exhaustive search is asked again for more points, for the plot only."),
         layout: dict = None,
     ):
         """Find the fastest parallel layouts that fit in memory."""
         from hardware_catalog.errors import PlannerInputError
 
         from costmodel.options import IMPLEMENTATION_OPTIONS, OPTIONS_BY_NAME, SEARCHED
+        from planner.plots import RecordedCall, check_plot_path
+
+        plot = check_plot_path(plot)
 
         pins = {k: v for k, v in layout.items() if OPTIONS_BY_NAME[k].search == SEARCHED}
         implementation = {k: layout[k] for k in IMPLEMENTATION_OPTIONS}
@@ -209,6 +213,7 @@ def register(app: typer.Typer) -> None:
         try:
             from search.api import search
 
+            search = RecordedCall(search) if plot is not None else search  # the plot asks it again
             result = search(
                 model, gpus, gpu, cluster, gbs=layout["gbs"], tokens_per_batch=tokens_per_batch, seq_len=layout["seq_len"],
                 pins=pins, top=top, method=method, trials=trials, seed=seed, sampler=sampler,
@@ -256,6 +261,10 @@ def register(app: typer.Typer) -> None:
             typer.echo(line, err=as_json)
         if csv_file is not None:
             typer.echo(f"wrote {csv_file}", err=as_json)
+        if plot is not None:
+            from planner.plots import plot_search
+
+            typer.echo(f"wrote {plot_search(result, plot, search)}", err=True)
 
 
 def _json_default(o):

@@ -742,15 +742,12 @@ def _size_ticks(lo: float, hi: float, every: Optional[int] = None) -> list[float
 
 
 def plot_sweep(res: dict, path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
-    except ImportError:
-        raise PlannerInputError("--plot needs matplotlib: pip install 'matplotlib>=3.7'") from None
     import textwrap
+
+    from planner.plots import pyplot, save_figure
+
+    plt = pyplot()
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
     sizes = [row["size_bytes"] for row in res["rows"]]
     fig, ax = plt.subplots(figsize=(9, 5.5), layout="constrained")
@@ -773,8 +770,7 @@ def plot_sweep(res: dict, path: Path) -> None:
     ax.grid(True, which="major", alpha=0.35)
     ax.legend(loc="lower right")
     ax.set_title(textwrap.fill(f"{op_label(res['op'])}: time vs message size. {res['setup']}", 95), fontsize=10)
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -795,10 +791,9 @@ def _plot_path(args: CommArgs) -> Optional[Path]:
         return None
     if args.sweep is None:
         raise PlannerInputError("--plot draws a --sweep: add --sweep A..B, e.g. --sweep 1KiB..16GiB")
-    path = Path(args.plot)
-    if path.suffix.lower() not in (".png", ".svg"):
-        raise PlannerInputError(f"--plot {path}: the file must end in .png or .svg")
-    return path
+    from planner.plots import check_plot_path
+
+    return check_plot_path(args.plot)
 
 
 def run_comm(args: CommArgs) -> str:

@@ -114,11 +114,14 @@ def format_production_check(check: dict) -> str:
     return "\n".join(lines)
 
 
-def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = "high") -> None:
+def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = "high", plot: Optional[Path] = None) -> None:
     import typer
+
+    from planner.plots import check_plot_path
 
     if confidence not in ("high", "medium", "all"):
         raise PlannerInputError(f"--confidence={confidence}: allowed high, medium, all")
+    plot = check_plot_path(plot)
     rows = load_runs(runs)
     results = validate_rows(rows)
     summary = summarize(results, confidence)
@@ -130,3 +133,7 @@ def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = 
         typer.echo(format_table(results, summary))
         typer.echo("")
         typer.echo(format_production_check(check))
+    if plot is not None:
+        from planner.plots import plot_validation
+
+        typer.echo(f"wrote {plot_validation(results, summary, plot)}", err=True)

@@ -86,7 +86,7 @@ def _fill_result(out: BatchResult, part: BatchResult, rows: slice) -> None:
             target[k][rows] = v
 
 
-def _layer_costs(ctx, split: StageSplit) -> tuple[LayerCosts, recompute.SelectiveRecompute]:
+def layer_costs(ctx, split: StageSplit) -> tuple[LayerCosts, recompute.SelectiveRecompute]:
     """Per-layer, per-micro-batch cost of every mechanism on the critical path."""
     dense, moe = dense_and_moe_layer_times(ctx.model, ctx.counts, ctx.gpu_clocked, ctx.batch, ctx.calib)
     head_fwd, head_bwd, _ = lm_head_times(ctx.model, ctx.gpu_clocked, ctx.batch, ctx.calib)
@@ -112,7 +112,7 @@ def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchR
     once per call by the caller)."""
     ctx = chunk_context(model, cluster, batch, gpu, calib, fabric, counts)
     split = StageSplit(model, batch, ctx.pp)
-    costs, selective = _layer_costs(ctx, split)
+    costs, selective = layer_costs(ctx, split)
 
     # Pipeline: m micro-batches on the slowest stage + the bubble, and the P2P sends.
     pipe = pipeline_time(ctx, split, costs)

@@ -71,13 +71,13 @@ def stage_pass_times(model, cluster, gpu, layout) -> tuple[tuple, tuple]:
     from costmodel.params import count_params
     from costmodel.pipeline import StageSplit, stage_layer_mix
     from costmodel.schedule import stage_time
-    from costmodel.step import _layer_costs  # the per-layer costs step.py prices with
+    from costmodel.step import layer_costs
 
     batch = LayoutBatch.from_layouts([layout])
     fabric = collectives.fabric_from_cluster(cluster, gpu, get_interconnect(cluster.nic))
     ctx = chunk_context(model, cluster, batch, gpu, DEFAULT, fabric, count_params(model))
     split = StageSplit(model, batch, ctx.pp)
-    costs, _ = _layer_costs(ctx, split)
+    costs, _ = layer_costs(ctx, split)
     kinds = ((split.first, True, split.single), (split.middle, False, False), (split.last, False, True))
     per_kind = []
     for n_layers, first, last in kinds:

@@ -188,11 +188,22 @@ def export(
     allow_cross_node_tp: bool = CrossNodeTpOpt,
     entrypoint: str = typer.Option("pretrain_gpt.py", "--entrypoint", help="Training script torchrun runs."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
+    torchtitan_version: Optional[str] = typer.Option(
+        None, "--torchtitan-version",
+        help="torchtitan release the torchtitan files target: 0.1, 0.2 or 0.3 (or an exact one, e.g. 0.2.1). "
+             "0.1/0.2 read torchtitan.toml only, 0.3 the command line only. Default: overrides for 0.3.0 and "
+             "the TOML for 0.2.2."),
     layout: dict = None,
 ):
     """Write launch configs (torchrun, Megatron-LM args, DeepSpeed JSON, torchtitan, SLURM) for a layout."""
     from hardware_catalog import get_cluster, get_model
     from planner.export import export_layout
+
+    options = {}
+    if torchtitan_version is not None:
+        from planner.export.torchtitan import VERSION_OPTION, release_for
+
+        options[VERSION_OPTION] = release_for(torchtitan_version).version  # unknown releases fail here
 
     if from_file is not None:
         try:
@@ -215,7 +226,8 @@ def export(
         setup, record = _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout)
         model_spec, cluster_spec = setup.model, setup.cluster
     report = export_layout(
-        record, model_spec, cluster_spec, fmt, Path(out), force=force, entrypoint=entrypoint, command=_command_line()
+        record, model_spec, cluster_spec, fmt, Path(out), force=force, entrypoint=entrypoint, command=_command_line(),
+        options=options,
     )
     for path in report.written:
         typer.echo(f"wrote {path}")

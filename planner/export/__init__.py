@@ -20,15 +20,17 @@ torchrun    launch_torchrun.sh             run on every node; torchrun c10d + Me
 megatron    megatron_args.sh               MEGATRON_ARGS bash array for pretrain_gpt.py
 deepspeed   deepspeed_config.json          Megatron-DeepSpeed config (batch, ZeRO, pipeline)
 torchtitan  torchtitan_overrides.sh,       torchtitan 0.3.0 command line (run it to launch), and
-            torchtitan.toml                the same layout for job-config releases
+            torchtitan.toml                the TOML job config of torchtitan 0.2.2 (0.1/0.2/0.3
+                                           with options={"torchtitan_version": ...})
 slurm       launch.sbatch                  sbatch script: srun one torchrun per node
 ==========  =============================  ==================================================
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Mapping
 
 from hardware_catalog.errors import PlannerInputError
 from hardware_catalog.schema import ClusterSpec, ModelSpec
@@ -60,7 +62,7 @@ class ExportReport:
     skipped: dict[str, str] = field(default_factory=dict)
     """Format -> why it cannot express the layout (only with ``formats="all"``). A format with
     several files that wrote only some reports each other one as ``"format:file"`` (torchtitan:
-    the 0.3.0 overrides and the job-config TOML can each refuse on their own)."""
+    the 0.3 overrides and the job-config TOML can each refuse on their own)."""
 
 
 def _parse_formats(formats) -> tuple[list[str], bool]:
@@ -115,17 +117,20 @@ def export_layout(
     command: str = "",
     allow_unfit: bool = False,
     allow_cross_node_tp: bool = True,
+    options: Mapping[str, object] | None = None,
 ) -> ExportReport:
     """Render, check and write launch files for one evaluated layout, with every registered
     exporter named in ``formats`` (``"all"``: all of them, in registration order).
 
     ``allow_unfit`` writes files for a layout predicted not to fit in memory (refused otherwise);
-    ``allow_cross_node_tp``: see ``build_plan``.
+    ``allow_cross_node_tp``: see ``build_plan``. ``options``: per-format settings the exporters read
+    from ``Plan.options`` (``torchtitan_version``: the torchtitan release, e.g. "0.2" or "0.3.0").
     """
     names, all_formats = _parse_formats(formats)
     entrypoint = check_entrypoint(entrypoint)
     plan = build_plan(result, model, cluster, command=command, allow_unfit=allow_unfit,
                       allow_cross_node_tp=allow_cross_node_tp)
+    plan = replace(plan, options=dict(options or {}))
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise PlannerInputError(f"out_dir={str(out_dir)!r} exists and is not a directory")

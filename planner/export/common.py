@@ -15,7 +15,7 @@ import shlex
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 from costmodel.options import FLAG, IMPLEMENTATION_OPTIONS, INT, OPTIONS, OPTIONS_BY_NAME, Layout
 from hardware_catalog.errors import PlannerInputError
@@ -61,6 +61,8 @@ class Plan:
     nproc_per_node: int
     gpu_name: str
     header: tuple[str, ...] = field(default=())
+    options: Mapping[str, object] = field(default_factory=dict, compare=False)
+    """Per-format export options (``export_layout(options=...)``), e.g. ``torchtitan_version``."""
 
     def __getattr__(self, name: str):
         # Only reached for names that are not fields or properties: the layout options.

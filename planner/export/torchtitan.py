@@ -1,12 +1,19 @@
-"""torchtitan launch files.
+"""torchtitan launch files, each for a named torchtitan release.
 
-* ``torchtitan_overrides.sh``: the command line of the current torchtitan release (0.3.0):
+* ``torchtitan_overrides.sh``: the command line of torchtitan 0.3.x (checked against 0.3.0):
   ``torchrun ... -m torchtitan.train --module llama3 --config <fn> <overrides> activation_checkpoint:<mode>``.
   Source it for the arrays, or run it on every node to launch.
-* ``torchtitan.toml``: the same layout for releases that read ``--job.config_file``
-  (``torchtitan/config/job_config.py``, checked at the commit named in torchtitan_fields.txt).
+* ``torchtitan.toml``: the same layout as a job config for the releases that read
+  ``--job.config_file``: 0.2.x (default 0.2.2, the last one) or 0.1.x. 0.3.x reads no TOML.
 
-Every setting is checked against ``torchtitan_fields.txt``. Decisions torchtitan forces:
+``--torchtitan-version`` (``export_layout(options={"torchtitan_version": ...})``) picks the release both
+files target: 0.1 / 0.2 / 0.3 or an exact release (``RELEASES``). Without it the overrides target 0.3.0
+and the TOML 0.2.2. A file the chosen release cannot read is left out with its reason (0.3: no TOML;
+0.1, 0.2: no --module/--config command line).
+
+Every setting is checked against the release's list, ``torchtitan_fields_<0.1|0.2|0.3>.txt``, extracted
+from that release's config dataclasses. A setting whose field a release lacks is refused (rule
+torchtitan_release_field), never dropped. Decisions torchtitan forces:
 
 * torchtitan builds its own model from a registered flavor; the export refuses a model whose
   shape matches no checked flavor (llama3 8B / 70B / 405B). In 0.3.0 the config function also
@@ -18,9 +25,12 @@ Every setting is checked against ``torchtitan_fields.txt``. Decisions torchtitan
   backward, as the cost model prices ZeRO-3); zero 1/2 -> FSDP with ``never`` (weights stay
   gathered from forward to backward): weight memory at or below the plan's, but without pipeline
   parallelism FSDP may gather/reduce per micro-batch (noted in the header). zero 0 -> replication:
-  0.3.0 applies FSDP over the [replicate, shard=1] mesh (gradients all-reduced); job_config-era
-  releases use DDP, which llama3's parallelize refuses on a >1-D mesh, so the TOML refuses
-  zero 0 with TP/PP/CP.
+  0.3.0 applies FSDP over the [replicate, shard=1] mesh (gradients all-reduced); job-config
+  releases (0.1, 0.2) use DDP, which llama3's parallelize refuses on a >1-D mesh, so the TOML
+  refuses zero 0 with TP/PP/CP.
+* Pipeline split: 0.2 and 0.3 place layers by first/last-stage weights
+  (``generate_llm_fqn_per_model_part``), searched to reproduce the plan's per-rank layers; 0.1
+  takes explicit ``pipeline_parallel_split_points``.
 * Selective recompute -> torchtitan's per-op SAC, which is not Megatron's core-attention recompute
   (noted). The cost model assumes no TP overlap, so 0.3.0's async TP is switched off.
 """
@@ -30,9 +40,11 @@ from __future__ import annotations
 import json
 import math
 import tomllib
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from hardware_catalog.errors import PlannerInputError
 from planner.export import torchrun
 from planner.export.common import (
     CannotExpress, Plan, bash_array, comment_block, partial_recompute_per_chunk, q, selective_modules, safe_name,
@@ -41,20 +53,87 @@ from planner.export.registry import EXECUTABLE, PLAIN, Exporter, each_file
 
 OVERRIDES_FILE = "torchtitan_overrides.sh"
 TOML_FILE = "torchtitan.toml"
-TORCHTITAN_RELEASE = "0.3.0"
-TORCHTITAN_COMMIT = "6404b932421f5ce382e7dac5ad381b2c17b1373c"
-_JOB = f"torchtitan torchtitan/config/job_config.py@{TORCHTITAN_COMMIT[:12]}"
-_REGISTRY = f"torchtitan {TORCHTITAN_RELEASE} torchtitan/models/llama3/config_registry.py"
+VERSION_OPTION = "torchtitan_version"
+"""Key of ``Plan.options`` (``export_layout(options=...)``, ``--torchtitan-version``)."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """A torchtitan release the export can target."""
+
+    version: str
+    family: str
+    """Releases of one family share a layout and ``torchtitan_fields_<family>.txt``."""
+    config_files: str
+    """Where the release declares its config fields."""
+    origin: str
+    reads_toml: bool
+
+    @property
+    def source(self) -> str:
+        return f"torchtitan {self.version} {self.config_files}"
+
+    @property
+    def manager(self) -> str:
+        """The ConfigManager that reads the command line and the job config file."""
+        path = "torchtitan/config_manager.py" if self.family == "0.1" else "torchtitan/config/manager.py"
+        return f"torchtitan {self.version} {path}"
+
+
+RELEASES: dict[str, Release] = {r.version: r for r in (
+    Release("0.1.0", "0.1", "torchtitan/config_manager.py", "tag v0.1.0, f7084fc78567", True),
+    Release("0.2.0", "0.2", "torchtitan/config/job_config.py", "tag v0.2.0, 29624e37fa6d", True),
+    Release("0.2.1", "0.2", "torchtitan/config/job_config.py", "tag v0.2.1, 81af8833ddef", True),
+    Release("0.2.2", "0.2", "torchtitan/config/job_config.py", "tag v0.2.2, 73a0e6979dd1", True),
+    Release("0.3.0", "0.3", "torchtitan/config/configs.py + torchtitan/trainer.py",
+            "PyPI wheel; release/0.3 at 4f9e9a47d49d", False),
+)}
+FAMILY_DEFAULT = {"0.1": "0.1.0", "0.2": "0.2.2", "0.3": "0.3.0"}
+CLI_DEFAULT = "0.3.0"
+TOML_DEFAULT = "0.2.2"
+"""The last release that reads a TOML job config."""
+
+# Names that moved between the job-config releases (the field lists hold the fields themselves).
+TOML_NAMES = {
+    "0.1": {"compile": "training.compile", "float8": "float8", "converter": "float8",
+            "assets": "model.tokenizer_path"},
+    "0.2": {"compile": "compile.enable", "float8": "quantize.linear.float8", "converter": "quantize.linear.float8",
+            "assets": "model.hf_assets_path"},
+}
+# What in a plan needs a field, for the refusal when a release lacks it.
+FIELD_NEEDED_FOR = {
+    "parallelism.enable_sequence_parallel": "tensor parallelism without sequence parallelism (sequence_parallel off)",
+}
+_REGISTRY = "torchtitan 0.3.0 torchtitan/models/llama3/config_registry.py"
 _PIPE = "torchtitan torchtitan/distributed/pipeline_parallel.py (generate_llm_fqn_per_model_part)"
-_PARALLELIZE = "torchtitan torchtitan/models/llama3/infra/parallelize.py (job_config era: DDP only on a 1-D mesh)"
+_PIPE_01 = "torchtitan 0.1.0 torchtitan/models/llama3/infra/pipeline.py (pipeline_llama_manual_split)"
+_PARALLELIZE = "torchtitan torchtitan/models/llama3/infra/parallelize.py (0.1, 0.2: DDP only on a 1-D mesh)"
 _TORCH_SCHED = "torch torch/distributed/pipelining/schedules.py (torch 2.13.0)"
 LLAMA3_VOCAB = 128256
 
 
-@lru_cache(maxsize=2)
-def torchtitan_fields(section: str) -> frozenset[str]:
-    """Settings listed under ``[section]`` ("cli" or "toml") in torchtitan_fields.txt."""
-    text = Path(__file__).with_name("torchtitan_fields.txt").read_text(encoding="utf-8")
+def release_for(version, default: str = TOML_DEFAULT) -> Release:
+    """The release ``version`` names: "0.2", "0.2.x", "v0.2.2", "0.2.2" ...; ``default`` when None."""
+    if version is None:
+        return RELEASES[default]
+    key = str(version).strip().lower().removeprefix("v").removesuffix(".x")
+    key = FAMILY_DEFAULT.get(key, key)
+    if key not in RELEASES:
+        known = ", ".join(list(FAMILY_DEFAULT) + list(RELEASES))
+        raise PlannerInputError(f"torchtitan version {version!r}: the export knows {known}")
+    return RELEASES[key]
+
+
+def target_release(plan: Plan, default: str) -> Release:
+    """The release a torchtitan file targets: the plan's ``torchtitan_version`` option, else ``default``."""
+    return release_for(plan.options.get(VERSION_OPTION), default)
+
+
+@lru_cache(maxsize=8)
+def torchtitan_fields(family: str, section: str) -> frozenset[str]:
+    """Names listed under ``[section]`` ("cli", "toml" or "converters") in torchtitan_fields_<family>.txt;
+    empty where the file has no such section."""
+    text = Path(__file__).with_name(f"torchtitan_fields_{family}.txt").read_text(encoding="utf-8")
     current, out = None, set()
     for line in text.splitlines():
         line = line.strip()
@@ -65,9 +144,28 @@ def torchtitan_fields(section: str) -> frozenset[str]:
             continue
         if current == section:
             out.add(line.split()[0])
-    if not out:
-        raise KeyError(section)
     return frozenset(out)
+
+
+def _all_fields() -> frozenset[str]:
+    """Every setting any release's list holds (a name in none of them is a programming error)."""
+    families = sorted({r.family for r in RELEASES.values()})
+    return frozenset().union(*(torchtitan_fields(f, s) for f in families for s in ("cli", "toml")))
+
+
+def check_fields(keys, release: Release, section: str) -> None:
+    """Refuse a setting whose field ``release`` lacks (rule torchtitan_release_field)."""
+    have = torchtitan_fields(release.family, section)
+    for key in keys:
+        if key in have:
+            continue
+        if key not in _all_fields():  # programming error: every setting must be checked against torchtitan first
+            raise RuntimeError(f"torchtitan setting {key} is in no torchtitan_fields_*.txt")
+        others = [r.version for r in RELEASES.values() if key in torchtitan_fields(r.family, "cli")
+                  | torchtitan_fields(r.family, "toml")]
+        need = FIELD_NEEDED_FOR.get(key, "this layout")
+        raise CannotExpress("torchtitan_release_field", f"{need} needs {key}, which torchtitan {release.version} "
+                            f"lacks (present in {', '.join(others)})", release.source)
 
 
 def cli_field(word: str) -> str | None:
@@ -169,11 +267,31 @@ def pipeline_settings(plan: Plan) -> dict:
                         f"{'/'.join(map(str, target))} on the {pp} ranks with {vpp} stage(s) each", _PIPE)
 
 
+def split_points(plan: Plan) -> list[str]:
+    """0.1.x ``pipeline_parallel_split_points``: the first layer of every (virtual) stage after the
+    first. Stage s runs on rank s % pp (torchtitan's "loop" order); each rank's layers are split as
+    evenly as possible over its vpp stages."""
+    pp, vpp = plan.pp, plan.vpp
+    counts = [0] * (pp * vpp)
+    for rank, layers in enumerate(plan.stage_layers):
+        base, extra = divmod(layers, vpp)
+        for chunk in range(vpp):
+            counts[chunk * pp + rank] = base + (1 if chunk < extra else 0)
+    if min(counts) < 1:
+        raise CannotExpress("torchtitan_pipeline_split", f"layers {'/'.join(map(str, plan.stage_layers))} leave a "
+                            f"rank fewer layers than its {vpp} stages", _PIPE_01)
+    points, at = [], 0
+    for count in counts[:-1]:
+        at += count
+        points.append(f"layers.{at}")
+    return points
+
+
 # ----------------------------------------------------------------------------------- checks
 
 
 def check_common(plan: Plan) -> None:
-    """Rules both targets share (flavor, whole nodes, torch pipeline schedules, layer split)."""
+    """Rules every target shares (flavor, whole nodes, torch pipeline schedules)."""
     if partial_recompute_per_chunk(plan):
         raise CannotExpress("torchtitan_partial_recompute", "recomputing only some layers of each stage is Megatron's "
                             "block method; torchtitan has no equivalent setting", "planner.export")
@@ -197,7 +315,6 @@ def check_common(plan: Plan) -> None:
             if m % rounds:
                 raise CannotExpress("torchtitan_interleaved_rounds", f"{m} micro-batches is not a multiple of the "
                                     f"{rounds} rounds Interleaved1F1B uses with pp={plan.pp}", _TORCH_SCHED)
-        pipeline_settings(plan)
 
 
 def config_function(plan: Plan) -> str:
@@ -206,22 +323,30 @@ def config_function(plan: Plan) -> str:
     fn = CONFIG_FUNCTIONS.get((flavor, plan.precision))
     if fn is None:
         have = ", ".join(f"{f} {p}" for (f, p) in CONFIG_FUNCTIONS if f == flavor) or "none"
-        raise CannotExpress("torchtitan_config_precision", f"torchtitan {TORCHTITAN_RELEASE} fixes the precision in each "
+        raise CannotExpress("torchtitan_config_precision", f"torchtitan {CLI_DEFAULT} fixes the precision in each "
                             f"llama3 config function and none trains {flavor} in {plan.precision} (available: {have})",
                             _REGISTRY)
     return fn
 
 
-def check_cli(plan: Plan) -> None:
+def check_cli(plan: Plan, release: Release) -> None:
+    if release.family != "0.3":
+        raise CannotExpress("torchtitan_cli_release", f"{OVERRIDES_FILE} is torchtitan 0.3's --module/--config command "
+                            f"line; torchtitan {release.version} takes its settings from a job config file "
+                            f"(--job.config_file {TOML_FILE})", release.manager)
     check_common(plan)
     config_function(plan)
 
 
-def check_toml(plan: Plan) -> None:
+def check_toml(plan: Plan, release: Release) -> None:
+    if not release.reads_toml:
+        raise CannotExpress("torchtitan_toml_release", f"torchtitan {release.version} reads no TOML job config "
+                            f"(--job.config_file is gone; configs are Python functions chosen with --module/--config): "
+                            f"use {OVERRIDES_FILE}", release.manager)
     check_common(plan)
     if plan.zero == 0 and max(plan.tp, plan.pp, plan.cp) > 1:
-        raise CannotExpress("torchtitan_ddp_1d", "zero=0 maps to DDP, which job_config-era torchtitan refuses with TP/PP/CP "
-                            "('DDP has not supported > 1D parallelism')", _PARALLELIZE)
+        raise CannotExpress("torchtitan_ddp_1d", f"zero=0 maps to DDP, which torchtitan {release.version} refuses with "
+                            "TP/PP/CP ('DDP has not supported > 1D parallelism')", _PARALLELIZE)
 
 
 # ----------------------------------------------------------------------------------- settings
@@ -238,98 +363,119 @@ def _dp_settings(plan: Plan) -> list[tuple[str, object]]:
             ("parallelism.fsdp_reshard_after_forward", "always" if plan.zero == 3 else "never")]
 
 
-def _pipe_settings(plan: Plan) -> list[tuple[str, object]]:
+def _pipe_settings(plan: Plan, release: Release, section: str) -> list[tuple[str, object]]:
+    """Schedule, micro-batch and split. 0.2 and later: first/last-stage weights (and layers per
+    virtual stage); releases without them (0.1): explicit split points."""
     if plan.pp == 1:
         return []
-    pipe = pipeline_settings(plan)
     out: list[tuple[str, object]] = [
         ("parallelism.pipeline_parallel_schedule", "Interleaved1F1B" if plan.vpp > 1 else "1F1B"),
         ("parallelism.pipeline_parallel_microbatch_size", plan.mbs),
-        ("parallelism.pipeline_parallel_first_stage_less_layers", pipe["first_less"]),
-        ("parallelism.pipeline_parallel_last_stage_less_layers", pipe["last_less"]),
     ]
+    if "parallelism.pipeline_parallel_first_stage_less_layers" not in torchtitan_fields(release.family, section):
+        return out + [("parallelism.pipeline_parallel_split_points", split_points(plan))]
+    pipe = pipeline_settings(plan)
+    out += [("parallelism.pipeline_parallel_first_stage_less_layers", pipe["first_less"]),
+            ("parallelism.pipeline_parallel_last_stage_less_layers", pipe["last_less"])]
     if pipe["layers_per_stage"] is not None:
         out.append(("parallelism.pipeline_parallel_layers_per_stage", pipe["layers_per_stage"]))
     return out
 
 
-def cli_words(plan: Plan) -> tuple[list[tuple[str, list]], str]:
-    """(flag, values) overrides for torchtitan 0.3.0 and the activation-checkpoint subcommand that
-    must come last. ``check_cli`` must have passed."""
-    items: list[tuple[str, list]] = [("--module", ["llama3"]), ("--config", [config_function(plan)])]
-    settings: list[tuple[str, object]] = [
-        ("training.local_batch_size", _local_batch(plan)),
-        ("training.global_batch_size", plan.gbs),
-        ("training.seq_len", plan.seq_len),
-        ("training.max_norm", 1.0),
-    ]
-    settings += _dp_settings(plan)
-    settings.append(("parallelism.tensor_parallel_degree", plan.tp))
-    settings += [("parallelism.context_parallel_degree", plan.cp), ("parallelism.pipeline_parallel_degree", plan.pp)]
-    settings += _pipe_settings(plan)
-    items += [(f"--{k}", [str(v)]) for k, v in settings]
+def _batch_settings(plan: Plan) -> list[tuple[str, object]]:
+    return [("training.local_batch_size", _local_batch(plan)), ("training.global_batch_size", plan.gbs),
+            ("training.seq_len", plan.seq_len), ("training.max_norm", 1.0)]
+
+
+def _parallel_settings(plan: Plan, release: Release, section: str) -> list[tuple[str, object]]:
+    """Data, tensor, context and pipeline parallel settings, in the release's names."""
+    out = _dp_settings(plan) + [("parallelism.tensor_parallel_degree", plan.tp)]
     if plan.tp > 1 and not plan.sp:
-        items.append(("--parallelism.no_enable_sequence_parallel", []))
-    if plan.pp > 1:
-        items.append(("--training.disable_cuda_graphs", []))
-    items.append(("--compile.no_enable_async_tensor_parallel", []))
+        out.append(("parallelism.enable_sequence_parallel", False))
+    out += [("parallelism.context_parallel_degree", plan.cp), ("parallelism.pipeline_parallel_degree", plan.pp)]
+    return out + _pipe_settings(plan, release, section)
+
+
+def cli_words(plan: Plan, release: Release | None = None) -> tuple[list[tuple[str, list]], str]:
+    """(flag, values) overrides for torchtitan 0.3 and the activation-checkpoint subcommand that
+    must come last. ``check_cli`` must have passed."""
+    release = release or RELEASES[CLI_DEFAULT]
+    items: list[tuple[str, list]] = [("--module", ["llama3"]), ("--config", [config_function(plan)])]
+    settings = _batch_settings(plan) + _parallel_settings(plan, release, "cli")
+    for key, value in settings:
+        if isinstance(value, bool):  # tyro: a bool field is a flag with a no_ form
+            section, _, name = key.rpartition(".")
+            items.append((f"--{section}.{name}" if value else f"--{section}.no_{name}", []))
+        else:
+            items.append((f"--{key}", [str(value)]))
+    extra = [("training.disable_cuda_graphs", [])] if plan.pp > 1 else []
+    extra.append(("compile.no_enable_async_tensor_parallel", []))
+    items += [(f"--{k}", v) for k, v in extra]
     subcommand = "activation_checkpoint:" + plan.recompute
     fields = {cli_field(f) for f, _ in items} | {cli_field(subcommand)} | {"training.steps", "hf_assets_path"}
-    unknown = sorted(fields - torchtitan_fields("cli"))
-    if unknown:  # programming error: every setting must be checked against torchtitan first
-        raise RuntimeError(f"torchtitan settings not in torchtitan_fields.txt [cli]: {', '.join(unknown)}")
+    check_fields(sorted(fields), release, "cli")
     return items, subcommand
 
 
-def toml_settings(plan: Plan) -> list[tuple[str, object]]:
-    """(section.field, value) pairs for job_config-era torchtitan. ``check_toml`` must have passed."""
+def toml_settings(plan: Plan, release: Release | None = None) -> list[tuple[str, object]]:
+    """(section.field, value) pairs in ``release``'s names (default 0.2.2). ``check_toml`` must have passed."""
+    release = release or RELEASES[TOML_DEFAULT]
+    names = TOML_NAMES[release.family]
     name, flavor = flavor_for(plan.model)
     out: list[tuple[str, object]] = [("model.name", name), ("model.flavor", flavor)]
     if plan.precision == "fp8":
-        out.append(("model.converters", ["float8"]))
-    out += [
-        ("training.local_batch_size", _local_batch(plan)),
-        ("training.global_batch_size", plan.gbs),
-        ("training.seq_len", plan.seq_len),
-        ("training.max_norm", 1.0),
-        ("training.steps", 100),
-    ]
+        out.append(("model.converters", [names["converter"]]))
+    out += _batch_settings(plan) + [("training.steps", 100)]
     if plan.precision == "fp8" or plan.kernels == "fused":
         # torch.compile fuses the elementwise work between GEMMs, as the "fused" pricing assumes.
-        out.append(("training.compile", True))
-    out += _dp_settings(plan)
-    out += [
-        ("parallelism.tensor_parallel_degree", plan.tp),
-        ("parallelism.context_parallel_degree", plan.cp),
-        ("parallelism.pipeline_parallel_degree", plan.pp),
-    ]
-    out += _pipe_settings(plan)
+        out.append((names["compile"], True))
+    out += _parallel_settings(plan, release, "toml")
     out.append(("activation_checkpoint.mode", plan.recompute))
     if plan.recompute == "selective":
         out.append(("activation_checkpoint.selective_ac_option", "op"))
     if plan.precision == "fp8" and plan.zero >= 1 and plan.dp > 1:
-        out += [("float8.enable_fsdp_float8_all_gather", True), ("float8.precompute_float8_dynamic_scale_for_fsdp", True)]
-    unknown = sorted(({k for k, _ in out} | {"job.description"}) - torchtitan_fields("toml"))
-    if unknown:  # programming error
-        raise RuntimeError(f"torchtitan settings not in torchtitan_fields.txt [toml]: {', '.join(unknown)}")
+        f8 = names["float8"]
+        out += [(f"{f8}.enable_fsdp_float8_all_gather", True), (f"{f8}.precompute_float8_dynamic_scale_for_fsdp", True)]
+    check_fields([k for k, _ in out] + ["job.description"], release, "toml")
+    if names["converter"] not in torchtitan_fields(release.family, "converters"):  # programming error
+        raise RuntimeError(f"converter {names['converter']} is not in torchtitan_fields_{release.family}.txt")
     return out
 
 
-def notes(plan: Plan, target: str) -> list[str]:
+def _cli_notes(plan: Plan, release: Release) -> list[str]:
+    out = [f"torchtitan {release.version} command line ({release.origin}); settings checked against "
+           f"{release.config_files} (planner/export/torchtitan_fields_{release.family}.txt [cli]).",
+           "The --config function supplies the model, optimizer, data loader (HuggingFace c4, streamed from the Hub)",
+           "and tokenizer folder (hf_assets_path; fetch it with torchtitan's scripts/download_hf_assets.py or set",
+           "HF_ASSETS_PATH); the overrides below pin every parallel, batch and recompute setting of the plan."]
+    if plan.precision == "fp8":
+        out.append("fp8: the llama3_405b config converts linears to torchao Float8Linear and compiles the model.")
+    if plan.zero == 0:
+        out.append("zero 0: torchtitan applies FSDP over the [replicate, shard=1] mesh, i.e. plain replication.")
+    return out
+
+
+def _toml_notes(plan: Plan, release: Release) -> list[str]:
+    names = TOML_NAMES[release.family]
+    out = [f"torchtitan {release.version} job config ({release.origin}); settings checked against "
+           f"{release.config_files} (planner/export/torchtitan_fields_{release.family}.txt [toml])."]
+    if plan.precision == "fp8":
+        out.append(f"fp8: the {names['converter']} converter (torchao Float8Linear, tensorwise), with "
+                   f"{names['compile']} on as torchtitan recommends.")
+    if plan.pp > 1 and release.family == "0.1":
+        out.append("Pipeline split as pipeline_parallel_split_points (this release has no first/last-stage weights).")
+    out.append(f"torchtitan reads the vocabulary from its tokenizer: point {names['assets']} at the model's tokenizer.")
+    out.append("Data: training.dataset is left at torchtitan's default (c4_test, a sample in its source tree); set it "
+               "(e.g. \"c4\") for a real run.")
+    return out
+
+
+def notes(plan: Plan, target: str, release: Release | None = None) -> list[str]:
+    """Header lines: what the target release runs, and where it differs from what was priced."""
     if target == "cli":
-        out = [f"torchtitan {TORCHTITAN_RELEASE} command line (settings checked: planner/export/torchtitan_fields.txt [cli]).",
-               "The --config function supplies the model, optimizer, data loader (HuggingFace c4, streamed from the Hub)",
-               "and tokenizer folder (hf_assets_path; fetch it with torchtitan's scripts/download_hf_assets.py or set",
-               "HF_ASSETS_PATH); the overrides below pin every parallel, batch and recompute setting of the plan."]
-        if plan.precision == "fp8":
-            out.append("fp8: the llama3_405b config converts linears to torchao Float8Linear and compiles the model.")
-        if plan.zero == 0:
-            out.append("zero 0: torchtitan applies FSDP over the [replicate, shard=1] mesh, i.e. plain replication.")
+        out = _cli_notes(plan, release or RELEASES[CLI_DEFAULT])
     else:
-        out = [f"Settings checked against {_JOB} (planner/export/torchtitan_fields.txt [toml])."]
-        if plan.precision == "fp8":
-            out.append("fp8: torchao Float8Linear (tensorwise), with torch.compile on as torchtitan recommends.")
-        out.append("torchtitan reads the vocabulary from its tokenizer: point model.tokenizer_path at the model's tokenizer.")
+        out = _toml_notes(plan, release or RELEASES[TOML_DEFAULT])
     if plan.zero in (1, 2):
         out.append(f"torchtitan has no ZeRO-{plan.zero}: this is FSDP2 with reshard_after_forward=never (weights stay "
                    "gathered from forward to backward).")
@@ -342,8 +488,8 @@ def notes(plan: Plan, target: str) -> list[str]:
         out.append("Under PP, torch.distributed.pipelining keeps FSDP gradients (and weights after a backward) "
                    "unsharded until the last micro-batch: ZeRO-1's memory, as priced.")
     if plan.grad_dtype == "bf16":
-        out.append("grad_dtype bf16: torchtitan's FSDP2 reduces gradients in float32 by default "
-                   "(mixed_precision_reduce); set it to bfloat16 to run what was priced.")
+        out.append("grad_dtype bf16: torchtitan's FSDP2 reduces gradients in float32 (training.mixed_precision_reduce "
+                   "accepts only float32): data-parallel reduction bytes are twice what was priced.")
     if plan.recompute == "selective":
         out.append("Selective recompute -> torchtitan's per-op SAC, which saves attention outputs and recomputes every "
                    "second matmul: not Megatron's core-attention recompute, so step time may exceed the prediction.")
@@ -353,8 +499,6 @@ def notes(plan: Plan, target: str) -> list[str]:
     if plan.attention == "flash3":
         out.append("The plan prices FlashAttention-3 / cuDNN attention; torchtitan's SDPA runs FlashAttention-2 "
                    "unless its cuDNN backend is selected.")
-    if plan.tp > 1 and not plan.sp and target == "toml":
-        out.append("job_config-era torchtitan always uses sequence parallelism with TP; the plan has it off.")
     return out
 
 
@@ -362,10 +506,11 @@ def notes(plan: Plan, target: str) -> list[str]:
 
 
 def render_overrides(plan: Plan) -> str:
-    check_cli(plan)
-    items, subcommand = cli_words(plan)
+    release = target_release(plan, CLI_DEFAULT)
+    check_cli(plan, release)
+    items, subcommand = cli_words(plan, release)
     job = safe_name(f"planner-{plan.model.name}")
-    head = comment_block(list(plan.header) + [""] + notes(plan, "cli") + [
+    head = comment_block(list(plan.header) + [""] + notes(plan, "cli", release) + [
         "",
         "Source this file for the bash arrays TORCHTITAN_OVERRIDES and TORCHTITAN_AC, or run it on each node to",
         f"launch torchrun -m torchtitan.train on {plan.nnodes} node(s) x {plan.nproc_per_node} GPUs (c10d rendezvous).",
@@ -413,15 +558,16 @@ def _toml_value(value) -> str:
 
 
 def render_toml(plan: Plan) -> str:
-    check_toml(plan)
+    release = target_release(plan, TOML_DEFAULT)
+    check_toml(plan, release)
     sections: dict[str, list[tuple[str, object]]] = {}
-    for key, value in toml_settings(plan):
+    for key, value in toml_settings(plan, release):
         section, name = key.rsplit(".", 1)
         sections.setdefault(section, []).append((name, value))
-    head = comment_block(list(plan.header) + [""] + notes(plan, "toml") + [
+    head = comment_block(list(plan.header) + [""] + notes(plan, "toml", release) + [
         "",
-        "For torchtitan releases that read a job config file (torchtitan/config/job_config.py):",
-        "  torchrun ... -m torchtitan.train --job.config_file torchtitan.toml",
+        f"For torchtitan {release.version} (torchtitan 0.3 and later read no TOML: use {OVERRIDES_FILE}):",
+        f"  torchrun ... -m torchtitan.train --job.config_file {TOML_FILE}",
     ])
     body = [f'[job]\ndescription = {_toml_value("planner " + plan.layout_summary())}\n']
     for section, pairs in sections.items():
@@ -436,8 +582,9 @@ def render_toml(plan: Plan) -> str:
 EXPORTER = Exporter(
     name="torchtitan",
     files={OVERRIDES_FILE: EXECUTABLE, TOML_FILE: PLAIN},
-    # The 0.3.0 command line and the job-config TOML refuse independently.
+    # The 0.3 command line and the job-config TOML refuse independently.
     render=each_file({OVERRIDES_FILE: lambda plan, entrypoint: render_overrides(plan),
                       TOML_FILE: lambda plan, entrypoint: render_toml(plan)}),
-    description="torchtitan 0.3.0 command line (run it to launch), and the same layout for job-config releases",
+    description="torchtitan 0.3.0 command line (run it to launch), and the same layout as a TOML job config for "
+                "torchtitan 0.2.2 (0.1.x / 0.2.x with --torchtitan-version)",
 )

@@ -82,7 +82,9 @@ KNOWN_DIFFERENT = {
     # Commands whose output changed on purpose since 679e002:
     "--tp 3": "errors name the rule that refuses the layout, and its source",
     "--tp-comm-overlap": "errors name the rule that refuses the layout, and its source",
-    "--grad-dtype bf16 --out": "deepspeed_config.json states zero_optimization.overlap_comm, as priced",
+    "--grad-dtype bf16 --out": "deepspeed_config.json states zero_optimization.overlap_comm, as priced; "
+                               "torchtitan.toml targets torchtitan 0.2.2's field names (issue 18)",
+    "--pp 16 --recompute full --out": "torchtitan.toml targets torchtitan 0.2.2's field names (issue 18)",
 }
 
 

@@ -310,6 +310,9 @@ def _register_optional_commands() -> None:
     except ImportError:  # pragma: no cover - search module missing in a partial checkout
         return
     register(app)
+    from planner.cli_sweep import register as register_sweep
+
+    register_sweep(app)
 
 
 _register_optional_commands()

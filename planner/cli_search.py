@@ -97,6 +97,8 @@ def format_summary(stats: dict) -> str:
     how = stats.get("engine", "")
     if method == "optuna":
         how = f"{stats.get('sampler')}, {stats.get('trials')} trials, seed {stats.get('seed')}"
+        if stats.get("storage"):
+            how += f"; study {stats['study_name']!r} in {stats['storage']}: {stats['study_trials']} trials in all"
     auto = " (auto)" if stats.get("method_requested") == "auto" else ""
     line = (f"enumerated {stats['enumerated']:,}, feasible {stats['feasible']:,}, fitting memory "
             f"{stats['fits']:,}, {stats['seconds']:.2f} s, method {method}{auto} ({how}), "
@@ -196,6 +198,8 @@ def register(app: typer.Typer) -> None:
         export_dir: Optional[Path] = typer.Option(None, "--export", help="Write launch files for the best layout into this directory."),
         progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar on stderr for searches over 1 s. Default: when stderr is a terminal."),
         plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw step time vs memory (vs cost with --price-per-gpu-hour) of the layouts, the Pareto front, and for several GPU counts the scaling curves, to FILE (.png, .svg or .html). An exhaustive search is asked again for more points, for the plot only."),
+        storage: Optional[str] = typer.Option(None, "--storage", help="Optuna: share the study with other processes/machines: journal:///PATH.log | PATH.log | sqlite:///PATH.db | PATH.db | postgresql://USER:PASS@HOST:PORT/DB (pip install psycopg2-binary). --trials is then the study's total."),
+        study_name: Optional[str] = typer.Option(None, "--study-name", help="Study in --storage (default planner-search); every process of one search gives the same."),
         layout: dict = None,
     ):
         """Find the fastest parallel layouts that fit in memory."""
@@ -221,6 +225,7 @@ def register(app: typer.Typer) -> None:
                 price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
                 stage_splits=stage_splits, progress=progress,
                 implementation=implementation, recompute_modules=layout["recompute_modules"],
+                storage=storage, study_name=study_name,
             )
             if csv_file is not None:
                 try:

@@ -256,7 +256,8 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
            pareto: bool = False, price_per_gpu_hour: Optional[float] = None,
            train_tokens: Optional[float] = None, stage_splits: bool = False,
            progress: bool = False, engine: str = "cpsat",
-           implementation: Optional[dict] = None, recompute_modules=None) -> SearchResult:
+           implementation: Optional[dict] = None, recompute_modules=None,
+           storage: Optional[str] = None, study_name: Optional[str] = None) -> SearchResult:
     """Find the fastest layouts that fit in memory.
 
     ``model``/``gpu``/``cluster`` take names or spec objects; ``gpus`` an int, a list or a
@@ -268,7 +269,10 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     (``costmodel.options.IMPLEMENTATION_OPTIONS`` -> value), applied to every candidate where
     their rules allow (``search.rules.where_settings_apply``).
     ``recompute_modules``: the Megatron-Core submodules selective candidates recompute (names, or
-    a comma-separated string; None = core_attn). Raises ``PlannerInputError`` on bad input.
+    a comma-separated string; None = core_attn). ``storage`` / ``study_name``: run the optuna
+    search in a shared study that other processes may join (``search.storage``; ``method`` auto
+    then means optuna, and ``trials`` counts the study's trials). Raises ``PlannerInputError`` on
+    bad input.
     """
     t0 = time.perf_counter()
     if method not in METHODS:
@@ -311,7 +315,13 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     objectives = Objectives(pareto=bool(pareto), price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens)
     size = sum(raw_size(p) for p in problems)
     chosen = method
-    if method == "auto":
+    if storage is not None:
+        if method == "exhaustive":
+            raise _err("--storage shares an optuna study: use it with --method optuna (or auto)")
+        chosen = "optuna"
+    elif study_name is not None:
+        raise _err(f"--study-name {study_name!r} needs --storage (the study lives there)")
+    if method == "auto" and storage is None:
         chosen = "exhaustive" if size <= AUTO_EXHAUSTIVE_MAX else "optuna"
     if chosen == "exhaustive":
         pools, stats = run_exhaustive(problems, top=top, memory_headroom=memory_headroom,
@@ -321,7 +331,7 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
 
         pools, stats = run_optuna(problems, trials=trials, seed=seed, top=top,
                                   memory_headroom=memory_headroom, objectives=objectives,
-                                  sampler=sampler, progress=progress)
+                                  sampler=sampler, progress=progress, storage=storage, study_name=study_name)
     chosen_c = _spread(sorted(pools.front, key=lambda c: c.obj), top) if pareto else pools.best
     results = [_record(c, objectives, i + 1) for i, c in enumerate(chosen_c)]
     specs = [(c.problem.model, c.problem.cluster, c.problem.gpu) for c in chosen_c]

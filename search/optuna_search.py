@@ -22,6 +22,7 @@ Samplers: ``tpe`` (default; multivariate TPE), ``random``, ``nsga2`` (default wi
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Optional
 
@@ -54,97 +55,110 @@ def make_sampler(name: Optional[str], seed: int, pareto: bool):
     raise PlannerInputError(f"--sampler {name!r} is not allowed (allowed: {', '.join(SAMPLERS)})")
 
 
-def run_optuna(problems: list[Problem], *, trials: int, seed: int, top: int, memory_headroom: float,
-               objectives: Objectives = Objectives(), sampler: Optional[str] = None,
-               progress: bool = False) -> tuple[Pools, dict]:
-    """Search ``problems`` with ``trials`` optuna trials. Returns the pools and stats."""
-    import optuna
+class _Cores:
+    """The degree cores trials sample (problem + tp, cp, pp, ep), each priced once, on demand,
+    with everything cheap enumerated (see the module doc); every layout priced goes into ``pools``."""
 
-    from costmodel import evaluate_batch
+    def __init__(self, problems: list[Problem], pools: Pools, objectives: Objectives, memory_headroom: float):
+        self.problems, self.pools, self.objectives, self.headroom = problems, pools, objectives, memory_headroom
+        self.doms = [domains(p) for p in problems]
+        self.by_key = {(p.gpu.name, p.gpus): i for i, p in enumerate(problems)}
+        self.gpu_names = sorted({p.gpu.name for p in problems})
+        self.gpu_counts = sorted({p.gpus for p in problems})
+        self.choices = {k: sorted({int(x) for d in self.doms for x in d[k]}) for k in ("tp", "cp", "pp", "ep")}
+        self.broadcasts = [self._broadcast(p, d) for p, d in zip(problems, self.doms)]
+        self.cache: dict = {}
+        self.counters = {"proposed": 0, "feasible": 0, "infeasible_trials": 0, "no_fit_trials": 0}
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    t0 = time.perf_counter()
-    pools = Pools(top=top, objectives=objectives)
-    doms = [domains(p) for p in problems]
-    by_key = {(p.gpu.name, p.gpus): i for i, p in enumerate(problems)}
-    gpu_names = sorted({p.gpu.name for p in problems})
-    gpu_counts = sorted({p.gpus for p in problems})
-
-    def union(k):
-        vals = set()
-        for d in doms:
-            vals |= set(int(x) for x in d[k])
-        return sorted(vals)
-
-    choices = {k: union(k) for k in ("tp", "cp", "pp", "ep")}
-    broadcasts = []
-    for p, d in zip(problems, doms):
+    @staticmethod
+    def _broadcast(p: Problem, d: dict) -> dict:
         bgrid = _broadcast_grid(d)
         bcols = dict(bgrid)
         bcols["tp"] = np.int64(2)  # sp is forced off where tp == 1, so its rule always holds
         _, alive = removed_by_rule(p.ctx, bcols, [r for r in RULES if set(r.fields) & set(BROADCAST)])
-        broadcasts.append({k: v[alive] for k, v in bgrid.items()})
-    cache: dict = {}
-    counters = {"proposed": 0, "feasible": 0, "infeasible_trials": 0, "no_fit_trials": 0}
-    bar = Progress(trials, "optuna", enabled=progress)
+        return {k: v[alive] for k, v in bgrid.items()}
 
-    def penalty(v):
-        return (v, v) if objectives.pareto else v
+    def objective(self, trial):
+        space = {"gpu": self.gpu_names, "gpus": self.gpu_counts, **self.choices}
+        return self.value({k: trial.suggest_categorical(k, vals) for k, vals in space.items() if len(vals) > 1})
 
-    def objective(trial):
-        gname = trial.suggest_categorical("gpu", gpu_names) if len(gpu_names) > 1 else gpu_names[0]
-        g = trial.suggest_categorical("gpus", gpu_counts) if len(gpu_counts) > 1 else gpu_counts[0]
-        pi = by_key.get((gname, g))
-        knobs = {k: (trial.suggest_categorical(k, vals) if len(vals) > 1 else vals[0]) for k, vals in choices.items()}
-        key = (pi,) + tuple(knobs[k] for k in choices)
-        if key not in cache:
-            cache[key] = _trial_value(pi, knobs)
-        return cache[key]
+    def decode(self, params: dict):
+        """(cache key, problem index, knobs) of a trial's params (knobs with one value: not sampled)."""
+        pi = self.by_key.get((params.get("gpu", self.gpu_names[0]), params.get("gpus", self.gpu_counts[0])))
+        knobs = {k: params.get(k, vals[0]) for k, vals in self.choices.items()}
+        return (pi,) + tuple(knobs[k] for k in self.choices), pi, knobs
 
-    def _trial_value(pi, knobs):
+    def value(self, params: dict):
+        key, pi, knobs = self.decode(params)
+        if key not in self.cache:
+            self.cache[key] = self._price(pi, knobs)
+        return self.cache[key]
+
+    def _penalty(self, v: float):
+        return (v, v) if self.objectives.pareto else v
+
+    def _price(self, pi, knobs):
+        from costmodel import evaluate_batch
+
         if pi is None:
-            counters["infeasible_trials"] += 1
-            return penalty(PENALTY_RULES)
-        p, dom = problems[pi], doms[pi]
+            self.counters["infeasible_trials"] += 1
+            return self._penalty(PENALTY_RULES)
+        p, dom, bcast = self.problems[pi], self.doms[pi], self.broadcasts[pi]
         tcp = knobs["tp"] * knobs["cp"] * knobs["pp"]
-        dp = p.gpus // tcp if p.gpus % tcp == 0 else 1
-        dp = p.pins.get("dp", dp)
+        dp = p.pins.get("dp", p.gpus // tcp if p.gpus % tcp == 0 else 1)
         core = {k: np.array([v], dtype=np.int64) for k, v in knobs.items()}
         core["dp"] = np.array([dp], dtype=np.int64)
         skel, removed = expand(p, core, dom)
-        space = Space(problem=p, skeleton=skel, broadcast=broadcasts[pi], raw_size=0, removed_by_rule={},
+        space = Space(problem=p, skeleton=skel, broadcast=bcast, raw_size=0, removed_by_rule={},
                       engine="optuna", seconds=0.0)
-        counters["proposed"] += (len(skel["tp"]) + sum(removed.values())) * len(broadcasts[pi]["zero"])
+        self.counters["proposed"] += (len(skel["tp"]) + sum(removed.values())) * len(bcast["zero"])
         if len(space) == 0:
-            counters["infeasible_trials"] += 1
-            return penalty(PENALTY_RULES)
-        counters["feasible"] += len(space)
+            self.counters["infeasible_trials"] += 1
+            return self._penalty(PENALTY_RULES)
+        self.counters["feasible"] += len(space)
         batch = space.batch()
         result = evaluate_batch(p.model, p.cluster, batch, gpu=p.gpu)
-        limit = memory_limit_gib(p.gpu.memory_gib, memory_headroom)
-        pools.add(p, result, limit)
+        limit = memory_limit_gib(p.gpu.memory_gib, self.headroom)
+        self.pools.add(p, result, limit)
         peak = np.asarray(result.memory_gib["peak"], dtype=np.float64)
         step = np.asarray(result.step_time_s, dtype=np.float64)
         fit = (peak <= limit) & np.isfinite(step)
         if not fit.any():
-            counters["no_fit_trials"] += 1
-            return penalty(PENALTY_MEMORY + float(np.min(peak - limit)))
-        if objectives.pareto:
-            gpus = batch.tp * batch.pp * batch.dp * batch.cp
-            a, b = objectives.values(result, gpus)
+            self.counters["no_fit_trials"] += 1
+            return self._penalty(PENALTY_MEMORY + float(np.min(peak - limit)))
+        if self.objectives.pareto:
+            a, b = self.objectives.values(result, batch.tp * batch.pp * batch.dp * batch.cp)
             return float(np.min(a[fit])), float(np.min(b[fit]))
         return float(np.min(step[fit]))
 
-    smp = make_sampler(sampler, seed, objectives.pareto)
-    directions = ["minimize", "minimize"] if objectives.pareto else None
-    study = optuna.create_study(sampler=smp, directions=directions) if directions else \
-        optuna.create_study(sampler=smp, direction="minimize")
 
-    def _cb(study, trial):
-        bar.update(trial.number + 1)
+def run_optuna(problems: list[Problem], *, trials: int, seed: int, top: int, memory_headroom: float,
+               objectives: Objectives = Objectives(), sampler: Optional[str] = None,
+               progress: bool = False, storage: Optional[str] = None,
+               study_name: Optional[str] = None) -> tuple[Pools, dict]:
+    """Search ``problems`` with ``trials`` optuna trials. Returns the pools and stats.
 
-    study.optimize(objective, n_trials=int(trials), callbacks=[_cb], gc_after_trial=False)
-    bar.close()
+    ``storage`` (a ``search.storage`` URL): join the shared study ``study_name``; ``trials`` is
+    then the study's total of complete trials, whichever processes run them."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    t0 = time.perf_counter()
+    pools = Pools(top=top, objectives=objectives)
+    cores = _Cores(problems, pools, objectives, memory_headroom)
+    # Workers sharing a study each draw their own random stream (else they repeat each other's
+    # startup trials); the result is then not reproducible from the seed alone.
+    smp = make_sampler(sampler, seed if storage is None else seed + os.getpid(), objectives.pareto)
+    directions = ["minimize", "minimize"] if objectives.pareto else ["minimize"]
+    study = _create_study(problems, smp, directions, storage, study_name, memory_headroom, objectives, sampler)
+    _optimize(study, cores.objective, int(trials), shared=storage is not None,
+              bar=Progress(trials, "optuna", enabled=progress))
+    shared = {}
+    if storage is not None:  # bring the best cores found by other workers into this one's pools
+        for params in _best_params(study, top, objectives.pareto, cores.decode):
+            cores.value(params)
+        shared = {"storage": storage, "study_name": study.study_name, "study_trials": len(study.trials)}
+    counters = cores.counters
     stats = {
         "method": "optuna",
         "sampler": smp.__class__.__name__.replace("Sampler", "").lower().replace("nsgaii", "nsga2"),
@@ -154,9 +168,73 @@ def run_optuna(problems: list[Problem], *, trials: int, seed: int, top: int, mem
         "feasible": counters["feasible"],
         "evaluated": pools.evaluated,
         "fits": pools.fits,
-        "distinct_trials": len(cache),
+        "distinct_trials": len(cores.cache),
         "infeasible_trials": counters["infeasible_trials"],
         "no_fit_trials": counters["no_fit_trials"],
         "optimize_seconds": time.perf_counter() - t0,
+        **shared,
     }
     return pools, stats
+
+
+def _optimize(study, objective, trials: int, shared: bool, bar: Progress) -> None:
+    """Run ``trials`` trials; in a shared study, until it holds ``trials`` complete trials in all
+    (``optuna.study.MaxTrialsCallback``, https://optuna.readthedocs.io/en/stable/reference/generated/optuna.study.MaxTrialsCallback.html)."""
+    import optuna
+
+    ran = [0]
+
+    def _cb(study, trial):
+        ran[0] += 1
+        bar.update(ran[0])
+
+    callbacks, n_trials = [_cb], trials
+    if shared:
+        complete = (optuna.trial.TrialState.COMPLETE,)
+        callbacks.append(optuna.study.MaxTrialsCallback(trials, states=complete))
+        n_trials = max(0, trials - len(study.get_trials(deepcopy=False, states=complete)))
+    study.optimize(objective, n_trials=n_trials, callbacks=callbacks, gc_after_trial=False)
+    bar.close()
+
+
+def _create_study(problems, sampler, directions, storage, study_name, memory_headroom, objectives, sampler_name):
+    """An in-memory study, or the shared study ``study_name`` in ``storage`` (``search.storage``),
+    checked to be the same problem (model, hardware, batch, pins, settings, objectives)."""
+    import optuna
+
+    if storage is None:
+        return optuna.create_study(sampler=sampler, directions=directions)
+    from search.storage import join_study, open_storage
+
+    fingerprint = {
+        "problems": [{"model": p.model.name, "gpu": p.gpu.name, "cluster": p.cluster.name, "gpus": p.gpus,
+                      "gbs": p.gbs, "seq_len": p.seq_len, "pins": {k: str(v) for k, v in sorted(p.pins.items())},
+                      "allow_cross_node_tp": p.allow_cross_node_tp, "stage_splits": p.stage_splits,
+                      "implementation": {k: str(v) for k, v in sorted(p.implementation.items())},
+                      "recompute_modules": int(p.recompute_modules)} for p in problems],
+        "memory_headroom": float(memory_headroom), "pareto": objectives.pareto,
+        "price_per_gpu_hour": objectives.price_per_gpu_hour, "train_tokens": objectives.train_tokens,
+        "sampler": sampler_name or "",
+    }
+    return join_study(open_storage(storage), study_name or "planner-search", "planner_search", fingerprint,
+                      sampler=sampler, directions=directions)
+
+
+def _best_params(study, top: int, pareto: bool, decode) -> list[dict]:
+    """Params of the study's best trials (every worker's): the ``top`` best distinct degree cores
+    by value (the top-K layouts come from those: a core's value is its best layout's step time),
+    or the trials on the study's Pareto front. Penalized trials are left out."""
+    import optuna
+
+    if pareto:
+        return [t.params for t in study.best_trials if t.values[0] < PENALTY_MEMORY]
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    out, seen = [], set()
+    for t in sorted((t for t in done if t.value < PENALTY_MEMORY), key=lambda t: t.value):
+        key = decode(t.params)[0]
+        if key not in seen:
+            seen.add(key)
+            out.append(t.params)
+        if len(out) >= top:
+            break
+    return out

@@ -1,0 +1,119 @@
+"""``planner sweep``: the best layout, time to train and cost of every scenario of a grid.
+
+Registered on the main app by ``planner.cli`` through ``register(app)``; the work is in
+``planner.sweep`` (study, workers, exactly-once claims) and ``planner.sweep_report`` (output).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+SWEEP_HELP = """Best layout, time to train and cost for every scenario of a grid: models x GPU types x
+GPU counts x sequence lengths x batch sizes. Each scenario is one exhaustive search (a trial of an
+Optuna study with a GridSampler); its result is stored in the study.
+
+Example: planner sweep --model 8b,70b --gpus 1024..16384 --gpu h100,b200 --seq-len 4096,8192
+--train-tokens 15e12 --price-per-gpu-hour h100=2.5,b200=4 --plot sweep.png
+
+Many processes, many machines: give every worker the same --storage and --study-name (and the same
+axes, or none to join the stored ones). Each scenario is searched exactly once; a re-run resumes
+(scenarios done are not redone). --storage forms: journal:///PATH.log or PATH.log (journal file, one
+machine); sqlite:///PATH.db or PATH.db (SQLite, one machine); postgresql://USER:PASS@HOST:PORT/DB or
+mysql+pymysql://... (a server; every machine runs `pip install psycopg2-binary` or `pymysql`).
+With SQLite/PostgreSQL/MySQL a scenario whose worker died (no heartbeat for 30 s) is redone by
+another worker; a journal file has no heartbeat: stop all workers, then run once with
+--reclaim-running."""
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``sweep`` command to ``app``."""
+
+    @app.command("sweep", help=SWEEP_HELP)
+    def sweep_cmd(
+        model: Optional[str] = typer.Option(None, "--model", help="Model presets or files, comma list: 8b,70b."),
+        gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU counts: N, a list 1024,4096, A..B (doubling) or A..B:S (steps of S)."),
+        gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU types, comma list: h100,b200 (each on its default cluster)."),
+        seq_len: Optional[str] = typer.Option(None, "--seq-len", help="Sequence lengths, comma list (default: the model's)."),
+        gbs: Optional[str] = typer.Option(None, "--gbs", help="Global batch sizes in sequences, comma list."),
+        tokens_per_batch: Optional[str] = typer.Option(None, "--tokens-per-batch", help="Global batches in tokens, comma list (instead of --gbs; default: the model's)."),
+        train_tokens: Optional[float] = typer.Option(None, "--train-tokens", help="Tokens of the whole run (e.g. 15e12): adds the time to train."),
+        price: Optional[str] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour: 2.5, or per GPU type h100=2.5,b200=4: adds $ per million tokens (and the run's cost)."),
+        memory_headroom: float = typer.Option(0.05, "--memory-headroom", help="Fraction of HBM kept free."),
+        allow_cross_node_tp: bool = typer.Option(False, "--allow-cross-node-tp", help="Allow TP larger than the scale-up domain."),
+        storage: Optional[str] = typer.Option(None, "--storage", help="Shared study storage: journal:///PATH.log | PATH.log | sqlite:///PATH.db | PATH.db | postgresql://USER:PASS@HOST:PORT/DB (default: in memory, this process only)."),
+        study_name: Optional[str] = typer.Option(None, "--study-name", help="Study in --storage (default planner-sweep)."),
+        wait: float = typer.Option(60.0, "--wait", help="With nothing left to start, wait this many seconds (from the last scenario done anywhere) for scenarios running in other workers."),
+        report_only: bool = typer.Option(False, "--report-only", help="Print the study's table; run nothing."),
+        reclaim_running: bool = typer.Option(False, "--reclaim-running", help="Fail the study's RUNNING trials first, so they are redone (only when no worker is alive: journal files have no heartbeat)."),
+        as_json: bool = typer.Option(False, "--json", help="Print {\"scenarios\": [...], \"stats\": {...}}."),
+        csv_file: Optional[Path] = typer.Option(None, "--csv", help="Also write one row per scenario to this CSV file."),
+        plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: tokens/s/GPU and cost (or time to train) vs GPU count."),
+        progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar on stderr. Default: when stderr is a terminal."),
+    ):
+        from hardware_catalog.errors import PlannerInputError
+
+        try:
+            result = _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, train_tokens, price, memory_headroom,
+                          allow_cross_node_tp, storage, study_name, wait, report_only, reclaim_running,
+                          sys.stderr.isatty() if progress is None else progress)
+            _write_files(result, csv_file, plot)
+        except PlannerInputError as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(2)
+        _print(result, as_json, csv_file, plot)
+
+
+def _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, train_tokens, price, memory_headroom,
+         allow_cross_node_tp, storage, study_name, wait, report_only, reclaim, progress):
+    from hardware_catalog.errors import PlannerInputError
+    from planner.sweep import build_spec, parse_prices, run_sweep
+
+    axes = {"--model": model, "--gpus": gpus, "--gpu": gpu}
+    given = [k for k, v in axes.items() if v is not None]
+    others = [k for k, v in (("--seq-len", seq_len), ("--gbs", gbs), ("--tokens-per-batch", tokens_per_batch)) if v]
+    if given and len(given) < 3:
+        missing = [k for k in axes if k not in given]
+        raise PlannerInputError(f"{', '.join(missing)} missing: give --model, --gpus and --gpu "
+                                f"(or, with --storage, none of the axes to join the stored sweep)")
+    if not given and (others or storage is None):
+        raise PlannerInputError("give the scenario axes --model, --gpus and --gpu (e.g. --model 8b --gpus "
+                                "8..64 --gpu h100), or --storage of an existing sweep")
+    spec = build_spec(model, gpus, gpu, seq_len, gbs, tokens_per_batch, memory_headroom,
+                      allow_cross_node_tp) if given else None
+    prices = parse_prices(price)
+    return run_sweep(spec, storage=storage, study_name=study_name, train_tokens=train_tokens,
+                     prices=prices or None, progress=progress, wait_s=wait, report_only=report_only,
+                     reclaim=reclaim)
+
+
+def _write_files(result, csv_file, plot) -> None:
+    from planner import sweep_report
+
+    if csv_file is not None:
+        sweep_report.write_csv(csv_file, result.rows)
+    if plot is not None:
+        sweep_report.plot(plot, result.rows, f"planner sweep '{result.stats['study']}'")
+
+
+def _print(result, as_json: bool, csv_file, plot) -> None:
+    from planner import sweep_report
+
+    if as_json:
+        typer.echo(json.dumps(sweep_report.to_json(result.rows, result.stats), indent=2))
+    else:
+        from planner.sweep import SweepSpec
+
+        spec = SweepSpec.from_dict(result.stats["spec"])
+        typer.echo(f"sweep: {spec.describe()}, best layout each")
+        if result.rows:
+            typer.echo(sweep_report.format_table(result.rows))
+        typer.echo("")
+        typer.echo(sweep_report.format_summary(result.stats, result.stats.get("worker")))
+    for path in (csv_file, plot):
+        if path is not None:
+            typer.echo(f"wrote {path}", err=as_json)

@@ -1,0 +1,579 @@
+"""``planner sweep``: one exhaustive search per scenario over a grid, shared by any number of workers.
+
+A sweep is an Optuna study whose sampler is a ``GridSampler`` over the scenario axes (model, GPU
+type, GPU count, sequence length, batch); each trial runs one exhaustive ``search.api.search``
+and stores its outcome as trial user attributes (``status``, ``best`` record or ``reason``,
+``scenario``, ``worker``), so any process that opens the study can print the whole table.
+Workers join the same study through a shared storage (``search.storage``): Optuna's own
+distributed mode (https://optuna.readthedocs.io/en/stable/tutorial/10_key_features/004_distributed.html).
+
+Exactly once. The GridSampler's own docs say distributed workers "will occasionally suggest the
+same parameter configuration"; a sweep must not run a scenario twice. Each trial *claims* one
+grid point, and the claim is visible to every worker from the moment the trial exists:
+
+* a fresh trial numbered k < N (N = grid size) claims grid point k: ``GridSampler.before_trial``
+  gives such a trial ``grid_id = trial.number``, and trial numbers are unique (created under a
+  lock: the study row lock in RDB storages, the log order in journal files);
+* a trial queued by a worker (``enqueue``: a scenario left undone, or a stale trial's heartbeat
+  callback) carries its claim in its system attributes from creation (``study.add_trial`` with
+  ``state=WAITING``; popping a waiting trial is atomic, Optuna's ``Study._pop_waiting_trial_id``);
+* a fresh trial numbered >= N claims nothing and is pruned at once ("overflow").
+
+Every worker must number the grid points alike: the same axes (sorted) and GridSampler seed (0);
+a digest of the numbering is part of what a joining worker must match.
+
+A trial runs its scenario only if no other trial claiming the same grid point is COMPLETE, or is
+RUNNING/WAITING with a lower number (``holder``); else it is pruned. Trial numbers grow in the
+order trials become visible, so of two live claimants the later one always sees the earlier one:
+a scenario completes at most once, and only a FAILed claimant (dead worker, crash) lets a later
+one run it again. A worker loops until every scenario is COMPLETE: it runs queued or fresh
+trials, queues scenarios nobody holds (``enqueue``), and waits for scenarios running elsewhere.
+
+Dead workers. RDB storages record heartbeats; a RUNNING trial without one for
+``search.storage.GRACE_PERIOD_S`` is failed by ``optuna.storages.fail_stale_trials`` and
+``requeue_stale`` queues its scenario again. Journal files have no heartbeat (Optuna's
+``JournalStorage`` does not implement ``BaseHeartbeat``): such a trial stays RUNNING; workers wait
+for it ``wait_s`` seconds without progress, then stop; ``reclaim_running`` (``--reclaim-running``,
+only when no worker is alive) fails those trials so the next run redoes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Optional
+
+from hardware_catalog.errors import PlannerInputError
+
+SPEC_ATTR = "planner_sweep"
+"""Study user attribute: the sweep's axes and search settings (every worker must agree)."""
+REPORT_ATTR = "planner_sweep_report"
+"""Study user attribute: the train tokens / prices given first (defaults for later reports)."""
+CLAIM = "sweep_claim"
+"""Trial system attribute: the grid point a queued trial claims."""
+RESULT = "result"
+"""Trial user attribute: the scenario, status (ok | nothing fits | invalid | error), best
+record, reason, worker and seconds (one attribute: one storage write)."""
+AXES = ("model", "gpu", "gpus", "seq_len", "gbs", "tokens_per_batch")
+MAX_SCENARIOS = 100_000
+DEFAULT_WAIT_S = 60.0
+"""How long a worker with nothing left to do waits for scenarios running in other workers,
+counted from the last scenario completed anywhere."""
+POLL_S = 0.2
+
+
+# ------------------------------------------------------------------------------------------ spec
+
+
+def parse_int_list(flag: str, text: Optional[str]) -> list:
+    """``"4096,8192"`` -> [4096, 8192] (sorted, unique; 4e6 style allowed when integral); None -> [None]."""
+    if text is None:
+        return [None]
+    out = []
+    for part in str(text).replace(" ", "").split(","):
+        try:
+            v = float(part)
+            if not part or v != int(v) or v <= 0:
+                raise ValueError
+        except (ValueError, OverflowError):
+            raise PlannerInputError(f"{flag} {text!r} is not understood (allowed: a positive integer or a "
+                                    f"comma list like 4096,8192)") from None
+        out.append(int(v))
+    return sorted(set(out))
+
+
+def _names(flag: str, text: Optional[str], resolve) -> list[str]:
+    items = [x for x in (text or "").replace(" ", "").split(",") if x]
+    if not items:
+        raise PlannerInputError(f"{flag} {text!r}: give a name or a comma list (e.g. {flag} 8b,70b)")
+    return sorted({resolve(x) for x in items})
+
+
+def _model_name(x: str) -> str:
+    from hardware_catalog import get_model
+
+    spec = get_model(x)  # PlannerInputError naming the model and the known ones
+    return x if os.path.exists(x) else spec.name
+
+
+def _gpu_name(x: str) -> str:
+    from hardware_catalog import default_cluster_for_gpu, get_gpu
+
+    name = get_gpu(x).name
+    default_cluster_for_gpu(name)
+    return name
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """The scenario grid (each axis a sorted list; [None] = the model's default) and the search
+    settings every scenario uses. ``to_dict`` is what workers compare when they join a study."""
+
+    model: tuple
+    gpu: tuple
+    gpus: tuple
+    seq_len: tuple = (None,)
+    gbs: tuple = (None,)
+    tokens_per_batch: tuple = (None,)
+    memory_headroom: float = 0.05
+    allow_cross_node_tp: bool = False
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for k in AXES:
+            n *= len(getattr(self, k))
+        return n
+
+    def grid(self) -> dict:
+        """The GridSampler search space."""
+        return {k: list(getattr(self, k)) for k in AXES}
+
+    def to_dict(self) -> dict:
+        return {"version": 1, **self.grid(), "memory_headroom": float(self.memory_headroom),
+                "allow_cross_node_tp": bool(self.allow_cross_node_tp)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SweepSpec":
+        return cls(**{k: tuple(d[k]) for k in AXES}, memory_headroom=d["memory_headroom"],
+                   allow_cross_node_tp=d["allow_cross_node_tp"])
+
+    def describe(self) -> str:
+        counts = [(len(getattr(self, k)), label) for k, label in (
+            ("model", "model"), ("gpu", "GPU type"), ("gpus", "GPU count"), ("seq_len", "sequence length"))]
+        counts.append((len(self.gbs) * len(self.tokens_per_batch), "batch size"))
+        parts = [f"{n} {label}{'s' if n != 1 else ''}" for n, label in counts]
+        return f"{self.size} scenario{'s' if self.size != 1 else ''} ({' x '.join(parts)})"
+
+
+def build_spec(model: str, gpus: str, gpu: str, seq_len: Optional[str] = None, gbs: Optional[str] = None,
+               tokens_per_batch: Optional[str] = None, memory_headroom: float = 0.05,
+               allow_cross_node_tp: bool = False) -> SweepSpec:
+    """A SweepSpec from the option strings; PlannerInputError (one line) on bad input."""
+    from search.api import parse_gpu_counts
+
+    if gbs is not None and tokens_per_batch is not None:
+        raise PlannerInputError("give --gbs or --tokens-per-batch, not both")
+    if not (0 <= float(memory_headroom) < 1):
+        raise PlannerInputError(f"--memory-headroom {memory_headroom}: must be in [0, 1) (fraction of HBM kept free)")
+    spec = SweepSpec(
+        model=tuple(_names("--model", model, _model_name)), gpu=tuple(_names("--gpu", gpu, _gpu_name)),
+        gpus=tuple(parse_gpu_counts(gpus)), seq_len=tuple(parse_int_list("--seq-len", seq_len)),
+        gbs=tuple(parse_int_list("--gbs", gbs)),
+        tokens_per_batch=tuple(parse_int_list("--tokens-per-batch", tokens_per_batch)),
+        memory_headroom=float(memory_headroom), allow_cross_node_tp=bool(allow_cross_node_tp),
+    )
+    if spec.size > MAX_SCENARIOS:
+        raise PlannerInputError(f"the sweep has {spec.size:,} scenarios (at most {MAX_SCENARIOS:,}); narrow an axis")
+    _check_batches(spec)
+    return spec
+
+
+def _check_batches(spec: SweepSpec) -> None:
+    from hardware_catalog import get_model
+
+    if spec.tokens_per_batch == (None,):
+        return
+    for m in spec.model:
+        for seq in spec.seq_len:
+            s = seq or get_model(m).default_seq_len
+            small = [t for t in spec.tokens_per_batch if t < s]
+            if small:
+                raise PlannerInputError(f"--tokens-per-batch {small[0]} is smaller than one sequence of {s} tokens "
+                                        f"({m}); allowed: at least the sequence length")
+
+
+def parse_prices(text: Optional[str], gpu_types=()) -> dict:
+    """``"2.5"`` -> {"*": 2.5}; ``"h100=2.5,b200=4"`` -> per GPU type (canonical names), "*" for the rest."""
+    if text is None or str(text).strip() == "":
+        return {}
+    prices = {}
+    for part in str(text).replace(" ", "").split(","):
+        name, _, value = part.rpartition("=")
+        try:
+            price = float(value)
+            if not price > 0:
+                raise ValueError
+        except ValueError:
+            raise PlannerInputError(f"--price-per-gpu-hour {text!r} is not understood (allowed: USD per GPU-hour "
+                                    f"> 0, e.g. 2.5, or per GPU type h100=2.5,b200=4.2)") from None
+        prices[_gpu_name(name) if name else "*"] = price
+    return prices
+
+
+# -------------------------------------------------------------------------------- claim protocol
+
+
+def claim_of(trial, n: int) -> Optional[int]:
+    """The grid point a trial claims (see the module doc), or None (an overflow trial)."""
+    attrs = trial.system_attrs
+    if CLAIM in attrs:
+        return int(attrs[CLAIM])
+    if trial.number < n and "fixed_params" not in attrs and "failed_trial" not in attrs:
+        return trial.number
+    return None
+
+
+def holder(study, grid_id: int, number: int, n: int) -> Optional[int]:
+    """The number of another trial that has done grid point ``grid_id``, or holds it with a lower
+    number than ``number`` (then trial ``number`` must not run it); None if none does."""
+    from optuna.trial import TrialState
+
+    states = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)
+    for t in study._storage.get_all_trials(study._study_id, deepcopy=False, states=states):
+        if t.number == number or claim_of(t, n) != grid_id:
+            continue
+        if t.state == TrialState.COMPLETE or t.number < number:
+            return t.number
+    return None
+
+
+def _waiting_trial(spec: SweepSpec, grid_id: int, **extra):
+    import optuna
+
+    attrs = {CLAIM: int(grid_id), "grid_id": int(grid_id), "search_space": spec.grid(), **extra}
+    return optuna.trial.create_trial(state=optuna.trial.TrialState.WAITING, system_attrs=attrs)
+
+
+def enqueue(study, spec: SweepSpec, grid_ids) -> None:
+    """Queue one WAITING trial per grid point (popped atomically by one worker)."""
+    study.add_trials([_waiting_trial(spec, g) for g in grid_ids])
+
+
+def requeue_stale(study, trial) -> None:
+    """Heartbeat callback (RDB storages): queue the scenario of a trial failed as stale again.
+    Modeled on ``optuna.storages.RetryHeartbeatStaleTrialCallback``, which copies the trial's
+    system attributes; this one carries only the claim, so it works whatever the dead trial wrote."""
+    raw = study.user_attrs.get(SPEC_ATTR)
+    if raw is None:
+        return
+    spec = SweepSpec.from_dict(raw)
+    g = claim_of(trial, spec.size)
+    if g is not None:
+        study.add_trial(_waiting_trial(spec, g, retry_of=trial.number))
+
+
+def reclaim_running(study) -> int:
+    """Fail every RUNNING trial of the study (use only when no worker is alive: journal files
+    have no heartbeat). Their scenarios are queued again by the next worker. Returns the count."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        try:
+            n += bool(study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL))
+        except UpdateFinishedTrialError:
+            pass
+    return n
+
+
+# ------------------------------------------------------------------------------------------ study
+
+
+def _grid_sampler(spec: SweepSpec):
+    import optuna
+
+    class SweepGridSampler(optuna.samplers.GridSampler):
+        """GridSampler whose ``after_trial`` does not stop the study (the worker loop decides when
+        the sweep is done) and so does not rescan every trial after each one."""
+
+        def after_trial(self, study, trial, state, values) -> None:
+            return None
+
+    return SweepGridSampler(spec.grid(), seed=0)
+
+
+def _grid_order(sampler) -> Optional[str]:
+    """A digest of the order in which the GridSampler numbers the grid points (grid_id -> scenario,
+    shuffled with its seed): workers whose optuna/numpy would number them otherwise must not join."""
+    import hashlib
+
+    grids = getattr(sampler, "_all_grids", None)  # private; without it the check is skipped
+    return hashlib.sha1(json.dumps(grids).encode()).hexdigest()[:16] if grids is not None else None
+
+
+def open_sweep(spec: Optional[SweepSpec], storage: Optional[str] = None, study_name: Optional[str] = None,
+               report: Optional[dict] = None):
+    """(study, spec, report settings): create or join the sweep study. Without ``storage`` an
+    in-memory study; with it and no ``spec``, the spec stored in the study."""
+    import optuna
+
+    from search.storage import join_study, open_storage
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    if storage is None:
+        if spec is None:
+            raise PlannerInputError("give the scenario axes: --model, --gpus and --gpu (or --storage of a sweep to join)")
+        store = optuna.storages.InMemoryStorage()
+    else:
+        store = open_storage(storage, stale_callback=requeue_stale)
+    name = study_name or "planner-sweep"
+    if spec is None:
+        spec = _stored_spec(store, name)
+    sampler = _grid_sampler(spec)
+    fingerprint = {**spec.to_dict(), "grid_order": _grid_order(sampler)}
+    study = join_study(store, name, SPEC_ATTR, fingerprint, sampler=sampler, directions=["maximize"])
+    stored_report = study.user_attrs.get(REPORT_ATTR)
+    given = {k: v for k, v in (report or {}).items() if v}
+    if stored_report is None and given:
+        study.set_user_attr(REPORT_ATTR, given)
+    return study, spec, {**(stored_report or {}), **given}
+
+
+def _stored_spec(store, name: str) -> SweepSpec:
+    import optuna
+
+    try:
+        study = optuna.load_study(study_name=name, storage=store)
+    except KeyError:
+        raise PlannerInputError(f"--study-name {name!r}: no such study in this storage; give the scenario axes "
+                                f"(--model, --gpus, --gpu) to start it") from None
+    raw = study.user_attrs.get(SPEC_ATTR)
+    if raw is None:
+        raise PlannerInputError(f"--study-name {name!r} is not a planner sweep (give another --study-name)")
+    return SweepSpec.from_dict(raw)
+
+
+# ------------------------------------------------------------------------------------------ worker
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass
+class WorkerStats:
+    """What this process did."""
+
+    worker: str = field(default_factory=worker_id)
+    ran: int = 0
+    """Scenarios this worker searched."""
+    skipped: int = 0
+    """Trials pruned because another trial had done or held their scenario."""
+    overflow: int = 0
+    """Trials pruned because every grid point already had its trial."""
+    queued: int = 0
+    """Scenarios this worker queued again (left undone by a failed or dead trial)."""
+    reclaimed: int = 0
+    seconds: float = 0.0
+    gave_up_waiting: bool = False
+
+
+def run_scenario(spec: SweepSpec, params: dict) -> dict:
+    """One exhaustive search; the user attributes stored on the trial."""
+    from search.api import search
+
+    t0 = time.perf_counter()
+    out = {"scenario": dict(params), "status": "ok", "best": None, "reason": "", "worker": worker_id()}
+    try:
+        res = search(params["model"], params["gpus"], params["gpu"], gbs=params["gbs"],
+                     tokens_per_batch=params["tokens_per_batch"], seq_len=params["seq_len"], top=1,
+                     method="exhaustive", memory_headroom=spec.memory_headroom,
+                     allow_cross_node_tp=spec.allow_cross_node_tp)
+    except PlannerInputError as err:
+        out.update(status="invalid", reason=str(err))
+    except Exception as err:  # a scenario that breaks the cost model must not stop the sweep
+        out.update(status="error", reason=f"{type(err).__name__}: {err}")
+    else:
+        out.update(gbs_used=res.stats["gbs"], seq_len_used=res.stats["seq_len"])
+        if res.best is None:
+            out.update(status="nothing fits", reason=res.message)
+        else:
+            out["best"] = _jsonable(res.best)
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def _jsonable(obj):
+    from planner.cli_search import _json_default
+
+    return json.loads(json.dumps(obj, default=_json_default))
+
+
+def _objective(study, spec: SweepSpec, stats: WorkerStats, last: Optional[list] = None):
+    """The trial function; ``last[0]`` is set to the highest trial number this worker has run."""
+    import optuna
+
+    n = spec.size
+    grid = spec.grid()
+    last = last if last is not None else [-1]
+
+    def objective(trial) -> float:
+        frozen = study._storage.get_trial(trial._trial_id)
+        g = claim_of(frozen, n)
+        if g is None:
+            last[0] = max(last[0], trial.number)
+            stats.overflow += 1
+            trial.set_user_attr("skipped", "overflow: every scenario already had a trial")
+            raise optuna.TrialPruned()
+        # Axes with one value are not suggested: one storage write less per trial each.
+        params = {k: trial.suggest_categorical(k, vals) if len(vals) > 1 else vals[0] for k, vals in grid.items()}
+        last[0] = max(last[0], trial.number)
+        # A fresh trial #g < N is the first claimant of g ever (queued claims of g copy an earlier
+        # claimant, and repairs start once trials 0..N-1 exist): only queued trials can collide.
+        other = holder(study, g, trial.number, n) if CLAIM in frozen.system_attrs else None
+        if other is not None:
+            stats.skipped += 1
+            trial.set_user_attr("skipped", f"scenario done or held by trial #{other}")
+            raise optuna.TrialPruned()
+        result = run_scenario(spec, params)
+        trial.set_user_attr(RESULT, result)
+        stats.ran += 1
+        return float(result["best"]["tokens_per_s_per_gpu"]) if result["best"] else 0.0
+
+    return objective
+
+
+@dataclass
+class Snapshot:
+    done: set
+    held: set
+    waiting: int
+    total: int
+
+
+def snapshot(study, n: int) -> Snapshot:
+    """Grid points done (COMPLETE) and held (RUNNING / WAITING), from one read of the storage."""
+    from optuna.trial import TrialState
+
+    done, held, waiting = set(), set(), 0
+    trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
+    for t in trials:
+        waiting += t.state == TrialState.WAITING
+        g = claim_of(t, n)
+        if g is None:
+            continue
+        if t.state == TrialState.COMPLETE:
+            done.add(g)
+        elif t.state in (TrialState.RUNNING, TrialState.WAITING):
+            held.add(g)
+    return Snapshot(done=done, held=held - done, waiting=waiting, total=len(trials))
+
+
+def run_worker(study, spec: SweepSpec, *, progress: bool = False, wait_s: float = DEFAULT_WAIT_S,
+               stats: Optional[WorkerStats] = None) -> WorkerStats:
+    """Work on the sweep until every scenario is done (by anyone), or until nothing completed
+    anywhere for ``wait_s`` seconds while the rest runs in other workers."""
+    from optuna.storages import fail_stale_trials
+
+    from search.exhaustive import Progress
+
+    stats = stats or WorkerStats()
+    t0, n = time.perf_counter(), spec.size
+    last = [-1]
+    objective = _objective(study, spec, stats, last)
+    bar = Progress(n, "sweep", enabled=progress)
+    last_done, last_change = -1, time.monotonic()
+    while True:
+        if -1 < last[0] < n - 1:  # trials 0..N-1 do not all exist yet: start the next one
+            bar.update(last[0])
+            study.optimize(objective, n_trials=1)
+            continue
+        snap = snapshot(study, n)
+        bar.update(len(snap.done))
+        if len(snap.done) != last_done:
+            last_done, last_change = len(snap.done), time.monotonic()
+        if len(snap.done) >= n:
+            break
+        if snap.waiting or snap.total < n:
+            study.optimize(objective, n_trials=1)
+            continue
+        last[0] = n  # from now on, decide from a snapshot each time
+        missing = sorted(set(range(n)) - snap.done - snap.held)
+        if missing:
+            enqueue(study, spec, missing)
+            stats.queued += len(missing)
+            continue
+        if time.monotonic() - last_change > wait_s:
+            stats.gave_up_waiting = True
+            break
+        with warnings.catch_warnings():  # fail_stale_trials is marked experimental
+            warnings.simplefilter("ignore")
+            fail_stale_trials(study)  # RDB: fails trials whose worker died; requeue_stale queues them
+        time.sleep(POLL_S)
+    bar.close()
+    stats.seconds = time.perf_counter() - t0
+    return stats
+
+
+# ----------------------------------------------------------------------------------------- results
+
+
+def collect(study, spec: SweepSpec) -> tuple[list[dict], dict]:
+    """(one row per scenario done, sorted by the axes; counts of the study's trials)."""
+    from optuna.trial import TrialState
+
+    n = spec.size
+    rows, dup = {}, 0
+    counts = {s.name.lower(): 0 for s in TrialState}
+    for t in study.get_trials(deepcopy=False):
+        counts[t.state.name.lower()] += 1
+        g = claim_of(t, n)
+        if t.state != TrialState.COMPLETE or g is None or RESULT not in t.user_attrs:
+            continue
+        if g in rows:
+            dup += 1
+            continue
+        rows[g] = {**t.user_attrs[RESULT], "trial": t.number}
+    ordered = sorted(rows.values(), key=_row_key)
+    stats = {"study": study.study_name, "scenarios": n, "done": len(ordered), "duplicates": dup,
+             "trials": sum(counts.values()), **{f"trials_{k}": v for k, v in counts.items() if v},
+             "spec": spec.to_dict()}
+    return ordered, stats
+
+
+def _row_key(row: dict):
+    s = row["scenario"]
+    return (s["model"], s["gpu"], s["seq_len"] or 0, s["gbs"] or 0, s["tokens_per_batch"] or 0, s["gpus"])
+
+
+def add_costs(rows: list[dict], train_tokens: Optional[float], prices: dict) -> None:
+    """Add run_time_s (with train tokens), usd_per_mtok and run_cost_usd (with a price) to the
+    rows that found a layout, in place."""
+    for row in rows:
+        best = row.get("best")
+        if not best:
+            continue
+        tps, gpus = best["tokens_per_s"], best["gpus"]
+        price = prices.get(row["scenario"]["gpu"], prices.get("*"))
+        if train_tokens:
+            row["run_time_s"] = train_tokens / tps
+        if price:
+            row["usd_per_mtok"] = gpus * price / 3600.0 / tps * 1e6
+            if train_tokens:
+                row["run_cost_usd"] = gpus * row["run_time_s"] / 3600.0 * price
+
+
+@dataclass
+class SweepResult:
+    rows: list
+    stats: dict
+    worker: Optional[WorkerStats] = None
+
+
+def run_sweep(spec: Optional[SweepSpec], *, storage: Optional[str] = None, study_name: Optional[str] = None,
+              train_tokens: Optional[float] = None, prices: Optional[dict] = None, progress: bool = False,
+              wait_s: float = DEFAULT_WAIT_S, report_only: bool = False, reclaim: bool = False) -> SweepResult:
+    """Create or join the sweep, work on it (unless ``report_only``), and collect the table."""
+    if train_tokens is not None and train_tokens <= 0:
+        raise PlannerInputError(f"--train-tokens {train_tokens}: must be > 0")
+    if wait_s < 0:
+        raise PlannerInputError(f"--wait {wait_s}: must be >= 0 seconds")
+    study, spec, report = open_sweep(spec, storage, study_name, {"train_tokens": train_tokens, "prices": prices})
+    worker = WorkerStats()
+    if reclaim:
+        worker.reclaimed = reclaim_running(study)
+    if not report_only:
+        run_worker(study, spec, progress=progress, wait_s=wait_s, stats=worker)
+    rows, stats = collect(study, spec)
+    add_costs(rows, report.get("train_tokens"), report.get("prices") or {})
+    stats.update(storage=storage or "memory", train_tokens=report.get("train_tokens"),
+                 prices=report.get("prices") or {})
+    if not report_only:
+        stats["worker"] = worker.__dict__
+    return SweepResult(rows=rows, stats=stats, worker=None if report_only else worker)

@@ -1,0 +1,205 @@
+"""How ``planner sweep`` shows its table: aligned text, JSON, CSV, and a plot (matplotlib)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from hardware_catalog.errors import PlannerInputError
+
+SCENARIO_COLUMNS = ("model", "GPU", "GPUs", "seq", "gbs")
+LAYOUT_COLUMNS = ("DP", "TP", "PP", "VPP", "CP", "EP", "ZeRO", "mbs", "GA", "recompute")
+LEFT = {"model", "GPU", "recompute", "note"}
+
+
+def _scenario_cells(row: dict) -> list[str]:
+    s = row["scenario"]
+    seq = row.get("seq_len_used") or s["seq_len"]
+    gbs = row.get("gbs_used") or s["gbs"]
+    return [s["model"], s["gpu"], str(s["gpus"]), str(seq or "-"), str(gbs or "-")]
+
+
+def _result_cells(row: dict, extra: list[str]) -> list[str]:
+    from planner.cli_search import _fmt_duration, _fmt_seconds
+    from planner.report import recompute_label
+
+    best = row.get("best")
+    if not best:
+        return ["-"] * (len(LAYOUT_COLUMNS) + 4 + len(extra))
+    lay, mem = best["layout"], best["memory_gib"]
+    cells = [str(lay[k]) for k in ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "mbs", "grad_accum")]
+    cells.append(recompute_label(lay) + (" fp8" if lay.get("precision") == "fp8" else ""))
+    cells += [_fmt_seconds(best["step_time_s"]), f"{best['tokens_per_s_per_gpu']:,.0f}",
+              f"{best['mfu'] * 100:.1f}%", f"{mem['peak']:.1f}/{mem['capacity']:.0f} GiB"]
+    for c in extra:
+        v = row.get(c)
+        if v is None:
+            cells.append("-")
+        elif c == "run_time_s":
+            cells.append(_fmt_duration(v))
+        elif c == "usd_per_mtok":
+            cells.append(f"${v:,.3f}")
+        else:
+            cells.append(f"${v / 1e6:,.2f}M" if v >= 1e6 else f"${v:,.0f}")
+    return cells
+
+
+def _note(row: dict) -> str:
+    """Why a scenario has no layout: the search's reason (it says 'no layout ...' already)."""
+    reason = row.get("reason", "")
+    return reason if row["status"] == "nothing fits" and reason else f"{row['status']}: {reason}"
+
+
+EXTRA = {"run_time_s": "time to train", "usd_per_mtok": "$/M tok", "run_cost_usd": "run cost"}
+
+
+def format_table(rows: list[dict]) -> str:
+    """One line per scenario: the scenario, its best layout, speed, memory, time to train and cost
+    (where known); scenarios with no layout get a note (the reason)."""
+    extra = [c for c in EXTRA if any(c in r for r in rows)]
+    head = list(SCENARIO_COLUMNS) + list(LAYOUT_COLUMNS) + ["step time", "tok/s/GPU", "MFU", "mem/GPU"]
+    head += [EXTRA[c] for c in extra]
+    notes = any(not r.get("best") for r in rows)
+    if notes:
+        head.append("note")
+    body = []
+    for r in rows:
+        cells = _scenario_cells(r) + _result_cells(r, extra)
+        if notes:
+            cells.append("" if r.get("best") else _note(r))
+        body.append(cells)
+    table = [head] + body
+    widths = [max(len(line[i]) for line in table) for i in range(len(head) - notes)]
+    lines = []
+    for line in table:
+        cells = [c.ljust(w) if h in LEFT else c.rjust(w) for c, w, h in zip(line, widths, head)]
+        if notes:
+            cells.append(line[-1])
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def format_summary(stats: dict, worker: Optional[dict]) -> str:
+    spec = stats["spec"]
+    n, done = stats["scenarios"], stats["done"]
+    line = f"study {stats['study']!r} ({stats['storage']}): {done} of {n} scenarios done"
+    if stats.get("duplicates"):
+        line += f", {stats['duplicates']} done twice"
+    line += f"; memory headroom {spec['memory_headroom'] * 100:g}%"
+    if stats.get("train_tokens"):
+        from planner.report import human_count
+
+        line += f"; {human_count(stats['train_tokens'])} training tokens"
+    if stats.get("prices"):
+        line += "; $/GPU-hour " + ", ".join(f"{'others' if k == '*' else k} {v:g}" for k, v in stats["prices"].items())
+    if worker:
+        line += (f"\nthis worker ({worker['worker']}) ran {worker['ran']} searches in {worker['seconds']:.1f} s; "
+                 f"skipped {worker['skipped']} done or held by others")
+        if worker.get("queued"):
+            line += f"; queued {worker['queued']} left undone"
+        if worker.get("reclaimed"):
+            line += f"; failed {worker['reclaimed']} RUNNING trials (--reclaim-running)"
+    if done < n:
+        line += (f"\n{n - done} scenarios not done: {stats.get('trials_running', 0)} running in other workers; "
+                 f"run the same command again to finish them (with --reclaim-running if their workers died)")
+    return line
+
+
+def to_json(rows: list[dict], stats: dict) -> dict:
+    return {"scenarios": rows, "stats": stats}
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    """One CSV row per scenario: the axes, status and reason, then ``planner search --csv``'s
+    columns for its best layout (empty when none), and the time / cost columns."""
+    import csv
+
+    from planner.cli_search import _csv_rows
+
+    fake = {"layout": {}, "memory_gib": {}, "breakdown": {}}
+    head, _ = _csv_rows([])
+    scen = ["scenario_model", "scenario_gpu", "scenario_gpus", "seq_len_used", "gbs_used", "tokens_per_batch",
+            "status", "reason"]
+    out = []
+    for r in rows:
+        s = r["scenario"]
+        best = dict(r["best"] or fake)
+        for k in ("run_time_s", "run_cost_usd"):
+            best[k] = r.get(k)
+        cells = _csv_rows([best])[1][0] if r.get("best") else [None] * len(head)
+        out.append([s["model"], s["gpu"], s["gpus"], r.get("seq_len_used"), r.get("gbs_used"),
+                    s["tokens_per_batch"], r["status"], r.get("reason", "")] + cells + [r.get("usd_per_mtok")])
+    try:
+        with open(path, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(scen + head + ["usd_per_mtok"])
+            w.writerows(out)
+    except OSError as err:
+        raise PlannerInputError(f"--csv {path}: cannot write ({err.strerror})") from None
+
+
+def _series(rows: list[dict]) -> dict:
+    """(model, gpu, seq, gbs) -> sorted [(gpus, row)] of the rows that found a layout."""
+    out: dict = {}
+    for r in rows:
+        if not r.get("best"):
+            continue
+        s = r["scenario"]
+        key = (s["model"], s["gpu"], r.get("seq_len_used"), r.get("gbs_used"))
+        out.setdefault(key, []).append((s["gpus"], r))
+    return {k: sorted(v, key=lambda p: p[0]) for k, v in sorted(out.items(), key=lambda kv: str(kv[0]))}
+
+
+def _right_metric(rows: list[dict]) -> tuple[str, str, float]:
+    if any("run_cost_usd" in r for r in rows):
+        return "run_cost_usd", "cost of the run (million USD)", 1e-6
+    if any("usd_per_mtok" in r for r in rows):
+        return "usd_per_mtok", "USD per million tokens", 1.0
+    if any("run_time_s" in r for r in rows):
+        return "run_time_s", "time to train (days)", 1 / 86400
+    return "step_time_s", "step time (s)", 1.0
+
+
+def plot(path: Path, rows: list[dict], title: str = "") -> None:
+    """Two panels against the GPU count: tokens/s per GPU, and cost (or time to train, or step
+    time). One line per model / GPU type / sequence length / batch."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    series = _series(rows)
+    if not series:
+        raise PlannerInputError(f"--plot {path}: no scenario found a layout that fits; nothing to plot")
+    key, label, scale = _right_metric(rows)
+    multi_seq = len({k[2:] for k in series}) > 1
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5.2))
+    for (model, gpu, seq, gbs), points in series.items():
+        name = f"{model} on {gpu}" + (f", seq {seq}, gbs {gbs}" if multi_seq else "")
+        xs = [g for g, _ in points]
+        ax1.plot(xs, [r["best"]["tokens_per_s_per_gpu"] for _, r in points], marker="o", label=name)
+        ys = [(r.get(key) if key != "step_time_s" else r["best"]["step_time_s"]) for _, r in points]
+        ax2.plot(xs, [y * scale for y in ys], marker="o")
+    counts = sorted({g for points in series.values() for g, _ in points})
+    for ax, ylabel in ((ax1, "tokens/s per GPU (best layout)"), (ax2, label)):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(counts, [f"{g:,}" for g in counts], rotation=45 if len(counts) > 6 else 0)
+        ax.minorticks_off()
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:g}"))
+        ax.set_xlabel("GPUs")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="major", alpha=0.3)
+    ncol = min(len(series), 4)
+    fig.legend(loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    fig.suptitle(title or "planner sweep: best layout per scenario")
+    rows_legend = -(-len(series) // ncol)
+    fig.tight_layout(rect=(0, 0.04 + 0.035 * rows_legend, 1, 1))
+    try:
+        fig.savefig(path, dpi=110)
+    except (OSError, ValueError) as err:
+        raise PlannerInputError(f"--plot {path}: cannot write ({err})") from None
+    finally:
+        plt.close(fig)

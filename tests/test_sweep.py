@@ -1,0 +1,232 @@
+"""`planner sweep`: scenario grid, table/CSV/JSON/plot, shared studies, every scenario done exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hardware_catalog.errors import PlannerInputError
+from planner import sweep as sw
+from planner.sweep import SweepSpec, build_spec, parse_int_list, parse_prices, run_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = dict(model="8b", gpus="8,16", gpu="h100,a100")  # 4 quick scenarios
+
+
+def small_spec(**kw) -> SweepSpec:
+    return build_spec(**{**SMALL, **kw})
+
+
+def once_each(result) -> None:
+    """Every scenario of the grid has exactly one complete result."""
+    spec = SweepSpec.from_dict(result.stats["spec"])
+    assert result.stats["done"] == spec.size == len(result.rows)
+    assert result.stats["duplicates"] == 0
+    keys = [tuple(sorted(r["scenario"].items(), key=lambda kv: kv[0])) for r in result.rows]
+    assert len(set(keys)) == len(keys)
+
+
+# ---------------------------------------------------------------------------------------- parsing
+
+
+def test_axes_are_parsed_canonical_and_sorted():
+    spec = build_spec("70b,8b,llama3-8b", "1024..4096", "b200,h100", seq_len="8192,4096", tokens_per_batch="4e6")
+    assert spec.model == ("llama3-70b", "llama3-8b") and spec.gpu == ("b200", "h100-sxm")
+    assert spec.gpus == (1024, 2048, 4096) and spec.seq_len == (4096, 8192)
+    assert spec.tokens_per_batch == (4_000_000,) and spec.gbs == (None,)
+    assert spec.size == 2 * 2 * 3 * 2
+    assert SweepSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+    assert "24 scenarios (2 models x 2 GPU types x 3 GPU counts x 2 sequence lengths x 1 batch size)" == spec.describe()
+    assert parse_int_list("--gbs", None) == [None]
+    assert parse_prices("2.5") == {"*": 2.5}
+    assert parse_prices("h100=2.5,b200=4,1") == {"h100-sxm": 2.5, "b200": 4.0, "*": 1.0}
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(gpus="x"), "--gpus 'x' is not understood"),
+    (dict(seq_len="4096,abc"), "--seq-len '4096,abc' is not understood"),
+    (dict(gbs="0"), "--gbs '0' is not understood"),
+    (dict(gbs="512", tokens_per_batch="4e6"), "give --gbs or --tokens-per-batch, not both"),
+    (dict(tokens_per_batch="1000"), "--tokens-per-batch 1000 is smaller than one sequence"),
+    (dict(model="nope"), "unknown model 'nope'"),
+    (dict(gpu="h100,tpu"), "unknown gpu 'tpu'"),
+    (dict(memory_headroom=1.5), "--memory-headroom 1.5"),
+])
+def test_bad_axes_name_the_value(kw, needle):
+    with pytest.raises(PlannerInputError, match=None) as err:
+        small_spec(**kw)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("text", ["h100=-1", "abc", "tpu=2"])
+def test_bad_prices(text):
+    with pytest.raises(PlannerInputError):
+        parse_prices(text)
+
+
+# ------------------------------------------------------------------------------ one process, output
+
+
+def test_in_memory_sweep_table_csv_json_plot(tmp_path):
+    from planner import sweep_report
+
+    spec = build_spec("8b,405b", "8", "h100", seq_len="4096")
+    res = run_sweep(spec, train_tokens=1e12, prices={"h100-sxm": 2.0})
+    once_each(res)
+    ok = {r["scenario"]["model"]: r for r in res.rows}
+    good, bad = ok["llama3-8b"], ok["llama3-405b"]
+    assert bad["status"] == "nothing fits" and "no layout fits in memory" in bad["reason"] and bad["best"] is None
+    tps = good["best"]["tokens_per_s"]
+    assert good["run_time_s"] == pytest.approx(1e12 / tps)
+    assert good["run_cost_usd"] == pytest.approx(8 * 1e12 / tps / 3600 * 2.0)
+    assert good["usd_per_mtok"] == pytest.approx(8 * 2.0 / 3600 / tps * 1e6)
+    assert good["seq_len_used"] == 4096 and res.worker.ran == 2
+    table = sweep_report.format_table(res.rows)
+    assert "time to train" in table and "run cost" in table and "no layout fits in memory" in table
+    sweep_report.write_csv(tmp_path / "s.csv", res.rows)
+    lines = (tmp_path / "s.csv").read_text().splitlines()
+    assert len(lines) == 3 and lines[0].startswith("scenario_model,scenario_gpu,scenario_gpus")
+    json.dumps(sweep_report.to_json(res.rows, res.stats))
+    multi = run_sweep(build_spec("8b", "8,16", "h100,a100"), prices={"*": 2.0})
+    sweep_report.plot(tmp_path / "s.png", multi.rows)
+    assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(PlannerInputError, match="nothing to plot"):
+        sweep_report.plot(tmp_path / "t.png", [bad])
+
+
+# ------------------------------------------------------------------ shared studies, exactly once
+
+
+def journal(tmp_path) -> str:
+    return f"journal://{tmp_path / 'sweep.log'}"
+
+
+def test_duplicate_claims_run_once_and_overflow_trials_do_nothing(tmp_path):
+    """Two queued trials claim grid point 0: the later one is pruned. A fresh trial past the grid
+    (several workers racing at its end) is pruned without a search."""
+    import optuna
+
+    spec = small_spec()
+    study, spec, _ = sw.open_sweep(spec, journal(tmp_path), "dup")
+    sw.enqueue(study, spec, [0, 0, 1])
+    stats = sw.run_worker(study, spec)
+    assert stats.ran == spec.size and stats.skipped == 1
+    stats2 = sw.WorkerStats()
+    study.optimize(sw._objective(study, spec, stats2), n_trials=1)
+    assert stats2.overflow == 1 and stats2.ran == 0
+    rows, st = sw.collect(study, spec)
+    assert st["done"] == spec.size and st["duplicates"] == 0
+    assert st["trials_pruned"] == 2 and st["trials_complete"] == spec.size
+    assert all(t.state != optuna.trial.TrialState.COMPLETE or sw.RESULT in t.user_attrs for t in study.trials)
+
+
+def test_dead_worker_on_a_journal_is_waited_for_then_reclaimed(tmp_path):
+    spec = small_spec()
+    study, spec, _ = sw.open_sweep(spec, journal(tmp_path), "dead")
+    study._storage.create_new_trial(study._study_id)  # trial #0, RUNNING, its worker "dies"
+    stats = sw.run_worker(study, spec, wait_s=0.3)
+    assert stats.gave_up_waiting and stats.ran == spec.size - 1
+    res = run_sweep(None, storage=journal(tmp_path), study_name="dead", reclaim=True)
+    assert res.worker.reclaimed == 1 and res.worker.queued == 1 and res.worker.ran == 1
+    once_each(res)
+
+
+def test_heartbeat_requeues_a_stale_trial_on_sqlite(tmp_path, monkeypatch):
+    from search import storage
+
+    monkeypatch.setattr(storage, "HEARTBEAT_INTERVAL_S", 1)
+    monkeypatch.setattr(storage, "GRACE_PERIOD_S", 1)
+    url = f"sqlite:///{tmp_path / 'sweep.db'}"
+    spec = small_spec()
+    study, spec, _ = sw.open_sweep(spec, url, "hb")
+    tid = study._storage.create_new_trial(study._study_id)  # trial #0 of a worker that died
+    study._storage.record_heartbeat(tid)
+    time.sleep(2.2)
+    res = run_sweep(spec, storage=url, study_name="hb")
+    once_each(res)
+    assert res.stats["trials_fail"] == 1 and res.worker.ran == spec.size
+    retried = [t for t in study.trials if t.system_attrs.get("retry_of") == 0]
+    assert len(retried) == 1 and retried[0].state.name == "COMPLETE"
+
+
+def run_cli(*args, cwd=None):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "planner", "sweep", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+
+
+def test_two_worker_processes_share_a_journal_study_each_scenario_once(tmp_path):
+    args = ["--model", "8b,mcore-gpt-1.7b", "--gpus", "8..32", "--gpu", "h100,a100", "--storage",
+            str(tmp_path / "sweep.log"), "--study-name", "two", "--json"]
+    procs = [run_cli(*args) for _ in range(2)]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        outs.append(json.loads(out))
+    n = 2 * 3 * 2
+    assert sum(o["stats"]["worker"]["ran"] for o in outs) == n
+    for o in outs:
+        assert o["stats"]["done"] == n and o["stats"]["duplicates"] == 0
+    by_worker = {o["stats"]["worker"]["worker"]: o["stats"]["worker"]["ran"] for o in outs}
+    assert sorted(r["worker"] for r in outs[0]["scenarios"]) == sorted(
+        w for w, k in by_worker.items() for _ in range(k))
+    again = run_cli("--storage", str(tmp_path / "sweep.log"), "--study-name", "two", "--json")
+    out, err = again.communicate(timeout=60)
+    assert again.returncode == 0, err
+    rerun = json.loads(out)["stats"]
+    assert rerun["worker"]["ran"] == 0 and rerun["done"] == n and rerun["trials"] == outs[0]["stats"]["trials"]
+
+
+# ------------------------------------------------------------------------------------- CLI input
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "8b", "--gpus", "8"], "--gpu missing"),
+    ([], "give the scenario axes"),
+    (["--model", "8b", "--gpus", "8", "--gpu", "h100", "--storage", "x.txt"], "--storage 'x.txt' is not understood"),
+    (["--model", "8b", "--gpus", "8", "--gpu", "h100", "--price-per-gpu-hour", "h100=0"], "--price-per-gpu-hour"),
+    (["--model", "8b", "--gpus", "8", "--gpu", "h100", "--train-tokens", "-1"], "--train-tokens -1"),
+    (["--model", "8b", "--gpus", "8", "--gpu", "h100", "--storage", "/no/such/dir/s.log"], "does not exist"),
+])
+def test_cli_bad_input_one_line_exit_2(args, needle):
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    res = CliRunner().invoke(app, ["sweep", *args])
+    assert res.exit_code == 2, res.output
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and needle in lines[0], res.output
+
+
+def test_joining_a_study_with_other_axes_is_refused(tmp_path):
+    url = journal(tmp_path)
+    run_sweep(build_spec("8b", "8", "h100"), storage=url, study_name="s")
+    with pytest.raises(PlannerInputError, match="already holds a different sweep .differs in: gpus"):
+        run_sweep(build_spec("8b", "16", "h100"), storage=url, study_name="s")
+    with pytest.raises(PlannerInputError, match="no such study"):
+        run_sweep(None, storage=url, study_name="other")
+    res = run_sweep(None, storage=url, study_name="s", report_only=True)
+    assert res.worker is None and res.stats["done"] == 1
+
+
+def test_search_optuna_shares_a_study(tmp_path):
+    from search.api import search
+
+    url = journal(tmp_path)
+    kw = dict(gbs=256, method="optuna", trials=25, top=3, storage=url, study_name="opt")
+    a = search("8b", "32..64", "h100", **kw)
+    b = search("8b", "32..64", "h100", **kw)  # the study already holds 25 trials: none more
+    assert a.stats["study_trials"] == b.stats["study_trials"] == 25
+    assert b.best["step_time_s"] == pytest.approx(a.best["step_time_s"])
+    with pytest.raises(PlannerInputError, match="different search"):
+        search("8b", "32..64", "h100", **{**kw, "gbs": 512})
+    with pytest.raises(PlannerInputError, match="--method optuna"):
+        search("8b", "32", "h100", storage=url, method="exhaustive")

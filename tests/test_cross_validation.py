@@ -1,0 +1,69 @@
+"""Generalization as the accuracy figure: leave one source out (``planner validate --cross-validate``).
+
+The regression test runs the real cross-validation on the shipped reference set (about a minute
+on 2 cores); the fit itself is checked on a synthetic predictor whose optimum is known.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from costmodel.calibration import DEFAULT, PRIOR
+from planner.validate.fit import CLIP, FIT_RANGES, bootstrap, fit, objective
+
+
+class _Synthetic:
+    """A predictor whose row errors depend on one constant in a known way: row i's error is
+    gemm_efficiency_bf16 - target_i, so the fit's value is the weighted median target (the
+    capped L1 objective) and no other constant moves from the prior."""
+
+    def __init__(self, targets, sources):
+        self.targets = np.asarray(targets)
+        self.rows = [type("Row", (), {"source": s})() for s in sources]
+
+    def errors(self, calib):
+        return calib.gemm_efficiency_bf16 - self.targets
+
+
+def test_objective_caps_each_row():
+    assert objective(np.array([0.05, -0.5]), np.ones(2)) == pytest.approx((0.05 + CLIP) / 2)
+
+
+def test_fit_finds_the_minimum_on_the_grid():
+    p = _Synthetic([0.70, 0.74, 0.74], ["a", "b", "b"])
+    fitted = fit(p, np.ones(3))
+    # Weighted L1: the median target, 0.74, is on the grid (0.56 + 0.02k); the rest stay put.
+    assert fitted.gemm_efficiency_bf16 == pytest.approx(0.74)
+    assert fitted.comm_sm_fraction == PRIOR.comm_sm_fraction
+    # Rows with weight 0 do not count.
+    assert fit(p, np.array([1.0, 0.0, 0.0])).gemm_efficiency_bf16 == pytest.approx(0.70)
+
+
+def test_bootstrap_spans_the_sources():
+    p = _Synthetic([0.70, 0.74], ["a", "b"])
+    out = bootstrap(p, resamples=20, seed=1)
+    lo, hi = out["gemm_efficiency_bf16"]["p5"], out["gemm_efficiency_bf16"]["p95"]
+    assert lo == pytest.approx(0.70) and hi == pytest.approx(0.74)
+    assert out["gemm_efficiency_bf16"]["value"] == DEFAULT.gemm_efficiency_bf16
+    assert set(out) == set(FIT_RANGES)
+
+
+def test_prior_lies_inside_the_fitted_ranges():
+    for name, values in FIT_RANGES.items():
+        assert values.min() <= getattr(PRIOR, name) <= values.max(), name
+
+
+def test_leave_one_source_out_on_the_reference_set():
+    from planner.validate.crossval import prepared_rows
+    from planner.validate.fit import Predictor, cross_validate
+
+    cv = cross_validate(Predictor(prepared_rows(None)))
+    held, inside = cv["held_out"], cv["in_sample"]
+    assert held["rows"] == inside["rows"] >= 80
+    # In-sample (the shipped constants): the figures the reference set had before.
+    assert inside["median_abs_error"] <= 0.035 and inside["p90_abs_error"] <= 0.10
+    # Held out (constants fitted without the row's source): today's figures, as a floor that a
+    # change may not lower; the issue's goal is median <= 5%, p90 <= 12%.
+    assert held["median_abs_error"] <= 0.055 and held["p90_abs_error"] <= 0.13
+    assert max(f["held_out"]["median_abs_error"] for f in cv["per_source"].values()) <= 0.10

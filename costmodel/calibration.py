@@ -86,7 +86,8 @@ class Calibration:
     comm_sm_fraction: float = 0.12
     """Fraction of compute throughput lost while a data-parallel / FSDP collective runs
     behind it: NCCL holds one SM per channel (16-32 channels on multi-NIC nodes, of 132 SMs on
-    an H100: 0.12-0.24) and shares HBM bandwidth. Fitted: 0.12 (16 channels)."""
+    an H100: 0.12-0.24) and shares HBM bandwidth. Set, not fitted: 0.12 (16 channels); fitting it
+    let it absorb other mechanisms' errors source by source (planner/validate/fit.py)."""
     workspace_gib: float = 1.5
     """Fixed per-GPU memory outside tensors the model owns: CUDA context (~0.5 GiB), NCCL
     buffers, cuBLAS/cuDNN workspaces (PyTorch CUDA semantics notes; NCCL docs NCCL_BUFFSIZE)."""

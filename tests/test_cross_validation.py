@@ -65,5 +65,5 @@ def test_leave_one_source_out_on_the_reference_set():
     assert inside["median_abs_error"] <= 0.035 and inside["p90_abs_error"] <= 0.10
     # Held out (constants fitted without the row's source): today's figures, as a floor that a
     # change may not lower; the goal is median <= 5%, p90 <= 12%.
-    assert held["median_abs_error"] <= 0.055 and held["p90_abs_error"] <= 0.13
+    assert held["median_abs_error"] <= 0.0525 and held["p90_abs_error"] <= 0.12
     assert max(f["held_out"]["median_abs_error"] for f in cv["per_source"].values()) <= 0.10

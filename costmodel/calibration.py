@@ -16,6 +16,11 @@ gain is within what one row's mechanism changes.
 
 The measured kernel numbers (benchmarks/results/h100_kernels.json, from a lent H100 SXM) come
 from seconds-long benchmarks; ``sustained_clock_fraction`` carries them to hours-long training.
+
+Every fitted constant carries an interval: the 5th-95th percentile of its value over fits (from
+``PRIOR``) on sources drawn with replacement (a block bootstrap, 2026-11-25: 83 rows of 8
+sources). How well the procedure generalizes is measured by leaving each source out
+(``planner validate --cross-validate``: median 5.0%, p90 11.5%), not by the in-sample fit.
 """
 
 from __future__ import annotations
@@ -37,35 +42,47 @@ class Calibration:
     parts (GPUSpec.gemm_efficiency_bf16).
     This global value is the large-K limit for GPUs without a measurement (the per-tile cost,
     costmodel.compute.GEMM_K_OVERHEAD, comes on top); fitted on their rows (A100): 0.84, in
-    line with cuBLAS reaching ~75-85% of the A100's 312 TFLOP/s on large GEMMs."""
+    line with cuBLAS reaching ~75-85% of the A100's 312 TFLOP/s on large GEMMs.
+    Interval: 0.78-0.86 (5th-95th percentile over fits on sources drawn with replacement,
+    ``planner validate --cross-validate --bootstrap 10``)."""
     gemm_efficiency_fp8: float = 0.66
     """Achievable fraction of dense FP8 peak for large FP8 GEMMs (TransformerEngine delayed/current
     scaling). Measured on a lent H100 SXM with torch._scaled_mm: 0.40-0.67 of 1979 TFLOP/s over
     the same 16 shapes, 0.65 as the large-K limit of e_max·K/(K+350). Fitted: 0.66
-    (TransformerEngine's cuBLASLt FP8 GEMMs, at torch._scaled_mm's measured limit)."""
+    (TransformerEngine's cuBLASLt FP8 GEMMs, at torch._scaled_mm's measured limit).
+    Interval: 0.62-0.67 (5th-95th percentile over fits on sources drawn with replacement,
+    ``planner validate --cross-validate --bootstrap 10``)."""
     attention_efficiency: float = 0.25
     """Achievable fraction of BF16 peak for the FlashAttention kernels (forward + backward).
     FlashAttention-2 reaches 50-73% of A100 peak forward and less backward (Dao 2023, Fig. 4-6);
     FlashAttention-3 ~60-75% of H100 (Shah et al. 2024). Measured on a lent H100 SXM (PyTorch
     SDPA flash backend, causal, fwd+bwd): 0.26-0.33 at 4K-32K tokens. Fitted: 0.25 (with the
-    sustained clock, 0.235 of the datasheet peak in training)."""
+    sustained clock, 0.235 of the datasheet peak in training).
+    Interval: 0.22-0.28 (5th-95th percentile over fits on sources drawn with replacement,
+    ``planner validate --cross-validate --bootstrap 10``)."""
     native_attention_speedup: float = 1.4
     """Speed of the architecture-native fused attention (FlashAttention-3, cuDNN 9 fused
     attention under TransformerEngine; attention="flash3") over FlashAttention-2 on Hopper and
     newer: 1.5-2.0x forward, 1.5-1.75x backward at head dim 128 (Shah et al. 2024, Sec. 4.1).
-    Fitted: 1.4 (just below the paper's range: cuDNN under TransformerEngine, short sequences)."""
+    Fitted: 1.4 (just below the paper's range: cuDNN under TransformerEngine, short sequences).
+    Interval: 1.29-1.51 (5th-95th percentile over fits on sources drawn with replacement,
+    ``planner validate --cross-validate --bootstrap 10``)."""
     memory_bound_efficiency: float = 0.85
     """Achievable fraction of HBM bandwidth for elementwise/normalization kernels and the
     optimizer step (STREAM-like kernels reach 80-90%; unfused PyTorch ops less). Measured on a
     lent H100 SXM: a device copy 0.81, an eager (unfused) RMSNorm 0.09, which the eager kernel
-    model prices as 9 passes at this efficiency (0.85 / 9 = 0.094). Fitted: 0.85."""
+    model prices as 9 passes at this efficiency (0.85 / 9 = 0.094). Fitted: 0.85.
+    Interval: 0.80-0.90 (5th-95th percentile over fits on sources drawn with replacement,
+    ``planner validate --cross-validate --bootstrap 10``)."""
     sustained_clock_fraction: float = 0.90
     """Tensor-core clock that a GPU holds through hours of training, as a fraction of the clock
     its datasheet peak (and a seconds-long kernel benchmark) assumes: dense GEMMs at full
     occupancy hit the board power limit and the clock steps down (NVIDIA DVFS; H100 SXM boosts
     to 1980 MHz, its 989 TFLOP/s is quoted at 1830 MHz). Scales every tensor-core peak; HBM is
     unaffected. Fitted: 0.90 (1650 of 1830 MHz; H100 SXM at its 700 W limit in long GEMM loops
-    typically holds 1.6-1.75 GHz)."""
+    typically holds 1.6-1.75 GHz).
+    Interval: 0.90-0.92 (5th-95th percentile over fits on sources drawn with replacement,
+    ``planner validate --cross-validate --bootstrap 10``)."""
     kernel_overhead_us: float = 8.0
     """Fixed cost per kernel launched, microseconds: the launch, the tail of its last wave and
     the idle gap before the dependent kernel starts; ~3-8 us per kernel on recent GPUs/CUDA
@@ -73,7 +90,9 @@ class Calibration:
     pass (more for eager and MoE layers, see costmodel.compute), and per rank for each slice
     and copy of the list-form collectives that early DeepSpeed ZeRO-3 built (host operations of
     the same order; costmodel.zero3_blocking). Fitted: 8.0 (the top of the range; the fit would go higher, a
-    hint that some per-layer cost is still missing)."""
+    hint that some per-layer cost is still missing).
+    Interval: 5.8-8.0 (5th-95th percentile over fits on sources drawn with replacement,
+    ``planner validate --cross-validate --bootstrap 10``)."""
     kernels_per_layer: int = 30
     """Kernels launched per transformer layer per forward pass (GEMMs, norms, rotary, attention,
     activation, residual adds, casts); backward launches twice as many. Order of magnitude from

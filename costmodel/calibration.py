@@ -1,26 +1,23 @@
 """The few global constants of the cost model, in one place, each with its provenance.
 
-Nothing here is specific to one run or one source. Constants marked "Fitted" were fitted on the
-calibration split of ``shared/reference/published_runs.json`` by
-``python benchmarks/fit_calibration.py``: coordinate descent over these constants, each within
-the plausible range that public kernel benchmarks give (quoted beside each field), minimising
-the mean absolute error of tokens/s/GPU over the high-confidence rows with each row's error
-capped at 20% (so rows whose mechanism the model lacks weigh like any 20% miss and cannot drag
-every constant). Refitted 2026-11-23 on 83 high-confidence rows of 8 sources, after adding the
-mechanisms the previous fit had absorbed (TP comm overlap, eager kernels and loss, the GEMM
-per-tile cost, FlashAttention-3 on Hopper, SMs taken by overlapped collectives). A refit after
-the early-DeepSpeed ZeRO-3 rework (same day) moved four constants one step each (FP8 GEMM 0.68,
-memory-bound 0.90, sustained clock 0.88, comm SMs 0.09) for a capped mean error of 4.63% instead
-of 4.76%; the values below were kept, as they sit closer to the lent-H100 measurements and the
-gain is within what one row's mechanism changes.
+Nothing here is specific to one run or one source. Constants marked "Fitted" are what one
+procedure (``planner.validate.fit.fit``; ``python benchmarks/fit_calibration.py``) gives on the
+high-confidence rows of the reference set (``planner/data/published_runs.json``): start from
+``PRIOR`` (what measurements and the literature say, cited there), coordinate descent over each
+constant within the plausible range that public kernel benchmarks give, then moves of two
+constants at a time, minimising the mean absolute error of tokens/s/GPU with each row's error
+capped at 20% (rows whose mechanism the model lacks weigh like any 20% miss and cannot drag
+every constant). Fitted 2026-11-25 on 83 rows of 8 sources, after ring attention's chunking
+(costmodel.compute.ATTENTION_L0) was priced; ``comm_sm_fraction``, ``dp_overlap``,
+``kernels_per_layer`` and the memory constants are set from their sources, not fitted.
 
 The measured kernel numbers (benchmarks/results/h100_kernels.json, from a lent H100 SXM) come
 from seconds-long benchmarks; ``sustained_clock_fraction`` carries them to hours-long training.
 
 Every fitted constant carries an interval: the 5th-95th percentile of its value over fits (from
-``PRIOR``) on sources drawn with replacement (a block bootstrap, 2026-11-25: 83 rows of 8
-sources). How well the procedure generalizes is measured by leaving each source out
-(``planner validate --cross-validate``: median 5.0%, p90 11.5%), not by the in-sample fit.
+``PRIOR``) on sources drawn with replacement (a block bootstrap). How well the procedure
+generalizes is measured by leaving each source out (``planner validate --cross-validate``),
+not by the in-sample fit.
 """
 
 from __future__ import annotations
@@ -32,7 +29,7 @@ from dataclasses import dataclass, replace
 class Calibration:
     """Global constants of the cost model."""
 
-    gemm_efficiency_bf16: float = 0.84
+    gemm_efficiency_bf16: float = 0.86
     """Achievable fraction of dense BF16 peak for large, compute-bound GEMMs.
     cuBLAS reaches ~750-800 of 989 TFLOP/s on H100 SXM and ~250-270 of 312 on A100 for large
     BF16 GEMMs (NVIDIA cuBLAS/Transformer Engine benchmarks; Narayanan et al. 2021 report up to
@@ -41,14 +38,15 @@ class Calibration:
     GEMM shapes, which fit e_max·K/(K+350) with e_max 0.71: the catalog carries that for GH100
     parts (GPUSpec.gemm_efficiency_bf16).
     This global value is the large-K limit for GPUs without a measurement (the per-tile cost,
-    costmodel.compute.GEMM_K_OVERHEAD, comes on top); fitted on their rows (A100): 0.84, in
-    line with cuBLAS reaching ~75-85% of the A100's 312 TFLOP/s on large GEMMs.
+    costmodel.compute.GEMM_K_OVERHEAD, comes on top); fitted on their rows (A100): 0.86, in
+    line with cuBLAS reaching ~75-85% of the A100's 312 TFLOP/s on large GEMMs at the sustained
+    clock this fit pairs it with (0.86 x 0.86 = 0.74 of the datasheet peak).
     Interval: 0.78-0.86 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
-    gemm_efficiency_fp8: float = 0.66
+    gemm_efficiency_fp8: float = 0.70
     """Achievable fraction of dense FP8 peak for large FP8 GEMMs (TransformerEngine delayed/current
     scaling). Measured on a lent H100 SXM with torch._scaled_mm: 0.40-0.67 of 1979 TFLOP/s over
-    the same 16 shapes, 0.65 as the large-K limit of e_max·K/(K+350). Fitted: 0.66
+    the same 16 shapes, 0.65 as the large-K limit of e_max·K/(K+350). Fitted: 0.70
     (TransformerEngine's cuBLASLt FP8 GEMMs, at torch._scaled_mm's measured limit).
     Interval: 0.62-0.67 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
@@ -57,29 +55,30 @@ class Calibration:
     FlashAttention-2 reaches 50-73% of A100 peak forward and less backward (Dao 2023, Fig. 4-6);
     FlashAttention-3 ~60-75% of H100 (Shah et al. 2024). Measured on a lent H100 SXM (PyTorch
     SDPA flash backend, causal, fwd+bwd): 0.26-0.33 at 4K-32K tokens. Fitted: 0.25 (with the
-    sustained clock, 0.235 of the datasheet peak in training).
+    sustained clock, 0.215 of the datasheet peak in training) for a whole sequence; ring
+    attention's shorter chunks run below it (costmodel.compute.ATTENTION_L0).
     Interval: 0.22-0.28 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
-    native_attention_speedup: float = 1.4
+    native_attention_speedup: float = 1.5
     """Speed of the architecture-native fused attention (FlashAttention-3, cuDNN 9 fused
     attention under TransformerEngine; attention="flash3") over FlashAttention-2 on Hopper and
     newer: 1.5-2.0x forward, 1.5-1.75x backward at head dim 128 (Shah et al. 2024, Sec. 4.1).
-    Fitted: 1.4 (just below the paper's range: cuDNN under TransformerEngine, short sequences).
+    Fitted: 1.5 (the low end of the paper's range).
     Interval: 1.29-1.51 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
-    memory_bound_efficiency: float = 0.85
+    memory_bound_efficiency: float = 0.90
     """Achievable fraction of HBM bandwidth for elementwise/normalization kernels and the
     optimizer step (STREAM-like kernels reach 80-90%; unfused PyTorch ops less). Measured on a
     lent H100 SXM: a device copy 0.81, an eager (unfused) RMSNorm 0.09, which the eager kernel
-    model prices as 9 passes at this efficiency (0.85 / 9 = 0.094). Fitted: 0.85.
+    model prices as 9 passes at this efficiency (0.85 / 9 = 0.094). Fitted: 0.90.
     Interval: 0.80-0.90 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
-    sustained_clock_fraction: float = 0.90
+    sustained_clock_fraction: float = 0.86
     """Tensor-core clock that a GPU holds through hours of training, as a fraction of the clock
     its datasheet peak (and a seconds-long kernel benchmark) assumes: dense GEMMs at full
     occupancy hit the board power limit and the clock steps down (NVIDIA DVFS; H100 SXM boosts
     to 1980 MHz, its 989 TFLOP/s is quoted at 1830 MHz). Scales every tensor-core peak; HBM is
-    unaffected. Fitted: 0.90 (1650 of 1830 MHz; H100 SXM at its 700 W limit in long GEMM loops
+    unaffected. Fitted: 0.86 (1574 of 1830 MHz; H100 SXM at its 700 W limit in long GEMM loops
     typically holds 1.6-1.75 GHz).
     Interval: 0.90-0.92 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""

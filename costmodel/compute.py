@@ -177,7 +177,11 @@ def _attention_core(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: C
     # FlashAttention-2 forward, 1.5-1.75x backward (Shah et al. 2024, Sec. 4.1).
     native = (batch.attention == 2) & (gpu.architecture in ("hopper", "blackwell"))
     attn_eff = calib.attention_efficiency * np.where(native, calib.native_attention_speedup, 1.0)
-    t_flash = core_flops / (kern.bf16_peak * attn_eff)
+    # Ring attention splits each sequence into c chunks; FlashAttention runs short chunks below
+    # its long-sequence efficiency (e(L) = e_max L / (L + L0), ATTENTION_L0 below).
+    seq = batch.seq_len.astype(np.float64)
+    chunking = (1.0 + ATTENTION_L0 * batch.cp / seq) / (1.0 + ATTENTION_L0 / seq)
+    t_flash = core_flops / (kern.bf16_peak * attn_eff) * chunking
     # Unfused attention (pre-FlashAttention Megatron): QK^T and AV as batched GEMMs over every
     # key (the causal mask is applied after, so no blocks are skipped), plus the a x s scores
     # per token through HBM: written by QK^T, read and written by the fused scale-mask-softmax,
@@ -195,6 +199,13 @@ def _attention_core(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: C
         np.where(unfused, 2.0, 2.5),
         np.where(unfused, 2.0 * core_flops, core_flops),
     )
+
+
+ATTENTION_L0 = 1272.0
+"""Tokens per attention kernel call at which FlashAttention runs at half its long-sequence
+efficiency, e(L) = e_max · L / (L + L0): fitted to the fwd+bwd efficiencies measured on a lent
+H100 (PyTorch SDPA flash backend, causal; benchmarks/results/h100_kernels.json): 0.260 at 4K,
+0.290-0.296 at 8K, 0.328 at 32K tokens give L0 = 1272, e_max = 0.341 (8K predicted 0.295)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,6 +106,24 @@ def test_context_parallel_ring_exposure_and_kv_bytes():
         assert context_parallel.kv_bytes(ctx)[0] == pytest.approx(8192 * 2 * heads * 128 * 2)
 
 
+def test_ring_attention_chunks_run_below_long_sequence_efficiency():
+    # FlashAttention's efficiency e(L) = e_max L / (L + L0): splitting an 8K sequence over
+    # cp = 2 runs 4K chunks, so the attention core takes (1 + 2 L0 / s) / (1 + L0 / s) as long.
+    from costmodel.compute import ATTENTION_L0, dense_and_moe_layer_times
+
+    counts = count_params(LLAMA_8B)
+    gpu = get_gpu(H100.gpu)
+    times = {}
+    for cp in (1, 2):
+        batch = LayoutBatch.from_arrays(cp=cp, mbs=cp, seq_len=8192, recompute=0)  # same tokens per GPU
+        dense, _ = dense_and_moe_layer_times(LLAMA_8B, counts, gpu, batch, DEFAULT)
+        times[cp] = dense.attention_forward[0]
+    s, L0 = 8192.0, ATTENTION_L0
+    assert times[2] / times[1] == pytest.approx((1 + 2 * L0 / s) / (1 + L0 / s))
+    # L0 from the lent-H100 measurements: e(4K) / e(32K) = 0.260 / 0.328.
+    assert (4096 / (4096 + L0)) / (32768 / (32768 + L0)) == pytest.approx(0.260 / 0.328, rel=0.01)
+
+
 def test_context_parallel_step_is_one_p2p_send():
     # tp 2 x cp 2 in one domain: a ring step is one NVLink send alpha + S/B of the K/V chunk.
     ctx = _ctx(LLAMA_8B, tp=2, cp=2, dp=2, mbs=1, seq_len=8192)

@@ -137,7 +137,7 @@ def objective(errors: np.ndarray, weights: np.ndarray) -> float:
 
 def fit(predictor: Predictor, weights: np.ndarray, start: Calibration = PRIOR, rounds: int = 2) -> Calibration:
     """Coordinate descent over ``FIT_RANGES`` on the rows with weight > 0 (weights: how many
-    times each row counts)."""
+    times each row counts), then a polish by pairs of constants (``_polish_pairs``)."""
     calib = start
     best = objective(predictor.errors(calib), weights)
     for _ in range(rounds):
@@ -147,6 +147,34 @@ def fit(predictor: Predictor, weights: np.ndarray, start: Calibration = PRIOR, r
                 score = objective(predictor.errors(trial), weights)
                 if score < best - 1e-6:
                     best, calib = score, trial
+    return _polish_pairs(predictor, weights, calib, best)
+
+
+def _neighbours(name: str, value: float) -> list[float]:
+    """The grid values next to ``value`` in ``FIT_RANGES[name]`` (one step down, one up)."""
+    grid = np.asarray(FIT_RANGES[name], dtype=float)
+    i = int(np.argmin(np.abs(grid - value)))
+    return [float(grid[j]) for j in (i - 1, i + 1) if 0 <= j < len(grid)]
+
+
+def _polish_pairs(predictor: Predictor, weights: np.ndarray, calib: Calibration, best: float,
+                  sweeps: int = 3) -> Calibration:
+    """Moves of two constants at once, one grid step each, while one lowers the objective:
+    coordinate descent stops where constants trade off against each other (e.g. the native
+    attention speedup against the sustained clock), and these moves cross such ridges."""
+    from itertools import combinations
+
+    for _ in range(sweeps):
+        improved = False
+        for a, b in combinations(FIT_RANGES, 2):
+            for va in _neighbours(a, getattr(calib, a)):
+                for vb in _neighbours(b, getattr(calib, b)):
+                    trial = calib.with_(**{a: va, b: vb})
+                    score = objective(predictor.errors(trial), weights)
+                    if score < best - 1e-6:
+                        best, calib, improved = score, trial, True
+        if not improved:
+            break
     return calib
 
 
@@ -161,39 +189,36 @@ def error_stats(errors) -> dict:
 
 
 _FOLD_PREDICTOR: Predictor | None = None
-"""The predictor fold workers share (set before they fork)."""
+"""The predictor fit workers share (set before they fork)."""
 
 
-def _fit_fold(args) -> tuple[str, dict]:
-    source, rounds = args
-    p = _FOLD_PREDICTOR
-    mask = np.array([r.source == source for r in p.rows])
-    fitted = fit(p, (~mask).astype(float), start=PRIOR, rounds=rounds)
-    return source, {name: getattr(fitted, name) for name in FIT_RANGES}
+def _fit_weights(weights: np.ndarray) -> dict:
+    fitted = fit(_FOLD_PREDICTOR, weights, start=PRIOR)
+    return {name: getattr(fitted, name) for name in FIT_RANGES}
 
 
-def _fold_constants(predictor: Predictor, sources: list[str], rounds: int, jobs: int) -> dict[str, dict]:
-    """Constants fitted without each source, folds spread over ``jobs`` forked processes."""
+def _fits(predictor: Predictor, weight_sets: list, jobs: int | None = None) -> list[dict]:
+    """The constants fitted (from ``PRIOR``) under each weight vector, spread over ``jobs``
+    forked processes (each keeps its own memo)."""
+    import multiprocessing
+    import os
+
     global _FOLD_PREDICTOR
     _FOLD_PREDICTOR = predictor
-    work = [(s, rounds) for s in sources]
-    import multiprocessing
-
-    if jobs > 1 and "fork" in multiprocessing.get_all_start_methods():
-        with multiprocessing.get_context("fork").Pool(min(jobs, len(work))) as pool:
-            return dict(pool.map(_fit_fold, work, chunksize=1))
-    return dict(map(_fit_fold, work))
+    jobs = jobs or os.cpu_count() or 1
+    if jobs > 1 and len(weight_sets) > 1 and "fork" in multiprocessing.get_all_start_methods():
+        with multiprocessing.get_context("fork").Pool(min(jobs, len(weight_sets))) as pool:
+            return pool.map(_fit_weights, weight_sets, chunksize=1)
+    return [_fit_weights(w) for w in weight_sets]
 
 
-def cross_validate(predictor: Predictor, calib: Calibration = DEFAULT, rounds: int = 2, jobs: int | None = None) -> dict:
+def cross_validate(predictor: Predictor, calib: Calibration = DEFAULT, jobs: int | None = None) -> dict:
     """Leave one source out: per source, the constants fitted from ``PRIOR`` on every other
     source, and that source's errors under them; next to the in-sample errors under ``calib``
     (the shipped constants, fitted on every source)."""
-    import os
-
     sources = np.array([r.source for r in predictor.rows])
     names = sorted(set(sources))
-    constants = _fold_constants(predictor, names, rounds, jobs or os.cpu_count() or 1)
+    constants = dict(zip(names, _fits(predictor, [(sources != s).astype(float) for s in names], jobs)))
     in_sample = predictor.errors(calib)
     held_out = np.empty(len(sources))
     folds = {}
@@ -211,19 +236,18 @@ def cross_validate(predictor: Predictor, calib: Calibration = DEFAULT, rounds: i
     }
 
 
-def bootstrap(predictor: Predictor, resamples: int = 20, seed: int = 0, rounds: int = 2) -> dict:
+def bootstrap(predictor: Predictor, resamples: int = 20, seed: int = 0, jobs: int | None = None) -> dict:
     """Each constant's 5th-95th percentile over fits (from ``PRIOR``) on sources drawn with
     replacement, next to its shipped value."""
     rng = np.random.default_rng(seed)
     sources = np.array([r.source for r in predictor.rows])
     names = sorted(set(sources))
-    values = {name: [] for name in FIT_RANGES}
+    weight_sets = []
     for _ in range(resamples):
         counts = np.bincount(rng.choice(len(names), size=len(names), replace=True), minlength=len(names))
-        weights = np.array([counts[names.index(s)] for s in sources], dtype=float)
-        fitted = fit(predictor, weights, start=PRIOR, rounds=rounds)
-        for name in FIT_RANGES:
-            values[name].append(getattr(fitted, name))
+        weight_sets.append(np.array([counts[names.index(s)] for s in sources], dtype=float))
+    fits = _fits(predictor, weight_sets, jobs)
     return {name: {"value": getattr(DEFAULT, name), "prior": getattr(PRIOR, name),
-                   "p5": float(np.percentile(v, 5)), "p95": float(np.percentile(v, 95))}
-            for name, v in values.items()}
+                   "p5": float(np.percentile([f[name] for f in fits], 5)),
+                   "p95": float(np.percentile([f[name] for f in fits], 95))}
+            for name in FIT_RANGES}

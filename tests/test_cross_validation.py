@@ -63,7 +63,7 @@ def test_leave_one_source_out_on_the_reference_set():
     assert held["rows"] == inside["rows"] >= 80
     # In-sample (the shipped constants): the figures the reference set had before.
     assert inside["median_abs_error"] <= 0.035 and inside["p90_abs_error"] <= 0.10
-    # Held out (constants fitted without the row's source): today's figures, as a floor that a
-    # change may not lower; the goal is median <= 5%, p90 <= 12%.
-    assert held["median_abs_error"] <= 0.0525 and held["p90_abs_error"] <= 0.12
+    # Held out (constants fitted without the row's source): the goal is median <= 5%,
+    # p90 <= 12%; measured 3.5% and 10.2% (2026-11-25), held here with a little room.
+    assert held["median_abs_error"] <= 0.04 and held["p90_abs_error"] <= 0.11
     assert max(f["held_out"]["median_abs_error"] for f in cv["per_source"].values()) <= 0.10

@@ -1,0 +1,184 @@
+"""Extra published runs (planner/data/more_runs.json) and layout-ablation groups
+(planner/data/ablations.json): required fields, sane units, no reserved sources, unique ids.
+
+Pure JSON checks; no cost-model evaluation, so this stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parents[1] / "planner" / "data"
+CONFIDENCE = {"high", "medium", "low"}
+
+# Sources kept out of the planner's data for independent evaluation: a title, key, URL or
+# table that mentions any of these is refused.
+RESERVED_KEYWORDS = (
+    "llama 3 herd", "2407.21783", "nemotron-4", "2406.11704", "megascale", "2402.15627", "bloom", "bigscience",
+    "opt logbook", "metaseq", "gpt-neox", "2204.06745", "mt-nlg", "megatron-turing", "2201.11990", "bloomberggpt",
+    "2303.17564", "open and efficient foundation language models", "2302.13971", "deepseek-v3 technical report",
+    "2412.19437", "torchtitan: one-stop", "2410.06511", "vtrain", "zero bubble", "zero-bubble", "2401.10241",
+)
+# Megatron-Bridge performance tables are allowed up to and including the 25.09 release.
+MBRIDGE_ALLOWED = ("25.09", "2509")
+BLACKWELL = ("b200", "gb200", "gb300", "b300", "blackwell")
+
+
+def _load(name):
+    return json.loads((DATA / name).read_text())
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return _load("more_runs.json")
+
+
+@pytest.fixture(scope="module")
+def groups():
+    return _load("ablations.json")
+
+
+def _source_text(src: dict) -> str:
+    return " ".join(str(src.get(k) or "") for k in ("title", "key", "url", "table", "location", "path", "repo")).lower()
+
+
+def _check_source(src: dict, where: str):
+    text = _source_text(src)
+    for word in RESERVED_KEYWORDS:
+        assert word not in text, f"{where}: reserved source keyword {word!r}"
+    if "megatron-bridge" in text:
+        assert any(a in text for a in MBRIDGE_ALLOWED), f"{where}: Megatron-Bridge table after 25.09"
+    for word in BLACKWELL:
+        assert word not in " ".join(str(src.get(k) or "") for k in ("title", "table", "location")).lower(), \
+            f"{where}: Blackwell table ({word})"
+
+
+def _degrees_match(lay: dict, gpus: int, where: str):
+    deg = [lay.get(k) for k in ("tp", "pp", "dp")]
+    if all(isinstance(d, int) for d in deg):
+        cp = lay.get("cp") or 1
+        assert deg[0] * deg[1] * deg[2] * cp == gpus, f"{where}: tp*pp*cp*dp != {gpus}"
+
+
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+# ------------------------------------------------------------------------------ more_runs.json
+
+def test_runs_have_required_fields(runs):
+    assert len(runs) >= 40
+    for r in runs:
+        where = r.get("id", "?")
+        for key in ("id", "source", "model", "hardware", "layout", "measured", "reference", "confidence", "quote", "notes"):
+            assert key in r, f"{where}: missing {key}"
+        assert r["split"] == "extra", where
+        assert r["source"].get("title") and r["source"].get("key"), where
+        assert r["source"].get("url") or r["source"].get("repo"), where
+        for key in ("name", "num_layers", "hidden_size", "num_attention_heads"):
+            assert r["model"].get(key), f"{where}: model.{key}"
+        assert r["hardware"].get("gpu"), where
+        assert r["reference"].get("method"), where
+        assert r["confidence"] in CONFIDENCE, where
+        assert isinstance(r["notes"], list) and r["quote"], where
+
+
+def test_runs_units_are_sane(runs):
+    for r in runs:
+        where = r["id"]
+        gpus = r["hardware"]["num_gpus"]
+        assert isinstance(gpus, int) and gpus > 0, where
+        tps = r["reference"]["tokens_per_s_per_gpu"]
+        assert _positive(tps) and tps < 1e6, f"{where}: tokens/s/GPU {tps}"
+        seq = r["model"].get("seq_length")
+        assert seq is None or (isinstance(seq, int) and 128 <= seq <= 2**21), where
+        lay = r["layout"]
+        _degrees_match(lay, gpus, where)
+        parts = [lay.get(k) for k in ("micro_batch_size", "dp", "grad_accum_steps", "global_batch_size")]
+        if all(isinstance(p, int) for p in parts):
+            assert parts[0] * parts[1] * parts[2] == parts[3], f"{where}: mbs*dp*ga != gbs"
+        # A published tokens/s figure and the reference agree (the reference may be a
+        # rounded copy, or a derivation from iteration time where none is published).
+        pub = r["measured"].get("tokens_per_s_per_gpu")
+        if _positive(pub) and r["reference"]["method"].startswith("published tokens/s/GPU"):
+            assert abs(pub - tps) <= 0.01 * pub, where
+        it = r["measured"].get("iteration_time_s")
+        if _positive(it) and r["reference"]["method"].startswith("gbs*seq"):
+            expect = lay["global_batch_size"] * seq / (it * gpus)
+            assert abs(expect - tps) <= 0.01 * expect, where
+
+
+def test_runs_sources_not_reserved(runs):
+    for r in runs:
+        _check_source(r["source"], r["id"])
+        assert not any(w in r["hardware"]["gpu"].lower() for w in BLACKWELL), r["id"]
+
+
+def test_runs_ids_unique_and_disjoint_from_reference(runs):
+    ids = [r["id"] for r in runs]
+    assert len(ids) == len(set(ids))
+    reference = {r["id"] for r in _load("published_runs.json")}
+    assert not set(ids) & reference
+    ref_keys = {r["source"]["key"] for r in _load("published_runs.json")}
+    assert not {r["source"]["key"] for r in runs} & ref_keys
+
+
+# ------------------------------------------------------------------------------ ablations.json
+
+def test_groups_have_required_fields(groups):
+    assert len(groups) >= 20
+    for g in groups:
+        where = g.get("id", "?")
+        for key in ("id", "source", "model", "hardware", "seq_length", "global_batch_size", "framework", "precision",
+                    "layouts", "confidence", "notes"):
+            assert key in g, f"{where}: missing {key}"
+        assert g["source"].get("title") and (g["source"].get("url") or g["source"].get("repo")), where
+        assert g["model"].get("name") and g["model"].get("num_layers") and g["model"].get("hidden_size"), where
+        assert g["hardware"].get("gpu") and isinstance(g["hardware"].get("num_gpus"), int), where
+        assert isinstance(g["seq_length"], int) and g["seq_length"] > 0, where
+        assert isinstance(g["global_batch_size"], int) and g["global_batch_size"] > 0, where
+        assert g["confidence"] in CONFIDENCE, where
+        assert len(g["layouts"]) >= 2, f"{where}: a ranking needs two or more layouts"
+
+
+def test_group_layouts_sane_and_distinct(groups):
+    for g in groups:
+        where = g["id"]
+        seen = set()
+        for i, e in enumerate(g["layouts"]):
+            lay = e["layout"]
+            assert lay and e.get("quote"), f"{where}[{i}]"
+            tps = e["measured"]["tokens_per_s_per_gpu"]
+            assert _positive(tps) and tps < 1e6, f"{where}[{i}]: {tps}"
+            assert e["measured"].get("conversion"), f"{where}[{i}]"
+            _degrees_match(lay, g["hardware"]["num_gpus"], f"{where}[{i}]")
+            key = json.dumps(lay, sort_keys=True)
+            assert key not in seen, f"{where}: duplicate layout {key}"
+            seen.add(key)
+
+
+def test_group_runs_resolve_and_sources_not_reserved(groups):
+    root = DATA.parents[1]
+    files = {}
+    for g in groups:
+        _check_source(g["source"], g["id"])
+        for e in g["layouts"]:
+            run = e.get("run")
+            if not run:
+                continue
+            if run["file"] not in files:
+                files[run["file"]] = {r["id"]: r for r in json.loads((root / run["file"]).read_text())}
+            r = files[run["file"]].get(run["id"])
+            assert r is not None, f"{g['id']}: {run['id']} not in {run['file']}"
+            assert r["hardware"]["num_gpus"] == g["hardware"]["num_gpus"], g["id"]
+            assert r["layout"]["global_batch_size"] == g["global_batch_size"], g["id"]
+            assert r["reference"]["tokens_per_s_per_gpu"] == e["measured"]["tokens_per_s_per_gpu"], g["id"]
+
+
+def test_group_ids_unique(groups):
+    ids = [g["id"] for g in groups]
+    assert len(ids) == len(set(ids))

@@ -235,3 +235,19 @@ def test_cli_export_from_launch_converts_megatron_to_torchtitan(tmp_path):
     back = read_launch(tmp_path / "torchtitan.toml")
     assert (back.values["tp"], back.values["mbs"], back.values["gbs"], back.values["seq_len"]) == (1, 1, 128, 8192)
     assert back.dp == 16
+
+
+def test_cli_search_from_launch_when_the_reference_does_not_fit():
+    code, out, err = run("search", "--from-launch", LLAMA, "--gpu", "h100", "--gpus", "1", "--top", "2")
+    assert code == 0, err
+    assert "not ranked: it does not fit" in out and "nothing fits" in out
+
+
+def test_sbatch_directives_give_the_gpu_count_and_type(tmp_path):
+    script = tmp_path / "job.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --gres=gpu:h100:8\n"
+                      "srun torchrun --nnodes ${SLURM_NNODES} --nproc-per-node 8 pretrain_gpt.py \\\n"
+                      "  --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 \\\n"
+                      "  --max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 64 --bf16 --tokenizer-type NullTokenizer --vocab-size 50000\n")
+    launch = read_launch(script)
+    assert launch.gpus == 32 and launch.gpu == "h100"

@@ -73,12 +73,20 @@ def changes(ref: dict, other: dict) -> list[str]:
         if k in ("pp_first_layers", "pp_last_layers") and ref["layout"]["pp"] == other["layout"]["pp"] == 1:
             continue
         if _norm(a) != _norm(b):
-            out.append(f"{k} {_show(a)}->{_show(b)}")
+            show = _layers if k == "recompute_layers" else _show
+            out.append(f"{k} {show(a)}->{show(b)}")
     return out
 
 
 def _norm(v):
     return tuple(v) if isinstance(v, list) else v
+
+
+def _layers(v) -> str:
+    """recompute_layers as a reader sees it: all, N layers per stage, or q/4 of each stage."""
+    if not v:
+        return "all"
+    return f"{-v}/4" if v < 0 else str(v)
 
 
 def _show(v) -> str:
@@ -115,8 +123,12 @@ def _table(results: list[dict], ref: dict, rank: dict, top: int, splits: bool) -
 
 
 def summary_lines(ref: dict, rank: dict, fits_ref: bool, limit: float) -> list[str]:
-    where = (f"#{rank['rank']} of {rank['of']:,} fitting layouts" if rank["rank"] is not None
-             else f"slower than the {rank['faster_shown']} best of {rank['of']:,} fitting layouts")
+    if not fits_ref:
+        where = f"not ranked: it does not fit ({rank['of']:,} layouts do)"
+    elif rank["rank"] is not None:
+        where = f"#{rank['rank']} of {rank['of']:,} fitting layouts"
+    else:
+        where = f"slower than the {rank['faster_shown']} best of {rank['of']:,} fitting layouts"
     if rank.get("same_as"):
         where += f" (it is row #{rank['same_as']})"
     mem = ref["memory_gib"]
@@ -130,7 +142,7 @@ def summary_lines(ref: dict, rank: dict, fits_ref: bool, limit: float) -> list[s
     if "smallest" in rank:
         s = rank["smallest"]
         lines.append(f"smallest change that is faster, #{s['rank']}: {s['gain']:+.1%} tokens/s ({', '.join(s['changes'])})")
-    elif rank.get("rank") == 1:
+    elif rank.get("rank") == 1 and fits_ref and rank["of"]:
         lines.append("no layout that fits is faster than the file's")
     return lines
 
@@ -154,6 +166,8 @@ def run_reference_search(a: dict) -> None:
     limit = memory_limit_gib(r.setup.gpu.memory_gib, a["memory_headroom"])
     rank = rank_of(ref, result.results, max(a["top"], RANK_POOL), result.stats.get("fits", len(result.results)))
     fits_ref = ref["memory_gib"]["peak"] <= limit
+    if not fits_ref:
+        rank["rank"] = None
     _outputs(a, result, ref, rank, fits_ref, limit, r, keep, write_csv, format_summary, describe)
     if plot is not None:
         from planner.plots import plot_search
@@ -194,6 +208,11 @@ def _outputs(a, result, ref, rank, fits_ref, limit, r, keep, write_csv, format_s
                    f"top {min(top, len(result.results))} layouts by step time, and the file's (ref){kept}")
         splits = bool(stats.get("stage_splits") or r.layout.pp > 1)
         typer.echo(_table(result.results, ref, rank, top, splits))
+        if not result.results:
+            from planner.cli_search import format_nothing_fits
+
+            typer.echo("")
+            typer.echo(format_nothing_fits(result))
         typer.echo("")
         for line in summary_lines(ref, rank, fits_ref, limit):
             typer.echo(line)

@@ -181,7 +181,8 @@ def describe(r: Resolved) -> str:
     if L.unsupported:
         lines += _wrap("unsupported", "; ".join(f"{u.name}: priced {u.priced}" for u in L.unsupported))
     if L.unknown:
-        lines += _wrap("unknown", ", ".join(L.unknown) + f" (not known to the {NAMES[L.format]} reader: not priced)")
+        known = L.defaults_from if L.format == "megatron" else f"the {NAMES[L.format]} reader"
+        lines += _wrap("unknown", ", ".join(L.unknown) + f" (not in {known}: not priced)")
     if L.ignored:
         shown = ", ".join(L.ignored[:SHOWN]) + (f", and {len(L.ignored) - SHOWN} more (--json lists all)"
                                                  if len(L.ignored) > SHOWN else "")

@@ -14,6 +14,7 @@ import typer
 
 from hardware_catalog.errors import PlannerInputError
 from planner.cli_options import layout_options
+from planner.launch.options import FromLaunchOpt, LaunchFormatOpt
 from planner.plots import check_plot_path
 
 app = typer.Typer(
@@ -26,8 +27,8 @@ app = typer.Typer(
 
 # Options shared by evaluate and export; the layout options come from their declarations
 # (costmodel.options) through planner.cli_options.layout_options.
-ModelOpt = typer.Option(..., "--model", help="Model preset (e.g. 405b, llama3-70b, mixtral-8x7b) or a model / HF config.json file.")
-GpusOpt = typer.Option(..., "--gpus", help="Total GPUs in the job.")
+ModelOpt = typer.Option(None, "--model", help="Model preset (e.g. 405b, llama3-70b, mixtral-8x7b) or a model / HF config.json file. Required unless --from-launch names one.")
+GpusOpt = typer.Option(None, "--gpus", help="Total GPUs in the job. Required unless --from-launch states it.")
 GpuOpt = typer.Option(None, "--gpu", help="GPU type (h100, a100, b200, ...); picks its default cluster.")
 ClusterOpt = typer.Option(None, "--cluster", help="Cluster preset name or a TOML/YAML/JSON cluster file (overrides --gpu's default).")
 TokensOpt = typer.Option(None, "--tokens-per-batch", help="Global batch in tokens (instead of --gbs).")
@@ -83,17 +84,25 @@ def _cluster_line(setup) -> str:
 @app.command()
 @layout_options("evaluate")
 def evaluate(
-    model: str = ModelOpt,
-    gpus: int = GpusOpt,
+    model: Optional[str] = ModelOpt,
+    gpus: Optional[int] = GpusOpt,
     gpu: Optional[str] = GpuOpt,
     cluster: Optional[str] = ClusterOpt,
     tokens_per_batch: Optional[int] = TokensOpt,
     allow_cross_node_tp: bool = CrossNodeTpOpt,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw the pipeline schedule and the time and memory breakdowns to FILE (.png, .svg or .html)."),
+    from_launch: Optional[Path] = FromLaunchOpt,
+    launch_format: Optional[str] = LaunchFormatOpt,
     layout: dict = None,
 ):
     """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not."""
+    if from_launch is not None:
+        from planner.launch.cli import evaluate_from_launch
+
+        return evaluate_from_launch(dict(locals()))
+    if model is None or gpus is None:
+        raise PlannerInputError("give --model and --gpus with the layout flags, or --from-launch FILE")
     plot = check_plot_path(plot)
     setup, record = _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout)
     if as_json:
@@ -193,6 +202,8 @@ def export(
         help="torchtitan release the torchtitan files target: 0.1, 0.2 or 0.3 (or an exact one, e.g. 0.2.1). "
              "0.1/0.2 read torchtitan.toml only, 0.3 the command line only. Default: overrides for 0.3.0 and "
              "the TOML for 0.2.2."),
+    from_launch: Optional[Path] = FromLaunchOpt,
+    launch_format: Optional[str] = LaunchFormatOpt,
     layout: dict = None,
 ):
     """Write launch configs (torchrun, Megatron-LM args, DeepSpeed JSON, torchtitan, SLURM) for a layout."""
@@ -204,6 +215,10 @@ def export(
         from planner.export.torchtitan import VERSION_OPTION, release_for
 
         options[VERSION_OPTION] = release_for(torchtitan_version).version  # unknown releases fail here
+    if from_launch is not None:
+        from planner.launch.cli import export_from_launch
+
+        return export_from_launch(dict(locals()), options)
 
     if from_file is not None:
         try:

@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from planner.cli_options import layout_options
+from planner.launch.options import FromLaunchOpt, KeepOpt, LaunchFormatOpt
 
 COLUMNS = ("rank", "DP", "TP", "PP", "VPP", "CP", "EP", "ZeRO", "mbs", "GA", "recompute",
            "step time", "tok/s/GPU", "MFU", "mem/GPU", "headroom", "largest term")
@@ -177,8 +178,8 @@ def register(app: typer.Typer) -> None:
     @app.command("search")
     @layout_options("search")
     def search_cmd(
-        model: str = typer.Option(..., "--model", help="Model preset (e.g. 405b) or a model / HF config.json file."),
-        gpus: str = typer.Option(..., "--gpus", help="GPU count; or a list 4096,8192; or A..B (doubling from A to B); or A..B:S (steps of S)."),
+        model: Optional[str] = typer.Option(None, "--model", help="Model preset (e.g. 405b) or a model / HF config.json file. Required unless --from-launch names one."),
+        gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU count; or a list 4096,8192; or A..B (doubling from A to B); or A..B:S (steps of S). Required unless --from-launch states it."),
         gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU type (h100, b200, ...) or a comma list h100,b200, each on its default cluster."),
         cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster preset name or TOML/YAML/JSON file (fixes the GPU type)."),
         tokens_per_batch: Optional[int] = typer.Option(None, "--tokens-per-batch", help="Global batch in tokens (instead of --gbs)."),
@@ -200,10 +201,21 @@ def register(app: typer.Typer) -> None:
         plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw step time vs memory (vs cost with --price-per-gpu-hour) of the layouts, the Pareto front, and for several GPU counts the scaling curves, to FILE (.png, .svg or .html). An exhaustive search is asked again for more points, for the plot only."),
         storage: Optional[str] = typer.Option(None, "--storage", help="Optuna: share the study with other processes/machines: journal:///PATH.log | PATH.log | sqlite:///PATH.db | PATH.db | postgresql://USER:PASS@HOST:PORT/DB (pip install psycopg2-binary). --trials is then the study's total."),
         study_name: Optional[str] = typer.Option(None, "--study-name", help="Study in --storage (default planner-search); every process of one search gives the same."),
+        from_launch: Optional[Path] = FromLaunchOpt,
+        launch_format: Optional[str] = LaunchFormatOpt,
+        keep: Optional[str] = KeepOpt,
         layout: dict = None,
     ):
         """Find the fastest parallel layouts that fit in memory."""
         from hardware_catalog.errors import PlannerInputError
+
+        if from_launch is not None:
+            from planner.launch.cli import search_from_launch
+
+            return search_from_launch(dict(locals()))
+        if keep is not None or model is None or gpus is None:
+            raise PlannerInputError("--keep goes with --from-launch" if keep is not None
+                                    else "give --model and --gpus, or --from-launch FILE")
 
         from costmodel.options import IMPLEMENTATION_OPTIONS, OPTIONS_BY_NAME, SEARCHED
         from planner.plots import RecordedCall, check_plot_path

@@ -117,7 +117,7 @@ def _check_pipeline(plan: Plan) -> None:
         if vpp > 1 and _embedding_loss_split(plan):
             return
         if vpp > 1:
-            for name, count in (("first", first), ("last", last)) + (("middle", middle[0]),) * bool(middle):
+            for name, count in (("first", first), ("last", last)) + ((("middle", middle[0]),) if middle else ()):
                 if count % vpp:
                     raise CannotExpress("megatron_uneven_vpp", f"{name} stage holds {count} layers, not divisible by vpp={vpp}", _TCFG)
     if vpp > 1:

@@ -1,0 +1,171 @@
+"""Read a DeepSpeed config JSON (the model comes from ``--model``: the config names none).
+
+Keys and defaults as DeepSpeed declares them (deepspeed 0.19.8; DeepSpeed config-json docs):
+
+* batch: ``train_batch_size`` = ``train_micro_batch_size_per_gpu`` x ``gradient_accumulation_steps``
+  x data-parallel ranks (runtime/config.py ``_batch_assertion``); with all three the data-parallel
+  width follows, and GPUs = dp x tp x pp;
+* ``zero_optimization.stage`` (default 0), ``overlap_comm`` (default: on for stage 3 only,
+  runtime/zero/config.py ``overlap_comm_valid``), ``offload_optimizer`` / ``offload_param``;
+* ``bf16.enabled`` / ``fp16.enabled``; ``communication_data_type`` and ``data_types.grad_accum_dtype``
+  (FP32 gradient accumulation and reduction by default);
+* ``pipeline.stages`` and ``pipeline.activation_checkpoint_interval`` (PipelineEngine), the
+  ``activation_checkpointing`` section (deepspeed.checkpointing: whether the model checkpoints is
+  its own flag, so it is read as full recompute and said so);
+* ``tensor_parallel.autotp_size`` (AutoTP training); ``sequence_parallel_size`` (Ulysses) cannot be
+  expressed.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hardware_catalog.errors import PlannerInputError
+from planner.launch.spec import Launch, boolean, integer
+
+SOURCE = "DeepSpeed config (deepspeed 0.19.8 runtime/config.py, runtime/zero/config.py)"
+QUIET = frozenset("""
+_comment optimizer scheduler gradient_clipping steps_per_print wall_clock_breakdown dump_state memory_breakdown
+prescale_gradients gradient_predivide_factor sparse_gradients zero_allow_untested_optimizer zero_force_ds_cpu_optimizer
+flops_profiler tensorboard wandb csv_monitor comet comms_logger checkpoint data_efficiency curriculum_learning
+compression_training aio elasticity autotuning seed disable_allgather amp_params timers graph_harvesting
+use_data_before_expert_parallelism train_micro_batch_size_per_gpu train_batch_size gradient_accumulation_steps
+""".split())
+"""Top-level keys that leave step time and memory alone (or that ``read`` handles itself)."""
+ZERO_QUIET = frozenset("""
+stage overlap_comm contiguous_gradients reduce_bucket_size allgather_bucket_size allgather_partitions reduce_scatter
+round_robin_gradients stage3_prefetch_bucket_size stage3_param_persistence_threshold stage3_max_live_parameters
+stage3_max_reuse_distance stage3_gather_16bit_weights_on_model_save stage3_gather_fp16_weights_on_model_save
+sub_group_size elastic_checkpoint load_from_fp32_weights ignore_unused_parameters legacy_stage1
+gather_16bit_weights_on_model_save memory_efficient_linear offload_optimizer offload_param
+""".split())
+
+
+def _get(cfg: dict, path: str):
+    node = cfg
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return None if node == "auto" else node
+
+
+def _batch(cfg: dict, launch: Launch) -> None:
+    tb, mb, ga = (_get(cfg, k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"))
+    tb = integer(tb, "train_batch_size") if tb is not None else None
+    mb = integer(mb, "train_micro_batch_size_per_gpu") if mb is not None else None
+    ga = integer(ga, "gradient_accumulation_steps") if ga is not None else None
+    for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"):
+        if cfg.get(key) == "auto":
+            launch.notes.append(f"{key} is 'auto' (filled in by the Hugging Face Trainer): taken as unstated")
+    if mb is not None:
+        launch.state("mbs", mb)
+    else:
+        launch.default("mbs", tb // ga if tb and ga else 1, "no train_micro_batch_size_per_gpu")
+    if tb is not None:
+        launch.state("gbs", tb)
+        micro = launch.values["mbs"] * (ga or 0)
+        if ga is not None:
+            if tb % micro:
+                raise PlannerInputError(f"train_batch_size={tb} is not train_micro_batch_size_per_gpu {launch.values['mbs']} x "
+                                        f"gradient_accumulation_steps {ga} x a whole number of data-parallel ranks")
+            launch.dp = tb // micro
+    else:
+        launch.gbs_rule, launch.gbs_per_dp = "per_dp*dp", launch.values["mbs"] * (ga or 1)
+
+
+def _zero(cfg: dict, launch: Launch) -> None:
+    stage = _get(cfg, "zero_optimization.stage")
+    if stage is not None:
+        stage = integer(stage, "zero_optimization.stage", 0)
+        if stage > 3:
+            raise PlannerInputError(f"zero_optimization.stage={stage}: allowed 0, 1, 2, 3")
+        launch.state("zero", stage)
+    else:
+        launch.default("zero", 0, "no zero_optimization.stage")
+    overlap = _get(cfg, "zero_optimization.overlap_comm")
+    if overlap is not None:
+        launch.state("dp_comm_overlap", boolean(overlap, "zero_optimization.overlap_comm"))
+    else:
+        launch.default("dp_comm_overlap", launch.values["zero"] == 3, "no zero_optimization.overlap_comm: on for stage 3 only")
+    for part in ("offload_optimizer", "offload_param"):
+        device = _get(cfg, f"zero_optimization.{part}.device")
+        if device not in (None, "none"):
+            launch.cannot(f"zero_optimization.{part}.device {device}", "with everything in GPU memory")
+    for key in (cfg.get("zero_optimization") or {}):
+        if key not in ZERO_QUIET:
+            launch.unknown.append(f"zero_optimization.{key}")
+
+
+def _precision(cfg: dict, launch: Launch) -> None:
+    if boolean(_get(cfg, "bf16.enabled") or False, "bf16.enabled"):
+        launch.state("precision", "bf16")
+    elif boolean(_get(cfg, "fp16.enabled") or False, "fp16.enabled"):
+        launch.state("precision", "bf16")
+        launch.cannot("fp16.enabled", "as bf16 (same tensor-core rate; no loss-scaling cost)")
+    else:
+        launch.default("precision", "bf16", "neither bf16 nor fp16 enabled")
+        launch.cannot("fp32 training (neither bf16 nor fp16 enabled)", "as bf16")
+    low = {"bf16", "fp16", "bfloat16", "float16"}
+    comm, accum = _get(cfg, "communication_data_type"), _get(cfg, "data_types.grad_accum_dtype")
+    if comm is not None or accum is not None:
+        launch.state("grad_dtype", "bf16" if (comm in low or accum in low) else "fp32")
+    else:
+        launch.default("grad_dtype", "fp32", "no communication_data_type / data_types.grad_accum_dtype")
+
+
+def _pipeline_recompute(cfg: dict, launch: Launch) -> None:
+    stages = _get(cfg, "pipeline.stages")
+    if stages is not None:
+        launch.state("pp", integer(stages, "pipeline.stages"))
+    interval = _get(cfg, "pipeline.activation_checkpoint_interval")
+    checkpointing = cfg.get("activation_checkpointing")
+    if (interval and integer(interval, "pipeline.activation_checkpoint_interval", 0) > 0) or isinstance(checkpointing, dict):
+        launch.state("recompute", "full")
+        if isinstance(checkpointing, dict):
+            launch.notes.append("activation_checkpointing configures deepspeed.checkpointing; whether the model "
+                                "checkpoints its layers is a model-code flag: priced as full recompute")
+            for key in ("partition_activations", "cpu_checkpointing"):
+                if checkpointing.get(key):
+                    launch.cannot(f"activation_checkpointing.{key}", "with whole checkpoints in GPU memory")
+    else:
+        launch.default("recompute", "none", "no activation checkpointing")
+    tp = _get(cfg, "tensor_parallel.autotp_size")
+    if tp is not None:
+        launch.state("tp", integer(tp, "tensor_parallel.autotp_size"))
+    if _get(cfg, "sequence_parallel_size") not in (None, 1):
+        launch.cannot(f"sequence_parallel_size {cfg['sequence_parallel_size']} (Ulysses)", "without it")
+
+
+def read(text: str, path: str, model=None) -> Launch:
+    """A DeepSpeed config JSON -> ``Launch``."""
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise PlannerInputError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    if not isinstance(cfg, dict):
+        raise PlannerInputError(f"{path}: expected a DeepSpeed config object, got {type(cfg).__name__}")
+    launch = Launch(format="deepspeed", path=path, launcher="DeepSpeed config JSON", model=model,
+                    defaults_from=SOURCE)
+    if model is not None:
+        launch.model_note = "from --model (a DeepSpeed config names no model)"
+    _batch(cfg, launch)
+    _zero(cfg, launch)
+    _precision(cfg, launch)
+    _pipeline_recompute(cfg, launch)
+    _fixed(launch)
+    handled = QUIET | {"zero_optimization", "bf16", "fp16", "communication_data_type", "data_types", "pipeline",
+                       "activation_checkpointing", "tensor_parallel", "sequence_parallel_size"}
+    launch.ignored += [k for k in cfg if k in QUIET]
+    launch.unknown += [k for k in cfg if k not in handled]
+    return launch
+
+
+def _fixed(launch: Launch) -> None:
+    """What a DeepSpeed config cannot state: the model code's and the launcher's part."""
+    why = "not a DeepSpeed config key (Megatron-DeepSpeed takes it on its command line)"
+    for option, value in (("tp", 1), ("pp", 1), ("cp", 1), ("vpp", 1), ("sequence_parallel", False)):
+        if option not in launch.values:
+            launch.default(option, value, why)
+    launch.values.setdefault("ep", 1)
+    launch.values.setdefault("etp", 1)

@@ -1,0 +1,390 @@
+"""Megatron-Core settings -> a ``Launch``: shared by the Megatron-LM and NeMo / Megatron-Bridge readers.
+
+A reader turns its file into ``Settings``: Megatron-LM argument names (the ``dest`` of each
+``add_argument`` in megatron/training/arguments.py, which are also Megatron-Core's
+``TransformerConfig`` / ``DistributedDataParallelConfig`` field names where the two share one)
+-> value, each with how the file wrote it. ``to_launch`` maps them onto planner's options and
+model. Every mapping cites the upstream declaration; unless a comment names another file, the
+flag and its default are those of arguments.py at commit 000c4ac24f61 (``ARGS``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from costmodel.options import RECOMPUTE_MODULES
+from planner.launch.spec import Launch, boolean, integer, number
+
+ARGS = "Megatron-LM arguments.py@000c4ac24f61"
+TCFG = "Megatron-Core transformer_config.py"
+
+
+@dataclass
+class Settings:
+    """Megatron argument dest -> value as the file states it, and how it states each."""
+
+    values: dict = field(default_factory=dict)
+    where: dict = field(default_factory=dict)
+    source: str = ARGS
+    """Where unstated settings take their defaults (named in ``Launch.defaults``)."""
+
+    def has(self, dest: str) -> bool:
+        return dest in self.values
+
+    def get(self, dest: str, default=None):
+        return self.values.get(dest, default)
+
+    def label(self, dest: str) -> str:
+        """How the file states ``dest`` (or would: a Megatron flag, else the Megatron-Core field name)."""
+        return self.where.get(dest) or ("--" + dest.replace("_", "-") if self.source == ARGS else dest)
+
+    def int(self, dest: str, default=None, minimum: int = 1):
+        return integer(self.values[dest], self.label(dest), minimum) if dest in self.values else default
+
+    def flag(self, dest: str, default: bool = False) -> bool:
+        return boolean(self.values[dest], self.label(dest)) if dest in self.values else default
+
+
+def _ffn(s: Settings, hidden: int) -> int:
+    """--ffn-hidden-size, or validate_args' default: 4h, or int(4h * 2/3 / 64) * 64 with --swiglu."""
+    if s.has("ffn_hidden_size"):
+        return s.int("ffn_hidden_size")
+    return int((4 * hidden * 2 / 3) / 64) * 64 if s.flag("swiglu") else 4 * hidden
+
+
+def _vocab(s: Settings, tp: int) -> tuple:
+    """(padded vocabulary Megatron trains, sizes a preset may state, note). NullTokenizer adds one
+    EOD id (training/tokenizer/tokenizer.py _NullTokenizer.vocab_size); _vocab_size_with_padding
+    rounds up to a multiple of --make-vocab-size-divisible-by (default 128) x TP."""
+    tokenizer = s.get("tokenizer_type")
+    if s.has("padded_vocab_size"):
+        v = s.int("padded_vocab_size")
+        return v, (v,), ""
+    if s.has("vocab_size"):
+        raw = s.int("vocab_size")
+    elif tokenizer == "GPT2BPETokenizer":
+        raw = 50257  # the GPT-2 BPE vocabulary (gpt2-vocab.json)
+    else:
+        return None, (), ""
+    orig = raw + 1 if tokenizer == "NullTokenizer" else raw
+    multiple = s.int("make_vocab_size_divisible_by", 128) * tp
+    padded = -(-orig // multiple) * multiple
+    how = [f"{tokenizer} {raw}" + (" + 1 EOD id" if orig != raw else "")]
+    if padded != orig:
+        how.append(f"padded to a multiple of {multiple}")
+    return padded, (raw, orig, padded), f"Megatron trains a vocabulary of {padded} ({', '.join(how)})"
+
+
+def _attention_fields(s: Settings, hidden: int, heads: int) -> dict:
+    if s.flag("multi_latent_attention"):
+        from hardware_catalog.schema import MLASpec
+
+        return {"mla": MLASpec(q_lora_rank=s.int("q_lora_rank"), kv_lora_rank=s.int("kv_lora_rank", 32),
+                               qk_nope_head_dim=s.int("qk_head_dim", 128), qk_rope_head_dim=s.int("qk_pos_emb_head_dim", 64),
+                               v_head_dim=s.int("v_head_dim", 128))}
+    out = {}
+    # --num-query-groups (default 1) applies only with --group-query-attention (core_transformer_config_from_args).
+    if s.flag("group_query_attention"):
+        out["num_kv_heads"] = s.int("num_query_groups", 1)
+    if s.has("kv_channels") and s.int("kv_channels") * heads != hidden:
+        out["head_dim"] = s.int("kv_channels")
+    return out
+
+
+def _moe_fields(s: Settings, ffn: int, num_layers: int):
+    if not s.has("num_experts"):
+        return None
+    from hardware_catalog.schema import MoESpec
+
+    expert_ffn = s.int("moe_ffn_hidden_size", ffn)  # validate_args: defaults to --ffn-hidden-size
+    shared = s.int("moe_shared_expert_intermediate_size", 0, minimum=0)
+    dense, freq = _moe_layer_freq(s, num_layers)
+    return MoESpec(num_experts=s.int("num_experts"), top_k=s.int("moe_router_topk", 2), expert_ffn_hidden_size=expert_ffn,
+                   num_shared_experts=1 if shared else 0, shared_expert_ffn_hidden_size=shared or None,
+                   num_dense_layers=dense, moe_layer_frequency=freq,
+                   router_groups=s.int("moe_router_num_groups"), router_group_topk=s.int("moe_router_group_topk"))
+
+
+def _moe_layer_freq(s: Settings, num_layers: int) -> tuple[int, int]:
+    """(leading dense layers, MoE every n-th layer) from --moe-layer-freq: an int, or a pattern
+    "([0]*3+[1]*58)" (moe_freq_type in arguments.py)."""
+    value = s.get("moe_layer_freq", 1)
+    if isinstance(value, (list, tuple)):
+        bits = [int(b) for b in value]
+    elif isinstance(value, int) or str(value).strip().isdigit():
+        return 0, int(value)
+    else:
+        import re
+
+        text = str(value).strip()
+        if not re.fullmatch(r"[\d,\[\]()+* ]+", text):
+            raise _bad(s, "moe_layer_freq", value, "an integer or a pattern like ([0]*3+[1]*58)")
+        bits = list(eval(text, {"__builtins__": {}}, {}))  # digits, brackets, + and * only
+    dense = next((i for i, b in enumerate(bits) if b), len(bits))
+    rest = bits[dense:]
+    freq = next((i for i, b in enumerate(rest[1:], 1) if b), len(rest)) if rest else 1
+    if len(bits) != num_layers or any(b != (1 if (i % freq == 0) else 0) for i, b in enumerate(rest)):
+        raise _bad(s, "moe_layer_freq", value, "leading dense layers, then MoE every n-th layer (what planner prices)")
+    return dense, freq
+
+
+def _bad(s: Settings, dest: str, value, allowed: str):
+    from hardware_catalog.errors import PlannerInputError
+
+    return PlannerInputError(f"{s.label(dest)}={value!r}: planner reads {allowed}")
+
+
+def model_fields(s: Settings, tp: int) -> tuple[dict, tuple, str]:
+    """ModelSpec fields from the shape settings, the vocabulary sizes a preset may state, a note."""
+    from hardware_catalog.errors import PlannerInputError
+
+    missing = [s.label(d) for d in ("num_layers", "hidden_size", "num_attention_heads") if not s.has(d)]
+    if missing:
+        raise PlannerInputError(f"the launch file does not state {', '.join(missing)} (validate_args requires them): "
+                                "give --model NAME")
+    L, h, a = s.int("num_layers"), s.int("hidden_size"), s.int("num_attention_heads")
+    ffn = _ffn(s, h)
+    vocab, candidates, vocab_note = _vocab(s, tp)
+    position = str(s.get("position_embedding_type", "learned_absolute"))
+    pos = {"learned_absolute": "learned", "rope": "rope", "mrope": "rope", "none": "none"}.get(position)
+    if pos is None:
+        raise _bad(s, "position_embedding_type", position, "learned_absolute, rope, mrope or none")
+    seq = s.int("seq_length")
+    fields = dict(
+        num_layers=L, hidden_size=h, num_attention_heads=a, ffn_hidden_size=ffn, vocab_size=vocab,
+        gated_mlp=s.flag("swiglu"), norm="rmsnorm" if str(s.get("normalization", "LayerNorm")) == "RMSNorm" else "layernorm",
+        position_embedding=pos, tied_embeddings=not s.flag("untie_embeddings_and_output_weights"),
+        linear_bias=s.flag("add_bias_linear", True), dropout=_dropout(s),
+        max_position_embeddings=s.int("max_position_embeddings", seq or 4096),
+        family="llama" if s.flag("swiglu") and pos == "rope" else "gpt",
+        **_attention_fields(s, h, a),
+    )
+    fields["qkv_bias"] = s.flag("add_qkv_bias") and not fields["linear_bias"]
+    fields["moe"] = _moe_fields(s, ffn, L)
+    if seq:
+        fields["default_seq_len"] = seq
+    return fields, candidates, vocab_note
+
+
+def _dropout(s: Settings) -> bool:
+    """--attention-dropout / --hidden-dropout, default 0.1 each (_add_regularization_args)."""
+    return any(number(s.get(d, 0.1), s.label(d)) > 0 for d in ("attention_dropout", "hidden_dropout"))
+
+
+# ----------------------------------------------------------------------------------- layout
+
+
+def to_launch(s: Settings, launch: Launch, model=None) -> Launch:
+    """Fill ``launch`` (values, model, lists) from ``s``. ``model``: a ModelSpec to use instead of
+    the file's shape (``--model``); else the shape must be in the file."""
+    launch.defaults_from = s.source
+    _degrees(s, launch)
+    if model is None:
+        from planner.launch.models import shape_model
+
+        fields, candidates, vocab_note = model_fields(s, launch.values["tp"])
+        launch.model, launch.model_note = shape_model(fields, candidates, "launch-model", vocab_note)
+    else:
+        launch.model = model
+    if launch.model.moe is None:
+        launch.values["etp"] = 1
+    _pipeline(s, launch)
+    _batch(s, launch)
+    _recompute(s, launch)
+    _data_parallel(s, launch)
+    _precision(s, launch)
+    _implementation(s, launch)
+    prune_defaults(launch)
+    return launch
+
+
+def prune_defaults(launch: Launch) -> None:
+    """Drop defaults of settings that do not apply to this model or layout (MoE settings of a
+    dense model, TP settings at tp 1, the virtual pipeline without a pipeline)."""
+    v = launch.values
+    moot = set()
+    if launch.model is not None and launch.model.moe is None:
+        moot |= {"ep", "etp", "ep_comm_overlap", "moe_dispatcher"}
+    if v.get("tp", 1) == 1:
+        moot |= {"tp_comm_overlap", "sequence_parallel"}
+    if v.get("pp", 1) == 1:
+        moot |= {"vpp"}
+    launch.defaults = [d for d in launch.defaults if d.option not in moot]
+
+
+def _set(launch: Launch, s: Settings, option: str, dest: str, value, default, why: str) -> None:
+    """Option from ``dest`` when the file states it, else the framework default."""
+    if s.has(dest):
+        launch.state(option, value)
+    else:
+        launch.default(option, default, f"no {s.label(dest)}" + (f", {why}" if why else ""))
+
+
+def _degrees(s: Settings, launch: Launch) -> None:
+    for option, dest in (("tp", "tensor_model_parallel_size"), ("pp", "pipeline_model_parallel_size"),
+                         ("cp", "context_parallel_size"), ("ep", "expert_model_parallel_size")):
+        _set(launch, s, option, dest, s.int(dest), 1, "")
+    tp = launch.values["tp"]
+    # validate_args: expert_tensor_parallel_size None -> tensor_model_parallel_size.
+    _set(launch, s, "etp", "expert_tensor_parallel_size", s.int("expert_tensor_parallel_size"), tp, "= TP")
+    if s.flag("sequence_parallel"):
+        launch.state("sequence_parallel", True)
+    else:
+        launch.default("sequence_parallel", False, f"no {s.label('sequence_parallel')}")
+    for dest in ("pipeline_model_parallel_layout", "hierarchical_context_parallel_sizes"):
+        if s.get(dest) not in (None, "", []):
+            launch.cannot(s.label(dest), "planner's own pipeline / ring layout")
+    if str(s.get("cp_comm_type", "p2p")) not in ("p2p", "['p2p']"):
+        launch.cannot(s.label("cp_comm_type"), "ring attention (p2p)")
+
+
+def _pipeline(s: Settings, launch: Launch) -> None:
+    """vpp and the first/last stage layers (validate_args, 'Uneven virtual pipeline parallelism')."""
+    L, pp = launch.model.num_layers, launch.values["pp"]
+    extra = int(s.flag("account_for_embedding_in_pipeline_split")) + int(s.flag("account_for_loss_in_pipeline_split"))
+    if s.has("num_virtual_stages_per_pipeline_rank"):
+        launch.state("vpp", s.int("num_virtual_stages_per_pipeline_rank"))
+    elif s.has("num_layers_per_virtual_pipeline_stage"):
+        per_stage = (L + extra) // max(pp, 1)
+        launch.state("vpp", max(per_stage // s.int("num_layers_per_virtual_pipeline_stage"), 1))
+    else:
+        launch.default("vpp", 1, "no virtual pipeline flag")
+    first, last = s.int("decoder_first_pipeline_num_layers"), s.int("decoder_last_pipeline_num_layers")
+    if extra and pp > 1 and first is None and last is None:
+        per = (L + extra) // pp  # the embedding / loss count as one layer on the first / last stage
+        first = per - 1 if s.flag("account_for_embedding_in_pipeline_split") else None
+        last = per - 1 if s.flag("account_for_loss_in_pipeline_split") else None
+    for option, value in (("pp_first_layers", first), ("pp_last_layers", last)):
+        if value is not None and pp > 1:
+            launch.state(option, value)
+
+
+def _batch(s: Settings, launch: Launch) -> None:
+    if s.has("micro_batch_size"):
+        launch.state("mbs", s.int("micro_batch_size"))
+    else:
+        launch.default("mbs", 1, f"no {s.label('micro_batch_size')}")
+    if s.has("global_batch_size"):
+        launch.state("gbs", s.int("global_batch_size"))
+    else:  # validate_args: global_batch_size = micro_batch_size * data_parallel_size
+        launch.gbs_rule = "mbs*dp"
+    if s.has("seq_length"):
+        launch.state("seq_len", s.int("seq_length"))
+
+
+def _recompute(s: Settings, launch: Launch) -> None:
+    """--recompute-granularity full|selective (+ --recompute-method / --recompute-num-layers /
+    --recompute-modules); --recompute-activations is the old spelling of selective."""
+    granularity = s.get("recompute_granularity")
+    if granularity is None and s.flag("recompute_activations"):
+        granularity = "selective"
+    if granularity in (None, "", "none", "None"):
+        launch.default("recompute", "none", f"no {s.label('recompute_granularity')}")
+        return
+    if granularity not in ("full", "selective"):
+        raise _bad(s, "recompute_granularity", granularity, "full or selective")
+    launch.state("recompute", granularity)
+    if granularity == "selective":
+        _recompute_modules(s, launch)
+        return
+    method, n = s.get("recompute_method"), s.int("recompute_num_layers")
+    if method == "block" and n:
+        launch.state("recompute_layers", n * launch.values.get("vpp", 1))  # per chunk -> per stage
+    elif method == "uniform" and n and n > 1:
+        launch.cannot(f"{s.label('recompute_method')} uniform with {s.label('recompute_num_layers')} {n}",
+                      "every layer recomputed on its own (full recompute)")
+
+
+def _recompute_modules(s: Settings, launch: Launch) -> None:
+    modules = s.get("recompute_modules")
+    if not modules:
+        return
+    names = [modules] if isinstance(modules, str) else list(modules)
+    known = tuple(m for m in names if m in RECOMPUTE_MODULES)
+    for m in names:
+        if m not in RECOMPUTE_MODULES:
+            launch.cannot(f"{s.label('recompute_modules')} {m}", "without that module")
+    if known:
+        launch.state("recompute_modules", known)
+
+
+def _data_parallel(s: Settings, launch: Launch) -> None:
+    """ZeRO stage: --use-torch-fsdp2 (FSDP2, full sharding), --use-megatron-fsdp with
+    --data-parallel-sharding-strategy (default no_shard), --use-distributed-optimizer; overlaps."""
+    strategies = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+    if s.flag("use_torch_fsdp2"):  # --torch-fsdp2-no-reshard-after-forward keeps weights gathered to backward
+        launch.state("zero", 2 if s.flag("torch_fsdp2_no_reshard_after_forward") else 3)
+    elif s.flag("use_megatron_fsdp"):
+        strategy = str(s.get("data_parallel_sharding_strategy", "no_shard"))
+        if strategy not in strategies:
+            raise _bad(s, "data_parallel_sharding_strategy", strategy, ", ".join(strategies))
+        launch.state("zero", strategies[strategy])
+    elif s.flag("use_distributed_optimizer"):
+        launch.state("zero", 1)
+    else:
+        launch.default("zero", 0, f"no {s.label('use_distributed_optimizer')}")
+    _set(launch, s, "dp_comm_overlap", "overlap_grad_reduce", s.flag("overlap_grad_reduce"), False, "")
+    if s.int("num_distributed_optimizer_instances", 1) > 1:
+        launch.cannot(s.label("num_distributed_optimizer_instances"), "one distributed-optimizer instance")
+
+
+def _precision(s: Settings, launch: Launch) -> None:
+    fp8 = s.get("fp8_format") or s.get("fp8")
+    if fp8 not in (None, "", False, "None"):
+        launch.state("precision", "fp8")
+        recipe = s.get("fp8_recipe")
+        if recipe not in (None, "delayed", "tensorwise"):
+            launch.cannot(f"{s.label('fp8_recipe')} {recipe}", "FP8 GEMMs with per-tensor scaling")
+    elif s.flag("bf16"):
+        launch.state("precision", "bf16")
+    elif s.flag("fp16"):
+        launch.state("precision", "bf16")
+        launch.cannot(s.label("fp16"), "as bf16 (same tensor-core rate; no loss-scaling cost)")
+    else:
+        launch.default("precision", "bf16", f"neither {s.label('bf16')} nor {s.label('fp16')}")
+        launch.cannot(f"fp32 parameters (no {s.label('bf16')} / {s.label('fp16')})", "as bf16")
+    if s.get("fp4") not in (None, "", False):
+        launch.cannot(s.label("fp4"), "as fp8")
+    if s.flag("fp8_param_gather"):
+        launch.cannot(s.label("fp8_param_gather"), "with BF16 parameter all-gathers")
+    _set(launch, s, "grad_dtype", "grad_reduce_in_bf16", "bf16" if s.flag("grad_reduce_in_bf16") else "fp32", "fp32",
+         "FP32 main grads")
+
+
+def _implementation(s: Settings, launch: Launch) -> None:
+    _set(launch, s, "tp_comm_overlap", "tp_comm_overlap", s.flag("tp_comm_overlap"), False, "")
+    _set(launch, s, "ep_comm_overlap", "overlap_moe_expert_parallel_comm", s.flag("overlap_moe_expert_parallel_comm"),
+         False, "")
+    _set(launch, s, "loss", "cross_entropy_loss_fusion", "fused" if s.flag("cross_entropy_loss_fusion") else "unfused",
+         "unfused", "")
+    launch.values["kernels"] = "fused"
+    launch.values["zero3_gather"] = "prefetch"
+    _attention(s, launch)
+    if launch.model.moe is None:
+        launch.values["moe_dispatcher"] = "alltoall"
+        return
+    dispatcher = str(s.get("moe_token_dispatcher_type", "allgather"))
+    deepep = s.flag("moe_enable_deepep") or str(s.get("moe_flex_dispatcher_backend", "")) == "deepep"
+    if dispatcher == "flex" and deepep:
+        launch.state("moe_dispatcher", "deepep")
+    elif dispatcher in ("alltoall", "flex"):
+        launch.state("moe_dispatcher", "alltoall")
+    else:
+        launch.values["moe_dispatcher"] = "alltoall"
+        launch.cannot(f"{s.label('moe_token_dispatcher_type')} {dispatcher}"
+                      + ("" if s.has("moe_token_dispatcher_type") else " (the default)"), "as the all-to-all dispatcher")
+
+
+def _attention(s: Settings, launch: Launch) -> None:
+    """--attention-backend flash|fused|unfused|local|auto (default auto: TransformerEngine picks at
+    run time); --use-flash-attn."""
+    backend = str(s.get("attention_backend", "auto")).split(".")[-1]
+    table = {"flash": "flash", "fused": "flash3", "unfused": "unfused", "local": "unfused"}
+    if backend in table:
+        launch.state("attention", table[backend])
+    elif s.flag("use_flash_attn"):
+        launch.state("attention", "flash")
+    else:
+        launch.default("attention", "flash", f"{s.label('attention_backend')} auto: TransformerEngine picks a "
+                                             "FlashAttention-class kernel; --attention flash3 prices cuDNN's")

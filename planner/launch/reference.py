@@ -1,0 +1,226 @@
+"""``planner search --from-launch FILE``: search the file's problem and rank the file's own layout.
+
+The file's model, global batch, sequence length, GPU count and type are the problem; its
+implementation settings (how its framework runs: attention kernel, fused loss, overlaps, gradient
+dtype) and precision are applied to every candidate, so the comparison is with the same framework.
+``--keep tp,pp`` pins those knobs at the file's values. The reference row is the file's layout,
+priced by the same cost model; its rank is its place among every layout that fits, by step time.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from costmodel.options import IMPLEMENTATION_OPTIONS, OPTIONS, OPTIONS_BY_NAME, SEARCHED
+from hardware_catalog.errors import PlannerInputError
+
+RANK_POOL = 200
+"""The search keeps this many layouts (or --top, if more) so the reference's rank is exact within it."""
+KNOBS = tuple(o.name for o in OPTIONS if o.search == SEARCHED) + ("recompute_layers", "recompute_modules")
+"""What a layout changes between candidates (the searched options)."""
+DISPLAYED = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "zero", "mbs", "recompute", "recompute_layers",
+             "recompute_modules", "precision", "sequence_parallel", "pp_first_layers", "pp_last_layers")
+
+
+def parse_keep(keep: str | None) -> tuple[str, ...]:
+    """--keep tp,pp -> ("tp", "pp"); one-line error naming an unknown knob and the allowed ones."""
+    if not keep:
+        return ()
+    names = tuple(k.strip().replace("-", "_") for k in keep.split(",") if k.strip())
+    allowed = tuple(o.name for o in OPTIONS if o.search == SEARCHED)
+    for name in names:
+        if name not in allowed:
+            raise PlannerInputError(f"--keep {name}: not a searched knob (allowed: {', '.join(allowed)})")
+    return names
+
+
+def _single_count(gpus) -> int | None:
+    if gpus is None:
+        return None
+    from search.api import parse_gpu_counts
+
+    counts = parse_gpu_counts(gpus)
+    if len(counts) != 1:
+        raise PlannerInputError(f"--gpus {gpus}: with --from-launch give one GPU count (the reference runs on one)")
+    return counts[0]
+
+
+def search_problem(r, a: dict, given: dict, keep: tuple) -> dict:
+    """Keyword arguments of ``search.api.search`` for the file's problem."""
+    lay = r.layout
+    pins = {k: getattr(lay, k) for k in keep}
+    pins.update({k: v for k, v in given.items() if OPTIONS_BY_NAME[k].search == SEARCHED})
+    pins.setdefault("precision", lay.precision)  # the file's numerics, unless --precision says otherwise
+    impl = {k: getattr(lay, k) for k in IMPLEMENTATION_OPTIONS}
+    return dict(model=r.setup.model, gpus=r.gpus, gpu=r.setup.gpu, cluster=r.setup.cluster, gbs=lay.gbs,
+                seq_len=lay.seq_len, pins=pins, top=max(a["top"], RANK_POOL), method=a["method"], trials=a["trials"],
+                seed=a["seed"], sampler=a["sampler"], memory_headroom=a["memory_headroom"],
+                allow_cross_node_tp=a["allow_cross_node_tp"], pareto=a["pareto"],
+                price_per_gpu_hour=a["price_per_gpu_hour"], train_tokens=a["train_tokens"],
+                stage_splits=a["stage_splits"], progress=bool(a["progress"]), implementation=impl,
+                recompute_modules=lay.recompute_modules if lay.recompute == "selective" else None,
+                storage=a["storage"], study_name=a["study_name"])
+
+
+def changes(ref: dict, other: dict) -> list[str]:
+    """"knob old->new" for every searched knob two records' layouts set differently."""
+    out = []
+    for k in DISPLAYED:
+        a, b = ref["layout"].get(k), other["layout"].get(k)
+        if k in ("pp_first_layers", "pp_last_layers") and ref["layout"]["pp"] == other["layout"]["pp"] == 1:
+            continue
+        if _norm(a) != _norm(b):
+            show = _layers if k == "recompute_layers" else _show
+            out.append(f"{k} {show(a)}->{show(b)}")
+    return out
+
+
+def _norm(v):
+    return tuple(v) if isinstance(v, list) else v
+
+
+def _layers(v) -> str:
+    """recompute_layers as a reader sees it: all, N layers per stage, or q/4 of each stage."""
+    if not v:
+        return "all"
+    return f"{-v}/4" if v < 0 else str(v)
+
+
+def _show(v) -> str:
+    from planner.launch.run import show
+
+    return "-" if v is None else show(v)
+
+
+def rank_of(ref: dict, results: list[dict], pool: int, fits: int) -> dict:
+    """The reference's place among the search's layouts by step time."""
+    step = ref["step_time_s"]
+    faster = [x for x in results if x["step_time_s"] < step * (1 - 1e-9)]
+    same = next((x for x in results if not changes(ref, x)), None)
+    exact = len(faster) < len(results) or len(results) < pool
+    out = {"rank": len(faster) + 1 if exact else None, "of": fits, "faster_shown": len(faster),
+           "same_as": same["rank"] if same else None}
+    if results:
+        best = results[0]
+        out["best_gain"] = ref["step_time_s"] / best["step_time_s"] - 1.0
+        out["best_changes"] = changes(ref, best)
+    if faster:
+        small = min(faster, key=lambda x: (len(changes(ref, x)), x["step_time_s"]))
+        out["smallest"] = {"rank": small["rank"], "gain": step / small["step_time_s"] - 1.0, "changes": changes(ref, small)}
+    return out
+
+
+def _table(results: list[dict], ref: dict, rank: dict, top: int, splits: bool) -> str:
+    from planner.cli_search import format_table
+
+    shown = results[:top]
+    row = dict(ref, rank="ref")
+    at = rank["rank"] - 1 if rank["rank"] is not None and rank["rank"] <= len(shown) else len(shown)
+    return format_table(shown[:at] + [row] + shown[at:], False, splits)
+
+
+def summary_lines(ref: dict, rank: dict, fits_ref: bool, limit: float) -> list[str]:
+    if not fits_ref:
+        where = f"not ranked: it does not fit ({rank['of']:,} layouts do)"
+    elif rank["rank"] is not None:
+        where = f"#{rank['rank']} of {rank['of']:,} fitting layouts"
+    else:
+        where = f"slower than the {rank['faster_shown']} best of {rank['of']:,} fitting layouts"
+    if rank.get("same_as"):
+        where += f" (it is row #{rank['same_as']})"
+    mem = ref["memory_gib"]
+    fit = "fits" if fits_ref else f"DOES NOT FIT the {limit:.1f} GiB limit"
+    lines = [f"reference (the file's layout): {where}; {ref['step_time_s']:.3f} s/step, "
+             f"{ref['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {mem['peak']:.1f} GiB ({fit})"]
+    if "best_gain" in rank:
+        gain = rank["best_gain"]
+        what = ", ".join(rank["best_changes"]) or "the same layout"
+        lines.append(f"best alternative #1: {gain:+.1%} tokens/s ({what})")
+    if "smallest" in rank:
+        s = rank["smallest"]
+        lines.append(f"smallest change that is faster, #{s['rank']}: {s['gain']:+.1%} tokens/s ({', '.join(s['changes'])})")
+    elif rank.get("rank") == 1 and fits_ref and rank["of"]:
+        lines.append("no layout that fits is faster than the file's")
+    return lines
+
+
+def run_reference_search(a: dict) -> None:
+    """The search command's work with ``--from-launch`` (``a``: the command's arguments)."""
+    from planner.cli_search import format_summary, write_csv
+    from planner.launch.cli import _resolve, _stamp, typed
+    from planner.launch.run import describe
+    from planner.plots import check_plot_path
+    from search.exhaustive import memory_limit_gib
+
+    plot = check_plot_path(a.get("plot"))
+    keep = parse_keep(a.get("keep"))
+    given = typed(a["layout"])
+    problem_given = {k: v for k, v in given.items() if OPTIONS_BY_NAME[k].search != SEARCHED}
+    r = _resolve(a, problem_given, gpus=_single_count(a.get("gpus")))
+    ref = _stamp(r.record)
+    search = _search_callable(plot)
+    result = search(**search_problem(r, a, given, keep))
+    limit = memory_limit_gib(r.setup.gpu.memory_gib, a["memory_headroom"])
+    rank = rank_of(ref, result.results, max(a["top"], RANK_POOL), result.stats.get("fits", len(result.results)))
+    fits_ref = ref["memory_gib"]["peak"] <= limit
+    if not fits_ref:
+        rank["rank"] = None
+    _outputs(a, result, ref, rank, fits_ref, limit, r, keep, write_csv, format_summary, describe)
+    if plot is not None:
+        from planner.plots import plot_search
+
+        typer.echo(f"wrote {plot_search(result, plot, search)}", err=True)
+
+
+def _search_callable(plot):
+    from search.api import search
+
+    if plot is None:
+        return search
+    from planner.plots import RecordedCall
+
+    return RecordedCall(search)
+
+
+def _outputs(a, result, ref, rank, fits_ref, limit, r, keep, write_csv, format_summary, describe) -> None:
+    top = a["top"]
+    if a.get("csv_file") is not None:
+        try:
+            write_csv(a["csv_file"], [dict(ref, rank="ref")] + result.results[:top])
+        except OSError as err:
+            raise PlannerInputError(f"--csv {a['csv_file']}: cannot write ({err.strerror})") from None
+    if a.get("as_json"):
+        out = result.to_dict()
+        out["results"] = out["results"][:top]
+        out["reference"] = {"record": ref, **rank, "fits_limit": fits_ref, "keep": list(keep)}
+        from planner.cli_search import _json_default
+
+        typer.echo(json.dumps(out, indent=2, default=_json_default))
+    else:
+        typer.echo(describe(r))
+        typer.echo("")
+        stats = result.stats
+        kept = f"; kept from the file: {', '.join(keep)}" if keep else ""
+        typer.echo(f"{stats['model']}, gbs {stats['gbs']} x seq {stats['seq_len']} on {r.gpus} x {r.setup.gpu.name} -- "
+                   f"top {min(top, len(result.results))} layouts by step time, and the file's (ref){kept}")
+        splits = bool(stats.get("stage_splits") or r.layout.pp > 1)
+        typer.echo(_table(result.results, ref, rank, top, splits))
+        if not result.results:
+            from planner.cli_search import format_nothing_fits
+
+            typer.echo("")
+            typer.echo(format_nothing_fits(result))
+        typer.echo("")
+        for line in summary_lines(ref, rank, fits_ref, limit):
+            typer.echo(line)
+        typer.echo(format_summary(stats))
+    if a.get("export_dir") is not None and result.results:
+        from planner.export import export_layout
+
+        m, c, _ = result.specs[0]
+        report = export_layout(result.results[0], m, c, "all", Path(a["export_dir"]))
+        for p in report.written:
+            typer.echo(f"wrote {p}", err=bool(a.get("as_json")))

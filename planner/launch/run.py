@@ -1,0 +1,193 @@
+"""A read launch file -> a priced layout: overrides from the command line, GPU count and type,
+batch defaults, the rules, the cost model; and the text that says what was read and assumed.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass, field, replace
+
+from costmodel.options import OPTIONS_BY_NAME
+from hardware_catalog.errors import PlannerInputError
+from planner.launch.spec import Launch
+
+SHOWN = 12
+"""How many not-priced settings the text names (``--json`` lists all)."""
+NAMES = {"megatron": "Megatron-LM", "torchtitan": "torchtitan", "deepspeed": "DeepSpeed", "nemo": "NeMo / Megatron-Bridge"}
+
+
+@dataclass
+class Resolved:
+    """A launch file made into one priced layout."""
+
+    launch: Launch
+    setup: object
+    """``planner.common.Setup``."""
+    layout: object
+    """``costmodel.options.Layout``."""
+    gpus: int
+    record: dict
+    overrides: list = field(default_factory=list)
+    """"--flag value (the file: old)" for every command-line value that replaced the file's."""
+    derived: list = field(default_factory=list)
+    """How GPU count, batch and sequence were filled in where the file is silent."""
+
+
+def show(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _flag(name: str) -> str:
+    return OPTIONS_BY_NAME[name].flag if name in OPTIONS_BY_NAME else "--" + name.replace("_", "-")
+
+
+def apply_overrides(launch: Launch, given: dict) -> tuple[dict, list[str]]:
+    """The file's values with the command line's on top, and a note for each replacement."""
+    values, notes = dict(launch.values), []
+    for name, value in given.items():
+        old = values.get(name)
+        if old != value:
+            where = "the file" if name in launch.stated else "default"
+            notes.append(f"{_flag(name)} {show(value)} ({where}: {show(old) if old is not None else 'unset'})")
+        values[name] = value
+    return values, notes
+
+
+def _model(launch: Launch, model):
+    from hardware_catalog import get_model
+
+    if model is not None:
+        return get_model(model) if isinstance(model, str) else model
+    if launch.model is None:
+        raise PlannerInputError(f"{launch.path}: a {NAMES[launch.format]} config names no model: give --model NAME "
+                                "(a preset, a model file or a Hugging Face config.json)")
+    return launch.model
+
+
+def _gpus(launch: Launch, gpus, values: dict, derived: list) -> int:
+    if gpus is not None:
+        return gpus
+    if launch.gpus is not None:
+        derived.append(f"GPUs {launch.gpus} from the file ({launch.gpus_note})")
+        return launch.gpus
+    if launch.dp is not None:
+        n = launch.dp * values["tp"] * values["pp"] * values["cp"]
+        derived.append(f"GPUs {n} = dp {launch.dp} (from the file) x tp {values['tp']} x pp {values['pp']} x cp {values['cp']}")
+        return n
+    raise PlannerInputError(f"{launch.path} does not state how many GPUs it runs on: give --gpus N")
+
+
+def _batch(launch: Launch, model, values: dict, gpus: int, tokens_per_batch, derived: list) -> tuple[int, int]:
+    seq = values.get("seq_len")
+    if seq is None:
+        seq = model.default_seq_len
+        derived.append(f"seq_len {seq}: the file states none; the model preset's default")
+    if tokens_per_batch is not None:
+        return max(tokens_per_batch // seq, 1), seq
+    gbs = values.get("gbs")
+    if gbs is None:
+        dp = max(gpus // (values["tp"] * values["pp"] * values["cp"]), 1)
+        if launch.gbs_rule:
+            per_dp = values["mbs"] if launch.gbs_rule == "mbs*dp" else launch.gbs_per_dp
+            gbs = per_dp * dp
+            derived.append(f"gbs {gbs} = {per_dp} per data-parallel rank x dp {dp} ({NAMES[launch.format]}'s rule "
+                           "without a global batch)")
+        else:
+            gbs = max(model.default_tokens_per_batch // seq, 1)
+            derived.append(f"gbs {gbs}: the file states none; the model preset's {model.default_tokens_per_batch:,} tokens")
+    return gbs, seq
+
+
+def _hardware(launch: Launch, gpu, cluster):
+    from planner.common import resolve_hardware
+
+    if gpu is None and cluster is None:
+        if launch.gpu is None:
+            raise PlannerInputError(f"{launch.path} does not say which GPU it runs on: give --gpu NAME (e.g. h100) "
+                                    "or --cluster NAME|FILE")
+        gpu = launch.gpu
+    return resolve_hardware(gpu, cluster)
+
+
+def build(launch: Launch, *, model=None, gpus=None, gpu=None, cluster=None, tokens_per_batch=None,
+          given: dict | None = None, allow_cross_node_tp: bool = False):
+    """(Setup, Layout, gpus, overrides, derived): the file's layout with the command line on top,
+    checked against the rules (``search.rules.check_layout``)."""
+    from planner.common import Setup, build_layout
+    from search.rules import check_layout
+
+    values, overrides = apply_overrides(launch, given or {})
+    derived: list[str] = []
+    model_spec = _model(launch, model)
+    if model is not None and launch.model is not None and model_spec.name != launch.model.name:
+        overrides.append(f"--model {model_spec.name} (the file: {launch.model.name})")
+    gpu_spec, cluster_spec = _hardware(launch, gpu, cluster)
+    n = _gpus(launch, gpus, values, derived)
+    gbs, seq = _batch(launch, model_spec, values, n, tokens_per_batch, derived)
+    if values.get("sequence_parallel") and values.get("tp", 1) == 1:
+        # Megatron's validate_args (and every framework) turns sequence parallelism off without TP.
+        values["sequence_parallel"] = False
+        derived.append("sequence parallelism off: it splits along TP, and tp is 1")
+    setup = Setup(model_spec, gpu_spec, cluster_spec, gbs, seq)
+    share = values.get("recompute_layers")
+    plain = {k: v for k, v in values.items() if k in OPTIONS_BY_NAME and not (k == "recompute_layers" and share and share < 0)}
+    layout = build_layout(setup, n, **plain)
+    if share and share < 0:
+        layout = replace(layout, recompute_layers=share)
+    check_layout(model_spec, cluster_spec, gpu_spec, layout, gpus=n, allow_cross_node_tp=allow_cross_node_tp)
+    return setup, layout, n, overrides, derived
+
+
+def resolve(launch: Launch, **kw) -> Resolved:
+    """``build`` and price the layout: a ``planner evaluate --json`` record with ``launch`` added."""
+    from costmodel import evaluate
+    from costmodel.record import result_record
+
+    setup, layout, n, overrides, derived = build(launch, **kw)
+    result = evaluate(setup.model, setup.cluster, layout, gpu=setup.gpu)
+    record = result_record(setup.model, setup.cluster, setup.gpu, result, 0)
+    record["launch"] = {**launch.to_dict(), "overrides": overrides, "derived": derived}
+    return Resolved(launch, setup, layout, n, record, overrides, derived)
+
+
+# ----------------------------------------------------------------------------------- text
+
+
+def _wrap(label: str, text: str, width: int = 110) -> list[str]:
+    return textwrap.wrap(text, width=width, initial_indent=f"  {label:<12}", subsequent_indent=" " * 14,
+                         break_on_hyphens=False) or [f"  {label}"]
+
+
+def describe(r: Resolved) -> str:
+    """What was read from the file, what took a default, what the command line replaced, and what
+    planner could not express, unknown names and settings that are not priced."""
+    L = r.launch
+    lines = [f"From {L.path} ({NAMES[L.format]}; {L.launcher or 'config'}):"]
+    lines += _wrap("model", f"{r.setup.model.name}: {L.model_note}" if L.model_note else r.setup.model.name)
+    where = "the file" if L.gpu and r.setup.gpu.name else "--gpu / --cluster"
+    lines += _wrap("GPUs", f"{r.gpus} x {r.setup.gpu.name} (cluster {r.setup.cluster.name}; GPU type from {where})")
+    stated = [f"{k} {show(r.launch.values[k])}" for k in OPTIONS_BY_NAME if k in L.stated]
+    lines += _wrap("read", ", ".join(stated) or "(no layout setting)")
+    if L.defaults:
+        lines += _wrap("defaults", f"not in the file, {L.defaults_from or NAMES[L.format]} default: "
+                       + "; ".join(f"{d.option} {show(d.value)} ({d.source})" for d in L.defaults))
+    for label, items in (("derived", r.derived), ("overrides", r.overrides)):
+        if items:
+            lines += _wrap(label, "; ".join(items))
+    if L.unsupported:
+        lines += _wrap("unsupported", "; ".join(f"{u.name}: priced {u.priced}" for u in L.unsupported))
+    if L.unknown:
+        known = L.defaults_from if L.format == "megatron" else f"the {NAMES[L.format]} reader"
+        lines += _wrap("unknown", ", ".join(L.unknown) + f" (not in {known}: not priced)")
+    if L.ignored:
+        shown = ", ".join(L.ignored[:SHOWN]) + (f", and {len(L.ignored) - SHOWN} more (--json lists all)"
+                                                 if len(L.ignored) > SHOWN else "")
+        lines += _wrap("not priced", f"{len(L.ignored)} setting(s) that leave step time and memory alone "
+                                     f"(data, optimizer, logging, checkpoints): {shown}")
+    if L.notes:
+        lines += _wrap("notes", "; ".join(L.notes))
+    return "\n".join(lines)

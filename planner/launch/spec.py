@@ -1,0 +1,154 @@
+"""What a launch file says, in planner's terms: ``Launch``.
+
+Every reader (``planner.launch.megatron``, ``torchtitan``, ``deepspeed``, ``nemo``) returns one
+``Launch``: the layout option values the file states (``costmodel.options`` names), the model and
+GPU count where the file names them, and four lists that keep nothing silent:
+
+* ``defaults``: options the file leaves unstated, set to the framework's own default (with where
+  that default is declared);
+* ``unsupported``: settings the file states that planner cannot express, each with how it was
+  priced instead;
+* ``unknown``: names the reader does not know (a typo, or a newer framework);
+* ``ignored``: settings known to leave step time and memory alone (data, optimizer
+  hyperparameters, logging, checkpoints).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hardware_catalog.errors import PlannerInputError
+
+FORMATS = ("megatron", "torchtitan", "deepspeed", "nemo")
+"""Launch formats ``--launch-format`` takes."""
+
+
+@dataclass(frozen=True)
+class Default:
+    """An option the file leaves unstated, and the framework default it takes."""
+
+    option: str
+    value: Any
+    source: str
+    """Why it is a default, e.g. "no --recompute-granularity" (``Launch.defaults_from`` names the file)."""
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """A setting the file states that planner cannot express."""
+
+    name: str
+    """As the file writes it (a flag, a dotted key)."""
+    priced: str
+    """What planner priced instead, in a few words."""
+
+
+@dataclass
+class Launch:
+    """One launch file, read."""
+
+    format: str
+    """megatron, torchtitan, deepspeed or nemo."""
+    path: str
+    values: dict = field(default_factory=dict)
+    """Layout option name -> ``Layout`` value, for every option the reader sets (stated or defaulted).
+    ``recompute_layers`` may be -q (q quarters of each stage), as the search writes it."""
+    stated: set = field(default_factory=set)
+    """Options the file states (the others in ``values`` are defaults or derived)."""
+    model: Any = None
+    """``ModelSpec`` the file names or shapes; None: the file names no model (give --model)."""
+    model_note: str = ""
+    gpus: Optional[int] = None
+    """GPU count the file states (torchrun / SLURM / trainer nodes x devices); None: not stated."""
+    gpus_note: str = ""
+    dp: Optional[int] = None
+    """Data-parallel width the file states where it gives no GPU count (DeepSpeed batch identity,
+    torchtitan degrees): GPUs = dp * tp * pp * cp."""
+    gpu: Optional[str] = None
+    """GPU type the file names (a recipe name, ``--gres=gpu:h100:8``); None: give --gpu."""
+    defaults_from: str = ""
+    """Where the framework declares the defaults in ``defaults`` (e.g. "Megatron-LM arguments.py@000c4ac24f61")."""
+    gbs_rule: str = ""
+    """When the file gives no global batch: how the framework derives it ("mbs*dp": micro-batch x
+    data-parallel ranks; "per_dp*dp": ``gbs_per_dp`` sequences per data-parallel rank)."""
+    gbs_per_dp: int = 0
+    launcher: str = ""
+    """How the file launches (torchrun, srun + torchrun, a bare argument list, ...)."""
+    defaults: list = field(default_factory=list)
+    unsupported: list = field(default_factory=list)
+    unknown: list = field(default_factory=list)
+    ignored: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+    def state(self, option: str, value) -> None:
+        """The file states ``option``."""
+        self.values[option] = value
+        self.stated.add(option)
+
+    def default(self, option: str, value, source: str) -> None:
+        """The file leaves ``option`` unstated: the framework default ``value`` (declared at ``source``)."""
+        self.values[option] = value
+        self.defaults.append(Default(option, value, source))
+
+    def cannot(self, name: str, priced: str) -> None:
+        if all(u.name != name for u in self.unsupported):
+            self.unsupported.append(Unsupported(name, priced))
+
+    def to_dict(self) -> dict:
+        """JSON-ready summary (``planner evaluate --json`` puts it under ``launch``)."""
+        return {
+            "format": self.format,
+            "file": self.path,
+            "launcher": self.launcher,
+            "model": getattr(self.model, "name", None),
+            "model_note": self.model_note,
+            "gpus": self.gpus,
+            "gpu": self.gpu,
+            "stated": sorted(self.stated),
+            "defaults_from": self.defaults_from,
+            "defaults": [{"option": d.option, "value": _plain(d.value), "source": d.source} for d in self.defaults],
+            "unsupported": [{"name": u.name, "priced": u.priced} for u in self.unsupported],
+            "unknown": list(self.unknown),
+            "ignored": list(self.ignored),
+            "notes": list(self.notes),
+        }
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+def integer(value, where: str, minimum: int = 1) -> int:
+    """``value`` as an integer >= ``minimum``; one-line error naming ``where`` otherwise."""
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = float(value) if isinstance(value, str) else value
+        if not isinstance(number, (int, float)) or int(number) != number:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise PlannerInputError(f"{where}={value!r}: must be an integer") from None
+    if number < minimum:
+        raise PlannerInputError(f"{where}={int(number)}: must be >= {minimum}")
+    return int(number)
+
+
+def number(value, where: str) -> float:
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        return float(value)
+    except (TypeError, ValueError):
+        raise PlannerInputError(f"{where}={value!r}: must be a number") from None
+
+
+def boolean(value, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise PlannerInputError(f"{where}={value!r}: must be true or false")

@@ -1,0 +1,404 @@
+"""Read a torchtitan launch: a TOML job config (0.1 / 0.2 names) or a command line (0.3's
+``--module llama3 --config <fn> <overrides> activation_checkpoint:<mode>``, or an older
+``--job.config_file FILE`` with overrides), given as a script or as the words themselves.
+
+Fields and defaults are those of the releases' config dataclasses (copies in
+tests/data/torchtitan: 0.1.0 config_manager.py, 0.2.x config/job_config.py, 0.3.0
+config/configs.py, trainer.py and models/llama3/config_registry.py); the 0.3 config functions
+``llama3_8b``, ``llama3_70b`` and ``llama3_405b`` supply what the command line leaves out
+(``CONFIG_FUNCTIONS``). Decisions, each said in the output:
+
+* data parallelism: ``data_parallel_shard_degree`` > 1 (or -1, the leftover ranks) is FSDP2:
+  ZeRO-3 with ``fsdp_reshard_after_forward`` always (and "default" without PP), ZeRO-2 with never
+  (and "default" under PP: torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy);
+  shard 1 with replication is ZeRO-0; both > 1 (HSDP) is priced as FSDP over all ranks;
+* ``selective_ac_option`` "op" (per-op SAC) is priced as selective; an integer n (every n-th layer
+  checkpointed) as full recompute of 1/n of the layers;
+* the pipeline split follows ``generate_llm_fqn_per_model_part`` (first/last-stage weights) or
+  0.1's ``pipeline_parallel_split_points``; multi-stage schedules run 2 stages per rank unless
+  ``pipeline_parallel_layers_per_stage`` says otherwise (pipeline_parallel.py);
+* torchtitan's loss is F.cross_entropy on FP32 logits (loss eager), attention SDPA (flash),
+  elementwise kernels fused only under ``compile``.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+
+from hardware_catalog.errors import PlannerInputError
+from planner.launch.spec import Launch, boolean, integer
+
+SOURCE = "torchtitan config dataclasses (0.1.0 config_manager.py, 0.2.x job_config.py, 0.3.0 configs.py)"
+FLAVORS = {"8B": "llama3-8b", "70B": "llama3-70b", "405B": "llama3-405b"}
+"""torchtitan llama3 flavors -> catalog presets (same shapes: torchtitan/models/llama3/__init__.py)."""
+CONFIG_FUNCTIONS = {
+    "llama3_8b": {"model.flavor": "8B", "training.local_batch_size": 1, "training.seq_len": 8192,
+                  "activation_checkpoint.mode": "selective", "activation_checkpoint.selective_ac_option": "op"},
+    "llama3_70b": {"model.flavor": "70B", "training.local_batch_size": 8, "training.seq_len": 8192,
+                   "parallelism.tensor_parallel_degree": 8, "activation_checkpoint.mode": "full"},
+    "llama3_405b": {"model.flavor": "405B", "training.local_batch_size": 2, "training.seq_len": 8192,
+                    "parallelism.tensor_parallel_degree": 8, "activation_checkpoint.mode": "full",
+                    "compile.enable": True, "compile.enable_async_tensor_parallel": True,
+                    "model.converters": ["float8"]},
+}
+"""What torchtitan 0.3.0's llama3 config functions set (models/llama3/config_registry.py)."""
+DEFAULTS = {
+    "training.local_batch_size": 8, "training.global_batch_size": -1, "training.seq_len": 2048,
+    "parallelism.data_parallel_replicate_degree": 1, "parallelism.data_parallel_shard_degree": -1,
+    "parallelism.fsdp_reshard_after_forward": "default", "parallelism.tensor_parallel_degree": 1,
+    "parallelism.enable_sequence_parallel": True, "parallelism.pipeline_parallel_degree": 1,
+    "parallelism.pipeline_parallel_first_stage_less_layers": 1, "parallelism.pipeline_parallel_last_stage_less_layers": 1,
+    "parallelism.pipeline_parallel_layers_per_stage": None, "parallelism.pipeline_parallel_schedule": "1F1B",
+    "parallelism.pipeline_parallel_microbatch_size": 1, "parallelism.context_parallel_degree": 1,
+    "activation_checkpoint.mode": "selective", "activation_checkpoint.selective_ac_option": "2",
+    "compile.enable": False, "compile.enable_async_tensor_parallel": False, "model.converters": [],
+}
+"""The dataclass defaults that matter here (identical in 0.1.0, 0.2.x and 0.3.0 where the field exists)."""
+QUIET_SECTIONS = ("job", "profiling", "metrics", "optimizer", "lr_scheduler", "checkpoint", "validation", "comm",
+                  "memory_estimation", "fault_tolerance", "experimental", "dataloader", "debug", "float8",
+                  "quantize", "mx", "ft", "hf_assets_path", "loss")
+PRICED = set(DEFAULTS) | {
+    "model.name", "model.flavor", "training.compile", "training.mixed_precision_param", "training.enable_cpu_offload",
+    "parallelism.pipeline_parallel_split_points", "parallelism.expert_parallel_degree", "parallelism.disable_loss_parallel",
+    "parallelism.enable_async_tensor_parallel", "parallelism.module_fqns_per_model_part", "activation_checkpoint",
+}
+QUIET_KEYS = {"model.tokenizer_path", "model.hf_assets_path", "model.print_after_conversion", "training.dataset",
+              "training.dataset_path", "training.max_norm", "training.steps", "training.gc_freq", "training.gc_debug",
+              "training.seed", "training.deterministic", "training.dtype", "training.mixed_precision_reduce",
+              "training.disable_cuda_graphs", "compile.components", "compile.backend", "parallelism.spmd_backend",
+              "parallelism.context_parallel_rotate_method", "parallelism.context_parallel_load_balancer",
+              "parallelism.enable_compiled_autograd", "parallelism.pipeline_parallel_schedule_csv",
+              "activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns", "activation_checkpoint.early_stop",
+              "activation_checkpoint.preserve_rng_state", "activation_checkpoint.determinism_check",
+              "activation_checkpoint.debug", "module", "config"}
+SINGLE_STAGE = ("1F1B", "GPipe")
+
+
+# ----------------------------------------------------------------------------------- input
+
+
+def flatten(table: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def _value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    low = text.lower()
+    return {"true": True, "false": False}.get(low, text)
+
+
+def cli_settings(words: list[str]) -> dict:
+    """torchtitan command-line words -> {section.field: value} (tyro: ``--a.b v``, ``--a.b`` /
+    ``--a.no_b`` for bools, ``activation_checkpoint:<mode>`` subcommand)."""
+    out, i = {}, 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if word.startswith("activation_checkpoint:"):
+            out["activation_checkpoint.mode"] = word.split(":", 1)[1].replace("-", "_")
+            continue
+        if not word.startswith("--"):
+            continue
+        key, eq, inline = word[2:].partition("=")
+        if eq:
+            out[key] = _value(inline)
+        elif i < len(words) and not words[i].startswith("--") and ":" not in words[i][:25]:
+            out[key] = _value(words[i])
+            i += 1
+        else:
+            section, _, name = key.rpartition(".")
+            if name.startswith("no_"):
+                out[f"{section}.{name[3:]}" if section else name[3:]] = False
+            else:
+                out[key] = True
+    return out
+
+
+def _from_script(text: str, path: str, launch: Launch) -> dict:
+    """Settings of a shell script or command line that runs torchtitan (0.3 overrides, or a
+    --job.config_file TOML read relative to the script, with overrides on top)."""
+    from pathlib import Path
+
+    from planner.launch.megatron import gpu_count
+    from planner.launch.shell import read_script
+
+    script = read_script(text, path, {"PWD": "."})
+    launch.notes += script.notes
+    words = next((c for c in script.commands if "torchtitan.train" in c), None)
+    if words is not None:
+        k = words.index("torchtitan.train")
+        gpu_count(words[:k], script, launch)
+        launch.launcher = "torchrun -m torchtitan.train"
+        words = words[k + 1:]
+    else:
+        words = [w for c in script.commands for w in c] or [w for n in script.array_order for w in script.arrays[n]]
+        launch.launcher = "torchtitan command-line words"
+    settings = cli_settings(words)
+    config_file = settings.pop("job.config_file", None)
+    if config_file:
+        toml_path = Path(path).parent / str(config_file)
+        if not toml_path.is_file():
+            raise PlannerInputError(f"{path}: --job.config_file {config_file} is not at {toml_path}: give the TOML itself")
+        settings = {**_parse_toml(toml_path.read_text(encoding="utf-8"), str(toml_path)), **settings}
+    return settings
+
+
+def _parse_toml(text: str, path: str) -> dict:
+    try:
+        return flatten(tomllib.loads(text))
+    except tomllib.TOMLDecodeError as err:
+        raise PlannerInputError(f"{path}: invalid TOML ({' '.join(str(err).split())})") from None
+
+
+# ----------------------------------------------------------------------------------- mapping
+
+
+class _Config:
+    """Settings with the config function's and the dataclasses' defaults behind them."""
+
+    def __init__(self, settings: dict, launch: Launch):
+        self.settings = settings
+        self.function = CONFIG_FUNCTIONS.get(str(settings.get("config", "")), {})
+        self.launch = launch
+
+    def stated(self, key: str) -> bool:
+        return key in self.settings or key in self.function
+
+    def get(self, key: str):
+        if key in self.settings:
+            return self.settings[key]
+        if key in self.function:
+            return self.function[key]
+        return DEFAULTS.get(key)
+
+    def why(self, key: str) -> str:
+        if key in self.function:
+            return f"--config {self.settings['config']} sets {key}"
+        return f"no {key}"
+
+    def int(self, key: str, minimum: int = 1) -> int:
+        return integer(self.get(key), key, minimum)
+
+
+def _model(c: _Config, model) -> None:
+    launch = c.launch
+    if model is not None:
+        launch.model, launch.model_note = model, "from --model"
+        return
+    from hardware_catalog import get_model
+
+    name, flavor = c.get("model.name") or c.get("module") or "llama3", c.get("model.flavor")
+    config = c.settings.get("config")
+    if config is not None and config not in CONFIG_FUNCTIONS:
+        raise PlannerInputError(f"--config {config}: planner knows the torchtitan 0.3.0 config functions "
+                                f"{', '.join(CONFIG_FUNCTIONS)}; give --model NAME for another")
+    if name != "llama3" or flavor not in FLAVORS:
+        raise PlannerInputError(f"torchtitan model {name} flavor {flavor or 'debugmodel (the default)'}: planner maps the "
+                                f"llama3 flavors {', '.join(FLAVORS)} to its presets; give --model NAME for another")
+    launch.model = get_model(FLAVORS[flavor])
+    launch.model_note = f"torchtitan llama3 flavor {flavor} = catalog preset {launch.model.name}"
+
+
+def _put(c: _Config, option: str, value, key: str) -> None:
+    """``option`` from ``key``: stated when the file (or its config function) sets it."""
+    if key in c.settings:
+        c.launch.state(option, value)
+    else:
+        c.launch.default(option, value, c.why(key))
+
+
+def _degrees(c: _Config) -> None:
+    launch = c.launch
+    for option, key in (("tp", "parallelism.tensor_parallel_degree"), ("pp", "parallelism.pipeline_parallel_degree"),
+                        ("cp", "parallelism.context_parallel_degree")):
+        _put(c, option, c.int(key), key)
+    for option in ("ep", "etp"):
+        launch.values[option] = 1
+    if c.get("parallelism.expert_parallel_degree") not in (None, 1):
+        launch.cannot("parallelism.expert_parallel_degree", "as 1 (the llama3 models are dense)")
+    sp = boolean(c.get("parallelism.enable_sequence_parallel"), "parallelism.enable_sequence_parallel")
+    _put(c, "sequence_parallel", sp and launch.values["tp"] > 1, "parallelism.enable_sequence_parallel")
+    async_tp = c.get("compile.enable_async_tensor_parallel") or c.settings.get("parallelism.enable_async_tensor_parallel")
+    _put(c, "tp_comm_overlap", bool(async_tp) and launch.values["tp"] > 1, "compile.enable_async_tensor_parallel")
+    if c.get("parallelism.module_fqns_per_model_part"):
+        launch.cannot("parallelism.module_fqns_per_model_part", "with the first/last-stage weights' split")
+    if c.get("parallelism.disable_loss_parallel"):
+        launch.cannot("parallelism.disable_loss_parallel", "with the loss parallel over TP")
+
+
+def _data_parallel(c: _Config) -> None:
+    launch = c.launch
+    replicate = c.int("parallelism.data_parallel_replicate_degree")
+    shard = integer(c.get("parallelism.data_parallel_shard_degree"), "parallelism.data_parallel_shard_degree", -1)
+    if shard == 0 or shard < -1:
+        raise PlannerInputError(f"parallelism.data_parallel_shard_degree={shard}: allowed -1 (the leftover ranks) or >= 1")
+    policy = str(c.get("parallelism.fsdp_reshard_after_forward"))
+    if policy not in ("default", "always", "never"):
+        raise PlannerInputError(f"parallelism.fsdp_reshard_after_forward={policy}: allowed default, always, never")
+    if shard == 1:
+        zero = 0
+    elif policy == "default":
+        zero = 3 if launch.values["pp"] == 1 else 2
+    else:
+        zero = 3 if policy == "always" else 2
+    stated = "parallelism.data_parallel_shard_degree" in c.settings or "parallelism.fsdp_reshard_after_forward" in c.settings
+    (launch.state if stated else lambda o, v: launch.default(o, v, "FSDP2 over the leftover ranks"))("zero", zero)
+    if shard > 1 and replicate > 1:
+        launch.cannot(f"HSDP (replicate {replicate} x shard {shard})", f"as ZeRO-{zero} over all {replicate * shard} ranks")
+    if shard > 0:
+        launch.dp = replicate * shard
+    launch.values["dp_comm_overlap"] = True  # FSDP2 prefetch / DDP bucketing
+    launch.values["grad_dtype"] = "fp32"  # training.mixed_precision_reduce accepts float32 only
+    launch.values["zero3_gather"] = "prefetch"
+
+
+def _batch(c: _Config) -> None:
+    launch = c.launch
+    local = c.int("training.local_batch_size")
+    pp = launch.values["pp"]
+    if pp > 1:
+        _put(c, "mbs", c.int("parallelism.pipeline_parallel_microbatch_size"), "parallelism.pipeline_parallel_microbatch_size")
+    else:
+        _put(c, "mbs", local, "training.local_batch_size")
+    total = integer(c.get("training.global_batch_size"), "training.global_batch_size", -1)
+    if total > 0:
+        launch.state("gbs", total)
+    else:  # global_batch_size -1: local_batch_size on every data-parallel rank, no accumulation
+        launch.gbs_rule, launch.gbs_per_dp = "per_dp*dp", local
+    _put(c, "seq_len", c.int("training.seq_len"), "training.seq_len")
+
+
+def _pipeline(c: _Config) -> None:
+    """vpp and the first/last ranks' layers, as torchtitan places them."""
+    from planner.export.torchtitan import stage_split
+
+    launch = c.launch
+    pp, L = launch.values["pp"], launch.model.num_layers
+    schedule = str(c.get("parallelism.pipeline_parallel_schedule"))
+    if pp == 1:
+        launch.values["vpp"] = 1
+        return
+    if schedule not in ("1F1B", "Interleaved1F1B"):
+        launch.cannot(f"parallelism.pipeline_parallel_schedule {schedule}",
+                      "as 1F1B" if schedule in SINGLE_STAGE else "as interleaved 1F1B")
+    points = c.get("parallelism.pipeline_parallel_split_points")
+    if points:
+        bounds = [int(str(p).rsplit(".", 1)[-1]) for p in points]
+        counts = [b - a for a, b in zip([0] + bounds, bounds + [L])]
+    else:
+        first_less = c.int("parallelism.pipeline_parallel_first_stage_less_layers", 0)
+        last_less = c.int("parallelism.pipeline_parallel_last_stage_less_layers", 0)
+        per_stage = c.get("parallelism.pipeline_parallel_layers_per_stage")
+        if per_stage:
+            stages = math.ceil((L + first_less + last_less) / integer(per_stage, "parallelism.pipeline_parallel_layers_per_stage"))
+        else:
+            stages = pp * (1 if schedule in SINGLE_STAGE else 2)
+        counts = stage_split(L, stages, first_less, last_less)
+        if counts is None:
+            raise PlannerInputError(f"torchtitan cannot split {L} layers into {stages} stages with first/last-stage "
+                                    f"weights {first_less}/{last_less} (generate_llm_fqn_per_model_part raises)")
+    if len(counts) % pp:
+        raise PlannerInputError(f"{len(counts)} pipeline stages do not divide over pipeline_parallel_degree {pp}")
+    launch.state("vpp", len(counts) // pp)
+    per_rank = [sum(counts[r::pp]) for r in range(pp)]
+    if len(set(per_rank[1:-1])) > 1:
+        launch.cannot(f"middle ranks holding {'/'.join(map(str, per_rank[1:-1]))} layers", "with planner's even middle split")
+    if len(set(per_rank)) > 1:
+        launch.state("pp_first_layers", per_rank[0])
+        launch.state("pp_last_layers", per_rank[-1])
+
+
+def _recompute(c: _Config) -> None:
+    launch = c.launch
+    mode = str(c.get("activation_checkpoint.mode")).replace("-", "_")
+    option = str(c.get("activation_checkpoint.selective_ac_option"))
+    if "config" in c.settings or "module" in c.settings:
+        option = "op"  # 0.3's SelectiveAC is per-op SAC only (torchtitan/distributed/activation_checkpoint.py)
+    key = "activation_checkpoint.mode"
+    if mode in ("none", "full"):
+        _put(c, "recompute", mode, key)
+    elif mode == "memory_budget":
+        launch.state("recompute", "selective")
+        launch.cannot("activation_checkpoint.mode memory_budget", "as selective recompute")
+    elif mode != "selective":
+        raise PlannerInputError(f"activation_checkpoint.mode={mode}: allowed selective, full, memory_budget, none")
+    elif option == "op":
+        _put(c, "recompute", "selective", key)
+        launch.notes.append("selective_ac_option op (per-op SAC) is priced as selective recompute of core attention")
+    else:
+        every = integer(option, "activation_checkpoint.selective_ac_option")
+        _put(c, "recompute", "full", key)
+        if every > 1:
+            stage = launch.model.num_layers // launch.values["pp"]
+            launch.state("recompute_layers", -(4 // every) if every in (2, 4) else max(math.ceil(stage / every), 1))
+        launch.notes.append(f"selective_ac_option {every}: every {every}th layer fully checkpointed"
+                            + (f" ({c.why('activation_checkpoint.selective_ac_option')})" if every else ""))
+
+
+def _kernels_precision(c: _Config) -> None:
+    launch = c.launch
+    compiled = c.get("compile.enable") or c.settings.get("training.compile")
+    key = "compile.enable" if "compile.enable" in c.settings or not c.settings.get("training.compile") else "training.compile"
+    _put(c, "kernels", "fused" if compiled else "eager", key)
+    converters = [str(x) for x in (c.get("model.converters") or [])]
+    if isinstance(c.get("model.converters"), str):
+        converters = [x.strip() for x in str(c.get("model.converters")).split(",") if x.strip()]
+    fp8 = [x for x in converters if x.endswith("float8")]
+    mx = [x for x in converters if x.endswith("mx")]
+    _put(c, "precision", "fp8" if fp8 or mx else "bf16", "model.converters")
+    for x in mx:
+        launch.cannot(f"model.converters {x}", "as FP8 with per-tensor scaling")
+    if str(c.get("training.mixed_precision_param") or "bfloat16") != "bfloat16":
+        launch.cannot("training.mixed_precision_param float32", "as bf16")
+    if c.get("training.enable_cpu_offload"):
+        launch.cannot("training.enable_cpu_offload", "with everything in GPU memory")
+    launch.values.update(loss="eager", attention="flash", moe_dispatcher="alltoall", ep_comm_overlap=False)
+    launch.notes.append("torchtitan: loss eager (F.cross_entropy on FP32 logits), attention flash (SDPA)")
+
+
+def _classify(settings: dict, launch: Launch) -> None:
+    for key in settings:
+        section = key.split(".", 1)[0]
+        if key in PRICED or key.startswith("activation_checkpoint") and key in DEFAULTS:
+            continue
+        if section in QUIET_SECTIONS or key in QUIET_KEYS:
+            launch.ignored.append(key)
+        elif not key.startswith(("model.", "training.", "parallelism.", "activation_checkpoint.", "compile.")):
+            launch.ignored.append(key)
+        else:
+            launch.unknown.append(key)
+
+
+def read(text: str, path: str, model=None) -> Launch:
+    """A torchtitan TOML job config or command line -> ``Launch``."""
+    launch = Launch(format="torchtitan", path=path, defaults_from=SOURCE)
+    if path.lower().endswith(".toml"):
+        settings = _parse_toml(text, path)
+        launch.launcher = "TOML job config"
+    else:
+        settings = _from_script(text, path, launch)
+    c = _Config(settings, launch)
+    _model(c, model)
+    _degrees(c)
+    _data_parallel(c)
+    _batch(c)
+    _pipeline(c)
+    _recompute(c)
+    _kernels_precision(c)
+    _classify(settings, launch)
+    from planner.launch.mcore import prune_defaults
+
+    prune_defaults(launch)
+    return launch

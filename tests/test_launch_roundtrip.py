@@ -1,0 +1,156 @@
+"""Round trip: every file planner exports reads back (``--from-launch``) as the same layout, with
+the same prediction.
+
+Layouts are generated with hypothesis over a few catalog models and kept only where they obey the
+rules of ``search.rules``. Each format is compared on what it can express (``EXPRESSES``): a
+DeepSpeed config, for instance, holds no tensor-parallel size. The options a file cannot state
+are given back as command-line overrides (as a user would), and the prediction must then be the
+original's exactly.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from costmodel import evaluate
+from costmodel.options import OPTIONS, Layout
+from costmodel.record import result_record
+from hardware_catalog import default_cluster_for_gpu, get_gpu, get_model
+from planner.export import export_layout
+from planner.export.common import CannotExpress, build_plan, partial_recompute_per_chunk, selective_modules
+from planner.launch import read_launch
+from planner.launch.run import resolve
+from search.rules import RuleContext, violations
+
+GPU = get_gpu("h100")
+CLUSTER = default_cluster_for_gpu(GPU.name)
+MODELS = ("llama3-8b", "llama3-70b", "mixtral-8x7b", "gpt3-175b")
+
+MEGATRON = {"tp", "pp", "cp", "ep", "etp", "vpp", "zero", "mbs", "gbs", "seq_len", "recompute", "per_chunk", "modules",
+            "sequence_parallel", "precision", "stage_layers", "tp_comm_overlap", "ep_comm_overlap", "moe_dispatcher",
+            "grad_dtype", "dp_comm_overlap", "loss_fused"}
+TITAN = {"tp", "pp", "cp", "dp", "vpp", "zero_class", "mbs", "gbs", "seq_len", "recompute", "sequence_parallel",
+         "stage_layers", "precision"}
+EXPRESSES = {
+    "megatron_args.sh": MEGATRON,
+    "launch_torchrun.sh": MEGATRON | {"dp"},
+    "launch.sbatch": MEGATRON | {"dp"},
+    "deepspeed_config.json": {"dp", "pp", "zero", "mbs", "gbs", "dp_comm_overlap", "grad_dtype", "recompute_full"},
+    "torchtitan_overrides.sh": TITAN,
+    "torchtitan.toml": TITAN | {"kernels"},
+}
+"""What each exported file states (keys of ``view``); the rest comes from the command line."""
+EXACT = {"zero_class": "zero", "recompute_full": "recompute", "loss_fused": "loss", "per_chunk": "recompute_layers",
+         "modules": "recompute_modules", "stage_layers": "pp_first_layers"}
+"""Keys of ``view`` that stand for an option without pinning it exactly (the option is then given back)."""
+
+
+def view(record: dict, model) -> dict:
+    """What runs, per comparable key: the plan's layout with derived forms (stage split, recompute
+    per chunk, sequence parallelism as it runs)."""
+    plan = build_plan(record, model, CLUSTER, allow_unfit=True)
+    lay = plan.layout
+    out = {o.name: getattr(lay, o.name) for o in OPTIONS}
+    out.update(sequence_parallel=lay.sp, stage_layers=plan.stage_layers, per_chunk=partial_recompute_per_chunk(plan),
+               modules=selective_modules(plan) or (("core_attn",) if lay.recompute == "selective" else ()),
+               zero_class={0: 0, 1: 2, 2: 2, 3: 3}[lay.zero], recompute_full=lay.recompute == "full",
+               loss_fused=lay.loss == "fused", dp=lay.dp)
+    if model.moe is None:
+        out.update(ep=1, etp=1, ep_comm_overlap=False, moe_dispatcher="alltoall")
+    return out
+
+
+@st.composite
+def layouts(draw):
+    model = get_model(draw(st.sampled_from(MODELS)))
+    tp, pp, cp, dp = (draw(st.sampled_from(d)) for d in ((1, 2, 4, 8), (1, 2, 4), (1, 2), (1, 2, 4)))
+    vpp = draw(st.sampled_from((1, 2))) if pp > 1 else 1
+    mbs = draw(st.sampled_from((1, 2)))
+    gbs = dp * mbs * pp * draw(st.sampled_from((1, 2, 4)))
+    recompute = draw(st.sampled_from(("none", "selective", "full")))
+    values = dict(tp=tp, pp=pp, cp=cp, dp=dp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=draw(st.sampled_from((2048, 4096))),
+                  zero=draw(st.integers(0, 3)), recompute=recompute, precision=draw(st.sampled_from(("bf16", "fp8"))),
+                  sequence_parallel=draw(st.sampled_from((None, False))) if tp > 1 else None,
+                  attention=draw(st.sampled_from(("flash", "flash3"))), loss=draw(st.sampled_from(("unfused", "fused", "eager"))),
+                  grad_dtype=draw(st.sampled_from(("fp32", "bf16"))), dp_comm_overlap=draw(st.booleans()),
+                  kernels=draw(st.sampled_from(("fused", "eager"))))
+    if recompute == "full":
+        values["recompute_layers"] = draw(st.sampled_from((None, 1, 2, -1, -2)))
+    if recompute == "selective":
+        values["recompute_modules"] = draw(st.sampled_from((None, ("core_attn", "mlp"))))
+    if pp > 1 and draw(st.booleans()):
+        values["pp_first_layers"] = model.num_layers // pp - draw(st.sampled_from((1, 2))) * vpp
+    if model.moe is not None:
+        values.update(ep=draw(st.sampled_from((1, 2, 4))), moe_dispatcher=draw(st.sampled_from(("alltoall", "deepep"))))
+    values["tp_comm_overlap"] = tp > 1 and values["sequence_parallel"] is None and draw(st.booleans())
+    layout = Layout(**values)
+    assume(not violations(RuleContext.build(model, layout.gpus, CLUSTER, GPU), layout))
+    return model, layout
+
+
+def record_of(model, layout: Layout) -> dict:
+    rec = result_record(model, CLUSTER, GPU, evaluate(model, CLUSTER, layout, gpu=GPU), 0)
+    rec["planner_version"] = "test"
+    return rec
+
+
+def _given_back(original: dict, expressed: set) -> dict:
+    """The options the file does not pin exactly, as command-line overrides with the original values."""
+    exact = {k for k in expressed if k not in EXACT} | {"gpus"}
+    out = {}
+    for opt in OPTIONS:
+        if opt.name in exact or opt.name == "dp":
+            continue
+        if opt.name in ("pp_first_layers", "pp_last_layers") and "stage_layers" in expressed:
+            continue
+        out[opt.name] = original[opt.name]
+    return out
+
+
+def _check_file(path: Path, name: str, model, original: dict, record: dict) -> None:
+    launch = read_launch(path, model=model if name.endswith(".json") else None)
+    expressed = EXPRESSES[name]
+    if original["precision"] == "fp8":  # torchtitan compiles every FP8 model: kernels are fused there
+        expressed = expressed - {"kernels"}
+    gpus = None if "dp" in expressed else record["gpus"]
+    back = resolve(launch, gpu=GPU.name, gpus=gpus, given=_given_back(original, expressed), allow_cross_node_tp=True)
+    assert back.setup.model.name == model.name
+    seen = view(back.record, back.setup.model)
+    for key in sorted(expressed):
+        assert seen[key] == original[key], f"{name}: {key} read back {seen[key]!r}, exported {original[key]!r}"
+    assert back.record["step_time_s"] == pytest.approx(record["step_time_s"], rel=1e-9), name
+    assert back.record["memory_gib"]["peak"] == pytest.approx(record["memory_gib"]["peak"], rel=1e-9), name
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@given(layouts())
+def test_every_export_reads_back_as_the_same_layout(case):
+    model, layout = case
+    record = record_of(model, layout)
+    original = view(record, model)
+    with tempfile.TemporaryDirectory() as out:
+        try:
+            report = export_layout(record, model, CLUSTER, "all", Path(out), allow_unfit=True)
+        except CannotExpress:  # pragma: no cover - "all" reports refusals instead of raising
+            return
+        for path in report.written:
+            _check_file(path, path.name, model, original, record)
+
+
+@pytest.mark.parametrize("version", ["0.1", "0.2", "0.3"])
+@pytest.mark.parametrize("first_last", [(None, None), (18, 18)])
+def test_torchtitan_releases_read_back(tmp_path, version, first_last):
+    model = get_model("llama3-70b")
+    layout = Layout(tp=8, pp=4, vpp=2, dp=2, mbs=1, gbs=32, seq_len=4096, zero=3, recompute="full",
+                    pp_first_layers=first_last[0], pp_last_layers=first_last[1])
+    record = record_of(model, layout)
+    report = export_layout(record, model, CLUSTER, "torchtitan", tmp_path, allow_unfit=True,
+                           options={"torchtitan_version": version})
+    assert report.written
+    for path in report.written:
+        _check_file(path, path.name, model, view(record, model), record)

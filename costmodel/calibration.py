@@ -41,14 +41,14 @@ class Calibration:
     costmodel.compute.GEMM_K_OVERHEAD, comes on top); fitted on their rows (A100): 0.86, in
     line with cuBLAS reaching ~75-85% of the A100's 312 TFLOP/s on large GEMMs at the sustained
     clock this fit pairs it with (0.86 x 0.86 = 0.74 of the datasheet peak).
-    Interval: 0.78-0.86 (5th-95th percentile over fits on sources drawn with replacement,
+    Interval: 0.79-0.88 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
     gemm_efficiency_fp8: float = 0.70
     """Achievable fraction of dense FP8 peak for large FP8 GEMMs (TransformerEngine delayed/current
     scaling). Measured on a lent H100 SXM with torch._scaled_mm: 0.40-0.67 of 1979 TFLOP/s over
     the same 16 shapes, 0.65 as the large-K limit of e_max·K/(K+350). Fitted: 0.70
     (TransformerEngine's cuBLASLt FP8 GEMMs, at torch._scaled_mm's measured limit).
-    Interval: 0.62-0.67 (5th-95th percentile over fits on sources drawn with replacement,
+    Interval: 0.63-0.69 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
     attention_efficiency: float = 0.25
     """Achievable fraction of BF16 peak for the FlashAttention kernels (forward + backward).
@@ -64,14 +64,14 @@ class Calibration:
     attention under TransformerEngine; attention="flash3") over FlashAttention-2 on Hopper and
     newer: 1.5-2.0x forward, 1.5-1.75x backward at head dim 128 (Shah et al. 2024, Sec. 4.1).
     Fitted: 1.5 (the low end of the paper's range).
-    Interval: 1.29-1.51 (5th-95th percentile over fits on sources drawn with replacement,
+    Interval: 1.45-1.87 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
     memory_bound_efficiency: float = 0.90
     """Achievable fraction of HBM bandwidth for elementwise/normalization kernels and the
     optimizer step (STREAM-like kernels reach 80-90%; unfused PyTorch ops less). Measured on a
     lent H100 SXM: a device copy 0.81, an eager (unfused) RMSNorm 0.09, which the eager kernel
     model prices as 9 passes at this efficiency (0.85 / 9 = 0.094). Fitted: 0.90.
-    Interval: 0.80-0.90 (5th-95th percentile over fits on sources drawn with replacement,
+    Interval: 0.87-0.90 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
     sustained_clock_fraction: float = 0.86
     """Tensor-core clock that a GPU holds through hours of training, as a fraction of the clock
@@ -80,7 +80,7 @@ class Calibration:
     to 1980 MHz, its 989 TFLOP/s is quoted at 1830 MHz). Scales every tensor-core peak; HBM is
     unaffected. Fitted: 0.86 (1574 of 1830 MHz; H100 SXM at its 700 W limit in long GEMM loops
     typically holds 1.6-1.75 GHz).
-    Interval: 0.90-0.92 (5th-95th percentile over fits on sources drawn with replacement,
+    Interval: 0.85-0.91 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
     kernel_overhead_us: float = 8.0
     """Fixed cost per kernel launched, microseconds: the launch, the tail of its last wave and
@@ -90,7 +90,7 @@ class Calibration:
     and copy of the list-form collectives that early DeepSpeed ZeRO-3 built (host operations of
     the same order; costmodel.zero3_blocking). Fitted: 8.0 (the top of the range; the fit would go higher, a
     hint that some per-layer cost is still missing).
-    Interval: 5.8-8.0 (5th-95th percentile over fits on sources drawn with replacement,
+    Interval: 8.0-8.0 (the top of its range in every resample) (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
     kernels_per_layer: int = 30
     """Kernels launched per transformer layer per forward pass (GEMMs, norms, rotary, attention,

@@ -18,8 +18,13 @@ where it applies its export mapping, framework profile and report label (ARCHITE
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, Optional
+
+# Ranges: the largest values a user may give (hardware_catalog.limits says why).
+from hardware_catalog.limits import MAX_GBS, MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN, MAX_TOKENS_PER_BATCH
 
 # Kinds: how a value is typed, stored in a LayoutBatch column, and checked.
 INT = "int"
@@ -61,6 +66,79 @@ INTERNAL = "internal"
 EVALUATE, EXPORT, SEARCH = "evaluate", "export", "search"
 ALL_COMMANDS = (EVALUATE, EXPORT, SEARCH)
 
+def _shown(value) -> str:
+    text = f"{value:g}" if isinstance(value, float) else repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _bound_text(x) -> str:
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e13 else f"{x:g}"
+
+
+def range_text(integer: bool = True, minimum=None, maximum=None, above=None, below=None) -> str:
+    """What a number must be, in words: "an integer from 1 to 1,048,576", "a number > 0 and
+    <= 1,000"."""
+    kind = "an integer" if integer else "a number"
+    if minimum is not None and maximum is not None:
+        return f"{kind} from {_bound_text(minimum)} to {_bound_text(maximum)}"
+    parts = [f">= {_bound_text(minimum)}" if minimum is not None else "",
+             f"> {_bound_text(above)}" if above is not None else "",
+             f"<= {_bound_text(maximum)}" if maximum is not None else "",
+             f"< {_bound_text(below)}" if below is not None else ""]
+    parts = [p for p in parts if p]
+    return f"{kind} " + " and ".join(parts) if parts else kind
+
+
+def check_number(value, label: str, *, integer: bool = True, minimum=None, maximum=None, above=None, below=None):
+    """``value`` (as typed or read from a file) checked to be a finite number (``integer``: a
+    whole one) in range; returns it as int or float. Raises ``PlannerInputError`` with one line
+    naming ``label``, the value and what is allowed."""
+    from hardware_catalog.errors import PlannerInputError
+
+    allowed = range_text(integer, minimum, maximum, above, below)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise PlannerInputError(f"{label}={_shown(value)}: must be {allowed}")
+    if not math.isfinite(value) or (integer and int(value) != value):
+        raise PlannerInputError(f"{label}={_shown(value)}: must be {allowed}")
+    value = int(value) if integer else float(value)
+    low_ok = (minimum is None or value >= minimum) and (above is None or value > above)
+    high_ok = (maximum is None or value <= maximum) and (below is None or value < below)
+    if not (low_ok and high_ok):
+        raise PlannerInputError(f"{label}={_shown(value)}: must be {allowed}")
+    return value
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The range of a job-level number that is not a layout option (GPU count, tokens, price):
+    declared once, checked by ``parse`` wherever the number enters (CLI, API, files)."""
+
+    flag: str
+    """How errors name it, e.g. ``--gpus``."""
+    integer: bool = True
+    minimum: Optional[float] = None
+    """Smallest allowed value (inclusive)."""
+    maximum: Optional[float] = None
+    """Largest allowed value (inclusive)."""
+    above: Optional[float] = None
+    """Exclusive lower bound (a price must be > 0)."""
+    below: Optional[float] = None
+    """Exclusive upper bound (a fraction must be < 1)."""
+
+    def parse(self, value, where: str = ""):
+        """``value`` checked (``check_number``); errors name ``where`` or the flag."""
+        return check_number(value, where or self.flag, integer=self.integer, minimum=self.minimum,
+                            maximum=self.maximum, above=self.above, below=self.below)
+
+    def allowed(self) -> str:
+        return range_text(self.integer, self.minimum, self.maximum, self.above, self.below)
+
+
+GPUS = Bound("--gpus", minimum=1, maximum=MAX_GPUS)
+"""GPUs in the job."""
+TOKENS_PER_BATCH = Bound("--tokens-per-batch", minimum=1, maximum=MAX_TOKENS_PER_BATCH)
+"""Global batch in tokens."""
+
 
 @dataclass(frozen=True)
 class Option:
@@ -82,6 +160,8 @@ class Option:
     """Unit of the value, where it has one."""
     minimum: Optional[int] = None
     """Smallest value a user may type (INT / OPTIONAL_INT)."""
+    maximum: Optional[int] = None
+    """Largest value a user may type (INT / OPTIONAL_INT; see ``MAX_GPUS`` and friends)."""
     source: str = ""
     """Where the mechanism comes from (paper, framework file)."""
     rules: tuple = ()
@@ -160,11 +240,7 @@ class Option:
                 return None
             return self.default
         if self.kind in (INT, OPTIONAL_INT):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-                raise PlannerInputError(f"{label}={value!r}: must be an integer")
-            if self.minimum is not None and value < self.minimum:
-                raise PlannerInputError(f"{label}={int(value)}: must be >= {self.minimum}")
-            return int(value)
+            return check_number(value, label, minimum=self.minimum, maximum=self.maximum)
         if self.kind == CHOICE:
             if value not in self.choices:
                 raise PlannerInputError(f"{label}={value}: allowed {', '.join(map(str, self.choices))}")
@@ -230,33 +306,33 @@ class Layout:
     """One parallel layout. Degrees multiply: tp * cp * pp * dp = GPUs (ep lives inside dp*cp)."""
 
     # ---------------------------------------------------------------- parallel degrees
-    tp: int = option(1, "Tensor-parallel degree.", minimum=1, unit="GPUs",
+    tp: int = option(1, "Tensor-parallel degree.", minimum=1, maximum=MAX_GPUS, unit="GPUs",
                      source="Shoeybi et al. 2019 (Megatron-LM), Sec. 3",
                      rules=("tp_divides_heads", "tp_within_scaleup_domain"))
     """Tensor-parallel degree (Megatron column/row split), inside the scale-up domain by default."""
-    pp: int = option(1, "Pipeline-parallel stages.", minimum=1, unit="stages",
+    pp: int = option(1, "Pipeline-parallel stages.", minimum=1, maximum=MAX_LAYERS, unit="stages",
                      source="Narayanan et al. 2021, Sec. 2.2", rules=("pp_stage_split", "vpp_needs_pipeline"))
     """Pipeline-parallel stages."""
-    dp: int = option(1, "Data-parallel replicas (evaluate derives it: gpus / (tp*pp*cp)).", minimum=1, unit="GPUs",
+    dp: int = option(1, "Data-parallel replicas (evaluate derives it: gpus / (tp*pp*cp)).", minimum=1, maximum=MAX_GPUS, unit="GPUs",
                      commands=(SEARCH,), source="Rajbhandari et al. 2020 (ZeRO)",
                      rules=("degrees_multiply_to_gpus", "gbs_divisible_by_dp_mbs"))
     """Data-parallel replicas (with ZeRO, the sharding group too)."""
-    cp: int = option(1, "Context-parallel degree.", minimum=1, unit="GPUs",
+    cp: int = option(1, "Context-parallel degree.", minimum=1, maximum=MAX_GPUS, unit="GPUs",
                      source="Liu et al. 2023 (ring attention); Megatron-Core context parallel docs",
                      rules=("cp_divides_seq",))
     """Context-parallel degree: the sequence is split over cp ranks (ring attention)."""
-    ep: int = option(1, "Expert-parallel degree (MoE).", minimum=1, unit="GPUs",
+    ep: int = option(1, "Expert-parallel degree (MoE).", minimum=1, maximum=MAX_GPUS, unit="GPUs",
                      source="Lepikhin et al. 2020 (GShard); Megatron-Core MoE parallel folding",
                      rules=("ep_divides_experts", "ep_divides_dp_cp"))
     """Expert-parallel degree for MoE layers, carved out of dp * cp."""
-    etp: int = option(1, "Expert tensor-parallel degree (MoE).", minimum=1, unit="GPUs",
+    etp: int = option(1, "Expert tensor-parallel degree (MoE).", minimum=1, maximum=MAX_GPUS, unit="GPUs",
                       source="Megatron-Core MoE parallel folding", rules=("etp_divides_expert_ffn", "ep_divides_dp_cp"))
     """Expert tensor-parallel degree (MoE expert weights split over etp ranks)."""
-    vpp: int = option(1, "Virtual pipeline stages per GPU (interleaved 1F1B).", minimum=1, group=PIPELINE,
+    vpp: int = option(1, "Virtual pipeline stages per GPU (interleaved 1F1B).", minimum=1, maximum=MAX_LAYERS, group=PIPELINE,
                       source="Narayanan et al. 2021, Sec. 2.2.2",
                       rules=("vpp_divides_stage_layers", "vpp_needs_pipeline", "interleaved_microbatches_divisible_by_pp"))
     """Virtual pipeline stages per GPU (interleaved 1F1B); 1 = plain 1F1B."""
-    zero: int = option(1, "ZeRO stage 0-3 (1 = Megatron distributed optimizer, 3 = FSDP).", minimum=0,
+    zero: int = option(1, "ZeRO stage 0-3 (1 = Megatron distributed optimizer, 3 = FSDP).", minimum=0, maximum=3,
                        source="Rajbhandari et al. 2020 (ZeRO), Sec. 5", rules=("zero_stage_valid",))
     """ZeRO stage 0-3: 0 plain DDP, 1 optimizer states sharded (Megatron distributed optimizer),
     2 + gradients, 3 + parameters (FSDP). With pipeline parallelism only FSDP2 runs stages 2-3,
@@ -264,13 +340,14 @@ class Layout:
     priced with ZeRO-1's footprint (ZeRO-3 re-gathers weights for each backward)."""
 
     # ---------------------------------------------------------------- batch
-    mbs: int = option(1, "Micro-batch size (sequences).", minimum=1, group=BATCH, unit="sequences",
+    mbs: int = option(1, "Micro-batch size (sequences).", minimum=1, maximum=MAX_GBS, group=BATCH, unit="sequences",
                       rules=("mbs_positive", "gbs_divisible_by_dp_mbs"))
     """Micro-batch size, sequences."""
     gbs: int = option(1, "Global batch (sequences). Default: the model's tokens per batch / seq-len.", minimum=1,
+                      maximum=MAX_GBS,
                       group=BATCH, unit="sequences", search=PROBLEM, rules=("gbs_divisible_by_dp_mbs",))
     """Global batch size, sequences per optimizer step."""
-    seq_len: int = option(4096, "Sequence length. Default: the model preset's.", minimum=1, group=BATCH,
+    seq_len: int = option(4096, "Sequence length. Default: the model preset's.", minimum=1, maximum=MAX_SEQ_LEN, group=BATCH,
                           unit="tokens", search=PROBLEM, rules=("cp_divides_seq",))
     """Tokens per sequence."""
 
@@ -280,13 +357,24 @@ class Layout:
                             rules=("recompute_valid",))
     """Activation recomputation: none, selective (core attention), full (whole layer)."""
     recompute_layers: Optional[int] = option(
-        None, "With --recompute full: layers per pipeline stage to recompute (Megatron block method). Default: all.",
-        kind=OPTIONAL_INT, group=MEMORY, minimum=1, unit="layers", commands=_EVAL_EXPORT, search=INTERNAL,
-        source="Megatron-LM --recompute-method block", rules=("partial_recompute_needs_full",))
-    """With recompute=full: layers per pipeline stage whose activations are recomputed, the
-    rest keep theirs (Megatron --recompute-method block; --recompute-num-layers is this divided
-    by vpp). None = every layer. A negative value -q means q quarters of every stage's layers
-    (what the search explores: 1/4, 1/2, 3/4)."""
+        None, "With --recompute full: layers per pipeline stage to recompute (Megatron block method: the first "
+        "recompute_layers/vpp layers of each model chunk); a multiple of --vpp, at most the stage's layers. "
+        "Default: all.", kind=OPTIONAL_INT, group=MEMORY, minimum=1, maximum=MAX_LAYERS, unit="layers per stage",
+        commands=_EVAL_EXPORT, search=INTERNAL,
+        source="Megatron-LM --recompute-method block --recompute-num-layers (megatron/training/arguments.py; counted "
+        "per model chunk in megatron/core/transformer/transformer_block.py _checkpointed_forward)",
+        rules=("partial_recompute_needs_full", "recompute_layers_fit_stage"))
+    """With recompute=full: layers per pipeline stage whose forward runs again in backward; the
+    others keep their activations. None = every layer. One unit everywhere (flag, table, JSON,
+    CSV, export header). Megatron's block method (--recompute-method block) recomputes the first
+    --recompute-num-layers layers of each *model chunk*: arguments.py says "within each pipeline
+    stage", but the loop in transformer_block.py ``_checkpointed_forward`` runs over one
+    TransformerBlock, which holds one virtual-pipeline chunk. With vpp chunks per stage the
+    export writes --recompute-num-layers = recompute_layers / vpp, so the value is a multiple of
+    vpp and at most the largest stage's layers (rule recompute_layers_fit_stage); a chunk with
+    fewer layers recomputes all of them. Inside the search's LayoutBatch a negative code -q
+    stands for q quarters of a middle stage's chunk (the shares it explores, search.space);
+    records resolve it to layers per stage (``costmodel.record.recompute_layers_per_stage``)."""
     recompute_modules: Optional[tuple] = option(
         None, "With --recompute selective: Megatron-Core submodules to recompute, comma-separated "
         "(core_attn, layernorm, mla_up_proj, mlp, moe_act, shared_experts, moe). Default: core_attn.",
@@ -396,12 +484,12 @@ class Layout:
     # ---------------------------------------------------------------- pipeline split
     pp_first_layers: Optional[int] = option(
         None, "Layers on the first pipeline stage (uneven pipelines). Default: planner's split.", kind=OPTIONAL_INT,
-        group=PIPELINE, minimum=1, unit="layers", source="Megatron-LM --decoder-first-pipeline-num-layers; "
+        group=PIPELINE, minimum=1, maximum=MAX_LAYERS, unit="layers", source="Megatron-LM --decoder-first-pipeline-num-layers; "
         "Llama 3 paper Sec. 3.3.2", rules=("pp_stage_split",))
     """Layers on the first pipeline stage; None = planner's split (see costmodel.pipeline)."""
     pp_last_layers: Optional[int] = option(
         None, "Layers on the last pipeline stage. Default: planner's split.", kind=OPTIONAL_INT, group=PIPELINE,
-        minimum=1, unit="layers", source="Megatron-LM --decoder-last-pipeline-num-layers", rules=("pp_stage_split",))
+        minimum=1, maximum=MAX_LAYERS, unit="layers", source="Megatron-LM --decoder-last-pipeline-num-layers", rules=("pp_stage_split",))
     """Layers on the last pipeline stage; None = planner's split."""
 
     @property
@@ -435,6 +523,51 @@ class Layout:
             if opt.name in values and values[opt.name] is not None:
                 kw[opt.name] = opt.parse(values[opt.name], f"{where}{opt.name}" if where else "")
         return cls(**kw)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A job's batch: global batch in sequences and sequence length, and where the global batch
+    came from when the user did not type it (for errors about it)."""
+
+    gbs: int
+    seq_len: int
+    origin: str = ""
+    """E.g. "gbs = --tokens-per-batch 1,000,000 / --seq-len 8,192"; empty when --gbs gave it."""
+
+
+def resolve_batch(model, seq_len=None, gbs=None, tokens_per_batch=None) -> Batch:
+    """The batch from --gbs or --tokens-per-batch and --seq-len (each checked against its
+    declared range), or the model preset's defaults. A --tokens-per-batch must hold a whole
+    number of sequences; the model's default batch is rounded down to whole sequences."""
+    from hardware_catalog.errors import PlannerInputError
+
+    if gbs is not None and tokens_per_batch is not None:
+        raise PlannerInputError("give --gbs or --tokens-per-batch, not both")
+    seq_opt, gbs_opt = OPTIONS_BY_NAME["seq_len"], OPTIONS_BY_NAME["gbs"]
+    seq = seq_opt.parse(seq_len) if seq_len is not None else model.default_seq_len
+    if gbs is not None:
+        batch = Batch(gbs_opt.parse(gbs), seq)
+    elif tokens_per_batch is not None:
+        tokens = TOKENS_PER_BATCH.parse(tokens_per_batch)
+        if tokens % seq:
+            below = tokens // seq * seq
+            hint = f"{below:,} or {below + seq:,}" if below else f"{seq:,}"
+            raise PlannerInputError(f"--tokens-per-batch={tokens:,} is not a whole number of {seq:,}-token sequences "
+                                    f"(--seq-len): give a multiple of {seq:,}, e.g. {hint}, or --gbs")
+        batch = Batch(tokens // seq, seq, f"gbs = --tokens-per-batch {tokens:,} / seq-len {seq:,}")
+    else:
+        tokens = model.default_tokens_per_batch
+        if tokens < seq:
+            raise PlannerInputError(f"--seq-len={seq:,} is longer than {model.name}'s default batch of {tokens:,} "
+                                    f"tokens: give --gbs (sequences) or --tokens-per-batch")
+        batch = Batch(tokens // seq, seq, f"gbs = {model.name}'s default batch of {tokens:,} tokens / seq-len {seq:,}; "
+                      "give --gbs or --tokens-per-batch to choose it")
+    gbs_opt.parse(batch.gbs, where=f"gbs (from {batch.origin})" if batch.origin else "")
+    if batch.gbs * batch.seq_len > MAX_TOKENS_PER_BATCH:
+        raise PlannerInputError(f"gbs {batch.gbs:,} x seq-len {batch.seq_len:,} = {batch.gbs * batch.seq_len:,} tokens "
+                                f"per batch: must be at most {MAX_TOKENS_PER_BATCH:,}")
+    return batch
 
 
 def _collect_options() -> tuple[Option, ...]:

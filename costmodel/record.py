@@ -13,6 +13,7 @@ def result_record(model: ModelSpec, cluster: ClusterSpec, gpu: GPUSpec, result: 
     """The i-th layout of ``result`` as a JSON-ready dict."""
     layout = result.batch.layout(i)
     lay = layout.to_dict()
+    lay["recompute_layers"] = recompute_layers_per_stage(model, layout)
     notes = result.notes
     if "stage_layers_first" in notes and layout.pp > 1:
         first = int(notes["stage_layers_first"][i])
@@ -50,3 +51,18 @@ def result_record(model: ModelSpec, cluster: ClusterSpec, gpu: GPUSpec, result: 
 
         record["dp_algorithm"] = ALGORITHMS[int(notes["dp_algorithm"][i])]
     return record
+
+
+def recompute_layers_per_stage(model: ModelSpec, layout) -> "int | None":
+    """``layout.recompute_layers`` in its one user-facing unit, layers per pipeline stage: a
+    search share -q (q quarters of a middle stage's model chunk, ``search.space``) becomes the
+    layers it prices, (layers per chunk) x vpp, which evaluate and export take back unchanged;
+    None (every layer) and layer counts stay as they are."""
+    from costmodel.pipeline import partial_recompute_per_chunk
+
+    rl = layout.recompute_layers
+    if rl is None or rl >= 0:
+        return rl
+    per_chunk, _ = partial_recompute_per_chunk(model.num_layers, layout.pp, layout.vpp, layout.pp_first_layers or 0,
+                                               layout.pp_last_layers or 0, rl)
+    return int(per_chunk) * layout.vpp

@@ -8,6 +8,15 @@ import difflib
 class PlannerInputError(ValueError):
     """Bad user input. ``str(err)`` is one line naming the bad value and what is allowed."""
 
+    exit_code = 2
+    """The command line's exit status for it (``planner.cli_errors``)."""
+
+
+class DoesNotFit(PlannerInputError):
+    """The layout (or every layout) needs more GPU memory than there is: exit status 3."""
+
+    exit_code = 3
+
 
 def unknown_name_error(kind: str, name: str, known: list[str]) -> PlannerInputError:
     """Error for an unknown catalog name, listing the closest known names."""

@@ -261,17 +261,19 @@ def _load_user_cluster(path: Path) -> ClusterSpec:
         sources = {}
     if isinstance(sources, dict):
         fields["sources"] = {**sources, "*": sources.get("*", f"user file {path}")}
+    # gpu and nic must name catalog entries (checked first, so an unknown GPU is named even
+    # when fields are missing too); store the canonical names.
+    names, problems = {}, []
+    for field, lookup in (("gpu", get_gpu), ("nic", get_interconnect)):
+        if isinstance(fields.get(field), str):
+            try:
+                names[field] = lookup(fields[field]).name
+            except PlannerInputError as err:
+                problems.append(f"field {field}: {err}")
     try:
         spec = ClusterSpec.model_validate(fields)
     except ValidationError as err:
-        raise _condense(err, where, ClusterSpec) from None
-    # gpu and nic must name catalog entries; store the canonical names.
-    try:
-        gpu = get_gpu(spec.gpu)
-    except PlannerInputError as err:
-        raise PlannerInputError(f"{where}: field gpu: {err}") from None
-    try:
-        nic = get_interconnect(spec.nic)
-    except PlannerInputError as err:
-        raise PlannerInputError(f"{where}: field nic: {err}") from None
-    return spec.model_copy(update={"gpu": gpu.name, "nic": nic.name})
+        problems.append(str(_condense(err, where, ClusterSpec)).removeprefix(f"{where}: "))
+    if problems:
+        raise PlannerInputError(_one_line(f"{where}: {'; '.join(problems)}"))
+    return spec.model_copy(update=names)

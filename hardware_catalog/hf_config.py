@@ -43,30 +43,29 @@ _ARCHITECTURES = {
 
 
 def condense_validation_error(err: ValidationError) -> str:
-    """One line from a pydantic error: the first offending field, its value, and what is wrong."""
+    """One line from a pydantic error: every offending field, its value and what is wrong,
+    joined by "; " (a misspelt field first)."""
     items = err.errors()
     if not items:
         return str(err).splitlines()[0]
     # A misspelt field shows up as "unknown x" + "missing y": report the unknown one first.
     items.sort(key=lambda e: e.get("type") != "extra_forbidden")
-    first = items[0]
-    loc = ".".join(str(p) for p in first.get("loc", ()))
-    msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
-    kind = first.get("type", "")
+    missing = [".".join(str(p) for p in e.get("loc", ())) for e in items if e.get("type") == "missing"]
+    return " ".join("; ".join(_one_error(e, missing) for e in items).split())
+
+
+def _one_error(e: dict, missing: list[str]) -> str:
+    loc = ".".join(str(p) for p in e.get("loc", ()))
+    msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+    kind = e.get("type", "")
     if kind == "missing":
-        text = f"missing field '{loc}'"
-    elif kind == "extra_forbidden":
-        missing = [".".join(str(p) for p in e.get("loc", ())) for e in items if e.get("type") == "missing"]
+        return f"missing field '{loc}'"
+    if kind == "extra_forbidden":
         close = difflib.get_close_matches(loc, missing, n=1)
-        text = f"unknown field '{loc}'" + (f" (did you mean '{close[0]}'?)" if close else "")
-    else:
-        value = first.get("input")
-        shown = "" if isinstance(value, dict) else f" (got {_short(value)})"
-        text = f"field '{loc}': {msg}{shown}" if loc else f"{msg}"
-    more = len(items) - 1
-    if more:
-        text += f" (+{more} more error{'s' if more > 1 else ''})"
-    return " ".join(text.split())
+        return f"unknown field '{loc}'" + (f" (did you mean '{close[0]}'?)" if close else "")
+    value = e.get("input")
+    shown = "" if isinstance(value, dict) else f" (got {_short(value)})"
+    return f"field '{loc}': {msg}{shown}" if loc else f"{msg}"
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -12,6 +12,11 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from hardware_catalog.limits import MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN, MAX_TOKENS_PER_BATCH
+from hardware_catalog.limits import MAX_HIDDEN as _MAX_HIDDEN
+from hardware_catalog.limits import MAX_VOCAB as _MAX_VOCAB
+from hardware_catalog.limits import MAX_WIDTH as _MAX_WIDTH
+
 ScaleUpTopology = Literal["switch", "ring", "mesh2d", "torus2d", "fully_connected"]
 NetworkTopology = Literal["switch", "ring", "tree", "mesh2d", "torus2d"]
 
@@ -91,9 +96,9 @@ class ClusterSpec(_Cited):
 
     gpu: str
     """GPU catalog name (or alias) of every GPU in the cluster."""
-    gpus_per_node: int = Field(gt=0)
+    gpus_per_node: int = Field(gt=0, le=MAX_GPUS)
     """GPUs per server (and per NIC rail set)."""
-    scaleup_domain_size: int = Field(gt=0)
+    scaleup_domain_size: int = Field(gt=0, le=MAX_GPUS)
     """GPUs that share the scale-up fabric (8 for HGX/DGX, 72 for GB200 NVL72)."""
     scaleup_topology: ScaleUpTopology = "switch"
     """How GPUs inside a scale-up domain connect: NVSwitch (switch), xGMI full mesh, ring..."""
@@ -103,7 +108,7 @@ class ClusterSpec(_Cited):
     """Achievable fraction of the scale-up link bandwidth for large collectives (nccl-tests busbw / link)."""
     nic: str
     """Interconnect catalog name of each NIC."""
-    nics_per_node: int = Field(gt=0)
+    nics_per_node: int = Field(gt=0, le=1024)
     """Scale-out NICs per node (8 for rail-optimized DGX)."""
     network_topology: NetworkTopology = "switch"
     """Inter-node topology: fat-tree/full-bisection switch, ring, tree, 2D mesh, 2D torus."""
@@ -132,19 +137,19 @@ class MoESpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    num_experts: int = Field(gt=0)
+    num_experts: int = Field(gt=0, le=1 << 16)
     """Routed experts per MoE layer."""
-    top_k: int = Field(gt=0)
+    top_k: int = Field(gt=0, le=1 << 16)
     """Routed experts each token visits."""
-    expert_ffn_hidden_size: int = Field(gt=0)
+    expert_ffn_hidden_size: int = Field(gt=0, le=_MAX_WIDTH)
     """Intermediate size of one routed expert."""
-    num_shared_experts: int = Field(default=0, ge=0)
+    num_shared_experts: int = Field(default=0, ge=0, le=1 << 16)
     """Always-active shared experts per MoE layer."""
-    shared_expert_ffn_hidden_size: Optional[int] = Field(default=None, gt=0)
+    shared_expert_ffn_hidden_size: Optional[int] = Field(default=None, gt=0, le=_MAX_WIDTH)
     """Intermediate size of one shared expert; None = expert_ffn_hidden_size."""
-    num_dense_layers: int = Field(default=0, ge=0)
+    num_dense_layers: int = Field(default=0, ge=0, le=MAX_LAYERS)
     """Leading layers that use the dense MLP (``ffn_hidden_size``) instead of experts (DeepSeek first_k_dense_replace)."""
-    moe_layer_frequency: int = Field(default=1, gt=0)
+    moe_layer_frequency: int = Field(default=1, gt=0, le=MAX_LAYERS)
     """Every n-th layer (after the dense ones) is MoE; others are dense."""
     router_groups: Optional[int] = Field(default=None, gt=0)
     """Group-limited routing: experts split into this many groups (DeepSeek n_group; Megatron
@@ -154,20 +159,32 @@ class MoESpec(BaseModel):
     --moe-router-group-topk): with groups laid out one per node, the nodes a token reaches."""
 
 
+    @model_validator(mode="after")
+    def _routing(self):
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k={self.top_k} (num_experts_per_tok) exceeds num_experts={self.num_experts}: "
+                             "a token visits at most every expert")
+        if self.router_groups is not None and self.num_experts % self.router_groups:
+            raise ValueError(f"router_groups={self.router_groups} must divide num_experts={self.num_experts}")
+        if self.router_group_topk is not None and self.router_group_topk > (self.router_groups or 1):
+            raise ValueError(f"router_group_topk={self.router_group_topk} exceeds router_groups={self.router_groups}")
+        return self
+
+
 class MLASpec(BaseModel):
     """Multi-head latent attention (DeepSeek-V2/V3). Parameter and FLOP shapes only."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    q_lora_rank: Optional[int] = Field(default=None, gt=0)
+    q_lora_rank: Optional[int] = Field(default=None, gt=0, le=_MAX_HIDDEN)
     """Low-rank query projection; None = full-rank queries."""
-    kv_lora_rank: int = Field(gt=0)
+    kv_lora_rank: int = Field(gt=0, le=_MAX_HIDDEN)
     """Compressed KV latent size."""
-    qk_nope_head_dim: int = Field(gt=0)
+    qk_nope_head_dim: int = Field(gt=0, le=_MAX_HIDDEN)
     """Per-head query/key dims without rotary embedding."""
-    qk_rope_head_dim: int = Field(gt=0)
+    qk_rope_head_dim: int = Field(gt=0, le=_MAX_HIDDEN)
     """Per-head query/key dims with rotary embedding (key part shared across heads)."""
-    v_head_dim: int = Field(gt=0)
+    v_head_dim: int = Field(gt=0, le=_MAX_HIDDEN)
     """Per-head value dims."""
 
 
@@ -182,21 +199,21 @@ class ModelSpec(BaseModel):
     """Other accepted names, e.g. ``405b``."""
     family: str = "custom"
     """Architecture family (llama, gpt, mixtral, deepseek, ...), informational."""
-    num_layers: int = Field(gt=0)
+    num_layers: int = Field(gt=0, le=MAX_LAYERS)
     """Transformer blocks."""
-    hidden_size: int = Field(gt=0)
+    hidden_size: int = Field(gt=0, le=_MAX_HIDDEN)
     """Model width h."""
-    num_attention_heads: int = Field(gt=0)
+    num_attention_heads: int = Field(gt=0, le=_MAX_HIDDEN)
     """Query heads a."""
-    num_kv_heads: Optional[int] = Field(default=None, gt=0)
+    num_kv_heads: Optional[int] = Field(default=None, gt=0, le=_MAX_HIDDEN)
     """Key/value heads g (GQA); None = num_attention_heads (MHA)."""
-    head_dim: Optional[int] = Field(default=None, gt=0)
+    head_dim: Optional[int] = Field(default=None, gt=0, le=_MAX_HIDDEN)
     """Per-head dim; None = hidden_size / num_attention_heads."""
-    ffn_hidden_size: int = Field(gt=0)
+    ffn_hidden_size: int = Field(gt=0, le=_MAX_WIDTH)
     """Dense MLP intermediate size."""
     gated_mlp: bool = True
     """SwiGLU/GeGLU (three weight matrices) vs plain GeLU MLP (two)."""
-    vocab_size: int = Field(gt=0)
+    vocab_size: int = Field(gt=0, le=_MAX_VOCAB)
     """Vocabulary size (padded as trained)."""
     tied_embeddings: bool = False
     """Input embedding and LM head share one matrix."""
@@ -204,7 +221,7 @@ class ModelSpec(BaseModel):
     """Normalization type (layernorm has a bias)."""
     position_embedding: Literal["rope", "learned", "alibi", "none"] = "rope"
     """Learned absolute positions add max_position_embeddings x hidden parameters."""
-    max_position_embeddings: int = Field(default=4096, gt=0)
+    max_position_embeddings: int = Field(default=4096, gt=0, le=1 << 30)
     """Longest trained context (also the learned position table size)."""
     linear_bias: bool = False
     """Linear layers carry biases (GPT-2/3, BLOOM, OPT)."""
@@ -216,9 +233,9 @@ class ModelSpec(BaseModel):
     """Mixture-of-experts settings; None = dense."""
     mla: Optional[MLASpec] = None
     """Multi-head latent attention; None = standard (GQA) attention."""
-    default_seq_len: int = Field(default=4096, gt=0)
+    default_seq_len: int = Field(default=4096, gt=0, le=MAX_SEQ_LEN)
     """Sequence length used when --seq-len is not given."""
-    default_tokens_per_batch: int = Field(default=4 * 1024 * 1024, gt=0)
+    default_tokens_per_batch: int = Field(default=4 * 1024 * 1024, gt=0, le=MAX_TOKENS_PER_BATCH)
     """Global batch in tokens used when neither --gbs nor --tokens-per-batch is given."""
     params_published: Optional[float] = Field(default=None, gt=0)
     """Total parameter count the authors published, for tests."""

@@ -24,7 +24,8 @@ def evaluate(model, gpus: int, gpu: str | None = None, cluster: str | None = Non
 
     setup = resolve_setup(model, gpu, cluster, seq_len, gbs, tokens_per_batch)
     lay = build_layout(setup, gpus, **layout)
-    check_layout(setup.model, setup.cluster, setup.gpu, lay, gpus=gpus, allow_cross_node_tp=allow_cross_node_tp)
+    check_layout(setup.model, setup.cluster, setup.gpu, lay, gpus=gpus, allow_cross_node_tp=allow_cross_node_tp,
+                 batch_origin=setup.batch_origin)
     return result_record(setup.model, setup.cluster, setup.gpu, _evaluate(setup.model, setup.cluster, lay, gpu=setup.gpu))
 
 

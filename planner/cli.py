@@ -5,43 +5,75 @@ Heavy imports (optuna, ortools) happen inside commands so ``planner --help`` sta
 
 from __future__ import annotations
 
+import contextlib
 import json
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from hardware_catalog.errors import PlannerInputError
+from planner.cli_errors import EXIT_NOTHING_FITS, PlannerGroup, command_line, say
 from planner.cli_options import layout_options
 from planner.launch.options import FromLaunchOpt, LaunchFormatOpt
+from planner.outputs import check_output_dir, check_output_file
 from planner.plots import check_plot_path
 
 app = typer.Typer(
     name="planner",
-    help="Find and explain parallel layouts (DP/TP/PP/CP/EP, ZeRO, recompute) for LLM training.",
+    help="Find and explain parallel layouts (DP/TP/PP/CP/EP, ZeRO, recompute) for LLM training.\n\n"
+         "Exit status: 0 done, 2 bad input (one line on stderr), 3 nothing fits, 1 internal error "
+         "(--debug anywhere on the line prints its traceback). Existing files are replaced only with --force.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=PlannerGroup,
 )
 
 # Options shared by evaluate and export; the layout options come from their declarations
 # (costmodel.options) through planner.cli_options.layout_options.
-ModelOpt = typer.Option(None, "--model", help="Model preset (e.g. 405b, llama3-70b, mixtral-8x7b) or a model / HF config.json file. Required unless --from-launch names one.")
-GpusOpt = typer.Option(None, "--gpus", help="Total GPUs in the job. Required unless --from-launch states it.")
+ModelOpt = typer.Option(None, "--model", help="Model preset (e.g. 405b, llama3-70b, mixtral-8x7b) or a model / HF config.json file. Required unless --from or --from-launch.")
+GpusOpt = typer.Option(None, "--gpus", help="Total GPUs in the job. Required unless --from or --from-launch states it.")
 GpuOpt = typer.Option(None, "--gpu", help="GPU type (h100, a100, b200, ...); picks its default cluster.")
 ClusterOpt = typer.Option(None, "--cluster", help="Cluster preset name or a TOML/YAML/JSON cluster file (overrides --gpu's default).")
 TokensOpt = typer.Option(None, "--tokens-per-batch", help="Global batch in tokens (instead of --gbs).")
 CrossNodeTpOpt = typer.Option(False, "--allow-cross-node-tp", help="Allow TP groups larger than the scale-up domain.")
+FromOpt = typer.Option(None, "--from", help="A layout planner wrote: 'planner evaluate --json', or 'planner search --json' / '--csv' with --rank. Flags given with it replace the record's values (a note says so).")
+RankOpt = typer.Option(None, "--rank", help="With --from a search result: the rank of the layout to take (1 = the best).")
+ForceOpt = typer.Option(False, "--force", help="Overwrite existing files.")
+_JOB_FLAGS = ("model", "gpus", "gpu", "cluster", "tokens_per_batch")
 
 
-def _fail(message: str, code: int = 2) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
+def _given(ctx: typer.Context, names) -> dict:
+    """The flags of ``names`` the user typed (not left at their defaults), with their values."""
+    out = {}
+    for name in names:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT", "PROMPT"):
+            out[name] = ctx.params[name]
+    return out
 
 
-def _command_line() -> str:
-    return "planner " + " ".join(sys.argv[1:])
+def _job(ctx: typer.Context, from_file, rank, typed: dict) -> tuple[dict, Optional[dict], bool]:
+    """(the job to evaluate, the record read from --from FILE, whether the job must be priced
+    again): the flags as typed, or the record with the flags given next to it put over it (a
+    note for each)."""
+    if from_file is None:
+        if rank is not None:
+            raise PlannerInputError("--rank picks a layout of a search result: give it with --from FILE")
+        if not typed["model"] or typed["gpus"] is None:
+            raise PlannerInputError("give --model and --gpus (with the layout flags), or --from FILE")
+        return typed, None, True
+    from planner.records import load_record, merge
+
+    record, from_csv = load_record(from_file, rank)
+    values, notes = merge(record, _given(ctx, _JOB_FLAGS + tuple(typed["layout"])), from_file)
+    for note in notes:
+        say(note)
+    layout = {**{k: None for k in typed["layout"]}, **values["layout"]}
+    job = dict(model=values["model"], gpus=values["gpus"], gpu=values.get("gpu"), cluster=values.get("cluster"),
+               tokens_per_batch=values.get("tokens_per_batch"), allow_cross_node_tp=True, layout=layout)
+    return job, record, bool(notes) or from_csv
 
 
 def _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout: dict):
@@ -53,11 +85,12 @@ def _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_no
 
     setup = resolve_setup(model, gpu, cluster, layout.get("seq_len"), layout.get("gbs"), tokens_per_batch)
     lay = build_layout(setup, gpus, **layout)
-    check_layout(setup.model, setup.cluster, setup.gpu, lay, gpus=gpus, allow_cross_node_tp=allow_cross_node_tp)
+    check_layout(setup.model, setup.cluster, setup.gpu, lay, gpus=gpus, allow_cross_node_tp=allow_cross_node_tp,
+                 batch_origin=setup.batch_origin)
     result = evaluate(setup.model, setup.cluster, lay, gpu=setup.gpu)
     record = result_record(setup.model, setup.cluster, setup.gpu, result, 0)
     record["planner_version"] = _version()
-    record["command"] = _command_line()
+    record["command"] = command_line()
     return setup, record
 
 
@@ -84,37 +117,43 @@ def _cluster_line(setup) -> str:
 @app.command()
 @layout_options("evaluate")
 def evaluate(
+    ctx: typer.Context,
     model: Optional[str] = ModelOpt,
     gpus: Optional[int] = GpusOpt,
     gpu: Optional[str] = GpuOpt,
     cluster: Optional[str] = ClusterOpt,
     tokens_per_batch: Optional[int] = TokensOpt,
     allow_cross_node_tp: bool = CrossNodeTpOpt,
+    from_file: Optional[Path] = FromOpt,
+    rank: Optional[int] = RankOpt,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw the pipeline schedule and the time and memory breakdowns to FILE (.png, .svg or .html)."),
     from_launch: Optional[Path] = FromLaunchOpt,
     launch_format: Optional[str] = LaunchFormatOpt,
+    force: bool = ForceOpt,
     layout: dict = None,
 ):
-    """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not."""
+    """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not (exit 3 if not)."""
     if from_launch is not None:
         from planner.launch.cli import evaluate_from_launch
 
         return evaluate_from_launch(dict(locals()))
-    if model is None or gpus is None:
-        raise PlannerInputError("give --model and --gpus with the layout flags, or --from-launch FILE")
-    plot = check_plot_path(plot)
-    setup, record = _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout)
+    plot = check_output_file(check_plot_path(plot), "--plot", force)
+    job, _, _ = _job(ctx, from_file, rank, dict(model=model, gpus=gpus, gpu=gpu, cluster=cluster, tokens_per_batch=tokens_per_batch,
+                                             allow_cross_node_tp=allow_cross_node_tp, layout=layout))
+    setup, record = _evaluate_record(**job)
+    if plot is not None:  # files first: a reader that stops early (| head) still gets them
+        from planner.plots import plot_evaluation
+
+        say(f"wrote {plot_evaluation(record, setup, plot)}")
     if as_json:
         typer.echo(json.dumps(record, indent=2))
     else:
         from planner.report import format_evaluation
 
         typer.echo(format_evaluation(record, _cluster_line(setup)))
-    if plot is not None:
-        from planner.plots import plot_evaluation
-
-        typer.echo(f"wrote {plot_evaluation(record, setup, plot)}", err=True)
+    if not record["fits"]:
+        raise typer.Exit(EXIT_NOTHING_FITS)
 
 
 @app.command()
@@ -186,9 +225,11 @@ def catalog(
 @app.command()
 @layout_options("export")
 def export(
+    ctx: typer.Context,
     out: Path = typer.Option(..., "--out", help="Directory to write the launch files into."),
     fmt: str = typer.Option("all", "--format", help="torchrun | megatron | deepspeed | torchtitan | slurm | all"),
-    from_file: Optional[Path] = typer.Option(None, "--from", help="A JSON result of 'planner evaluate --json' or one entry of 'planner search --json'."),
+    from_file: Optional[Path] = FromOpt,
+    rank: Optional[int] = RankOpt,
     model: Optional[str] = typer.Option(None, "--model", help="Model preset or file (with the layout flags, like evaluate)."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="Total GPUs."),
     gpu: Optional[str] = GpuOpt,
@@ -196,7 +237,7 @@ def export(
     tokens_per_batch: Optional[int] = TokensOpt,
     allow_cross_node_tp: bool = CrossNodeTpOpt,
     entrypoint: str = typer.Option("pretrain_gpt.py", "--entrypoint", help="Training script torchrun runs."),
-    force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
+    force: bool = ForceOpt,
     torchtitan_version: Optional[str] = typer.Option(
         None, "--torchtitan-version",
         help="torchtitan release the torchtitan files target: 0.1, 0.2 or 0.3 (or an exact one, e.g. 0.2.1). "
@@ -207,9 +248,9 @@ def export(
     layout: dict = None,
 ):
     """Write launch configs (torchrun, Megatron-LM args, DeepSpeed JSON, torchtitan, SLURM) for a layout."""
-    from hardware_catalog import get_cluster, get_model
     from planner.export import export_layout
 
+    check_output_dir(out, "--out", force=True)  # writable; existing files are checked once rendered
     options = {}
     if torchtitan_version is not None:
         from planner.export.torchtitan import VERSION_OPTION, release_for
@@ -219,29 +260,21 @@ def export(
         from planner.launch.cli import export_from_launch
 
         return export_from_launch(dict(locals()), options)
-
-    if from_file is not None:
-        try:
-            record = json.loads(Path(from_file).read_text())
-        except FileNotFoundError:
-            raise PlannerInputError(f"--from {from_file}: no such file")
-        except json.JSONDecodeError as err:
-            raise PlannerInputError(f"--from {from_file}: not valid JSON ({err.msg} at line {err.lineno})")
-        if isinstance(record, dict) and "results" in record:
-            if not record["results"]:
-                raise PlannerInputError(f"--from {from_file}: the search result holds no layouts")
-            record = record["results"][0]
-        if not isinstance(record, dict) or "layout" not in record or "model" not in record:
-            raise PlannerInputError(f"--from {from_file}: expected an object with 'model' and 'layout' (planner evaluate --json)")
-        model_spec = get_model(model or record["model"])
-        cluster_spec = get_cluster(cluster or record["cluster"])
-    else:
-        if not model or not gpus:
-            raise PlannerInputError("give --from FILE, or --model and --gpus with the layout flags")
-        setup, record = _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout)
+    job, record, price_again = _job(ctx, from_file, rank, dict(
+        model=model, gpus=gpus, gpu=gpu, cluster=cluster, tokens_per_batch=tokens_per_batch,
+        allow_cross_node_tp=allow_cross_node_tp, layout=layout))
+    if price_again:
+        setup, record = _evaluate_record(**job)
         model_spec, cluster_spec = setup.model, setup.cluster
+    else:  # the record as it is: its prediction is what the files' header states
+        from planner.common import resolve_hardware
+        from hardware_catalog import get_model
+
+        model_spec = get_model(job["model"])
+        record = {"planner_version": _version(), **record}  # a search record names no version: this one writes
+        cluster_spec = resolve_hardware(job["gpu"], job["cluster"])[1]
     report = export_layout(
-        record, model_spec, cluster_spec, fmt, Path(out), force=force, entrypoint=entrypoint, command=_command_line(),
+        record, model_spec, cluster_spec, fmt, Path(out), force=force, entrypoint=entrypoint, command=command_line(),
         options=options,
     )
     for path in report.written:
@@ -258,8 +291,30 @@ def validate(
     cross_validate: bool = typer.Option(False, "--cross-validate", help="Leave one source out: fit the constants on every other source, predict the one left out (about a minute)."),
     bootstrap: int = typer.Option(0, "--bootstrap", help="With --cross-validate: refit on N resamples of the sources and print each constant's 5-95% interval (several minutes)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw predicted vs measured tokens/s/GPU per run to FILE (.png, .svg or .html)."),
+    force: bool = ForceOpt,
 ):
     """Compare predictions with real published training runs (throughput and peak memory)."""
+    check_output_file(check_plot_path(plot), "--plot", force)
+    with _reading_runs(runs):
+        _validate(runs, as_json, confidence, cross_validate, bootstrap, plot)
+
+
+@contextlib.contextmanager
+def _reading_runs(runs: Optional[Path]):
+    """A runs file the user gave that planner cannot read is bad input, whatever fails on it."""
+    try:
+        yield
+    except (PlannerInputError, OSError):
+        raise
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as err:
+        if runs is None:
+            raise  # the reference set shipped with planner: a bug, not the user's input
+        detail = " ".join(str(err).split())[:160]
+        raise PlannerInputError(f"--runs {runs}: not a runs file planner can read ({type(err).__name__}: {detail}); "
+                                "see planner/data/published_runs.json for the format") from None
+
+
+def _validate(runs, as_json, confidence, cross_validate, bootstrap, plot) -> None:
     if cross_validate:
         if plot is not None:
             raise PlannerInputError("--plot draws the validate table's rows; give it without --cross-validate")
@@ -307,10 +362,12 @@ def comm(
     algorithm: str = typer.Option("auto", "--algorithm", help="auto (the fastest) | ring | tree | hierarchical | direct | torus2d | mesh2d."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="With --sweep: write a log-log plot of time vs size (.png, .svg or .html)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    force: bool = ForceOpt,
 ):
     """Time of one collective or P2P on a topology you describe (see --help)."""
     from planner.comm import CommArgs, run_comm
 
+    check_output_file(plot, "--plot", force)
     typer.echo(run_comm(CommArgs(
         op=op, size=size, sweep=sweep, topology=topology, gpus=gpus, dims=dims, bandwidth=bandwidth,
         latency=latency, cluster=cluster, gpus_per_node=gpus_per_node, network_bandwidth=network_bandwidth,
@@ -334,14 +391,9 @@ _register_optional_commands()
 
 
 def main() -> None:
-    """Console entry point: bad input -> one line on stderr, exit 2, never a traceback."""
-    try:
-        app()
-    except PlannerInputError as err:
-        typer.echo(f"error: {err}", err=True)
-        sys.exit(2)
-    except BrokenPipeError:  # e.g. `planner search ... | head`
-        sys.exit(0)
+    """Console entry point. Every failure ends in ``PlannerGroup`` (planner.cli_errors): one line
+    on stderr and the exit status of its kind, never a traceback."""
+    app()
 
 
 if __name__ == "__main__":

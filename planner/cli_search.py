@@ -13,6 +13,7 @@ from typing import Optional
 
 import typer
 
+from planner.cli_errors import EXIT_NOTHING_FITS
 from planner.cli_options import layout_options
 from planner.launch.options import FromLaunchOpt, KeepOpt, LaunchFormatOpt
 
@@ -54,7 +55,7 @@ def _row(rec: dict, multi_hw: bool, extra_cols: list[str], splits: bool = False)
         f"{rec['tokens_per_s_per_gpu']:,.0f}",
         f"{rec['mfu'] * 100:.1f}%",
         f"{mem['peak']:.1f}/{mem['capacity']:.0f} GiB",
-        f"{mem['capacity'] - mem['peak']:.1f} GiB",
+        f"{rec.get('headroom_gib', mem['capacity'] - mem['peak']):.1f} GiB",  # the JSON's headroom_gib
         rec.get("largest_term", ""),
     ]
     for c in extra_cols:
@@ -98,6 +99,9 @@ def format_summary(stats: dict) -> str:
     how = stats.get("engine", "")
     if method == "optuna":
         how = f"{stats.get('sampler')}, {stats.get('trials')} trials, seed {stats.get('seed')}"
+        if stats.get("trials_requested"):
+            how = (f"{stats.get('sampler')}, {stats['trials_requested']:,} trials asked for: capped at the "
+                   f"{stats['space_cores']:,} degree cores of the space, each priced once")
         if stats.get("storage"):
             how += f"; study {stats['study_name']!r} in {stats['storage']}: {stats['study_trials']} trials in all"
     auto = " (auto)" if stats.get("method_requested") == "auto" else ""
@@ -143,7 +147,7 @@ def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
             + ["step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "fits", "largest_term"]
             + [f"mem_{k}_gib" for k in list(MEMORY_TERMS) + ["peak", "capacity"]]
             + [f"time_{k}_s" for k in TIME_TERMS]
-            + ["cost_per_step_usd", "run_time_s", "run_cost_usd"])
+            + ["cost_per_step_usd", "run_time_s", "run_cost_usd", "memory_limit_gib", "headroom_gib"])
     rows = []
     for r in records:
         lay = r["layout"]
@@ -152,7 +156,8 @@ def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
         row += [r["step_time_s"], r["tokens_per_s"], r["tokens_per_s_per_gpu"], r["mfu"], r["hfu"], r["fits"], r["largest_term"]]
         row += [r["memory_gib"].get(k) for k in list(MEMORY_TERMS) + ["peak", "capacity"]]
         row += [r["breakdown"].get(k) for k in TIME_TERMS]
-        row += [r.get("cost_per_step_usd"), r.get("run_time_s"), r.get("run_cost_usd")]
+        row += [r.get("cost_per_step_usd"), r.get("run_time_s"), r.get("run_cost_usd"), r.get("memory_limit_gib"),
+                r.get("headroom_gib")]
         rows.append(row)
     return head, rows
 
@@ -162,14 +167,20 @@ def _csv_value(value):
     return "+".join(value) if isinstance(value, (list, tuple)) else value
 
 
-def write_csv(path: Path, records: list[dict]) -> None:
+def write_csv(path: Path, records: list[dict], flag: str = "--csv") -> None:
+    """The records as CSV (one row each, every layout option in its ``Layout`` unit), written
+    atomically."""
     import csv
+    import io
+
+    from planner.outputs import write_text_atomically
 
     head, rows = _csv_rows(records)
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(head)
-        w.writerows(rows)
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(head)
+    w.writerows(rows)
+    write_text_atomically(path, buf.getvalue(), flag)
 
 
 def register(app: typer.Typer) -> None:
@@ -197,16 +208,17 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print {\"results\": [...], \"stats\": {...}}."),
         csv_file: Optional[Path] = typer.Option(None, "--csv", help="Also write the results to this CSV file."),
         export_dir: Optional[Path] = typer.Option(None, "--export", help="Write launch files for the best layout into this directory."),
-        progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar on stderr for searches over 1 s. Default: when stderr is a terminal."),
+        progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress on stderr for searches over 1 s. Default: a bar on a terminal, else a line every 10 s."),
         plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw step time vs memory (vs cost with --price-per-gpu-hour) of the layouts, the Pareto front, and for several GPU counts the scaling curves, to FILE (.png, .svg or .html). An exhaustive search is asked again for more points, for the plot only."),
         storage: Optional[str] = typer.Option(None, "--storage", help="Optuna: share the study with other processes/machines: journal:///PATH.log | PATH.log | sqlite:///PATH.db | PATH.db | postgresql://USER:PASS@HOST:PORT/DB (pip install psycopg2-binary). --trials is then the study's total."),
         study_name: Optional[str] = typer.Option(None, "--study-name", help="Study in --storage (default planner-search); every process of one search gives the same."),
         from_launch: Optional[Path] = FromLaunchOpt,
         launch_format: Optional[str] = LaunchFormatOpt,
         keep: Optional[str] = KeepOpt,
+        force: bool = typer.Option(False, "--force", help="Overwrite existing files (--csv, --export, --plot)."),
         layout: dict = None,
     ):
-        """Find the fastest parallel layouts that fit in memory."""
+        """Find the fastest parallel layouts that fit in memory (exit 3 if none fits)."""
         from hardware_catalog.errors import PlannerInputError
 
         if from_launch is not None:
@@ -218,70 +230,97 @@ def register(app: typer.Typer) -> None:
                                     else "give --model and --gpus, or --from-launch FILE")
 
         from costmodel.options import IMPLEMENTATION_OPTIONS, OPTIONS_BY_NAME, SEARCHED
-        from planner.plots import RecordedCall, check_plot_path
+        from planner.plots import RecordedCall
 
-        plot = check_plot_path(plot)
-
+        outputs = _check_outputs(csv_file, export_dir, plot, force)
         pins = {k: v for k, v in layout.items() if OPTIONS_BY_NAME[k].search == SEARCHED}
         implementation = {k: layout[k] for k in IMPLEMENTATION_OPTIONS}
-        if progress is None:
-            progress = sys.stderr.isatty()
-        try:
-            from search.api import search
+        from search.api import search
 
-            search = RecordedCall(search) if plot is not None else search  # the plot asks it again
-            result = search(
-                model, gpus, gpu, cluster, gbs=layout["gbs"], tokens_per_batch=tokens_per_batch, seq_len=layout["seq_len"],
-                pins=pins, top=top, method=method, trials=trials, seed=seed, sampler=sampler,
-                memory_headroom=memory_headroom, allow_cross_node_tp=allow_cross_node_tp, pareto=pareto,
-                price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
-                stage_splits=stage_splits, progress=progress,
-                implementation=implementation, recompute_modules=layout["recompute_modules"],
-                storage=storage, study_name=study_name,
-            )
-            if csv_file is not None:
-                try:
-                    write_csv(csv_file, result.results or result.closest)
-                except OSError as err:
-                    raise PlannerInputError(f"--csv {csv_file}: cannot write ({err.strerror})") from None
-            exported = []
-            if export_dir is not None and result.results:
-                from planner.export import export_layout
-
-                m, c, _ = result.specs[0]
-                report = export_layout(result.results[0], m, c, "all", Path(export_dir))
-                exported = [f"wrote {p}" for p in getattr(report, "written", [])]
-                exported += [f"skipped {n}: {why}" for n, why in (getattr(report, "skipped", None) or {}).items()]
-        except PlannerInputError as err:
-            typer.echo(f"error: {err}", err=True)
-            raise typer.Exit(2)
-        if as_json:
-            typer.echo(json.dumps(result.to_dict(), indent=2, default=_json_default))
-        else:
-            stats = result.stats
-            if result.results:
-                multi = len(stats.get("gpu_types", [])) > 1 or len(stats.get("gpu_counts", [])) > 1
-                title = f"{stats['model']}, gbs {stats['gbs']} x seq {stats['seq_len']}"
-                if pareto:
-                    a, b = stats["objectives"]
-                    title += f" -- Pareto front, {a} vs {b} ({stats['pareto_front_size']} points)"
-                else:
-                    title += f" -- top {len(result.results)} layouts by step time"
-                typer.echo(title)
-                splits = bool(stats.get("stage_splits") or layout["pp_first_layers"] or layout["pp_last_layers"])
-                typer.echo(format_table(result.results, multi, splits))
-            else:
-                typer.echo(format_nothing_fits(result))
-            typer.echo("")
-            typer.echo(format_summary(stats))
-        for line in exported:
+        search = RecordedCall(search) if plot is not None else search  # the plot asks it again
+        result = search(
+            model, gpus, gpu, cluster, gbs=layout["gbs"], tokens_per_batch=tokens_per_batch, seq_len=layout["seq_len"],
+            pins=pins, top=top, method=method, trials=trials, seed=seed, sampler=sampler,
+            memory_headroom=memory_headroom, allow_cross_node_tp=allow_cross_node_tp, pareto=pareto,
+            price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
+            stage_splits=stage_splits, progress=_progress_mode(progress),
+            implementation=implementation, recompute_modules=layout["recompute_modules"],
+            storage=storage, study_name=study_name,
+        )
+        written = _write_outputs(result, search, outputs, force)  # before printing: `| head` still gets them
+        _print_result(result, as_json, pareto, bool(layout["pp_first_layers"] or layout["pp_last_layers"]))
+        for line in written:
             typer.echo(line, err=as_json)
-        if csv_file is not None:
-            typer.echo(f"wrote {csv_file}", err=as_json)
-        if plot is not None:
-            from planner.plots import plot_search
+        if not result.results:
+            raise typer.Exit(EXIT_NOTHING_FITS)
 
-            typer.echo(f"wrote {plot_search(result, plot, search)}", err=True)
+
+def _progress_mode(progress: Optional[bool]):
+    """--progress: a bar; --no-progress: nothing; default: a bar on a terminal, else a plain line
+    every few seconds for a long search (``search.exhaustive.Progress``)."""
+    if progress is None:
+        return True if sys.stderr is not None and sys.stderr.isatty() else "lines"
+    return progress
+
+
+def _check_outputs(csv_file, export_dir, plot, force: bool) -> dict:
+    """Every file the search will write, checked before it runs (``planner.outputs``)."""
+    from planner.outputs import check_output_dir, check_output_file
+    from planner.plots import check_plot_path
+
+    names = []
+    if export_dir is not None:
+        from planner.export import FILES
+
+        names = [name for files in FILES.values() for name in files]
+    return {"csv": check_output_file(csv_file, "--csv", force),
+            "export": check_output_dir(export_dir, "--export", force, names),
+            "plot": check_output_file(check_plot_path(plot), "--plot", force)}
+
+
+def _write_outputs(result, search, outputs: dict, force: bool) -> list[str]:
+    """Write the CSV, the best layout's launch files and the plot; the lines that say so."""
+    lines = []
+    if outputs["csv"] is not None:
+        write_csv(outputs["csv"], result.results or result.closest)
+    if outputs["export"] is not None and result.results:
+        from planner.cli_errors import command_line
+        from planner.export import export_layout
+
+        m, c, _ = result.specs[0]
+        report = export_layout(result.results[0], m, c, "all", Path(outputs["export"]), force=force,
+                               command=command_line())
+        lines += [f"wrote {p}" for p in report.written]
+        lines += [f"skipped {n}: {why}" for n, why in report.skipped.items()]
+    if outputs["csv"] is not None:
+        lines.append(f"wrote {outputs['csv']}")
+    if outputs["plot"] is not None:
+        from planner.cli_errors import say
+        from planner.plots import plot_search
+
+        say(f"wrote {plot_search(result, outputs['plot'], search)}")
+    return lines
+
+
+def _print_result(result, as_json: bool, pareto: bool, pinned_splits: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2, default=_json_default))
+        return
+    stats = result.stats
+    if result.results:
+        multi = len(stats.get("gpu_types", [])) > 1 or len(stats.get("gpu_counts", [])) > 1
+        title = f"{stats['model']}, gbs {stats['gbs']} x seq {stats['seq_len']}"
+        if pareto:
+            a, b = stats["objectives"]
+            title += f" -- Pareto front, {a} vs {b} ({stats['pareto_front_size']} points)"
+        else:
+            title += f" -- top {len(result.results)} layouts by step time"
+        typer.echo(title)
+        typer.echo(format_table(result.results, multi, bool(stats.get("stage_splits") or pinned_splits)))
+    else:
+        typer.echo(format_nothing_fits(result))
+    typer.echo("")
+    typer.echo(format_summary(stats))
 
 
 def _json_default(o):

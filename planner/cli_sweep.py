@@ -54,17 +54,16 @@ def register(app: typer.Typer) -> None:
         csv_file: Optional[Path] = typer.Option(None, "--csv", help="Also write one row per scenario to this CSV file."),
         plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: tokens/s/GPU and cost (or time to train) vs GPU count."),
         progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar on stderr. Default: when stderr is a terminal."),
+        force: bool = typer.Option(False, "--force", help="Overwrite existing files (--csv, --plot)."),
     ):
-        from hardware_catalog.errors import PlannerInputError
+        from planner.outputs import check_output_file
 
-        try:
-            result = _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, train_tokens, price, memory_headroom,
-                          allow_cross_node_tp, storage, study_name, wait, report_only, reclaim_running,
-                          sys.stderr.isatty() if progress is None else progress)
-            _write_files(result, csv_file, plot)
-        except PlannerInputError as err:
-            typer.echo(f"error: {err}", err=True)
-            raise typer.Exit(2)
+        check_output_file(csv_file, "--csv", force)
+        check_output_file(plot, "--plot", force)
+        result = _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, train_tokens, price, memory_headroom,
+                      allow_cross_node_tp, storage, study_name, wait, report_only, reclaim_running,
+                      sys.stderr.isatty() if progress is None else progress)
+        _write_files(result, csv_file, plot)  # before printing: `| head` still gets them
         _print(result, as_json, csv_file, plot)
 
 

@@ -45,6 +45,7 @@ from costmodel.collectives import (
     p2p_time,
     square_grid,
 )
+from costmodel.options import GPUS
 from costmodel.placement import group_span
 from hardware_catalog.errors import PlannerInputError
 
@@ -76,7 +77,14 @@ def _split(text: Optional[str], what: str, allowed: str, bare_ok: bool = False) 
         raise PlannerInputError(f"{what} {text!r}: expected a number and a unit ({allowed})")
     if not m.group(2) and not bare_ok:
         raise PlannerInputError(f"{what} {text!r}: give a unit ({allowed})")
-    return float(m.group(1)), m.group(2)
+    return _finite(float(m.group(1)), what, text), m.group(2)
+
+
+def _finite(value: float, what: str, text) -> float:
+    """``value`` if it is a finite number, else one line saying the quantity is out of range."""
+    if not math.isfinite(value) or value > 1e30:
+        raise PlannerInputError(f"{what} {text!r}: too large (at most 1e30 of its unit)")
+    return value
 
 
 def _byte_scale(unit: str) -> Optional[float]:
@@ -99,8 +107,8 @@ def parse_size(text: Optional[str], what: str = "--size") -> float:
     if scale is None:
         bits = " (sizes are bytes: B, not b)" if _bit_scale(unit) else ""
         raise PlannerInputError(f"{what} {text!r}: unknown unit '{unit}'{bits}; allowed {SIZE_UNITS}")
-    if not value * scale > 0:
-        raise PlannerInputError(f"{what} {text!r}: a message must be larger than 0 bytes")
+    if not value * scale >= 1:
+        raise PlannerInputError(f"{what} {text!r}: a message is at least 1 byte")
     return value * scale
 
 
@@ -111,8 +119,8 @@ def parse_bandwidth(text: Optional[str], what: str = "--bandwidth") -> float:
     scale = None if per is None else (_byte_scale(per) or _bit_scale(per))
     if scale is None:
         raise PlannerInputError(f"{what} {text!r}: unknown unit '{unit}'; allowed {BANDWIDTH_UNITS}")
-    if not value > 0:
-        raise PlannerInputError(f"{what} {text!r}: bandwidth must be larger than 0")
+    if not value * scale >= 1:
+        raise PlannerInputError(f"{what} {text!r}: bandwidth must be at least 1 B/s")
     return value * scale
 
 
@@ -121,6 +129,8 @@ def parse_latency(text: Optional[str], what: str = "--latency") -> float:
     value, unit = _split(text, what, LATENCY_UNITS)
     if unit.lower() not in _LATENCY:
         raise PlannerInputError(f"{what} {text!r}: unknown unit '{unit}'; allowed {LATENCY_UNITS}")
+    if value / _LATENCY[unit.lower()] > 1.0:
+        raise PlannerInputError(f"{what} {text!r}: a latency per algorithm step is at most 1 s")
     return value / _LATENCY[unit.lower()]
 
 
@@ -284,11 +294,12 @@ def _group_size(gpus: Optional[int], dims: Optional[tuple[int, int]], per_cell: 
     if dims is None:
         if gpus is None:
             raise PlannerInputError("--gpus N is required (or --dims XxY for a mesh2d / torus2d)")
-        n = gpus
+        n = GPUS.parse(gpus)
     else:
         n = dims[0] * dims[1] * per_cell
         if gpus is not None and gpus != n:
             raise PlannerInputError(f"--gpus {gpus} does not match --dims {dims[0]}x{dims[1]} ({n} GPUs)")
+        GPUS.parse(n, where=f"--dims {dims[0]}x{dims[1]} ({per_cell} GPUs each): GPUs")
     if n < 2:
         raise PlannerInputError(f"--gpus {n}: a collective or P2P needs at least 2 GPUs")
     return n
@@ -327,9 +338,7 @@ def _levels(fabric: Fabric, n_local: int, n_nodes: int) -> tuple[Level, ...]:
 
 def _hierarchical(args: CommArgs) -> Setup:
     why = "--topology hierarchical is GPUs in nodes (a switch inside) joined by a network"
-    per_node = _require(args, "gpus_per_node", why)
-    if per_node < 1:
-        raise PlannerInputError(f"--gpus-per-node {per_node}: must be at least 1")
+    per_node = GPUS.parse(_require(args, "gpus_per_node", why), where="--gpus-per-node")
     net = (args.network_topology or "switch").lower()
     if net not in NETWORK_TOPOLOGIES:
         raise PlannerInputError(f"--network-topology {net}: allowed {', '.join(NETWORK_TOPOLOGIES)}")
@@ -674,6 +683,8 @@ def _per_level(rec: dict, values: dict, unit: Callable[[float, dict], str], join
 def _moved(rec: dict) -> str:
     """The bytes line: per level, the bytes the transfer time charges at that level's B."""
     if rec["op"] == P2P:  # one message of S bytes over one link: its rate is S / transfer
+        if not rec["transfer_s"] > 0:  # lost in the rounding of a latency many orders larger
+            return f"{fmt_bytes(rec['size_bytes'])} over one link (its transfer time vanishes next to the latency)"
         return f"{fmt_bytes(rec['size_bytes'])} over one link at {rec['size_bytes'] / rec['transfer_s'] / 1e9:.4g} GB/s"
     # ", ": levels may move their bytes one after the other (hierarchical) or at once (rings).
     moved = _per_level(rec, rec["bytes_per_gpu"], lambda b, lvl: f"{fmt_bytes(b)} at {lvl['bandwidth_gbps']:.4g} GB/s", ", ")

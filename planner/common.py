@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from costmodel.options import Layout
+from costmodel.options import GPUS, Layout, resolve_batch
 from hardware_catalog import (
     ClusterSpec,
     GPUSpec,
@@ -29,6 +29,8 @@ class Setup:
     """Global batch, sequences."""
     seq_len: int
     """Tokens per sequence."""
+    batch_origin: str = ""
+    """Where gbs came from when the user did not give --gbs (``costmodel.options.Batch``)."""
 
 
 def resolve_hardware(gpu: Optional[str], cluster: Optional[str]) -> tuple[GPUSpec, ClusterSpec]:
@@ -50,36 +52,13 @@ def resolve_hardware(gpu: Optional[str], cluster: Optional[str]) -> tuple[GPUSpe
     return gpu_spec, default_cluster_for_gpu(gpu_spec.name)
 
 
-def positive(name: str, value: Optional[int]) -> None:
-    if value is not None and value <= 0:
-        raise PlannerInputError(f"{name}={value}: must be a positive integer")
-
-
-def resolve_batch(
-    model: ModelSpec, seq_len: Optional[int], gbs: Optional[int], tokens_per_batch: Optional[int]
-) -> tuple[int, int]:
-    """(gbs sequences, seq_len) from --gbs / --tokens-per-batch / the model preset's defaults."""
-    positive("--seq-len", seq_len)
-    positive("--gbs", gbs)
-    positive("--tokens-per-batch", tokens_per_batch)
-    seq = seq_len or model.default_seq_len
-    if gbs and tokens_per_batch:
-        raise PlannerInputError("give --gbs or --tokens-per-batch, not both")
-    if gbs:
-        return gbs, seq
-    tokens = tokens_per_batch or model.default_tokens_per_batch
-    if tokens < seq:
-        raise PlannerInputError(f"--tokens-per-batch={tokens} is smaller than one sequence (--seq-len={seq})")
-    return max(tokens // seq, 1), seq
-
-
 def resolve_setup(
     model: str, gpu: Optional[str], cluster: Optional[str], seq_len=None, gbs=None, tokens_per_batch=None
 ) -> Setup:
     model_spec = get_model(model)
     gpu_spec, cluster_spec = resolve_hardware(gpu, cluster)
-    g, s = resolve_batch(model_spec, seq_len, gbs, tokens_per_batch)
-    return Setup(model_spec, gpu_spec, cluster_spec, g, s)
+    batch = resolve_batch(model_spec, seq_len, gbs, tokens_per_batch)
+    return Setup(model_spec, gpu_spec, cluster_spec, batch.gbs, batch.seq_len, batch.origin)
 
 
 def build_layout(setup: Setup, gpus: int, **values) -> Layout:
@@ -87,7 +66,7 @@ def build_layout(setup: Setup, gpus: int, **values) -> Layout:
     default), with the setup's batch and dp = gpus / (tp·pp·cp). Each value is checked by its
     option (one line naming the flag); the rules (``search.rules.check_layout``) judge the
     layout as a whole."""
-    positive("--gpus", gpus)
+    gpus = GPUS.parse(gpus)
     values = {k: v for k, v in values.items() if k not in ("gbs", "seq_len", "dp")}
     layout = Layout.from_values(values)
     model_parallel = layout.tp * layout.pp * layout.cp

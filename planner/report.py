@@ -51,9 +51,9 @@ def recompute_label(lay: dict) -> str:
     modules = lay.get("recompute_modules")
     if lay["recompute"] == "selective" and modules:
         return "selective(" + "+".join(modules) + ")"
-    if lay["recompute"] != "full" or rl == 0:
+    if lay["recompute"] != "full" or rl <= 0:
         return lay["recompute"]
-    return f"full {-rl}/4" if rl < 0 else f"full {rl}L"
+    return f"full {rl}L/stage"  # recompute_layers: layers per pipeline stage (costmodel.options)
 
 
 def layout_summary(lay: dict) -> str:

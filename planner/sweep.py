@@ -47,6 +47,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Optional
 
+from costmodel.options import Bound
 from hardware_catalog.errors import PlannerInputError
 
 SPEC_ATTR = "planner_sweep"
@@ -63,14 +64,17 @@ MAX_SCENARIOS = 100_000
 DEFAULT_WAIT_S = 60.0
 """How long a worker with nothing left to do waits for scenarios running in other workers,
 counted from the last scenario completed anywhere."""
+WAIT = Bound("--wait", integer=False, minimum=0, maximum=7 * 86400)
+"""Seconds a worker may wait (a week at most)."""
 POLL_S = 0.2
 
 
 # ------------------------------------------------------------------------------------------ spec
 
 
-def parse_int_list(flag: str, text: Optional[str]) -> list:
-    """``"4096,8192"`` -> [4096, 8192] (sorted, unique; 4e6 style allowed when integral); None -> [None]."""
+def parse_int_list(flag: str, text: Optional[str], bound=None) -> list:
+    """``"4096,8192"`` -> [4096, 8192] (sorted, unique; 4e6 style allowed when integral), each
+    within ``bound`` (a ``costmodel.options`` Option or Bound); None -> [None]."""
     if text is None:
         return [None]
     out = []
@@ -82,7 +86,7 @@ def parse_int_list(flag: str, text: Optional[str]) -> list:
         except (ValueError, OverflowError):
             raise PlannerInputError(f"{flag} {text!r} is not understood (allowed: a positive integer or a "
                                     f"comma list like 4096,8192)") from None
-        out.append(int(v))
+        out.append(bound.parse(int(v), where=flag) if bound is not None else int(v))
     return sorted(set(out))
 
 
@@ -154,18 +158,19 @@ def build_spec(model: str, gpus: str, gpu: str, seq_len: Optional[str] = None, g
                tokens_per_batch: Optional[str] = None, memory_headroom: float = 0.05,
                allow_cross_node_tp: bool = False) -> SweepSpec:
     """A SweepSpec from the option strings; PlannerInputError (one line) on bad input."""
-    from search.api import parse_gpu_counts
+    from costmodel.options import OPTIONS_BY_NAME, TOKENS_PER_BATCH
+    from search.api import MEMORY_HEADROOM, parse_gpu_counts
 
     if gbs is not None and tokens_per_batch is not None:
         raise PlannerInputError("give --gbs or --tokens-per-batch, not both")
-    if not (0 <= float(memory_headroom) < 1):
-        raise PlannerInputError(f"--memory-headroom {memory_headroom}: must be in [0, 1) (fraction of HBM kept free)")
+    memory_headroom = MEMORY_HEADROOM.parse(memory_headroom)
     spec = SweepSpec(
         model=tuple(_names("--model", model, _model_name)), gpu=tuple(_names("--gpu", gpu, _gpu_name)),
-        gpus=tuple(parse_gpu_counts(gpus)), seq_len=tuple(parse_int_list("--seq-len", seq_len)),
-        gbs=tuple(parse_int_list("--gbs", gbs)),
-        tokens_per_batch=tuple(parse_int_list("--tokens-per-batch", tokens_per_batch)),
-        memory_headroom=float(memory_headroom), allow_cross_node_tp=bool(allow_cross_node_tp),
+        gpus=tuple(parse_gpu_counts(gpus)),
+        seq_len=tuple(parse_int_list("--seq-len", seq_len, OPTIONS_BY_NAME["seq_len"])),
+        gbs=tuple(parse_int_list("--gbs", gbs, OPTIONS_BY_NAME["gbs"])),
+        tokens_per_batch=tuple(parse_int_list("--tokens-per-batch", tokens_per_batch, TOKENS_PER_BATCH)),
+        memory_headroom=memory_headroom, allow_cross_node_tp=bool(allow_cross_node_tp),
     )
     if spec.size > MAX_SCENARIOS:
         raise PlannerInputError(f"the sweep has {spec.size:,} scenarios (at most {MAX_SCENARIOS:,}); narrow an axis")
@@ -189,6 +194,8 @@ def _check_batches(spec: SweepSpec) -> None:
 
 def parse_prices(text: Optional[str], gpu_types=()) -> dict:
     """``"2.5"`` -> {"*": 2.5}; ``"h100=2.5,b200=4"`` -> per GPU type (canonical names), "*" for the rest."""
+    from search.api import PRICE_PER_GPU_HOUR
+
     if text is None or str(text).strip() == "":
         return {}
     prices = {}
@@ -196,11 +203,10 @@ def parse_prices(text: Optional[str], gpu_types=()) -> dict:
         name, _, value = part.rpartition("=")
         try:
             price = float(value)
-            if not price > 0:
-                raise ValueError
         except ValueError:
             raise PlannerInputError(f"--price-per-gpu-hour {text!r} is not understood (allowed: USD per GPU-hour "
                                     f"> 0, e.g. 2.5, or per GPU type h100=2.5,b200=4.2)") from None
+        price = PRICE_PER_GPU_HOUR.parse(price, where=f"--price-per-gpu-hour {name}" if name else "")
         prices[_gpu_name(name) if name else "*"] = price
     return prices
 
@@ -560,8 +566,11 @@ def run_sweep(spec: Optional[SweepSpec], *, storage: Optional[str] = None, study
               train_tokens: Optional[float] = None, prices: Optional[dict] = None, progress: bool = False,
               wait_s: float = DEFAULT_WAIT_S, report_only: bool = False, reclaim: bool = False) -> SweepResult:
     """Create or join the sweep, work on it (unless ``report_only``), and collect the table."""
-    if train_tokens is not None and train_tokens <= 0:
-        raise PlannerInputError(f"--train-tokens {train_tokens}: must be > 0")
+    from search.api import TRAIN_TOKENS
+
+    if train_tokens is not None:
+        train_tokens = TRAIN_TOKENS.parse(train_tokens)
+    wait_s = WAIT.parse(wait_s)
     if wait_s < 0:
         raise PlannerInputError(f"--wait {wait_s}: must be >= 0 seconds")
     study, spec, report = open_sweep(spec, storage, study_name, {"train_tokens": train_tokens, "prices": prices})

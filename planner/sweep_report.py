@@ -113,8 +113,10 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     """One CSV row per scenario: the axes, status and reason, then ``planner search --csv``'s
     columns for its best layout (empty when none), and the time / cost columns."""
     import csv
+    import io
 
     from planner.cli_search import _csv_rows
+    from planner.outputs import write_text_atomically
 
     fake = {"layout": {}, "memory_gib": {}, "breakdown": {}}
     head, _ = _csv_rows([])
@@ -129,13 +131,11 @@ def write_csv(path: Path, rows: list[dict]) -> None:
         cells = _csv_rows([best])[1][0] if r.get("best") else [None] * len(head)
         out.append([s["model"], s["gpu"], s["gpus"], r.get("seq_len_used"), r.get("gbs_used"),
                     s["tokens_per_batch"], r["status"], r.get("reason", "")] + cells + [r.get("usd_per_mtok")])
-    try:
-        with open(path, "w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(scen + head + ["usd_per_mtok"])
-            w.writerows(out)
-    except OSError as err:
-        raise PlannerInputError(f"--csv {path}: cannot write ({err.strerror})") from None
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(scen + head + ["usd_per_mtok"])
+    w.writerows(out)
+    write_text_atomically(path, buf.getvalue(), "--csv")
 
 
 def _series(rows: list[dict]) -> dict:
@@ -198,8 +198,29 @@ def plot(path: Path, rows: list[dict], title: str = "") -> None:
     rows_legend = -(-len(series) // ncol)
     fig.tight_layout(rect=(0, 0.04 + 0.035 * rows_legend, 1, 1))
     try:
-        fig.savefig(path, dpi=110)
-    except (OSError, ValueError) as err:
-        raise PlannerInputError(f"--plot {path}: cannot write ({err})") from None
+        _save_atomically(fig, Path(path))
     finally:
         plt.close(fig)
+
+
+def _save_atomically(fig, path: Path) -> None:
+    """``fig`` to ``path`` (format from its extension, PNG without one) through a temporary
+    sibling renamed into place."""
+    import os
+    import tempfile
+
+    from planner.outputs import file_mode
+
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as fh:
+            fig.savefig(fh, format=path.suffix[1:].lower() or "png", dpi=110)
+        os.chmod(tmp, file_mode(path))
+        os.replace(tmp, path)
+        tmp = None
+    except (OSError, ValueError) as err:
+        raise PlannerInputError(f"--plot {path}: cannot write ({getattr(err, 'strerror', None) or err})") from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)

@@ -28,6 +28,8 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from costmodel.layout import RECOMPUTE, check_implementation, parse_recompute_modules, recompute_modules_mask
+from costmodel.options import GPUS, Bound, resolve_batch
+from hardware_catalog.errors import PlannerInputError
 from search.exhaustive import DEFAULT_MEMORY_HEADROOM, Candidate, Objectives, run_exhaustive
 from search.space import Problem, normalize_pins, raw_size
 
@@ -38,6 +40,18 @@ the real spaces are far smaller after the rules (405B on 16,384 H100s: 175k cand
 MAX_GPU_COUNTS = 64
 """Most GPU counts one search may sweep."""
 METHODS = ("auto", "exhaustive", "optuna")
+TOP = Bound("--top", minimum=1, maximum=1000)
+"""Layouts a search reports."""
+TRIALS = Bound("--trials", minimum=1, maximum=1_000_000_000)
+"""Optuna trials (a run samples at most the space's distinct degree cores, ``search.optuna_search``)."""
+SEED = Bound("--seed", minimum=0, maximum=2**32 - 1)
+"""Optuna seed (numpy's random state takes 32 bits)."""
+MEMORY_HEADROOM = Bound("--memory-headroom", integer=False, minimum=0, below=1)
+"""Fraction of HBM kept free."""
+PRICE_PER_GPU_HOUR = Bound("--price-per-gpu-hour", integer=False, above=0, maximum=1000)
+"""USD per GPU-hour: 1,000 is far above any rental price and catches a wrong unit."""
+TRAIN_TOKENS = Bound("--train-tokens", integer=False, above=0, maximum=1e15)
+"""Tokens of a whole training run (1e15: a thousand trillion)."""
 
 
 def _err(msg: str):
@@ -80,54 +94,54 @@ class SearchResult:
 
 
 def parse_gpu_counts(gpus: Union[int, str, Sequence[int]]) -> list[int]:
-    """GPU counts from an int, a list or the string syntax in the module doc (sorted, unique)."""
-    if isinstance(gpus, (int, np.integer)) and not isinstance(gpus, bool):
-        counts = [int(gpus)]
-    elif isinstance(gpus, str):
+    """GPU counts from an int, a list or the string syntax in the module doc (sorted, unique),
+    each within ``costmodel.options.GPUS``."""
+    if isinstance(gpus, str):
         counts = []
         for part in gpus.replace(" ", "").split(","):
-            if not part:
-                continue
-            try:
-                if ".." in part:
-                    rng, _, step = part.partition(":")
-                    a_s, _, b_s = rng.partition("..")
-                    a, b = int(a_s), int(b_s)
-                    if a <= 0 or b < a:
-                        raise ValueError
-                    if step:
-                        s = int(step)
-                        if s <= 0:
-                            raise ValueError
-                        if (b - a) // s + 1 > MAX_GPU_COUNTS:
-                            raise _err(f"--gpus {gpus!r} gives more than {MAX_GPU_COUNTS} GPU counts")
-                        counts += list(range(a, b + 1, s))
-                    else:
-                        x = a
-                        while x <= b:
-                            counts.append(x)
-                            x *= 2
-                else:
-                    counts.append(int(part))
-            except ValueError:
-                raise _err(
-                    f"--gpus {gpus!r} is not understood (allowed: N, a comma list N1,N2, A..B doubling "
-                    f"from A to B, or A..B:S in steps of S; positive integers)"
-                ) from None
+            counts += _gpu_count_part(gpus, part)
+    elif isinstance(gpus, (list, tuple)):
+        counts = [GPUS.parse(x) for x in gpus]
     else:
-        try:
-            counts = [int(x) for x in gpus]
-        except (TypeError, ValueError):
-            raise _err(f"gpus={gpus!r}: give an int, a list of ints or a string like '4096..16384'") from None
+        counts = [GPUS.parse(gpus)]
     if not counts:
         raise _err(f"--gpus {gpus!r}: no GPU count given")
-    bad = [c for c in counts if c <= 0]
-    if bad:
-        raise _err(f"--gpus {bad[0]}: must be a positive integer")
     counts = sorted(set(counts))
     if len(counts) > MAX_GPU_COUNTS:
         raise _err(f"--gpus {gpus!r} gives {len(counts)} GPU counts (at most {MAX_GPU_COUNTS})")
     return counts
+
+
+_GPUS_SYNTAX = (f"allowed: N, a comma list N1,N2, A..B doubling from A to B, or A..B:S in steps of S; "
+                f"counts {GPUS.allowed()}")
+
+
+def _gpu_count_part(text: str, part: str) -> list[int]:
+    """The counts one comma-separated part of --gpus names."""
+    try:
+        if ".." not in part:
+            return [GPUS.parse(int(part))]
+        rng, _, step = part.partition(":")
+        a_s, _, b_s = rng.partition("..")
+        a, b = GPUS.parse(int(a_s)), GPUS.parse(int(b_s))
+        if b < a:
+            raise ValueError
+        if step:
+            s = int(step)
+            if s <= 0:
+                raise ValueError
+            if (b - a) // s + 1 > MAX_GPU_COUNTS:
+                raise _err(f"--gpus {text!r} gives more than {MAX_GPU_COUNTS} GPU counts")
+            return list(range(a, b + 1, s))
+        out = []
+        while a <= b:
+            out.append(a)
+            a *= 2
+        return out
+    except PlannerInputError:
+        raise
+    except ValueError:
+        raise _err(f"--gpus {text!r} is not understood ({_GPUS_SYNTAX})") from None
 
 
 def _resolve_model(model):
@@ -195,18 +209,8 @@ def _gpu_list(gpu) -> list:
 
 
 def _resolve_batch(model, seq_len, gbs, tokens_per_batch) -> tuple[int, int]:
-    for name, v in (("--seq-len", seq_len), ("--gbs", gbs), ("--tokens-per-batch", tokens_per_batch)):
-        if v is not None and (int(v) != v or v <= 0):
-            raise _err(f"{name}={v}: must be a positive integer")
-    seq = int(seq_len or model.default_seq_len)
-    if gbs and tokens_per_batch:
-        raise _err("give --gbs or --tokens-per-batch, not both")
-    if gbs:
-        return int(gbs), seq
-    tokens = int(tokens_per_batch or model.default_tokens_per_batch)
-    if tokens < seq:
-        raise _err(f"--tokens-per-batch={tokens} is smaller than one sequence (--seq-len={seq})")
-    return max(tokens // seq, 1), seq
+    batch = resolve_batch(model, seq_len, gbs, tokens_per_batch)
+    return batch.gbs, batch.seq_len
 
 
 # ---------------------------------------------------------------------------------------- records
@@ -275,27 +279,13 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     bad input.
     """
     t0 = time.perf_counter()
-    if method not in METHODS:
-        raise _err(f"--method {method!r} is not allowed (allowed: {', '.join(METHODS)})")
-    if not isinstance(top, (int, np.integer)) or top < 1:
-        raise _err(f"--top {top}: must be a positive integer")
-    if not (0 <= float(memory_headroom) < 1):
-        raise _err(f"--memory-headroom {memory_headroom}: must be in [0, 1) (fraction of HBM kept free)")
-    if sampler is not None:
-        from search.optuna_search import SAMPLERS
-
-        if sampler not in SAMPLERS:
-            raise _err(f"--sampler {sampler!r} is not allowed (allowed: {', '.join(SAMPLERS)})")
-    if int(trials) < 1:
-        raise _err(f"--trials {trials}: must be a positive integer")
-    if price_per_gpu_hour is not None and price_per_gpu_hour <= 0:
-        raise _err(f"--price-per-gpu-hour {price_per_gpu_hour}: must be > 0")
-    if train_tokens is not None and train_tokens <= 0:
-        raise _err(f"--train-tokens {train_tokens}: must be > 0")
+    top, trials, seed, memory_headroom, price_per_gpu_hour, train_tokens = _check_settings(
+        method, sampler, top, trials, seed, memory_headroom, price_per_gpu_hour, train_tokens)
     model_spec = _resolve_model(model)
     hardware = _resolve_hardware(gpu, cluster)
     counts = parse_gpu_counts(gpus)
-    gbs_v, seq_v = _resolve_batch(model_spec, seq_len, gbs, tokens_per_batch)
+    batch = resolve_batch(model_spec, seq_len, gbs, tokens_per_batch)
+    gbs_v, seq_v = batch.gbs, batch.seq_len
     pins_n = normalize_pins(pins)
     impl = check_implementation(implementation or {})
     recompute_modules = parse_recompute_modules(recompute_modules)
@@ -355,12 +345,26 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
         stats["pareto_front_size"] = len(pools.front)
     closest, message = [], ""
     if not results:
-        closest, message = _explain_nothing_fits(pools, stats, objectives)
+        closest, message = _explain_nothing_fits(pools, stats, objectives, batch.origin)
     stats["seconds"] = time.perf_counter() - t0
     return SearchResult(results=results, stats=stats, closest=closest, message=message, specs=specs)
 
 
-def _explain_nothing_fits(pools, stats, objectives) -> tuple[list[dict], str]:
+def _check_settings(method, sampler, top, trials, seed, memory_headroom, price, train_tokens) -> tuple:
+    """The search's own settings checked against their declared ranges (one line naming the flag)."""
+    if method not in METHODS:
+        raise _err(f"--method {method!r} is not allowed (allowed: {', '.join(METHODS)})")
+    if sampler is not None:
+        from search.optuna_search import SAMPLERS
+
+        if sampler not in SAMPLERS:
+            raise _err(f"--sampler {sampler!r} is not allowed (allowed: {', '.join(SAMPLERS)})")
+    return (TOP.parse(top), TRIALS.parse(trials), SEED.parse(seed), MEMORY_HEADROOM.parse(memory_headroom),
+            None if price is None else PRICE_PER_GPU_HOUR.parse(price),
+            None if train_tokens is None else TRAIN_TOKENS.parse(train_tokens))
+
+
+def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "") -> tuple[list[dict], str]:
     closest = []
     for i, c in enumerate(pools.closest):
         rec = _record(c, objectives, i + 1)
@@ -377,6 +381,8 @@ def _explain_nothing_fits(pools, stats, objectives) -> tuple[list[dict], str]:
             name = worst[0][0]
             msg = (f"no layout obeys the rules: {'; '.join(parts)} of {stats.get('enumerated', 0):,} "
                    f"candidates (top rule: {RULES_BY_NAME[name].description})")
+            if batch_origin and "gbs" in RULES_BY_NAME[name].fields:
+                msg += f"; {batch_origin}"
         else:
             msg = "no layout obeys the rules (every sampled layout broke one; try --method exhaustive or fewer pins)"
         return closest, msg

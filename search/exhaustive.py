@@ -183,13 +183,18 @@ class Pools:
 
 
 class Progress:
-    """A one-line progress bar on stderr, drawn only once the work has run for ``delay`` s."""
+    """Progress on stderr once the work has run for ``delay`` s: a one-line bar redrawn in place
+    (``enabled=True``, for a terminal), or with ``enabled="lines"`` (a log file, a pipe) one
+    plain line every ``LINE_EVERY_S`` seconds."""
 
-    def __init__(self, total: int, label: str, enabled: bool = True, delay: float = 1.0):
+    LINE_EVERY_S = 10.0
+
+    def __init__(self, total: int, label: str, enabled=True, delay: float = 1.0):
         self.total = max(int(total), 1)
         self.label = label
-        self.enabled = enabled
-        self.delay = delay
+        self.lines = enabled == "lines"
+        self.enabled = bool(enabled)
+        self.delay = self.LINE_EVERY_S if self.lines else delay
         self.t0 = time.perf_counter()
         self.drawn = False
         self.last = 0.0
@@ -198,6 +203,12 @@ class Progress:
         if not self.enabled:
             return
         now = time.perf_counter()
+        if self.lines:
+            if now - self.t0 >= self.delay and now - self.last >= self.LINE_EVERY_S:
+                self.last = now
+                sys.stderr.write(f"{self.label}: {done:,}/{self.total:,} after {now - self.t0:.0f} s\n")
+                sys.stderr.flush()
+            return
         if now - self.t0 < self.delay or (self.drawn and now - self.last < 0.1 and done < self.total):
             return
         self.last = now
@@ -230,7 +241,7 @@ def run_exhaustive(problems: list[Problem], *, top: int, memory_headroom: float,
     t_enum = time.perf_counter() - t0
     total = sum(len(s) for s in spaces)
     bar = Progress(total, "search", enabled=progress)
-    if progress:  # smaller chunks so the bar moves (same results: the pools merge chunks exactly)
+    if progress is True:  # smaller chunks so the bar moves (same results: the pools merge chunks exactly)
         chunk = min(chunk, max(100_000, total // 20))
     done = 0
     for space in spaces:

@@ -78,9 +78,21 @@ class _Cores:
         _, alive = removed_by_rule(p.ctx, bcols, [r for r in RULES if set(r.fields) & set(BROADCAST)])
         return {k: v[alive] for k, v in bgrid.items()}
 
-    def objective(self, trial):
+    def space(self) -> dict:
+        """What a trial samples: knob -> values (knobs with one value are not sampled)."""
         space = {"gpu": self.gpu_names, "gpus": self.gpu_counts, **self.choices}
-        return self.value({k: trial.suggest_categorical(k, vals) for k, vals in space.items() if len(vals) > 1})
+        return {k: vals for k, vals in space.items() if len(vals) > 1}
+
+    @property
+    def size(self) -> int:
+        """Distinct degree cores a trial can sample."""
+        n = 1
+        for vals in self.space().values():
+            n *= len(vals)
+        return n
+
+    def objective(self, trial):
+        return self.value({k: trial.suggest_categorical(k, vals) for k, vals in self.space().items()})
 
     def decode(self, params: dict):
         """(cache key, problem index, knobs) of a trial's params (knobs with one value: not sampled)."""
@@ -151,8 +163,13 @@ def run_optuna(problems: list[Problem], *, trials: int, seed: int, top: int, mem
     smp = make_sampler(sampler, seed if storage is None else seed + os.getpid(), objectives.pareto)
     directions = ["minimize", "minimize"] if objectives.pareto else ["minimize"]
     study = _create_study(problems, smp, directions, storage, study_name, memory_headroom, objectives, sampler)
-    _optimize(study, cores.objective, int(trials), shared=storage is not None,
-              bar=Progress(trials, "optuna", enabled=progress))
+    n_cores = cores.size
+    if storage is None and trials >= n_cores:
+        # As many trials as distinct degree cores: sampling cannot beat pricing each core once.
+        _price_every_core(cores, Progress(n_cores, "optuna", enabled=progress))
+    else:
+        _optimize(study, cores.objective, int(trials), shared=storage is not None,
+                  bar=Progress(trials, "optuna", enabled=progress))
     shared = {}
     if storage is not None:  # bring the best cores found by other workers into this one's pools
         for params in _best_params(study, top, objectives.pareto, cores.decode):
@@ -162,7 +179,7 @@ def run_optuna(problems: list[Problem], *, trials: int, seed: int, top: int, mem
     stats = {
         "method": "optuna",
         "sampler": smp.__class__.__name__.replace("Sampler", "").lower().replace("nsgaii", "nsga2"),
-        "trials": int(trials),
+        "trials": int(min(trials, n_cores)) if storage is None else int(trials),
         "seed": int(seed),
         "enumerated": counters["proposed"],
         "feasible": counters["feasible"],
@@ -174,7 +191,22 @@ def run_optuna(problems: list[Problem], *, trials: int, seed: int, top: int, mem
         "optimize_seconds": time.perf_counter() - t0,
         **shared,
     }
+    if storage is None and trials > n_cores:
+        stats.update(trials_requested=int(trials), space_cores=n_cores)
     return pools, stats
+
+
+def _price_every_core(cores: "_Cores", bar: Progress) -> None:
+    """Price every degree core once, in order (what ``trials`` >= the number of cores would at
+    best reach by sampling)."""
+    import itertools
+
+    space = cores.space()
+    names = list(space)
+    for i, combo in enumerate(itertools.product(*space.values())):
+        cores.value(dict(zip(names, combo)))
+        bar.update(i + 1)
+    bar.close()
 
 
 def _optimize(study, objective, trials: int, shared: bool, bar: Progress) -> None:

@@ -344,6 +344,29 @@ def _x_partial_recompute(ctx, v):
             f"--recompute full (got {_name(RECOMPUTE, v.get('recompute', 1))})")
 
 
+def _recompute_layers_fit(ctx, c):
+    rl = _a(c, "recompute_layers", 0)
+    vpp = _pos(_a(c, "vpp", 1))
+    f, m, l, _ = _split(ctx, c)
+    most = np.maximum(np.maximum(f, m), l)
+    # rl <= 0: every layer (0), or a share the search explores (-q quarters; see search.space).
+    return (rl <= 0) | ((rl % vpp == 0) & (rl <= most))
+
+
+def _x_recompute_layers_fit(ctx, v):
+    rl, vpp = v.get("recompute_layers", 0), max(v.get("vpp", 1), 1)
+    f, m, l, _ = stage_layer_split(ctx.num_layers, v.get("pp", 1), v.get("pp_first_layers", 0), v.get("pp_last_layers", 0))
+    most = int(max(f, m, l))
+    if rl > most:
+        return f"recompute_layers={rl} (layers per pipeline stage) exceeds the {most} layers of the largest stage"
+    if rl % vpp:
+        below = rl // vpp * vpp
+        hint = f"{below} or {below + vpp}" if below else f"{vpp}"
+        return (f"recompute_layers={rl} (layers per pipeline stage) must be a multiple of vpp={vpp}: Megatron "
+                f"recomputes --recompute-num-layers layers of each of the stage's {vpp} model chunks (e.g. {hint})")
+    return f"recompute_layers={rl} (layers per pipeline stage) is allowed"  # not reached: the rule holds
+
+
 def _name(choices, code) -> str:
     return choices[code] if 0 <= code < len(choices) else str(code)
 
@@ -570,6 +593,11 @@ RULES: tuple[Rule, ...] = (
     Rule("partial_recompute_needs_full", "recomputing only some layers is a form of full recompute",
          ("recompute_layers", "recompute"), _partial_recompute, _x_partial_recompute,
          source="Megatron-LM --recompute-method block (with --recompute-granularity full)"),
+    Rule("recompute_layers_fit_stage", "partial recompute's layers per pipeline stage are a multiple of vpp and at "
+         "most the layers of the largest stage", ("recompute_layers", "vpp", "pp", "pp_first_layers", "pp_last_layers"),
+         _recompute_layers_fit, _x_recompute_layers_fit,
+         source="Megatron-LM megatron/core/transformer/transformer_block.py (_checkpointed_forward, block method: "
+         "the first --recompute-num-layers layers of each model chunk)"),
     Rule("recompute_modules_need_selective", "recompute modules apply only to selective recompute",
          ("recompute_modules", "recompute"), _modules_selective, _x_modules_selective,
          source=_MCORE_TCFG + " (recompute_modules with recompute_granularity selective)"),
@@ -713,16 +741,20 @@ def broken_rule_message(name: str, reason: str, others=()) -> str:
 
 
 def check_layout(model, cluster, gpu, layout: Layout, *, gpus: Optional[int] = None,
-                 allow_cross_node_tp: bool = False) -> None:
+                 allow_cross_node_tp: bool = False, batch_origin: str = "") -> None:
     """Reject a user layout that breaks a rule: raises ``PlannerInputError`` with one line naming
     the rule, the value and the rule's source (the first broken rule; others are appended by
-    name). evaluate, export and validate all call this."""
+    name). evaluate, export and validate all call this. ``batch_origin``: where gbs came from
+    when the user did not type it (``costmodel.options.Batch.origin``), added to a gbs rule's
+    message."""
     from hardware_catalog.errors import PlannerInputError
 
     ctx = RuleContext.build(model, gpus if gpus is not None else layout.gpus, cluster, gpu, allow_cross_node_tp)
     broken = violations(ctx, layout)
     if broken:
         name, reason = broken[0]
+        if batch_origin and "gbs" in RULES_BY_NAME[name].fields:
+            reason += f" ({batch_origin})"
         raise PlannerInputError(broken_rule_message(name, reason, [n for n, _ in broken[1:]]))
 
 

@@ -287,7 +287,8 @@ def test_grad_dtype_round_trip_cli_and_bad_value():
     with pytest.raises(PlannerInputError, match="--grad-dtype=fp16: allowed fp32, bf16"):
         check_implementation({"grad_dtype": "fp16"})
     runner = CliRunner()
-    ok = runner.invoke(app, ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100", "--grad-dtype", "bf16"])
+    ok = runner.invoke(app, ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100", "--grad-dtype", "bf16",
+                             "--tp", "2"])
     assert ok.exit_code == 0, ok.output
     assert "bf16-grads" in ok.output
     # The console entry point turns the error into one line and exit 2.

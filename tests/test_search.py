@@ -318,7 +318,8 @@ OPTUNA_CASES = [
 def test_optuna_gets_within_2_percent_of_exhaustive(model, gpus, gbs):
     ex = search(model, gpus, GPU, CLUSTER, gbs=gbs, method="exhaustive", top=1)
     op = search(model, gpus, GPU, CLUSTER, gbs=gbs, method="optuna", trials=300, seed=0, top=1)
-    assert op.stats["method"] == "optuna" and op.stats["trials"] == 300
+    # 300 trials, or every degree core once when the space has fewer (search.optuna_search).
+    assert op.stats["method"] == "optuna" and op.stats.get("trials_requested", op.stats["trials"]) == 300
     assert op.results[0]["step_time_s"] <= ex.results[0]["step_time_s"] * 1.02
     ctx = RuleContext.build(model, gpus, CLUSTER, GPU)
     assert first_violation(ctx, _layout_of(op.results[0])) is None
@@ -382,9 +383,11 @@ def test_domains_defaults():
 def _cli():
     import typer
 
+    from planner.cli_errors import PlannerGroup
     from planner.cli_search import register
 
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    # Errors are answered by planner's group (planner.cli_errors), as on the real command line.
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, cls=PlannerGroup)
 
     @app.callback()
     def _main():  # keep "search" as a subcommand
@@ -413,13 +416,13 @@ def test_cli_table_json_csv(tmp_path):
     assert csv.read_text().count("\n") == 3
 
 
-def test_cli_nothing_fits_exits_zero_and_bad_input_exits_two():
+def test_cli_nothing_fits_exits_three_and_bad_input_exits_two():
     from typer.testing import CliRunner
 
     runner = CliRunner()
     app = _cli()
     r = runner.invoke(app, ["search", "--model", "405b", "--gpus", "8", "--gpu", "h100", "--no-progress"])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 3, r.output
     assert "nothing fits" in r.output and "closest" in r.output
     for args in (["--gpus", "8x"], ["--gpus", "8", "--method", "magic"], ["--gpus", "8", "--recompute", "some"]):
         r = runner.invoke(app, ["search", "--model", "405b", "--gpu", "h100", "--no-progress", *args])

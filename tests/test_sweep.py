@@ -56,7 +56,7 @@ def test_axes_are_parsed_canonical_and_sorted():
     (dict(tokens_per_batch="1000"), "--tokens-per-batch 1000 is smaller than one sequence"),
     (dict(model="nope"), "unknown model 'nope'"),
     (dict(gpu="h100,tpu"), "unknown gpu 'tpu'"),
-    (dict(memory_headroom=1.5), "--memory-headroom 1.5"),
+    (dict(memory_headroom=1.5), "--memory-headroom=1.5"),
 ])
 def test_bad_axes_name_the_value(kw, needle):
     with pytest.raises(PlannerInputError, match=None) as err:
@@ -192,7 +192,7 @@ def test_two_worker_processes_share_a_journal_study_each_scenario_once(tmp_path)
     ([], "give the scenario axes"),
     (["--model", "8b", "--gpus", "8", "--gpu", "h100", "--storage", "x.txt"], "--storage 'x.txt' is not understood"),
     (["--model", "8b", "--gpus", "8", "--gpu", "h100", "--price-per-gpu-hour", "h100=0"], "--price-per-gpu-hour"),
-    (["--model", "8b", "--gpus", "8", "--gpu", "h100", "--train-tokens", "-1"], "--train-tokens -1"),
+    (["--model", "8b", "--gpus", "8", "--gpu", "h100", "--train-tokens", "-1"], "--train-tokens=-1"),
     (["--model", "8b", "--gpus", "8", "--gpu", "h100", "--storage", "/no/such/dir/s.log"], "does not exist"),
 ])
 def test_cli_bad_input_one_line_exit_2(args, needle):

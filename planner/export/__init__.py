@@ -154,7 +154,11 @@ def export_layout(
         for path in rendered:
             if path.exists():
                 raise PlannerInputError(f"{path} already exists: pass force=True (--force) to overwrite")
-    report.written = write_atomically(rendered)
+    try:
+        report.written = write_atomically(rendered)
+    except OSError as err:  # a read-only or immutable directory, /proc, a full disk: nothing was written
+        where = err.filename or out_dir
+        raise PlannerInputError(f"cannot write the launch files to {out_dir}: {where}: {err.strerror or err}") from None
     return report
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from costmodel.options import FLAG, IMPLEMENTATION_OPTIONS, INT, OPTIONS, OPTIONS_BY_NAME, Layout
-from hardware_catalog.errors import PlannerInputError
+from costmodel.record import recompute_layers_per_stage
+from hardware_catalog.errors import DoesNotFit, PlannerInputError
 from hardware_catalog.schema import ClusterSpec, ModelSpec
 
 _REQUIRED = tuple(o.name for o in OPTIONS if o.kind == INT)
@@ -100,7 +101,8 @@ class Plan:
         recompute = self.recompute
         per_chunk = partial_recompute_per_chunk(self)
         if per_chunk:
-            recompute += f" ({per_chunk} layer(s) per model chunk, block method)"
+            chunks = f": the first {per_chunk} of each of its {self.vpp} model chunks" if self.vpp > 1 else ""
+            recompute += f" ({self.recompute_layers} layer(s) per stage{chunks}, block method)"
         modules = selective_modules(self)
         if modules:
             recompute += f" ({', '.join(modules)})"
@@ -161,7 +163,8 @@ def _record_layout(result) -> dict:
 def parse_layout(values: dict) -> Layout:
     """A record's layout values -> ``Layout`` (``Layout.from_values``, errors naming
     ``layout.<option>``). ``recompute_layers`` may also be -q, q quarters of every stage, as
-    ``planner search`` writes the shares it explores."""
+    ``planner search`` wrote the shares it explores before records stated layers per stage
+    (``build_plan`` resolves it)."""
     share = values.get("recompute_layers")
     if isinstance(share, (int, float)) and not isinstance(share, bool) and share < 0 and int(share) == share:
         layout = Layout.from_values({**values, "recompute_layers": None}, where="layout.")
@@ -187,7 +190,7 @@ def _check_fits(result: dict, allow_unfit: bool) -> None:
     if result.get("fits") is False and not allow_unfit:
         peak, cap = mem.get("peak"), mem.get("capacity")
         detail = f"predicted peak {peak:.1f} GiB > {cap:.1f} GiB" if isinstance(peak, (int, float)) and isinstance(cap, (int, float)) else "fits=false"
-        raise PlannerInputError(
+        raise DoesNotFit(
             f"layout does not fit in GPU memory ({detail}): refusing to write launch files that would run out of memory"
         )
 
@@ -207,6 +210,7 @@ def build_plan(result: dict, model: ModelSpec, cluster: ClusterSpec, *, command:
 
     values = _record_layout(result)
     layout = parse_layout(values)
+    layout = replace(layout, recompute_layers=recompute_layers_per_stage(model, layout))
     _check_names(result, model, cluster)
     gpus = layout.gpus
     for where, value in (("result.gpus", result.get("gpus")), ("layout.gpus", values.get("gpus"))):
@@ -306,6 +310,25 @@ def comment_block(lines, prefix: str = "# ") -> str:
 def q(value) -> str:
     """Shell-quote one word (numbers and plain words stay bare)."""
     return shlex.quote(str(value))
+
+
+def shell_join(words) -> str:
+    """Words as one line of shell that gives them back exactly: ``shlex.quote`` each, or, for a
+    word holding control characters (a newline would end a comment line), bash's ``$'...'``
+    with the characters escaped."""
+    return " ".join(_ansi_c_quote(w) if _CONTROL.search(w) else shlex.quote(w) for w in map(str, words))
+
+
+def _ansi_c_quote(word: str) -> str:
+    out = []
+    for ch in word:
+        if ch in "\\'":
+            out.append("\\" + ch)
+        elif _CONTROL.match(ch):
+            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x80 else f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "$'" + "".join(out) + "'"
 
 
 def bash_array(name: str, items: list[tuple[str, list]]) -> str:

@@ -1,0 +1,187 @@
+"""The one error path of the ``planner`` command line: exit codes, one-line errors, stdout.
+
+Every command runs inside ``PlannerGroup`` (the typer group of ``planner.cli.app``), so a
+failure anywhere ends the same way, whether planner runs as ``planner`` or in-process under
+typer's ``CliRunner``:
+
+====  =====================================================================================
+code  meaning
+====  =====================================================================================
+0     done (also when the reader of a pipe stops early: ``planner search | head -1``)
+1     internal error: a bug in planner; one line says where the traceback was saved
+2     bad input: a value, a file, an output that cannot be written, a closed or full stdout
+3     nothing fits: search found no layout that fits, evaluate's layout does not fit,
+      export refuses a layout predicted not to fit
+130   interrupted (Ctrl-C)
+====  =====================================================================================
+
+A broken pipe exits 0 quietly: the reader took what it wanted (``head`` closes its end once it
+has its lines), every file planner writes is written before it prints, and a status of 0 keeps
+``set -o pipefail`` scripts that cut planner's output short working. ``--debug`` anywhere on the
+command line (or ``PLANNER_DEBUG=1``) prints an internal error's traceback as well.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import traceback
+
+import typer
+from typer.core import TyperGroup
+
+from hardware_catalog.errors import PlannerInputError
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_BAD_INPUT = 2
+EXIT_NOTHING_FITS = 3
+EXIT_INTERRUPTED = 130
+
+# typer >= 0.20 vendors click; older releases use click itself. Find its classes either way.
+_CLICK_EXCEPTION = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+_USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+_EXIT_TYPES = (typer.Exit, typer.Abort, _CLICK_EXCEPTION)
+_DEBUG = {"on": False}
+_ARGS: list[str] = []
+"""The arguments of the command running now (for ``command_line``)."""
+
+
+def command_line() -> str:
+    """The command as typed, shell-quoted (``planner.export.common.shell_join``): pasted into a
+    shell it runs the same command, and nothing in it executes."""
+    from planner.export.common import shell_join
+
+    return shell_join(["planner", *_ARGS])
+
+
+def say(message: str) -> None:
+    """One line on stderr; a closed or broken stderr is ignored (the exit code still tells)."""
+    try:
+        typer.echo(message, err=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null: what is still buffered for a closed pipe or a full disk is
+    dropped, and Python's flush at exit cannot fail again (it would print and exit 120)."""
+    try:
+        fd = sys.stdout.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    except (OSError, ValueError, AttributeError):  # not a real file (CliRunner), or already closed
+        pass
+
+
+def _save_traceback(err: BaseException) -> str:
+    """The traceback written to a private temporary file; its path, or why it could not be saved."""
+    try:
+        fd, path = tempfile.mkstemp(prefix="planner-traceback-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write("planner " + " ".join(sys.argv[1:]) + "\n\n")
+            fh.write("".join(traceback.format_exception(type(err), err, err.__traceback__)))
+        return f"the traceback is in {path}"
+    except OSError as save_err:
+        return f"the traceback could not be saved ({save_err.strerror or save_err})"
+
+
+def report_failure(err: BaseException) -> int:
+    """Say what went wrong in one line; the exit code."""
+    if isinstance(err, PlannerInputError):
+        say(f"error: {_one_line(err, 2000)}")
+        return getattr(err, "exit_code", EXIT_BAD_INPUT)
+    if isinstance(err, BrokenPipeError):
+        silence_stdout()
+        return EXIT_OK
+    if isinstance(err, OSError):
+        where = f"{err.filename}: " if err.filename else ""
+        say(f"error: {where}{err.strerror or _one_line(err)}" if where else
+            f"error: cannot write to standard output ({err.strerror or _one_line(err)})")
+        if not where:
+            silence_stdout()
+        return EXIT_BAD_INPUT
+    if _DEBUG["on"] or os.environ.get("PLANNER_DEBUG"):
+        say("".join(traceback.format_exception(type(err), err, err.__traceback__)).rstrip())
+    say(f"error: internal error, a bug in planner ({type(err).__name__}: {_one_line(err, 200)}); "
+        f"{_save_traceback(err)}; run again with --debug to print it")
+    return EXIT_INTERNAL
+
+
+def _usage_error(err) -> int:
+    """typer's parse errors as one line (the help of a bare ``planner`` as it is)."""
+    if type(err).__name__ == "NoArgsIsHelpError":
+        err.show()
+        return EXIT_BAD_INPUT
+    ctx = getattr(err, "ctx", None)
+    hint = f" ({ctx.command_path} --help lists the options)" if ctx is not None and isinstance(err, _USAGE_ERROR) else ""
+    say(f"error: {_one_line(err.format_message())}{hint}")
+    return EXIT_BAD_INPUT
+
+
+def _flush_stdout(code: int) -> int:
+    """Flush stdout inside the error path: a full disk is an error, a closed pipe is not."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+    except OSError as err:
+        silence_stdout()
+        say(f"error: cannot write to standard output ({err.strerror or err})")
+        return code or EXIT_BAD_INPUT
+    return code
+
+
+def _take_debug(args: list[str]) -> list[str]:
+    """``args`` without ``--debug`` (before a ``--``); sets the debug switch when present."""
+    end = args.index("--") if "--" in args else len(args)
+    if "--debug" in args[:end]:
+        _DEBUG["on"] = True
+        return [a for a in args[:end] if a != "--debug"] + args[end:]
+    return args
+
+
+class PlannerGroup(TyperGroup):
+    """planner's typer group: every command's failure goes through ``report_failure``."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except _EXIT_TYPES:
+            raise
+        except Exception as err:  # noqa: BLE001 - the one place every failure is answered
+            raise typer.Exit(report_failure(err)) from None
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        _DEBUG["on"] = False
+        args = _take_debug(list(sys.argv[1:] if args is None else args))
+        _ARGS[:] = args
+        if sys.stdout is None:  # started with stdout closed (`planner ... >&-`)
+            say("error: standard output is closed; planner prints its results there (redirect it to a file or /dev/null)")
+            code = EXIT_BAD_INPUT
+        else:
+            code = self._run(args, prog_name, complete_var, **extra)
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+    def _run(self, args, prog_name, complete_var, **extra) -> int:
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) and not isinstance(rv, bool) else EXIT_OK
+        except _CLICK_EXCEPTION as err:
+            code = _usage_error(err)
+        except typer.Abort:
+            say("Aborted!")
+            code = EXIT_INTERRUPTED
+        except Exception as err:  # noqa: BLE001 - raised outside a command (help, completion)
+            code = report_failure(err)
+        return _flush_stdout(code)

@@ -62,7 +62,7 @@ def _job(ctx: typer.Context, from_file, rank, typed: dict) -> tuple[dict, Option
         if rank is not None:
             raise PlannerInputError("--rank picks a layout of a search result: give it with --from FILE")
         if not typed["model"] or typed["gpus"] is None:
-            raise PlannerInputError("give --model and --gpus (with the layout flags), or --from FILE")
+            raise PlannerInputError("give --model and --gpus (with the layout flags), --from FILE or --from-launch FILE")
         return typed, None, True
     from planner.records import load_record, merge
 

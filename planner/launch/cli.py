@@ -58,10 +58,11 @@ def _resolve(a: dict, given: dict, gpus=None):
 
 
 def _stamp(record: dict) -> dict:
-    from planner.cli import _command_line, _version
+    from planner.cli import _version
+    from planner.cli_errors import command_line
 
     record["planner_version"] = _version()
-    record["command"] = _command_line()
+    record["command"] = command_line()
     return record
 
 

@@ -32,6 +32,7 @@ GpuOpt = typer.Option(None, "--gpu", help="GPU type (h100, a100, b200, ...); pic
 ClusterOpt = typer.Option(None, "--cluster", help="Cluster preset name or a TOML/YAML/JSON cluster file (overrides --gpu's default).")
 TokensOpt = typer.Option(None, "--tokens-per-batch", help="Global batch in tokens (instead of --gbs).")
 CrossNodeTpOpt = typer.Option(False, "--allow-cross-node-tp", help="Allow TP groups larger than the scale-up domain.")
+CalibrationOpt = typer.Option(None, "--calibration", help="Calibration profile (TOML from 'planner calibrate'): its fitted constants replace the shipped ones.")
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -43,20 +44,27 @@ def _command_line() -> str:
     return "planner " + " ".join(sys.argv[1:])
 
 
-def _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout: dict):
-    """Resolve, check (one rule set) and price one layout given as option values."""
+def _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout: dict, calibration=None):
+    """Resolve, check (one rule set) and price one layout given as option values
+    (``calibration``: a profile path; None = the shipped constants)."""
     from costmodel import evaluate
+    from costmodel.calibration import DEFAULT
     from costmodel.record import result_record
+    from planner.calibration_profile import calibration_option
     from planner.common import build_layout, resolve_setup
     from search.rules import check_layout
+
+    calib = calibration_option(calibration) or DEFAULT
 
     setup = resolve_setup(model, gpu, cluster, layout.get("seq_len"), layout.get("gbs"), tokens_per_batch)
     lay = build_layout(setup, gpus, **layout)
     check_layout(setup.model, setup.cluster, setup.gpu, lay, gpus=gpus, allow_cross_node_tp=allow_cross_node_tp)
-    result = evaluate(setup.model, setup.cluster, lay, gpu=setup.gpu)
+    result = evaluate(setup.model, setup.cluster, lay, gpu=setup.gpu, calib=calib)
     record = result_record(setup.model, setup.cluster, setup.gpu, result, 0)
     record["planner_version"] = _version()
     record["command"] = _command_line()
+    if calibration is not None:
+        record["calibration"] = str(calibration)
     return setup, record
 
 
@@ -91,11 +99,12 @@ def evaluate(
     allow_cross_node_tp: bool = CrossNodeTpOpt,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw the pipeline schedule and the time and memory breakdowns to FILE (.png, .svg or .html)."),
+    calibration: Optional[Path] = CalibrationOpt,
     layout: dict = None,
 ):
     """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not."""
     plot = check_plot_path(plot)
-    setup, record = _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout)
+    setup, record = _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout, calibration)
     if as_json:
         typer.echo(json.dumps(record, indent=2))
     else:
@@ -193,6 +202,7 @@ def export(
         help="torchtitan release the torchtitan files target: 0.1, 0.2 or 0.3 (or an exact one, e.g. 0.2.1). "
              "0.1/0.2 read torchtitan.toml only, 0.3 the command line only. Default: overrides for 0.3.0 and "
              "the TOML for 0.2.2."),
+    calibration: Optional[Path] = CalibrationOpt,
     layout: dict = None,
 ):
     """Write launch configs (torchrun, Megatron-LM args, DeepSpeed JSON, torchtitan, SLURM) for a layout."""
@@ -206,6 +216,9 @@ def export(
         options[VERSION_OPTION] = release_for(torchtitan_version).version  # unknown releases fail here
 
     if from_file is not None:
+        if calibration is not None:
+            raise PlannerInputError("--calibration prices the layout export evaluates (--model ...); a --from record "
+                                    "keeps the numbers it was evaluated with")
         try:
             record = json.loads(Path(from_file).read_text())
         except FileNotFoundError:
@@ -223,7 +236,7 @@ def export(
     else:
         if not model or not gpus:
             raise PlannerInputError("give --from FILE, or --model and --gpus with the layout flags")
-        setup, record = _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout)
+        setup, record = _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout, calibration)
         model_spec, cluster_spec = setup.model, setup.cluster
     report = export_layout(
         record, model_spec, cluster_spec, fmt, Path(out), force=force, entrypoint=entrypoint, command=_command_line(),
@@ -237,15 +250,25 @@ def export(
 
 @app.command()
 def validate(
-    runs: Optional[Path] = typer.Option(None, "--runs", help="Runs file (published_runs.json format). Default: the reference set shipped with planner."),
+    runs: Optional[Path] = typer.Option(None, "--runs", help="Runs file (the runs format: planner validate --schema; README 'Your own runs'). Default: the reference set shipped with planner."),
     as_json: bool = typer.Option(False, "--json", help="Print rows and summary as JSON."),
     confidence: str = typer.Option("high", help="Rows used for the summary: high | medium | all."),
     cross_validate: bool = typer.Option(False, "--cross-validate", help="Leave one source out: fit the constants on every other source, predict the one left out (about a minute)."),
     bootstrap: int = typer.Option(0, "--bootstrap", help="With --cross-validate: refit on N resamples of the sources and print each constant's 5-95% interval (several minutes)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw predicted vs measured tokens/s/GPU per run to FILE (.png, .svg or .html)."),
+    calibration: Optional[Path] = CalibrationOpt,
+    schema: bool = typer.Option(False, "--schema", help="Print the JSON Schema of a runs file and exit."),
 ):
-    """Compare predictions with real published training runs (throughput and peak memory)."""
+    """Compare predictions with real training runs (throughput and peak memory): the shipped
+    reference set, or your own (--runs). Exit 2: a bad runs file; 3: no row could be mapped."""
+    if schema:
+        from planner.validate.schema import runs_json_schema
+
+        typer.echo(json.dumps(runs_json_schema(), indent=2))
+        return
     if cross_validate:
+        if calibration is not None:
+            raise PlannerInputError("--cross-validate fits its own constants; --calibration goes with the validate table")
         if plot is not None:
             raise PlannerInputError("--plot draws the validate table's rows; give it without --cross-validate")
         from planner.validate.crossval import run_cross_validation
@@ -256,7 +279,9 @@ def validate(
         raise PlannerInputError("--bootstrap goes with --cross-validate")
     from planner.validate import run_validate
 
-    run_validate(runs, as_json=as_json, confidence=confidence, plot=plot)
+    from planner.calibration_profile import calibration_option
+
+    run_validate(runs, as_json=as_json, confidence=confidence, plot=plot, calib=calibration_option(calibration))
 
 
 _COMM_HELP = (
@@ -313,6 +338,9 @@ def _register_optional_commands() -> None:
     from planner.cli_sweep import register as register_sweep
 
     register_sweep(app)
+    from planner.cli_calibrate import register as register_calibrate
+
+    register_calibrate(app)
 
 
 _register_optional_commands()

@@ -110,6 +110,8 @@ def format_summary(stats: dict) -> str:
         impl["recompute_modules"] = "+".join(stats["recompute_modules"])
     if impl:
         line += "\npriced with " + ", ".join(f"{k}={v}" for k, v in impl.items())
+    if stats.get("calibration"):
+        line += f"\nconstants from calibration profile {stats['calibration']}"
     return line
 
 
@@ -200,6 +202,7 @@ def register(app: typer.Typer) -> None:
         plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw step time vs memory (vs cost with --price-per-gpu-hour) of the layouts, the Pareto front, and for several GPU counts the scaling curves, to FILE (.png, .svg or .html). An exhaustive search is asked again for more points, for the plot only."),
         storage: Optional[str] = typer.Option(None, "--storage", help="Optuna: share the study with other processes/machines: journal:///PATH.log | PATH.log | sqlite:///PATH.db | PATH.db | postgresql://USER:PASS@HOST:PORT/DB (pip install psycopg2-binary). --trials is then the study's total."),
         study_name: Optional[str] = typer.Option(None, "--study-name", help="Study in --storage (default planner-search); every process of one search gives the same."),
+        calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile (TOML from 'planner calibrate'): its fitted constants replace the shipped ones."),
         layout: dict = None,
     ):
         """Find the fastest parallel layouts that fit in memory."""
@@ -215,7 +218,10 @@ def register(app: typer.Typer) -> None:
         if progress is None:
             progress = sys.stderr.isatty()
         try:
+            from planner.calibration_profile import calibration_option
             from search.api import search
+
+            calib = calibration_option(calibration)
 
             search = RecordedCall(search) if plot is not None else search  # the plot asks it again
             result = search(
@@ -225,8 +231,10 @@ def register(app: typer.Typer) -> None:
                 price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
                 stage_splits=stage_splits, progress=progress,
                 implementation=implementation, recompute_modules=layout["recompute_modules"],
-                storage=storage, study_name=study_name,
+                storage=storage, study_name=study_name, calib=calib,
             )
+            if calibration is not None:
+                result.stats["calibration"] = str(calibration)
             if csv_file is not None:
                 try:
                     write_csv(csv_file, result.results or result.closest)

@@ -198,6 +198,8 @@ def test_a_file_no_row_of_which_maps_exits_3(tmp_path):
     path.write_text(json.dumps(OTHERS[5:]))
     code, out, err = run_cli("validate", "--runs", str(path))
     assert code == 3 and "not mapped: f" in out and "no row" in err
+    code, out, err = run_cli("validate", "--runs", str(path), "--json")
+    assert code == 3 and json.loads(out)["summary"]["unmapped"][0]["id"] == "f"
 
 
 @pytest.mark.parametrize("content, needles", [
@@ -236,18 +238,18 @@ def test_schema_is_printed():
 
 
 def test_the_documented_example_reads_as_its_reference_rows():
-    """docs/examples/my_runs.json restates five llm-foundry H100 rows of
+    """docs/examples/my_runs.json restates the eleven llm-foundry H100 rows of
     benchmarks/out_of_sample/llmfoundry_h100_small.json the short way: same predictions."""
     short = {r.id: r for r in validate_rows(load_runs("docs/examples/my_runs.json"))}
     long = {r.id: r for r in validate_rows(load_runs("benchmarks/out_of_sample/llmfoundry_h100_small.json"))}
-    pairs = {"mpt-7b-8gpu-seq4096": "mpt_7b_h100_80gb_8gpu_seq4096", "mpt-13b-8gpu-seq4096": "mpt_13b_h100_80gb_8gpu_seq4096",
-             "mpt-13b-64gpu-seq2048": "mpt_13b_h100_80gb_64gpu_seq2048", "mpt-70b-32gpu-seq2048": "mpt_70b_h100_80gb_32gpu_seq2048",
-             "mpt-1b-64gpu-seq2048": "mpt_1b_h100_80gb_64gpu_seq2048"}
+    # "mpt-70b-32gpu-seq2048" restates "mpt_70b_h100_80gb_32gpu_seq2048"
+    pairs = {a: "{}_{}_h100_80gb_{}_{}".format(*a.split("-")) for a in short}
     for a, b in pairs.items():
         # The preset keeps its own learned-position table (2,048 rows); the reference rows size it to
         # the sequence: a few parameters more for the optimizer step, a 1e-5 difference.
         assert short[a].predicted == pytest.approx(long[b].predicted, rel=1e-4), a
         assert short[a].reported == pytest.approx(long[b].reported, rel=0.001), a  # 1387 samples/s x 2048 / 64 = 44,384
+    assert len(pairs) == 11
     cluster = hc.get_cluster("docs/examples/my_cluster.toml")
     assert (cluster.gpu, cluster.nic, cluster.scaleup_efficiency) == ("h100-sxm", "ib-ndr", hc.get_cluster("dgx-h100").scaleup_efficiency)
 

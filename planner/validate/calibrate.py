@@ -157,7 +157,7 @@ def _why(predictor: Predictor, calib: Calibration, name: str) -> str:
     s = np.abs(sensitivity(predictor, calib, name))
     informed = np.nonzero(s >= 0.25 * s.max())[0] if s.max() > 0 else np.arange(len(s))
     before = float(np.mean(predictor.errors(DEFAULT)[informed]))
-    after = float(np.mean(predictor.errors(calib)[informed]))
+    after = round(float(np.mean(predictor.errors(calib)[informed])), 4) + 0.0  # no "-0.0%"
     ids = ", ".join(predictor.rows[i].id for i in informed[:4]) + (", ..." if len(informed) > 4 else "")
     runs = f"the {len(informed)} runs that depend on it most ({ids})" if len(informed) > 1 else f"run {ids}, which depends on it most,"
     pace = "fast" if before > 0 else "slow"

@@ -41,6 +41,19 @@ def _pct(stats: Optional[dict]) -> str:
             f"{stats['mean_signed_error'] * 100:>+12.1f}%")
 
 
+def verdict(stats: dict) -> str:
+    """Whether the fit predicts runs it did not see better than the shipped constants."""
+    held, shipped, unit = stats.get("held_out"), stats["shipped"], stats["loo_unit"]
+    if not held:
+        return "one run: no leave-one-out estimate; the fit is what this run alone says"
+    before, after = shipped["mape"] * 100, held["mape"] * 100
+    if after < before:
+        return (f"leaving one {unit} out, MAPE {before:.1f}% -> {after:.1f}%: expect the profile to predict new runs "
+                "of this cluster better than the shipped constants")
+    return (f"leaving one {unit} out, MAPE {before:.1f}% -> {after:.1f}%: no better than the shipped constants; these "
+            "runs disagree in a way no global constant explains, and the shipped constants are the better guess")
+
+
 def format_calibration(result: Calibrated, head: list[str]) -> str:
     s = result.stats
     unit = s["loo_unit"]
@@ -48,15 +61,17 @@ def format_calibration(result: Calibrated, head: list[str]) -> str:
                     f"  {'shipped constants':<32}{_pct(s['shipped'])}",
                     f"  {'fitted (in sample)':<32}{_pct(s['fitted'])}",
                     f"  {'fitted, leave one ' + (unit or 'run') + ' out':<32}{_pct(s['held_out'])}"
-                    + ("" if unit else "  (needs at least 2 runs)"), ""]
+                    + ("" if unit else "  (needs at least 2 runs)"), f"-> {verdict(s)}", ""]
     if result.moved:
         lines.append("constants that moved (90% interval):")
         for m in result.moved:
             lines.append(f"  {m.name} {m.shipped:g} -> {m.value:g} [{m.interval[0]:g}, {m.interval[1]:g}]: {m.why}")
     else:
         lines.append("no constant moved: the runs agree with the shipped constants within their prior")
+    if result.unchanged:
+        lines.append("unchanged (kept at the shipped value):")
     for name, why in result.unchanged.items():
-        lines.append(f"  unchanged {name} {getattr(result.calib, name):g}: {why}")
+        lines.append(f"  {name} {getattr(result.calib, name):g}: {why}")
     lines += ["", f"{'run':<40}{'reported':>10}{'shipped':>10}{'fitted':>10}{'held out':>10}  tokens/s/GPU"]
     for rid, _, rep, a, b, h in result.rows:
         lines.append(f"{rid[:39]:<40}{rep:>10.1f}{a:>10.1f}{b:>10.1f}{'-' if h is None else f'{h:.1f}':>10}")
@@ -73,6 +88,7 @@ def profile_text(result: Calibrated, runs_file: Path, version: str) -> str:
               "fit": {f"{k}_{m}": s[k][m] for k in ("shipped", "fitted", "held_out") if s.get(k)
                       for m in ("median_abs_error", "mape", "mean_signed_error")}}
     tables["fit"]["leave_one_out"] = s["loo_unit"] or "none (one run)"
+    tables["fit"]["verdict"] = verdict(s)
     for m in result.moved:
         tables[f"constants.{m.name}"] = {"value": m.value, "shipped": m.shipped, "interval": list(m.interval), "why": m.why}
     header = ("planner calibration profile, written by `planner calibrate`.\n"
@@ -119,7 +135,7 @@ def _print(result: Calibrated, runs_file, out, notes, as_json: bool, confidence:
         typer.echo(json.dumps({
             "constants": {m.name: {"value": m.value, "shipped": m.shipped, "interval": list(m.interval), "why": m.why}
                           for m in result.moved},
-            "unchanged": result.unchanged, "errors": result.stats, "method": METHOD,
+            "unchanged": result.unchanged, "errors": result.stats, "verdict": verdict(result.stats), "method": METHOD,
             "rows": [dict(zip(("id", "source", "reported", "shipped", "fitted", "held_out"), r)) for r in result.rows],
             "notes": notes, "profile": str(out) if out else None}, indent=2))
         return

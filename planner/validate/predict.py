@@ -80,6 +80,21 @@ def candidates(run: MappedRun):
     return expand_recompute_modules(batch, run.model) if "recompute" in run.searched else batch
 
 
+def _first_broken_rule(run: MappedRun) -> str:
+    """': e.g. <the rule the first candidate breaks>' (search.rules.check_layout), or ''."""
+    from costmodel.options import Layout
+    from search.rules import check_layout
+
+    choices, fixed = candidate_choices(run)
+    values = {**{k: v[0] for k, v in choices.items()}, **fixed}
+    values.setdefault("dp", max(run.gpus // (values["tp"] * values["pp"] * values["cp"]), 1))
+    try:
+        check_layout(run.model, run.cluster, run.gpu, Layout(**values), gpus=run.gpus)
+    except (PlannerInputError, TypeError, ValueError) as err:
+        return f": e.g. {err}"
+    return ""
+
+
 def _modules_label(lay) -> str:
     """'(mla_up_proj,mlp)' after 'sel' when selective recompute runs other modules than core_attn."""
     if lay.recompute != "selective" or lay.recompute_modules in (None, ("core_attn",)):
@@ -107,7 +122,7 @@ def predict_run(run: MappedRun, calib: Calibration = DEFAULT) -> RowResult:
     )
     batch = candidates(run)
     if len(batch) == 0:
-        res.reason = "no layout satisfies the published knobs and the planner's rules"
+        res.reason = "no layout satisfies the published knobs and the planner's rules" + _first_broken_rule(run)
         return res
     out = evaluate_batch(run.model, run.cluster, batch, gpu=run.gpu, calib=calib)
     if out.fits.any():

@@ -165,8 +165,9 @@ def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = 
     users = runs is not None
     summary = summarize(results, confidence, state_filter=users)
     if not any(r.error is not None for r in results):
-        typer.echo(format_table(results, summary))
-        typer.echo(f"error: no row of {runs} could be mapped (reasons above)", err=True)
+        typer.echo(json.dumps({"rows": [r.__dict__ for r in results], "summary": summary}, indent=2) if as_json
+                   else format_table(results, summary))
+        typer.echo(f"error: no row of {runs} could be mapped (the reasons are listed)", err=True)
         raise typer.Exit(NOTHING_MAPPED)
     check = llama3_405b_production_check()
     if as_json:

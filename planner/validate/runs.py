@@ -94,7 +94,9 @@ def load_runs(path: Optional[Path]) -> list[dict]:
     try:
         rows = json.loads(text)
     except json.JSONDecodeError as err:
-        raise PlannerInputError(f"{where}: not valid JSON ({err.msg} at line {err.lineno})") from None
+        rows = _json_lines(text, where) if err.msg == "Extra data" else None
+        if rows is None:
+            raise PlannerInputError(f"{where}: not valid JSON ({err.msg} at line {err.lineno})") from None
     if isinstance(rows, dict) and isinstance(rows.get("runs"), list):
         rows = rows["runs"]
     if not isinstance(rows, list):
@@ -110,6 +112,18 @@ def load_runs(path: Optional[Path]) -> list[dict]:
     if errors:
         more = f" (and {len(errors) - 1} more rows with errors)" if len(errors) > 1 else ""
         raise PlannerInputError(f"{where}: {errors[0]}{more}")
+    return rows
+
+
+def _json_lines(text: str, where: str) -> list:
+    """A JSON Lines file (one run per line), as a list."""
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise PlannerInputError(f"{where}: not valid JSON or JSON Lines ({err.msg} at line {n})") from None
     return rows
 
 
@@ -204,14 +218,17 @@ def _hardware(row: RunRow, base_dir: Optional[Path]):
 
 
 def _gpus(row: RunRow) -> tuple[int, list[str]]:
-    if row.hardware.num_gpus:
-        return row.hardware.num_gpus, []
+    hw = row.hardware
+    if hw.num_gpus:
+        return hw.num_gpus, []
+    if hw.num_nodes and hw.gpus_per_node:
+        return hw.num_nodes * hw.gpus_per_node, [f"num_gpus {hw.num_nodes * hw.gpus_per_node} = {hw.num_nodes} nodes x {hw.gpus_per_node}"]
     lay = row.layout
     degrees = [getattr(lay, k) for k in ("tp", "pp", "cp", "dp")]
     if all(isinstance(d, int) for d in degrees[:2] + degrees[3:]):
         n = lay.tp * lay.pp * (lay.cp if isinstance(lay.cp, int) else 1) * lay.dp
         return n, [f"num_gpus {n} = tp x pp x cp x dp (not stated)"]
-    raise PlannerInputError("hardware.num_gpus: not stated (give it, or tp, pp and dp)")
+    raise PlannerInputError("hardware.num_gpus: not stated (give it, num_nodes and gpus_per_node, or tp, pp and dp)")
 
 
 def _seq(row: RunRow, model, from_preset: bool) -> tuple[int, list[str]]:
@@ -251,6 +268,14 @@ def _zero_from_row(lay) -> Optional[list[int]]:
         return [3]
     if "distributed optimizer" in text or lay.distributed_optimizer is True:
         return [1]
+    low = text.lower()
+    stage = re.search(r"zero[\s_-]*(?:stage[\s_-]*)?([0-3])\b|\bstage[\s_-]*([0-3])\b", low)
+    if stage:  # "ZeRO-1", "zero stage 2", "stage 3" (DeepSpeed's names)
+        return [int(stage.group(1) or stage.group(2))]
+    if re.search(r"fsdp(?!\s*=\s*0)", low):
+        return [3]  # PyTorch FSDP's default sharding is FULL_SHARD
+    if re.search(r"\bddp\b", low):
+        return [0]
     return None  # unstated: Megatron with or without the distributed optimizer
 
 

@@ -93,6 +93,13 @@ def _text(value: Any) -> Optional[str]:
     raise ValueError(f"expected text, got {value!r} ({_kind(value)})")
 
 
+def _recompute(value: Any) -> Optional[str]:
+    """Recompute as text; true / false (activation checkpointing on / off) read as full / none."""
+    if isinstance(value, bool):
+        return "full (stated as true)" if value else "none (stated as false)"
+    return _text(value)
+
+
 def _zero(value: Any) -> Union[int, str, None]:
     if value is None or isinstance(value, str):
         return value
@@ -173,6 +180,7 @@ class Hardware(_Block):
 
     gpu: Text = _f("gpu", "gpu_type", description="GPU, as --gpu takes it: 'H100', 'H100 80GB SXM5', 'A100-SXM4-40GB', 'B200'.")
     num_gpus: PosInt = _f("num_gpus", "gpus", "gpu_count", "world_size", description="GPUs in the job.")
+    num_nodes: PosInt = _f("num_nodes", "nodes", description="With gpus_per_node, instead of num_gpus.")
     cluster: Text = _f("cluster", description="Cluster preset or cluster file (relative to the runs file); default: the GPU's preset.")
     gpus_per_node: PosInt = _f("gpus_per_node", description="Overrides the cluster's.")
     scaleup_domain_size: PosInt = _f("scaleup_domain_size", "nvlink_domain_gpus", "nvlink_domain",
@@ -215,7 +223,9 @@ class LayoutBlock(_Block):
     global_batch_size: Knob = _f("global_batch_size", "gbs")
     global_batch_tokens: PosInt = _f("global_batch_tokens", "tokens_per_batch", description="Instead of global_batch_size.")
     seq_len: PosInt = _f("seq_len", "seq_length", "sequence_length")
-    activation_recompute: Text = _f("activation_recompute", "recompute", description="none | selective | full (text may follow).")
+    activation_recompute: Annotated[Optional[str], BeforeValidator(_recompute)] = _f(
+        "activation_recompute", "recompute", "activation_checkpointing",
+        description="none | selective | full (text may follow); true = full, false = none.")
     zero_stage: Annotated[Union[int, str, None], BeforeValidator(_zero)] = _f("zero_stage", "zero", description="0-3, or text such as 'FSDP FULL_SHARD'.")
     fsdp: Text = _f("fsdp")
     distributed_optimizer: Union[bool, Text] = _f("distributed_optimizer")
@@ -266,11 +276,11 @@ class Source(_Block):
 # -------------------------------------------------------------------------------------- a row
 
 FLAT = {
-    "hardware": ("gpu", "gpu_type", "num_gpus", "gpus", "gpu_count", "world_size", "cluster", "gpus_per_node",
+    "hardware": ("gpu", "gpu_type", "num_gpus", "gpus", "gpu_count", "world_size", "num_nodes", "nodes", "cluster", "gpus_per_node",
                  "scaleup_domain_size", "nvlink_domain_gpus", "nic", "nics_per_node"),
     "layout": ("tp", "pp", "dp", "cp", "ep", "etp", "expert_tp", "vp", "vpp", "micro_batch_size", "mbs",
                "global_batch_size", "gbs", "global_batch_tokens", "tokens_per_batch", "seq_len", "seq_length",
-               "activation_recompute", "recompute", "zero_stage", "zero", "fsdp", "distributed_optimizer",
+               "activation_recompute", "recompute", "activation_checkpointing", "zero_stage", "zero", "fsdp", "distributed_optimizer",
                "precision", "sequence_parallel", "framework", "framework_release", "release", "framework_version"),
     "measured": ("tokens_per_s_per_gpu", "tokens_per_s", "tokens_per_s_total", "step_time_s", "iteration_time_s",
                  "step_time", "samples_per_s", "tflops_per_gpu", "tflops", "mfu", "flops", "flops_convention",

@@ -268,3 +268,31 @@ def test_cluster_and_model_files_named_by_a_row_are_relative_to_the_runs_file(tm
     assert (run.cluster.nic, run.cluster.gpus_per_node, run.cluster.scaleup_domain_size, run.cluster.nics_per_node) == (
         "roce-400g", 4, 4, 4)
     assert any("gpus_per_node 4" in a for a in run.assumptions)
+
+
+@pytest.mark.parametrize("stated, pins", [
+    ({"zero": "ZeRO-1"}, {"zero": 1}), ({"zero": "ZeRO stage 2"}, {"zero": 2}), ({"fsdp": "FSDP"}, {"zero": 3}),
+    ({"zero": "DDP"}, {"zero": 0}), ({"activation_checkpointing": True}, {"recompute": "full"}),
+    ({"recompute": False}, {"recompute": "none"}),
+])
+def test_zero_and_checkpointing_as_people_state_them(stated, pins):
+    run = map_run({**BASE, "tokens_per_s_per_gpu": 1000, **stated})
+    assert {k: run.pins[k] for k in pins} == pins
+
+
+def test_nodes_times_gpus_per_node_and_json_lines(tmp_path):
+    row = {k: v for k, v in BASE.items() if k != "num_gpus"}
+    run = map_run({**row, "num_nodes": 2, "gpus_per_node": 4, "dp": 8, "tokens_per_s_per_gpu": 1000})
+    assert run.gpus == 8 and "num_gpus 8 = 2 nodes x 4" in run.assumptions
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps({**BASE, "id": "a", "tokens_per_s_per_gpu": 1000}) + "\n\n"
+                    + json.dumps({**BASE, "id": "b", "tokens_per_s_per_gpu": 900}) + "\n")
+    assert [r["id"] for r in load_runs(path)] == ["a", "b"]
+
+
+def test_a_row_no_layout_fits_names_the_rule():
+    row = {"id": "x", "gpu": "GB200 NVL72", "num_gpus": 72, "model": "DeepSeek-V3-671B", "seq_len": 4096, "gbs": 1024,
+           "tp": 1, "pp": 8, "ep": 8, "tokens_per_s_per_gpu": 1000}
+    (res,) = validate_rows([row])
+    # 72 GPUs / PP8 = DP9: EP8 does not divide it.
+    assert res.error is None and "rule ep_divides_dp_cp" in res.reason

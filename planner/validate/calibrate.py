@@ -167,6 +167,8 @@ def _why(predictor: Predictor, calib: Calibration, name: str) -> str:
 
 def _stayed(predictor: Predictor, name: str) -> str:
     if np.abs(sensitivity(predictor, DEFAULT, name)).max() < 1e-3:
+        if name == "gemm_efficiency_bf16" and all(r.run.gpu.gemm_efficiency_bf16 for r in predictor.rows):
+            return "no run depends on it (their GPUs' own measured GEMM efficiency applies: hardware_catalog/data/gpus.toml)"
         return "no run depends on it"
     return "the runs do not outweigh its prior"
 

@@ -155,3 +155,20 @@ def test_calibrate_refuses_to_overwrite_and_needs_mappable_rows(tmp_path):
 def test_fitted_constants_stay_inside_their_ranges(result):
     for name in FIT_RANGES:
         assert FIT_RANGES[name].min() <= getattr(result.calib, name) <= FIT_RANGES[name].max()
+
+
+@pytest.mark.parametrize("method", ["exhaustive", "optuna"])
+def test_search_prices_every_candidate_with_the_calibration(method):
+    from costmodel.layout import LayoutBatch
+    from costmodel.step import evaluate_batch
+    from search.api import search
+
+    calib = DEFAULT.with_(gemm_efficiency_bf16=0.74, kernel_overhead_us=4.0)
+    res = search("llama3-8b", 16, "a100", gbs=64, seq_len=4096, top=3, method=method, trials=20, calib=calib)
+    plain = search("llama3-8b", 16, "a100", gbs=64, seq_len=4096, top=3, method=method, trials=20)
+    model, cluster = get_model("llama3-8b"), get_cluster("dgx-a100")
+    for rec in res.results:
+        lay = Layout.from_values({k: v for k, v in rec["layout"].items() if k in {f.name for f in dataclasses.fields(Layout)}})
+        out = evaluate_batch(model, cluster, LayoutBatch.from_layouts([lay]), gpu=get_gpu("a100"), calib=calib)
+        assert rec["step_time_s"] == pytest.approx(float(out.step_time_s[0]), rel=1e-12)
+    assert res.results[0]["step_time_s"] > plain.results[0]["step_time_s"]  # slower GEMMs

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +19,11 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from hardware_catalog.errors import PlannerInputError, unknown_name_error
+from hardware_catalog.match import match_gpu, match_interconnect
 from hardware_catalog.schema import ClusterSpec, GPUSpec, InterconnectSpec
 
 __all__ = [
+    "cluster_with_defaults",
     "default_cluster_for_gpu",
     "get_cluster",
     "get_gpu",
@@ -49,8 +52,20 @@ class _Table(Generic[S]):
             raise PlannerInputError(f"{self.kind} name must be a string, got {name!r}")
         spec = self.index.get(_norm(name))
         if spec is None:
+            spec = self._match(name)
+        if spec is None:
             raise unknown_name_error(self.kind, name.strip(), sorted(self.index))
         return spec
+
+    def _match(self, name: str) -> S | None:
+        """Names the alias index does not hold, read by what they say (``match``): "H100 80GB
+        SXM5", "400G NDR InfiniBand", "DGX H100"."""
+        if self.kind == "gpu":
+            return match_gpu(name, self.specs, self.index)
+        if self.kind == "interconnect":
+            return match_interconnect(name, self.index)
+        words = "-".join(w for w in re.split(r"[^a-z0-9.]+", _norm(name)) if w)
+        return self.index.get(words) or self.index.get(words.removeprefix("nvidia-"))
 
 
 def _norm(name: str) -> str:
@@ -243,6 +258,47 @@ def _parse_user_file(path: Path) -> Any:
     )
 
 
+USER_CLUSTER_DEFAULTS = (
+    "gpus_per_node", "scaleup_domain_size", "scaleup_topology", "scaleup_latency_us", "scaleup_efficiency",
+    "nics_per_node", "network_topology", "network_oversubscription", "network_efficiency",
+)
+"""Cluster fields a user file (or a runs-file row) may leave out: each comes from the GPU's
+default preset (``default_cluster_for_gpu``), so a file needs only ``gpu`` and ``nic``."""
+
+
+def cluster_with_defaults(fields: dict, where: str) -> ClusterSpec:
+    """A ClusterSpec from user fields, the ones left out taken from the GPU's default preset:
+    latencies and efficiencies as measured for that preset (its ``sources``), the NICs per node
+    in the preset's NIC-per-GPU ratio, and the scale-up domain = ``gpus_per_node`` unless the
+    preset's domain spans nodes (NVL72). ``gpu`` and ``nic`` are resolved as ``--gpu`` is."""
+    fields = dict(fields)
+    problems = []  # the unknown names and the missing fields together, in one line
+    for key, getter in (("gpu", get_gpu), ("nic", get_interconnect)):
+        if key not in fields:
+            problems.append(f"missing required field '{key}'")
+        elif isinstance(fields.get(key), str):
+            try:
+                fields[key] = getter(fields[key]).name
+            except PlannerInputError as err:
+                problems.append(f"field {key}: {err}")
+    if problems:
+        raise PlannerInputError(f"{where}: {'; '.join(problems)}")
+    if isinstance(fields.get("gpu"), str):
+        preset = default_cluster_for_gpu(fields["gpu"])
+        per_node = fields.get("gpus_per_node", preset.gpus_per_node)
+        derived = {"gpus_per_node": preset.gpus_per_node}
+        if isinstance(per_node, int) and not isinstance(per_node, bool) and per_node > 0:
+            spans = preset.scaleup_domain_size > preset.gpus_per_node
+            derived["scaleup_domain_size"] = preset.scaleup_domain_size if spans else per_node
+            derived["nics_per_node"] = max(1, per_node * preset.nics_per_node // preset.gpus_per_node)
+        for key in USER_CLUSTER_DEFAULTS:
+            fields.setdefault(key, derived.get(key, getattr(preset, key)))
+    try:
+        return ClusterSpec.model_validate(fields)
+    except ValidationError as err:
+        raise _condense(err, where, ClusterSpec) from None
+
+
 def _load_user_cluster(path: Path) -> ClusterSpec:
     where = f"cluster file {path}"
     raw = _parse_user_file(path)
@@ -261,19 +317,4 @@ def _load_user_cluster(path: Path) -> ClusterSpec:
         sources = {}
     if isinstance(sources, dict):
         fields["sources"] = {**sources, "*": sources.get("*", f"user file {path}")}
-    # gpu and nic must name catalog entries (checked first, so an unknown GPU is named even
-    # when fields are missing too); store the canonical names.
-    names, problems = {}, []
-    for field, lookup in (("gpu", get_gpu), ("nic", get_interconnect)):
-        if isinstance(fields.get(field), str):
-            try:
-                names[field] = lookup(fields[field]).name
-            except PlannerInputError as err:
-                problems.append(f"field {field}: {err}")
-    try:
-        spec = ClusterSpec.model_validate(fields)
-    except ValidationError as err:
-        problems.append(str(_condense(err, where, ClusterSpec)).removeprefix(f"{where}: "))
-    if problems:
-        raise PlannerInputError(_one_line(f"{where}: {'; '.join(problems)}"))
-    return spec.model_copy(update=names)
+    return cluster_with_defaults(fields, where)

@@ -18,6 +18,7 @@ from typing import Any, Union
 from pydantic import ValidationError
 
 from hardware_catalog.errors import PlannerInputError, unknown_name_error
+from hardware_catalog.match import compact, match_model_by_size, model_name_variants
 from hardware_catalog.hf_config import condense_validation_error, hf_config_to_model, is_hf_config
 from hardware_catalog.schema import ModelSpec
 
@@ -82,9 +83,45 @@ def get_model(name_or_path: Union[str, os.PathLike]) -> ModelSpec:
         if spec is not None:
             return spec
     path = Path(text).expanduser()
+    if not isinstance(name_or_path, os.PathLike) and not path.exists() and not text.lower().endswith(_FILE_SUFFIXES):
+        spec = match_model(text)  # a hub id ("meta-llama/Meta-Llama-3-8B") is a name, not a path
+        if spec is not None:
+            return spec
     if isinstance(name_or_path, os.PathLike) or path.exists() or _looks_like_path(text):
         return _load_file(path)
-    raise unknown_name_error("model", text, [m.name for m in models])
+    spec = match_model(text)
+    if spec is None:
+        raise unknown_name_error("model", text, [m.name for m in models])
+    return spec
+
+
+@functools.cache
+def _compact_index() -> dict[str, ModelSpec]:
+    """``match.compact`` of every preset name and alias -> preset (spellings two presets share dropped)."""
+    index: dict[str, ModelSpec] = {}
+    shared = set()
+    for spec in _presets()[0]:
+        for name in (spec.name, *spec.aliases):
+            key = compact(name)
+            if index.get(key, spec) is not spec:
+                shared.add(key)
+            index[key] = spec
+    return {k: v for k, v in index.items() if k not in shared}
+
+
+def match_model(text: str) -> ModelSpec | None:
+    """A preset for a name as people write it: "Llama-3.1-70B", "Mixtral 8x7B", "llama 3 405b",
+    "meta-llama/Meta-Llama-3-8B-Instruct", "Llama 405B" (family word + size, when one preset has
+    both). None when nothing matches; ``PlannerInputError`` when several presets do."""
+    _, index = _presets()
+    for variant in model_name_variants(text):
+        spec = index.get(_key(variant)) or _compact_index().get(compact(variant))
+        if spec is not None:
+            return spec
+    sized = match_model_by_size(text, _presets()[0])
+    if len(sized) > 1:
+        raise PlannerInputError(f"model '{text}' matches several presets: {', '.join(s.name for s in sized)} (give one)")
+    return sized[0] if sized else None
 
 
 def _looks_like_path(text: str) -> bool:

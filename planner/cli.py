@@ -42,6 +42,7 @@ FromOpt = typer.Option(None, "--from", help="A layout planner wrote: 'planner ev
 RankOpt = typer.Option(None, "--rank", help="With --from a search result: the rank of the layout to take (1 = the best).")
 ForceOpt = typer.Option(False, "--force", help="Overwrite existing files.")
 _JOB_FLAGS = ("model", "gpus", "gpu", "cluster", "tokens_per_batch")
+CalibrationOpt = typer.Option(None, "--calibration", help="Calibration profile (TOML from 'planner calibrate'): its fitted constants replace the shipped ones.")
 
 
 def _given(ctx: typer.Context, names) -> dict:
@@ -76,21 +77,28 @@ def _job(ctx: typer.Context, from_file, rank, typed: dict) -> tuple[dict, Option
     return job, record, bool(notes) or from_csv
 
 
-def _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout: dict):
-    """Resolve, check (one rule set) and price one layout given as option values."""
+def _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout: dict, calibration=None):
+    """Resolve, check (one rule set) and price one layout given as option values
+    (``calibration``: a profile path; None = the shipped constants)."""
     from costmodel import evaluate
+    from costmodel.calibration import DEFAULT
     from costmodel.record import result_record
+    from planner.calibration_profile import calibration_option
     from planner.common import build_layout, resolve_setup
     from search.rules import check_layout
+
+    calib = calibration_option(calibration) or DEFAULT
 
     setup = resolve_setup(model, gpu, cluster, layout.get("seq_len"), layout.get("gbs"), tokens_per_batch)
     lay = build_layout(setup, gpus, **layout)
     check_layout(setup.model, setup.cluster, setup.gpu, lay, gpus=gpus, allow_cross_node_tp=allow_cross_node_tp,
                  batch_origin=setup.batch_origin)
-    result = evaluate(setup.model, setup.cluster, lay, gpu=setup.gpu)
+    result = evaluate(setup.model, setup.cluster, lay, gpu=setup.gpu, calib=calib)
     record = result_record(setup.model, setup.cluster, setup.gpu, result, 0)
     record["planner_version"] = _version()
     record["command"] = command_line()
+    if calibration is not None:
+        record["calibration"] = str(calibration)
     return setup, record
 
 
@@ -131,6 +139,7 @@ def evaluate(
     from_launch: Optional[Path] = FromLaunchOpt,
     launch_format: Optional[str] = LaunchFormatOpt,
     force: bool = ForceOpt,
+    calibration: Optional[Path] = CalibrationOpt,
     layout: dict = None,
 ):
     """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not (exit 3 if not)."""
@@ -141,7 +150,7 @@ def evaluate(
     plot = check_output_file(check_plot_path(plot), "--plot", force)
     job, _, _ = _job(ctx, from_file, rank, dict(model=model, gpus=gpus, gpu=gpu, cluster=cluster, tokens_per_batch=tokens_per_batch,
                                              allow_cross_node_tp=allow_cross_node_tp, layout=layout))
-    setup, record = _evaluate_record(**job)
+    setup, record = _evaluate_record(**job, calibration=calibration)
     if plot is not None:  # files first: a reader that stops early (| head) still gets them
         from planner.plots import plot_evaluation
 
@@ -245,6 +254,7 @@ def export(
              "the TOML for 0.2.2."),
     from_launch: Optional[Path] = FromLaunchOpt,
     launch_format: Optional[str] = LaunchFormatOpt,
+    calibration: Optional[Path] = CalibrationOpt,
     layout: dict = None,
 ):
     """Write launch configs (torchrun, Megatron-LM args, DeepSpeed JSON, torchtitan, SLURM) for a layout."""
@@ -260,11 +270,14 @@ def export(
         from planner.launch.cli import export_from_launch
 
         return export_from_launch(dict(locals()), options)
+    if from_file is not None and calibration is not None:
+        raise PlannerInputError("--calibration prices the layout export evaluates (--model ...); a --from record "
+                                "keeps the numbers it was evaluated with")
     job, record, price_again = _job(ctx, from_file, rank, dict(
         model=model, gpus=gpus, gpu=gpu, cluster=cluster, tokens_per_batch=tokens_per_batch,
         allow_cross_node_tp=allow_cross_node_tp, layout=layout))
     if price_again:
-        setup, record = _evaluate_record(**job)
+        setup, record = _evaluate_record(**job, calibration=calibration)
         model_spec, cluster_spec = setup.model, setup.cluster
     else:  # the record as it is: its prediction is what the files' header states
         from planner.common import resolve_hardware
@@ -285,18 +298,26 @@ def export(
 
 @app.command()
 def validate(
-    runs: Optional[Path] = typer.Option(None, "--runs", help="Runs file (published_runs.json format). Default: the reference set shipped with planner."),
+    runs: Optional[Path] = typer.Option(None, "--runs", help="Runs file (the runs format: planner validate --schema; README 'Your own runs'). Default: the reference set shipped with planner."),
     as_json: bool = typer.Option(False, "--json", help="Print rows and summary as JSON."),
     confidence: str = typer.Option("high", help="Rows used for the summary: high | medium | all."),
     cross_validate: bool = typer.Option(False, "--cross-validate", help="Leave one source out: fit the constants on every other source, predict the one left out (about a minute)."),
     bootstrap: int = typer.Option(0, "--bootstrap", help="With --cross-validate: refit on N resamples of the sources and print each constant's 5-95% interval (several minutes)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw predicted vs measured tokens/s/GPU per run to FILE (.png, .svg or .html)."),
     force: bool = ForceOpt,
+    calibration: Optional[Path] = CalibrationOpt,
+    schema: bool = typer.Option(False, "--schema", help="Print the JSON Schema of a runs file and exit."),
 ):
-    """Compare predictions with real published training runs (throughput and peak memory)."""
+    """Compare predictions with real training runs (throughput and peak memory): the shipped
+    reference set, or your own (--runs). Exit 2: a bad runs file; 3: no row could be mapped."""
+    if schema:
+        from planner.validate.schema import runs_json_schema
+
+        typer.echo(json.dumps(runs_json_schema(), indent=2))
+        return
     check_output_file(check_plot_path(plot), "--plot", force)
     with _reading_runs(runs):
-        _validate(runs, as_json, confidence, cross_validate, bootstrap, plot)
+        _validate(runs, as_json, confidence, cross_validate, bootstrap, plot, calibration)
 
 
 @contextlib.contextmanager
@@ -311,11 +332,13 @@ def _reading_runs(runs: Optional[Path]):
             raise  # the reference set shipped with planner: a bug, not the user's input
         detail = " ".join(str(err).split())[:160]
         raise PlannerInputError(f"--runs {runs}: not a runs file planner can read ({type(err).__name__}: {detail}); "
-                                "see planner/data/published_runs.json for the format") from None
+                                "see planner validate --schema for the format") from None
 
 
-def _validate(runs, as_json, confidence, cross_validate, bootstrap, plot) -> None:
+def _validate(runs, as_json, confidence, cross_validate, bootstrap, plot, calibration=None) -> None:
     if cross_validate:
+        if calibration is not None:
+            raise PlannerInputError("--cross-validate fits its own constants; --calibration goes with the validate table")
         if plot is not None:
             raise PlannerInputError("--plot draws the validate table's rows; give it without --cross-validate")
         from planner.validate.crossval import run_cross_validation
@@ -326,7 +349,9 @@ def _validate(runs, as_json, confidence, cross_validate, bootstrap, plot) -> Non
         raise PlannerInputError("--bootstrap goes with --cross-validate")
     from planner.validate import run_validate
 
-    run_validate(runs, as_json=as_json, confidence=confidence, plot=plot)
+    from planner.calibration_profile import calibration_option
+
+    run_validate(runs, as_json=as_json, confidence=confidence, plot=plot, calib=calibration_option(calibration))
 
 
 _COMM_HELP = (
@@ -385,6 +410,9 @@ def _register_optional_commands() -> None:
     from planner.cli_sweep import register as register_sweep
 
     register_sweep(app)
+    from planner.cli_calibrate import register as register_calibrate
+
+    register_calibrate(app)
 
 
 _register_optional_commands()

@@ -115,6 +115,8 @@ def format_summary(stats: dict) -> str:
         impl["recompute_modules"] = "+".join(stats["recompute_modules"])
     if impl:
         line += "\npriced with " + ", ".join(f"{k}={v}" for k, v in impl.items())
+    if stats.get("calibration"):
+        line += f"\nconstants from calibration profile {stats['calibration']}"
     return line
 
 
@@ -216,6 +218,7 @@ def register(app: typer.Typer) -> None:
         launch_format: Optional[str] = LaunchFormatOpt,
         keep: Optional[str] = KeepOpt,
         force: bool = typer.Option(False, "--force", help="Overwrite existing files (--csv, --export, --plot)."),
+        calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile (TOML from 'planner calibrate'): its fitted constants replace the shipped ones."),
         layout: dict = None,
     ):
         """Find the fastest parallel layouts that fit in memory (exit 3 if none fits)."""
@@ -235,8 +238,10 @@ def register(app: typer.Typer) -> None:
         outputs = _check_outputs(csv_file, export_dir, plot, force)
         pins = {k: v for k, v in layout.items() if OPTIONS_BY_NAME[k].search == SEARCHED}
         implementation = {k: layout[k] for k in IMPLEMENTATION_OPTIONS}
+        from planner.calibration_profile import calibration_option
         from search.api import search
 
+        calib = calibration_option(calibration)
         search = RecordedCall(search) if plot is not None else search  # the plot asks it again
         result = search(
             model, gpus, gpu, cluster, gbs=layout["gbs"], tokens_per_batch=tokens_per_batch, seq_len=layout["seq_len"],
@@ -245,8 +250,10 @@ def register(app: typer.Typer) -> None:
             price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
             stage_splits=stage_splits, progress=_progress_mode(progress),
             implementation=implementation, recompute_modules=layout["recompute_modules"],
-            storage=storage, study_name=study_name,
+            storage=storage, study_name=study_name, calib=calib,
         )
+        if calibration is not None:
+            result.stats["calibration"] = str(calibration)
         written = _write_outputs(result, search, outputs, force)  # before printing: `| head` still gets them
         _print_result(result, as_json, pareto, bool(layout["pp_first_layers"] or layout["pp_last_layers"]))
         for line in written:

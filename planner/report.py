@@ -100,6 +100,8 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
     stages = stage_summary(lay)
     if stages:
         lines.append(f"stages  {stages}")
+    if rec.get("calibration"):
+        lines.append(f"constants from calibration profile {rec['calibration']}")
     lines.append("")
     step = rec["step_time_s"]
     lines.append(

@@ -261,7 +261,7 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
            train_tokens: Optional[float] = None, stage_splits: bool = False,
            progress: bool = False, engine: str = "cpsat",
            implementation: Optional[dict] = None, recompute_modules=None,
-           storage: Optional[str] = None, study_name: Optional[str] = None) -> SearchResult:
+           storage: Optional[str] = None, study_name: Optional[str] = None, calib=None) -> SearchResult:
     """Find the fastest layouts that fit in memory.
 
     ``model``/``gpu``/``cluster`` take names or spec objects; ``gpus`` an int, a list or a
@@ -275,8 +275,9 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     ``recompute_modules``: the Megatron-Core submodules selective candidates recompute (names, or
     a comma-separated string; None = core_attn). ``storage`` / ``study_name``: run the optuna
     search in a shared study that other processes may join (``search.storage``; ``method`` auto
-    then means optuna, and ``trials`` counts the study's trials). Raises ``PlannerInputError`` on
-    bad input.
+    then means optuna, and ``trials`` counts the study's trials). ``calib``: the cost model's
+    constants (a ``Calibration``, e.g. a ``planner calibrate`` profile; None = the shipped ones).
+    Raises ``PlannerInputError`` on bad input.
     """
     t0 = time.perf_counter()
     top, trials, seed, memory_headroom, price_per_gpu_hour, train_tokens = _check_settings(
@@ -315,13 +316,14 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
         chosen = "exhaustive" if size <= AUTO_EXHAUSTIVE_MAX else "optuna"
     if chosen == "exhaustive":
         pools, stats = run_exhaustive(problems, top=top, memory_headroom=memory_headroom,
-                                      objectives=objectives, progress=progress, engine=engine)
+                                      objectives=objectives, progress=progress, engine=engine, calib=calib)
     else:
         from search.optuna_search import run_optuna
 
         pools, stats = run_optuna(problems, trials=trials, seed=seed, top=top,
                                   memory_headroom=memory_headroom, objectives=objectives,
-                                  sampler=sampler, progress=progress, storage=storage, study_name=study_name)
+                                  sampler=sampler, progress=progress, storage=storage, study_name=study_name,
+                                  calib=calib)
     chosen_c = _spread(sorted(pools.front, key=lambda c: c.obj), top) if pareto else pools.best
     results = [_record(c, objectives, i + 1) for i, c in enumerate(chosen_c)]
     specs = [(c.problem.model, c.problem.cluster, c.problem.gpu) for c in chosen_c]

@@ -225,16 +225,18 @@ class Progress:
             sys.stderr.flush()
 
 
-def _evaluate(problem: Problem, batch):
+def _evaluate(problem: Problem, batch, calib=None):
     from costmodel import evaluate_batch
+    from costmodel.calibration import DEFAULT
 
-    return evaluate_batch(problem.model, problem.cluster, batch, gpu=problem.gpu)
+    return evaluate_batch(problem.model, problem.cluster, batch, gpu=problem.gpu, calib=calib or DEFAULT)
 
 
 def run_exhaustive(problems: list[Problem], *, top: int, memory_headroom: float,
                    objectives: Objectives = Objectives(), progress: bool = False,
-                   engine: str = "cpsat", chunk: int = CHUNK) -> tuple[Pools, dict]:
-    """Enumerate and price every valid layout of every problem. Returns the pools and stats."""
+                   engine: str = "cpsat", chunk: int = CHUNK, calib=None) -> tuple[Pools, dict]:
+    """Enumerate and price every valid layout of every problem (``calib``: the constants, None =
+    the shipped ones). Returns the pools and stats."""
     t0 = time.perf_counter()
     pools = Pools(top=top, objectives=objectives)
     spaces: list[Space] = [build_space(p, engine) for p in problems]
@@ -249,7 +251,7 @@ def run_exhaustive(problems: list[Problem], *, top: int, memory_headroom: float,
         limit = memory_limit_gib(p.gpu.memory_gib, memory_headroom)
         for start in range(0, len(space), chunk):
             batch = space.batch(start, start + chunk)
-            pools.add(p, _evaluate(p, batch), limit)
+            pools.add(p, _evaluate(p, batch, calib), limit)
             done += len(batch)
             bar.update(done)
     bar.close()

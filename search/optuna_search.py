@@ -59,8 +59,10 @@ class _Cores:
     """The degree cores trials sample (problem + tp, cp, pp, ep), each priced once, on demand,
     with everything cheap enumerated (see the module doc); every layout priced goes into ``pools``."""
 
-    def __init__(self, problems: list[Problem], pools: Pools, objectives: Objectives, memory_headroom: float):
+    def __init__(self, problems: list[Problem], pools: Pools, objectives: Objectives, memory_headroom: float,
+                 calib=None):
         self.problems, self.pools, self.objectives, self.headroom = problems, pools, objectives, memory_headroom
+        self.calib = calib
         self.doms = [domains(p) for p in problems]
         self.by_key = {(p.gpu.name, p.gpus): i for i, p in enumerate(problems)}
         self.gpu_names = sorted({p.gpu.name for p in problems})
@@ -111,6 +113,7 @@ class _Cores:
 
     def _price(self, pi, knobs):
         from costmodel import evaluate_batch
+        from costmodel.calibration import DEFAULT
 
         if pi is None:
             self.counters["infeasible_trials"] += 1
@@ -129,7 +132,7 @@ class _Cores:
             return self._penalty(PENALTY_RULES)
         self.counters["feasible"] += len(space)
         batch = space.batch()
-        result = evaluate_batch(p.model, p.cluster, batch, gpu=p.gpu)
+        result = evaluate_batch(p.model, p.cluster, batch, gpu=p.gpu, calib=self.calib or DEFAULT)
         limit = memory_limit_gib(p.gpu.memory_gib, self.headroom)
         self.pools.add(p, result, limit)
         peak = np.asarray(result.memory_gib["peak"], dtype=np.float64)
@@ -147,7 +150,7 @@ class _Cores:
 def run_optuna(problems: list[Problem], *, trials: int, seed: int, top: int, memory_headroom: float,
                objectives: Objectives = Objectives(), sampler: Optional[str] = None,
                progress: bool = False, storage: Optional[str] = None,
-               study_name: Optional[str] = None) -> tuple[Pools, dict]:
+               study_name: Optional[str] = None, calib=None) -> tuple[Pools, dict]:
     """Search ``problems`` with ``trials`` optuna trials. Returns the pools and stats.
 
     ``storage`` (a ``search.storage`` URL): join the shared study ``study_name``; ``trials`` is
@@ -157,7 +160,7 @@ def run_optuna(problems: list[Problem], *, trials: int, seed: int, top: int, mem
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     t0 = time.perf_counter()
     pools = Pools(top=top, objectives=objectives)
-    cores = _Cores(problems, pools, objectives, memory_headroom)
+    cores = _Cores(problems, pools, objectives, memory_headroom, calib)
     # Workers sharing a study each draw their own random stream (else they repeat each other's
     # startup trials); the result is then not reproducible from the seed alone.
     smp = make_sampler(sampler, seed if storage is None else seed + os.getpid(), objectives.pareto)

@@ -109,7 +109,7 @@ def test_cluster_file_with_an_unknown_gpu_names_it_with_the_missing_fields(tmp_p
 def test_unreadable_runs_files_are_one_line(tmp_path, content):
     path = tmp_path / "runs.json"
     path.write_bytes(content)
-    refused(cli("validate", "--runs", path), f"--runs {path}")
+    refused(cli("validate", "--runs", path), str(path))  # one line naming the file (and the row where there is one)
 
 
 # ------------------------------------------------------------------ recompute layers: one unit

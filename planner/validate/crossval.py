@@ -15,7 +15,7 @@ from typing import Optional
 from costmodel.calibration import DEFAULT, PRIOR
 from hardware_catalog.errors import PlannerInputError
 from planner.validate.fit import FIT_RANGES, Predictor, bootstrap, cross_validate, prepare
-from planner.validate.runs import load_runs, map_run
+from planner.validate.runs import load_runs, map_run, parse_row
 
 SHORT = {
     "gemm_efficiency_bf16": "gemm bf16", "gemm_efficiency_fp8": "gemm fp8", "attention_efficiency": "attn",
@@ -30,11 +30,13 @@ def prepared_rows(runs_file: Optional[Path], confidence: str = "high"):
     reduced to what a calibration changes."""
     wanted = {"high": ("high",), "medium": ("high", "medium")}.get(confidence)
     mapped = []
-    for row in load_runs(runs_file):
-        if wanted is not None and row.get("confidence") not in wanted:
+    base_dir = Path(runs_file).parent if runs_file else None
+    for i, raw in enumerate(load_runs(runs_file), 1):
+        row = parse_row(raw, i)  # a row without "confidence" is high
+        if wanted is not None and row.confidence not in wanted:
             continue
         try:
-            mapped.append(map_run(row))
+            mapped.append(map_run(row, base_dir))
         except (PlannerInputError, KeyError, TypeError, ValueError):
             continue  # `planner validate` lists unmapped rows with the reason
     return prepare(mapped)

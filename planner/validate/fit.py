@@ -78,9 +78,7 @@ def prepare(runs) -> list[PreparedRow]:
             continue
         res = evaluate_batch(run.model, run.cluster, batch, gpu=run.gpu, calib=DEFAULT)
         keep = np.nonzero(res.fits)[0] if res.fits.any() else np.array([int(np.argmin(res.memory_gib["peak"]))])
-        row = run.row
-        out.append(PreparedRow(row["id"], row["source"].get("key", "?"), float(row["reference"]["tokens_per_s_per_gpu"]),
-                               run, batch.take(keep)))
+        out.append(PreparedRow(run.id, run.source, float(run.reported), run, batch.take(keep)))
     return out
 
 

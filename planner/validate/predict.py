@@ -11,7 +11,7 @@ from costmodel.calibration import DEFAULT, Calibration
 from costmodel.options import IMPLEMENTATION_OPTIONS
 from hardware_catalog.errors import PlannerInputError
 from planner.validate.profiles import row_label_suffix
-from planner.validate.runs import MappedRun, map_run
+from planner.validate.runs import MappedRun, map_run, parse_row
 from search.grid import candidate_grid, expand_recompute_modules
 from search.space import RECOMPUTE_SHARES, divisors, powers_of_two
 
@@ -44,8 +44,8 @@ def _layout_known(run: MappedRun) -> bool:
 
 
 def candidate_choices(run: MappedRun) -> tuple[dict, dict]:
-    """(choices, fixed) for ``search.grid.candidate_grid``: the degrees (searched when the row
-    states no layout), then the searched knobs; everything else pinned."""
+    """(choices, fixed) for ``search.grid.candidate_grid``: the degrees (those the row does not
+    state searched), then the searched knobs; everything else pinned."""
     pins, searched = run.pins, run.searched
     if _layout_known(run):
         choices = {k: [pins.get(k, 1)] for k in ("tp", "pp", "cp")}
@@ -54,9 +54,12 @@ def candidate_choices(run: MappedRun) -> tuple[dict, dict]:
         # Every power-of-two tp in the NVLink domain and every pp dividing the GPUs; the rules
         # drop what does not split the heads or the layers.
         pp_max = min(run.model.num_layers, PP_MAX)
-        choices = {"tp": powers_of_two(run.cluster.scaleup_domain_size),
-                   "pp": [p for p in divisors(run.gpus) if p <= pp_max], "cp": [pins.get("cp", 1)]}
-        fixed = {}
+        choices = {"tp": [pins["tp"]] if "tp" in pins else powers_of_two(run.cluster.scaleup_domain_size),
+                   "pp": [pins["pp"]] if "pp" in pins else [p for p in divisors(run.gpus) if p <= pp_max],
+                   "cp": [pins.get("cp", 1)]}
+        fixed = {"dp": pins["dp"]} if "dp" in pins else {}
+    if "ep" in searched:
+        choices["ep"] = searched["ep"]
     for k in ("mbs", "vpp", "zero"):
         choices[k] = searched.get(k, [pins.get(k)])
     choices.update({k: searched[k] for k in IMPLEMENTATION_OPTIONS if k in searched})
@@ -75,6 +78,21 @@ def candidates(run: MappedRun):
     choices, fixed = candidate_choices(run)
     batch = candidate_grid(run.model, run.cluster, run.gpu, run.gpus, choices, fixed)
     return expand_recompute_modules(batch, run.model) if "recompute" in run.searched else batch
+
+
+def _first_broken_rule(run: MappedRun) -> str:
+    """': e.g. <the rule the first candidate breaks>' (search.rules.check_layout), or ''."""
+    from costmodel.options import Layout
+    from search.rules import check_layout
+
+    choices, fixed = candidate_choices(run)
+    values = {**{k: v[0] for k, v in choices.items()}, **fixed}
+    values.setdefault("dp", max(run.gpus // (values["tp"] * values["pp"] * values["cp"]), 1))
+    try:
+        check_layout(run.model, run.cluster, run.gpu, Layout(**values), gpus=run.gpus)
+    except (PlannerInputError, TypeError, ValueError) as err:
+        return f": e.g. {err}"
+    return ""
 
 
 def _modules_label(lay) -> str:
@@ -98,16 +116,13 @@ def predict_run(run: MappedRun, calib: Calibration = DEFAULT) -> RowResult:
     """The fastest candidate that fits (else the one needing least memory), against the row."""
     from costmodel import evaluate_batch
 
-    row = run.row
-    ref = row["reference"]
     res = RowResult(
-        id=row["id"], source=row["source"].get("key", "?"), confidence=row.get("confidence", "?"),
-        gpus=run.gpus, reported=float(ref["tokens_per_s_per_gpu"]), reported_memory_gib=ref.get("peak_memory_gib"),
-        assumptions=list(run.assumptions),
+        id=run.id, source=run.source, confidence=run.confidence, gpus=run.gpus, reported=float(run.reported),
+        reported_memory_gib=run.reported_memory_gib, assumptions=list(run.assumptions),
     )
     batch = candidates(run)
     if len(batch) == 0:
-        res.reason = "no layout satisfies the published knobs and the planner's rules"
+        res.reason = "no layout satisfies the published knobs and the planner's rules" + _first_broken_rule(run)
         return res
     out = evaluate_batch(run.model, run.cluster, batch, gpu=run.gpu, calib=calib)
     if out.fits.any():
@@ -121,7 +136,7 @@ def predict_run(run: MappedRun, calib: Calibration = DEFAULT) -> RowResult:
     res.error = (res.predicted - res.reported) / res.reported
     res.chosen = {k: getattr(lay, k) for k in run.searched}
     if not _layout_known(run):
-        res.chosen.update(tp=lay.tp, pp=lay.pp, dp=lay.dp)
+        res.chosen.update({k: getattr(lay, k) for k in _LAYOUT_KNOBS if k not in run.pins})
     if "recompute" in run.searched and lay.recompute == "selective":
         res.chosen["recompute_modules"] = list(lay.recompute_modules or ("core_attn",))
     res.layout = layout_label(lay)
@@ -131,17 +146,29 @@ def predict_run(run: MappedRun, calib: Calibration = DEFAULT) -> RowResult:
     return res
 
 
-def validate_rows(rows: list[dict], calib: Calibration = DEFAULT) -> list[RowResult]:
-    """A result per row: predicted, or listed with the reason it could not be mapped."""
+def validate_rows(rows: list, calib: Calibration = DEFAULT, base_dir=None) -> list[RowResult]:
+    """A result per row: predicted, or listed with the reason it could not be mapped.
+    ``base_dir``: the runs file's folder (cluster and model files a row names are relative to it)."""
     results = []
-    for row in rows:
+    for i, row in enumerate(rows, 1):
         try:
-            results.append(predict_run(map_run(row), calib))
+            results.append(predict_run(map_run(parse_row(row, i), base_dir), calib))
         except (PlannerInputError, KeyError, TypeError, ValueError) as err:
-            ref = (row.get("reference") or {})
-            results.append(RowResult(
-                id=str(row.get("id", "?")), source=str((row.get("source") or {}).get("key", "?")),
-                confidence=str(row.get("confidence", "?")), gpus=int((row.get("hardware") or {}).get("num_gpus") or 0),
-                reported=float(ref.get("tokens_per_s_per_gpu") or 0.0), reason=str(err),
-            ))
+            results.append(_unmapped(row, i, err))
     return results
+
+
+def _unmapped(row, index: int, err: Exception) -> RowResult:
+    """The row listed with the reason, from whatever of it can be read."""
+    row = row if isinstance(row, dict) else {}
+    ref = row.get("reference") if isinstance(row.get("reference"), dict) else {}
+    hw = row.get("hardware") if isinstance(row.get("hardware"), dict) else {}
+    src = row.get("source")
+    source = src.get("key", "?") if isinstance(src, dict) else str(src or "?")
+    gpus = hw.get("num_gpus") or row.get("num_gpus") or row.get("gpus")
+    reported = ref.get("tokens_per_s_per_gpu")
+    return RowResult(
+        id=str(row.get("id", f"row {index}")), source=source, confidence=str(row.get("confidence", "high")),
+        gpus=gpus if isinstance(gpus, int) else 0, reported=float(reported) if isinstance(reported, (int, float)) else 0.0,
+        reason=str(err),
+    )

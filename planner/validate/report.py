@@ -12,10 +12,19 @@ from hardware_catalog.errors import PlannerInputError
 from planner.validate.predict import RowResult, validate_rows
 from planner.validate.runs import load_runs
 
+NOTHING_MAPPED = 3
+"""Exit status when a runs file is well formed but none of its rows could be mapped (a GPU or
+model the catalog lacks, no layout the rules allow): the input is valid, planner cannot use it."""
 
-def summarize(results: list[RowResult], confidence: str = "high") -> dict:
-    keep = [r for r in results if r.error is not None and (confidence == "all" or r.confidence == confidence
-                                                            or (confidence == "medium" and r.confidence == "high"))]
+
+def _counted(r: RowResult, confidence: str) -> bool:
+    return confidence == "all" or r.confidence == confidence or (confidence == "medium" and r.confidence == "high")
+
+
+def summarize(results: list[RowResult], confidence: str = "high", state_filter: bool = False) -> dict:
+    """Accuracy over the predicted rows at ``confidence``. ``state_filter``: also list the
+    predicted rows the filter leaves out (``not_counted``), so none drops out unsaid."""
+    keep = [r for r in results if r.error is not None and _counted(r, confidence)]
 
     def stats(rs):
         errs = np.abs([r.error for r in rs])
@@ -38,7 +47,31 @@ def summarize(results: list[RowResult], confidence: str = "high") -> dict:
         "median_abs_error": float(np.median(np.abs([r.memory_error for r in mem]))) if mem else None,
     }
     summary["unmapped"] = [{"id": r.id, "reason": r.reason} for r in results if r.error is None]
+    left_out = [{"id": r.id, "confidence": r.confidence} for r in results if r.error is not None and not _counted(r, confidence)]
+    if state_filter and left_out:
+        summary["not_counted"] = left_out
     return summary
+
+
+def _filter_text(summary: dict) -> str:
+    """'high-confidence rows' and, where the filter left rows out, which and how to count them."""
+    text = f"{summary['confidence']}-confidence rows"
+    left = summary.get("not_counted")
+    if left:
+        ids = ", ".join(r["id"] for r in left[:5]) + (", ..." if len(left) > 5 else "")
+        text += (f"; {len(left)} predicted row{'s' if len(left) > 1 else ''} of lower confidence not counted: {ids}; "
+                 "--confidence all counts them")
+    return text
+
+
+def format_notes(results: list[RowResult]) -> str:
+    """Each predicted row's assumptions (how it was read, converted, searched), indented."""
+    lines = ["how each row was read (--json: \"assumptions\"):"]
+    for r in results:
+        if r.error is not None and r.assumptions:
+            lines.append(f"  {r.id}:")
+            lines += [f"    - {a}" for a in r.assumptions]
+    return "\n".join(lines)
 
 
 def format_table(results: list[RowResult], summary: dict) -> str:
@@ -62,7 +95,7 @@ def format_table(results: list[RowResult], summary: dict) -> str:
         return (f"{st['rows']} rows: median |err| {st['median_abs_error'] * 100:.1f}%, "
                 f"p90 {st['p90_abs_error'] * 100:.1f}%, MAPE {st['mape'] * 100:.1f}%, mean signed {st['mean_signed_error'] * 100:+.1f}%")
 
-    lines.append(f"summary ({s['confidence']}-confidence rows) {fmt(s)}")
+    lines.append(f"summary ({_filter_text(s)}) {fmt(s)}")
     for src, st in s["per_source"].items():
         lines.append(f"  {src:<24}{fmt(st)}")
     if s["memory"]["rows"]:
@@ -114,23 +147,37 @@ def format_production_check(check: dict) -> str:
     return "\n".join(lines)
 
 
-def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = "high", plot: Optional[Path] = None) -> None:
+def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = "high", plot: Optional[Path] = None,
+                 calib=None) -> None:
+    """The command. The shipped reference set's table is printed as published (its rows state
+    their own notes); a user's runs file also gets each row's notes and the rows the confidence
+    filter leaves out. Exit 3 when no row of the file could be mapped."""
     import typer
 
+    from costmodel.calibration import DEFAULT
     from planner.plots import check_plot_path
 
     if confidence not in ("high", "medium", "all"):
         raise PlannerInputError(f"--confidence={confidence}: allowed high, medium, all")
     plot = check_plot_path(plot)
     rows = load_runs(runs)
-    results = validate_rows(rows)
-    summary = summarize(results, confidence)
+    results = validate_rows(rows, calib or DEFAULT, base_dir=Path(runs).parent if runs else None)
+    users = runs is not None
+    summary = summarize(results, confidence, state_filter=users)
+    if not any(r.error is not None for r in results):
+        typer.echo(json.dumps({"rows": [r.__dict__ for r in results], "summary": summary}, indent=2) if as_json
+                   else format_table(results, summary))
+        typer.echo(f"error: no row of {runs} could be mapped (the reasons are listed)", err=True)
+        raise typer.Exit(NOTHING_MAPPED)
     check = llama3_405b_production_check()
     if as_json:
         typer.echo(json.dumps({"rows": [r.__dict__ for r in results], "summary": summary,
                                "llama3_405b_production": check}, indent=2))
     else:
         typer.echo(format_table(results, summary))
+        if users:
+            typer.echo("")
+            typer.echo(format_notes(results))
         typer.echo("")
         typer.echo(format_production_check(check))
     if plot is not None:

@@ -1,10 +1,14 @@
 """Runs files: load one, and map each row to a model, a cluster, pins and searched grids.
 
-A row (format of ``planner/data/published_runs.json``) states some of a layout (degrees, batch,
+A row (the runs format, ``planner.validate.schema``) states some of a layout (degrees, batch,
 recompute, ZeRO, precision) and names its framework in free text. What the row states is pinned,
 what it leaves out is searched, and the framework's profile (``profiles.py``) adds how that
 framework runs a layout. Settings the row states by the planner's own option names
-(``layout.attention``, ``layout.recompute_modules``, ...) win over the profile.
+(``settings.attention``, ``layout.recompute_modules``, ...) win over the profile.
+
+A file that is not a list of rows, or a row that breaks the format, is refused as a whole
+(``load_runs``: one line naming the row and the field). A row that is well formed but cannot be
+mapped (a GPU or model the catalog lacks, no layout the rules allow) is listed with the reason.
 """
 
 from __future__ import annotations
@@ -14,46 +18,29 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
-from costmodel.options import IMPLEMENTATION_OPTIONS, OPTIONS_BY_NAME, RECOMPUTE
+from pydantic import ValidationError
+
+from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE
 from hardware_catalog.errors import PlannerInputError
+from planner.validate.models import map_model, model_notes
 from planner.validate.profiles import RowFacts, apply_profiles
-
-# A catalog preset per model family supplies what a runs file does not carry (gated MLP or
-# not, norms, biases, positions, tied embeddings, vocab); the row's own shape fields
-# (layers, hidden, heads, KV heads, FFN, vocab, sequence) then override it.
-_FAMILY_BASE = (
-    # (source key or "", model-name prefix, preset)
-    ("megatron_readme_2024", "gpt", "mcore-gpt-1.7b"),  # Megatron-Core 2024 series: untied embeddings
-    ("nemo_perf_2407", "gpt3", "nemo-gpt3-5b"),
-    ("", "gpt", "megatron-gpt-1.7b"),  # Narayanan 2021 / Korthikanti 2022 GPT: tied, dropout
-    ("", "mpt", "mpt-7b"),
-    ("", "nemotron", "nemotron-8b"),
-    ("", "llama2", "llama2-7b"),
-    ("", "llama3", "llama3-8b"),
-)
-# Rows whose architecture needs more than a family base (MLA, expert shapes): the preset itself.
-_PRESETS = {"deepseekv3": "deepseek-v3", "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b",
-            "llama3.1-405b": "llama3-405b"}
-
-_GPU_CLUSTERS = {
-    "A100-SXM-80GB": "dgx-a100",
-    "A100-SXM-40GB": "dgx-a100-40gb",
-    "H100-SXM-80GB": "dgx-h100",
-}
+from planner.validate.schema import STATED_SETTINGS, RunRow
 
 MBS_CHOICES = [1, 2, 4, 8]
 """Micro-batch sizes tried where a row does not state one."""
-STATED_SETTINGS = (*IMPLEMENTATION_OPTIONS, "recompute_modules")
-"""Settings a row may state under the option's own name; they override the framework profile."""
+CLUSTER_FIELDS = ("gpus_per_node", "scaleup_domain_size", "nic", "nics_per_node")
+"""Cluster facts a row may state; they override its cluster's."""
+
+__all__ = ["MBS_CHOICES", "STATED_SETTINGS", "MappedRun", "load_runs", "map_model", "map_run", "parse_row"]
 
 
 @dataclass
 class MappedRun:
     """One runs-file row mapped onto planner objects."""
 
-    row: dict
+    row: RunRow
     model: object
     cluster: object
     gpu: object
@@ -63,114 +50,287 @@ class MappedRun:
     searched: dict
     """Knob -> candidate values for what the source leaves unstated."""
     assumptions: list[str] = field(default_factory=list)
+    reported: float = 0.0
+    """Measured tokens/s/GPU (converted: see the assumptions)."""
+    reported_memory_gib: Optional[float] = None
+
+    @property
+    def id(self) -> str:
+        return self.row.id or "?"
+
+    @property
+    def source(self) -> str:
+        return self.row.source_key()
+
+    @property
+    def confidence(self) -> str:
+        return self.row.confidence
+
+
+# ------------------------------------------------------------------------------------ loading
+
+
+def _read(path: Optional[Path]) -> tuple[str, str]:
+    if path is None:
+        return resources.files("planner").joinpath("data/published_runs.json").read_text(), "the shipped reference set"
+    where = f"runs file {path}"
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise PlannerInputError(f"{where}: cannot read ({err.strerror or type(err).__name__})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PlannerInputError(f"{where}: not UTF-8 text (a runs file is JSON: a list of runs)") from None
+    if not text.strip():
+        raise PlannerInputError(f"{where}: empty (a runs file is JSON: a list of runs)")
+    return text, where
 
 
 def load_runs(path: Optional[Path]) -> list[dict]:
-    """The rows of a runs file (None: the shipped reference set); one-line errors."""
-    if path is None:
-        text = resources.files("planner").joinpath("data/published_runs.json").read_text()
-        source = "the shipped reference set"
-    else:
-        try:
-            text = Path(path).read_text()
-        except OSError as err:
-            raise PlannerInputError(f"--runs {path}: cannot read ({err.strerror})")
-        source = str(path)
+    """The rows of a runs file (None: the shipped reference set), each checked against the runs
+    format; a bad file or row is one ``PlannerInputError`` naming the row and the field."""
+    text, where = _read(path)
     try:
         rows = json.loads(text)
     except json.JSONDecodeError as err:
-        raise PlannerInputError(f"--runs {source}: not valid JSON ({err.msg} at line {err.lineno})")
+        rows = _json_lines(text, where) if err.msg == "Extra data" else None
+        if rows is None:
+            raise PlannerInputError(f"{where}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    if isinstance(rows, dict) and isinstance(rows.get("runs"), list):
+        rows = rows["runs"]
     if not isinstance(rows, list):
-        raise PlannerInputError(f"--runs {source}: expected a JSON list of runs")
+        raise PlannerInputError(f"{where}: expected a JSON list of runs (or {{\"runs\": [...]}}), got {type(rows).__name__}")
+    if not rows:
+        raise PlannerInputError(f"{where}: holds no runs (an empty list)")
+    errors = []
+    for i, raw in enumerate(rows, 1):
+        try:
+            parse_row(raw, i)
+        except PlannerInputError as err:
+            errors.append(str(err))
+    if errors:
+        more = f" (and {len(errors) - 1} more rows with errors)" if len(errors) > 1 else ""
+        raise PlannerInputError(f"{where}: {errors[0]}{more}")
     return rows
 
 
-def map_model(row: dict):
-    """The row's model: a catalog preset, or a family base with the row's shape fields."""
-    from hardware_catalog import get_model
-
-    m = row["model"]
-    name = m["name"].split(" (")[0]
-    key = re.sub(r"[^a-z0-9.-]", "", name.lower())
-    if key in _PRESETS:
-        return get_model(_PRESETS[key])
-    source = (row.get("source") or {}).get("key", "")
-    base = None
-    for src, prefix, preset in _FAMILY_BASE:
-        if key.startswith(prefix) and (not src or src == source):
-            base = get_model(preset)
-            break
-    if base is None:
-        raise PlannerInputError(f"no architecture family for model '{name}'")
-    seq = m.get("seq_length") or base.default_seq_len
-    update = dict(
-        name=key,
-        aliases=[],
-        num_layers=m["num_layers"],
-        hidden_size=m["hidden_size"],
-        num_attention_heads=m["num_attention_heads"],
-        num_kv_heads=m.get("num_kv_heads") or m["num_attention_heads"],
-        head_dim=None,
-        ffn_hidden_size=m.get("ffn_hidden_size") or 4 * m["hidden_size"],
-        max_position_embeddings=max(seq, base.max_position_embeddings),
-        default_seq_len=seq,
-        params_published=None,
-    )
-    if m.get("vocab_size"):
-        update["vocab_size"] = m["vocab_size"]
-    return base.model_copy(update=update)
+def _json_lines(text: str, where: str) -> list:
+    """A JSON Lines file (one run per line), as a list."""
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise PlannerInputError(f"{where}: not valid JSON or JSON Lines ({err.msg} at line {n})") from None
+    return rows
 
 
-def _cluster(gpu_name: str):
-    from hardware_catalog import get_cluster
-
-    if gpu_name.startswith("H100 (96GB"):
-        return get_cluster("h100-96gb-500w")
-    if gpu_name in _GPU_CLUSTERS:
-        return get_cluster(_GPU_CLUSTERS[gpu_name])
-    raise PlannerInputError(f"GPU '{gpu_name}' has no cluster mapping")
+def _label(raw, index: Optional[int]) -> str:
+    ident = raw.get("id") if isinstance(raw, dict) else None
+    at = f"row {index}" if index else "row"
+    return f"{at} (id {ident!r})" if isinstance(ident, str) else at
 
 
-def _zero_from_row(layout: dict) -> Optional[list[int]]:
-    z = layout.get("zero_stage")
-    text = " ".join(str(layout.get(k) or "") for k in ("zero_stage", "fsdp", "distributed_optimizer"))
+def parse_row(raw, index: Optional[int] = None) -> RunRow:
+    """One row checked against the runs format; ``index`` (1-based) names it in errors."""
+    if isinstance(raw, RunRow):
+        return raw
+    if not isinstance(raw, dict):
+        raise PlannerInputError(f"{_label(raw, index)}: expected an object (one run), got {json.dumps(raw)[:40]} "
+                                f"({type(raw).__name__})")
+    try:
+        row = RunRow.model_validate(raw)
+    except ValidationError as err:
+        raise PlannerInputError(f"{_label(raw, index)}: {validation_message(err)}") from None
+    if row.id is None:
+        row.id = f"row {index}" if index else "row"
+    return row
+
+
+def _is_union_tag(part) -> bool:
+    return isinstance(part, str) and ("[" in part or part in ("Model", "Source", "str", "bool"))
+
+
+def validation_message(err: ValidationError) -> str:
+    """The deepest error of a pydantic ValidationError as 'field a.b: what is wrong (got X)'."""
+    items = [([str(p) for p in e["loc"] if not _is_union_tag(p)], e) for e in err.errors()]
+    depth = max(len(loc) for loc, _ in items)
+    deepest = [(loc, e) for loc, e in items if len(loc) == depth]
+    loc, e = deepest[0]
+    msg = e["msg"].removeprefix("Value error, ")
+    got = e.get("input")
+    if e["type"] == "missing":
+        msg = "missing (required)"
+    elif len(deepest) > 1:  # every branch of a union refused it
+        msg = f"expected text or an object, got {json.dumps(got)[:40]}"
+    elif "got" not in msg and loc:
+        msg = f"{msg} (got {json.dumps(got, default=str)[:40]})"
+    return f"field {'.'.join(loc)}: {msg}" if loc else msg
+
+
+# ------------------------------------------------------------------------------------ mapping
+
+
+def _resolve_path(text: str, base_dir: Optional[Path]) -> str:
+    """A file named in a row, relative to the runs file's folder."""
+    path = Path(text).expanduser()
+    if base_dir is not None and not path.is_absolute() and (base_dir / path).exists():
+        return str(base_dir / path)
+    return text
+
+
+def _hardware(row: RunRow, base_dir: Optional[Path]):
+    """(gpu, cluster, notes): the row's cluster (named, a file, or the GPU's preset) with the
+    cluster facts the row states over it."""
+    from hardware_catalog import default_cluster_for_gpu, get_cluster, get_gpu
+    from hardware_catalog.hardware import cluster_with_defaults
+
+    hw = row.hardware
+    try:
+        gpu = get_gpu(hw.gpu) if hw.gpu else None
+    except PlannerInputError as err:
+        raise PlannerInputError(f"hardware.gpu: {err}") from None
+    try:
+        cluster = get_cluster(_resolve_path(hw.cluster, base_dir)) if hw.cluster else default_cluster_for_gpu(gpu.name)
+    except PlannerInputError as err:
+        raise PlannerInputError(f"hardware.cluster: {err}") from None
+    if gpu is not None and get_gpu(cluster.gpu).name != gpu.name:
+        raise PlannerInputError(f"hardware.gpu '{hw.gpu}' ({gpu.name}) disagrees with cluster '{cluster.name}' ({cluster.gpu})")
+    gpu = get_gpu(cluster.gpu)
+    stated = {k: getattr(hw, k) for k in CLUSTER_FIELDS if getattr(hw, k) is not None}
+    if stated.get("nic") is not None:
+        from hardware_catalog import get_interconnect
+
+        stated["nic"] = get_interconnect(stated["nic"]).name
+    changed = {k: v for k, v in stated.items() if getattr(cluster, k) != v}
+    if not changed:
+        return gpu, cluster, []
+    fields = {k: v for k, v in cluster.model_dump().items() if k not in ("aliases", "sources")}
+    if "gpus_per_node" in changed:  # the node changed: re-derive what follows from it
+        for k in ("scaleup_domain_size", "nics_per_node"):
+            fields.pop(k)
+    fields.update(stated, name=f"{cluster.name}+row", sources={"*": f"preset {cluster.name} with the runs-file row's facts"})
+    cluster = cluster_with_defaults(fields, "hardware")
+    said = ", ".join(f"{k} {v}" for k, v in changed.items())
+    return gpu, cluster, [f"cluster {cluster.name.removesuffix('+row')} with the row's {said}"]
+
+
+def _gpus(row: RunRow) -> tuple[int, list[str]]:
+    hw = row.hardware
+    if hw.num_gpus:
+        return hw.num_gpus, []
+    if hw.num_nodes and hw.gpus_per_node:
+        return hw.num_nodes * hw.gpus_per_node, [f"num_gpus {hw.num_nodes * hw.gpus_per_node} = {hw.num_nodes} nodes x {hw.gpus_per_node}"]
+    lay = row.layout
+    degrees = [getattr(lay, k) for k in ("tp", "pp", "cp", "dp")]
+    if all(isinstance(d, int) for d in degrees[:2] + degrees[3:]):
+        n = lay.tp * lay.pp * (lay.cp if isinstance(lay.cp, int) else 1) * lay.dp
+        return n, [f"num_gpus {n} = tp x pp x cp x dp (not stated)"]
+    raise PlannerInputError("hardware.num_gpus: not stated (give it, num_nodes and gpus_per_node, or tp, pp and dp)")
+
+
+def _seq(row: RunRow, model, from_preset: bool) -> tuple[int, list[str]]:
+    seq = row.seq_len()
+    if seq:
+        return seq, []
+    if "torchtitan" in row.framework_text().lower():
+        return 8192, ["seq_len 8192 (torchtitan default; unstated)"]
+    if from_preset:
+        return model.default_seq_len, [f"seq_len {model.default_seq_len} (the {model.name} preset's default; unstated)"]
+    raise PlannerInputError("sequence length not stated (give layout.seq_len or model.seq_length)")
+
+
+def _gbs(row: RunRow, seq: int) -> tuple[int, list[str]]:
+    lay = row.layout
+    if isinstance(lay.global_batch_size, int):
+        return lay.global_batch_size, []
+    if lay.global_batch_tokens:
+        gbs = max(lay.global_batch_tokens // seq, 1)
+        return gbs, [f"gbs {gbs} = {lay.global_batch_tokens} tokens per batch / seq {seq}"]
+    accum = (lay.model_extra or {}).get("grad_accum_steps")
+    if isinstance(lay.micro_batch_size, int) and isinstance(lay.dp, int) and isinstance(accum, int) and accum > 0:
+        gbs = lay.micro_batch_size * lay.dp * accum
+        return gbs, [f"gbs {gbs} = mbs {lay.micro_batch_size} x dp {lay.dp} x {accum} accumulation steps"]
+    hint = "" if row.reference is not None else " (give layout.global_batch_size, or global_batch_tokens)"
+    raise PlannerInputError(f"global batch size not published{hint}")
+
+
+def _zero_from_row(lay) -> Optional[list[int]]:
+    z = lay.zero_stage
+    text = " ".join(str(v or "") for v in (lay.zero_stage, lay.fsdp, lay.distributed_optimizer))
     if isinstance(z, int):
         return [z]
     if "SHARD_GRAD_OP" in text:
         return [2]
     if "FULL_SHARD" in text or "FSDP2" in text or "Megatron-FSDP" in text:
         return [3]
-    if "distributed optimizer" in text or layout.get("distributed_optimizer") is True:
+    if "distributed optimizer" in text or lay.distributed_optimizer is True:
         return [1]
+    low = text.lower()
+    stage = re.search(r"zero[\s_-]*(?:stage[\s_-]*)?([0-3])\b|\bstage[\s_-]*([0-3])\b", low)
+    if stage:  # "ZeRO-1", "zero stage 2", "stage 3" (DeepSpeed's names)
+        return [int(stage.group(1) or stage.group(2))]
+    if re.search(r"fsdp(?!\s*=\s*0)", low):
+        return [3]  # PyTorch FSDP's default sharding is FULL_SHARD
+    if re.search(r"\bddp\b", low):
+        return [0]
     return None  # unstated: Megatron with or without the distributed optimizer
 
 
-def _recompute_from_row(layout: dict) -> Optional[list[str]]:
-    r = str(layout.get("activation_recompute") or "").lower()
+def _recompute_from_row(lay) -> Optional[list[str]]:
+    r = str(lay.activation_recompute or "").lower()
     for mode in RECOMPUTE:
         if r.startswith(mode):
             return [mode]
     return None
 
 
-def _layout_from_row(lay: dict, model, pins: dict) -> dict:
+def _unknown(lay, knob: str, notes: list[str]) -> bool:
+    """True when the row does not give ``knob`` as a number (text is said in the notes)."""
+    value = getattr(lay, knob)
+    if isinstance(value, str):
+        notes.append(f"layout.{knob} {value!r}: not a number, searched")
+    return not isinstance(value, int)
+
+
+def _degrees(lay, model, gpus: int, pins: dict, notes: list[str]) -> dict:
+    """Pins the stated degrees (dp derived where tp, pp and cp are stated); returns the
+    searched expert degrees of a MoE model whose EP the row does not state."""
+    for knob in ("tp", "pp", "cp", "dp"):
+        if not _unknown(lay, knob, notes):
+            pins[knob] = getattr(lay, knob)
+    if "dp" not in pins and "tp" in pins and "pp" in pins:
+        split = pins["tp"] * pins["pp"] * pins.get("cp", 1)
+        if gpus % split:
+            raise PlannerInputError(f"tp {pins['tp']} x pp {pins['pp']} x cp {pins.get('cp', 1)} does not divide {gpus} GPUs")
+        pins["dp"] = gpus // split
+        notes.append(f"dp {pins['dp']} = {gpus} GPUs / (tp x pp x cp) (not stated)")
+    searched = {}
+    if model.moe is not None and _unknown(lay, "ep", notes) and lay.ep is not None:
+        searched["ep"] = [e for e in (1, 2, 4, 8, 16, 32, 64, 128, 256) if model.moe.num_experts % e == 0 and gpus % e == 0]
+    else:
+        pins["ep"] = (lay.ep if isinstance(lay.ep, int) else 1) if model.moe is not None else 1
+    pins["etp"] = lay.expert_tp if isinstance(lay.expert_tp, int) else 1
+    return searched
+
+
+def _layout_from_row(lay, model, gpus: int, pins: dict, notes: list[str]) -> dict:
     """Pins the row's degrees, batch split, ZeRO and recompute into ``pins``; returns what it
     leaves unstated as searched grids."""
-    searched: dict = {}
-    for knob in ("tp", "pp", "cp", "dp"):
-        if lay.get(knob) is not None:
-            pins[knob] = lay[knob]
-    pins["ep"] = (lay.get("ep") or 1) if model.moe is not None else 1
-    pins["etp"] = lay.get("expert_tp") or 1
-    if lay.get("micro_batch_size"):
-        pins["mbs"] = lay["micro_batch_size"]
-    else:
+    searched = _degrees(lay, model, gpus, pins, notes)
+    if _unknown(lay, "micro_batch_size", notes):
         searched["mbs"] = list(MBS_CHOICES)
-    if lay.get("vp"):
-        pins["vpp"] = lay["vp"]
     else:
-        # Every chunk count a stage's layers allow (the rules keep the ones that split stages).
-        searched["vpp"] = list(range(1, model.num_layers + 1))
+        pins["mbs"] = lay.micro_batch_size
+    if not _unknown(lay, "vp", notes):
+        pins["vpp"] = lay.vp
+    else:
+        # Every chunk count a stage's layers allow (the rules keep the ones that split stages);
+        # text saying "interleaved" rules out one chunk.
+        first = 2 if "interleav" in str(lay.vp or "").lower() else 1
+        searched["vpp"] = list(range(first, model.num_layers + 1))
     zero = _zero_from_row(lay)
     if zero is None:
         searched["zero"] = [0, 1]
@@ -184,19 +344,20 @@ def _layout_from_row(lay: dict, model, pins: dict) -> dict:
     return searched
 
 
-def _row_facts(row: dict, model, gpu) -> RowFacts:
-    lay, source = row["layout"], row.get("source") or {}
+def _row_facts(row: RunRow, model, gpu) -> RowFacts:
+    lay = row.layout
     rc = _recompute_from_row(lay)
     parts = {name for name, part in (("moe", model.moe), ("mla", model.mla)) if part is not None}
-    return RowFacts(framework=str(lay.get("framework") or "").lower(), year=int(source.get("year") or 0),
-                    source=source.get("key") or "", precision=str(lay.get("precision") or "").lower(),
-                    recompute=rc[0] if rc else None, gpu=gpu.name, model_parts=frozenset(parts))
+    key = (row.source.key or "") if not isinstance(row.source, (str, type(None))) else (row.source or "")
+    return RowFacts(framework=row.framework_text().lower(), year=row.source_year(), source=key,
+                    precision=str(lay.precision or "").lower(), recompute=rc[0] if rc else None, gpu=gpu.name,
+                    model_parts=frozenset(parts))
 
 
-def _apply_stated(lay: dict, pins: dict, searched: dict, assumptions: list[str]) -> None:
+def _apply_stated(stated: dict, pins: dict, searched: dict, assumptions: list[str]) -> None:
     """Settings the row states by option name (``STATED_SETTINGS``), checked, over the profile."""
     for name in STATED_SETTINGS:
-        value = lay.get(name)
+        value = stated.get(name)
         if value is None or (name == "recompute_modules" and not value):
             continue
         value = pins[name] = OPTIONS_BY_NAME[name].parse(value)
@@ -208,26 +369,27 @@ def _apply_stated(lay: dict, pins: dict, searched: dict, assumptions: list[str])
         assumptions.append(f"{name}={value} (stated)")
 
 
-def map_run(row: dict) -> MappedRun:
-    """A runs-file row -> model, cluster, pinned knobs, searched grids and the assumptions."""
-    from hardware_catalog import get_gpu
+def _span(values: list) -> str:
+    if len(values) > 4 and all(isinstance(v, int) and not isinstance(v, bool) for v in values) \
+            and values == list(range(values[0], values[-1] + 1)):
+        return f"{values[0]}-{values[-1]}"
+    return ", ".join(str(v) for v in values)
 
-    hw, lay = row["hardware"], row["layout"]
-    cluster = _cluster(hw["gpu"])
-    gpu = get_gpu(cluster.gpu)
-    model = map_model(row)
-    assumptions: list[str] = []
-    seq = row["model"].get("seq_length")
-    if not seq:
-        seq = 8192
-        assumptions.append("seq_len 8192 (torchtitan default; unstated)")
-    gbs = lay.get("global_batch_size")
-    if not gbs:
-        raise PlannerInputError("global batch size not published")
+
+def map_run(row: Union[dict, RunRow], base_dir: Optional[Path] = None) -> MappedRun:
+    """A runs-file row -> model, cluster, pinned knobs, searched grids and the assumptions.
+    ``base_dir``: the runs file's folder (files a row names are relative to it)."""
+    row = row if isinstance(row, RunRow) else parse_row(row)
+    gpu, cluster, hw_notes = _hardware(row, base_dir)
+    model, from_preset = map_model(row, base_dir, with_origin=True)
+    gpus, notes = _gpus(row)
+    seq, assumptions = _seq(row, model, from_preset)
+    gbs, batch_notes = _gbs(row, seq)
+    notes = hw_notes + model_notes(row, model, from_preset) + notes + batch_notes
     pins: dict = {"seq_len": seq, "gbs": gbs}
-    searched = _layout_from_row(lay, model, pins)
-    settings, notes = apply_profiles(_row_facts(row, model, gpu))
-    assumptions += notes
+    searched = _layout_from_row(row.layout, model, gpus, pins, notes)
+    settings, profile_notes = apply_profiles(_row_facts(row, model, gpu))
+    assumptions += profile_notes
     for name, value in settings.items():
         if isinstance(value, list):
             searched[name] = list(value)
@@ -235,9 +397,26 @@ def map_run(row: dict) -> MappedRun:
         else:
             pins[name] = value
             searched.pop(name, None)
-    _apply_stated(lay, pins, searched, assumptions)
-    precision = str(lay.get("precision") or "").lower()
+    _apply_stated(row.stated_settings(), pins, searched, assumptions)
+    precision = str(row.layout.precision or "").lower()
     pins["precision"] = "fp8" if ("fp8" in precision or "float8" in precision) else "bf16"
-    if lay.get("sequence_parallel") is False:
+    if row.layout.sequence_parallel is False:
         pins["sequence_parallel"] = False
-    return MappedRun(row, model, cluster, gpu, int(hw["num_gpus"]), pins, searched, assumptions)
+    try:
+        measured = _measured(row, model, gpu, gpus, gbs, seq)
+    except ValueError as err:
+        raise PlannerInputError(str(err)) from None
+    if row.reference is None:  # the reference set's rows state this in their own notes
+        degrees = [k for k in ("tp", "pp", "dp") if k not in pins]
+        said = ([f"{', '.join(degrees)} (every split of the GPUs the rules allow)"] if degrees else []) \
+            + [f"{k} ({_span(v)})" for k, v in searched.items()]
+        notes.append("not stated, searched: " + "; ".join(said) + ("" if "cp" in pins else "; cp 1 (not stated)"))
+    notes += [f"ignored field {f} (not part of the runs format{hint})" for f, hint in row.ignored_fields()]
+    return MappedRun(row, model, cluster, gpu, gpus, pins, searched, assumptions + measured.notes + notes,
+                     measured.tokens_per_s_per_gpu, measured.memory_gib)
+
+
+def _measured(row, model, gpu, gpus, gbs, seq):
+    from planner.validate.measure import reported
+
+    return reported(row, model, gpu, gpus, gbs, seq)

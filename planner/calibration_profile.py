@@ -1,0 +1,115 @@
+"""Calibration profiles: the global constants ``planner calibrate`` fitted to a cluster's runs.
+
+A profile is TOML. ``[constants.NAME]`` tables hold the constants that moved (``value``, with
+the ``shipped`` one, the ``interval`` and ``why``); ``[profile]`` and ``[fit]`` record the runs it
+came from, the date and the errors before and after. ``load_profile`` reads the values over
+``costmodel.calibration.DEFAULT`` (the constants a profile leaves out keep their shipped
+values), so predictions with a profile differ from the defaults only through its constants.
+Only the fitted constants (``planner.validate.fit.FIT_RANGES``) may appear, each within its
+plausible range. ``write_profile`` writes atomically: a file is whole or absent.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from hardware_catalog.errors import PlannerInputError
+
+
+def _ranges() -> dict:
+    from planner.validate.fit import FIT_RANGES
+
+    return FIT_RANGES
+
+
+def profile_constants(path: Path | str) -> dict[str, float]:
+    """The constant -> value a profile sets, checked; one-line errors naming the file."""
+    where = f"--calibration {path}"
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PlannerInputError(f"{where}: no such file (write one with planner calibrate --runs FILE --out {path})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise PlannerInputError(f"{where}: cannot read ({getattr(err, 'strerror', None) or type(err).__name__})") from None
+    except tomllib.TOMLDecodeError as err:
+        raise PlannerInputError(f"{where}: not a TOML profile ({' '.join(str(err).split())})") from None
+    constants = data.get("constants")
+    if not isinstance(constants, dict):
+        raise PlannerInputError(f"{where}: no [constants] table (a profile written by planner calibrate has one)")
+    ranges = _ranges()
+    values = {}
+    for name, entry in constants.items():
+        if name not in ranges:
+            raise PlannerInputError(f"{where}: constants.{name}: not a fitted constant (allowed: {', '.join(ranges)})")
+        value = entry.get("value") if isinstance(entry, dict) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise PlannerInputError(f"{where}: constants.{name}.value: expected a number, got {value!r}")
+        lo, hi = float(ranges[name].min()), float(ranges[name].max())
+        if not lo <= value <= hi:
+            raise PlannerInputError(f"{where}: constants.{name}.value={value:g}: outside its plausible range [{lo:g}, {hi:g}]")
+        values[name] = float(value)
+    return values
+
+
+def load_profile(path: Path | str):
+    """The ``Calibration`` a profile gives: ``DEFAULT`` with the profile's constants."""
+    from costmodel.calibration import DEFAULT
+
+    return DEFAULT.with_(**profile_constants(path))
+
+
+def calibration_option(path) -> Any:
+    """``--calibration PROFILE`` as given on the command line -> a ``Calibration`` (None: the defaults)."""
+    if path is None:
+        return None
+    return load_profile(path)
+
+
+# ------------------------------------------------------------------------------------ writing
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(round(float(value), 6)) if isinstance(value, float) else str(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+    return f'"{text}"'
+
+
+def render_profile(tables: dict[str, dict], header: str) -> str:
+    """TOML text: ``header`` as comments, then one table per entry (dotted names allowed)."""
+    lines = [f"# {line}" if line else "#" for line in header.splitlines()]
+    for name, fields in tables.items():
+        lines += ["", f"[{name}]"]
+        lines += [f"{k} = {_toml_value(v)}" for k, v in fields.items() if v is not None]
+    return "\n".join(lines) + "\n"
+
+
+def write_profile(path: Path, text: str, force: bool = False) -> Path:
+    """Write ``text`` to ``path`` atomically (a temporary file in the same folder, renamed)."""
+    path = Path(path)
+    if path.exists() and not force:
+        raise PlannerInputError(f"--out {path}: already exists (give --force to overwrite)")
+    if path.suffix.lower() != ".toml":
+        raise PlannerInputError(f"--out {path}: a profile is TOML; name it *.toml")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise PlannerInputError(f"--out {path}: no folder {folder}")
+    tomllib.loads(text)  # what we write must read back
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise PlannerInputError(f"--out {path}: cannot write ({err.strerror or type(err).__name__})") from None
+    return path

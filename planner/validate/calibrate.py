@@ -1,0 +1,231 @@
+"""``planner calibrate``: the global constants fitted to one cluster's measured runs.
+
+The shipped constants (``costmodel.calibration.DEFAULT``) were fitted on published runs of many
+clusters. A user's few runs should move the constants they inform and leave the rest. The fit is
+a MAP estimate (ridge regression's Bayesian reading, e.g. Bishop 2006 Sec. 3.3 / Murphy 2012
+Sec. 7.5): the error of each run is Laplace with scale ``ERROR_SCALE`` (capped at ``fit.CLIP`` as
+the shipped fit does, so one run the model lacks a mechanism for cannot drag every constant),
+and each constant has a Gaussian prior centred on its shipped value with standard deviation
+``PRIOR_SD_FRACTION`` of its plausible range (``fit.FIT_RANGES``, read as a ~95% interval).
+Minus the log posterior, divided by n / b, is the objective
+
+    J = mean_i min(|e_i|, CLIP) + (b / n) * sum_k ((v_k - shipped_k) / sd_k)^2 / 2
+
+so a constant no run is sensitive to stays at its shipped value, and three runs that agree
+move what they inform. J is minimised by coordinate descent over a grid twice as fine as
+``FIT_RANGES``. The interval of a constant is the 90% posterior interval with the others at
+the fit: the values whose minus log posterior is within chi2(1, 0.90) / 2 = 1.35 of the best.
+
+Honest error: leave one source out when the runs come from several sources, else leave one
+run out: each held-out row is predicted by constants fitted without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from costmodel.calibration import DEFAULT, Calibration
+from planner.validate.fit import CLIP, FIT_RANGES, Predictor, error_stats
+
+ERROR_SCALE = 0.05
+"""b: typical |error| of one run under the shipped constants (their median held-out error on the
+reference set, leave one source out, is 4-5%: tests/test_cross_validation.py)."""
+PRIOR_SD_FRACTION = 0.25
+"""A constant's prior standard deviation, as a fraction of its plausible range (range = 4 sd)."""
+INTERVAL_HALF_CHI2 = 1.353
+"""chi2(1 dof, 0.90) / 2: the rise in minus log posterior bounding a 90% interval."""
+MAX_ROUNDS = 4
+LOCAL = 3
+"""Grid steps either side of a constant's value that rounds after the first scan try."""
+MEANING = {
+    "gemm_efficiency_bf16": "BF16 GEMM speed",
+    "gemm_efficiency_fp8": "FP8 GEMM speed",
+    "attention_efficiency": "attention kernel speed",
+    "native_attention_speedup": "FlashAttention-3 / cuDNN attention over FlashAttention-2",
+    "memory_bound_efficiency": "HBM efficiency of norms, activations and the optimizer",
+    "kernel_overhead_us": "fixed cost per kernel launch",
+    "sustained_clock_fraction": "tensor-core clock held through training",
+    "comm_sm_fraction": "compute lost beside overlapped collectives",
+}
+
+
+def grid(name: str) -> np.ndarray:
+    """The values tried for a constant: ``FIT_RANGES`` and the midpoints between them, and the
+    shipped value."""
+    values = np.asarray(FIT_RANGES[name], dtype=float)
+    mids = (values[1:] + values[:-1]) / 2
+    return np.unique(np.round(np.concatenate([values, mids, [getattr(DEFAULT, name)]]), 6))
+
+
+def prior_sd(name: str) -> float:
+    values = FIT_RANGES[name]
+    return PRIOR_SD_FRACTION * float(values.max() - values.min())
+
+
+def prior_penalty(calib: Calibration) -> float:
+    """sum_k ((v_k - shipped_k) / sd_k)^2 / 2: minus the log of the Gaussian prior."""
+    return 0.5 * sum(((getattr(calib, n) - getattr(DEFAULT, n)) / prior_sd(n)) ** 2 for n in FIT_RANGES)
+
+
+def objective(predictor: Predictor, weights: np.ndarray, calib: Calibration) -> float:
+    """J: capped mean |error| over the weighted runs + (b / n) x the prior penalty."""
+    n = float(np.sum(weights))
+    data = float(np.sum(weights * np.minimum(np.abs(predictor.errors(calib)), CLIP))) / n
+    return data + ERROR_SCALE / n * prior_penalty(calib)
+
+
+def informed(predictor: Predictor, weights: np.ndarray) -> list[str]:
+    """The constants some weighted run is sensitive to at the shipped values (the others'
+    optimum is their shipped value: only the prior sees them)."""
+    return [n for n in FIT_RANGES if np.abs(sensitivity(predictor, DEFAULT, n)[weights > 0]).max() > 1e-6]
+
+
+def fit_map(predictor: Predictor, weights: np.ndarray) -> Calibration:
+    """Coordinate descent on ``objective`` from the shipped constants, until a round moves none:
+    the first round scans each constant's whole grid, later ones ``LOCAL`` grid steps around it."""
+    calib = DEFAULT
+    best = objective(predictor, weights, calib)
+    names = informed(predictor, weights)
+    for round_ in range(MAX_ROUNDS):
+        moved = False
+        for name in names:
+            values = grid(name)
+            if round_:
+                i = int(np.searchsorted(values, getattr(calib, name)))
+                values = values[max(i - LOCAL, 0):i + LOCAL + 1]
+            for value in values:
+                trial = calib.with_(**{name: float(value)})
+                score = objective(predictor, weights, trial)
+                if score < best - 1e-9:
+                    best, calib, moved = score, trial, True
+        if not moved:
+            break
+    return calib
+
+
+def interval(predictor: Predictor, weights: np.ndarray, calib: Calibration, name: str) -> tuple[float, float]:
+    """90% posterior interval of one constant, the others at the fit (see the module doc)."""
+    scale = float(np.sum(weights)) / ERROR_SCALE  # J -> minus log posterior
+    values = grid(name)
+    scores = np.array([objective(predictor, weights, calib.with_(**{name: float(v)})) for v in values]) * scale
+    inside = values[scores <= scores.min() + INTERVAL_HALF_CHI2]
+    return float(inside.min()), float(inside.max())
+
+
+def sensitivity(predictor: Predictor, calib: Calibration, name: str) -> np.ndarray:
+    """Per run: relative change of the prediction when the constant moves across its whole
+    plausible range (central difference on the grid around the fit)."""
+    values = grid(name)
+    i = int(np.argmin(np.abs(values - getattr(calib, name))))
+    lo, hi = values[max(i - 1, 0)], values[min(i + 1, len(values) - 1)]
+    base = predictor(calib)
+    up, down = predictor(calib.with_(**{name: float(hi)})), predictor(calib.with_(**{name: float(lo)}))
+    span = float(FIT_RANGES[name].max() - FIT_RANGES[name].min())
+    return (up - down) / (hi - lo) * span / base
+
+
+# --------------------------------------------------------------------------- the whole calibration
+
+
+@dataclass
+class Moved:
+    name: str
+    shipped: float
+    value: float
+    interval: tuple
+    why: str
+
+
+@dataclass
+class Calibrated:
+    """What ``calibrate`` found."""
+
+    calib: Calibration
+    rows: list
+    """(id, source, reported, shipped prediction, fitted prediction, held-out prediction or None)."""
+    moved: list = field(default_factory=list)
+    unchanged: dict = field(default_factory=dict)
+    """Constant -> why it stayed."""
+    stats: dict = field(default_factory=dict)
+    """shipped / fitted / held_out: ``fit.error_stats``; loo_unit: run, source or None."""
+
+
+def _why(predictor: Predictor, calib: Calibration, name: str) -> str:
+    """Which runs moved a constant, and their error before and after."""
+    s = np.abs(sensitivity(predictor, calib, name))
+    informed = np.nonzero(s >= 0.25 * s.max())[0] if s.max() > 0 else np.arange(len(s))
+    before = float(np.mean(predictor.errors(DEFAULT)[informed]))
+    after = round(float(np.mean(predictor.errors(calib)[informed])), 4) + 0.0  # no "-0.0%"
+    ids = ", ".join(predictor.rows[i].id for i in informed[:4]) + (", ..." if len(informed) > 4 else "")
+    runs = f"the {len(informed)} runs that depend on it most ({ids})" if len(informed) > 1 else f"run {ids}, which depends on it most,"
+    pace = "fast" if before > 0 else "slow"
+    return (f"{MEANING[name]}: {runs} were predicted {abs(before) * 100:.1f}% {pace} with the shipped "
+            f"{getattr(DEFAULT, name):g}; now {after * 100:+.1f}%")
+
+
+def _stayed(predictor: Predictor, name: str) -> str:
+    if np.abs(sensitivity(predictor, DEFAULT, name)).max() < 1e-3:
+        if name == "gemm_efficiency_bf16" and all(r.run.gpu.gemm_efficiency_bf16 for r in predictor.rows):
+            return "no run depends on it (their GPUs' own measured GEMM efficiency applies: hardware_catalog/data/gpus.toml)"
+        return "no run depends on it"
+    return "the runs do not outweigh its prior"
+
+
+_FOLDS: tuple | None = None
+"""(predictor, keys) the fold workers share (set before they fork)."""
+
+
+def _fold(key) -> dict:
+    predictor, keys = _FOLDS
+    fitted = fit_map(predictor, (keys != key).astype(float))
+    return {n: getattr(fitted, n) for n in FIT_RANGES}
+
+
+def held_out(predictor: Predictor, jobs: int | None = None) -> tuple[np.ndarray, str | None]:
+    """Each run's prediction from constants fitted without it (its source, when the runs come
+    from several); the unit left out. Folds run in ``jobs`` forked processes."""
+    import multiprocessing
+    import os
+
+    global _FOLDS
+    sources = np.array([r.source for r in predictor.rows])
+    unit = "source" if len(set(sources)) > 1 else "run"
+    keys = sources if unit == "source" else np.arange(len(sources))
+    out = np.full(len(sources), np.nan)
+    folds = list(dict.fromkeys(keys.tolist()))
+    if len(folds) < 2:
+        return out, None
+    _FOLDS = (predictor, keys)
+    jobs = min(jobs or os.cpu_count() or 1, len(folds))
+    if jobs > 1 and "fork" in multiprocessing.get_all_start_methods():
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            constants = pool.map(_fold, folds, chunksize=1)
+    else:
+        constants = [_fold(k) for k in folds]
+    for key, values in zip(folds, constants):
+        mask = keys == key
+        out[mask] = predictor(DEFAULT.with_(**values))[mask]
+    return out, unit
+
+
+def calibrate(predictor: Predictor) -> Calibrated:
+    """Fit, intervals, reasons, and the errors before, after and held out."""
+    weights = np.ones(len(predictor.rows))
+    calib = fit_map(predictor, weights)
+    moved, unchanged = [], {}
+    for name in FIT_RANGES:
+        if getattr(calib, name) == getattr(DEFAULT, name):
+            unchanged[name] = _stayed(predictor, name)
+            continue
+        moved.append(Moved(name, getattr(DEFAULT, name), getattr(calib, name),
+                           interval(predictor, weights, calib, name), _why(predictor, calib, name)))
+    loo, unit = held_out(predictor)
+    reported = predictor.reported
+    shipped, fitted = predictor(DEFAULT), predictor(calib)
+    rows = [(r.id, r.source, float(rep), float(a), float(b), None if np.isnan(h) else float(h))
+            for r, rep, a, b, h in zip(predictor.rows, reported, shipped, fitted, loo)]
+    stats = {"shipped": error_stats((shipped - reported) / reported), "fitted": error_stats((fitted - reported) / reported),
+             "held_out": error_stats((loo - reported) / reported) if unit else None, "loo_unit": unit}
+    return Calibrated(calib, rows, moved, unchanged, stats)

@@ -1,0 +1,150 @@
+"""The ``planner calibrate`` command: map the runs, fit (``calibrate.calibrate``), report, and
+write the profile (``planner.calibration_profile``)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Optional
+
+from hardware_catalog.errors import PlannerInputError
+from planner.validate.calibrate import ERROR_SCALE, PRIOR_SD_FRACTION, Calibrated, calibrate
+
+METHOD = (f"MAP: capped-L1 (Laplace, b = {ERROR_SCALE:g}) error on the runs + Gaussian prior on the shipped constants "
+          f"(sd = {PRIOR_SD_FRACTION:g} x plausible range); 90% posterior intervals, others at the fit")
+
+
+def _map_rows(runs_file: Path, confidence: str):
+    """(mapped runs at ``confidence``, [(id, reason)] not mapped, [ids] left out by confidence)."""
+    from planner.validate.predict import _unmapped
+    from planner.validate.runs import load_runs, map_run, parse_row
+
+    wanted = {"high": ("high",), "medium": ("high", "medium")}.get(confidence)
+    mapped, unmapped, left_out = [], [], []
+    for i, raw in enumerate(load_runs(runs_file), 1):
+        row = parse_row(raw, i)
+        if wanted is not None and row.confidence not in wanted:
+            left_out.append(row.id)
+            continue
+        try:
+            mapped.append(map_run(row, Path(runs_file).parent))
+        except (PlannerInputError, KeyError, TypeError, ValueError) as err:
+            unmapped.append((_unmapped(raw, i, err).id, str(err)))
+    return mapped, unmapped, left_out
+
+
+def _pct(stats: Optional[dict]) -> str:
+    if not stats or not stats["rows"]:
+        return f"{'-':>8}{'-':>8}{'-':>13}"
+    return (f"{stats['median_abs_error'] * 100:>7.1f}%{stats['mape'] * 100:>7.1f}%"
+            f"{stats['mean_signed_error'] * 100:>+12.1f}%")
+
+
+def verdict(stats: dict) -> str:
+    """Whether the fit predicts runs it did not see better than the shipped constants."""
+    held, shipped, unit = stats.get("held_out"), stats["shipped"], stats["loo_unit"]
+    if not held:
+        return "one run: no leave-one-out estimate; the fit is what this run alone says"
+    before, after = shipped["mape"] * 100, held["mape"] * 100
+    if after < before:
+        return (f"leaving one {unit} out, MAPE {before:.1f}% -> {after:.1f}%: expect the profile to predict new runs "
+                "of this cluster better than the shipped constants")
+    return (f"leaving one {unit} out, MAPE {before:.1f}% -> {after:.1f}%: no better than the shipped constants; these "
+            "runs disagree in a way no global constant explains, and the shipped constants are the better guess")
+
+
+def format_calibration(result: Calibrated, head: list[str]) -> str:
+    s = result.stats
+    unit = s["loo_unit"]
+    lines = head + ["", f"{'error on these runs':<34}{'median':>8}{'MAPE':>8}{'mean signed':>13}",
+                    f"  {'shipped constants':<32}{_pct(s['shipped'])}",
+                    f"  {'fitted (in sample)':<32}{_pct(s['fitted'])}",
+                    f"  {'fitted, leave one ' + (unit or 'run') + ' out':<32}{_pct(s['held_out'])}"
+                    + ("" if unit else "  (needs at least 2 runs)"), f"-> {verdict(s)}", ""]
+    if result.moved:
+        lines.append("constants that moved (90% interval):")
+        for m in result.moved:
+            lines.append(f"  {m.name} {m.shipped:g} -> {m.value:g} [{m.interval[0]:g}, {m.interval[1]:g}]: {m.why}")
+    else:
+        lines.append("no constant moved: the runs agree with the shipped constants within their prior")
+    if result.unchanged:
+        lines.append("unchanged (kept at the shipped value):")
+    for name, why in result.unchanged.items():
+        lines.append(f"  {name} {getattr(result.calib, name):g}: {why}")
+    lines += ["", f"{'run':<40}{'reported':>10}{'shipped':>10}{'fitted':>10}{'held out':>10}  tokens/s/GPU"]
+    for rid, _, rep, a, b, h in result.rows:
+        lines.append(f"{rid[:39]:<40}{rep:>10.1f}{a:>10.1f}{b:>10.1f}{'-' if h is None else f'{h:.1f}':>10}")
+    return "\n".join(lines)
+
+
+def profile_text(result: Calibrated, runs_file: Path, version: str) -> str:
+    from planner.calibration_profile import render_profile
+
+    s = result.stats
+    tables = {"profile": {"created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                          "planner_version": version, "runs_file": str(runs_file),
+                          "runs": [r[0] for r in result.rows], "method": METHOD},
+              "fit": {f"{k}_{m}": s[k][m] for k in ("shipped", "fitted", "held_out") if s.get(k)
+                      for m in ("median_abs_error", "mape", "mean_signed_error")}}
+    tables["fit"]["leave_one_out"] = s["loo_unit"] or "none (one run)"
+    tables["fit"]["verdict"] = verdict(s)
+    for m in result.moved:
+        tables[f"constants.{m.name}"] = {"value": m.value, "shipped": m.shipped, "interval": list(m.interval), "why": m.why}
+    header = ("planner calibration profile, written by `planner calibrate`.\n"
+              "Use it with --calibration FILE on evaluate, search, export and validate. The constants below\n"
+              "replace the shipped ones (costmodel/calibration.py); every other constant keeps its shipped value.")
+    return render_profile(tables, header)
+
+
+def run_calibrate(runs_file: Path, out: Optional[Path], confidence: str = "high", as_json: bool = False,
+                  force: bool = False, version: str = "") -> None:
+    import typer
+
+    from planner.calibration_profile import write_profile
+    from planner.validate.fit import Predictor, prepare
+    from planner.validate.report import NOTHING_MAPPED
+
+    if confidence not in ("high", "medium", "all"):
+        raise PlannerInputError(f"--confidence={confidence}: allowed high, medium, all")
+    if out is not None and Path(out).exists() and not force:
+        raise PlannerInputError(f"--out {out}: already exists (give --force to overwrite)")
+    mapped, unmapped, left_out = _map_rows(runs_file, confidence)
+    rows = prepare(mapped)
+    kept = {r.id for r in rows}
+    unmapped += [(m.id, "no layout satisfies the published knobs and the planner's rules") for m in mapped if m.id not in kept]
+    notes = [f"not mapped: {rid}: {why}" for rid, why in unmapped]
+    if left_out:
+        notes.append(f"left out by --confidence {confidence}: {', '.join(left_out)} (--confidence all fits them too)")
+    if not rows:
+        for line in notes:
+            typer.echo(line)
+        typer.echo(f"error: no row of {runs_file} could be used to calibrate", err=True)
+        raise typer.Exit(NOTHING_MAPPED)
+    result = calibrate(Predictor(rows))
+    text = profile_text(result, runs_file, version)
+    if out is not None:
+        write_profile(Path(out), text, force=force)
+    _print(result, runs_file, out, notes, as_json, confidence)
+
+
+def _print(result: Calibrated, runs_file, out, notes, as_json: bool, confidence: str) -> None:
+    import typer
+
+    if as_json:
+        typer.echo(json.dumps({
+            "constants": {m.name: {"value": m.value, "shipped": m.shipped, "interval": list(m.interval), "why": m.why}
+                          for m in result.moved},
+            "unchanged": result.unchanged, "errors": result.stats, "verdict": verdict(result.stats), "method": METHOD,
+            "rows": [dict(zip(("id", "source", "reported", "shipped", "fitted", "held_out"), r)) for r in result.rows],
+            "notes": notes, "profile": str(out) if out else None}, indent=2))
+        return
+    sources = {r[1] for r in result.rows}
+    head = [f"calibrating on {len(result.rows)} runs of {runs_file} ({confidence}-confidence), "
+            f"{len(sources)} source{'s' if len(sources) > 1 else ''}", f"fit: {METHOD}"] + notes
+    typer.echo(format_calibration(result, head))
+    typer.echo("")
+    if out is not None:
+        typer.echo(f"wrote {out}: use it with --calibration {out} on evaluate, search, export and validate")
+    else:
+        typer.echo("(give --out PROFILE.toml to write these constants as a profile)")

@@ -1,0 +1,101 @@
+"""A run's measurement -> tokens/s/GPU, the quantity planner predicts, and how it was converted.
+
+A row may give tokens/s/GPU, tokens/s, step time, samples/s, TFLOP/s/GPU or MFU (``Measured``).
+The first of those it gives (in that order) is converted; the others, where they disagree with it
+by more than ``DISAGREE``, are listed. A ``reference`` block (the curated reference set) wins and
+adds no note: its ``method`` says how it was derived.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+DISAGREE = 0.05
+"""Two measurements of one row that differ by more than this are listed."""
+GIB = 2**30
+
+
+def flops_per_token(model, seq_len: int, convention: str) -> float:
+    """Training FLOPs per token under a convention (``schema.FLOP_CONVENTIONS``)."""
+    from costmodel.flops import model_flops_per_token
+    from costmodel.params import count_params
+
+    counts = count_params(model)
+    # 6N: forward 2N + backward 4N over the active matmul weights, LM head included (Kaplan et
+    # al. 2020 Sec. 2.1); model_flops_per_token adds the causal attention core, fwd + bwd = 3x
+    # its forward (PaLM App. B, causal as FlashAttention computes it).
+    six_n = 6.0 * counts.matmul_active
+    attention = float(model_flops_per_token(model, seq_len, counts)) - six_n
+    if convention.startswith("8N"):
+        # Full recompute runs each forward twice: 2N + 2N + 4N = 8N, and attention 4x its
+        # forward instead of 3x (Narayanan et al. 2021 Sec. 5.1 count; hardware FLOPs, Chowdhery
+        # et al. 2022 App. B).
+        six_n, attention = six_n * 8.0 / 6.0, attention * 4.0 / 3.0
+    return six_n + (attention if convention.endswith("attention") else 0.0)
+
+
+@dataclass
+class Reported:
+    """The row's tokens/s/GPU and what planner did to get it."""
+
+    tokens_per_s_per_gpu: float
+    notes: list = field(default_factory=list)
+    memory_gib: Optional[float] = None
+
+
+def _flop_text(model, seq: int, measured) -> tuple[float, str]:
+    convention = measured.flops or "6N+attention"
+    per_token = flops_per_token(model, seq, convention)
+    stated = "" if measured.flops else ", convention not stated: assumed"
+    return per_token, f"{per_token / 1e9:.2f} GFLOP/token ({convention} at seq {seq}{stated})"
+
+
+def _convert(kind: str, measured, model, gpu, gpus: int, gbs: Optional[int], seq: int) -> tuple[float, str]:
+    """tokens/s/GPU from one kind of measurement, and the sentence saying how."""
+    v = getattr(measured, kind)
+    if kind == "tokens_per_s_per_gpu":
+        return v, f"{v:,.1f} tokens/s/GPU as measured"
+    if kind == "tokens_per_s":
+        return v / gpus, f"from {v:,.0f} tokens/s / {gpus} GPUs"
+    if kind == "step_time_s":
+        if not gbs:
+            raise ValueError("a step time needs the global batch size")
+        # One step processes gbs sequences of seq tokens over all GPUs.
+        return gbs * seq / v / gpus, f"from step time {v:g} s: gbs {gbs} x seq {seq} / {v:g} s / {gpus} GPUs"
+    if kind == "samples_per_s":
+        return v * seq / gpus, f"from {v:g} samples/s x seq {seq} / {gpus} GPUs"
+    per_token, flop = _flop_text(model, seq, measured)
+    if kind == "tflops_per_gpu":
+        return v * 1e12 / per_token, f"from {v:g} TFLOP/s/GPU / {flop}"
+    # MFU = achieved model FLOP/s / peak (Chowdhery et al. 2022 App. B); peak: the dense BF16
+    # tensor-core peak of the GPU unless the row states the one its source used.
+    peak = measured.peak_tflops or gpu.bf16_tflops
+    whose = "as stated" if measured.peak_tflops else f"dense BF16 peak of {gpu.name}"
+    return v * peak * 1e12 / per_token, f"from MFU {v * 100:.1f}% x {peak:g} TFLOP/s ({whose}) / {flop}"
+
+
+def reported(row, model, gpu, gpus: int, gbs: Optional[int], seq: int) -> Reported:
+    """The row's tokens/s/GPU (``reference`` first, else its first measurement converted), with
+    the notes saying how, and its peak memory in GiB."""
+    if row.reference is not None and row.reference.tokens_per_s_per_gpu:
+        return Reported(row.reference.tokens_per_s_per_gpu, [], row.reference.peak_memory_gib)
+    m = row.measured
+    kinds = m.given()
+    if not kinds:
+        raise ValueError("no measurement (give measured.tokens_per_s_per_gpu, tokens_per_s, step_time_s, "
+                         "samples_per_s, tflops_per_gpu or mfu)")
+    value, how = _convert(kinds[0], m, model, gpu, gpus, gbs, seq)
+    notes = [f"reported {value:,.1f} tokens/s/GPU: {how}" if kinds[0] != "tokens_per_s_per_gpu" else f"reported {how}"]
+    for kind in kinds[1:]:
+        try:
+            other, how = _convert(kind, m, model, gpu, gpus, gbs, seq)
+        except ValueError:
+            continue
+        if abs(other / value - 1) > DISAGREE:
+            notes.append(f"also given: {kind} gives {other:,.1f} tokens/s/GPU ({(other / value - 1) * 100:+.1f}%; {how})")
+    memory = m.peak_memory_gib
+    if memory is None and m.peak_memory_gb is not None:
+        memory = m.peak_memory_gb * 1e9 / GIB
+        notes.append(f"peak memory {m.peak_memory_gb:g} GB = {memory:.2f} GiB")
+    return Reported(value, notes, memory)

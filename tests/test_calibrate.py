@@ -1,0 +1,177 @@
+"""`planner calibrate` (issue 14): the constants fitted to a cluster's runs, from the shipped ones
+as a prior; the profile, and predictions through it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from costmodel import Layout, evaluate
+from costmodel.calibration import DEFAULT, Calibration
+from hardware_catalog import get_cluster, get_gpu, get_model
+from planner.calibration_profile import load_profile
+from planner.validate.calibrate import calibrate, objective, prior_penalty, prior_sd
+from planner.validate.fit import FIT_RANGES, Predictor, prepare
+from planner.validate.runs import map_run
+
+TRUTH = DEFAULT.with_(gemm_efficiency_bf16=0.74)
+"""The cluster the synthetic runs were 'measured' on: BF16 GEMMs below the shipped value."""
+SHIPPED_BF16 = f"{DEFAULT.gemm_efficiency_bf16:g}"
+SETUPS = [(8, 1, 1, 64), (16, 2, 1, 128), (32, 4, 2, 256)]
+"""(GPUs, tp, pp, gbs) of three Llama 3 8B runs on DGX A100 (no per-GPU GEMM measurement)."""
+
+
+def run_cli(*args):
+    proc = subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _runs(calib: Calibration) -> list[dict]:
+    """Rows whose step times are what the cost model gives under ``calib``."""
+    model, cluster = get_model("llama3-8b"), get_cluster("dgx-a100")
+    rows = []
+    for gpus, tp, pp, gbs in SETUPS:
+        lay = Layout(tp=tp, pp=pp, dp=gpus // (tp * pp), mbs=1, gbs=gbs, seq_len=4096, zero=1, recompute="full")
+        tps = float(evaluate(model, cluster, lay, gpu=get_gpu(cluster.gpu), calib=calib).tokens_per_s_per_gpu[0])
+        rows.append({"id": f"a100-{gpus}", "gpu": "A100 80GB SXM", "num_gpus": gpus, "model": "Llama-3-8B",
+                     "seq_len": 4096, "gbs": gbs, "tp": tp, "pp": pp, "vp": 1, "mbs": 1, "zero": 1, "recompute": "full",
+                     "step_time_s": gbs * 4096 / (tps * gpus)})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def result():
+    return calibrate(Predictor(prepare([map_run(r) for r in _runs(TRUTH)])))
+
+
+def test_prior_penalty_is_one_half_per_standard_deviation_squared():
+    # gemm_efficiency_bf16's plausible range is 0.56-0.88: sd = 0.32 / 4 = 0.08.
+    assert prior_sd("gemm_efficiency_bf16") == pytest.approx(0.08)
+    assert prior_penalty(DEFAULT) == 0.0
+    bf16, attention = DEFAULT.gemm_efficiency_bf16, DEFAULT.attention_efficiency
+    assert prior_penalty(DEFAULT.with_(gemm_efficiency_bf16=bf16 - 0.08)) == pytest.approx(0.5)
+    # attention_efficiency's is 0.20-0.75: sd 0.1375; one sd in each: 0.5 + 0.5.
+    assert prior_penalty(DEFAULT.with_(gemm_efficiency_bf16=bf16 - 0.08, attention_efficiency=attention + 0.1375)) == \
+        pytest.approx(1.0)
+
+
+def test_three_runs_move_what_they_inform_and_nothing_else(result):
+    moved = {m.name: m for m in result.moved}
+    assert set(moved) == {"gemm_efficiency_bf16"}
+    gemm = moved["gemm_efficiency_bf16"]
+    assert gemm.value == pytest.approx(0.74) and gemm.interval[0] <= 0.74 <= gemm.interval[1]
+    assert "predicted" in gemm.why and f"fast with the shipped {SHIPPED_BF16}" in gemm.why
+    # FP8 GEMMs and Hopper's FlashAttention-3 play no part in BF16 runs on A100.
+    assert result.unchanged["gemm_efficiency_fp8"] == "no run depends on it"
+    assert result.unchanged["native_attention_speedup"] == "no run depends on it"
+
+
+def test_calibration_improves_the_error_left_out(result):
+    s = result.stats
+    assert s["loo_unit"] == "run"
+    assert s["shipped"]["mape"] > 0.05  # the shipped constants are 0.10 too fast on GEMMs
+    assert s["held_out"]["mape"] < s["shipped"]["mape"] / 5
+    assert s["fitted"]["mape"] < 0.01
+
+
+def test_runs_that_agree_with_the_shipped_constants_move_nothing():
+    res = calibrate(Predictor(prepare([map_run(r) for r in _runs(DEFAULT)])))
+    assert res.moved == [] and res.calib == DEFAULT
+
+
+def test_objective_weighs_the_prior_by_b_over_n():
+    p = Predictor(prepare([map_run(r) for r in _runs(DEFAULT)]))
+    w = np.ones(3)
+    # Errors 0 under DEFAULT; one sd off in gemm costs (0.05 / 3) x 0.5 over the error term.
+    off = DEFAULT.with_(gemm_efficiency_bf16=DEFAULT.gemm_efficiency_bf16 - 0.08)
+    data = float(np.mean(np.minimum(np.abs(p.errors(off)), 0.2)))
+    assert objective(p, w, off) == pytest.approx(data + 0.05 / 3 * 0.5)
+
+
+def test_profile_changes_predictions_only_through_its_constants(tmp_path):
+    runs, profile = tmp_path / "runs.json", tmp_path / "ours.toml"
+    runs.write_text(json.dumps(_runs(TRUTH)))
+    code, out, err = run_cli("calibrate", "--runs", str(runs), "--out", str(profile))
+    assert code == 0, err
+    assert f"gemm_efficiency_bf16 {SHIPPED_BF16} -> 0.74" in out and "leave one run out" in out
+    calib = load_profile(profile)
+    written = {f.name for f in dataclasses.fields(Calibration) if getattr(calib, f.name) != getattr(DEFAULT, f.name)}
+    assert written == {"gemm_efficiency_bf16"} and calib == DEFAULT.with_(gemm_efficiency_bf16=0.74)
+    args = ["evaluate", "--model", "llama3-8b", "--gpus", "16", "--gpu", "a100", "--tp", "2", "--gbs", "128",
+            "--seq-len", "4096", "--recompute", "full", "--json"]
+    code, out, _ = run_cli(*args, "--calibration", str(profile))
+    with_profile = json.loads(out)
+    lay = Layout(tp=2, pp=1, dp=8, mbs=1, gbs=128, seq_len=4096, zero=1, recompute="full")
+    model, cluster = get_model("llama3-8b"), get_cluster("dgx-a100")
+    expected = evaluate(model, cluster, lay, gpu=get_gpu("a100"), calib=DEFAULT.with_(gemm_efficiency_bf16=0.74))
+    assert with_profile["step_time_s"] == pytest.approx(float(expected.step_time_s[0]), rel=1e-12)
+    assert with_profile["calibration"] == str(profile)
+    # validate with the profile: the runs it was fitted on are now within 1%.
+    code, out, _ = run_cli("validate", "--runs", str(runs), "--calibration", str(profile), "--json")
+    assert code == 0 and all(abs(r["error"]) < 0.01 for r in json.loads(out)["rows"])
+
+
+def test_a_profile_of_the_shipped_values_changes_nothing(tmp_path):
+    profile = tmp_path / "same.toml"
+    profile.write_text(f"[constants.gemm_efficiency_bf16]\nvalue = {SHIPPED_BF16}\n")
+    args = ["evaluate", "--model", "llama3-8b", "--gpus", "16", "--gpu", "a100", "--tp", "2", "--json"]
+    plain = json.loads(run_cli(*args)[1])
+    same = json.loads(run_cli(*args, "--calibration", str(profile))[1])
+    for rec in (plain, same):
+        rec.pop("command"), rec.pop("calibration", None)
+    assert plain == same
+
+
+@pytest.mark.parametrize("text, needles", [
+    ("[constants.gemm_speed]\nvalue = 0.8\n", ["constants.gemm_speed", "not a fitted constant", "gemm_efficiency_bf16"]),
+    ("[constants.gemm_efficiency_bf16]\nvalue = 1.5\n", ["value=1.5", "outside its plausible range [0.56, 0.88]"]),
+    ("[constants.gemm_efficiency_bf16]\nvalue = 'high'\n", ["expected a number", "'high'"]),
+    ("not = toml = at all", ["not a TOML profile"]),
+    ("[profile]\nruns = []\n", ["no [constants] table"]),
+])
+def test_bad_profiles_get_one_line_and_exit_2(tmp_path, text, needles):
+    profile = tmp_path / "bad.toml"
+    profile.write_text(text)
+    code, out, err = run_cli("search", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--calibration", str(profile))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_calibrate_refuses_to_overwrite_and_needs_mappable_rows(tmp_path):
+    runs, profile = tmp_path / "runs.json", tmp_path / "ours.toml"
+    runs.write_text(json.dumps(_runs(TRUTH)[:1]))
+    profile.write_text("# mine\n")
+    code, _, err = run_cli("calibrate", "--runs", str(runs), "--out", str(profile))
+    assert code == 2 and "already exists" in err and profile.read_text() == "# mine\n"
+    runs.write_text(json.dumps([{**_runs(TRUTH)[0], "gpu": "TPU v5p"}]))
+    code, out, err = run_cli("calibrate", "--runs", str(runs))
+    assert code == 3 and "not mapped" in out and "TPU v5p" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ours.toml", "runs.json"]  # nothing half-written
+
+
+def test_fitted_constants_stay_inside_their_ranges(result):
+    for name in FIT_RANGES:
+        assert FIT_RANGES[name].min() <= getattr(result.calib, name) <= FIT_RANGES[name].max()
+
+
+@pytest.mark.parametrize("method", ["exhaustive", "optuna"])
+def test_search_prices_every_candidate_with_the_calibration(method):
+    from costmodel.layout import LayoutBatch
+    from costmodel.step import evaluate_batch
+    from search.api import search
+
+    calib = DEFAULT.with_(gemm_efficiency_bf16=0.74, kernel_overhead_us=4.0)
+    res = search("llama3-8b", 16, "a100", gbs=64, seq_len=4096, top=3, method=method, trials=20, calib=calib)
+    plain = search("llama3-8b", 16, "a100", gbs=64, seq_len=4096, top=3, method=method, trials=20)
+    model, cluster = get_model("llama3-8b"), get_cluster("dgx-a100")
+    for rec in res.results:
+        lay = Layout.from_values({k: v for k, v in rec["layout"].items() if k in {f.name for f in dataclasses.fields(Layout)}})
+        out = evaluate_batch(model, cluster, LayoutBatch.from_layouts([lay]), gpu=get_gpu("a100"), calib=calib)
+        assert rec["step_time_s"] == pytest.approx(float(out.step_time_s[0]), rel=1e-12)
+    assert res.results[0]["step_time_s"] > plain.results[0]["step_time_s"]  # slower GEMMs

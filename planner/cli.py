@@ -60,6 +60,16 @@ def _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_no
     return setup, record
 
 
+def _add_interval_and_envelope(setup, record: dict) -> None:
+    """The 80% interval and the validated-envelope flags (``search.ranking.annotate_batch``)."""
+    from costmodel.layout import LayoutBatch
+    from costmodel.options import OPTIONS, Layout
+    from search.ranking import annotate_batch
+
+    lay = Layout(**{o.name: record["layout"][o.name] for o in OPTIONS})
+    annotate_batch(record, setup.model, setup.cluster, setup.gpu, LayoutBatch.from_layouts([lay]))
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -96,6 +106,7 @@ def evaluate(
     """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not."""
     plot = check_plot_path(plot)
     setup, record = _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout)
+    _add_interval_and_envelope(setup, record)
     if as_json:
         typer.echo(json.dumps(record, indent=2))
     else:
@@ -243,17 +254,32 @@ def validate(
     cross_validate: bool = typer.Option(False, "--cross-validate", help="Leave one source out: fit the constants on every other source, predict the one left out (about a minute)."),
     bootstrap: int = typer.Option(0, "--bootstrap", help="With --cross-validate: refit on N resamples of the sources and print each constant's 5-95% interval (several minutes)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw predicted vs measured tokens/s/GPU per run to FILE (.png, .svg or .html)."),
+    ranking: Optional[Path] = typer.Option(None, "--ranking", help="Ordering accuracy on a file of ablation groups (same model, cluster and batch under several layouts): per group Kendall tau, pairs > 3% apart ordered right, top-1; and overall."),
+    write_uncertainty: Optional[Path] = typer.Option(None, "--write-uncertainty", help="With --cross-validate: write the folds' constants and held-out errors (the data of every interval) to FILE, e.g. search/data/uncertainty.json."),
+    write_envelope: Optional[Path] = typer.Option(None, "--write-envelope", help="Write what the reference runs cover per mechanism (the validated envelope) to FILE, e.g. search/data/envelope.json."),
 ):
     """Compare predictions with real published training runs (throughput and peak memory)."""
     if cross_validate:
-        if plot is not None:
-            raise PlannerInputError("--plot draws the validate table's rows; give it without --cross-validate")
+        if plot is not None or ranking is not None or write_envelope is not None:
+            raise PlannerInputError("--cross-validate goes without --plot, --ranking and --write-envelope")
         from planner.validate.crossval import run_cross_validation
 
-        run_cross_validation(runs, confidence=confidence, resamples=bootstrap, as_json=as_json)
+        run_cross_validation(runs, confidence=confidence, resamples=bootstrap, as_json=as_json,
+                             write_uncertainty=write_uncertainty, command=_command_line())
         return
-    if bootstrap:
-        raise PlannerInputError("--bootstrap goes with --cross-validate")
+    if bootstrap or write_uncertainty is not None:
+        raise PlannerInputError(f"{'--bootstrap' if bootstrap else '--write-uncertainty'} goes with --cross-validate")
+    if ranking is not None:
+        from planner.validate.ranking import run_ranking
+
+        run_ranking(ranking, as_json=as_json)
+        return
+    if write_envelope is not None:
+        from planner.validate.envelope import derive_envelope, write_json
+
+        data = derive_envelope(runs, confidence, _command_line())
+        typer.echo(f"wrote {write_json(write_envelope, data, '--write-envelope')}")
+        return
     from planner.validate import run_validate
 
     run_validate(runs, as_json=as_json, confidence=confidence, plot=plot)

@@ -54,7 +54,7 @@ def _interval_lines(results: list[dict], stats: dict) -> list[str]:
         lines.append(f"≈: range overlaps #1's, the model cannot order the two: {ties} of {len(results) - 1} rows below #1")
     folded = sum(len(r.get("alternatives") or []) for r in results)
     if folded:
-        lines.append(f"{folded} more layout{'s' if folded > 1 else ''} priced the same as a row above folded into it "
+        lines.append(f"folded: {folded} more layout{'s' if folded > 1 else ''} priced the same as a row above "
                      f"(alternatives in --json)")
     return lines
 

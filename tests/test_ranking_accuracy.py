@@ -72,6 +72,14 @@ def test_example_file_figures():
     assert groups[3]["misordered"] == [(1, 0)]
 
 
+def test_a_layout_without_a_measurement_is_listed_not_ranked():
+    group = json.loads(EXAMPLE.read_text())[2]
+    group["layouts"][1]["measured"] = {}
+    g = rank_group(group)
+    assert len(g["layouts"]) == 1 and g["top1"] is None and g["pairs"] == 0
+    assert g["unmapped"] == [{"id": "korthikanti2022_gpt175b_64gpu#2", "reason": "no measured.tokens_per_s_per_gpu"}]
+
+
 def test_cli_ranking_text_and_json():
     runner = CliRunner()
     out = runner.invoke(app, ["validate", "--ranking", str(EXAMPLE)])

@@ -99,12 +99,15 @@ def rank_group(group: dict) -> dict:
     """Predictions and order figures of one group; layouts that cannot be predicted are listed."""
     from planner.validate.predict import validate_rows
 
-    results = validate_rows(group_rows(group))
+    rows = group_rows(group)
+    missing = [r for r in rows if not r["reference"]["tokens_per_s_per_gpu"]]
+    results = validate_rows([r for r in rows if r not in missing])
     done = [r for r in results if r.error is not None]
     out = {"id": group.get("id", "?"), "confidence": group.get("confidence"),
            "layouts": [{"id": r.id, "layout": r.layout, "measured": r.reported, "predicted": r.predicted,
                         "error": r.error, "fits": r.fits} for r in done],
-           "unmapped": [{"id": r.id, "reason": r.reason} for r in results if r.error is None]}
+           "unmapped": [{"id": r.id, "reason": r.reason} for r in results if r.error is None]
+           + [{"id": r["id"], "reason": "no measured.tokens_per_s_per_gpu"} for r in missing]}
     stats = order_stats([r.reported for r in done], [r.predicted for r in done]) if len(done) > 1 else None
     out.update(stats or {"kendall_tau": None, "pairs": 0, "pairs_right": 0, "top1": None, "misordered": []})
     return out

@@ -102,6 +102,16 @@ def _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_no
     return setup, record
 
 
+def _add_interval_and_envelope(setup, record: dict) -> None:
+    """The 80% interval and the validated-envelope flags (``search.ranking.annotate_batch``)."""
+    from costmodel.layout import LayoutBatch
+    from costmodel.options import OPTIONS, Layout
+    from search.ranking import annotate_batch
+
+    lay = Layout(**{o.name: record["layout"][o.name] for o in OPTIONS})
+    annotate_batch(record, setup.model, setup.cluster, setup.gpu, LayoutBatch.from_layouts([lay]))
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -155,6 +165,7 @@ def evaluate(
         from planner.plots import plot_evaluation
 
         say(f"wrote {plot_evaluation(record, setup, plot)}")
+    _add_interval_and_envelope(setup, record)
     if as_json:
         typer.echo(json.dumps(record, indent=2))
     else:
@@ -307,6 +318,9 @@ def validate(
     force: bool = ForceOpt,
     calibration: Optional[Path] = CalibrationOpt,
     schema: bool = typer.Option(False, "--schema", help="Print the JSON Schema of a runs file and exit."),
+    ranking: Optional[Path] = typer.Option(None, "--ranking", help="Ordering accuracy on a file of ablation groups (same model, cluster and batch under several layouts): per group Kendall tau, pairs > 3% apart ordered right, top-1; and overall."),
+    write_uncertainty: Optional[Path] = typer.Option(None, "--write-uncertainty", help="With --cross-validate: write the folds' constants and held-out errors (the data of every interval) to FILE, e.g. search/data/uncertainty.json."),
+    write_envelope: Optional[Path] = typer.Option(None, "--write-envelope", help="Write what the reference runs cover per mechanism (the validated envelope) to FILE, e.g. search/data/envelope.json."),
 ):
     """Compare predictions with real training runs (throughput and peak memory): the shipped
     reference set, or your own (--runs). Exit 2: a bad runs file; 3: no row could be mapped."""
@@ -317,7 +331,8 @@ def validate(
         return
     check_output_file(check_plot_path(plot), "--plot", force)
     with _reading_runs(runs):
-        _validate(runs, as_json, confidence, cross_validate, bootstrap, plot, calibration)
+        _validate(runs, as_json, confidence, cross_validate, bootstrap, plot, calibration, ranking, write_uncertainty,
+                  write_envelope)
 
 
 @contextlib.contextmanager
@@ -335,18 +350,31 @@ def _reading_runs(runs: Optional[Path]):
                                 "see planner validate --schema for the format") from None
 
 
-def _validate(runs, as_json, confidence, cross_validate, bootstrap, plot, calibration=None) -> None:
+def _validate(runs, as_json, confidence, cross_validate, bootstrap, plot, calibration=None, ranking=None,
+              write_uncertainty=None, write_envelope=None) -> None:
     if cross_validate:
         if calibration is not None:
             raise PlannerInputError("--cross-validate fits its own constants; --calibration goes with the validate table")
-        if plot is not None:
-            raise PlannerInputError("--plot draws the validate table's rows; give it without --cross-validate")
+        if plot is not None or ranking is not None or write_envelope is not None:
+            raise PlannerInputError("--cross-validate goes without --plot, --ranking and --write-envelope")
         from planner.validate.crossval import run_cross_validation
 
-        run_cross_validation(runs, confidence=confidence, resamples=bootstrap, as_json=as_json)
+        run_cross_validation(runs, confidence=confidence, resamples=bootstrap, as_json=as_json,
+                             write_uncertainty=write_uncertainty, command=command_line())
         return
-    if bootstrap:
-        raise PlannerInputError("--bootstrap goes with --cross-validate")
+    if bootstrap or write_uncertainty is not None:
+        raise PlannerInputError(f"{'--bootstrap' if bootstrap else '--write-uncertainty'} goes with --cross-validate")
+    if ranking is not None:
+        from planner.validate.ranking import run_ranking
+
+        run_ranking(ranking, as_json=as_json)
+        return
+    if write_envelope is not None:
+        from planner.validate.envelope import derive_envelope, write_json
+
+        data = derive_envelope(runs, confidence, command_line())
+        typer.echo(f"wrote {write_json(write_envelope, data, '--write-envelope')}")
+        return
     from planner.validate import run_validate
 
     from planner.calibration_profile import calibration_option

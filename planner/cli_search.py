@@ -16,9 +16,10 @@ import typer
 from planner.cli_errors import EXIT_NOTHING_FITS
 from planner.cli_options import layout_options
 from planner.launch.options import FromLaunchOpt, KeepOpt, LaunchFormatOpt
+from planner.search_notes import ranked_by, table_rows
 
 COLUMNS = ("rank", "DP", "TP", "PP", "VPP", "CP", "EP", "ZeRO", "mbs", "GA", "recompute",
-           "step time", "tok/s/GPU", "MFU", "mem/GPU", "headroom", "largest term")
+           "step time", "tok/s/GPU", "80% range", "env", "MFU", "mem/GPU", "headroom", "largest term")
 
 
 def _fmt_seconds(s: float) -> str:
@@ -37,10 +38,10 @@ def _fmt_duration(s: float) -> str:
     return _fmt_seconds(s)
 
 
-def _row(rec: dict, multi_hw: bool, extra_cols: list[str], splits: bool = False) -> list[str]:
+def _row(rec: dict, multi_hw: bool, extra_cols: list[str], splits: bool = False, env: str = "") -> list[str]:
     lay = rec["layout"]
     mem = rec["memory_gib"]
-    row = [str(rec.get("rank", ""))]
+    row = [str(rec.get("rank", "")) + ("≈" if rec.get("ties_best") else "")]
     if multi_hw:
         row += [rec["gpu"], str(rec["gpus"])]
     row += [str(lay[k]) for k in ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "mbs", "grad_accum")]
@@ -53,6 +54,8 @@ def _row(rec: dict, multi_hw: bool, extra_cols: list[str], splits: bool = False)
     row += [
         _fmt_seconds(rec["step_time_s"]),
         f"{rec['tokens_per_s_per_gpu']:,.0f}",
+        _fmt_interval(rec.get("tokens_per_s_per_gpu_interval")),
+        env,
         f"{rec['mfu'] * 100:.1f}%",
         f"{mem['peak']:.1f}/{mem['capacity']:.0f} GiB",
         f"{rec.get('headroom_gib', mem['capacity'] - mem['peak']):.1f} GiB",  # the JSON's headroom_gib
@@ -74,8 +77,14 @@ def _row(rec: dict, multi_hw: bool, extra_cols: list[str], splits: bool = False)
 EXTRA_LABELS = {"cost_per_step_usd": "$/step", "run_time_s": "run time", "run_cost_usd": "run cost"}
 
 
-def format_table(records: list[dict], multi_hw: bool = False, splits: bool = False) -> str:
-    """The results as a plain aligned table (``splits``: add the first/middle/last stage layers)."""
+def _fmt_interval(q: Optional[dict]) -> str:
+    return f"{q['p10']:,.0f}-{q['p90']:,.0f}" if q else "-"
+
+
+def format_table(records: list[dict], multi_hw: bool = False, splits: bool = False,
+                 env: Optional[list[str]] = None) -> str:
+    """The results as a plain aligned table (``splits``: add the first/middle/last stage layers;
+    ``env``: each record's envelope footnote marks)."""
     extra = [c for c in ("cost_per_step_usd", "run_time_s", "run_cost_usd") if any(c in r for r in records)]
     head = list(COLUMNS)
     if splits:
@@ -84,9 +93,10 @@ def format_table(records: list[dict], multi_hw: bool = False, splits: bool = Fal
     if multi_hw:
         head = head[:1] + ["GPU", "GPUs"] + head[1:]
     head += [EXTRA_LABELS[c] for c in extra]
-    rows = [head] + [_row(r, multi_hw, extra, splits) for r in records]
+    env = env or [""] * len(records)
+    rows = [head] + [_row(r, multi_hw, extra, splits, e) for r, e in zip(records, env)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    left = {"recompute", "largest term", "GPU"}
+    left = {"recompute", "largest term", "GPU", "env"}
     lines = []
     for r in rows:
         cells = [c.ljust(w) if h in left else c.rjust(w) for c, w, h in zip(r, widths, head)]
@@ -105,8 +115,9 @@ def format_summary(stats: dict) -> str:
         if stats.get("storage"):
             how += f"; study {stats['study_name']!r} in {stats['storage']}: {stats['study_trials']} trials in all"
     auto = " (auto)" if stats.get("method_requested") == "auto" else ""
+    outside = f" ({stats['outside_envelope']:,} outside the envelope)" if stats.get("within_envelope") else ""
     line = (f"enumerated {stats['enumerated']:,}, feasible {stats['feasible']:,}, fitting memory "
-            f"{stats['fits']:,}, {stats['seconds']:.2f} s, method {method}{auto} ({how}), "
+            f"{stats['fits']:,}{outside}, {stats['seconds']:.2f} s, method {method}{auto} ({how}), "
             f"memory headroom {stats['memory_headroom'] * 100:g}%")
     from costmodel.layout import IMPLEMENTATION_DEFAULTS
 
@@ -219,6 +230,9 @@ def register(app: typer.Typer) -> None:
         keep: Optional[str] = KeepOpt,
         force: bool = typer.Option(False, "--force", help="Overwrite existing files (--csv, --export, --plot)."),
         calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile (TOML from 'planner calibrate'): its fitted constants replace the shipped ones."),
+        rank_by: str = typer.Option("median", "--rank-by", help="median (the point prediction) | p10: re-rank the 256 best by the pessimistic end of their 80% interval, for a safe pick."),
+        objective: str = typer.Option("step-time", "--objective", help="What the top list ranks by: step-time | tokens-per-gpu | cost | time-to-train (they differ over a GPU-count range)."),
+        within_envelope: bool = typer.Option(False, "--within-envelope", help="Only layouts whose every mechanism lies where the reference runs measured it (the validated envelope)."),
         layout: dict = None,
     ):
         """Find the fastest parallel layouts that fit in memory (exit 3 if none fits)."""
@@ -250,12 +264,16 @@ def register(app: typer.Typer) -> None:
             price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
             stage_splits=stage_splits, progress=_progress_mode(progress),
             implementation=implementation, recompute_modules=layout["recompute_modules"],
-            storage=storage, study_name=study_name, calib=calib,
+            storage=storage, study_name=study_name, calib=calib, rank_by=rank_by, objective=objective,
+            within_envelope=within_envelope,
         )
         if calibration is not None:
             result.stats["calibration"] = str(calibration)
+        from planner.recipes import reference_recipes
+
+        recipes = reference_recipes(result)
         written = _write_outputs(result, search, outputs, force)  # before printing: `| head` still gets them
-        _print_result(result, as_json, pareto, bool(layout["pp_first_layers"] or layout["pp_last_layers"]))
+        _print_result(result, as_json, pareto, bool(layout["pp_first_layers"] or layout["pp_last_layers"]), recipes)
         for line in written:
             typer.echo(line, err=as_json)
         if not result.results:
@@ -309,9 +327,9 @@ def _write_outputs(result, search, outputs: dict, force: bool) -> list[str]:
     return lines
 
 
-def _print_result(result, as_json: bool, pareto: bool, pinned_splits: bool) -> None:
+def _print_result(result, as_json: bool, pareto: bool, pinned_splits: bool, recipes: list) -> None:
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2, default=_json_default))
+        typer.echo(json.dumps({**result.to_dict(), "reference_recipes": recipes}, indent=2, default=_json_default))
         return
     stats = result.stats
     if result.results:
@@ -321,9 +339,11 @@ def _print_result(result, as_json: bool, pareto: bool, pinned_splits: bool) -> N
             a, b = stats["objectives"]
             title += f" -- Pareto front, {a} vs {b} ({stats['pareto_front_size']} points)"
         else:
-            title += f" -- top {len(result.results)} layouts by step time"
+            title += f" -- top {len(result.results)} layouts {ranked_by(stats)}"
         typer.echo(title)
-        typer.echo(format_table(result.results, multi, bool(stats.get("stage_splits") or pinned_splits)))
+        rows, marks, notes = table_rows(result.results, recipes, stats)
+        typer.echo(format_table(rows, multi, bool(stats.get("stage_splits") or pinned_splits), marks))
+        typer.echo("\n".join(notes))
     else:
         typer.echo(format_nothing_fits(result))
     typer.echo("")

@@ -87,6 +87,23 @@ def bar(fraction: float, width: int = 24) -> str:
     return "#" * filled + "." * (width - filled)
 
 
+def uncertainty_lines(rec: dict) -> list[str]:
+    """The 80% interval and the validated-envelope flags of an annotated record (none if absent)."""
+    q, t = rec.get("tokens_per_s_per_gpu_interval"), rec.get("step_time_s_interval")
+    if not q:
+        return []
+    lo, hi = human_seconds(t["p10"]).split(" "), human_seconds(t["p90"]).split(" ")
+    span = f"{lo[0]}-{hi[0]} {hi[1]}" if lo[1] == hi[1] else f"{lo[0]} {lo[1]}-{hi[0]} {hi[1]}"
+    lines = [f"80% interval  tokens/s/GPU {q['p10']:,.0f}-{q['p90']:,.0f} (median {q['p50']:,.0f}), step time "
+             f"{span}: under each leave-one-source-out fold's",
+             "              constants, with the held-out errors (search/data/uncertainty.json)"]
+    flags = rec.get("envelope") or []
+    if not flags:
+        return lines + ["envelope      inside what the reference runs cover (search/data/envelope.json)"]
+    lines.append("envelope      OUTSIDE what the reference runs cover (the interval is a floor there):")
+    return lines + [f"              {f['reason']}" for f in flags]
+
+
 def format_evaluation(rec: dict, cluster_line: str = "") -> str:
     lay = rec["layout"]
     lines = []
@@ -108,6 +125,7 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
         f"step time {human_seconds(step)}   tokens/s {human_count(rec['tokens_per_s'])}   "
         f"tokens/s/GPU {rec['tokens_per_s_per_gpu']:,.0f}   MFU {rec['mfu'] * 100:.1f}%   HFU {rec['hfu'] * 100:.1f}%"
     )
+    lines += uncertainty_lines(rec)
     lines.append("")
     lines.append(f"{'time per step':<46}{'seconds':>10}{'share':>8}")
     for term in TIME_TERMS:

@@ -77,6 +77,17 @@ class SearchResult:
     """One line on what happened when nothing fits (else empty)."""
     specs: list = field(default_factory=list, repr=False)
     """(ModelSpec, ClusterSpec, GPUSpec) of each entry of ``results`` (for exporting)."""
+    objectives: Optional[Objectives] = field(default=None, repr=False)
+    fitting_keys: Optional[np.ndarray] = field(default=None, repr=False)
+    """Ranked quantity of every layout that fits, sorted (``rank_of``)."""
+
+    def rank_of(self, record: dict) -> Optional[int]:
+        """Where a layout priced elsewhere (an evaluate-shaped record) would rank among the
+        layouts this search found fitting (1 = ahead of all of them)."""
+        if self.fitting_keys is None or self.objectives is None:
+            return None
+        key = self.objectives.rank_value(record["step_time_s"], record["tokens_per_s"], record["gpus"])
+        return int(np.searchsorted(self.fitting_keys, key * (1 - 1e-9))) + 1
 
     @property
     def best(self) -> Optional[dict]:
@@ -261,7 +272,9 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
            train_tokens: Optional[float] = None, stage_splits: bool = False,
            progress: bool = False, engine: str = "cpsat",
            implementation: Optional[dict] = None, recompute_modules=None,
-           storage: Optional[str] = None, study_name: Optional[str] = None, calib=None) -> SearchResult:
+           storage: Optional[str] = None, study_name: Optional[str] = None, calib=None,
+           rank_by: str = "median", objective: str = "step-time",
+           within_envelope: bool = False) -> SearchResult:
     """Find the fastest layouts that fit in memory.
 
     ``model``/``gpu``/``cluster`` take names or spec objects; ``gpus`` an int, a list or a
@@ -277,11 +290,16 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     search in a shared study that other processes may join (``search.storage``; ``method`` auto
     then means optuna, and ``trials`` counts the study's trials). ``calib``: the cost model's
     constants (a ``Calibration``, e.g. a ``planner calibrate`` profile; None = the shipped ones).
-    Raises ``PlannerInputError`` on bad input.
+    ``objective``: what the top list ranks by (``search.exhaustive.RANK_OBJECTIVES``);
+    ``rank_by``: ``median`` (the point prediction) or ``p10`` (its pessimistic end,
+    ``search.ranking``); ``within_envelope``: only layouts inside the validated envelope
+    (``search.envelope``). Every result carries an 80% interval, its envelope flags and
+    ``ties_best``. Raises ``PlannerInputError`` on bad input.
     """
     t0 = time.perf_counter()
     top, trials, seed, memory_headroom, price_per_gpu_hour, train_tokens = _check_settings(
         method, sampler, top, trials, seed, memory_headroom, price_per_gpu_hour, train_tokens)
+    _check_ranking(rank_by, objective, pareto)
     model_spec = _resolve_model(model)
     hardware = _resolve_hardware(gpu, cluster)
     counts = parse_gpu_counts(gpus)
@@ -300,10 +318,14 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     problems = [
         Problem(model=model_spec, cluster=c, gpu=g, gpus=n, gbs=gbs_v, seq_len=seq_v, pins=pins_n,
                 allow_cross_node_tp=allow_cross_node_tp, stage_splits=stage_splits, implementation=impl,
-                recompute_modules=modules_mask)
+                recompute_modules=modules_mask, within_envelope=bool(within_envelope))
         for g, c in hardware for n in counts
     ]
-    objectives = Objectives(pareto=bool(pareto), price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens)
+    objectives = Objectives(pareto=bool(pareto), price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
+                            rank=objective)
+    from search.ranking import pool_size
+
+    pool = pool_size(top, rank_by)
     size = sum(raw_size(p) for p in problems)
     chosen = method
     if storage is not None:
@@ -315,17 +337,16 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     if method == "auto" and storage is None:
         chosen = "exhaustive" if size <= AUTO_EXHAUSTIVE_MAX else "optuna"
     if chosen == "exhaustive":
-        pools, stats = run_exhaustive(problems, top=top, memory_headroom=memory_headroom,
+        pools, stats = run_exhaustive(problems, top=pool, memory_headroom=memory_headroom,
                                       objectives=objectives, progress=progress, engine=engine, calib=calib)
     else:
         from search.optuna_search import run_optuna
 
-        pools, stats = run_optuna(problems, trials=trials, seed=seed, top=top,
+        pools, stats = run_optuna(problems, trials=trials, seed=seed, top=pool,
                                   memory_headroom=memory_headroom, objectives=objectives,
                                   sampler=sampler, progress=progress, storage=storage, study_name=study_name,
                                   calib=calib)
-    chosen_c = _spread(sorted(pools.front, key=lambda c: c.obj), top) if pareto else pools.best
-    results = [_record(c, objectives, i + 1) for i, c in enumerate(chosen_c)]
+    results, chosen_c = _top_records(pools, objectives, top, rank_by)
     specs = [(c.problem.model, c.problem.cluster, c.problem.gpu) for c in chosen_c]
     stats.update({
         "method_requested": method,
@@ -341,6 +362,11 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
         "stage_splits": bool(stage_splits),
         "implementation": impl,
         "recompute_modules": list(recompute_modules) if recompute_modules is not None else None,
+        "objective": objective,
+        "rank_by": rank_by,
+        "within_envelope": bool(within_envelope),
+        "outside_envelope": pools.outside_envelope,
+        "interval": _interval_provenance(),
     })
     if pareto:
         stats["objectives"] = list(objectives.names)
@@ -349,7 +375,46 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     if not results:
         closest, message = _explain_nothing_fits(pools, stats, objectives, batch.origin)
     stats["seconds"] = time.perf_counter() - t0
-    return SearchResult(results=results, stats=stats, closest=closest, message=message, specs=specs)
+    keys = np.sort(np.concatenate(pools.keys)) if pools.keys else np.zeros(0)
+    return SearchResult(results=results, stats=stats, closest=closest, message=message, specs=specs,
+                        objectives=objectives, fitting_keys=keys)
+
+
+def _check_ranking(rank_by: str, objective: str, pareto: bool) -> None:
+    from search.exhaustive import RANK_OBJECTIVES
+    from search.ranking import RANK_BY
+
+    if rank_by not in RANK_BY:
+        raise _err(f"--rank-by {rank_by!r} is not allowed (allowed: {', '.join(RANK_BY)})")
+    if objective not in RANK_OBJECTIVES:
+        raise _err(f"--objective {objective!r} is not allowed (allowed: {', '.join(RANK_OBJECTIVES)})")
+    if pareto and (rank_by != "median" or objective != "step-time"):
+        raise _err("--pareto shows a front, not a ranking: give it without --rank-by / --objective")
+
+
+def _top_records(pools, objectives: Objectives, top: int, rank_by: str) -> tuple[list[dict], list]:
+    """The result records (ranked, folded, with intervals and envelope flags) and their candidates."""
+    from search.ranking import Ranked, annotate, intervals, rank
+
+    if objectives.pareto:
+        chosen = _spread(sorted(pools.front, key=lambda c: c.obj), top)
+        q = intervals(chosen)
+        rows = [Ranked(c, q[:, i], c.key) for i, c in enumerate(chosen)]
+    else:
+        rows = rank(pools.best, top, rank_by)
+    records = []
+    for i, row in enumerate(rows):
+        rec = _record(row.cand, objectives, i + 1)
+        annotate(rec, row, rows[0])
+        records.append(rec)
+    return records, [r.cand for r in rows]
+
+
+def _interval_provenance() -> dict:
+    from search.uncertainty import QUANTILES, load
+
+    prov = load().provenance
+    return {"quantiles": list(QUANTILES), "generated": prov.get("generated"), "command": prov.get("command")}
 
 
 def _check_settings(method, sampler, top, trials, seed, memory_headroom, price, train_tokens) -> tuple:
@@ -367,6 +432,9 @@ def _check_settings(method, sampler, top, trials, seed, memory_headroom, price, 
 
 
 def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "") -> tuple[list[dict], str]:
+    if pools.outside_envelope:
+        return [], (f"no layout inside the validated envelope fits: all {pools.outside_envelope:,} layouts that fit "
+                    f"lie outside it (drop --within-envelope to see them, flagged)")
     closest = []
     for i, c in enumerate(pools.closest):
         rec = _record(c, objectives, i + 1)

@@ -31,15 +31,35 @@ def memory_limit_gib(capacity_gib: float, headroom: float) -> float:
     return float(capacity_gib) * (1.0 - float(headroom))
 
 
+RANK_OBJECTIVES = ("step-time", "tokens-per-gpu", "cost", "time-to-train")
+"""What a single-objective search ranks by (``Objectives.rank``). With one GPU count and type
+they agree; over several GPU counts step time favours the most GPUs, tokens/s/GPU (and cost,
+at one price per GPU-hour) the most efficient."""
+
+
 @dataclass(frozen=True)
 class Objectives:
-    """What the search minimizes. Single objective: step time (ties: lower memory). Pareto: time
-    (step time, or whole-run time when ``train_tokens``) against cost (when ``price_per_gpu_hour``:
-    per step, or per run) or else memory per GPU."""
+    """What the search minimizes. Single objective: ``rank`` (``RANK_OBJECTIVES``; ties: lower
+    ZeRO stage, then lower memory). Pareto: time (step time, or whole-run time when
+    ``train_tokens``) against cost (when ``price_per_gpu_hour``: per step, or per run) or else
+    memory per GPU."""
 
     pareto: bool = False
     price_per_gpu_hour: Optional[float] = None
     train_tokens: Optional[float] = None
+    rank: str = "step-time"
+
+    def rank_value(self, step_time_s, tokens_per_s, gpus):
+        """The ranked quantity, lower is better (arrays or scalars): step time; GPU-seconds per
+        token (tokens-per-gpu); USD per token at ``price_per_gpu_hour`` (else GPU-hours per
+        token: the same order); seconds per token, times ``train_tokens`` when given."""
+        if self.rank == "step-time":
+            return step_time_s
+        if self.rank == "tokens-per-gpu":
+            return gpus / tokens_per_s
+        if self.rank == "cost":
+            return gpus / tokens_per_s * (self.price_per_gpu_hour or 1.0) / 3600.0
+        return (self.train_tokens or 1.0) / tokens_per_s
 
     @property
     def names(self) -> tuple[str, str]:
@@ -103,6 +123,8 @@ class Candidate:
     peak: float
     limit: float
     obj: tuple = ()
+    key: float = 0.0
+    """The ranked quantity (``Objectives.rank_value``)."""
 
 
 def _distinct_recompute(problem: Problem, batch) -> np.ndarray:
@@ -135,6 +157,11 @@ class Pools:
     front: list = field(default_factory=list)
     fits: int = 0
     evaluated: int = 0
+    keys: list = field(default_factory=list)
+    """Ranked quantity of every layout counted in ``fits`` (arrays): where a layout found
+    elsewhere (a published recipe) would rank."""
+    outside_envelope: int = 0
+    """Layouts counted in ``fits`` but left out by ``within_envelope``."""
 
     def add(self, problem: Problem, result, limit: float) -> None:
         n = len(result)
@@ -145,19 +172,23 @@ class Pools:
         peak = np.asarray(result.memory_gib["peak"], dtype=np.float64)
         ok = (peak <= limit) & np.isfinite(step) & _distinct_recompute(problem, result.batch) & _distinct_zero(problem, result.batch)
         self.fits += int(ok.sum())
+        if problem.within_envelope:
+            ok = self._within_envelope(problem, result.batch, ok)
         fit_idx = np.flatnonzero(ok)
+        gpus = result.batch.tp * result.batch.pp * result.batch.dp * result.batch.cp
+        key = np.asarray(self.objectives.rank_value(step, np.asarray(result.tokens_per_s, dtype=np.float64), gpus))
+        self.keys.append(key[fit_idx])
         if len(fit_idx):
             k = min(self.top, len(fit_idx))
-            # Ties on step time (data-parallel traffic fully hidden) go to the lower ZeRO stage,
-            # the simpler layout more launchers can run, then to the lower memory.
+            # Ties on the ranked quantity (data-parallel traffic fully hidden) go to the lower
+            # ZeRO stage, the simpler layout more launchers can run, then to the lower memory.
             zero = np.asarray(result.batch.zero)
-            order = np.lexsort((peak[fit_idx], zero[fit_idx], step[fit_idx]))[:k]
+            order = np.lexsort((peak[fit_idx], zero[fit_idx], key[fit_idx]))[:k]
             for i in fit_idx[order]:
-                self.best.append(self._cand(problem, result, int(i), step, peak, limit))
-            self.best.sort(key=lambda c: (c.step, int(c.result.batch.zero[0]), c.peak))
+                self.best.append(self._cand(problem, result, int(i), step, peak, limit, key))
+            self.best.sort(key=lambda c: (c.key, int(c.result.batch.zero[0]), c.peak))
             del self.best[self.top:]
             if self.objectives.pareto:
-                gpus = result.batch.tp * result.batch.pp * result.batch.dp * result.batch.cp
                 a, b = self.objectives.values(result, gpus)
                 m = pareto_mask(a[fit_idx], b[fit_idx])
                 for i in fit_idx[m]:
@@ -176,10 +207,18 @@ class Pools:
             self.closest.sort(key=lambda c: (c.peak - c.limit, c.step))
             del self.closest[CLOSEST:]
 
+    def _within_envelope(self, problem: Problem, batch, ok: np.ndarray) -> np.ndarray:
+        """``ok`` less the layouts outside the validated envelope (``search.envelope``)."""
+        from search.envelope import Job, inside
+
+        keep = ok & inside(Job(problem.model, problem.gpu, problem.gpus, problem.seq_len), batch.columns())
+        self.outside_envelope += int(ok.sum() - keep.sum())
+        return keep
+
     @staticmethod
-    def _cand(problem, result, i, step, peak, limit) -> Candidate:
+    def _cand(problem, result, i, step, peak, limit, key=None) -> Candidate:
         return Candidate(problem=problem, result=result.take(np.array([i])), step=float(step[i]),
-                         peak=float(peak[i]), limit=float(limit))
+                         peak=float(peak[i]), limit=float(limit), key=float(step[i] if key is None else key[i]))
 
 
 class Progress:

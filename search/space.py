@@ -133,6 +133,8 @@ class Problem:
     recompute_modules: int = 1
     """Bit mask of the submodules selective candidates recompute (costmodel.layout
     RECOMPUTE_MODULES; 1 = core_attn, Megatron's default)."""
+    within_envelope: bool = False
+    """Keep only layouts inside the validated envelope (``search.envelope``)."""
 
     @property
     def ctx(self) -> RuleContext:

@@ -67,3 +67,13 @@ def test_leave_one_source_out_on_the_reference_set():
     # p90 <= 12%; measured 3.5% and 10.2% (2026-11-25), held here with a little room.
     assert held["median_abs_error"] <= 0.04 and held["p90_abs_error"] <= 0.11
     assert max(f["held_out"]["median_abs_error"] for f in cv["per_source"].values()) <= 0.10
+    # The intervals' data (search/data/uncertainty.json) is this cross-validation: regenerate it
+    # with `planner validate --cross-validate --write-uncertainty search/data/uncertainty.json`
+    # when a change moves the held-out errors.
+    from search.uncertainty import load
+
+    stored = load()
+    errors = np.array([r["held_out_error"] for r in cv["rows"]])
+    assert set(stored.folds) == set(cv["per_source"]) and len(stored.residuals) == len(errors)
+    for q in (10, 50, 90):
+        assert np.percentile(stored.residuals, q) == pytest.approx(np.percentile(errors, q), abs=0.01), q

@@ -73,7 +73,8 @@ def format_cross_validation(cv: dict, intervals: Optional[dict] = None) -> str:
 
 
 def run_cross_validation(runs_file: Optional[Path], confidence: str = "high", resamples: int = 0,
-                         as_json: bool = False, seed: int = 0) -> None:
+                         as_json: bool = False, seed: int = 0, write_uncertainty: Optional[Path] = None,
+                         command: str = "") -> None:
     import typer
 
     if confidence not in ("high", "medium", "all"):
@@ -91,3 +92,8 @@ def run_cross_validation(runs_file: Optional[Path], confidence: str = "high", re
         typer.echo(json.dumps({**cv, "bootstrap": intervals}, indent=2))
     else:
         typer.echo(format_cross_validation(cv, intervals))
+    if write_uncertainty is not None:
+        from planner.validate.envelope import uncertainty_data, write_json
+
+        data = uncertainty_data(cv, runs_file, confidence, command)
+        typer.echo(f"wrote {write_json(write_uncertainty, data, '--write-uncertainty')}", err=True)

@@ -37,6 +37,8 @@ class RowResult:
     memory_error: Optional[float] = None
     reason: str = ""
     assumptions: list = field(default_factory=list)
+    values: dict = field(default_factory=dict)
+    """The predicted layout, every option (``Layout.to_dict``)."""
 
 
 def _layout_known(run: MappedRun) -> bool:
@@ -140,6 +142,7 @@ def predict_run(run: MappedRun, calib: Calibration = DEFAULT) -> RowResult:
     if "recompute" in run.searched and lay.recompute == "selective":
         res.chosen["recompute_modules"] = list(lay.recompute_modules or ("core_attn",))
     res.layout = layout_label(lay)
+    res.values = lay.to_dict()
     res.predicted_memory_gib = float(out.memory_gib["peak"][best])
     if res.reported_memory_gib:
         res.memory_error = (res.predicted_memory_gib - res.reported_memory_gib) / res.reported_memory_gib

@@ -1,0 +1,202 @@
+"""Known-good reference layouts: published framework recipes next to the search's ranking.
+
+``planner/data/recipes.json`` catalogs the layouts framework teams publish per model, GPU type
+and GPU count (NeMo's performance-script configs, the Megatron-Bridge performance tables), each
+with its source: repo, file, commit and the row quoted. When a search's problem matches one
+(same model and GPU type), ``reference_recipes`` prices that recipe as ``planner evaluate``
+would, under the search's batch, precision and implementation settings, and says where it would
+rank among the layouts the search found fitting and how far behind #1 it is predicted.
+
+Matching: the recipe at the search's GPU count if there is one, else the nearest count with DP
+scaled (TP, PP, CP, VPP, EP and micro-batch kept; the notes say so); a recipe in the search's
+precision before one in another; at most ``SHOWN`` distinct layouts per GPU type.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from importlib import resources
+
+SHOWN = 2
+"""Distinct recipe layouts shown per GPU type."""
+_DEGREES = ("tp", "pp", "cp", "vpp", "mbs")
+
+
+@functools.lru_cache(maxsize=1)
+def load_recipes() -> tuple:
+    """The catalog's recipes (``planner/data/recipes.json``)."""
+    return tuple(json.loads(resources.files("planner").joinpath("data/recipes.json").read_text())["recipes"])
+
+
+def _layout_key(recipe: dict) -> tuple:
+    lay = recipe["layout"]
+    return tuple(lay.get(k) for k in ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute",
+                                      "recompute_layers")) + (tuple(lay.get("recompute_modules") or ()),)
+
+
+def matching(model: str, gpu: str, counts: list[int], precision: str, seq_len: int,
+             best_count: int) -> list[tuple[dict, int]]:
+    """(recipe, GPU count to price it at) for every recipe of ``model`` on ``gpu``, best match
+    first, one per distinct layout, at most ``SHOWN``. The count: the recipe's own where the
+    search covers it, else the count of the search's #1 (DP scaled)."""
+    found = []
+    for r in load_recipes():
+        if r["model"] != model or r["gpu"] != gpu:
+            continue
+        count = r["gpus"] if r["gpus"] in counts else best_count
+        order = (r["precision"] != precision, count != r["gpus"], abs(math.log(count / r["gpus"])),
+                 r["seq_len"] != seq_len, r.get("measured") is None)
+        found.append((order, r, count))
+    out, seen = [], set()
+    for _, r, count in sorted(found, key=lambda x: x[0]):
+        if _layout_key(r) in seen:
+            continue
+        seen.add(_layout_key(r))
+        out.append((r, count))
+    return out[:SHOWN]
+
+
+def _fixed(recipe: dict, dp: int, problem: dict) -> dict:
+    lay = recipe["layout"]
+    fixed = {"dp": dp, "ep": lay.get("ep", 1), "etp": lay.get("etp", 1), "zero": lay.get("zero", 1),
+             "recompute": lay.get("recompute", "none"), "precision": problem["precision"], "gbs": problem["gbs"],
+             "seq_len": problem["seq_len"], **problem["implementation"]}
+    if lay.get("recompute_layers"):
+        fixed["recompute_layers"] = lay["recompute_layers"]
+    if lay.get("recompute_modules"):
+        fixed["recompute_modules"] = tuple(lay["recompute_modules"])
+    return fixed
+
+
+def _priced(recipe: dict, specs: tuple, gpus: int, problem: dict):
+    """(BatchResult of one layout, None) or (None, why it cannot run here)."""
+    from costmodel import Layout, evaluate_batch
+    from hardware_catalog.errors import PlannerInputError
+    from search.grid import candidate_grid
+    from search.rules import check_layout
+
+    model, cluster, gpu = specs
+    lay = recipe["layout"]
+    split = lay["tp"] * lay["pp"] * lay["cp"]
+    if gpus % split:
+        return None, f"{gpus:,} GPUs do not split into TP{lay['tp']} x PP{lay['pp']} x CP{lay['cp']}"
+    fixed = _fixed(recipe, gpus // split, problem)
+    batch = candidate_grid(model, cluster, gpu, gpus, {k: [lay.get(k, 1)] for k in _DEGREES}, fixed)
+    if len(batch) == 0:
+        try:
+            check_layout(model, cluster, gpu, Layout(**{k: lay.get(k, 1) for k in _DEGREES}, **fixed), gpus=gpus)
+        except PlannerInputError as err:
+            return None, str(err)
+        return None, "breaks a rule of the search"
+    return evaluate_batch(model, cluster, batch, gpu=gpu), ""
+
+
+def _notes(recipe: dict, gpus: int, problem: dict) -> list[str]:
+    notes = []
+    if gpus != recipe["gpus"]:
+        split = recipe["layout"]["tp"] * recipe["layout"]["pp"] * recipe["layout"]["cp"]
+        notes.append(f"published for {recipe['gpus']:,} GPUs; DP scaled to {gpus:,} GPUs "
+                     f"(DP {recipe['gpus'] // split} -> {gpus // split})")
+    for what, key, fmt in (("batch", "gbs", "{:,} sequences"), ("sequence", "seq_len", "{:,} tokens"),
+                           ("precision", "precision", "{}")):
+        if recipe[key] != problem[key]:
+            notes.append(f"{what} differs: recipe {fmt.format(recipe[key])}, priced at the search's {fmt.format(problem[key])}")
+    return notes + list(recipe.get("notes") or [])
+
+
+def price_recipe(result, recipe: dict, specs: tuple, gpus: int, problem: dict) -> dict:
+    """One recipe priced for the search ``result``: its record (or why it cannot run), rank among
+    the fitting layouts, how far behind #1, interval, envelope flags and notes."""
+    from costmodel.record import result_record
+    from search.exhaustive import memory_limit_gib
+    from search.ranking import annotate_batch
+
+    model, cluster, gpu = specs
+    out = {"recipe": {k: recipe[k] for k in ("id", "framework", "gpus", "gbs", "seq_len", "precision", "layout",
+                                               "source", "measured")}, "gpus": gpus,
+           "notes": _notes(recipe, gpus, problem)}
+    res, why = _priced(recipe, specs, gpus, problem)
+    if res is None:
+        out["reason"] = why
+        return out
+    rec = result_record(model, cluster, gpu, res, 0)
+    annotate_batch(rec, model, cluster, gpu, res.batch)
+    rec.update(result.objectives.extras(rec["step_time_s"], rec["tokens_per_s"], rec["gpus"]))
+    limit = memory_limit_gib(gpu.memory_gib, problem["memory_headroom"])
+    fits = rec["memory_gib"]["peak"] <= limit
+    best = result.results[0]
+    rec["rank"] = result.rank_of(rec) if fits else None
+    out.update(record=rec, fits=bool(fits), rank=rec["rank"], fitting=int(len(result.fitting_keys)),
+               behind_best=rec["tokens_per_s_per_gpu"] / best["tokens_per_s_per_gpu"] - 1,
+               ties_best=_overlaps(rec, best))
+    if not fits:
+        out["reason"] = f"needs {rec['memory_gib']['peak']:.1f} GiB per GPU, over the {limit:.1f} GiB limit"
+    return out
+
+
+def _overlaps(rec: dict, best: dict) -> bool:
+    """The recipe's 80% interval on step time overlaps #1's."""
+    return rec["step_time_s_interval"]["p10"] <= best["step_time_s_interval"]["p90"]
+
+
+def reference_recipes(result) -> list[dict]:
+    """The matching recipes of a search result, priced (empty when nothing matches)."""
+    from hardware_catalog import get_cluster, get_gpu
+
+    stats = result.stats
+    if not result.results or stats.get("objectives"):
+        return []
+    model = result.specs[0][0]
+    problem = {"gbs": stats["gbs"], "seq_len": stats["seq_len"], "precision": result.results[0]["layout"]["precision"],
+               "implementation": stats.get("implementation") or {}, "memory_headroom": stats["memory_headroom"]}
+    out = []
+    for gpu_name, cluster_name in zip(stats["gpu_types"], stats["clusters"]):
+        specs = (model, get_cluster(cluster_name), get_gpu(gpu_name))
+        best = next((r for r in result.results if r["gpu"] == gpu_name), result.results[0])
+        for recipe, gpus in matching(model.name, gpu_name, stats["gpu_counts"], problem["precision"], stats["seq_len"],
+                                     best["gpus"]):
+            out.append(price_recipe(result, recipe, specs, gpus, problem))
+    return out
+
+
+def outside_domain(layout: dict) -> str:
+    """Which of the recipe's values the search's default domains leave out (``search.space``)."""
+    from search.space import MBS_CHOICES, VPP_MAX
+
+    found = []
+    if layout.get("vpp", 1) > VPP_MAX:
+        found.append(f"VPP {layout['vpp']} > {VPP_MAX}")
+    if layout.get("mbs", 1) not in MBS_CHOICES:
+        found.append(f"micro-batch {layout['mbs']}")
+    if layout.get("recompute_layers"):
+        found.append(f"full recompute of {layout['recompute_layers']} layers per stage")
+    return ", ".join(found) or "a setting outside its domain"
+
+
+def recipe_source(recipe: dict) -> str:
+    """"NVIDIA/NeMo scripts/performance/.../model_configs_h100.csv @ ae861a9c"."""
+    s = recipe["source"]
+    return f"{s['repo']} {s['file']} @ {s['commit'][:8]}"
+
+
+def format_recipes(entries: list[dict], fitting_label: str) -> list[str]:
+    """Footnote lines under the table for each recipe row."""
+    lines = []
+    for e in entries:
+        r = e["recipe"]
+        head = f"({e['rank'] if e.get('rank') else '-'}) published recipe {r['id']} ({r['framework']}; {recipe_source(r)})"
+        lines.append(head)
+        if e.get("rank"):
+            tie = "; its interval overlaps #1's" if e["ties_best"] else ""
+            where = (f"{-e['behind_best'] * 100:.0f}% behind #1" if e["behind_best"] <= 0 else
+                     f"{e['behind_best'] * 100:.0f}% ahead of #1 (it uses a value the search does not try: "
+                     f"{outside_domain(r['layout'])})")
+            lines.append(f"    rank {e['rank']:,} of {e['fitting']:,} {fitting_label}; predicted {where} in tokens/s/GPU{tie}")
+        elif e.get("reason"):
+            lines.append(f"    not ranked: {e['reason']}")
+        if r.get("measured") and not any(n.startswith(("published for", "batch", "sequence", "precision")) for n in e["notes"]):
+            lines.append(f"    measured {r['measured']['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU at this setup")
+        lines += [f"    {n}" for n in e["notes"] if not n.startswith("zero:")]  # all of them in --json
+    return lines

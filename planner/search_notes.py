@@ -1,0 +1,89 @@
+"""The lines around ``planner search``'s table: what it ranks by, the interval and ties, the
+validated-envelope footnotes, folded rows and the published recipes (``planner.recipes``).
+
+Imported when the CLI starts: nothing heavy at module level.
+"""
+
+from __future__ import annotations
+
+OBJECTIVE_LABELS = {"step-time": "step time", "tokens-per-gpu": "tokens/s/GPU", "cost": "cost per token",
+                    "time-to-train": "time to train"}
+
+
+def ranked_by(stats: dict) -> str:
+    """"by step time", or the pessimistic ranking spelled out."""
+    label = OBJECTIVE_LABELS[stats.get("objective") or "step-time"]
+    if stats.get("rank_by") == "p10":
+        from search.ranking import RERANK_POOL
+
+        return (f"by {label} at the pessimistic end (p10) of the 80% interval "
+                f"(the {RERANK_POOL} best by the point prediction, re-ranked)")
+    return f"by {label}"
+
+
+def envelope_marks(records: list[dict]) -> tuple[list[str], list[str]]:
+    """Each record's footnote marks ("[1,2]") for its layout mechanisms outside the validated
+    envelope, and the numbered footnotes."""
+    reasons: list[str] = []
+    marks = []
+    for rec in records:
+        idx = []
+        for f in rec.get("envelope") or []:
+            if f["scope"] != "layout":
+                continue
+            if f["reason"] not in reasons:
+                reasons.append(f["reason"])
+            idx.append(reasons.index(f["reason"]) + 1)
+        marks.append(f"[{','.join(str(i) for i in idx)}]" if idx else "")
+    return marks, [f"  [{i}] {r}" for i, r in enumerate(reasons, 1)]
+
+
+def _recipe_row(entry: dict) -> dict:
+    rec = dict(entry["record"])
+    rec["rank"] = f"({entry['rank']:,})" if entry.get("rank") else "(-)"
+    rec["ties_best"] = entry.get("ties_best")
+    return rec
+
+
+def _interval_lines(results: list[dict], stats: dict) -> list[str]:
+    interval = stats.get("interval") or {}
+    ties = sum(1 for r in results[1:] if r.get("ties_best"))
+    lines = [f"80% range: tokens/s/GPU p10-p90 under each leave-one-source-out fold's constants and the held-out "
+             f"errors (search/data/uncertainty.json, {interval.get('generated')})"]
+    if not stats.get("objectives"):  # a Pareto front is not a ranking
+        lines.append(f"≈: range overlaps #1's, the model cannot order the two: {ties} of {len(results) - 1} rows below #1")
+    folded = sum(len(r.get("alternatives") or []) for r in results)
+    if folded:
+        lines.append(f"folded: {folded} more layout{'s' if folded > 1 else ''} priced the same as a row above "
+                     f"(alternatives in --json)")
+    return lines
+
+
+def _envelope_lines(rows: list[dict], footnotes: list[str], stats: dict) -> list[str]:
+    job = [f["reason"] for f in (rows[0].get("envelope") or []) if f["scope"] == "job"]
+    lines = []
+    if footnotes:
+        lines.append("env: outside the validated envelope (what the reference runs cover; search/data/envelope.json); "
+                     "there the interval is a floor")
+        lines += footnotes
+    else:
+        lines.append("env: every row's mechanisms lie inside the validated envelope (search/data/envelope.json)")
+    if job:
+        lines.append("  the job itself: " + "; ".join(job))
+    if stats.get("within_envelope"):
+        lines.append(f"--within-envelope: {stats.get('outside_envelope', 0):,} of {stats.get('fits', 0):,} fitting layouts "
+                     f"lie outside it and are left out")
+    return lines
+
+
+def table_rows(results: list[dict], recipes: list[dict], stats: dict) -> tuple[list[dict], list[str], list[str]]:
+    """(the table's records: results then priced recipes, their envelope marks, the notes below)."""
+    from planner.recipes import format_recipes
+
+    rows = results + [_recipe_row(e) for e in recipes if e.get("record")]
+    marks, footnotes = envelope_marks(rows)
+    notes = [""] + _interval_lines(results, stats) + _envelope_lines(rows, footnotes, stats)
+    if recipes:
+        fitting = "layouts that fit" + (" inside the envelope" if stats.get("within_envelope") else "")
+        notes += format_recipes(recipes, fitting)
+    return rows, marks, notes

@@ -1,0 +1,168 @@
+"""``planner validate --ranking FILE``: does the planner put layouts in the measured order?
+
+``planner search`` is judged by its order, so its accuracy is also measured as an order: on
+ablation groups, the same model, cluster and batch measured under several layouts.
+
+A file of groups (the format of ``planner/data/ablations.json``)::
+
+    [{"id", "source": {...}, "model": {"name", shape fields as in published_runs.json},
+      "hardware": {"gpu", "num_gpus", "gpus_per_node"}, "seq_length", "global_batch_size",
+      "framework", "precision", "confidence", "notes",
+      "layouts": [{"layout": {"tp", "pp", "dp", "cp", "ep", "vp", "micro_batch_size",
+                              "activation_recompute", "zero_stage", ...},
+                   "measured": {"tokens_per_s_per_gpu": ...}, "quote"}]}]
+
+Each layout becomes a runs-file row (group fields, then the layout's own: a layout may state
+its own ``framework``, ``precision`` or, in a group gathered from two releases, ``source``) and
+is predicted as ``planner validate`` predicts any row (``runs.map_run`` + ``predict.predict_run``:
+the same profiles, pins and searched knobs). Per group:
+
+* **Kendall tau** (tau-b) between the measured and the predicted throughputs;
+* **pairs ordered right**: of the pairs measured more than ``DECISIVE`` apart, those the
+  planner orders the same way;
+* **top-1**: the planner's fastest layout is the measured fastest.
+
+Overall: decisive pairs pooled over groups, top-1 over groups, mean tau over groups.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from hardware_catalog.errors import PlannerInputError
+
+DECISIVE = 0.03
+"""Pairs measured further apart than this (relative to the slower) count for ordering."""
+
+
+def load_groups(path: Path) -> list[dict]:
+    """The groups of an ablation file; one-line errors."""
+    try:
+        groups = json.loads(Path(path).read_text())
+    except OSError as err:
+        raise PlannerInputError(f"--ranking {path}: cannot read ({err.strerror})") from None
+    except json.JSONDecodeError as err:
+        raise PlannerInputError(f"--ranking {path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    if not isinstance(groups, list) or not all(isinstance(g, dict) and isinstance(g.get("layouts"), list)
+                                               for g in groups):
+        raise PlannerInputError(f"--ranking {path}: expected a JSON list of groups, each with a 'layouts' list")
+    return groups
+
+
+def group_rows(group: dict) -> list[dict]:
+    """One runs-file row per layout of ``group``."""
+    model = dict(group.get("model") or {})
+    if group.get("seq_length"):
+        model["seq_length"] = group["seq_length"]
+    base = {k: group[k] for k in ("framework", "precision") if group.get(k) is not None}
+    base["global_batch_size"] = group.get("global_batch_size")
+    rows = []
+    for i, entry in enumerate(group["layouts"]):
+        measured = (entry.get("measured") or {}).get("tokens_per_s_per_gpu")
+        rows.append({
+            "id": f"{group.get('id', '?')}#{i + 1}", "source": entry.get("source") or group.get("source") or {},
+            "model": model, "hardware": group.get("hardware") or {}, "layout": {**base, **(entry.get("layout") or {})},
+            "reference": {"tokens_per_s_per_gpu": measured}, "confidence": group.get("confidence", "?"),
+        })
+    return rows
+
+
+def kendall_tau(measured, predicted) -> Optional[float]:
+    """Kendall's tau-b of two sequences (None below two items or when one is all ties)."""
+    m, p = np.asarray(measured, float), np.asarray(predicted, float)
+    i, j = np.triu_indices(len(m), 1)
+    sm, sp = np.sign(m[i] - m[j]), np.sign(p[i] - p[j])
+    n0 = len(i)
+    denom = np.sqrt(float(np.count_nonzero(sm)) * float(np.count_nonzero(sp)))
+    if n0 == 0 or denom == 0:
+        return None
+    return float(np.sum(sm * sp) / denom)
+
+
+def order_stats(measured, predicted, decisive: float = DECISIVE) -> dict:
+    """Kendall tau, decisive pairs and those ordered right, top-1 agreement, and the indices of
+    the misordered decisive pairs (faster-measured first)."""
+    m, p = np.asarray(measured, float), np.asarray(predicted, float)
+    i, j = np.triu_indices(len(m), 1)
+    apart = np.abs(m[i] - m[j]) / np.minimum(m[i], m[j]) > decisive
+    right = np.sign(m[i] - m[j]) == np.sign(p[i] - p[j])
+    wrong = [(int(a), int(b)) if m[a] > m[b] else (int(b), int(a)) for a, b, d, r in zip(i, j, apart, right) if d and not r]
+    return {"kendall_tau": kendall_tau(m, p), "pairs": int(apart.sum()), "pairs_right": int((apart & right).sum()),
+            "top1": bool(len(m) > 1 and m[int(np.argmax(p))] == m.max()), "misordered": wrong}
+
+
+def rank_group(group: dict) -> dict:
+    """Predictions and order figures of one group; layouts that cannot be predicted are listed."""
+    from planner.validate.predict import validate_rows
+
+    rows = group_rows(group)
+    missing = [r for r in rows if not r["reference"]["tokens_per_s_per_gpu"]]
+    results = validate_rows([r for r in rows if r not in missing])
+    done = [r for r in results if r.error is not None]
+    out = {"id": group.get("id", "?"), "confidence": group.get("confidence"),
+           "layouts": [{"id": r.id, "layout": r.layout, "measured": r.reported, "predicted": r.predicted,
+                        "error": r.error, "fits": r.fits} for r in done],
+           "unmapped": [{"id": r.id, "reason": r.reason} for r in results if r.error is None]
+           + [{"id": r["id"], "reason": "no measured.tokens_per_s_per_gpu"} for r in missing]}
+    stats = order_stats([r.reported for r in done], [r.predicted for r in done]) if len(done) > 1 else None
+    out.update(stats or {"kendall_tau": None, "pairs": 0, "pairs_right": 0, "top1": None, "misordered": []})
+    return out
+
+
+def overall(groups: list[dict]) -> dict:
+    """Pooled pairs, top-1 share and mean tau over the groups with two or more predictions."""
+    ranked = [g for g in groups if g["top1"] is not None]
+    taus = [g["kendall_tau"] for g in ranked if g["kendall_tau"] is not None]
+    pairs, right = sum(g["pairs"] for g in ranked), sum(g["pairs_right"] for g in ranked)
+    return {"groups": len(ranked), "pairs": pairs, "pairs_right": right,
+            "pairs_right_share": right / pairs if pairs else None,
+            "top1": sum(g["top1"] for g in ranked), "top1_share": sum(g["top1"] for g in ranked) / len(ranked) if ranked else None,
+            "mean_kendall_tau": float(np.mean(taus)) if taus else None, "decisive": DECISIVE}
+
+
+def _share(n: int, d: int) -> str:
+    return f"{n}/{d} ({n / d * 100:.0f}%)" if d else "-"
+
+
+def format_ranking(groups: list[dict], total: dict, path: str) -> str:
+    lines = [f"ordering accuracy on ablation groups ({path}): each group's layouts as measured vs as predicted",
+             f"(pairs: measured more than {DECISIVE * 100:g}% apart; top-1: the predicted fastest is the measured fastest)",
+             "", f"{'group':<44}{'layouts':>8}{'Kendall tau':>13}{'pairs right':>13}{'top-1':>7}"]
+    for g in groups:
+        tau = "-" if g["kendall_tau"] is None else f"{g['kendall_tau']:+.2f}"
+        top1 = "-" if g["top1"] is None else ("yes" if g["top1"] else "no")
+        lines.append(f"{g['id'][:43]:<44}{len(g['layouts']):>8}{tau:>13}{g['pairs_right']:>7}/{g['pairs']:<5}{top1:>7}")
+    tau = "-" if total["mean_kendall_tau"] is None else f"{total['mean_kendall_tau']:+.2f}"
+    lines += ["", f"overall: {total['groups']} groups; pairs ordered right {_share(total['pairs_right'], total['pairs'])}; "
+              f"top-1 {_share(total['top1'], total['groups'])}; mean Kendall tau {tau}", "",
+              f"{'group / layout (as planner validate predicts a row)':<64}{'measured':>10}{'predicted':>11}{'error':>8}"]
+    for g in groups:
+        lines.append(g["id"])
+        for lay in g["layouts"]:
+            label = f"  #{lay['id'].rsplit('#', 1)[-1]} {lay['layout']}"
+            lines.append(f"{label[:63]:<64}{lay['measured']:>10.1f}{lay['predicted']:>11.1f}{lay['error'] * 100:>+7.1f}%")
+    wrong = [(g, a, b) for g in groups for a, b in g["misordered"]]
+    if wrong:
+        lines += ["", "misordered pairs (measured faster first):"]
+    for g, a, b in wrong:
+        fa, fb = g["layouts"][a], g["layouts"][b]
+        lines.append(f"  {g['id']}: {fa['layout']}  vs  {fb['layout']}: measured {fa['measured']:.0f} > {fb['measured']:.0f} "
+                     f"({(fa['measured'] / fb['measured'] - 1) * 100:+.1f}%), predicted {fa['predicted']:.0f} vs "
+                     f"{fb['predicted']:.0f} ({(fa['predicted'] / fb['predicted'] - 1) * 100:+.1f}%)")
+    lines += [f"not predicted: {u['id']}: {u['reason']}" for g in groups for u in g["unmapped"]]
+    return "\n".join(lines)
+
+
+def run_ranking(path: Path, as_json: bool = False) -> None:
+    import typer
+
+    groups = [rank_group(g) for g in load_groups(path)]
+    total = overall(groups)
+    if as_json:
+        typer.echo(json.dumps({"groups": groups, "overall": total}, indent=2))
+    else:
+        typer.echo(format_ranking(groups, total, str(path)))

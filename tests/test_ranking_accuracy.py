@@ -1,0 +1,104 @@
+"""``planner validate --ranking FILE``: ordering accuracy on ablation groups.
+
+The example file (tests/data/ablations_example.json) holds four groups derived by hand from
+reference rows that share model, GPU count and batch (planner/data/published_runs.json):
+
+* Narayanan et al. 2021 Table 2, GPT 529.6B at 1120 and at 2240 GPUs: ZeRO-3 (22.77, 11.15
+  tokens/s/GPU) vs PTD-P (38.80, 36.94). The planner orders both right (predicted 24.5 < 40.6
+  and 10.9 < 39.2, as ``planner validate`` prints for those rows).
+* Korthikanti et al. 2022, GPT 175B on 64 GPUs: selective (148.95) vs full recompute (112.96);
+  predicted 149.6 vs 106.5: right.
+* Llama 3 70B on 64 H100, batch 128: NeMo 24.07 TP4 PP4 CP2 VP5 (1524) vs Megatron-Bridge 25.09
+  TP4 PP8 VP5 (1619), 6.2% apart; predicted 1487.7 vs 1439.2: wrong.
+
+So 3 of 4 decisive pairs right, top-1 in 3 of 4 groups, Kendall tau +1, +1, +1, -1: mean +0.50.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import app
+from planner.validate.ranking import group_rows, kendall_tau, order_stats, overall, rank_group
+
+EXAMPLE = Path(__file__).parent / "data" / "ablations_example.json"
+
+
+def test_order_stats_by_hand():
+    # Pairs (measured, predicted): (100, 90): 11% apart, predicted 85 < 95: wrong;
+    # (100, 80): 25% apart, 85 > 70: right; (90, 80): 12.5% apart, 95 > 70: right.
+    s = order_stats([100, 90, 80], [85, 95, 70])
+    assert s["pairs"] == 3 and s["pairs_right"] == 2
+    assert s["kendall_tau"] == pytest.approx((2 - 1) / 3)
+    assert s["top1"] is False  # predicted fastest (95) is the measured second
+    assert s["misordered"] == [(0, 1)]
+
+
+def test_pairs_within_three_percent_do_not_count():
+    # 100 vs 98: 2% apart, not decisive even though the planner orders them the other way.
+    s = order_stats([100, 98], [90, 95])
+    assert s["pairs"] == 0 and s["pairs_right"] == 0 and s["kendall_tau"] == pytest.approx(-1.0)
+
+
+def test_kendall_tau_b_with_ties():
+    # measured 1,1,2 / predicted 1,2,3: pairs (0,1) tied in measured, (0,2) and (1,2) concordant.
+    # tau-b = 2 / sqrt(2 * 3).
+    assert kendall_tau([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / 6 ** 0.5)
+    assert kendall_tau([1], [1]) is None
+
+
+def test_group_rows_are_runs_rows():
+    group = json.loads(EXAMPLE.read_text())[3]
+    rows = group_rows(group)
+    assert [r["id"] for r in rows] == ["llama3_70b_h100_64gpu_gbs128#1", "llama3_70b_h100_64gpu_gbs128#2"]
+    assert rows[0]["layout"]["global_batch_size"] == 128 and rows[0]["model"]["seq_length"] == 8192
+    # A layout gathered from another release keeps its own source (and so its framework profile).
+    assert rows[0]["source"]["key"] == "nemo_perf_2407" and rows[1]["source"]["key"] == "mbridge_2509"
+    assert rows[1]["reference"]["tokens_per_s_per_gpu"] == 1619
+
+
+def test_example_file_figures():
+    groups = [rank_group(g) for g in json.loads(EXAMPLE.read_text())]
+    assert [g["kendall_tau"] for g in groups] == [1.0, 1.0, 1.0, -1.0]
+    assert [g["top1"] for g in groups] == [True, True, True, False]
+    total = overall(groups)
+    assert (total["pairs"], total["pairs_right"], total["top1"], total["groups"]) == (4, 3, 3, 4)
+    assert total["mean_kendall_tau"] == pytest.approx(0.5)
+    # The misordered pair: the measured faster (Megatron-Bridge, #2) first.
+    assert groups[3]["misordered"] == [(1, 0)]
+
+
+def test_a_layout_without_a_measurement_is_listed_not_ranked():
+    group = json.loads(EXAMPLE.read_text())[2]
+    group["layouts"][1]["measured"] = {}
+    g = rank_group(group)
+    assert len(g["layouts"]) == 1 and g["top1"] is None and g["pairs"] == 0
+    assert g["unmapped"] == [{"id": "korthikanti2022_gpt175b_64gpu#2", "reason": "no measured.tokens_per_s_per_gpu"}]
+
+
+def test_cli_ranking_text_and_json():
+    runner = CliRunner()
+    out = runner.invoke(app, ["validate", "--ranking", str(EXAMPLE)])
+    assert out.exit_code == 0, out.output
+    assert "pairs ordered right 3/4 (75%); top-1 3/4 (75%); mean Kendall tau +0.50" in out.output
+    assert "misordered pairs" in out.output
+    out = runner.invoke(app, ["validate", "--ranking", str(EXAMPLE), "--json"])
+    data = json.loads(out.output)
+    assert data["overall"]["pairs_right_share"] == pytest.approx(0.75)
+
+
+def test_cli_ranking_bad_file_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"layouts": 1}')
+    proc = subprocess.run([sys.executable, "-m", "planner", "validate", "--ranking", str(bad)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: --ranking") and "expected a JSON list of groups" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

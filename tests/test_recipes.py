@@ -1,0 +1,92 @@
+"""Published recipes next to the ranking (planner/recipes.py, planner/data/recipes.json)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from planner.recipes import load_recipes, matching, reference_recipes
+from search.api import search
+
+RESERVED = ("arxiv.org/abs/2407.21783", "2412.19437", "llama 3 herd", "deepseek-v3 technical report")
+"""The Llama 3 paper and the DeepSeek-V3 report are kept for evaluation: no recipe may come from them."""
+
+
+def test_every_recipe_cites_repo_file_commit_and_quote():
+    recipes = load_recipes()
+    assert len(recipes) >= 40
+    ids = [r["id"] for r in recipes]
+    assert len(ids) == len(set(ids))
+    for r in recipes:
+        s = r["source"]
+        assert s["repo"] and s["file"] and re.fullmatch(r"[0-9a-f]{40}", s["commit"]), r["id"]
+        assert s["quote"], r["id"]
+        assert not any(x in json.dumps(s).lower() for x in RESERVED), r["id"]
+        lay = r["layout"]
+        assert r["gpus"] % (lay["tp"] * lay["pp"] * lay["cp"]) == 0, r["id"]
+    models = {r["model"] for r in recipes}
+    assert {"llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b", "deepseek-v3", "qwen3-30b-a3b"} <= models
+
+
+def test_matching_prefers_the_search_precision_and_own_gpu_count():
+    # Llama 3 70B on H100: NeMo's bf16 recipe is TP4 PP4 CP2 VP5, its fp8 one TP4 PP8 VP5.
+    (first, count), *_ = matching("llama3-70b", "h100-sxm", [64], "bf16", 8192, 64)
+    assert (first["precision"], first["layout"]["pp"], first["layout"]["cp"], count) == ("bf16", 4, 2, 64)
+    (first, _), *_ = matching("llama3-70b", "h100-sxm", [64], "fp8", 8192, 64)
+    assert (first["layout"]["pp"], first["layout"]["cp"]) == (8, 1)
+    # Not at a recipe's GPU count: priced at the count of the search's #1, DP scaled.
+    (first, count), *_ = matching("llama3-405b", "h100-sxm", [16384], "bf16", 8192, 16384)
+    assert first["gpus"] == 1024 and count == 16384
+    assert matching("llama3-405b", "mi300x", [1024], "bf16", 8192, 1024) == []
+
+
+def test_main_job_shows_the_405b_recipe():
+    res = search("405b", 16384, "h100")
+    (entry, *_) = reference_recipes(res)
+    assert entry["recipe"]["id"] == "nemo-perf-h100-llama31-405b-bf16-1024gpu"
+    lay = entry["record"]["layout"]
+    assert (lay["tp"], lay["pp"], lay["cp"], lay["vpp"], lay["dp"]) == (8, 8, 2, 8, 128)
+    assert entry["fits"] and 1 <= entry["rank"] <= entry["fitting"] == res.stats["fits"]
+    assert entry["behind_best"] < 0  # predicted behind the search's #1
+    assert "published for 1,024 GPUs; DP scaled to 16,384 GPUs (DP 8 -> 128)" in entry["notes"]
+    assert "batch differs: recipe 512 sequences, priced at the search's 2,048 sequences" in entry["notes"]
+    # Its rank is where its step time falls among the fitting layouts.
+    assert entry["rank"] > len([r for r in res.results if r["step_time_s"] < entry["record"]["step_time_s"]])
+    assert "tokens_per_s_per_gpu_interval" in entry["record"] and "envelope" in entry["record"]
+
+
+@pytest.mark.parametrize("recipe_id", [
+    "nemo-perf-h100-gpt3-175b-fp8-512gpu",
+    "nemo-perf-h100-llama3-70b-bf16-64gpu",
+    "nemo-perf-h100-mixtral-8x7b-fp8-64gpu",
+    "nemo-perf-h100-mixtral-8x22b-bf16-256gpu",
+    "nemo-perf-b200-deepseek-v3-bf16-128gpu",
+    "mbridge-2509-b200-llama3-8b-8gpu",
+])
+def test_catalogued_recipe_row_appears_with_its_rank(recipe_id):
+    (recipe,) = [r for r in load_recipes() if r["id"] == recipe_id]
+    res = search(recipe["model"], recipe["gpus"], recipe["gpu"], gbs=recipe["gbs"], seq_len=recipe["seq_len"],
+                 pins={"precision": recipe["precision"]}, top=3)
+    entries = {e["recipe"]["id"]: e for e in reference_recipes(res)}
+    entry = entries[recipe_id]
+    # Same model, GPU type, count, batch and precision: priced as published, nothing scaled.
+    assert entry["gpus"] == recipe["gpus"] and not [n for n in entry["notes"] if n.startswith(("published", "batch"))]
+    assert entry["fits"] and 1 <= entry["rank"] <= entry["fitting"]
+    lay = entry["record"]["layout"]
+    assert all(lay[k] == recipe["layout"][k] for k in ("tp", "pp", "cp", "vpp", "mbs", "ep"))
+
+
+def test_cli_table_has_the_recipe_row_and_json_the_entry():
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "planner", "search", "--model", "405b", "--gpus", "16384", "--gpu", "h100", "--no-progress"]
+    out = subprocess.run(args + ["--top", "3"], capture_output=True, text=True, timeout=120).stdout
+    row = next(line for line in out.splitlines() if line.lstrip().startswith("("))
+    assert row.split()[1:5] == ["128", "8", "8", "8"]  # DP TP PP VPP
+    assert "published recipe nemo-perf-h100-llama31-405b-bf16-1024gpu" in out
+    assert "model_configs_h100.csv @ ae861a9c" in out
+    data = json.loads(subprocess.run(args + ["--top", "3", "--json"], capture_output=True, text=True, timeout=120).stdout)
+    assert data["reference_recipes"][0]["recipe"]["source"]["repo"] == "NVIDIA/NeMo"

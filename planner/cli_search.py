@@ -272,7 +272,7 @@ def register(app: typer.Typer) -> None:
         from planner.recipes import reference_recipes
 
         recipes = reference_recipes(result)
-        written = _write_outputs(result, search, outputs, force)  # before printing: `| head` still gets them
+        written = _write_outputs(result, search, outputs, force, recipes)  # before printing: `| head` still gets them
         _print_result(result, as_json, pareto, bool(layout["pp_first_layers"] or layout["pp_last_layers"]), recipes)
         for line in written:
             typer.echo(line, err=as_json)
@@ -303,7 +303,7 @@ def _check_outputs(csv_file, export_dir, plot, force: bool) -> dict:
             "plot": check_output_file(check_plot_path(plot), "--plot", force)}
 
 
-def _write_outputs(result, search, outputs: dict, force: bool) -> list[str]:
+def _write_outputs(result, search, outputs: dict, force: bool, recipes: Optional[list] = None) -> list[str]:
     """Write the CSV, the best layout's launch files and the plot; the lines that say so."""
     lines = []
     if outputs["csv"] is not None:
@@ -323,7 +323,7 @@ def _write_outputs(result, search, outputs: dict, force: bool) -> list[str]:
         from planner.cli_errors import say
         from planner.plots import plot_search
 
-        say(f"wrote {plot_search(result, outputs['plot'], search)}")
+        say(f"wrote {plot_search(result, outputs['plot'], search, recipes)}")
     return lines
 
 

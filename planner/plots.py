@@ -598,6 +598,9 @@ def draw_search_scatter(ax, label_ax, data: dict, multi: bool) -> None:
                 ms=3, label=f"Pareto front: nothing is both faster\nand {'cheaper' if data['cost'] else 'smaller'}{note}")
     ax.scatter([x(r) for r in top], [r["step_time_s"] for r in top], s=44, facecolor="none", edgecolor=TOP_COLOR,
                lw=1.4, zorder=5, label=f"top {len(top)} of the table" if data["fits"] else "closest layouts (none fit)")
+    for rec, label in data.get("recipes", []):  # the published recipe row (planner.recipes), as the table shows it
+        ax.scatter([x(rec)], [rec["step_time_s"]], marker="*", s=180, color="#d62728", edgecolor="black", lw=0.6,
+                   zorder=6, label=f"published recipe: {label}")
     if not data["cost"]:
         _memory_limits(ax, top + data["cloud"], colors)
     ax.set_xlabel("cost per step (USD)" if data["cost"] else "peak memory per GPU (GiB)")
@@ -673,9 +676,13 @@ def search_figure(result, data: dict):
     return fig
 
 
-def plot_search(result, path, call: Optional[RecordedCall] = None) -> Path:
-    """``planner search --plot``: ``call`` is the recorded search (asked again for more points)."""
-    return save_figure(search_figure(result, search_plot_data(result, call)), path)
+def plot_search(result, path, call: Optional[RecordedCall] = None, recipes: Optional[list] = None) -> Path:
+    """``planner search --plot``: ``call`` is the recorded search (asked again for more points);
+    ``recipes``: the published recipe rows the table shows (``planner.recipes.reference_recipes``),
+    marked as stars."""
+    data = search_plot_data(result, call)
+    data["recipes"] = [(r["record"], r["recipe"]["id"]) for r in (recipes or []) if r.get("record")]
+    return save_figure(search_figure(result, data), path)
 
 
 # ---------------------------------------------------------------------------------------- validate

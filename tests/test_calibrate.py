@@ -175,3 +175,15 @@ def test_search_prices_every_candidate_with_the_calibration(method):
         out = evaluate_batch(model, cluster, LayoutBatch.from_layouts([lay]), gpu=get_gpu("a100"), calib=calib)
         assert rec["step_time_s"] == pytest.approx(float(out.step_time_s[0]), rel=1e-12)
     assert res.results[0]["step_time_s"] > plain.results[0]["step_time_s"]  # slower GEMMs
+
+
+def test_interval_edges_are_read_between_grid_values():
+    """A posterior sharper than the grid: the edges lie where the straight line between the last
+    value inside and the first outside reaches the limit (hand-computed), not on a grid value."""
+    from planner.validate.calibrate import _crossing
+
+    values, scores = np.array([0.0, 1.0, 2.0]), np.array([5.0, 1.0, 3.0])
+    limit = 1.0 + 1.35
+    assert _crossing(values, scores, limit, 1, 0) == pytest.approx(1 - 1.35 / 4)
+    assert _crossing(values, scores, limit, 1, 2) == pytest.approx(1 + 1.35 / 2)
+    assert _crossing(values, scores, limit, 2, 3) == 2.0  # the grid's end bounds it

@@ -14,7 +14,8 @@ Minus the log posterior, divided by n / b, is the objective
 so a constant no run is sensitive to stays at its shipped value, and three runs that agree
 move what they inform. J is minimised by coordinate descent over a grid twice as fine as
 ``FIT_RANGES``. The interval of a constant is the 90% posterior interval with the others at
-the fit: the values whose minus log posterior is within chi2(1, 0.90) / 2 = 1.35 of the best.
+the fit: the values whose minus log posterior is within chi2(1, 0.90) / 2 = 1.35 of the best (edges
+read off linearly between grid values).
 
 Honest error: leave one source out when the runs come from several sources, else leave one
 run out: each held-out row is predicted by constants fitted without it.
@@ -110,8 +111,21 @@ def interval(predictor: Predictor, weights: np.ndarray, calib: Calibration, name
     scale = float(np.sum(weights)) / ERROR_SCALE  # J -> minus log posterior
     values = grid(name)
     scores = np.array([objective(predictor, weights, calib.with_(**{name: float(v)})) for v in values]) * scale
-    inside = values[scores <= scores.min() + INTERVAL_HALF_CHI2]
-    return float(inside.min()), float(inside.max())
+    limit = scores.min() + INTERVAL_HALF_CHI2
+    inside = np.flatnonzero(scores <= limit)
+    lo, hi = int(inside.min()), int(inside.max())
+    # Each edge lies between the last grid value inside and the first outside: read it off the
+    # straight line between their scores, so a sharp posterior is not reported as one point.
+    return _crossing(values, scores, limit, lo, lo - 1), _crossing(values, scores, limit, hi, hi + 1)
+
+
+def _crossing(values: np.ndarray, scores: np.ndarray, limit: float, inside: int, outside: int) -> float:
+    """Where the score, linear between grid points ``inside`` and ``outside``, reaches ``limit``."""
+    if not 0 <= outside < len(values):
+        return float(values[inside])
+    rise = scores[outside] - scores[inside]
+    t = (limit - scores[inside]) / rise if rise > 0 else 0.0
+    return round(float(values[inside] + t * (values[outside] - values[inside])), 4)
 
 
 def sensitivity(predictor: Predictor, calib: Calibration, name: str) -> np.ndarray:

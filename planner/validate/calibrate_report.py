@@ -65,7 +65,7 @@ def format_calibration(result: Calibrated, head: list[str]) -> str:
     if result.moved:
         lines.append("constants that moved (90% interval):")
         for m in result.moved:
-            lines.append(f"  {m.name} {m.shipped:g} -> {m.value:g} [{m.interval[0]:g}, {m.interval[1]:g}]: {m.why}")
+            lines.append(f"  {m.name} {m.shipped:g} -> {m.value:g} [{m.interval[0]:.3g}, {m.interval[1]:.3g}]: {m.why}")
     else:
         lines.append("no constant moved: the runs agree with the shipped constants within their prior")
     if result.unchanged:

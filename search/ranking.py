@@ -80,7 +80,8 @@ def intervals(cands: list) -> np.ndarray:
     for members in groups.values():
         p = cands[members[0]].problem
         batch = LayoutBatch.concat([cands[i].result.batch for i in members])
-        out[:, members] = tokens_interval(p.model, p.cluster, p.gpu, batch)
+        own = np.array([float(np.asarray(cands[i].result.tokens_per_s_per_gpu)[0]) for i in members])
+        out[:, members] = tokens_interval(p.model, p.cluster, p.gpu, batch, predicted=own)
     return out
 
 
@@ -167,7 +168,8 @@ def annotate_batch(record: dict, model, cluster, gpu, batch) -> None:
     from search.envelope import Job, columns_of, flags
     from search.uncertainty import interval_fields, tokens_interval
 
-    record.update(interval_fields(record, tokens_interval(model, cluster, gpu, batch)[:, 0]))
+    q = tokens_interval(model, cluster, gpu, batch, predicted=np.array([record["tokens_per_s_per_gpu"]]))
+    record.update(interval_fields(record, q[:, 0]))
     record["envelope"] = flags(Job(model, gpu, int(record["gpus"]), int(batch.seq_len[0])), columns_of(batch))
 
 

@@ -83,10 +83,24 @@ def combine(fold_tps: np.ndarray, residuals: np.ndarray) -> np.ndarray:
     return np.percentile(samples.reshape(-1, fold_tps.shape[1]), QUANTILES, axis=0)
 
 
-def tokens_interval(model, cluster, gpu, batch, data: Optional[Uncertainty] = None) -> np.ndarray:
-    """(3, layouts): p10, p50, p90 of tokens/s/GPU for every layout of ``batch``."""
+def tokens_interval(model, cluster, gpu, batch, data: Optional[Uncertainty] = None,
+                    predicted: Optional[np.ndarray] = None) -> np.ndarray:
+    """(3, layouts): p10, p50, p90 of tokens/s/GPU for every layout of ``batch``.
+
+    ``predicted``: the layouts' own tokens/s/GPU as the caller priced them. Priced with other
+    constants than the shipped ones (a ``planner calibrate`` profile), the interval keeps its
+    spread relative to the shipped prediction and moves with the layout's prediction: the folds
+    say how far the shipped constants may be off, not where the profile's runs put them."""
     data = data or load()
-    return combine(fold_throughputs(model, cluster, gpu, batch, data), data.residuals)
+    q = combine(fold_throughputs(model, cluster, gpu, batch, data), data.residuals)
+    if predicted is not None:
+        from costmodel import evaluate_batch
+        from costmodel.calibration import DEFAULT
+
+        shipped = np.asarray(evaluate_batch(model, cluster, batch, gpu=gpu, calib=DEFAULT).tokens_per_s_per_gpu,
+                             dtype=np.float64)
+        q = q * (np.asarray(predicted, dtype=np.float64) / shipped)[None, :]
+    return q
 
 
 def interval_fields(record: dict, q) -> dict:

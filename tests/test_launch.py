@@ -198,11 +198,11 @@ def test_cli_evaluate_from_launch_lists_what_it_read():
 
 
 def test_cli_evaluate_from_launch_json_and_override_note():
-    code, out, err = run("evaluate", "--from-launch", LLAMA, "--gpu", "h100", "--seq-len", "16384", "--json")
+    code, out, err = run("evaluate", "--from-launch", LLAMA, "--gpu", "h100", "--seq-len", "4096", "--json")
     assert code == 0, err
     rec = json.loads(out)
-    assert rec["layout"]["seq_len"] == 16384 and rec["layout"]["gbs"] == 128
-    assert any(o.startswith("--seq-len 16384") for o in rec["launch"]["overrides"])
+    assert rec["layout"]["seq_len"] == 4096 and rec["layout"]["gbs"] == 128
+    assert any(o.startswith("--seq-len 4096") for o in rec["launch"]["overrides"])
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -239,7 +239,7 @@ def test_cli_export_from_launch_converts_megatron_to_torchtitan(tmp_path):
 
 def test_cli_search_from_launch_when_the_reference_does_not_fit():
     code, out, err = run("search", "--from-launch", LLAMA, "--gpu", "h100", "--gpus", "1", "--top", "2")
-    assert code == 0, err
+    assert code == 3, err  # nothing fits: the answer, with plain search's exit code
     assert "not ranked: it does not fit" in out and "nothing fits" in out
 
 
@@ -251,3 +251,20 @@ def test_sbatch_directives_give_the_gpu_count_and_type(tmp_path):
                       "  --max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 64 --bf16 --tokenizer-type NullTokenizer --vocab-size 50000\n")
     launch = read_launch(script)
     assert launch.gpus == 32 and launch.gpu == "h100"
+
+
+def test_cli_evaluate_from_launch_that_does_not_fit_exits_3():
+    """As plain evaluate: a layout over the GPU's memory is an answer (exit 3), not an error."""
+    code, out, err = run("evaluate", "--from-launch", LLAMA, "--gpu", "h100", "--seq-len", "16384", "--json")
+    assert code == 3, err
+    assert json.loads(out)["fits"] is False
+
+
+def test_cli_from_launch_honours_calibration(tmp_path):
+    """--calibration prices the file's layout with the profile's constants (GEMMs at 0.6 and 0.5 of peak, not 0.86 and 0.70: slower)."""
+    profile = tmp_path / "slow.toml"
+    profile.write_text('[constants.gemm_efficiency_bf16]\nvalue = 0.6\n[constants.gemm_efficiency_fp8]\nvalue = 0.5\n')
+    base = json.loads(run("evaluate", "--from-launch", LLAMA, "--gpu", "h100", "--json")[1])
+    code, out, err = run("evaluate", "--from-launch", LLAMA, "--gpu", "h100", "--json", "--calibration", profile)
+    assert code == 0, err
+    assert json.loads(out)["step_time_s"] > base["step_time_s"] * 1.15

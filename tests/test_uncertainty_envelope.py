@@ -90,6 +90,22 @@ def test_interval_brackets_the_prediction_on_a_reference_layout():
     assert hi / lo == pytest.approx((1 + np.percentile(res, 90)) / (1 + np.percentile(res, 10)), rel=0.05)
 
 
+def test_interval_moves_with_a_calibrated_prediction():
+    """A profile that prices a layout 20% slower moves its interval 20% down, spread kept."""
+    from costmodel import evaluate
+    from hardware_catalog import get_cluster
+
+    model, cluster = get_model("llama3-8b"), get_cluster("dgx-h100")
+    lay = Layout(tp=1, pp=1, cp=1, dp=8, mbs=1, gbs=64, seq_len=8192, recompute="none")
+    batch, gpu = LayoutBatch.from_layouts([lay]), get_gpu(cluster.gpu)
+    shipped = float(evaluate(model, cluster, lay).tokens_per_s_per_gpu[0])
+    plain = uncertainty.tokens_interval(model, cluster, gpu, batch)[:, 0]
+    moved = uncertainty.tokens_interval(model, cluster, gpu, batch, predicted=np.array([0.8 * shipped]))[:, 0]
+    assert moved == pytest.approx(0.8 * plain)
+    same = uncertainty.tokens_interval(model, cluster, gpu, batch, predicted=np.array([shipped]))[:, 0]
+    assert same == pytest.approx(plain)
+
+
 # ------------------------------------------------------------------------------------ envelope
 
 ENVELOPE = {"mechanisms": {

@@ -48,33 +48,49 @@ def _read(a: dict):
     return read_launch(a["from_launch"], a.get("launch_format"), model=model), model
 
 
+def calib_of(a: dict):
+    """The command's ``--calibration`` profile as constants (None: the shipped ones)."""
+    from planner.calibration_profile import calibration_option
+
+    return calibration_option(a.get("calibration"))
+
+
 def _resolve(a: dict, given: dict, gpus=None):
     from planner.launch.run import resolve
 
     launch, model = _read(a)
-    return resolve(launch, model=model, gpus=gpus if gpus is not None else a.get("gpus"), gpu=a.get("gpu"),
-                   cluster=a.get("cluster"), tokens_per_batch=a.get("tokens_per_batch"), given=given,
-                   allow_cross_node_tp=bool(a.get("allow_cross_node_tp")))
+    return resolve(launch, calib=calib_of(a), model=model, gpus=gpus if gpus is not None else a.get("gpus"),
+                   gpu=a.get("gpu"), cluster=a.get("cluster"), tokens_per_batch=a.get("tokens_per_batch"),
+                   given=given, allow_cross_node_tp=bool(a.get("allow_cross_node_tp")))
 
 
-def _stamp(record: dict) -> dict:
+def _stamp(record: dict, a: dict) -> dict:
     from planner.cli import _version
     from planner.cli_errors import command_line
 
     record["planner_version"] = _version()
     record["command"] = command_line()
+    if a.get("calibration") is not None:
+        record["calibration"] = str(a["calibration"])
     return record
 
 
 def evaluate_from_launch(a: dict) -> None:
     """``planner evaluate --from-launch FILE``: what was read, then the evaluation."""
-    from planner.cli import _cluster_line
+    from planner.cli import _add_interval_and_envelope, _cluster_line
+    from planner.cli_errors import EXIT_NOTHING_FITS, say
     from planner.launch.run import describe
+    from planner.outputs import check_output_file
     from planner.plots import check_plot_path
 
-    plot = check_plot_path(a.get("plot"))
+    plot = check_output_file(check_plot_path(a.get("plot")), "--plot", bool(a.get("force")))
     r = _resolve(a, typed(a["layout"]))
-    record = _stamp(r.record)
+    record = _stamp(r.record, a)
+    if plot is not None:  # files first, as plain evaluate does
+        from planner.plots import plot_evaluation
+
+        say(f"wrote {plot_evaluation(record, r.setup, plot)}")
+    _add_interval_and_envelope(r.setup, record)
     if a.get("as_json"):
         typer.echo(json.dumps(record, indent=2))
     else:
@@ -83,10 +99,8 @@ def evaluate_from_launch(a: dict) -> None:
         typer.echo(describe(r))
         typer.echo("")
         typer.echo(format_evaluation(record, _cluster_line(r.setup)))
-    if plot is not None:
-        from planner.plots import plot_evaluation
-
-        typer.echo(f"wrote {plot_evaluation(record, r.setup, plot)}", err=True)
+    if not record["fits"]:
+        raise typer.Exit(EXIT_NOTHING_FITS)
 
 
 def export_from_launch(a: dict, options: dict) -> None:
@@ -99,7 +113,7 @@ def export_from_launch(a: dict, options: dict) -> None:
         raise PlannerInputError("give --from (a planner JSON result) or --from-launch (a launch file), not both")
     r = _resolve(a, typed(a["layout"]))
     typer.echo(describe(r), err=True)
-    record = _stamp(r.record)
+    record = _stamp(r.record, a)
     report = export_layout(record, r.setup.model, r.setup.cluster, a["fmt"], Path(a["out"]), force=a["force"],
                            entrypoint=a["entrypoint"], command=record["command"], options=options)
     for path in report.written:

@@ -11,7 +11,6 @@ flag and its default are those of arguments.py at commit 000c4ac24f61 (``ARGS``)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from costmodel.options import RECOMPUTE_MODULES
 from planner.launch.spec import Launch, boolean, integer, number

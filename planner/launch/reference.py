@@ -50,6 +50,8 @@ def _single_count(gpus) -> int | None:
 
 def search_problem(r, a: dict, given: dict, keep: tuple) -> dict:
     """Keyword arguments of ``search.api.search`` for the file's problem."""
+    from planner.launch.cli import calib_of
+
     lay = r.layout
     pins = {k: getattr(lay, k) for k in keep}
     pins.update({k: v for k, v in given.items() if OPTIONS_BY_NAME[k].search == SEARCHED})
@@ -62,7 +64,9 @@ def search_problem(r, a: dict, given: dict, keep: tuple) -> dict:
                 price_per_gpu_hour=a["price_per_gpu_hour"], train_tokens=a["train_tokens"],
                 stage_splits=a["stage_splits"], progress=bool(a["progress"]), implementation=impl,
                 recompute_modules=lay.recompute_modules if lay.recompute == "selective" else None,
-                storage=a["storage"], study_name=a["study_name"])
+                storage=a["storage"], study_name=a["study_name"], calib=calib_of(a),
+                rank_by=a.get("rank_by", "median"), objective=a.get("objective", "step-time"),
+                within_envelope=bool(a.get("within_envelope")))
 
 
 def changes(ref: dict, other: dict) -> list[str]:
@@ -149,30 +153,58 @@ def summary_lines(ref: dict, rank: dict, fits_ref: bool, limit: float) -> list[s
 
 def run_reference_search(a: dict) -> None:
     """The search command's work with ``--from-launch`` (``a``: the command's arguments)."""
-    from planner.cli_search import format_summary, write_csv
+    from planner.cli import _add_interval_and_envelope
+    from planner.cli_errors import EXIT_NOTHING_FITS
+    from planner.cli_search import _check_outputs
     from planner.launch.cli import _resolve, _stamp, typed
-    from planner.launch.run import describe
-    from planner.plots import check_plot_path
     from search.exhaustive import memory_limit_gib
 
-    plot = check_plot_path(a.get("plot"))
+    outputs = _check_outputs(a.get("csv_file"), a.get("export_dir"), a.get("plot"), bool(a.get("force")))
     keep = parse_keep(a.get("keep"))
     given = typed(a["layout"])
     problem_given = {k: v for k, v in given.items() if OPTIONS_BY_NAME[k].search != SEARCHED}
     r = _resolve(a, problem_given, gpus=_single_count(a.get("gpus")))
-    ref = _stamp(r.record)
-    search = _search_callable(plot)
+    ref = _stamp(r.record, a)
+    _add_interval_and_envelope(r.setup, ref)
+    search = _search_callable(outputs["plot"])
     result = search(**search_problem(r, a, given, keep))
+    if a.get("calibration") is not None:
+        result.stats["calibration"] = str(a["calibration"])
     limit = memory_limit_gib(r.setup.gpu.memory_gib, a["memory_headroom"])
     rank = rank_of(ref, result.results, max(a["top"], RANK_POOL), result.stats.get("fits", len(result.results)))
     fits_ref = ref["memory_gib"]["peak"] <= limit
     if not fits_ref:
         rank["rank"] = None
-    _outputs(a, result, ref, rank, fits_ref, limit, r, keep, write_csv, format_summary, describe)
-    if plot is not None:
+    written = _write_files(a, outputs, result, ref, search)  # before printing, as plain search does
+    _outputs(a, result, ref, rank, fits_ref, limit, r, keep)
+    for line in written:
+        typer.echo(line, err=bool(a.get("as_json")))
+    if not result.results:
+        raise typer.Exit(EXIT_NOTHING_FITS)
+
+
+def _write_files(a: dict, outputs: dict, result, ref: dict, search) -> list[str]:
+    """--csv (the file's row first, as 'ref'), --export (the best layout) and --plot."""
+    from planner.cli_errors import command_line, say
+    from planner.cli_search import write_csv
+
+    lines = []
+    if outputs["csv"] is not None:
+        write_csv(outputs["csv"], [dict(ref, rank="ref")] + result.results[:a["top"]])
+        lines.append(f"wrote {outputs['csv']}")
+    if outputs["export"] is not None and result.results:
+        from planner.export import export_layout
+
+        m, c, _ = result.specs[0]
+        report = export_layout(result.results[0], m, c, "all", Path(outputs["export"]), force=bool(a.get("force")),
+                               command=command_line())
+        lines += [f"wrote {p}" for p in report.written]
+        lines += [f"skipped {n}: {why}" for n, why in report.skipped.items()]
+    if outputs["plot"] is not None:
         from planner.plots import plot_search
 
-        typer.echo(f"wrote {plot_search(result, plot, search)}", err=True)
+        say(f"wrote {plot_search(result, outputs['plot'], search)}")
+    return lines
 
 
 def _search_callable(plot):
@@ -185,13 +217,12 @@ def _search_callable(plot):
     return RecordedCall(search)
 
 
-def _outputs(a, result, ref, rank, fits_ref, limit, r, keep, write_csv, format_summary, describe) -> None:
+def _outputs(a, result, ref, rank, fits_ref, limit, r, keep) -> None:
+    """The table (the file's row as 'ref' among the best) and what it would gain, or JSON."""
+    from planner.cli_search import format_summary
+    from planner.launch.run import describe
+
     top = a["top"]
-    if a.get("csv_file") is not None:
-        try:
-            write_csv(a["csv_file"], [dict(ref, rank="ref")] + result.results[:top])
-        except OSError as err:
-            raise PlannerInputError(f"--csv {a['csv_file']}: cannot write ({err.strerror})") from None
     if a.get("as_json"):
         out = result.to_dict()
         out["results"] = out["results"][:top]
@@ -199,28 +230,21 @@ def _outputs(a, result, ref, rank, fits_ref, limit, r, keep, write_csv, format_s
         from planner.cli_search import _json_default
 
         typer.echo(json.dumps(out, indent=2, default=_json_default))
-    else:
-        typer.echo(describe(r))
-        typer.echo("")
-        stats = result.stats
-        kept = f"; kept from the file: {', '.join(keep)}" if keep else ""
-        typer.echo(f"{stats['model']}, gbs {stats['gbs']} x seq {stats['seq_len']} on {r.gpus} x {r.setup.gpu.name} -- "
-                   f"top {min(top, len(result.results))} layouts by step time, and the file's (ref){kept}")
-        splits = bool(stats.get("stage_splits") or r.layout.pp > 1)
-        typer.echo(_table(result.results, ref, rank, top, splits))
-        if not result.results:
-            from planner.cli_search import format_nothing_fits
+        return
+    typer.echo(describe(r))
+    typer.echo("")
+    stats = result.stats
+    kept = f"; kept from the file: {', '.join(keep)}" if keep else ""
+    typer.echo(f"{stats['model']}, gbs {stats['gbs']} x seq {stats['seq_len']} on {r.gpus} x {r.setup.gpu.name} -- "
+               f"top {min(top, len(result.results))} layouts by step time, and the file's (ref){kept}")
+    splits = bool(stats.get("stage_splits") or r.layout.pp > 1)
+    typer.echo(_table(result.results, ref, rank, top, splits))
+    if not result.results:
+        from planner.cli_search import format_nothing_fits
 
-            typer.echo("")
-            typer.echo(format_nothing_fits(result))
         typer.echo("")
-        for line in summary_lines(ref, rank, fits_ref, limit):
-            typer.echo(line)
-        typer.echo(format_summary(stats))
-    if a.get("export_dir") is not None and result.results:
-        from planner.export import export_layout
-
-        m, c, _ = result.specs[0]
-        report = export_layout(result.results[0], m, c, "all", Path(a["export_dir"]))
-        for p in report.written:
-            typer.echo(f"wrote {p}", err=bool(a.get("as_json")))
+        typer.echo(format_nothing_fits(result))
+    typer.echo("")
+    for line in summary_lines(ref, rank, fits_ref, limit):
+        typer.echo(line)
+    typer.echo(format_summary(stats))

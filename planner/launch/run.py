@@ -142,13 +142,16 @@ def build(launch: Launch, *, model=None, gpus=None, gpu=None, cluster=None, toke
     return setup, layout, n, overrides, derived
 
 
-def resolve(launch: Launch, **kw) -> Resolved:
-    """``build`` and price the layout: a ``planner evaluate --json`` record with ``launch`` added."""
+def resolve(launch: Launch, calib=None, **kw) -> Resolved:
+    """``build`` and price the layout: a ``planner evaluate --json`` record with ``launch`` added
+    (``calib``: a calibration profile's constants; None = the shipped ones)."""
     from costmodel import evaluate
     from costmodel.record import result_record
 
     setup, layout, n, overrides, derived = build(launch, **kw)
-    result = evaluate(setup.model, setup.cluster, layout, gpu=setup.gpu)
+    from costmodel.calibration import DEFAULT
+
+    result = evaluate(setup.model, setup.cluster, layout, gpu=setup.gpu, calib=calib or DEFAULT)
     record = result_record(setup.model, setup.cluster, setup.gpu, result, 0)
     record["launch"] = {**launch.to_dict(), "overrides": overrides, "derived": derived}
     return Resolved(launch, setup, layout, n, record, overrides, derived)

@@ -28,7 +28,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from costmodel.layout import RECOMPUTE, check_implementation, parse_recompute_modules, recompute_modules_mask
-from costmodel.options import GPUS, Bound, resolve_batch
+from costmodel.options import GPUS, OPTIONS_BY_NAME, Bound, resolve_batch
 from hardware_catalog.errors import PlannerInputError
 from search.exhaustive import DEFAULT_MEMORY_HEADROOM, Candidate, Objectives, run_exhaustive
 from search.space import Problem, normalize_pins, raw_size
@@ -314,7 +314,7 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     settings = {**impl, "recompute_modules": recompute_modules}
     if "recompute" in pins_n:
         settings["recompute"] = RECOMPUTE[pins_n["recompute"]]
-    check_settings(model_spec, settings)
+    check_settings(model_spec, settings, {k: OPTIONS_BY_NAME[k].decode(c) for k, c in pins_n.items()})
     problems = [
         Problem(model=model_spec, cluster=c, gpu=g, gpus=n, gbs=gbs_v, seq_len=seq_v, pins=pins_n,
                 allow_cross_node_tp=allow_cross_node_tp, stage_splits=stage_splits, implementation=impl,

@@ -778,17 +778,20 @@ def where_settings_apply(ctx: RuleContext, settings: dict, cols: dict) -> dict:
     return out
 
 
-def check_settings(model, settings: dict) -> None:
+def check_settings(model, settings: dict, pins: dict | None = None) -> None:
     """Reject fixed settings (option name -> ``Layout`` value) that no layout of ``model`` can
-    use: every rule that reads only options given in ``settings`` (and the model), before a
-    search enumerates anything; e.g. recompute modules the model lacks, or a MoE dispatcher
-    for a dense model."""
+    use: every rule that reads a setting and otherwise only settings, pinned knobs (``pins``,
+    ``Layout`` values) and the model, before a search enumerates anything; e.g. recompute
+    modules the model lacks, a MoE dispatcher for a dense model, or TP overlap with sequence
+    parallelism pinned off."""
     from hardware_catalog.errors import PlannerInputError
 
-    given = {k for k, v in settings.items() if v is not None}
+    fixed = {k for k, v in settings.items() if v is not None}
+    values = {**{k: v for k, v in (pins or {}).items() if v is not None}, **{k: settings[k] for k in fixed}}
     ctx = RuleContext(model=model, gpus=1)
-    cols = columns_of(Layout(**{k: settings[k] for k in given}))
+    cols = columns_of(Layout(**values))
     v = {k: np.asarray(x).reshape(-1)[0].item() for k, x in cols.items()}
     for rule in RULES:
-        if set(rule.fields) <= given and not bool(np.asarray(rule(ctx, cols)).reshape(-1)[0]):
+        if (set(rule.fields) & fixed and set(rule.fields) <= set(values)
+                and not bool(np.asarray(rule(ctx, cols)).reshape(-1)[0])):
             raise PlannerInputError(broken_rule_message(rule.name, rule.explain(ctx, v)))

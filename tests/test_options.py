@@ -107,6 +107,10 @@ def test_search_refuses_settings_no_layout_of_the_model_can_use():
     with pytest.raises(PlannerInputError, match="moe_dispatcher_needs_moe"):
         check_settings(get_model("llama3-8b"), {"moe_dispatcher": "deepep"})
     check_settings(get_model("mixtral-8x7b"), {"moe_dispatcher": "deepep", "ep_comm_overlap": True})
+    # A pin can leave a setting nowhere to apply: TP overlap with sequence parallelism pinned off.
+    with pytest.raises(PlannerInputError, match="tp_comm_overlap_needs_sequence_parallel"):
+        check_settings(get_model("llama3-8b"), {"tp_comm_overlap": True}, {"sequence_parallel": False, "tp": 8})
+    check_settings(get_model("llama3-8b"), {"tp_comm_overlap": True}, {"tp": 8})  # SP searched: fine
     from search.api import search
 
     with pytest.raises(PlannerInputError, match="recompute_modules_exist"):

@@ -126,6 +126,7 @@ def price_recipe(result, recipe: dict, specs: tuple, gpus: int, problem: dict) -
     rec.update(result.objectives.extras(rec["step_time_s"], rec["tokens_per_s"], rec["gpus"]))
     limit = memory_limit_gib(gpu.memory_gib, problem["memory_headroom"])
     fits = rec["memory_gib"]["peak"] <= limit
+    rec["memory_limit_gib"], rec["headroom_gib"] = limit, limit - rec["memory_gib"]["peak"]  # as search rows
     best = result.results[0]
     rec["rank"] = result.rank_of(rec) if fits else None
     out.update(record=rec, fits=bool(fits), rank=rec["rank"], fitting=int(len(result.fitting_keys)),

@@ -11,7 +11,8 @@ from planner.recipes import load_recipes, matching, reference_recipes
 from search.api import search
 
 RESERVED = ("arxiv.org/abs/2407.21783", "2412.19437", "llama 3 herd", "deepseek-v3 technical report")
-"""The Llama 3 paper and the DeepSeek-V3 report are kept for evaluation: no recipe may come from them."""
+"""The Llama 3 paper and the DeepSeek-V3 report are kept for evaluation: no recipe may come from them
+(nor from a B200/GB200 performance table: see the test below)."""
 
 
 def test_every_recipe_cites_repo_file_commit_and_quote():
@@ -24,6 +25,10 @@ def test_every_recipe_cites_repo_file_commit_and_quote():
         assert s["repo"] and s["file"] and re.fullmatch(r"[0-9a-f]{40}", s["commit"]), r["id"]
         assert s["quote"], r["id"]
         assert not any(x in json.dumps(s).lower() for x in RESERVED), r["id"]
+        # Every B200/GB200 performance table is reserved too: a Blackwell recipe may only come
+        # from a layout file, and carries no measured figure.
+        if r["gpu"] in ("b200", "gb200"):
+            assert "performance-summary" not in s["file"] and not r.get("measured"), r["id"]
         lay = r["layout"]
         assert r["gpus"] % (lay["tp"] * lay["pp"] * lay["cp"]) == 0, r["id"]
     models = {r["model"] for r in recipes}
@@ -63,7 +68,7 @@ def test_main_job_shows_the_405b_recipe():
     "nemo-perf-h100-mixtral-8x7b-fp8-64gpu",
     "nemo-perf-h100-mixtral-8x22b-bf16-256gpu",
     "nemo-perf-b200-deepseek-v3-bf16-128gpu",
-    "mbridge-2509-b200-llama3-8b-8gpu",
+    "mbridge-2509-h100-llama3-8b-8gpu",
 ])
 def test_catalogued_recipe_row_appears_with_its_rank(recipe_id):
     (recipe,) = [r for r in load_recipes() if r["id"] == recipe_id]

@@ -70,9 +70,11 @@ def _fixed(recipe: dict, dp: int, problem: dict) -> dict:
     return fixed
 
 
-def _priced(recipe: dict, specs: tuple, gpus: int, problem: dict):
-    """(BatchResult of one layout, None) or (None, why it cannot run here)."""
+def _priced(recipe: dict, specs: tuple, gpus: int, problem: dict, calib=None):
+    """(BatchResult of one layout, None) or (None, why it cannot run here); ``calib``: the
+    search's constants (None: the shipped ones)."""
     from costmodel import Layout, evaluate_batch
+    from costmodel.calibration import DEFAULT
     from hardware_catalog.errors import PlannerInputError
     from search.grid import candidate_grid
     from search.rules import check_layout
@@ -90,7 +92,7 @@ def _priced(recipe: dict, specs: tuple, gpus: int, problem: dict):
         except PlannerInputError as err:
             return None, str(err)
         return None, "breaks a rule of the search"
-    return evaluate_batch(model, cluster, batch, gpu=gpu), ""
+    return evaluate_batch(model, cluster, batch, gpu=gpu, calib=calib or DEFAULT), ""
 
 
 def _notes(recipe: dict, gpus: int, problem: dict) -> list[str]:
@@ -117,7 +119,7 @@ def price_recipe(result, recipe: dict, specs: tuple, gpus: int, problem: dict) -
     out = {"recipe": {k: recipe[k] for k in ("id", "framework", "gpus", "gbs", "seq_len", "precision", "layout",
                                                "source", "measured")}, "gpus": gpus,
            "notes": _notes(recipe, gpus, problem)}
-    res, why = _priced(recipe, specs, gpus, problem)
+    res, why = _priced(recipe, specs, gpus, problem, getattr(result, "calib", None))
     if res is None:
         out["reason"] = why
         return out
@@ -144,8 +146,6 @@ def _overlaps(rec: dict, best: dict) -> bool:
 
 def reference_recipes(result) -> list[dict]:
     """The matching recipes of a search result, priced (empty when nothing matches)."""
-    from hardware_catalog import get_cluster, get_gpu
-
     stats = result.stats
     if not result.results or stats.get("objectives"):
         return []
@@ -153,9 +153,13 @@ def reference_recipes(result) -> list[dict]:
     problem = {"gbs": stats["gbs"], "seq_len": stats["seq_len"], "precision": result.results[0]["layout"]["precision"],
                "implementation": stats.get("implementation") or {}, "memory_headroom": stats["memory_headroom"]}
     out = []
-    for gpu_name, cluster_name in zip(stats["gpu_types"], stats["clusters"]):
-        specs = (model, get_cluster(cluster_name), get_gpu(gpu_name))
-        best = next((r for r in result.results if r["gpu"] == gpu_name), result.results[0])
+    for gpu_name in stats["gpu_types"]:
+        # The specs the search priced (a cluster file's cluster has no catalog name to look up).
+        i = next((i for i, r in enumerate(result.results) if r["gpu"] == gpu_name), None)
+        if i is None:
+            continue
+        best, (_, cluster, gpu) = result.results[i], result.specs[i]
+        specs = (model, cluster, gpu)
         for recipe, gpus in matching(model.name, gpu_name, stats["gpu_counts"], problem["precision"], stats["seq_len"],
                                      best["gpus"]):
             out.append(price_recipe(result, recipe, specs, gpus, problem))

@@ -80,6 +80,9 @@ class SearchResult:
     objectives: Optional[Objectives] = field(default=None, repr=False)
     fitting_keys: Optional[np.ndarray] = field(default=None, repr=False)
     """Ranked quantity of every layout that fits, sorted (``rank_of``)."""
+    calib: Any = field(default=None, repr=False)
+    """The constants every layout was priced with (None: the shipped ones); a layout priced
+    elsewhere for comparison (a published recipe) must use the same."""
 
     def rank_of(self, record: dict) -> Optional[int]:
         """Where a layout priced elsewhere (an evaluate-shaped record) would rank among the
@@ -377,7 +380,7 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     stats["seconds"] = time.perf_counter() - t0
     keys = np.sort(np.concatenate(pools.keys)) if pools.keys else np.zeros(0)
     return SearchResult(results=results, stats=stats, closest=closest, message=message, specs=specs,
-                        objectives=objectives, fitting_keys=keys)
+                        objectives=objectives, fitting_keys=keys, calib=calib)
 
 
 def _check_ranking(rank_by: str, objective: str, pareto: bool) -> None:

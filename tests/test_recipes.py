@@ -95,3 +95,26 @@ def test_cli_table_has_the_recipe_row_and_json_the_entry():
     assert "model_configs_h100.csv @ ae861a9c" in out
     data = json.loads(subprocess.run(args + ["--top", "3", "--json"], capture_output=True, text=True, timeout=120).stdout)
     assert data["reference_recipes"][0]["recipe"]["source"]["repo"] == "NVIDIA/NeMo"
+
+
+def test_recipe_is_priced_with_the_search_constants():
+    """Under a calibration profile the recipe row and the search's row for the same layout are
+    the same prediction (the comparison is with the same constants)."""
+    from costmodel.calibration import DEFAULT
+
+    slow = DEFAULT.with_(attention_efficiency=0.2, memory_bound_efficiency=0.7)
+    pins = {"tp": 4, "pp": 4, "cp": 2, "vpp": 5, "mbs": 1, "precision": "bf16", "recompute": "none"}
+    res = search("llama3-70b", 64, "h100", gbs=128, seq_len=8192, pins=pins, top=3, calib=slow)
+    (entry,) = [e for e in reference_recipes(res) if e["recipe"]["id"] == "nemo-perf-h100-llama3-70b-bf16-64gpu"]
+    row = next(r for r in res.results if r["layout"]["zero"] == entry["record"]["layout"]["zero"])
+    assert entry["record"]["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-9)
+
+
+def test_recipes_with_a_cluster_file():
+    """A cluster file's cluster has no catalog name: the recipe row is priced on the searched specs."""
+    from pathlib import Path
+
+    cluster = Path(__file__).resolve().parents[1] / "docs" / "examples" / "my_cluster.toml"
+    res = search("llama3-70b", 64, cluster=str(cluster), gbs=128, seq_len=8192, top=2)
+    ids = [e["recipe"]["id"] for e in reference_recipes(res)]
+    assert "nemo-perf-h100-llama3-70b-bf16-64gpu" in ids

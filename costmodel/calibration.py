@@ -49,7 +49,9 @@ class Calibration:
     the same 16 shapes, 0.65 as the large-K limit of e_max·K/(K+350). Fitted: 0.70
     (TransformerEngine's cuBLASLt FP8 GEMMs, at torch._scaled_mm's measured limit).
     Interval: 0.63-0.69 (5th-95th percentile over fits on sources drawn with replacement,
-    ``planner validate --cross-validate --bootstrap 10``)."""
+    ``planner validate --cross-validate --bootstrap 10``, re-run 2026-11-25). The all-source fit
+    sits just above it: the FP8 rows come from four sources, and every fit that leaves one of
+    them out (or draws it less often) lands at 0.66-0.68, the prior 0.65 when it draws none."""
     attention_efficiency: float = 0.25
     """Achievable fraction of BF16 peak for the FlashAttention kernels (forward + backward).
     FlashAttention-2 reaches 50-73% of A100 peak forward and less backward (Dao 2023, Fig. 4-6);

@@ -76,13 +76,19 @@ def _envelope_lines(rows: list[dict], footnotes: list[str], stats: dict) -> list
     return lines
 
 
+def table_notes(rows: list[dict], results: list[dict], stats: dict) -> tuple[list[str], list[str]]:
+    """(each shown row's envelope marks, the interval, tie and envelope lines below the table);
+    ``rows``: what the table shows (results and any extra rows), ``results``: the ranked ones."""
+    marks, footnotes = envelope_marks(rows)
+    return marks, [""] + _interval_lines(results, stats) + _envelope_lines(rows, footnotes, stats)
+
+
 def table_rows(results: list[dict], recipes: list[dict], stats: dict) -> tuple[list[dict], list[str], list[str]]:
     """(the table's records: results then priced recipes, their envelope marks, the notes below)."""
     from planner.recipes import format_recipes
 
     rows = results + [_recipe_row(e) for e in recipes if e.get("record")]
-    marks, footnotes = envelope_marks(rows)
-    notes = [""] + _interval_lines(results, stats) + _envelope_lines(rows, footnotes, stats)
+    marks, notes = table_notes(rows, results, stats)
     if recipes:
         fitting = "layouts that fit" + (" inside the envelope" if stats.get("within_envelope") else "")
         notes += format_recipes(recipes, fitting)

@@ -117,13 +117,19 @@ def rank_of(ref: dict, results: list[dict], pool: int, fits: int) -> dict:
     return out
 
 
-def _table(results: list[dict], ref: dict, rank: dict, top: int, splits: bool) -> str:
+def _table(results: list[dict], ref: dict, rank: dict, top: int, splits: bool, stats: dict) -> str:
+    """The best rows with the file's (``ref``) at its place, and the interval and envelope notes."""
     from planner.cli_search import format_table
+    from planner.search_notes import table_notes
 
     shown = results[:top]
     row = dict(ref, rank="ref")
     at = rank["rank"] - 1 if rank["rank"] is not None and rank["rank"] <= len(shown) else len(shown)
-    return format_table(shown[:at] + [row] + shown[at:], False, splits)
+    rows = shown[:at] + [row] + shown[at:]
+    if not shown:
+        return format_table(rows, False, splits)
+    marks, notes = table_notes(rows, shown, stats)
+    return "\n".join([format_table(rows, False, splits, marks)] + notes)
 
 
 def summary_lines(ref: dict, rank: dict, fits_ref: bool, limit: float) -> list[str]:
@@ -238,7 +244,7 @@ def _outputs(a, result, ref, rank, fits_ref, limit, r, keep) -> None:
     typer.echo(f"{stats['model']}, gbs {stats['gbs']} x seq {stats['seq_len']} on {r.gpus} x {r.setup.gpu.name} -- "
                f"top {min(top, len(result.results))} layouts by step time, and the file's (ref){kept}")
     splits = bool(stats.get("stage_splits") or r.layout.pp > 1)
-    typer.echo(_table(result.results, ref, rank, top, splits))
+    typer.echo(_table(result.results, ref, rank, top, splits, stats))
     if not result.results:
         from planner.cli_search import format_nothing_fits
 

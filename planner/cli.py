@@ -13,6 +13,7 @@ from typing import Optional
 import typer
 
 from hardware_catalog.errors import PlannerInputError
+from planner.cli_common import add_interval_and_envelope, cluster_line, planner_version
 from planner.cli_errors import EXIT_NOTHING_FITS, PlannerGroup, command_line, say
 from planner.cli_options import layout_options
 from planner.launch.options import FromLaunchOpt, LaunchFormatOpt
@@ -95,41 +96,11 @@ def _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_no
                  batch_origin=setup.batch_origin)
     result = evaluate(setup.model, setup.cluster, lay, gpu=setup.gpu, calib=calib)
     record = result_record(setup.model, setup.cluster, setup.gpu, result, 0)
-    record["planner_version"] = _version()
+    record["planner_version"] = planner_version()
     record["command"] = command_line()
     if calibration is not None:
         record["calibration"] = str(calibration)
     return setup, record
-
-
-def _add_interval_and_envelope(setup, record: dict) -> None:
-    """The 80% interval and the validated-envelope flags (``search.ranking.annotate_batch``)."""
-    from costmodel.layout import LayoutBatch
-    from costmodel.options import OPTIONS, Layout
-    from search.ranking import annotate_batch
-
-    lay = Layout(**{o.name: record["layout"][o.name] for o in OPTIONS})
-    annotate_batch(record, setup.model, setup.cluster, setup.gpu, LayoutBatch.from_layouts([lay]))
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("planner")
-    except PackageNotFoundError:
-        return "0+unknown"
-
-
-def _cluster_line(setup) -> str:
-    from hardware_catalog import get_interconnect
-
-    c = setup.cluster
-    nic = get_interconnect(c.nic)
-    return (
-        f"{c.gpus_per_node} GPUs/node, {setup.gpu.scaleup_link} {setup.gpu.scaleup_bandwidth_gbps:g} GB/s/dir "
-        f"in domains of {c.scaleup_domain_size}, {c.nics_per_node} x {nic.name} per node, {c.network_topology} network"
-    )
 
 
 @app.command()
@@ -165,13 +136,13 @@ def evaluate(
         from planner.plots import plot_evaluation
 
         say(f"wrote {plot_evaluation(record, setup, plot)}")
-    _add_interval_and_envelope(setup, record)
+    add_interval_and_envelope(setup, record)
     if as_json:
         typer.echo(json.dumps(record, indent=2))
     else:
         from planner.report import format_evaluation
 
-        typer.echo(format_evaluation(record, _cluster_line(setup)))
+        typer.echo(format_evaluation(record, cluster_line(setup)))
     if not record["fits"]:
         raise typer.Exit(EXIT_NOTHING_FITS)
 
@@ -295,7 +266,7 @@ def export(
         from hardware_catalog import get_model
 
         model_spec = get_model(job["model"])
-        record = {"planner_version": _version(), **record}  # a search record names no version: this one writes
+        record = {"planner_version": planner_version(), **record}  # a search record names no version: this one writes
         cluster_spec = resolve_hardware(job["gpu"], job["cluster"])[1]
     report = export_layout(
         record, model_spec, cluster_spec, fmt, Path(out), force=force, entrypoint=entrypoint, command=command_line(),

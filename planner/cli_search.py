@@ -17,183 +17,8 @@ from planner.cli_errors import EXIT_NOTHING_FITS
 from planner.cli_options import layout_options
 from planner.launch.options import FromLaunchOpt, KeepOpt, LaunchFormatOpt
 from planner.search_notes import ranked_by, table_rows
-
-COLUMNS = ("rank", "DP", "TP", "PP", "VPP", "CP", "EP", "ZeRO", "mbs", "GA", "recompute",
-           "step time", "tok/s/GPU", "80% range", "env", "MFU", "mem/GPU", "headroom", "largest term")
-
-
-def _fmt_seconds(s: float) -> str:
-    if s >= 100:
-        return f"{s:.0f} s"
-    if s >= 1:
-        return f"{s:.2f} s"
-    return f"{s * 1e3:.0f} ms"
-
-
-def _fmt_duration(s: float) -> str:
-    if s >= 86400:
-        return f"{s / 86400:.1f} d"
-    if s >= 3600:
-        return f"{s / 3600:.1f} h"
-    return _fmt_seconds(s)
-
-
-def _row(rec: dict, multi_hw: bool, extra_cols: list[str], splits: bool = False, env: str = "") -> list[str]:
-    lay = rec["layout"]
-    mem = rec["memory_gib"]
-    row = [str(rec.get("rank", "")) + ("≈" if rec.get("ties_best") else "")]
-    if multi_hw:
-        row += [rec["gpu"], str(rec["gpus"])]
-    row += [str(lay[k]) for k in ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "mbs", "grad_accum")]
-    if splits:
-        st = lay.get("stage_layers")
-        row.append(f"{st[0]}/{st[1] if len(st) > 2 else '-'}/{st[-1]}" if st else "-")
-    from planner.report import recompute_label
-
-    row.append(recompute_label(lay) + (" fp8" if lay.get("precision") == "fp8" else ""))
-    row += [
-        _fmt_seconds(rec["step_time_s"]),
-        f"{rec['tokens_per_s_per_gpu']:,.0f}",
-        _fmt_interval(rec.get("tokens_per_s_per_gpu_interval")),
-        env,
-        f"{rec['mfu'] * 100:.1f}%",
-        f"{mem['peak']:.1f}/{mem['capacity']:.0f} GiB",
-        f"{rec.get('headroom_gib', mem['capacity'] - mem['peak']):.1f} GiB",  # the JSON's headroom_gib
-        rec.get("largest_term", ""),
-    ]
-    for c in extra_cols:
-        v = rec.get(c)
-        if v is None:
-            row.append("-")
-        elif c.endswith("_usd"):
-            row.append(f"${v:,.2f}" if v < 1000 else f"${v:,.0f}")
-        elif c == "run_time_s":
-            row.append(_fmt_duration(v))
-        else:
-            row.append(f"{v:g}")
-    return row
-
-
-EXTRA_LABELS = {"cost_per_step_usd": "$/step", "run_time_s": "run time", "run_cost_usd": "run cost"}
-
-
-def _fmt_interval(q: Optional[dict]) -> str:
-    return f"{q['p10']:,.0f}-{q['p90']:,.0f}" if q else "-"
-
-
-def format_table(records: list[dict], multi_hw: bool = False, splits: bool = False,
-                 env: Optional[list[str]] = None) -> str:
-    """The results as a plain aligned table (``splits``: add the first/middle/last stage layers;
-    ``env``: each record's envelope footnote marks)."""
-    extra = [c for c in ("cost_per_step_usd", "run_time_s", "run_cost_usd") if any(c in r for r in records)]
-    head = list(COLUMNS)
-    if splits:
-        i = head.index("GA") + 1
-        head = head[:i] + ["layers f/m/l"] + head[i:]
-    if multi_hw:
-        head = head[:1] + ["GPU", "GPUs"] + head[1:]
-    head += [EXTRA_LABELS[c] for c in extra]
-    env = env or [""] * len(records)
-    rows = [head] + [_row(r, multi_hw, extra, splits, e) for r, e in zip(records, env)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    left = {"recompute", "largest term", "GPU", "env"}
-    lines = []
-    for r in rows:
-        cells = [c.ljust(w) if h in left else c.rjust(w) for c, w, h in zip(r, widths, head)]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
-
-
-def format_summary(stats: dict) -> str:
-    method = stats["method"]
-    how = stats.get("engine", "")
-    if method == "optuna":
-        how = f"{stats.get('sampler')}, {stats.get('trials')} trials, seed {stats.get('seed')}"
-        if stats.get("trials_requested"):
-            how = (f"{stats.get('sampler')}, {stats['trials_requested']:,} trials asked for: capped at the "
-                   f"{stats['space_cores']:,} degree cores of the space, each priced once")
-        if stats.get("storage"):
-            how += f"; study {stats['study_name']!r} in {stats['storage']}: {stats['study_trials']} trials in all"
-    auto = " (auto)" if stats.get("method_requested") == "auto" else ""
-    outside = f" ({stats['outside_envelope']:,} outside the envelope)" if stats.get("within_envelope") else ""
-    line = (f"enumerated {stats['enumerated']:,}, feasible {stats['feasible']:,}, fitting memory "
-            f"{stats['fits']:,}{outside}, {stats['seconds']:.2f} s, method {method}{auto} ({how}), "
-            f"memory headroom {stats['memory_headroom'] * 100:g}%")
-    from costmodel.layout import IMPLEMENTATION_DEFAULTS
-
-    impl = {k: v for k, v in (stats.get("implementation") or {}).items() if v != IMPLEMENTATION_DEFAULTS.get(k)}
-    if stats.get("recompute_modules"):
-        impl["recompute_modules"] = "+".join(stats["recompute_modules"])
-    if impl:
-        line += "\npriced with " + ", ".join(f"{k}={v}" for k, v in impl.items())
-    if stats.get("calibration"):
-        line += f"\nconstants from calibration profile {stats['calibration']}"
-    return line
-
-
-def format_nothing_fits(result) -> str:
-    lines = [f"nothing fits: {result.message}"]
-    if result.closest:
-        lines.append("")
-        lines.append("closest layouts (least memory per GPU):")
-        multi = len(result.stats.get("gpu_types", [])) > 1 or len(result.stats.get("gpu_counts", [])) > 1
-        lines.append(format_table(result.closest, multi))
-        lines.append("")
-        for rec in result.closest:
-            lines.append(f"  #{rec['rank']}: {rec['exceeds_gib']:+.1f} GiB over the limit; stopped by {rec['stopped_by']}")
-    removed = result.stats.get("removed_by_rule") or {}
-    if removed:
-        lines.append("")
-        lines.append("candidates removed by rule:")
-        for name, n in sorted(removed.items(), key=lambda kv: -kv[1]):
-            lines.append(f"  {name:<42}{n:>12,}")
-    return "\n".join(lines)
-
-
-def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
-    from costmodel.result import MEMORY_TERMS, TIME_TERMS
-
-    from costmodel.options import OPTIONS
-
-    lay_keys = ["gpus", "grad_accum"] + [o.name for o in OPTIONS]
-    head = (["rank", "model", "gpu", "cluster"] + lay_keys
-            + ["step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "fits", "largest_term"]
-            + [f"mem_{k}_gib" for k in list(MEMORY_TERMS) + ["peak", "capacity"]]
-            + [f"time_{k}_s" for k in TIME_TERMS]
-            + ["cost_per_step_usd", "run_time_s", "run_cost_usd", "memory_limit_gib", "headroom_gib"])
-    rows = []
-    for r in records:
-        lay = r["layout"]
-        row = [r.get("rank"), r["model"], r["gpu"], r["cluster"]]
-        row += [_csv_value(lay.get(k, r.get(k))) if k != "gpus" else r["gpus"] for k in lay_keys]
-        row += [r["step_time_s"], r["tokens_per_s"], r["tokens_per_s_per_gpu"], r["mfu"], r["hfu"], r["fits"], r["largest_term"]]
-        row += [r["memory_gib"].get(k) for k in list(MEMORY_TERMS) + ["peak", "capacity"]]
-        row += [r["breakdown"].get(k) for k in TIME_TERMS]
-        row += [r.get("cost_per_step_usd"), r.get("run_time_s"), r.get("run_cost_usd"), r.get("memory_limit_gib"),
-                r.get("headroom_gib")]
-        rows.append(row)
-    return head, rows
-
-
-def _csv_value(value):
-    """A layout value as one CSV cell (a module list as core_attn+mlp)."""
-    return "+".join(value) if isinstance(value, (list, tuple)) else value
-
-
-def write_csv(path: Path, records: list[dict], flag: str = "--csv") -> None:
-    """The records as CSV (one row each, every layout option in its ``Layout`` unit), written
-    atomically."""
-    import csv
-    import io
-
-    from planner.outputs import write_text_atomically
-
-    head, rows = _csv_rows(records)
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(head)
-    w.writerows(rows)
-    write_text_atomically(path, buf.getvalue(), flag)
+from planner.search_report import (check_outputs, format_nothing_fits, format_summary, format_table, json_default,
+                                   write_csv)
 
 
 def register(app: typer.Typer) -> None:
@@ -239,9 +64,9 @@ def register(app: typer.Typer) -> None:
         from hardware_catalog.errors import PlannerInputError
 
         if from_launch is not None:
-            from planner.launch.cli import search_from_launch
+            from planner.launch.reference import run_reference_search
 
-            return search_from_launch(dict(locals()))
+            return run_reference_search(dict(locals()))  # the file's problem, its layout as the reference row
         if keep is not None or model is None or gpus is None:
             raise PlannerInputError("--keep goes with --from-launch" if keep is not None
                                     else "give --model and --gpus, or --from-launch FILE")
@@ -249,7 +74,7 @@ def register(app: typer.Typer) -> None:
         from costmodel.options import IMPLEMENTATION_OPTIONS, OPTIONS_BY_NAME, SEARCHED
         from planner.plots import RecordedCall
 
-        outputs = _check_outputs(csv_file, export_dir, plot, force)
+        outputs = check_outputs(csv_file, export_dir, plot, force)
         pins = {k: v for k, v in layout.items() if OPTIONS_BY_NAME[k].search == SEARCHED}
         implementation = {k: layout[k] for k in IMPLEMENTATION_OPTIONS}
         from planner.calibration_profile import calibration_option
@@ -288,21 +113,6 @@ def _progress_mode(progress: Optional[bool]):
     return progress
 
 
-def _check_outputs(csv_file, export_dir, plot, force: bool) -> dict:
-    """Every file the search will write, checked before it runs (``planner.outputs``)."""
-    from planner.outputs import check_output_dir, check_output_file
-    from planner.plots import check_plot_path
-
-    names = []
-    if export_dir is not None:
-        from planner.export import FILES
-
-        names = [name for files in FILES.values() for name in files]
-    return {"csv": check_output_file(csv_file, "--csv", force),
-            "export": check_output_dir(export_dir, "--export", force, names),
-            "plot": check_output_file(check_plot_path(plot), "--plot", force)}
-
-
 def _write_outputs(result, search, outputs: dict, force: bool, recipes: Optional[list] = None) -> list[str]:
     """Write the CSV, the best layout's launch files and the plot; the lines that say so."""
     lines = []
@@ -329,7 +139,7 @@ def _write_outputs(result, search, outputs: dict, force: bool, recipes: Optional
 
 def _print_result(result, as_json: bool, pareto: bool, pinned_splits: bool, recipes: list) -> None:
     if as_json:
-        typer.echo(json.dumps({**result.to_dict(), "reference_recipes": recipes}, indent=2, default=_json_default))
+        typer.echo(json.dumps({**result.to_dict(), "reference_recipes": recipes}, indent=2, default=json_default))
         return
     stats = result.stats
     if result.results:
@@ -348,17 +158,3 @@ def _print_result(result, as_json: bool, pareto: bool, pinned_splits: bool, reci
         typer.echo(format_nothing_fits(result))
     typer.echo("")
     typer.echo(format_summary(stats))
-
-
-def _json_default(o):
-    import numpy as np
-
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.bool_):
-        return bool(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")

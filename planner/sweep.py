@@ -396,9 +396,9 @@ def run_scenario(spec: SweepSpec, params: dict) -> dict:
 
 
 def _jsonable(obj):
-    from planner.cli_search import _json_default
+    from planner.search_report import json_default
 
-    return json.loads(json.dumps(obj, default=_json_default))
+    return json.loads(json.dumps(obj, default=json_default))
 
 
 def _objective(study, spec: SweepSpec, stats: WorkerStats, last: Optional[list] = None):

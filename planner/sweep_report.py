@@ -20,7 +20,7 @@ def _scenario_cells(row: dict) -> list[str]:
 
 
 def _result_cells(row: dict, extra: list[str]) -> list[str]:
-    from planner.cli_search import _fmt_duration, _fmt_seconds
+    from planner.search_report import _fmt_duration, _fmt_seconds
     from planner.report import recompute_label
 
     best = row.get("best")
@@ -115,7 +115,7 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     import csv
     import io
 
-    from planner.cli_search import _csv_rows
+    from planner.search_report import _csv_rows
     from planner.outputs import write_text_atomically
 
     fake = {"layout": {}, "memory_gib": {}, "breakdown": {}}

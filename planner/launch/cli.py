@@ -1,6 +1,6 @@
 """``--from-launch`` on ``planner evaluate``, ``export`` and ``search``.
 
-The commands in ``planner.cli`` / ``planner.cli_search`` hand over their arguments as one dict
+The commands in ``planner.cli`` hand over their arguments as one dict
 (``dict(locals())`` at the top of the command) when ``--from-launch`` is given. Layout flags the
 user typed (click's parameter source is the command line) override the file; the others keep the
 file's values.
@@ -65,10 +65,10 @@ def _resolve(a: dict, given: dict, gpus=None):
 
 
 def _stamp(record: dict, a: dict) -> dict:
-    from planner.cli import _version
+    from planner.cli_common import planner_version
     from planner.cli_errors import command_line
 
-    record["planner_version"] = _version()
+    record["planner_version"] = planner_version()
     record["command"] = command_line()
     if a.get("calibration") is not None:
         record["calibration"] = str(a["calibration"])
@@ -77,7 +77,7 @@ def _stamp(record: dict, a: dict) -> dict:
 
 def evaluate_from_launch(a: dict) -> None:
     """``planner evaluate --from-launch FILE``: what was read, then the evaluation."""
-    from planner.cli import _add_interval_and_envelope, _cluster_line
+    from planner.cli_common import add_interval_and_envelope, cluster_line
     from planner.cli_errors import EXIT_NOTHING_FITS, say
     from planner.launch.run import describe
     from planner.outputs import check_output_file
@@ -90,7 +90,7 @@ def evaluate_from_launch(a: dict) -> None:
         from planner.plots import plot_evaluation
 
         say(f"wrote {plot_evaluation(record, r.setup, plot)}")
-    _add_interval_and_envelope(r.setup, record)
+    add_interval_and_envelope(r.setup, record)
     if a.get("as_json"):
         typer.echo(json.dumps(record, indent=2))
     else:
@@ -98,7 +98,7 @@ def evaluate_from_launch(a: dict) -> None:
 
         typer.echo(describe(r))
         typer.echo("")
-        typer.echo(format_evaluation(record, _cluster_line(r.setup)))
+        typer.echo(format_evaluation(record, cluster_line(r.setup)))
     if not record["fits"]:
         raise typer.Exit(EXIT_NOTHING_FITS)
 
@@ -120,11 +120,3 @@ def export_from_launch(a: dict, options: dict) -> None:
         typer.echo(f"wrote {path}")
     for name, reason in report.skipped.items():
         typer.echo(f"skipped {name}: {reason}")
-
-
-def search_from_launch(a: dict) -> None:
-    """``planner search --from-launch FILE [--keep tp,pp]``: the file's model, batch and GPU count
-    are the problem; its layout is the reference row."""
-    from planner.launch.reference import run_reference_search
-
-    run_reference_search(a)

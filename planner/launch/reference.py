@@ -119,7 +119,7 @@ def rank_of(ref: dict, results: list[dict], pool: int, fits: int) -> dict:
 
 def _table(results: list[dict], ref: dict, rank: dict, top: int, splits: bool, stats: dict) -> str:
     """The best rows with the file's (``ref``) at its place, and the interval and envelope notes."""
-    from planner.cli_search import format_table
+    from planner.search_report import format_table
     from planner.search_notes import table_notes
 
     shown = results[:top]
@@ -159,19 +159,19 @@ def summary_lines(ref: dict, rank: dict, fits_ref: bool, limit: float) -> list[s
 
 def run_reference_search(a: dict) -> None:
     """The search command's work with ``--from-launch`` (``a``: the command's arguments)."""
-    from planner.cli import _add_interval_and_envelope
+    from planner.cli_common import add_interval_and_envelope
     from planner.cli_errors import EXIT_NOTHING_FITS
-    from planner.cli_search import _check_outputs
+    from planner.search_report import check_outputs
     from planner.launch.cli import _resolve, _stamp, typed
     from search.exhaustive import memory_limit_gib
 
-    outputs = _check_outputs(a.get("csv_file"), a.get("export_dir"), a.get("plot"), bool(a.get("force")))
+    outputs = check_outputs(a.get("csv_file"), a.get("export_dir"), a.get("plot"), bool(a.get("force")))
     keep = parse_keep(a.get("keep"))
     given = typed(a["layout"])
     problem_given = {k: v for k, v in given.items() if OPTIONS_BY_NAME[k].search != SEARCHED}
     r = _resolve(a, problem_given, gpus=_single_count(a.get("gpus")))
     ref = _stamp(r.record, a)
-    _add_interval_and_envelope(r.setup, ref)
+    add_interval_and_envelope(r.setup, ref)
     search = _search_callable(outputs["plot"])
     result = search(**search_problem(r, a, given, keep))
     if a.get("calibration") is not None:
@@ -192,7 +192,7 @@ def run_reference_search(a: dict) -> None:
 def _write_files(a: dict, outputs: dict, result, ref: dict, search) -> list[str]:
     """--csv (the file's row first, as 'ref'), --export (the best layout) and --plot."""
     from planner.cli_errors import command_line, say
-    from planner.cli_search import write_csv
+    from planner.search_report import write_csv
 
     lines = []
     if outputs["csv"] is not None:
@@ -225,7 +225,7 @@ def _search_callable(plot):
 
 def _outputs(a, result, ref, rank, fits_ref, limit, r, keep) -> None:
     """The table (the file's row as 'ref' among the best) and what it would gain, or JSON."""
-    from planner.cli_search import format_summary
+    from planner.search_report import format_summary
     from planner.launch.run import describe
 
     top = a["top"]
@@ -233,9 +233,9 @@ def _outputs(a, result, ref, rank, fits_ref, limit, r, keep) -> None:
         out = result.to_dict()
         out["results"] = out["results"][:top]
         out["reference"] = {"record": ref, **rank, "fits_limit": fits_ref, "keep": list(keep)}
-        from planner.cli_search import _json_default
+        from planner.search_report import json_default
 
-        typer.echo(json.dumps(out, indent=2, default=_json_default))
+        typer.echo(json.dumps(out, indent=2, default=json_default))
         return
     typer.echo(describe(r))
     typer.echo("")
@@ -246,7 +246,7 @@ def _outputs(a, result, ref, rank, fits_ref, limit, r, keep) -> None:
     splits = bool(stats.get("stage_splits") or r.layout.pp > 1)
     typer.echo(_table(result.results, ref, rank, top, splits, stats))
     if not result.results:
-        from planner.cli_search import format_nothing_fits
+        from planner.search_report import format_nothing_fits
 
         typer.echo("")
         typer.echo(format_nothing_fits(result))

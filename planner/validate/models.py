@@ -130,8 +130,7 @@ def map_model(row, base_dir: Optional[Path] = None, with_origin: bool = False):
     """The row's model (``row``: a ``RunRow`` or a runs-file dict). ``with_origin``: also say
     whether it is a preset or a file as is (its default sequence length then applies)."""
     from hardware_catalog.models import get_model
-    from planner.validate.runs import parse_row
-    from planner.validate.schema import RunRow
+    from planner.validate.schema import RunRow, parse_row
 
     row = row if isinstance(row, RunRow) else parse_row(row)
     m = row.model

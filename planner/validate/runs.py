@@ -20,13 +20,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Optional, Union
 
-from pydantic import ValidationError
-
 from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE
 from hardware_catalog.errors import PlannerInputError
 from planner.validate.models import map_model, model_notes
 from planner.validate.profiles import RowFacts, apply_profiles
-from planner.validate.schema import STATED_SETTINGS, RunRow
+from planner.validate.schema import STATED_SETTINGS, RunRow, parse_row
 
 MBS_CHOICES = [1, 2, 4, 8]
 """Micro-batch sizes tried where a row does not state one."""
@@ -125,49 +123,6 @@ def _json_lines(text: str, where: str) -> list:
             except json.JSONDecodeError as err:
                 raise PlannerInputError(f"{where}: not valid JSON or JSON Lines ({err.msg} at line {n})") from None
     return rows
-
-
-def _label(raw, index: Optional[int]) -> str:
-    ident = raw.get("id") if isinstance(raw, dict) else None
-    at = f"row {index}" if index else "row"
-    return f"{at} (id {ident!r})" if isinstance(ident, str) else at
-
-
-def parse_row(raw, index: Optional[int] = None) -> RunRow:
-    """One row checked against the runs format; ``index`` (1-based) names it in errors."""
-    if isinstance(raw, RunRow):
-        return raw
-    if not isinstance(raw, dict):
-        raise PlannerInputError(f"{_label(raw, index)}: expected an object (one run), got {json.dumps(raw)[:40]} "
-                                f"({type(raw).__name__})")
-    try:
-        row = RunRow.model_validate(raw)
-    except ValidationError as err:
-        raise PlannerInputError(f"{_label(raw, index)}: {validation_message(err)}") from None
-    if row.id is None:
-        row.id = f"row {index}" if index else "row"
-    return row
-
-
-def _is_union_tag(part) -> bool:
-    return isinstance(part, str) and ("[" in part or part in ("Model", "Source", "str", "bool"))
-
-
-def validation_message(err: ValidationError) -> str:
-    """The deepest error of a pydantic ValidationError as 'field a.b: what is wrong (got X)'."""
-    items = [([str(p) for p in e["loc"] if not _is_union_tag(p)], e) for e in err.errors()]
-    depth = max(len(loc) for loc, _ in items)
-    deepest = [(loc, e) for loc, e in items if len(loc) == depth]
-    loc, e = deepest[0]
-    msg = e["msg"].removeprefix("Value error, ")
-    got = e.get("input")
-    if e["type"] == "missing":
-        msg = "missing (required)"
-    elif len(deepest) > 1:  # every branch of a union refused it
-        msg = f"expected text or an object, got {json.dumps(got)[:40]}"
-    elif "got" not in msg and loc:
-        msg = f"{msg} (got {json.dumps(got, default=str)[:40]})"
-    return f"field {'.'.join(loc)}: {msg}" if loc else msg
 
 
 # ------------------------------------------------------------------------------------ mapping

@@ -25,13 +25,16 @@ in the row's assumptions as ignored. ``RunRow.model_json_schema()`` is the publi
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import re
 from typing import Annotated, Any, ClassVar, Optional, Union
 
-from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import (AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema,
+                      model_validator)
 
 from costmodel.options import IMPLEMENTATION_OPTIONS
+from hardware_catalog.errors import PlannerInputError
 
 CONFIDENCES = ("high", "medium", "low")
 FLOP_CONVENTIONS = ("6N+attention", "6N", "8N+attention", "8N")
@@ -351,7 +354,6 @@ class RunRow(_Block):
 
     def _check_settings(self) -> None:
         from costmodel.options import OPTIONS_BY_NAME
-        from hardware_catalog.errors import PlannerInputError
 
         for name, value in self.stated_settings().items():
             if value is None or (name == "recompute_modules" and not value):
@@ -404,3 +406,49 @@ def runs_json_schema() -> dict:
                    "required": ["runs"]}],
         "$defs": defs,
     }
+
+
+# ------------------------------------------------------------------------------------ one row
+
+
+def _label(raw, index: Optional[int]) -> str:
+    ident = raw.get("id") if isinstance(raw, dict) else None
+    at = f"row {index}" if index else "row"
+    return f"{at} (id {ident!r})" if isinstance(ident, str) else at
+
+
+def parse_row(raw, index: Optional[int] = None) -> RunRow:
+    """One row checked against the runs format; ``index`` (1-based) names it in errors."""
+    if isinstance(raw, RunRow):
+        return raw
+    if not isinstance(raw, dict):
+        raise PlannerInputError(f"{_label(raw, index)}: expected an object (one run), got {json.dumps(raw)[:40]} "
+                                f"({type(raw).__name__})")
+    try:
+        row = RunRow.model_validate(raw)
+    except ValidationError as err:
+        raise PlannerInputError(f"{_label(raw, index)}: {validation_message(err)}") from None
+    if row.id is None:
+        row.id = f"row {index}" if index else "row"
+    return row
+
+
+def _is_union_tag(part) -> bool:
+    return isinstance(part, str) and ("[" in part or part in ("Model", "Source", "str", "bool"))
+
+
+def validation_message(err: ValidationError) -> str:
+    """The deepest error of a pydantic ValidationError as 'field a.b: what is wrong (got X)'."""
+    items = [([str(p) for p in e["loc"] if not _is_union_tag(p)], e) for e in err.errors()]
+    depth = max(len(loc) for loc, _ in items)
+    deepest = [(loc, e) for loc, e in items if len(loc) == depth]
+    loc, e = deepest[0]
+    msg = e["msg"].removeprefix("Value error, ")
+    got = e.get("input")
+    if e["type"] == "missing":
+        msg = "missing (required)"
+    elif len(deepest) > 1:  # every branch of a union refused it
+        msg = f"expected text or an object, got {json.dumps(got)[:40]}"
+    elif "got" not in msg and loc:
+        msg = f"{msg} (got {json.dumps(got, default=str)[:40]})"
+    return f"field {'.'.join(loc)}: {msg}" if loc else msg

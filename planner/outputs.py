@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from hardware_catalog.errors import PlannerInputError
 
@@ -75,14 +75,19 @@ def check_output_dir(path, flag: str, force: bool, names: Iterable[str] = ()) ->
 
 
 def write_text_atomically(path, text: str, flag: str) -> Path:
-    """``text`` to ``path`` through a temporary sibling renamed into place (mode as a plain
-    open() would give); ``PlannerInputError`` naming ``flag`` when it cannot be written."""
+    """``text`` (UTF-8, newlines as given) to ``path`` atomically (``write_atomically``)."""
+    return write_atomically(path, lambda fh: fh.write(text.encode("utf-8")), flag)
+
+
+def write_atomically(path, write: Callable, flag: str) -> Path:
+    """``write(binary file)`` into a temporary sibling renamed into place (mode as a plain open()
+    would give); ``PlannerInputError`` naming ``flag`` when it cannot be written."""
     path = Path(path)
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
         os.chmod(tmp, file_mode(path))
         os.replace(tmp, path)
         tmp = None

@@ -66,45 +66,26 @@ def pyplot():
 
 def save_figure(fig, path, flag: str = "--plot") -> Path:
     """Write ``fig`` to ``path`` (format from the extension) atomically, then close it."""
-    import tempfile
-
     import matplotlib
+
+    from planner.outputs import write_atomically
 
     path = Path(path)
     ext = path.suffix.lower()
     if ext not in FORMATS:
         raise PlannerInputError(f"{flag} {path}: the file must end in {', '.join(FORMATS)}")
-    fd, tmp = None, None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as fh, matplotlib.rc_context({"svg.fonttype": "none"}):
-            fd = None
+
+    def write(fh) -> None:
+        with matplotlib.rc_context({"svg.fonttype": "none"}):
             if ext == ".html":
                 fh.write(_html_page(fig, path.stem).encode())
             else:
                 fig.savefig(fh, format=ext[1:], dpi=DPI)
-        os.chmod(tmp, _file_mode(path))
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as err:
-        raise PlannerInputError(f"{flag} {path}: cannot write ({err.strerror or err})") from None
+
+    try:
+        return write_atomically(path, write, flag)
     finally:
-        if fd is not None:
-            os.close(fd)
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
         pyplot().close(fig)
-    return path
-
-
-def _file_mode(path: Path) -> int:
-    """The mode a plain open() would give (the old file's, when replacing one): mkstemp's 0600 is
-    too tight for a picture."""
-    if path.exists():
-        return path.stat().st_mode & 0o777
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
 
 
 def _html_page(fig, title: str) -> str:

@@ -20,24 +20,12 @@ import pytest
 import planner.export as export_pkg
 from costmodel.options import Layout
 from hardware_catalog.errors import PlannerInputError
-from hardware_catalog.schema import ClusterSpec, ModelSpec, MoESpec
+from hardware_catalog.schema import ModelSpec
 from planner.export import EXPORTERS, Exporter, export_layout, register, unregister
 from planner.export.common import CannotExpress, build_plan
 from planner.export.registry import EXECUTABLE, PLAIN, each_file, one_file
 
-LLAMA3_8B = ModelSpec(
-    name="llama3-8b", family="llama", num_layers=32, hidden_size=4096, num_attention_heads=32,
-    num_kv_heads=8, ffn_hidden_size=14336, vocab_size=128256, max_position_embeddings=131072,
-)
-MIXTRAL = ModelSpec(
-    name="mixtral-8x7b", family="mixtral", num_layers=32, hidden_size=4096, num_attention_heads=32,
-    num_kv_heads=8, ffn_hidden_size=14336, vocab_size=32000, max_position_embeddings=32768,
-    moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=14336),
-)
-DGX_H100 = ClusterSpec(
-    name="dgx-h100", gpu="h100-sxm", gpus_per_node=8, scaleup_domain_size=8, scaleup_latency_us=2.0,
-    scaleup_efficiency=0.8, nic="ib-ndr400", nics_per_node=8, network_efficiency=0.8, sources={"*": "test"},
-)
+from test_export import DGX_H100, LLAMA3_8B, MIXTRAL  # the same fixtures as the export tests
 
 BUILTIN = {
     "torchrun": {"launch_torchrun.sh": 0o755},

@@ -13,7 +13,8 @@ from typing import Optional
 import typer
 
 from hardware_catalog.errors import PlannerInputError
-from planner.cli_common import add_interval_and_envelope, cluster_line, planner_version
+from planner.cli_common import (add_interval_and_envelope, check_framework_use, cluster_line, planner_version,
+                                typed_flags)
 from planner.cli_errors import EXIT_NOTHING_FITS, PlannerGroup, command_line, say
 from planner.cli_options import layout_options
 from planner.launch.options import FromLaunchOpt, LaunchFormatOpt
@@ -44,16 +45,7 @@ RankOpt = typer.Option(None, "--rank", help="With --from a search result: the ra
 ForceOpt = typer.Option(False, "--force", help="Overwrite existing files.")
 _JOB_FLAGS = ("model", "gpus", "gpu", "cluster", "tokens_per_batch")
 CalibrationOpt = typer.Option(None, "--calibration", help="Calibration profile (TOML from 'planner calibrate'): its fitted constants replace the shipped ones.")
-
-
-def _given(ctx: typer.Context, names) -> dict:
-    """The flags of ``names`` the user typed (not left at their defaults), with their values."""
-    out = {}
-    for name in names:
-        source = ctx.get_parameter_source(name)
-        if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT", "PROMPT"):
-            out[name] = ctx.params[name]
-    return out
+FrameworkOpt = typer.Option(None, "--framework", help="Framework release whose profile sets how the layout runs (attention kernel, loss, gradient dtype, ZeRO-3 gathers, ...), as validate prices its runs; flags you type win. 'planner catalog frameworks' lists them (e.g. megatron-core-0.13, nemo-24.07, torchtitan-0.2, deepspeed-0.5).")
 
 
 def _job(ctx: typer.Context, from_file, rank, typed: dict) -> tuple[dict, Optional[dict], bool]:
@@ -69,7 +61,7 @@ def _job(ctx: typer.Context, from_file, rank, typed: dict) -> tuple[dict, Option
     from planner.records import load_record, merge
 
     record, from_csv = load_record(from_file, rank)
-    values, notes = merge(record, _given(ctx, _JOB_FLAGS + tuple(typed["layout"])), from_file)
+    values, notes = merge(record, typed_flags(ctx, _JOB_FLAGS + tuple(typed["layout"])), from_file)
     for note in notes:
         say(note)
     layout = {**{k: None for k in typed["layout"]}, **values["layout"]}
@@ -78,9 +70,11 @@ def _job(ctx: typer.Context, from_file, rank, typed: dict) -> tuple[dict, Option
     return job, record, bool(notes) or from_csv
 
 
-def _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout: dict, calibration=None):
+def _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout: dict, calibration=None,
+                     framework=None, typed=()):
     """Resolve, check (one rule set) and price one layout given as option values
-    (``calibration``: a profile path; None = the shipped constants)."""
+    (``calibration``: a profile path; None = the shipped constants; ``framework``: a release
+    whose profile sets the options not in ``typed``, the flags the user typed)."""
     from costmodel import evaluate
     from costmodel.calibration import DEFAULT
     from costmodel.record import result_record
@@ -91,6 +85,14 @@ def _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_no
     calib = calibration_option(calibration) or DEFAULT
 
     setup = resolve_setup(model, gpu, cluster, layout.get("seq_len"), layout.get("gbs"), tokens_per_batch)
+    framework_info = None
+    if framework is not None:
+        from planner.frameworks import apply_framework, framework_settings
+
+        layout = dict(layout)
+        fw = framework_settings(framework, setup.model, setup.gpu.name, layout.get("precision") or "bf16",
+                                layout.get("recompute"), takes=set(layout))
+        framework_info = apply_framework(fw, layout, set(typed), setup.model)
     lay = build_layout(setup, gpus, **layout)
     check_layout(setup.model, setup.cluster, setup.gpu, lay, gpus=gpus, allow_cross_node_tp=allow_cross_node_tp,
                  batch_origin=setup.batch_origin)
@@ -100,6 +102,8 @@ def _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_no
     record["command"] = command_line()
     if calibration is not None:
         record["calibration"] = str(calibration)
+    if framework_info is not None:
+        record["framework"] = framework_info
     return setup, record
 
 
@@ -121,9 +125,11 @@ def evaluate(
     launch_format: Optional[str] = LaunchFormatOpt,
     force: bool = ForceOpt,
     calibration: Optional[Path] = CalibrationOpt,
+    framework: Optional[str] = FrameworkOpt,
     layout: dict = None,
 ):
     """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not (exit 3 if not)."""
+    check_framework_use(framework, from_file, from_launch)
     if from_launch is not None:
         from planner.launch.cli import evaluate_from_launch
 
@@ -131,7 +137,8 @@ def evaluate(
     plot = check_output_file(check_plot_path(plot), "--plot", force)
     job, _, _ = _job(ctx, from_file, rank, dict(model=model, gpus=gpus, gpu=gpu, cluster=cluster, tokens_per_batch=tokens_per_batch,
                                              allow_cross_node_tp=allow_cross_node_tp, layout=layout))
-    setup, record = _evaluate_record(**job, calibration=calibration)
+    setup, record = _evaluate_record(**job, calibration=calibration, framework=framework,
+                                     typed=typed_flags(ctx, tuple(layout)))
     if plot is not None:  # files first: a reader that stops early (| head) still gets them
         from planner.plots import plot_evaluation
 
@@ -149,13 +156,19 @@ def evaluate(
 
 @app.command()
 def catalog(
-    what: str = typer.Argument(..., help="gpus | models | clusters | interconnects"),
+    what: str = typer.Argument(..., help="gpus | models | clusters | interconnects | frameworks"),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list."),
 ):
-    """List the GPUs, models, clusters or interconnects planner knows."""
+    """List the GPUs, models, clusters, interconnects or framework releases (--framework) planner knows."""
     import hardware_catalog as hc
     from costmodel.params import count_params
 
+    if what == "frameworks":
+        from planner.frameworks import catalog_rows, format_catalog
+
+        rows = catalog_rows()
+        typer.echo(json.dumps(rows, indent=2) if as_json else format_catalog(rows))
+        return
     listers = {
         "gpus": hc.list_gpus,
         "models": hc.list_models,
@@ -163,7 +176,7 @@ def catalog(
         "interconnects": hc.list_interconnects,
     }
     if what not in listers:
-        raise PlannerInputError(f"catalog '{what}': allowed {', '.join(listers)}")
+        raise PlannerInputError(f"catalog '{what}': allowed {', '.join(listers)}, frameworks")
     items = listers[what]()
     rows = []
     for item in items:
@@ -237,12 +250,14 @@ def export(
     from_launch: Optional[Path] = FromLaunchOpt,
     launch_format: Optional[str] = LaunchFormatOpt,
     calibration: Optional[Path] = CalibrationOpt,
+    framework: Optional[str] = FrameworkOpt,
     layout: dict = None,
 ):
     """Write launch configs (torchrun, Megatron-LM args, DeepSpeed JSON, torchtitan, SLURM) for a layout."""
     from planner.export import export_layout
 
     check_output_dir(out, "--out", force=True)  # writable; existing files are checked once rendered
+    check_framework_use(framework, from_file, from_launch)
     options = {}
     if torchtitan_version is not None:
         from planner.export.torchtitan import VERSION_OPTION, release_for
@@ -259,7 +274,8 @@ def export(
         model=model, gpus=gpus, gpu=gpu, cluster=cluster, tokens_per_batch=tokens_per_batch,
         allow_cross_node_tp=allow_cross_node_tp, layout=layout))
     if price_again:
-        setup, record = _evaluate_record(**job, calibration=calibration)
+        setup, record = _evaluate_record(**job, calibration=calibration, framework=framework,
+                                         typed=typed_flags(ctx, tuple(layout)))
         model_spec, cluster_spec = setup.model, setup.cluster
     else:  # the record as it is: its prediction is what the files' header states
         from planner.common import resolve_hardware

@@ -37,3 +37,27 @@ def cluster_line(setup) -> str:
         f"{c.gpus_per_node} GPUs/node, {setup.gpu.scaleup_link} {setup.gpu.scaleup_bandwidth_gbps:g} GB/s/dir "
         f"in domains of {c.scaleup_domain_size}, {c.nics_per_node} x {nic.name} per node, {c.network_topology} network"
     )
+
+
+def typed_flags(ctx, names) -> dict:
+    """The flags of ``names`` the user typed (not left at their defaults), with their values."""
+    out = {}
+    for name in names:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT", "PROMPT"):
+            out[name] = ctx.params[name]
+    return out
+
+
+def check_framework_use(framework, from_file=None, from_launch=None) -> None:
+    """--framework names a release (checked before any work) and goes with --model: a --from
+    record keeps the settings it was priced with, a launch file states its own."""
+    if framework is None:
+        return
+    from hardware_catalog.errors import PlannerInputError
+    from planner.frameworks import get_release
+
+    get_release(framework)
+    if from_file is not None or from_launch is not None:
+        raise PlannerInputError(f"--framework goes with --model: {'--from' if from_file is not None else '--from-launch'} "
+                                "states its own settings (type the flags to change them)")

@@ -27,6 +27,7 @@ def register(app: typer.Typer) -> None:
     @app.command("search")
     @layout_options("search")
     def search_cmd(
+        ctx: typer.Context,
         model: Optional[str] = typer.Option(None, "--model", help="Model preset (e.g. 405b) or a model / HF config.json file. Required unless --from-launch names one."),
         gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU count; or a list 4096,8192; or A..B (doubling from A to B); or A..B:S (steps of S). Required unless --from-launch states it."),
         gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU type (h100, b200, ...) or a comma list h100,b200, each on its default cluster."),
@@ -58,11 +59,14 @@ def register(app: typer.Typer) -> None:
         rank_by: str = typer.Option("median", "--rank-by", help="median (the point prediction) | p10: re-rank the 256 best by the pessimistic end of their 80% interval, for a safe pick."),
         objective: str = typer.Option("step-time", "--objective", help="What the top list ranks by: step-time | tokens-per-gpu | cost | time-to-train (they differ over a GPU-count range)."),
         within_envelope: bool = typer.Option(False, "--within-envelope", help="Only layouts whose every mechanism lies where the reference runs measured it (the validated envelope)."),
+        framework: Optional[str] = typer.Option(None, "--framework", help="Framework release whose profile sets how every candidate runs (attention kernel, loss, gradient dtype, ZeRO-3 gathers, ...), as validate prices its runs; flags you type win. 'planner catalog frameworks' lists them."),
         layout: dict = None,
     ):
         """Find the fastest parallel layouts that fit in memory (exit 3 if none fits)."""
         from hardware_catalog.errors import PlannerInputError
+        from planner.cli_common import check_framework_use
 
+        check_framework_use(framework, None, from_launch)
         if from_launch is not None:
             from planner.launch.reference import run_reference_search
 
@@ -75,6 +79,7 @@ def register(app: typer.Typer) -> None:
         from planner.plots import RecordedCall
 
         outputs = check_outputs(csv_file, export_dir, plot, force)
+        framework_info = _apply_framework(ctx, framework, model, gpu, cluster, layout)
         pins = {k: v for k, v in layout.items() if OPTIONS_BY_NAME[k].search == SEARCHED}
         implementation = {k: layout[k] for k in IMPLEMENTATION_OPTIONS}
         from planner.calibration_profile import calibration_option
@@ -94,6 +99,8 @@ def register(app: typer.Typer) -> None:
         )
         if calibration is not None:
             result.stats["calibration"] = str(calibration)
+        if framework_info is not None:
+            result.stats["framework"] = framework_info
         from planner.recipes import reference_recipes
 
         recipes = reference_recipes(result)
@@ -103,6 +110,26 @@ def register(app: typer.Typer) -> None:
             typer.echo(line, err=as_json)
         if not result.results:
             raise typer.Exit(EXIT_NOTHING_FITS)
+
+
+def _apply_framework(ctx, framework, model, gpu, cluster, layout: dict):
+    """--framework: the release's profile into ``layout`` (in place) where no flag was typed;
+    the stats' ``framework`` entry, or None."""
+    if framework is None:
+        return None
+    from hardware_catalog import get_gpu, get_model
+    from planner.cli_common import typed_flags
+    from planner.common import resolve_hardware
+    from planner.frameworks import apply_framework, framework_settings
+
+    model_spec = get_model(model)
+    if cluster is not None:
+        gpu_name = resolve_hardware(None, cluster)[0].name
+    else:
+        gpu_name = get_gpu(gpu).name if gpu and "," not in gpu else ""
+    fw = framework_settings(framework, model_spec, gpu_name, layout.get("precision") or "bf16", layout.get("recompute"),
+                            takes=set(layout))
+    return apply_framework(fw, layout, set(typed_flags(ctx, tuple(layout))), model_spec)
 
 
 def _progress_mode(progress: Optional[bool]):

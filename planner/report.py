@@ -119,6 +119,10 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
         lines.append(f"stages  {stages}")
     if rec.get("calibration"):
         lines.append(f"constants from calibration profile {rec['calibration']}")
+    if rec.get("framework"):
+        from planner.frameworks import framework_lines
+
+        lines += framework_lines(rec["framework"])
     lines.append("")
     step = rec["step_time_s"]
     lines.append(

@@ -119,6 +119,10 @@ def format_summary(stats: dict) -> str:
         line += "\npriced with " + ", ".join(f"{k}={v}" for k, v in impl.items())
     if stats.get("calibration"):
         line += f"\nconstants from calibration profile {stats['calibration']}"
+    if stats.get("framework"):
+        from planner.frameworks import framework_lines
+
+        line += "\n" + "\n".join(framework_lines(stats["framework"]))
     return line
 
 

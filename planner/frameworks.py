@@ -1,0 +1,195 @@
+"""``--framework NAME``: a framework release's profile applied to evaluate, search and export.
+
+``planner validate`` matches a run's framework text to a profile (``planner.validate.profiles``):
+what that framework fixes about how a layout runs (attention kernel, loss, gradient dtype,
+ZeRO-3 gathers, dispatcher), each entry with its source. A ``Release`` names one framework and
+release a user can type, with the text and year that pick the same entries, so a layout priced
+with ``--framework nemo-24.07`` is priced the way validate prices a NeMo 24.07 run: one table,
+two readers.
+
+What a profile pins becomes the setting's value unless the user typed that flag (a flag wins).
+What a profile leaves open (a list: e.g. TP comm overlap, which the frameworks offer and their
+recipes set per model) stays the flag's choice; the notes say it is available.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+from hardware_catalog.errors import PlannerInputError
+from planner.validate.profiles import RowFacts, apply_profiles, profiles_for
+
+
+@dataclass(frozen=True)
+class Release:
+    name: str
+    """What the user types after --framework (lowercase, e.g. "nemo-24.07")."""
+    text: str
+    """Framework text as a runs file would state it; it picks the validate profile."""
+    year: int
+    """Release year; profile entries of an era (e.g. attention before FlashAttention) test it."""
+    source: str
+    """Where the release and its date come from."""
+
+
+RELEASES: tuple[Release, ...] = (
+    Release("megatron-lm-2021", "Megatron-LM (PTD-P)", 2021,
+            "Narayanan et al. 2021 (SC'21), Megatron-LM v2.x: PTD-P, before FlashAttention"),
+    Release("megatron-core-0.8", "Megatron-Core r0.8", 2024,
+            "Megatron-LM tag core_r0.8.0 (July 2024), TransformerEngine attention"),
+    Release("megatron-core-0.13", "Megatron-Core r0.13", 2025,
+            "Megatron-LM tag core_r0.13.0 (2025), TransformerEngine attention"),
+    Release("nemo-24.07", "NeMo 24.07 (Megatron-Core)", 2024,
+            "NVIDIA NeMo container 24.07 performance recipes"),
+    Release("nemo-25.04", "NeMo 25.04 (Megatron-Core)", 2025,
+            "NVIDIA NeMo container 25.04 performance scripts (scripts/performance/llm)"),
+    Release("megatron-bridge-25.09", "Megatron-Bridge 25.09 (Megatron-Core)", 2025,
+            "NVIDIA Megatron-Bridge 25.09 performance recipes"),
+    Release("torchtitan-0.2", "torchtitan 0.2", 2025,
+            "pytorch/torchtitan v0.2.x: SDPA attention, per-op SAC, eager FP32 loss; priced with [compile] "
+            "on (add --kernels eager without it)"),
+    Release("llm-foundry-0.10", "llm-foundry 0.10 (Composer FSDP)", 2024,
+            "mosaicml/llm-foundry v0.10 with Composer FSDP; no compile_config by default, so eager "
+            "operators (add --kernels fused when you compile)"),
+    Release("deepspeed-0.5", "DeepSpeed 0.5 (ZeRO-3)", 2021,
+            "microsoft/DeepSpeed v0.5 (2021): per-tensor ZeRO-3 gathers, before FlashAttention"),
+)
+"""The releases --framework takes; each maps to a validate profile by its text."""
+
+RELEASES_BY_NAME = {r.name: r for r in RELEASES}
+
+
+@dataclass
+class FrameworkSettings:
+    """What one release sets for one job."""
+
+    release: Release
+    profile: str
+    """The validate profile its text matched ("generic" when none)."""
+    pinned: dict = field(default_factory=dict)
+    """Option -> Layout value the profile fixes (the user's flags not yet applied)."""
+    available: dict = field(default_factory=dict)
+    """Option -> values the framework offers and leaves to the user (flags)."""
+    assumptions: list = field(default_factory=list)
+    """Lines naming what the profile fixes, as validate lists them."""
+    translated: frozenset = frozenset()
+    """Options the profile sets because of the recompute mode the job states (torchtitan's
+    "selective" is per-op SAC, priced as full recompute of half the layers): a translation of
+    that flag, applied together or not at all."""
+    not_applied: list = field(default_factory=list)
+    """Profile settings the command does not take (e.g. recompute_layers in search)."""
+
+
+def get_release(name: str) -> Release:
+    """The release called ``name``; one-line error naming the value and the allowed ones."""
+    key = (name or "").strip().lower()
+    if key not in RELEASES_BY_NAME:
+        raise PlannerInputError(f"--framework {name!r}: unknown framework release (allowed: {', '.join(RELEASES_BY_NAME)})")
+    return RELEASES_BY_NAME[key]
+
+
+def framework_settings(name: str, model, gpu_name: str = "", precision: str = "bf16",
+                       recompute: Optional[str] = None, takes=None) -> FrameworkSettings:
+    """The settings release ``name`` fixes for a job on ``model`` (a model spec) and GPU
+    ``gpu_name`` (catalog name, "" when several) at ``precision``, with ``recompute`` the mode the
+    job pins (None: searched). ``takes``: the options the command accepts (None: all); a
+    profile setting outside them is listed in ``not_applied``."""
+    release = get_release(name)
+    parts = frozenset(p for p, part in (("moe", model.moe), ("mla", model.mla)) if part is not None)
+    facts = RowFacts(framework=release.text.lower(), year=release.year, precision=str(precision or "").lower(),
+                     recompute=recompute, gpu=gpu_name or "", model_parts=parts)
+    values, assumptions = apply_profiles(facts)
+    without, without_notes = apply_profiles(replace(facts, recompute=None))
+    translated = frozenset(k for k in values if without.get(k) != values[k])
+    not_applied = []
+    if takes is not None and any(k not in takes for k in translated):  # applied whole or not at all
+        not_applied = sorted(translated)
+        values, assumptions, translated = without, without_notes, frozenset()
+    not_applied += [k for k in values if takes is not None and k not in takes and k not in not_applied]
+    pinned = {k: v for k, v in values.items() if not isinstance(v, list) and k not in not_applied}
+    available = {k: list(v) for k, v in values.items() if isinstance(v, list)}
+    profile = profiles_for(facts.framework)[0].name
+    return FrameworkSettings(release, profile, pinned, available, assumptions, translated, not_applied)
+
+
+def apply_framework(fw: FrameworkSettings, layout: dict, given, model=None) -> dict:
+    """Put ``fw``'s pinned settings into ``layout`` (option -> value, changed in place) where the
+    user did not type the flag (``given``; a translation of the user's own recompute flag
+    applies all the same). A profile's share of layers (``recompute_layers`` -q: q quarters of
+    a stage's chunk, as validate searches it) becomes layers per stage for ``model``, the unit
+    the flag takes. Returns the record's ``framework`` entry."""
+    applied, overridden = {}, []
+    for option, value in fw.pinned.items():
+        if option in given and option not in fw.translated:
+            overridden.append(option)
+        else:
+            layout[option] = value
+            applied[option] = value
+    if model is not None and (layout.get("recompute_layers") or 0) < 0:
+        from types import SimpleNamespace
+
+        from costmodel.record import recompute_layers_per_stage
+
+        view = SimpleNamespace(recompute_layers=layout["recompute_layers"], pp=layout.get("pp") or 1,
+                               vpp=layout.get("vpp") or 1, pp_first_layers=layout.get("pp_first_layers"),
+                               pp_last_layers=layout.get("pp_last_layers"))
+        layout["recompute_layers"] = applied["recompute_layers"] = recompute_layers_per_stage(model, view)
+    return {"name": fw.release.name, "profile": fw.profile, "settings": applied,
+            "overridden_by_flags": overridden, "not_applied": fw.not_applied, "available": fw.available,
+            "assumptions": fw.assumptions, "source": fw.release.source}
+
+
+def framework_lines(info: dict) -> list[str]:
+    """Readable lines for a record's ``framework`` entry."""
+    settings = ", ".join(f"{k} {v}" for k, v in info["settings"].items()) or "nothing beyond the defaults"
+    lines = [f"framework {info['name']} ({info['profile']} profile): {settings}"]
+    lines += [f"  - {line}" for line in info["assumptions"]]
+    if info["overridden_by_flags"]:
+        lines.append(f"  your flags kept: {', '.join(info['overridden_by_flags'])}")
+    if info["not_applied"]:
+        lines.append(f"  not applied here (evaluate and export only): {', '.join(info['not_applied'])}")
+    if info["available"]:
+        lines.append("  available, set by flag: " + ", ".join(
+            f"--{k.replace('_', '-')}" for k in info["available"]))
+    return lines
+
+
+_CATALOG_CASES = (("fp8", dict(precision="fp8")), ("selective", dict(recompute="selective")),
+                  ("moe+mla on h100", dict(model_parts=frozenset({"moe", "mla"}), gpu="h100-sxm")))
+"""The job facts the catalog tries beside a dense BF16 job, to show what an entry depends on."""
+
+
+def _shown(values: dict) -> dict:
+    return {k: ("flag" if isinstance(v, list) else v) for k, v in values.items()}
+
+
+def catalog_rows() -> list[dict]:
+    """One row per release: what its profile sets on a dense BF16 job with no recompute stated
+    (``always``), and what changes with FP8, ``--recompute selective``, or an MoE+MLA model on H100."""
+    rows = []
+    for r in RELEASES:
+        base = RowFacts(framework=r.text.lower(), year=r.year, precision="bf16")
+        always, notes = apply_profiles(base)
+        cases = {}
+        for label, change in _CATALOG_CASES:
+            values = apply_profiles(replace(base, **change))[0]
+            diff = {k: v for k, v in values.items() if always.get(k) != v}
+            if diff:
+                cases[label] = _shown(diff)
+        rows.append({"name": r.name, "profile": profiles_for(base.framework)[0].name, "year": r.year,
+                     "always": _shown(always), "when": cases, "assumptions": notes, "source": r.source})
+    return rows
+
+
+def format_catalog(rows: list[dict]) -> str:
+    """The release table: name, profile, what it sets ('flag': offered, left to the flag)."""
+    def text(values: dict) -> str:
+        return ", ".join(f"{k} {v}" for k, v in values.items())
+
+    lines = [f"{'name':<24}{'profile':<36}sets (flags you type win; 'flag': offered, your flag decides)"]
+    for row in rows:
+        lines.append(f"{row['name']:<24}{row['profile']:<36}{text(row['always']) or '-'}")
+        for label, values in row["when"].items():
+            lines.append(f"{'':<60}with {label}: {text(values)}")
+    return "\n".join(lines)

@@ -1,0 +1,115 @@
+"""--framework RELEASE on evaluate / search / export: a framework release's profile (the one
+validate prices that framework's runs with) sets how the layout runs; flags typed win."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hardware_catalog import get_model
+from planner.frameworks import RELEASES, apply_framework, framework_settings
+from planner.validate.profiles import RowFacts, apply_profiles
+
+
+def run(*args):
+    proc = subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+JOB = ("--model", "llama3-70b", "--gpus", "64", "--gpu", "h100", "--tp", "8", "--pp", "4", "--json")
+
+
+def _evaluate(*extra):
+    code, out, err = run("evaluate", *JOB, *extra)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_nemo_release_sets_what_nemo_recipes_run_with():
+    # NeMo 2 model configs: TransformerEngine (cuDNN) attention, cross_entropy_loss_fusion=True;
+    # FP8 recipes reduce gradients in BF16 (scripts/performance/helpers.py set_precision_configs).
+    rec = _evaluate("--framework", "nemo-24.07", "--precision", "fp8")
+    lay = rec["layout"]
+    assert (lay["attention"], lay["loss"], lay["grad_dtype"]) == ("flash3", "fused", "bf16")
+    assert rec["framework"]["name"] == "nemo-24.07" and "tp_comm_overlap" in rec["framework"]["available"]
+    # The profile is the flags, nothing more: the same layout typed by hand costs the same.
+    by_hand = _evaluate("--precision", "fp8", "--attention", "flash3", "--loss", "fused", "--grad-dtype", "bf16")
+    assert rec["step_time_s"] == pytest.approx(by_hand["step_time_s"], rel=1e-12)
+    # At BF16 NeMo keeps FP32 gradient reduction: the FP8 entry does not apply.
+    assert _evaluate("--framework", "nemo-24.07")["layout"]["grad_dtype"] == "fp32"
+
+
+def test_a_typed_flag_wins_over_the_profile():
+    rec = _evaluate("--framework", "nemo-24.07", "--loss", "unfused")
+    assert rec["layout"]["loss"] == "unfused" and rec["layout"]["attention"] == "flash3"
+    assert rec["framework"]["overridden_by_flags"] == ["loss"]
+
+
+def test_torchtitan_selective_is_per_op_sac_priced_as_half_the_layers():
+    # torchtitan's "selective" keeps matmul/SDPA outputs and recomputes the rest: priced as full
+    # recompute of half of each stage's layers. Llama 3 8B, 32 layers, one stage -> 16 layers.
+    code, out, err = run("evaluate", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100", "--framework",
+                         "torchtitan-0.2", "--json")
+    assert code in (0, 3), err  # priced whether or not it fits
+    lay = json.loads(out)["layout"]
+    assert (lay["recompute"], lay["recompute_layers"], lay["loss"]) == ("full", 16, "eager")
+    # Asked for no recompute, it prices none.
+    code, out, err = run("evaluate", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100", "--framework",
+                         "torchtitan-0.2", "--recompute", "none", "--json")
+    assert code in (0, 3), err
+    assert json.loads(out)["layout"]["recompute"] == "none"
+
+
+def test_search_applies_the_profile_to_every_candidate_and_keeps_what_it_cannot_apply_out():
+    code, out, err = run("search", "--model", "llama3-8b", "--gpus", "16", "--gpu", "h100", "--framework",
+                         "deepspeed-0.5", "--top", "3", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["stats"]["framework"]["settings"] == {"attention": "unfused", "zero3_gather": "blocking"}
+    assert all(r["layout"]["attention"] == "unfused" for r in data["results"])
+    # torchtitan's selective needs layers per stage, which search does not take: not applied, said so.
+    fw = framework_settings("torchtitan-0.2", get_model("llama3-8b"), "h100-sxm", "bf16", "selective",
+                            takes={"recompute", "loss", "attention"})
+    assert fw.pinned == {"loss": "eager"} and fw.not_applied == ["recompute", "recompute_layers"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("evaluate", "--model", "8b", "--gpus", "8", "--framework", "nemo-9"), "--framework 'nemo-9'"),
+    (("evaluate", "--from", "nowhere.json", "--framework", "nemo-24.07"), "--framework goes with --model"),
+    (("search", "--model", "8b", "--gpus", "8", "--framework", "x"), "allowed: megatron-lm-2021"),
+])
+def test_bad_framework_is_one_line_exit_2(args, needle):
+    code, out, err = run(*args)
+    assert code == 2 and out == ""
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_every_release_matches_the_profile_validate_gives_its_framework_text():
+    model = get_model("llama3-70b")
+    for release in RELEASES:
+        fw = framework_settings(release.name, model, "h100-sxm", "fp8", None)
+        facts = RowFacts(framework=release.text.lower(), year=release.year, precision="fp8", gpu="h100-sxm")
+        values, notes = apply_profiles(facts)
+        assert {**fw.pinned, **fw.available} == values and fw.assumptions == notes
+    named = {fw.profile for fw in (framework_settings(r.name, model) for r in RELEASES)}
+    assert "generic" not in named  # every release reaches a named profile, not the fallback alone
+
+
+def test_apply_framework_fills_untyped_options_only():
+    fw = framework_settings("deepspeed-0.5", get_model("llama3-8b"))
+    layout = {"attention": "flash", "zero3_gather": "prefetch"}
+    info = apply_framework(fw, layout, given={"attention"})
+    assert layout == {"attention": "flash", "zero3_gather": "blocking"}
+    assert info["settings"] == {"zero3_gather": "blocking"} and info["overridden_by_flags"] == ["attention"]
+
+
+def test_catalog_lists_every_release():
+    code, out, err = run("catalog", "frameworks", "--json")
+    assert code == 0, err
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert set(rows) == {r.name for r in RELEASES}
+    assert rows["nemo-24.07"]["when"]["fp8"] == {"grad_dtype": "bf16"}
+    assert rows["megatron-lm-2021"]["always"] == {"attention": "unfused"}  # before FlashAttention

@@ -20,9 +20,13 @@ the same profiles, pins and searched knobs). Per group:
 * **Kendall tau** (tau-b) between the measured and the predicted throughputs;
 * **pairs ordered right**: of the pairs measured more than ``DECISIVE`` apart, those the
   planner orders the same way;
-* **top-1**: the planner's fastest layout is the measured fastest.
+* **top-1**: the planner's fastest layout is the measured fastest, or measured within
+  ``DECISIVE`` of it (a layout measured within that of the best is no decisive pair with it,
+  so picking it is not an error); ``top1_strict`` drops that allowance.
 
-Overall: decisive pairs pooled over groups, top-1 over groups, mean tau over groups.
+Overall: decisive pairs pooled over groups, top-1 over groups, mean tau over groups; for all
+groups, and for the groups measured on one software release (confidence high or medium: the
+low ones mix releases, so their measured order mixes layout and software effects).
 """
 
 from __future__ import annotations
@@ -91,8 +95,10 @@ def order_stats(measured, predicted, decisive: float = DECISIVE) -> dict:
     apart = np.abs(m[i] - m[j]) / np.minimum(m[i], m[j]) > decisive
     right = np.sign(m[i] - m[j]) == np.sign(p[i] - p[j])
     wrong = [(int(a), int(b)) if m[a] > m[b] else (int(b), int(a)) for a, b, d, r in zip(i, j, apart, right) if d and not r]
+    picked = m[int(np.argmax(p))]
     return {"kendall_tau": kendall_tau(m, p), "pairs": int(apart.sum()), "pairs_right": int((apart & right).sum()),
-            "top1": bool(len(m) > 1 and m[int(np.argmax(p))] == m.max()), "misordered": wrong}
+            "top1": bool(len(m) > 1 and (m.max() - picked) / picked <= decisive),
+            "top1_strict": bool(len(m) > 1 and picked == m.max()), "misordered": wrong}
 
 
 def rank_group(group: dict) -> dict:
@@ -109,37 +115,55 @@ def rank_group(group: dict) -> dict:
            "unmapped": [{"id": r.id, "reason": r.reason} for r in results if r.error is None]
            + [{"id": r["id"], "reason": "no measured.tokens_per_s_per_gpu"} for r in missing]}
     stats = order_stats([r.reported for r in done], [r.predicted for r in done]) if len(done) > 1 else None
-    out.update(stats or {"kendall_tau": None, "pairs": 0, "pairs_right": 0, "top1": None, "misordered": []})
+    out.update(stats or {"kendall_tau": None, "pairs": 0, "pairs_right": 0, "top1": None, "top1_strict": None,
+                         "misordered": []})
     return out
 
 
-def overall(groups: list[dict]) -> dict:
-    """Pooled pairs, top-1 share and mean tau over the groups with two or more predictions."""
-    ranked = [g for g in groups if g["top1"] is not None]
+SAME_RELEASE = ("high", "medium")
+"""Group confidences measured on one software release (low: releases or clusters mixed)."""
+
+
+def overall(groups: list[dict], confidences: Optional[tuple] = None) -> dict:
+    """Pooled pairs, top-1 share and mean tau over the groups with two or more predictions
+    (of those ``confidences``, when given)."""
+    ranked = [g for g in groups if g["top1"] is not None and (confidences is None or g["confidence"] in confidences)]
     taus = [g["kendall_tau"] for g in ranked if g["kendall_tau"] is not None]
     pairs, right = sum(g["pairs"] for g in ranked), sum(g["pairs_right"] for g in ranked)
+    top1, strict = sum(g["top1"] for g in ranked), sum(g["top1_strict"] for g in ranked)
     return {"groups": len(ranked), "pairs": pairs, "pairs_right": right,
             "pairs_right_share": right / pairs if pairs else None,
-            "top1": sum(g["top1"] for g in ranked), "top1_share": sum(g["top1"] for g in ranked) / len(ranked) if ranked else None,
-            "mean_kendall_tau": float(np.mean(taus)) if taus else None, "decisive": DECISIVE}
+            "top1": top1, "top1_share": top1 / len(ranked) if ranked else None,
+            "top1_strict": strict, "top1_strict_share": strict / len(ranked) if ranked else None,
+            "mean_kendall_tau": float(np.mean(taus)) if taus else None, "decisive": DECISIVE,
+            "confidences": list(confidences) if confidences else "all"}
 
 
 def _share(n: int, d: int) -> str:
     return f"{n}/{d} ({n / d * 100:.0f}%)" if d else "-"
 
 
-def format_ranking(groups: list[dict], total: dict, path: str) -> str:
+def _overall_line(label: str, total: dict) -> str:
+    tau = "-" if total["mean_kendall_tau"] is None else f"{total['mean_kendall_tau']:+.2f}"
+    return (f"{label}: {total['groups']} groups; pairs ordered right {_share(total['pairs_right'], total['pairs'])}; "
+            f"top-1 {_share(total['top1'], total['groups'])} (strictly the fastest: "
+            f"{_share(total['top1_strict'], total['groups'])}); mean Kendall tau {tau}")
+
+
+def format_ranking(groups: list[dict], total: dict, path: str, same_release: Optional[dict] = None) -> str:
     lines = [f"ordering accuracy on ablation groups ({path}): each group's layouts as measured vs as predicted",
-             f"(pairs: measured more than {DECISIVE * 100:g}% apart; top-1: the predicted fastest is the measured fastest)",
-             "", f"{'group':<44}{'layouts':>8}{'Kendall tau':>13}{'pairs right':>13}{'top-1':>7}"]
+             f"(pairs: measured more than {DECISIVE * 100:g}% apart; top-1: the predicted fastest is measured fastest "
+             f"or within {DECISIVE * 100:g}% of it)",
+             "", f"{'group':<44}{'conf':>7}{'layouts':>8}{'Kendall tau':>13}{'pairs right':>13}{'top-1':>7}"]
     for g in groups:
         tau = "-" if g["kendall_tau"] is None else f"{g['kendall_tau']:+.2f}"
         top1 = "-" if g["top1"] is None else ("yes" if g["top1"] else "no")
-        lines.append(f"{g['id'][:43]:<44}{len(g['layouts']):>8}{tau:>13}{g['pairs_right']:>7}/{g['pairs']:<5}{top1:>7}")
-    tau = "-" if total["mean_kendall_tau"] is None else f"{total['mean_kendall_tau']:+.2f}"
-    lines += ["", f"overall: {total['groups']} groups; pairs ordered right {_share(total['pairs_right'], total['pairs'])}; "
-              f"top-1 {_share(total['top1'], total['groups'])}; mean Kendall tau {tau}", "",
-              f"{'group / layout (as planner validate predicts a row)':<64}{'measured':>10}{'predicted':>11}{'error':>8}"]
+        lines.append(f"{g['id'][:43]:<44}{str(g['confidence'])[:6]:>7}{len(g['layouts']):>8}{tau:>13}"
+                     f"{g['pairs_right']:>7}/{g['pairs']:<5}{top1:>7}")
+    lines += ["", _overall_line("all groups", total)]
+    if same_release is not None and same_release["groups"] != total["groups"]:
+        lines.append(_overall_line("one release (high, medium)", same_release))
+    lines += ["", f"{'group / layout (as planner validate predicts a row)':<64}{'measured':>10}{'predicted':>11}{'error':>8}"]
     for g in groups:
         lines.append(g["id"])
         for lay in g["layouts"]:
@@ -161,8 +185,8 @@ def run_ranking(path: Path, as_json: bool = False) -> None:
     import typer
 
     groups = [rank_group(g) for g in load_groups(path)]
-    total = overall(groups)
+    total, same = overall(groups), overall(groups, SAME_RELEASE)
     if as_json:
-        typer.echo(json.dumps({"groups": groups, "overall": total}, indent=2))
+        typer.echo(json.dumps({"groups": groups, "overall": total, "one_release": same}, indent=2))
     else:
-        typer.echo(format_ranking(groups, total, str(path)))
+        typer.echo(format_ranking(groups, total, str(path), same))

@@ -531,14 +531,14 @@ _MEMO: dict | None = None
 
 
 @contextmanager
-def remembered():
-    """Within this block ``collective_time`` remembers its results by its inputs. For callers
-    that price the same layouts many times under constants that do not touch communication
-    (fitting the compute constants: ``planner.validate.fit``); pointless for the search, whose
-    chunks never repeat."""
+def remembered(memo: dict | None = None):
+    """Within this block ``collective_time`` remembers its results by its inputs (in ``memo``
+    when given, so a caller keeps them across blocks). For callers that price the same layouts
+    many times under constants that do not touch communication (fitting the compute constants:
+    ``planner.validate.fit``); pointless for the search, whose chunks never repeat."""
     global _MEMO
     outer = _MEMO
-    _MEMO = {} if outer is None else outer
+    _MEMO = memo if memo is not None else ({} if outer is None else outer)
     try:
         yield
     finally:

@@ -84,7 +84,8 @@ class GPUSpec(_Cited):
 class InterconnectSpec(_Cited):
     """A scale-out network adapter / link type (one port)."""
 
-    kind: Literal["infiniband", "roce", "ethernet"]
+    kind: Literal["infiniband", "roce", "ethernet", "efa"]
+    """Fabric: InfiniBand, RoCE, plain Ethernet, or AWS Elastic Fabric Adapter (SRD over Ethernet)."""
     bandwidth_gbps: float = Field(gt=0)
     """Per-port bandwidth per direction, GB/s (400 Gb/s NDR = 50 GB/s)."""
     latency_us: float = Field(gt=0)

@@ -213,6 +213,23 @@ def test_cluster_shapes():
     assert hw.get_cluster("dgx-v100").gpus_per_node == 16
 
 
+def test_aws_efa_clusters():
+    # AWS P4d page: 4 x 100 Gb/s EFA per 8-GPU instance; NVIDIA/nccl #527 measured 0.59-0.64 of it.
+    # Per GPU: 4 x 12.5 GB/s / 8 x 0.6 = 3.75 GB/s; P5: 32 x 12.5 / 8 x 0.75 = 37.5 GB/s.
+    from costmodel.collectives import fabric_from_cluster
+
+    def per_gpu(cluster):
+        return fabric_from_cluster(cluster, hw.get_gpu(cluster.gpu), hw.get_interconnect(cluster.nic)).inter.bandwidth
+
+    p4d, p5 = hw.get_cluster("p4d.24xlarge"), hw.get_cluster("p5")
+    assert (p4d.gpu, p4d.nic, p4d.nics_per_node) == ("a100-40gb", "efa-100g", 4)
+    assert hw.get_interconnect("efa").kind == "efa"
+    assert per_gpu(p4d) == pytest.approx(3.75e9)
+    assert per_gpu(p5) == pytest.approx(37.5e9)
+    # The GPUs' default clusters stay the DGX ones.
+    assert hw.default_cluster_for_gpu("h100").name == "dgx-h100"
+
+
 # ---------------------------------------------------------------------------------------
 # User cluster files.
 

@@ -91,6 +91,8 @@ class Predictor:
     memo: dict = field(default_factory=dict)
     groups: list = field(default_factory=list)
     """(first row's run, one batch of every row's candidates, row index per candidate)."""
+    comm_memo: dict = field(default_factory=dict)
+    """Collective times by their inputs, kept across calibrations (none of them changes one)."""
 
     def __post_init__(self):
         from costmodel.layout import LayoutBatch
@@ -112,7 +114,7 @@ class Predictor:
             best = np.full(len(self.rows), -np.inf)
             # No fitted constant changes a collective's time (``comm_sm_fraction`` scales the
             # compute beside it), so collectives are priced once per row.
-            with collectives.remembered():
+            with collectives.remembered(self.comm_memo):
                 for run, batch, owner in self.groups:
                     tps = evaluate_batch(run.model, run.cluster, batch, gpu=run.gpu, calib=calib).tokens_per_s_per_gpu
                     np.maximum.at(best, owner, tps)

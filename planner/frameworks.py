@@ -121,6 +121,8 @@ def apply_framework(fw: FrameworkSettings, layout: dict, given, model=None) -> d
     the flag takes. Returns the record's ``framework`` entry."""
     applied, overridden = {}, []
     for option, value in fw.pinned.items():
+        if option == "recompute_modules" and layout.get("recompute") not in (None, "selective"):
+            continue  # a module set belongs to selective recompute only
         if option in given and option not in fw.translated:
             overridden.append(option)
         else:
@@ -142,7 +144,8 @@ def apply_framework(fw: FrameworkSettings, layout: dict, given, model=None) -> d
 
 def framework_lines(info: dict) -> list[str]:
     """Readable lines for a record's ``framework`` entry."""
-    settings = ", ".join(f"{k} {v}" for k, v in info["settings"].items()) or "nothing beyond the defaults"
+    settings = ", ".join(f"{k} {'+'.join(v) if isinstance(v, (tuple, list)) else v}"
+                         for k, v in info["settings"].items()) or "nothing beyond the defaults"
     lines = [f"framework {info['name']} ({info['profile']} profile): {settings}"]
     lines += [f"  - {line}" for line in info["assumptions"]]
     if info["overridden_by_flags"]:
@@ -161,7 +164,8 @@ _CATALOG_CASES = (("fp8", dict(precision="fp8")), ("selective", dict(recompute="
 
 
 def _shown(values: dict) -> dict:
-    return {k: ("flag" if isinstance(v, list) else v) for k, v in values.items()}
+    return {k: ("flag" if isinstance(v, list) else "+".join(v) if isinstance(v, tuple) else v)
+            for k, v in values.items()}
 
 
 def catalog_rows() -> list[dict]:

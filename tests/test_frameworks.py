@@ -68,7 +68,9 @@ def test_search_applies_the_profile_to_every_candidate_and_keeps_what_it_cannot_
                          "deepspeed-0.5", "--top", "3", "--json")
     assert code == 0, err
     data = json.loads(out)
-    assert data["stats"]["framework"]["settings"] == {"attention": "unfused", "zero3_gather": "blocking"}
+    # 2021: no FlashAttention, per-tensor ZeRO-3 gathers, selective recompute = core attention only.
+    assert data["stats"]["framework"]["settings"] == {"attention": "unfused", "zero3_gather": "blocking",
+                                                      "recompute_modules": ["core_attn"]}
     assert all(r["layout"]["attention"] == "unfused" for r in data["results"])
     # torchtitan's selective needs layers per stage, which search does not take: not applied, said so.
     fw = framework_settings("torchtitan-0.2", get_model("llama3-8b"), "h100-sxm", "bf16", "selective",
@@ -100,9 +102,10 @@ def test_every_release_matches_the_profile_validate_gives_its_framework_text():
 
 def test_apply_framework_fills_untyped_options_only():
     fw = framework_settings("deepspeed-0.5", get_model("llama3-8b"))
-    layout = {"attention": "flash", "zero3_gather": "prefetch"}
+    layout = {"attention": "flash", "zero3_gather": "prefetch", "recompute": "full"}
     info = apply_framework(fw, layout, given={"attention"})
-    assert layout == {"attention": "flash", "zero3_gather": "blocking"}
+    # Typed attention kept; under full recompute no module set is applied.
+    assert layout == {"attention": "flash", "zero3_gather": "blocking", "recompute": "full"}
     assert info["settings"] == {"zero3_gather": "blocking"} and info["overridden_by_flags"] == ["attention"]
 
 
@@ -112,4 +115,6 @@ def test_catalog_lists_every_release():
     rows = {r["name"]: r for r in json.loads(out)}
     assert set(rows) == {r.name for r in RELEASES}
     assert rows["nemo-24.07"]["when"]["fp8"] == {"grad_dtype": "bf16"}
-    assert rows["megatron-lm-2021"]["always"] == {"attention": "unfused"}  # before FlashAttention
+    # Before FlashAttention, and before --recompute-modules (Megatron-LM, April 2025).
+    assert rows["megatron-lm-2021"]["always"] == {"attention": "unfused", "recompute_modules": "core_attn"}
+    assert "recompute_modules" not in rows["megatron-core-0.13"]["always"]

@@ -59,6 +59,8 @@ def test_profile_entries_name_real_options_and_valid_values_with_a_source():
                 for v in value if isinstance(value, list) else [value]:
                     if opt.kind == "choice":
                         assert v in opt.choices, (name, v)
+                    elif opt.kind == "modules":  # a set of recompute modules, parsed as the flag parses it
+                        assert opt.parse(",".join(v)) == v, (name, v)
                     else:  # flags are bools; counts (recompute_layers: -q = q quarters) ints
                         assert isinstance(v, bool) == (opt.kind == "flag") and isinstance(v, int), (name, v)
 
@@ -110,7 +112,7 @@ def test_conditions_on_text_precision_gpu_and_model():
     assert "recompute" not in apply_profiles(RowFacts(framework="torchtitan", recompute="full"))[0]
     assert apply_profiles(RowFacts(framework="megatron-lm", year=0))[0] == {}  # unknown year: not "old"
     assert apply_profiles(RowFacts(framework="megatron-lm", year=2022, source="korthikanti2022"))[0] == {
-        "attention": "unfused"}
+        "attention": "unfused", "recompute_modules": ("core_attn",)}
 
 
 def test_a_stated_setting_overrides_the_profile():
@@ -192,3 +194,11 @@ def test_validate_candidates_obey_every_rule(row_id):
     batch = candidates(run)
     assert len(batch) > 0
     assert valid_mask(RuleContext.build(run.model, run.gpus, run.cluster, run.gpu), batch).all()
+
+
+def test_selective_recompute_before_2025_is_core_attention_only():
+    # --recompute-modules arrived in Megatron-LM on 2025-04-05 (core_v0.12.0): a 2024 row's
+    # selective recompute is core attention; a 2025 row searches the module sets.
+    old = apply_profiles(RowFacts(framework="nemo 24.07", year=2024))[0]
+    new = apply_profiles(RowFacts(framework="megatron-bridge 25.09", year=2025))[0]
+    assert old["recompute_modules"] == ("core_attn",) and "recompute_modules" not in new

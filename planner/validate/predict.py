@@ -79,7 +79,8 @@ def candidates(run: MappedRun):
     variant: each selective layout once per set of the recompute modules the model has."""
     choices, fixed = candidate_choices(run)
     batch = candidate_grid(run.model, run.cluster, run.gpu, run.gpus, choices, fixed)
-    return expand_recompute_modules(batch, run.model) if "recompute" in run.searched else batch
+    era_fixed = "recompute_modules" in run.pins  # a profile or the row fixes the module set
+    return expand_recompute_modules(batch, run.model) if "recompute" in run.searched and not era_fixed else batch
 
 
 def _first_broken_rule(run: MappedRun) -> str:

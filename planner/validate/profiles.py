@@ -141,6 +141,13 @@ _DEEPEP = Entry(
            "scripts keep the recipes' alltoall",
     when=(When(model=("moe", "mla"), year_min=2025, gpu="h100"),))
 
+_CORE_ATTN_ONLY = Entry(
+    {"recompute_modules": ("core_attn",)}, "",  # no line: it holds for every row before 2025
+    source="Megatron-LM added --recompute-modules (mlp, moe_act, layernorm, ...) on 2025-04-05 (ADLR/megatron-lm!2207, "
+           "commit 3b141a2); core_r0.11.0 (Feb 2025) has no such argument, core_v0.12.0 (May 2025) has it. "
+           "Before, selective recompute was core attention (Korthikanti et al. 2022 Sec. 4.2)",
+    when=(When(year_max=2024),))
+
 # ------------------------------------------------------------------------------------- the table
 
 # Order matters where texts overlap: NeMo / Megatron-Bridge texts also name "(Megatron-Core)".
@@ -195,7 +202,7 @@ PROFILES: tuple[Profile, ...] = (
 )
 """Named framework profiles; a row gets the first whose pattern matches its framework text."""
 
-GENERIC = Profile("generic", "", (_BEFORE_FLASH, _EAGER_STATED, _TPO_STATED))
+GENERIC = Profile("generic", "", (_BEFORE_FLASH, _EAGER_STATED, _TPO_STATED, _CORE_ATTN_ONLY))
 """Applied to every row after its framework's profile: what holds whatever the framework."""
 
 ROW_LABELS: tuple[tuple[str, Any, str], ...] = (("tp_comm_overlap", True, "tpo"), ("kernels", "eager", "eager"))

@@ -150,7 +150,8 @@ def _overall_line(label: str, total: dict) -> str:
             f"{_share(total['top1_strict'], total['groups'])}); mean Kendall tau {tau}")
 
 
-def format_ranking(groups: list[dict], total: dict, path: str, same_release: Optional[dict] = None) -> str:
+def format_ranking(groups: list[dict], total: dict, path: str, same_release: Optional[dict] = None,
+                   high: Optional[dict] = None) -> str:
     lines = [f"ordering accuracy on ablation groups ({path}): each group's layouts as measured vs as predicted",
              f"(pairs: measured more than {DECISIVE * 100:g}% apart; top-1: the predicted fastest is measured fastest "
              f"or within {DECISIVE * 100:g}% of it)",
@@ -163,6 +164,8 @@ def format_ranking(groups: list[dict], total: dict, path: str, same_release: Opt
     lines += ["", _overall_line("all groups", total)]
     if same_release is not None and same_release["groups"] != total["groups"]:
         lines.append(_overall_line("one release (high, medium)", same_release))
+    if high is not None and high["groups"] not in (0, total["groups"], (same_release or {}).get("groups")):
+        lines.append(_overall_line("high confidence (every knob stated)", high))
     lines += ["", f"{'group / layout (as planner validate predicts a row)':<64}{'measured':>10}{'predicted':>11}{'error':>8}"]
     for g in groups:
         lines.append(g["id"])
@@ -185,8 +188,8 @@ def run_ranking(path: Path, as_json: bool = False) -> None:
     import typer
 
     groups = [rank_group(g) for g in load_groups(path)]
-    total, same = overall(groups), overall(groups, SAME_RELEASE)
+    total, same, high = overall(groups), overall(groups, SAME_RELEASE), overall(groups, ("high",))
     if as_json:
-        typer.echo(json.dumps({"groups": groups, "overall": total, "one_release": same}, indent=2))
+        typer.echo(json.dumps({"groups": groups, "overall": total, "one_release": same, "high": high}, indent=2))
     else:
-        typer.echo(format_ranking(groups, total, str(path), same))
+        typer.echo(format_ranking(groups, total, str(path), same, high))

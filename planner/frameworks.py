@@ -138,7 +138,8 @@ def apply_framework(fw: FrameworkSettings, layout: dict, given, model=None) -> d
                                pp_last_layers=layout.get("pp_last_layers"))
         layout["recompute_layers"] = applied["recompute_layers"] = recompute_layers_per_stage(model, view)
     return {"name": fw.release.name, "profile": fw.profile, "settings": applied,
-            "overridden_by_flags": overridden, "not_applied": fw.not_applied, "available": fw.available,
+            "overridden_by_flags": overridden, "not_applied": fw.not_applied,
+            "available": {k: v for k, v in fw.available.items() if k not in given},
             "assumptions": fw.assumptions, "source": fw.release.source}
 
 
@@ -164,8 +165,15 @@ _CATALOG_CASES = (("fp8", dict(precision="fp8")), ("selective", dict(recompute="
 
 
 def _shown(values: dict) -> dict:
-    return {k: ("flag" if isinstance(v, list) else "+".join(v) if isinstance(v, tuple) else v)
-            for k, v in values.items()}
+    def one(k, v):
+        if isinstance(v, list):
+            return "flag"
+        if isinstance(v, tuple):
+            return "+".join(v)
+        if k == "recompute_layers" and v < 0:  # a share: -q = q quarters of each stage's layers
+            return f"{-v}/4 of each stage"
+        return v
+    return {k: one(k, v) for k, v in values.items()}
 
 
 def catalog_rows() -> list[dict]:

@@ -113,6 +113,14 @@ def framework_settings(name: str, model, gpu_name: str = "", precision: str = "b
     return FrameworkSettings(release, profile, pinned, available, assumptions, translated, not_applied)
 
 
+_APPLIES = {
+    "recompute_modules": lambda layout: layout.get("recompute") in (None, "selective"),
+    "tp_overlap_kind": lambda layout: bool(layout.get("tp_comm_overlap")),
+}
+"""Settings that qualify another (search.rules: recompute modules belong to selective
+recompute, the overlap kind to TP overlap): applied only where the job uses that other one."""
+
+
 def apply_framework(fw: FrameworkSettings, layout: dict, given, model=None) -> dict:
     """Put ``fw``'s pinned settings into ``layout`` (option -> value, changed in place) where the
     user did not type the flag (``given``; a translation of the user's own recompute flag
@@ -121,8 +129,8 @@ def apply_framework(fw: FrameworkSettings, layout: dict, given, model=None) -> d
     the flag takes. Returns the record's ``framework`` entry."""
     applied, overridden = {}, []
     for option, value in fw.pinned.items():
-        if option == "recompute_modules" and layout.get("recompute") not in (None, "selective"):
-            continue  # a module set belongs to selective recompute only
+        if option in _APPLIES and not _APPLIES[option](layout):
+            continue  # the setting qualifies another the job does not use
         if option in given and option not in fw.translated:
             overridden.append(option)
         else:

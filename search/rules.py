@@ -39,7 +39,8 @@ import numpy as np
 
 from costmodel.layout import LayoutBatch
 from costmodel.options import (
-    DISPATCHERS, OPTIONS, OPTIONS_BY_NAME, PRECISIONS, RECOMPUTE, RECOMPUTE_MODULES, ZERO3_GATHERS, Layout,
+    DISPATCHERS, OPTIONS, OPTIONS_BY_NAME, PRECISIONS, RECOMPUTE, RECOMPUTE_MODULES, TP_OVERLAP_KINDS, ZERO3_GATHERS,
+    Layout,
 )
 from costmodel.pipeline import stage_layer_split, vpp_divides_stages
 
@@ -420,6 +421,16 @@ def _x_modules_selective(ctx, v):
             f"selective (it applies only to selective recompute; got {_name(RECOMPUTE, v.get('recompute', 1))})")
 
 
+def _tp_overlap_kind(ctx, c):
+    on = np.asarray(c.get("tp_comm_overlap", False)).astype(bool)
+    return (_a(c, "tp_overlap_kind", 0) == 0) | on
+
+
+def _x_tp_overlap_kind(ctx, v):
+    return (f"tp_overlap_kind={_name(TP_OVERLAP_KINDS, v.get('tp_overlap_kind', 0))} says how TP overlap runs: "
+            "it needs tp_comm_overlap on")
+
+
 def _zero3_gather(ctx, c):
     return (_a(c, "zero3_gather", 0) == 0) | (_a(c, "zero", 1) == 3)
 
@@ -615,6 +626,9 @@ RULES: tuple[Rule, ...] = (
     Rule("moe_dispatcher_needs_moe", "a MoE token dispatcher other than alltoall needs an MoE model",
          ("moe_dispatcher",), _dispatcher_moe, _x_dispatcher_moe,
          source="Megatron-LM --moe-token-dispatcher-type (MoE layers only)"),
+    Rule("tp_overlap_kind_needs_tp_comm_overlap", "a TP overlap kind other than userbuffers needs TP comm overlap",
+         ("tp_overlap_kind", "tp_comm_overlap"), _tp_overlap_kind, _x_tp_overlap_kind,
+         source="torchtitan parallelism.enable_async_tensor_parallel (with compile and TP > 1)"),
     Rule("zero3_gather_needs_zero3", "a ZeRO-3 gather mode other than prefetch needs zero = 3",
          ("zero3_gather", "zero"), _zero3_gather, _x_zero3_gather, source="Rajbhandari et al. 2020, Sec. 5.3 (stage 3)"),
 )

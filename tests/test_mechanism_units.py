@@ -93,6 +93,26 @@ def test_tensor_parallel_overlap_exposure_and_sm_margin():
     assert cost[1] == 0.0
 
 
+def test_async_tp_hides_the_forward_passes_only():
+    # tp 4, SP, each collective 1 ms beside 2 ms GEMMs: userbuffers leave the 1/tp chunk,
+    # 0.25 ms, of each of the 4 collectives a layer runs per pass, in every pass. PyTorch async TP
+    # (forward ~29% faster, end to end ~8%: the backward's collectives stay exposed) leaves the
+    # full 4 ms in backward. Full recompute, 2 layers: userbuffers 2 x 3 x 1 ms = 6 ms; async TP
+    # 2 x (2 x 1 ms + 4 ms) = 12 ms; no overlap 2 x 3 x 4 ms = 24 ms.
+    S = 4096 * 4096 * 2.0
+    ring = 3 * ALPHA_IN + 0.75 * S / B_IN  # one collective of the pair, in seconds
+    gemms = tuple(np.array([2 * ring]) for _ in range(4))
+    exposed = {}
+    for overlap, kind in ((False, 0), (True, 0), (True, 1)):
+        ctx = _ctx(LLAMA_8B, tp=4, dp=2, sequence_parallel=True, tp_comm_overlap=overlap, tp_overlap_kind=kind)
+        layer = _layer(gemms=gemms)
+        comm = tensor_parallel.layer_comm(ctx, layer, layer)
+        exposed[(overlap, kind)] = tensor_parallel.stage_time(comm, 3.0, 2, 0)[0]
+    assert exposed[(True, 0)] == pytest.approx(2 * 3 * 4 * ring / 4, rel=1e-9)
+    assert exposed[(True, 1)] == pytest.approx(2 * (2 * ring + 4 * ring), rel=1e-9)
+    assert exposed[(False, 0)] == pytest.approx(2 * 3 * 4 * ring, rel=1e-9)
+
+
 def test_context_parallel_ring_exposure_and_kv_bytes():
     # Ring attention: c - 1 steps, each hidden behind one of c attention chunks (forward) or its
     # backward (2.5x, FlashAttention recomputes). c = 4, attention 2 s -> chunk 0.5 s; K/V step

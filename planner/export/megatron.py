@@ -393,6 +393,9 @@ def notes(plan: Plan) -> list[str]:
     ]
     if plan.tp > 1 and not plan.tp_comm_overlap:
         out.append("TP communication overlap (--tp-comm-overlap) stays off, as priced: plan with --tp-comm-overlap to use it.")
+    if plan.tp_comm_overlap and plan.tp_overlap_kind == "asynctp":
+        out.append("The plan prices PyTorch async TP (forward passes only); --tp-comm-overlap runs TransformerEngine "
+                   "userbuffers, which also hides the backward's, so it may be faster.")
     if plan.kernels == "eager":
         out.append("The plan prices eager (unfused) elementwise kernels; Megatron always runs its fused ones, so it may be faster.")
     if m.vocab_size % plan.tp:

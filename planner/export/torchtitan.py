@@ -32,7 +32,9 @@ torchtitan_release_field), never dropped. Decisions torchtitan forces:
   (``generate_llm_fqn_per_model_part``), searched to reproduce the plan's per-rank layers; 0.1
   takes explicit ``pipeline_parallel_split_points``.
 * Selective recompute -> torchtitan's per-op SAC, which is not Megatron's core-attention recompute
-  (noted). The cost model assumes no TP overlap, so 0.3.0's async TP is switched off.
+  (noted). TP overlap -> torchtitan's async TP with torch.compile on (the only TP overlap it has;
+  a plan priced as TE userbuffers says so, since async TP hides only the forward passes); without
+  it, async TP is switched off.
 """
 
 from __future__ import annotations
@@ -396,6 +398,19 @@ def _parallel_settings(plan: Plan, release: Release, section: str) -> list[tuple
     return out + _pipe_settings(plan, release, section)
 
 
+def async_tp(plan: Plan) -> bool:
+    """The plan overlaps TP communication: torchtitan's way is async TP (torch.compile's
+    micro-pipeline TP pass), which needs TP > 1 with sequence parallelism."""
+    return bool(plan.tp_comm_overlap) and plan.tp > 1 and bool(plan.sp)
+
+
+def _async_tp_note(plan: Plan) -> list[str]:
+    if not async_tp(plan) or plan.tp_overlap_kind == "asynctp":
+        return []
+    return ["TP overlap: the plan was priced as TransformerEngine userbuffers; torchtitan runs async TP, which hides "
+            "only the forward passes' TP collectives (re-price with --tp-overlap-kind asynctp)."]
+
+
 def cli_words(plan: Plan, release: Release | None = None) -> tuple[list[tuple[str, list]], str]:
     """(flag, values) overrides for torchtitan 0.3 and the activation-checkpoint subcommand that
     must come last. ``check_cli`` must have passed."""
@@ -409,7 +424,10 @@ def cli_words(plan: Plan, release: Release | None = None) -> tuple[list[tuple[st
         else:
             items.append((f"--{key}", [str(value)]))
     extra = [("training.disable_cuda_graphs", [])] if plan.pp > 1 else []
-    extra.append(("compile.no_enable_async_tensor_parallel", []))
+    if async_tp(plan):
+        extra += [("compile.enable", []), ("compile.enable_async_tensor_parallel", [])]
+    else:
+        extra.append(("compile.no_enable_async_tensor_parallel", []))
     items += [(f"--{k}", v) for k, v in extra]
     subcommand = "activation_checkpoint:" + plan.recompute
     fields = {cli_field(f) for f, _ in items} | {cli_field(subcommand)} | {"training.steps", "hf_assets_path"}
@@ -426,10 +444,13 @@ def toml_settings(plan: Plan, release: Release | None = None) -> list[tuple[str,
     if plan.precision == "fp8":
         out.append(("model.converters", [names["converter"]]))
     out += _batch_settings(plan) + [("training.steps", 100)]
-    if plan.precision == "fp8" or plan.kernels == "fused":
-        # torch.compile fuses the elementwise work between GEMMs, as the "fused" pricing assumes.
+    if plan.precision == "fp8" or plan.kernels == "fused" or async_tp(plan):
+        # torch.compile fuses the elementwise work between GEMMs, as the "fused" pricing assumes
+        # (and async TP runs only under compile).
         out.append((names["compile"], True))
     out += _parallel_settings(plan, release, "toml")
+    if async_tp(plan):
+        out.append(("parallelism.enable_async_tensor_parallel", True))
     out.append(("activation_checkpoint.mode", plan.recompute))
     if plan.recompute == "selective":
         out.append(("activation_checkpoint.selective_ac_option", "op"))
@@ -452,7 +473,7 @@ def _cli_notes(plan: Plan, release: Release) -> list[str]:
         out.append("fp8: the llama3_405b config converts linears to torchao Float8Linear and compiles the model.")
     if plan.zero == 0:
         out.append("zero 0: torchtitan applies FSDP over the [replicate, shard=1] mesh, i.e. plain replication.")
-    return out
+    return out + _async_tp_note(plan)
 
 
 def _toml_notes(plan: Plan, release: Release) -> list[str]:
@@ -464,6 +485,7 @@ def _toml_notes(plan: Plan, release: Release) -> list[str]:
                    f"{names['compile']} on as torchtitan recommends.")
     if plan.pp > 1 and release.family == "0.1":
         out.append("Pipeline split as pipeline_parallel_split_points (this release has no first/last-stage weights).")
+    out += _async_tp_note(plan)
     out.append(f"torchtitan reads the vocabulary from its tokenizer: point {names['assets']} at the model's tokenizer.")
     out.append("Data: training.dataset is left at torchtitan's default (c4_test, a sample in its source tree); set it "
                "(e.g. \"c4\") for a real run.")

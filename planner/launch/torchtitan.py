@@ -232,6 +232,8 @@ def _degrees(c: _Config) -> None:
     _put(c, "sequence_parallel", sp and launch.values["tp"] > 1, "parallelism.enable_sequence_parallel")
     async_tp = c.get("compile.enable_async_tensor_parallel") or c.settings.get("parallelism.enable_async_tensor_parallel")
     _put(c, "tp_comm_overlap", bool(async_tp) and launch.values["tp"] > 1, "compile.enable_async_tensor_parallel")
+    if async_tp and launch.values["tp"] > 1:  # torchtitan's only TP overlap: PyTorch async TP
+        launch.state("tp_overlap_kind", "asynctp")
     if c.get("parallelism.module_fqns_per_model_part"):
         launch.cannot("parallelism.module_fqns_per_model_part", "with the first/last-stage weights' split")
     if c.get("parallelism.disable_loss_parallel"):

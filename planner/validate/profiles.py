@@ -176,6 +176,9 @@ PROFILES: tuple[Profile, ...] = (
         Entry({"loss": "eager"}, "eager F.cross_entropy on FP32 logits",
               source="torchtitan train.py: F.cross_entropy(pred.flatten(0, 1).float(), ...) outside the compiled "
                      "blocks (compiling the loss is disabled there)"),
+        Entry({"tp_overlap_kind": "asynctp"}, "",
+              source="torchtitan parallelism.enable_async_tensor_parallel: torch.compile's micro-pipeline TP "
+                     "(torch/_inductor/fx_passes/micro_pipeline_tp.py), not TransformerEngine userbuffers"),
     )),
     Profile("Composer/llm-foundry (2024)", r"composer|llm-foundry", (
         Entry({"kernels": "eager"}, _EAGER_STATED.assumption,

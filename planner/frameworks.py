@@ -151,22 +151,6 @@ def apply_framework(fw: FrameworkSettings, layout: dict, given, model=None) -> d
             "assumptions": fw.assumptions, "source": fw.release.source}
 
 
-def framework_lines(info: dict) -> list[str]:
-    """Readable lines for a record's ``framework`` entry."""
-    settings = ", ".join(f"{k} {'+'.join(v) if isinstance(v, (tuple, list)) else v}"
-                         for k, v in info["settings"].items()) or "nothing beyond the defaults"
-    lines = [f"framework {info['name']} ({info['profile']} profile): {settings}"]
-    lines += [f"  - {line}" for line in info["assumptions"]]
-    if info["overridden_by_flags"]:
-        lines.append(f"  your flags kept: {', '.join(info['overridden_by_flags'])}")
-    if info["not_applied"]:
-        lines.append(f"  not applied here (evaluate and export only): {', '.join(info['not_applied'])}")
-    if info["available"]:
-        lines.append("  available, set by flag: " + ", ".join(
-            f"--{k.replace('_', '-')}" for k in info["available"]))
-    return lines
-
-
 _CATALOG_CASES = (("fp8", dict(precision="fp8")), ("selective", dict(recompute="selective")),
                   ("moe+mla on h100", dict(model_parts=frozenset({"moe", "mla"}), gpu="h100-sxm")))
 """The job facts the catalog tries beside a dense BF16 job, to show what an entry depends on."""

@@ -120,8 +120,6 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
     if rec.get("calibration"):
         lines.append(f"constants from calibration profile {rec['calibration']}")
     if rec.get("framework"):
-        from planner.frameworks import framework_lines
-
         lines += framework_lines(rec["framework"])
     lines.append("")
     step = rec["step_time_s"]
@@ -166,3 +164,19 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
         lines.append(f"  ZeRO-{lay['zero']} under PP: FSDP2 in torch.distributed.pipelining keeps gradients (and weights")
         lines.append("  after a backward) unsharded until the last micro-batch, so memory is ZeRO-1's.")
     return "\n".join(lines)
+
+
+def framework_lines(info: dict) -> list[str]:
+    """Readable lines for a record's ``framework`` entry (``planner.frameworks.apply_framework``)."""
+    settings = ", ".join(f"{k} {'+'.join(v) if isinstance(v, (tuple, list)) else v}"
+                         for k, v in info["settings"].items()) or "nothing beyond the defaults"
+    lines = [f"framework {info['name']} ({info['profile']} profile): {settings}"]
+    lines += [f"  - {line}" for line in info["assumptions"]]
+    if info["overridden_by_flags"]:
+        lines.append(f"  your flags kept: {', '.join(info['overridden_by_flags'])}")
+    if info["not_applied"]:
+        lines.append(f"  not applied here (evaluate and export only): {', '.join(info['not_applied'])}")
+    if info["available"]:
+        lines.append("  available, set by flag: " + ", ".join(
+            f"--{k.replace('_', '-')}" for k in info["available"]))
+    return lines

@@ -120,7 +120,7 @@ def format_summary(stats: dict) -> str:
     if stats.get("calibration"):
         line += f"\nconstants from calibration profile {stats['calibration']}"
     if stats.get("framework"):
-        from planner.frameworks import framework_lines
+        from planner.report import framework_lines
 
         line += "\n" + "\n".join(framework_lines(stats["framework"]))
     return line

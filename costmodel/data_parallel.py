@@ -3,8 +3,11 @@ the compute that hidden collectives slow down.
 
 ZeRO (Rajbhandari et al. 2020) shards optimizer states (stage 1), gradients (2) and weights (3)
 over the data-parallel x context-parallel ranks; experts over their own expert-data-parallel
-group (Megatron-Core MoE parallel folding). Priced on the stage holding the most parameters.
-The only module that reads ``batch.zero3_gather`` (early DeepSpeed's blocking ZeRO-3).
+group (Megatron-Core MoE parallel folding). With hybrid sharding (``dp_shard``: HSDP, MiCS,
+Megatron's distributed-optimizer instances) over dp_shard x cp ranks only, the shards
+all-reduced across the dp / dp_shard replicas. Priced on the stage holding the most parameters.
+The only module that reads ``batch.zero3_gather`` (early DeepSpeed's blocking ZeRO-3) and
+``batch.dp_shard``.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ class Sharding:
     zero: np.ndarray
     """ZeRO stage, 0-3."""
     dense_shard: np.ndarray
-    """Ranks dense states are sharded over: dp · c."""
+    """Ranks dense states are sharded over: dp · c, or dp_shard · c with hybrid sharding."""
+    replicas: np.ndarray
+    """Copies of each shard across data parallel: dp / dp_shard (1 without hybrid sharding)."""
     expert_shard: np.ndarray
     """Ranks expert states are sharded over: the expert-data-parallel size t·c·dp / (ep·etp)."""
     pipelined_fsdp: np.ndarray
@@ -55,12 +60,17 @@ def sharding(ctx: ChunkContext) -> Sharding:
     """ZeRO sharding of ``ctx``'s layouts (the only reader of ``batch.zero`` and ``grad_dtype``)."""
     batch = ctx.batch
     zero = batch.zero
-    dense_shard = ctx.dp * ctx.cp
-    expert_shard = np.maximum(ctx.tp * ctx.cp * ctx.dp / (ctx.ep * ctx.etp), 1.0)
+    # Hybrid sharding: states sharded over dp_shard consecutive data-parallel ranks, replicated
+    # over the dp / dp_shard groups (MiCS, Zhang et al. 2022 Sec. 3; FSDP HYBRID_SHARD).
+    shard = np.where(batch.dp_shard > 0, np.minimum(batch.dp_shard, ctx.dp), ctx.dp)
+    replicas = ctx.dp / shard
+    dense_shard = shard * ctx.cp
+    expert_shard = np.maximum(ctx.tp * ctx.cp * ctx.dp / (ctx.ep * ctx.etp) / replicas, 1.0)
     pipelined_fsdp = (ctx.pp > 1) & (zero >= 2)
     return Sharding(
         zero=zero,
         dense_shard=dense_shard,
+        replicas=replicas,
         expert_shard=expert_shard,
         pipelined_fsdp=pipelined_fsdp,
         unreplicated=(dense_shard == 1) & (expert_shard <= 1),
@@ -79,6 +89,9 @@ class Traffic:
     """Gradient reduce-scatter (ZeRO >= 1)."""
     param_all_gather: np.ndarray
     """All-gather of the BF16 weights (updated shards for ZeRO-1/2, every use for ZeRO-3)."""
+    grad_replica_all_reduce: np.ndarray
+    """Hybrid sharding: the all-reduce of each reduce-scattered gradient shard across the
+    replicas, once a step (0 without replicas)."""
     algorithm: np.ndarray
     """Algorithm code of the gradient all-reduce (``collectives.ALGORITHMS``)."""
     dp_local: np.ndarray
@@ -93,7 +106,10 @@ def traffic(ctx: ChunkContext, sh: Sharding, heavy: HeaviestStage) -> Traffic:
     max(40M, 1M x dp) parameters; every piece pays the collective's latency."""
     batch = ctx.batch
     # Data-parallel ranks stride t (order tp-cp-ep-dp-pp, cp folded in); experts stride ep·etp.
-    dp_local, dp_nodes = group_span(batch.dp * batch.cp, batch.tp, ctx.domain)
+    # ZeRO's collectives run over the sharding group: with hybrid sharding, dp_shard consecutive
+    # data-parallel ranks (torchtitan's [replicate, shard] mesh), the replicas stride t·c·dp_shard.
+    shard_ranks = sh.dense_shard.astype(np.int64)
+    dp_local, dp_nodes = group_span(shard_ranks, batch.tp, ctx.domain)
     edp_local, edp_nodes = group_span(np.maximum(sh.expert_shard.astype(np.int64), 1), batch.ep * batch.etp, ctx.domain)
     bucket_params = np.maximum(BUCKET_PARAMS, 1e6 * sh.dense_shard)
     pieces = np.where(
@@ -114,7 +130,24 @@ def traffic(ctx: ChunkContext, sh: Sharding, heavy: HeaviestStage) -> Traffic:
     grad_ar, algo = per_step("all_reduce", sh.grad_bytes)
     grad_rs, _ = per_step("reduce_scatter", sh.grad_bytes)
     param_ag, _ = per_step("all_gather", PARAM_GATHER_BYTES)
-    return Traffic(grad_ar, grad_rs, param_ag, algo, dp_local, dp_nodes)
+    replica_ar = replica_all_reduce(ctx, sh, heavy, pieces)
+    return Traffic(grad_ar, grad_rs, param_ag, replica_ar, algo, dp_local, dp_nodes)
+
+
+def replica_all_reduce(ctx: ChunkContext, sh: Sharding, heavy: HeaviestStage, pieces):
+    """Seconds of the hybrid-sharding all-reduce: each rank's gradient shard (dense params /
+    dense_shard + expert params / expert_shard, per piece) across the dp / dp_shard replicas,
+    after the reduce-scatter inside the shard group (Megatron-Core param_and_grad_buffer.py:
+    reduce-scatter within a distributed-optimizer instance, then all-reduce across instances;
+    FSDP HYBRID_SHARD the same)."""
+    if not np.any(sh.replicas > 1):
+        return np.zeros(ctx.n)
+    batch = ctx.batch
+    rep_local, rep_nodes = group_span(sh.replicas.astype(np.int64), batch.tp * sh.dense_shard.astype(np.int64),
+                                      ctx.domain)
+    shard_bytes = sh.grad_bytes * (heavy.dense / sh.dense_shard + heavy.expert / sh.expert_shard) / pieces
+    t, _ = collectives.collective_time("all_reduce", shard_bytes, rep_local, rep_nodes, ctx.fabric)
+    return np.where(sh.replicas > 1, pieces * t, 0.0)
 
 
 def overlap_windows(ctx: ChunkContext, stage_compute):
@@ -145,10 +178,11 @@ def replicated_exposure(sh: Sharding, tr: Traffic, windows, rs_count):
     the reduce-scatter there, and the all-gather of updated weights beyond the next step's
     first forward (--overlap-param-gather)."""
     window_fwd, window_bwd = windows
+    rs, ar = tr.grad_reduce_scatter, tr.grad_replica_all_reduce
     return np.where(
         sh.zero == 0,
         np.maximum(tr.grad_all_reduce - window_bwd, 0.0),
-        rs_count * np.maximum(tr.grad_reduce_scatter - window_bwd, 0.0)
+        (rs_count - 1.0) * np.maximum(rs - window_bwd, 0.0) + np.maximum(rs + ar - window_bwd, 0.0)
         + np.maximum(tr.param_all_gather - window_fwd, 0.0),
     )
 
@@ -157,16 +191,18 @@ def zero3_exposure(ctx: ChunkContext, sh: Sharding, tr: Traffic, windows, heavy:
     """Exposed seconds of ZeRO-3 / FSDP per step, and whether it ran pipelined."""
     window_fwd, window_bwd = windows
     ag, rs, m = tr.param_all_gather, tr.grad_reduce_scatter, ctx.m
+    ar = tr.grad_replica_all_reduce  # hybrid sharding: once a step, in the last backward
     # Every micro-batch gathers weights for forward and again for backward and reduce-scatters
     # gradients (Rajbhandari et al. 2020 Sec. 5.3; FSDP2 default), hidden behind its compute.
-    z3 = (np.maximum(ag - window_fwd, 0.0) + np.maximum(ag + rs - window_bwd, 0.0)) * m
+    z3 = (np.maximum(ag - window_fwd, 0.0) * m + np.maximum(ag + rs - window_bwd, 0.0) * (m - 1.0)
+          + np.maximum(ag + rs + ar - window_bwd, 0.0))
     # Under a pipeline (the export's reshard_after_forward=always): gathered for the step's first
     # forward, freed after each forward and gathered again for its backward (which keeps them),
     # gradients reduce-scattered once a step.
     pipelined = sh.pipelined_fsdp & (sh.zero == 3)
     z3 = np.where(
         pipelined,
-        np.maximum(ag - window_fwd, 0.0) + m * np.maximum(ag - window_bwd, 0.0) + np.maximum(rs - window_bwd, 0.0),
+        np.maximum(ag - window_fwd, 0.0) + m * np.maximum(ag - window_bwd, 0.0) + np.maximum(rs + ar - window_bwd, 0.0),
         z3,
     )
     # Early DeepSpeed ZeRO-3 (2021): per-tensor gathers behind torch.cuda.synchronize(), nothing
@@ -210,10 +246,10 @@ def data_parallel_comm(ctx: ChunkContext, sh: Sharding, heavy: HeaviestStage, st
     is_z3 = sh.zero == 3
     zero3_exposed = np.where(sh.unreplicated, 0.0, np.where(is_z3, z3, 0.0))
     dp_exposed = np.where(sh.unreplicated, 0.0, np.where(is_z3, 0.0, replicated_exposure(sh, tr, windows, rs_count)))
-    ag, rs, m = tr.param_all_gather, tr.grad_reduce_scatter, ctx.m
-    dp_hidden = np.where(sh.zero == 0, tr.grad_all_reduce, rs_count * rs + ag) - dp_exposed
+    ag, rs, m, ar = tr.param_all_gather, tr.grad_reduce_scatter, ctx.m, tr.grad_replica_all_reduce
+    dp_hidden = np.where(sh.zero == 0, tr.grad_all_reduce, rs_count * rs + ar + ag) - dp_exposed
     dp_hidden = np.where(is_z3 | sh.unreplicated, 0.0, dp_hidden)
-    z3_traffic = np.where(z3_pipelined, (1.0 + m) * ag + rs, (2.0 * ag + rs) * m)
+    z3_traffic = np.where(z3_pipelined, (1.0 + m) * ag + rs, (2.0 * ag + rs) * m) + ar
     z3_hidden = np.where(is_z3, np.maximum(z3_traffic - zero3_exposed, 0.0), 0.0)
     z3_hidden = np.where(sh.unreplicated, 0.0, z3_hidden)
     return DataParallelComm(

@@ -341,6 +341,19 @@ class Layout:
     and under torch.distributed.pipelining it keeps gradients unsharded for the whole step:
     priced with ZeRO-1's footprint (ZeRO-3 re-gathers weights for each backward)."""
 
+    dp_shard: Optional[int] = option(
+        None, "ZeRO sharding group (HSDP): shard model states over this many data-parallel ranks and replicate them "
+        "over dp/dp_shard groups (torchtitan data_parallel_shard_degree, Megatron --num-distributed-optimizer-instances "
+        "dp/dp_shard, DeepSpeed MiCS mics_shard_size). Default: all data-parallel ranks. Applied where it divides dp.",
+        kind=OPTIONAL_INT, minimum=1, maximum=MAX_GPUS, unit="ranks", search=SETTING, group=IMPLEMENTATION,
+        source="Zhang et al. 2022 (MiCS), Sec. 3; PyTorch FSDP HYBRID_SHARD; Megatron-Core param_and_grad_buffer.py "
+               "(reduce-scatter inside a distributed-optimizer instance, then all-reduce across instances)",
+        rules=("dp_shard_divides_dp",))
+    """Hybrid sharding: ZeRO shards states over ``dp_shard`` consecutive data-parallel ranks (times
+    cp) and keeps dp/dp_shard replicas. Gradients are reduce-scattered inside a shard group and
+    the shards all-reduced across the replicas; weights are all-gathered inside the group only.
+    None = shard over every data-parallel rank (plain ZeRO / FSDP). Needs zero >= 1."""
+
     # ---------------------------------------------------------------- batch
     mbs: int = option(1, "Micro-batch size (sequences).", minimum=1, maximum=MAX_GBS, group=BATCH, unit="sequences",
                       rules=("mbs_positive", "gbs_divisible_by_dp_mbs"))

@@ -35,7 +35,10 @@ def _row(rec: dict, multi_hw: bool, extra_cols: list[str], splits: bool = False,
     row = [str(rec.get("rank", "")) + ("≈" if rec.get("ties_best") else "")]
     if multi_hw:
         row += [rec["gpu"], str(rec["gpus"])]
-    row += [str(lay[k]) for k in ("dp", "tp", "pp", "vpp", "cp", "ep", "zero", "mbs", "grad_accum")]
+    row += [str(lay[k]) for k in ("dp", "tp", "pp", "vpp", "cp", "ep")]
+    # Hybrid sharding shows its shard group: "3/8" = ZeRO-3 over groups of 8 data-parallel ranks.
+    row.append(str(lay["zero"]) + (f"/{lay['dp_shard']}" if lay.get("dp_shard") else ""))
+    row += [str(lay[k]) for k in ("mbs", "grad_accum")]
     if splits:
         st = lay.get("stage_layers")
         row.append(f"{st[0]}/{st[1] if len(st) > 2 else '-'}/{st[-1]}" if st else "-")

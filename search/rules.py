@@ -421,6 +421,17 @@ def _x_modules_selective(ctx, v):
             f"selective (it applies only to selective recompute; got {_name(RECOMPUTE, v.get('recompute', 1))})")
 
 
+def _dp_shard(ctx, c):
+    shard = _a(c, "dp_shard", 0)
+    dp = _a(c, "dp", 1)
+    return (shard == 0) | ((_a(c, "zero", 1) >= 1) & (dp % np.maximum(shard, 1) == 0))
+
+
+def _x_dp_shard(ctx, v):
+    return (f"dp_shard={v.get('dp_shard')} must divide dp={v['dp']} and needs zero >= 1 to shard anything "
+            f"(got zero={v['zero']})")
+
+
 def _tp_overlap_kind(ctx, c):
     on = np.asarray(c.get("tp_comm_overlap", False)).astype(bool)
     return (_a(c, "tp_overlap_kind", 0) == 0) | on
@@ -626,6 +637,10 @@ RULES: tuple[Rule, ...] = (
     Rule("moe_dispatcher_needs_moe", "a MoE token dispatcher other than alltoall needs an MoE model",
          ("moe_dispatcher",), _dispatcher_moe, _x_dispatcher_moe,
          source="Megatron-LM --moe-token-dispatcher-type (MoE layers only)"),
+    Rule("dp_shard_divides_dp", "the ZeRO sharding group (dp_shard) divides dp, with zero >= 1",
+         ("dp_shard", "dp", "zero"), _dp_shard, _x_dp_shard,
+         source="PyTorch FSDP2 HSDP mesh [replicate, shard]; Megatron-Core parallel_state.py (dp divisible by "
+                "num_distributed_optimizer_instances)"),
     Rule("tp_overlap_kind_needs_tp_comm_overlap", "a TP overlap kind other than userbuffers needs TP comm overlap",
          ("tp_overlap_kind", "tp_comm_overlap"), _tp_overlap_kind, _x_tp_overlap_kind,
          source="torchtitan parallelism.enable_async_tensor_parallel (with compile and TP > 1)"),

@@ -164,6 +164,18 @@ def test_higher_zero_never_more_memory(h100):
         assert np.all(hi <= lo + 1e-9)
 
 
+def test_smaller_shard_group_never_less_memory(h100):
+    # Hybrid sharding over fewer ranks holds larger shards (memory never lower), and its
+    # sharded collectives run over fewer ranks; the replicas add an all-reduce of the shard.
+    base = dict(tp=np.array([1, 8]), pp=1, dp=np.array([64, 8]), mbs=1, gbs=256, seq_len=2048, zero=3)
+    peaks = []
+    for shard in (0, 8, 4, 2):  # 0: all data-parallel ranks
+        out = evaluate_batch(LLAMA_405B, h100, LayoutBatch.from_arrays(dp_shard=shard, **base))
+        peaks.append(out.memory_gib["peak"])
+    for lo, hi in zip(peaks, peaks[1:]):
+        assert np.all(hi >= lo - 1e-9)
+
+
 def test_zero_2_and_3_under_a_pipeline_keep_zero_1_footprint(h100):
     # FSDP2 under torch.distributed.pipelining (stage.py backward_maybe_with_nosync) keeps
     # gradients, and after a backward the weights, unsharded until the step's last micro-batch:

@@ -93,6 +93,22 @@ def test_tensor_parallel_overlap_exposure_and_sm_margin():
     assert cost[1] == 0.0
 
 
+def test_hybrid_sharding_shards_inside_the_group_and_all_reduces_across_replicas():
+    # dp 32, tp 1, dp_shard 8: ZeRO-1 shards over the 8 ranks of one NVLink domain and keeps
+    # 32 / 8 = 4 replicas, one per domain (stride 8). Each rank's gradient shard, 4 B x 8e9 / 8
+    # params, is all-reduced across the 4 replicas in 200 pieces of 2e7 B: a ring over 4 domains,
+    # 2(n-1) alpha + 2(n-1)/n S/B per piece = 6 x 10 us + 1.5 x 2e7 / 10 GB/s = 3.06 ms; 0.612 s.
+    ctx = _ctx(LLAMA_8B, tp=1, dp=32, zero=1, dp_shard=8)
+    sh = data_parallel.sharding(ctx)
+    assert (sh.dense_shard[0], sh.replicas[0]) == (8.0, 4.0)
+    heavy = SimpleNamespace(dense=np.array([8e9]), expert=np.array([0.0]))
+    t = data_parallel.replica_all_reduce(ctx, sh, heavy, np.array([200.0]))
+    assert t[0] == pytest.approx(200 * (6 * ALPHA_NET + 1.5 * 2e7 / B_NET), rel=1e-9)
+    # dp_shard = dp is plain ZeRO: one replica, nothing to all-reduce.
+    full = data_parallel.sharding(_ctx(LLAMA_8B, tp=1, dp=32, zero=1, dp_shard=32))
+    assert (full.dense_shard[0], full.replicas[0]) == (32.0, 1.0)
+
+
 def test_async_tp_hides_the_forward_passes_only():
     # tp 4, SP, each collective 1 ms beside 2 ms GEMMs: userbuffers leave the 1/tp chunk,
     # 0.25 ms, of each of the 4 collectives a layer runs per pass, in every pass. PyTorch async TP
@@ -248,9 +264,13 @@ def test_data_parallel_zero_exposure():
     # backward window (max(0, 3 - 2.5)) + all-gather beyond the forward one (max(0, 2 - 1)).
     sh = SimpleNamespace(zero=np.array([0, 1]))
     tr = SimpleNamespace(grad_all_reduce=np.array([4.0, 4.0]), grad_reduce_scatter=np.array([3.0, 3.0]),
-                         param_all_gather=np.array([2.0, 2.0]))
+                         param_all_gather=np.array([2.0, 2.0]), grad_replica_all_reduce=np.zeros(2))
     exposed = data_parallel.replicated_exposure(sh, tr, (1.0, 2.5), 1.0)
     np.testing.assert_allclose(exposed, [1.5, 1.5])
+    # Hybrid sharding: the replicas' all-reduce (1 s) follows the last reduce-scatter in the same
+    # backward window: ZeRO-1 max(0, 3 + 1 - 2.5) + 1 = 2.5.
+    tr.grad_replica_all_reduce = np.array([1.0, 1.0])
+    np.testing.assert_allclose(data_parallel.replicated_exposure(sh, tr, (1.0, 2.5), 1.0), [1.5, 2.5])
     # ZeRO-2 reduce-scatters after every micro-batch, except pipelined (FSDP2, once a step).
     sh = SimpleNamespace(zero=np.array([1, 2, 2]), pipelined_fsdp=np.array([False, False, True]))
     np.testing.assert_array_equal(data_parallel.reduce_scatters_per_step(sh, 8.0), [1.0, 8.0, 1.0])
@@ -268,7 +288,7 @@ def test_data_parallel_overlap_off_exposes_every_collective():
     np.testing.assert_array_equal((fwd, bwd), ([0.0], [0.0]))
     sh = SimpleNamespace(zero=np.array([1]))
     tr = SimpleNamespace(grad_all_reduce=np.array([4.0]), grad_reduce_scatter=np.array([3.0]),
-                         param_all_gather=np.array([2.0]))
+                         param_all_gather=np.array([2.0]), grad_replica_all_reduce=np.zeros(1))
     np.testing.assert_allclose(data_parallel.replicated_exposure(sh, tr, (fwd, bwd), 1.0), [5.0])
 
 

@@ -294,6 +294,11 @@ def split_points(plan: Plan) -> list[str]:
 
 def check_common(plan: Plan) -> None:
     """Rules every target shares (flavor, whole nodes, torch pipeline schedules)."""
+    if async_tp(plan) and plan.kernels == "eager":
+        raise CannotExpress("torchtitan_async_tp_compiles", "TP overlap in torchtitan is async TP, which runs only under "
+                            "torch.compile, and the plan prices eager kernels: price it with --kernels fused, or "
+                            "without --tp-comm-overlap", "torchtitan config: CompileConfig __post_init__ (async TP needs "
+                            "compile.enable)")
     if partial_recompute_per_chunk(plan):
         raise CannotExpress("torchtitan_partial_recompute", "recomputing only some layers of each stage is Megatron's "
                             "block method; torchtitan has no equivalent setting", "planner.export")
@@ -361,7 +366,9 @@ def _local_batch(plan: Plan) -> int:
 def _dp_settings(plan: Plan) -> list[tuple[str, object]]:
     if plan.zero == 0:
         return [("parallelism.data_parallel_replicate_degree", plan.dp), ("parallelism.data_parallel_shard_degree", 1)]
-    return [("parallelism.data_parallel_replicate_degree", 1), ("parallelism.data_parallel_shard_degree", plan.dp),
+    shard = plan.dp_shard or plan.dp  # HSDP: FSDP over the shard groups, replicated over dp / shard
+    return [("parallelism.data_parallel_replicate_degree", plan.dp // shard),
+            ("parallelism.data_parallel_shard_degree", shard),
             ("parallelism.fsdp_reshard_after_forward", "always" if plan.zero == 3 else "never")]
 
 

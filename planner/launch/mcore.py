@@ -325,7 +325,8 @@ def _data_parallel(s: Settings, launch: Launch) -> None:
         launch.default("zero", 0, f"no {s.label('use_distributed_optimizer')}")
     _set(launch, s, "dp_comm_overlap", "overlap_grad_reduce", s.flag("overlap_grad_reduce"), False, "")
     if s.int("num_distributed_optimizer_instances", 1) > 1:
-        launch.cannot(s.label("num_distributed_optimizer_instances"), "one distributed-optimizer instance")
+        launch.cannot(s.label("num_distributed_optimizer_instances"),
+                      "one distributed-optimizer instance (--dp-shard dp/instances prices hybrid sharding)")
 
 
 def _precision(s: Settings, launch: Launch) -> None:

@@ -257,8 +257,11 @@ def _data_parallel(c: _Config) -> None:
         zero = 3 if policy == "always" else 2
     stated = "parallelism.data_parallel_shard_degree" in c.settings or "parallelism.fsdp_reshard_after_forward" in c.settings
     (launch.state if stated else lambda o, v: launch.default(o, v, "FSDP2 over the leftover ranks"))("zero", zero)
-    if shard > 1 and replicate > 1:
-        launch.cannot(f"HSDP (replicate {replicate} x shard {shard})", f"as ZeRO-{zero} over all {replicate * shard} ranks")
+    if shard > 1 and replicate > 1:  # HSDP: FSDP over shard groups, replicated across them
+        launch.state("dp_shard", shard)
+    elif shard == -1 and replicate > 1:
+        launch.cannot(f"HSDP (replicate {replicate} x the leftover shard ranks)",
+                      f"as ZeRO-{zero} over all data-parallel ranks (state the shard degree to price HSDP)")
     if shard > 0:
         launch.dp = replicate * shard
     launch.values["dp_comm_overlap"] = True  # FSDP2 prefetch / DDP bucketing

@@ -1,0 +1,63 @@
+"""Hybrid sharding (--dp-shard: HSDP, MiCS, Megatron's distributed-optimizer instances) from the
+command line to the launch files and back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LAUNCH = Path(__file__).parent / "data" / "launch"
+
+
+def run(*args):
+    proc = subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+# Llama 3 70B on 256 H100 at TP 8: dp = 256 / 8 = 32; shard groups of 8 -> 32 / 8 = 4 replicas.
+JOB = ("--model", "llama3-70b", "--gpus", "256", "--gpu", "h100", "--tp", "8", "--mbs", "2", "--gbs", "512",
+       "--recompute", "full", "--dp-shard", "8")
+
+
+def test_export_writes_the_shard_group_for_every_launcher(tmp_path):
+    code, out, err = run("export", *JOB, "--zero", "3", "--out", str(tmp_path))
+    assert code == 0, err
+    toml = (tmp_path / "torchtitan.toml").read_text()
+    assert "data_parallel_replicate_degree = 4" in toml and "data_parallel_shard_degree = 8" in toml
+    assert "--num-distributed-optimizer-instances 4" in (tmp_path / "megatron_args.sh").read_text()
+    ds = json.loads((tmp_path / "deepspeed_config.json").read_text())
+    assert ds["zero_optimization"]["mics_shard_size"] == 8
+
+
+def test_deepspeed_refuses_hybrid_sharding_below_zero3(tmp_path):
+    # DeepSpeed's hybrid sharding is MiCS, a ZeRO-3 feature; Megatron's instances take ZeRO-1.
+    code, out, err = run("export", *JOB, "--zero", "1", "--out", str(tmp_path))
+    assert code == 0, err
+    assert "skipped deepspeed" in out and "MiCS" in out
+    assert "--num-distributed-optimizer-instances 4" in (tmp_path / "megatron_args.sh").read_text()
+
+
+def test_evaluate_prices_larger_shards_and_refuses_a_group_that_does_not_divide_dp():
+    full = json.loads(run("evaluate", *JOB[:-2], "--zero", "1", "--json")[1])
+    hybrid = json.loads(run("evaluate", *JOB, "--zero", "1", "--json")[1])
+    # ZeRO-1 optimizer states (12 B per parameter) over 8 ranks instead of 32: 4x the memory.
+    assert hybrid["memory_gib"]["optimizer"] == pytest.approx(4 * full["memory_gib"]["optimizer"], rel=1e-9)
+    assert hybrid["layout"]["dp_shard"] == 8
+    code, out, err = run("evaluate", *JOB[:-1], "6", "--zero", "1")
+    assert code == 2 and "dp_shard=6 must divide dp=32" in err and len(err.strip().splitlines()) == 1
+
+
+def test_torchtitan_hsdp_reads_back_as_its_shard_group(tmp_path):
+    toml = (LAUNCH / "torchtitan_llama3_70b.toml").read_text().replace(
+        "data_parallel_replicate_degree = 1\ndata_parallel_shard_degree = -1",
+        "data_parallel_replicate_degree = 4\ndata_parallel_shard_degree = 8")
+    path = tmp_path / "hsdp.toml"
+    path.write_text(toml)
+    code, out, err = run("evaluate", "--from-launch", str(path), "--gpu", "h100", "--json")
+    assert code in (0, 3), err
+    lay = json.loads(out)["layout"]
+    assert (lay["dp"], lay["dp_shard"], lay["zero"]) == (32, 8, 3)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from hardware_catalog.errors import PlannerInputError
-from planner.validate.profiles import RowFacts, apply_profiles, profiles_for
+from planner.validate.profiles import RowFacts, apply_profiles, model_parts, profiles_for
 
 
 @dataclass(frozen=True)
@@ -96,9 +96,8 @@ def framework_settings(name: str, model, gpu_name: str = "", precision: str = "b
     job pins (None: searched). ``takes``: the options the command accepts (None: all); a
     profile setting outside them is listed in ``not_applied``."""
     release = get_release(name)
-    parts = frozenset(p for p, part in (("moe", model.moe), ("mla", model.mla)) if part is not None)
     facts = RowFacts(framework=release.text.lower(), year=release.year, precision=str(precision or "").lower(),
-                     recompute=recompute, gpu=gpu_name or "", model_parts=parts)
+                     recompute=recompute, gpu=gpu_name or "", model_parts=model_parts(model))
     values, assumptions = apply_profiles(facts)
     without, without_notes = apply_profiles(replace(facts, recompute=None))
     translated = frozenset(k for k in values if without.get(k) != values[k])

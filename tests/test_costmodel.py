@@ -165,8 +165,7 @@ def test_higher_zero_never_more_memory(h100):
 
 
 def test_smaller_shard_group_never_less_memory(h100):
-    # Hybrid sharding over fewer ranks holds larger shards (memory never lower), and its
-    # sharded collectives run over fewer ranks; the replicas add an all-reduce of the shard.
+    # Hybrid sharding over fewer ranks holds larger shards: per-GPU memory never lower.
     base = dict(tp=np.array([1, 8]), pp=1, dp=np.array([64, 8]), mbs=1, gbs=256, seq_len=2048, zero=3)
     peaks = []
     for shard in (0, 8, 4, 2):  # 0: all data-parallel ranks

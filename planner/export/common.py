@@ -90,6 +90,13 @@ class Plan:
         return len(set(self.stage_layers)) > 1
 
     @property
+    def shard_replicas(self) -> int:
+        """Replicas of each ZeRO shard under hybrid sharding (dp / dp_shard); 1 without it."""
+        if self.zero >= 1 and self.dp_shard and self.dp_shard < self.dp:
+            return self.dp // self.dp_shard
+        return 1
+
+    @property
     def is_moe(self) -> bool:
         return self.model.moe is not None
 

@@ -36,7 +36,7 @@ def check(plan: Plan) -> None:
         raise CannotExpress("deepspeed_no_context_parallel", f"cp={plan.cp}: DeepSpeed has no ring-attention context parallelism; "
                             "its Ulysses sequence parallelism (sequence_parallel_size) splits attention heads with "
                             "all-to-all, a different scheme with different memory and communication", "deepspeed/sequence/layer.py")
-    if plan.dp_shard and plan.dp_shard < plan.dp and plan.zero < 3:
+    if plan.shard_replicas > 1 and plan.zero < 3:
         raise CannotExpress("deepspeed_hybrid_shard_zero3", f"dp_shard={plan.dp_shard} with zero={plan.zero}: DeepSpeed "
                             "shards ZeRO-1/2 over every data-parallel rank; its hybrid sharding (MiCS, "
                             "zero_optimization.mics_shard_size) is ZeRO-3 only", "deepspeed/runtime/zero/mics.py")
@@ -74,8 +74,7 @@ def config_dict(plan: Plan) -> dict:
         # overlap_comm: reduce gradients during the backward pass (DeepSpeed config docs,
         # zero_optimization.overlap_comm), as the plan prices it with dp_comm_overlap on.
         "zero_optimization": {"stage": plan.zero, "overlap_comm": bool(plan.dp_comm_overlap),
-                              **({"mics_shard_size": plan.dp_shard} if plan.zero == 3 and plan.dp_shard
-                                 and plan.dp_shard < plan.dp else {})},
+                              **({"mics_shard_size": plan.dp_shard} if plan.shard_replicas > 1 else {})},
         "bf16": {"enabled": True},
         "fp16": {"enabled": False},
         "wall_clock_breakdown": False,

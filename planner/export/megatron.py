@@ -280,10 +280,10 @@ def _data_parallel_args(plan: Plan) -> Args:
             ("--no-gradient-accumulation-fusion", []),
             ("--ckpt-format", ["fsdp_dtensor"]),
         ]
-    if plan.zero >= 1 and plan.dp_shard and plan.dp_shard < plan.dp:
+    if plan.shard_replicas > 1:
         # Hybrid sharding: dp / dp_shard distributed-optimizer (or Megatron-FSDP) instances, each
         # sharding over dp_shard ranks (Megatron-Core param_and_grad_buffer.py: RS inside, AR across).
-        args.append(("--num-distributed-optimizer-instances", [plan.dp // plan.dp_shard]))
+        args.append(("--num-distributed-optimizer-instances", [plan.shard_replicas]))
     if plan.dp_comm_overlap:  # off: Megatron's default, collectives after the backward
         args.append(("--overlap-grad-reduce", []))
         if plan.zero >= 1:

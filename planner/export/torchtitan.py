@@ -366,9 +366,9 @@ def _local_batch(plan: Plan) -> int:
 def _dp_settings(plan: Plan) -> list[tuple[str, object]]:
     if plan.zero == 0:
         return [("parallelism.data_parallel_replicate_degree", plan.dp), ("parallelism.data_parallel_shard_degree", 1)]
-    shard = plan.dp_shard or plan.dp  # HSDP: FSDP over the shard groups, replicated over dp / shard
-    return [("parallelism.data_parallel_replicate_degree", plan.dp // shard),
-            ("parallelism.data_parallel_shard_degree", shard),
+    replicas = plan.shard_replicas  # HSDP: FSDP over the shard groups, replicated across them
+    return [("parallelism.data_parallel_replicate_degree", replicas),
+            ("parallelism.data_parallel_shard_degree", plan.dp // replicas),
             ("parallelism.fsdp_reshard_after_forward", "always" if plan.zero == 3 else "never")]
 
 

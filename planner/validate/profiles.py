@@ -40,6 +40,11 @@ class RowFacts:
     """Parts the model has: "moe", "mla"."""
 
 
+def model_parts(model) -> frozenset:
+    """The parts a model has that profile conditions test (``When.model``): "moe", "mla"."""
+    return frozenset(name for name, part in (("moe", model.moe), ("mla", model.mla)) if part is not None)
+
+
 @dataclass(frozen=True)
 class When:
     """A condition: every test given holds (a test left at its default is not made)."""

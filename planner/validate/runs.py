@@ -23,7 +23,7 @@ from typing import Optional, Union
 from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE
 from hardware_catalog.errors import PlannerInputError
 from planner.validate.models import map_model, model_notes
-from planner.validate.profiles import RowFacts, apply_profiles
+from planner.validate.profiles import RowFacts, apply_profiles, model_parts
 from planner.validate.schema import STATED_SETTINGS, RunRow, parse_row
 
 MBS_CHOICES = [1, 2, 4, 8]
@@ -302,11 +302,10 @@ def _layout_from_row(lay, model, gpus: int, pins: dict, notes: list[str]) -> dic
 def _row_facts(row: RunRow, model, gpu) -> RowFacts:
     lay = row.layout
     rc = _recompute_from_row(lay)
-    parts = {name for name, part in (("moe", model.moe), ("mla", model.mla)) if part is not None}
     key = (row.source.key or "") if not isinstance(row.source, (str, type(None))) else (row.source or "")
     return RowFacts(framework=row.framework_text().lower(), year=row.source_year(), source=key,
                     precision=str(lay.precision or "").lower(), recompute=rc[0] if rc else None, gpu=gpu.name,
-                    model_parts=frozenset(parts))
+                    model_parts=model_parts(model))
 
 
 def _apply_stated(stated: dict, pins: dict, searched: dict, assumptions: list[str]) -> None:

@@ -80,11 +80,16 @@ def _fraction(value: Any) -> Optional[float]:
     return value
 
 
+# Words with which a source says a value is unknown; text holding them reads as unknown even when it
+# names a schedule with digits ("interleaved 1F1B (V not stated)").
+_UNKNOWN_WORDS = re.compile(r"not (?:stated|known|published|given)|unstated|unknown|\?", re.I)
+
+
 def _knob(value: Any) -> Union[int, str, None]:
-    """A layout degree or batch: an integer, or unknown (null, or text without a number such as
-    "not stated", "?", "interleaved (V not stated)"); text with a number is refused as ambiguous."""
+    """A layout degree or batch: an integer, or unknown (null, or text such as "not stated", "?",
+    "interleaved 1F1B (V not stated)"); other text with a number is refused as ambiguous."""
     if isinstance(value, str):
-        if re.search(r"\d", value):
+        if re.search(r"\d", value) and not _UNKNOWN_WORDS.search(value):
             raise ValueError(f"expected an integer, or null / text saying it is not known, got {value!r} (text)")
         return value.strip() or None
     return _pos_int(value)

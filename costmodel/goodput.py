@@ -91,9 +91,12 @@ HOST_LINK_GBPS_BY_GPU = {"gb200": 450.0}
 NODE_OVERHEAD = 10_200.0 / (8 * 700.0)
 """Node power per watt of GPU TDP where a cluster's catalog entry has no node power: DGX
 H100 datasheet, system power ~10.2 kW max for 8 x 700 W H100 (CPUs, NICs, fans, NVSwitch)."""
-DIMINISHING = 0.5
-"""A step up in GPU count 'stops paying' when less than half of the GPUs added turn into
-speed: (days before / days after - 1) / (GPUs after / GPUs before - 1) < 0.5."""
+DIMINISHING = 0.8
+"""A step up in GPU count 'stops paying' when less than 80% of the GPUs added turn into speed:
+(days before / days after - 1) / (GPUs after / GPUs before - 1) < 0.8; for a doubling, the run
+then costs more than 11% more GPU-hours (2 / 1.8) for the time it saves. planner's threshold,
+set with ``planner sweep --min-scaling-efficiency``."""
+MIN_SCALING_EFFICIENCY = Bound("--min-scaling-efficiency", integer=False, above=0, maximum=1)
 
 
 @dataclass(frozen=True)
@@ -380,11 +383,11 @@ def goodput_model(gpus, total_params, held_bytes, hw: Hardware, inputs: RunInput
                    goodput=g)
 
 
-def diminishing_from(counts, days) -> Optional[int]:
-    """The first GPU count whose step up from the previous one turns less than ``DIMINISHING``
+def diminishing_from(counts, days, threshold: float = DIMINISHING) -> Optional[int]:
+    """The first GPU count whose step up from the previous one turns less than ``threshold``
     of the added GPUs into speed (None if every step pays)."""
     for (n0, d0), (n1, d1) in zip(zip(counts, days), zip(counts[1:], days[1:])):
-        if (d0 / d1 - 1.0) / (n1 / n0 - 1.0) < DIMINISHING:
+        if (d0 / d1 - 1.0) / (n1 / n0 - 1.0) < threshold:
             return n1
     return None
 

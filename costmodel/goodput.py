@@ -165,7 +165,7 @@ def parse_tokens(text, flag: str = "--train-tokens") -> float:
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return TRAIN_TOKENS.parse(float(text), where=flag)
     s = str(text).strip().replace("_", "").replace(",", "")
-    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtTpP]?)", s)
+    m = re.fullmatch(r"([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtTpP]?)", s)
     if not m:
         raise PlannerInputError(f"{flag} {str(text)[:40]!r}: not a number of tokens (allowed: e.g. 15T, 300B, "
                                 f"15e12; {TRAIN_TOKENS.allowed()})")
@@ -407,6 +407,8 @@ def run_block(record: dict, model, cluster, gpu, inputs: RunInputs) -> dict:
     params = count_params(model).total
     held = _f(held_state_bytes(record["memory_gib"]["weights"], record["memory_gib"]["optimizer"]))
     g = goodput_model(gpus, params, held, hw, inputs, step_s=float(record["step_time_s"]))
+    other = goodput_model(gpus, params, held, hw, inputs.with_(async_checkpoint=not inputs.async_checkpoint),
+                          step_s=float(record["step_time_s"]))
     write_bw, read_bw = storage_bandwidths(inputs, gpus)
     nodes = math.ceil(gpus / hw.gpus_per_node)
     it_watts = nodes * hw.node_watts
@@ -431,6 +433,8 @@ def run_block(record: dict, model, cluster, gpu, inputs: RunInputs) -> dict:
             "young_interval_min": _f(g.young_s) / 60.0,
             "daly_interval_min": _f(g.daly_s) / 60.0,
             "interval_source": "given" if inputs.checkpoint_interval_min is not None else "Daly 2006",
+            "goodput_sync": _f(other.goodput if inputs.async_checkpoint else g.goodput),
+            "goodput_async": _f(g.goodput if inputs.async_checkpoint else other.goodput),
         },
         "restart": {"relaunch_s": inputs.relaunch_s, "nccl_init_s": inputs.nccl_init_s, "load_s": _f(g.load_s),
                     "total_s": _f(g.restart_s), "lost_write_s": _f(g.lost_extra_s)},

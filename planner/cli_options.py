@@ -160,7 +160,7 @@ def run_inputs(run: dict, typed=None):
     None when neither a token budget nor a run flag was given."""
     from costmodel.goodput import RunInputs
 
-    given = {k: v for k, v in (run or {}).items() if v not in (None, False)}
+    given = {k: v for k, v in (run or {}).items() if v is not None and v is not False}
     if not given:
         return None
     return RunInputs.from_values(given)

@@ -39,7 +39,9 @@ def format_run(run: dict) -> str:
                  f"Daly {ck['daly_interval_min']:.1f} min (C = the time a save blocks, M = the job's MTBF)")
     lines.append(f"  restart     {rs['total_s']:.0f} s = relaunch {rs['relaunch_s']:g} s + NCCL init "
                  f"{rs['nccl_init_s']:g} s + load {rs['load_s']:.1f} s")
-    lines.append(f"  goodput     {run['goodput'] * 100:.1f}% of wall time is training (Daly 2006)")
+    other = "sync" if ck["mode"] == "async" else "async"
+    lines.append(f"  goodput     {run['goodput'] * 100:.1f}% of wall time is training (Daly 2006); "
+                 f"{other} save: {ck['goodput_' + other] * 100:.1f}%")
     p = run["power"]
     power = f"{p['it_mw']:.2f} MW IT ({p['gpu_mw']:.2f} MW GPUs at {i['gpu_watts']:g} W), PUE {p['pue']:g}"
     if "days" in run:

@@ -31,10 +31,20 @@ import re
 from dataclasses import dataclass, fields, replace
 from typing import Optional
 
-import numpy as np
-
-from costmodel.memory import OPTIMIZER_BYTES, WEIGHT_BYTES
 from costmodel.options import Bound
+
+
+class _LazyNumpy:
+    """numpy on first use: the CLI imports this module for its flags (``RUN_SETTINGS``) and
+    ``planner --help`` must start fast."""
+
+    def __getattr__(self, name):
+        import numpy
+
+        return getattr(numpy, name)
+
+
+np = _LazyNumpy()
 
 GIB = float(2**30)
 GB = 1e9
@@ -232,6 +242,8 @@ def checkpoint_bytes(total_params):
     the FP32 master weights + Adam's two moments (12 B/param), as ``costmodel.memory`` counts
     them (Megatron-Core distributed checkpoints save the model's params and the distributed
     optimizer's ``param`` / ``exp_avg`` / ``exp_avg_sq`` shards; gradients are not saved)."""
+    from costmodel.memory import OPTIMIZER_BYTES, WEIGHT_BYTES
+
     return (WEIGHT_BYTES + OPTIMIZER_BYTES) * np.asarray(total_params, dtype=np.float64)
 
 

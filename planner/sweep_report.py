@@ -176,10 +176,11 @@ def write_csv(path: Path, rows: list[dict]) -> None:
             best[k] = r.get(k)
         cells = _csv_rows([best])[1][0] if r.get("best") else [None] * len(head)
         out.append([s["model"], s["gpu"], s["gpus"], r.get("seq_len_used"), r.get("gbs_used"),
-                    s["tokens_per_batch"], r["status"], r.get("reason", "")] + cells + [r.get("usd_per_mtok")])
+                    s["tokens_per_batch"], r["status"], r.get("reason", "")] + cells
+                   + [r.get("usd_per_mtok"), r.get("goodput"), r.get("energy_mwh")])
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(scen + head + ["usd_per_mtok"])
+    w.writerow(scen + head + ["usd_per_mtok", "goodput", "energy_mwh"])
     w.writerows(out)
     write_text_atomically(path, buf.getvalue(), "--csv")
 

@@ -122,6 +122,9 @@ class ClusterSpec(_Cited):
     power_limit_watts: Optional[float] = Field(default=None, gt=0)
     """GPU power cap set on this cluster (nvidia-smi -pl), W; None = the board's TDP. A cap
     below TDP lowers sustained tensor-core clocks (see costmodel.compute.power_limited)."""
+    node_power_watts: Optional[float] = Field(default=None, gt=0, le=1e6)
+    """One node's maximum system power (GPUs, CPUs, NICs, fans), W, from the vendor's
+    datasheet; None = estimated from the GPUs' power (``costmodel.goodput.Hardware``)."""
 
     @model_validator(mode="after")
     def _domain_vs_node(self):

@@ -16,7 +16,7 @@ from hardware_catalog.errors import PlannerInputError
 from planner.cli_common import (add_interval_and_envelope, check_framework_use, cluster_line, planner_version,
                                 typed_flags)
 from planner.cli_errors import EXIT_NOTHING_FITS, PlannerGroup, command_line, say
-from planner.cli_options import layout_options
+from planner.cli_options import layout_options, run_options
 from planner.launch.options import FromLaunchOpt, LaunchFormatOpt
 from planner.outputs import check_output_dir, check_output_file
 from planner.plots import check_plot_path
@@ -109,6 +109,7 @@ def _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_no
 
 @app.command()
 @layout_options("evaluate")
+@run_options("evaluate")
 def evaluate(
     ctx: typer.Context,
     model: Optional[str] = ModelOpt,
@@ -127,8 +128,13 @@ def evaluate(
     calibration: Optional[Path] = CalibrationOpt,
     framework: Optional[str] = FrameworkOpt,
     layout: dict = None,
+    run: dict = None,
 ):
-    """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not (exit 3 if not)."""
+    """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not (exit 3 if not);
+    with --train-tokens, the whole run: failures, checkpoints, goodput, days, MWh, $."""
+    from planner.cli_options import run_inputs
+
+    run_in = run_inputs(run)  # bad values fail before any work
     check_framework_use(framework, from_file, from_launch)
     if from_launch is not None:
         from planner.launch.cli import evaluate_from_launch
@@ -144,12 +150,21 @@ def evaluate(
 
         say(f"wrote {plot_evaluation(record, setup, plot)}")
     add_interval_and_envelope(setup, record)
+    if run_in is not None:
+        from costmodel.goodput import run_block
+
+        record["run"] = run_block(record, setup.model, setup.cluster, setup.gpu, run_in)
     if as_json:
         typer.echo(json.dumps(record, indent=2))
     else:
         from planner.report import format_evaluation
 
         typer.echo(format_evaluation(record, cluster_line(setup)))
+        if run_in is not None:
+            from planner.run_report import format_run
+
+            typer.echo("")
+            typer.echo(format_run(record["run"]))
     if not record["fits"]:
         raise typer.Exit(EXIT_NOTHING_FITS)
 

@@ -93,3 +93,74 @@ def layout_options(command: str):
         return command_fn
 
     return decorate
+
+
+# ------------------------------------------------------------------------------ the run model
+# Flags of costmodel.goodput (failures, checkpoints, restarts, energy), from RUN_SETTINGS.
+
+_RUN_PANEL = "Run: failures, checkpoints, energy, cost"
+_BUDGET_HELP = {
+    "train_tokens": "Tokens of the whole run: 15T, 300B, 15e12. Adds the run block: wall-clock days with goodput "
+                    "(failures, checkpoints, restarts), GPU-hours, MWh (and $ with --price-per-gpu-hour).",
+    "price_per_gpu_hour": "USD per GPU-hour: adds the cost (per step, and of the run with --train-tokens).",
+}
+
+
+def _run_parameters(command: str) -> list:
+    from costmodel.goodput import RUN_SETTINGS
+
+    params = [inspect.Parameter("train_tokens", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+                                default=typer.Option(None, "--train-tokens", help=_BUDGET_HELP["train_tokens"],
+                                                     rich_help_panel=_RUN_PANEL))]
+    if command != "sweep":  # the sweep takes a price per GPU type (its own flag)
+        params.append(inspect.Parameter(
+            "price_per_gpu_hour", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[float],
+            default=typer.Option(None, "--price-per-gpu-hour", help=_BUDGET_HELP["price_per_gpu_hour"],
+                                 rich_help_panel=_RUN_PANEL)))
+    for s in RUN_SETTINGS:
+        if s.bound is None:
+            decl, ann = f"{s.flag}/--no-{s.flag[2:]}", bool
+        else:
+            decl, ann = s.flag, Optional[float]
+        shown = s.default is not None and s.bound is not None
+        help_text = s.help + (f" [default: {s.default:,.4g}]" if shown else "")
+        params.append(inspect.Parameter(
+            s.name, inspect.Parameter.KEYWORD_ONLY, annotation=ann,
+            default=typer.Option(False if s.bound is None else None, decl, help=help_text, show_default=False,
+                                 rich_help_panel=_RUN_PANEL)))
+    return params
+
+
+def run_options(command: str):
+    """Decorator for a typer command: appends the run model's flags (``costmodel.goodput
+    .RUN_SETTINGS``, ``--train-tokens`` and, but on the sweep, ``--price-per-gpu-hour``) and
+    passes their values to the function as ``run=`` (a dict, None where not given)."""
+
+    def decorate(fn):
+        signature = inspect.signature(fn, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.name != "run"]
+        added = _run_parameters(command)
+        names = [p.name for p in added]
+
+        @functools.wraps(fn)
+        def command_fn(**kwargs):
+            run = {name: kwargs.pop(name) for name in names}
+            return fn(run=run, **kwargs)
+
+        params = own + added
+        command_fn.__signature__ = signature.replace(parameters=params)
+        command_fn.__annotations__ = {p.name: p.annotation for p in params}
+        return command_fn
+
+    return decorate
+
+
+def run_inputs(run: dict, typed=None):
+    """``costmodel.goodput.RunInputs`` from the flags' values (bad values: one line, exit 2);
+    None when neither a token budget nor a run flag was given."""
+    from costmodel.goodput import RunInputs
+
+    given = {k: v for k, v in (run or {}).items() if v is not None and v is not False}
+    if not given:
+        return None
+    return RunInputs.from_values(given)

@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 
 from planner.cli_errors import EXIT_NOTHING_FITS
-from planner.cli_options import layout_options
+from planner.cli_options import layout_options, run_options
 from planner.launch.options import FromLaunchOpt, KeepOpt, LaunchFormatOpt
 from planner.search_notes import ranked_by, table_rows
 from planner.search_report import (check_outputs, format_nothing_fits, format_summary, format_table, json_default,
@@ -26,6 +26,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("search")
     @layout_options("search")
+    @run_options("search")
     def search_cmd(
         ctx: typer.Context,
         model: Optional[str] = typer.Option(None, "--model", help="Model preset (e.g. 405b) or a model / HF config.json file. Required unless --from-launch names one."),
@@ -40,8 +41,6 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="Optuna seed."),
         sampler: Optional[str] = typer.Option(None, "--sampler", help="Optuna sampler: tpe | random | nsga2 (default tpe; nsga2 with --pareto)."),
         pareto: bool = typer.Option(False, "--pareto", help="Show the Pareto front: time vs memory (vs cost with --price-per-gpu-hour)."),
-        price_per_gpu_hour: Optional[float] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour: adds cost per step (and per run)."),
-        train_tokens: Optional[float] = typer.Option(None, "--train-tokens", help="Tokens of the whole run (e.g. 15e12): adds run time (and cost)."),
         memory_headroom: float = typer.Option(0.05, "--memory-headroom", help="Fraction of HBM kept free (0.05 = a layout must fit in 95%)."),
         allow_cross_node_tp: bool = typer.Option(False, "--allow-cross-node-tp", help="Allow TP larger than the scale-up domain."),
         as_json: bool = typer.Option(False, "--json", help="Print {\"results\": [...], \"stats\": {...}}."),
@@ -57,14 +56,20 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Overwrite existing files (--csv, --export, --plot)."),
         calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile (TOML from 'planner calibrate'): its fitted constants replace the shipped ones."),
         rank_by: str = typer.Option("median", "--rank-by", help="median (the point prediction) | p10: re-rank the 256 best by the pessimistic end of their 80% interval, for a safe pick."),
-        objective: str = typer.Option("step-time", "--objective", help="What the top list ranks by: step-time | tokens-per-gpu | cost | time-to-train (they differ over a GPU-count range)."),
+        objective: str = typer.Option("step-time", "--objective", help="What the top list ranks by: step-time | tokens-per-gpu | cost | time-to-train | energy (they differ over a GPU-count range; the last three in wall time with failures, checkpoints and restarts)."),
         within_envelope: bool = typer.Option(False, "--within-envelope", help="Only layouts whose every mechanism lies where the reference runs measured it (the validated envelope)."),
         framework: Optional[str] = typer.Option(None, "--framework", help="Framework release whose profile sets how every candidate runs (attention kernel, loss, gradient dtype, ZeRO-3 gathers, ...), as validate prices its runs; flags you type win. 'planner catalog frameworks' lists them."),
         layout: dict = None,
+        run: dict = None,
     ):
         """Find the fastest parallel layouts that fit in memory (exit 3 if none fits)."""
         from hardware_catalog.errors import PlannerInputError
         from planner.cli_common import check_framework_use
+        from planner.cli_options import run_inputs
+
+        run_in = run_inputs(run)  # bad values fail before any work
+        train_tokens = run_in.train_tokens if run_in else None
+        price_per_gpu_hour = run_in.price_per_gpu_hour if run_in else None
 
         check_framework_use(framework, None, from_launch)
         if from_launch is not None:
@@ -95,8 +100,10 @@ def register(app: typer.Typer) -> None:
             stage_splits=stage_splits, progress=_progress_mode(progress),
             implementation=implementation, recompute_modules=layout["recompute_modules"],
             storage=storage, study_name=study_name, calib=calib, rank_by=rank_by, objective=objective,
-            within_envelope=within_envelope,
+            within_envelope=within_envelope, run=run_in,
         )
+        if run_in is not None:
+            _add_run_blocks(result, run_in)
         if calibration is not None:
             result.stats["calibration"] = str(calibration)
         if framework_info is not None:
@@ -110,6 +117,16 @@ def register(app: typer.Typer) -> None:
             typer.echo(line, err=as_json)
         if not result.results:
             raise typer.Exit(EXIT_NOTHING_FITS)
+
+
+def _add_run_blocks(result, run_in) -> None:
+    """Each result's "run" block (``costmodel.goodput.run_block``: failures, checkpoint, goodput,
+    days, MWh, $) and the inputs in the stats."""
+    from costmodel.goodput import run_block
+
+    for rec, (m, c, g) in zip(result.results, result.specs):
+        rec["run"] = run_block(rec, m, c, g, run_in)
+    result.stats["run_inputs"] = run_in.to_dict()
 
 
 def _apply_framework(ctx, framework, model, gpu, cluster, layout: dict):

@@ -13,6 +13,8 @@ from typing import Optional
 
 import typer
 
+from planner.cli_options import run_options
+
 SWEEP_HELP = """Best layout, time to train and cost for every scenario of a grid: models x GPU types x
 GPU counts x sequence lengths x batch sizes. Each scenario is one exhaustive search (a trial of an
 Optuna study with a GridSampler); its result is stored in the study.
@@ -34,6 +36,7 @@ def register(app: typer.Typer) -> None:
     """Add the ``sweep`` command to ``app``."""
 
     @app.command("sweep", help=SWEEP_HELP)
+    @run_options("sweep")
     def sweep_cmd(
         model: Optional[str] = typer.Option(None, "--model", help="Model presets or files, comma list: 8b,70b."),
         gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU counts: N, a list 1024,4096, A..B (doubling) or A..B:S (steps of S)."),
@@ -41,7 +44,6 @@ def register(app: typer.Typer) -> None:
         seq_len: Optional[str] = typer.Option(None, "--seq-len", help="Sequence lengths, comma list (default: the model's)."),
         gbs: Optional[str] = typer.Option(None, "--gbs", help="Global batch sizes in sequences, comma list."),
         tokens_per_batch: Optional[str] = typer.Option(None, "--tokens-per-batch", help="Global batches in tokens, comma list (instead of --gbs; default: the model's)."),
-        train_tokens: Optional[float] = typer.Option(None, "--train-tokens", help="Tokens of the whole run (e.g. 15e12): adds the time to train."),
         price: Optional[str] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour: 2.5, or per GPU type h100=2.5,b200=4: adds $ per million tokens (and the run's cost)."),
         memory_headroom: float = typer.Option(0.05, "--memory-headroom", help="Fraction of HBM kept free."),
         allow_cross_node_tp: bool = typer.Option(False, "--allow-cross-node-tp", help="Allow TP larger than the scale-up domain."),
@@ -55,20 +57,26 @@ def register(app: typer.Typer) -> None:
         plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: tokens/s/GPU and cost (or time to train) vs GPU count."),
         progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar on stderr. Default: when stderr is a terminal."),
         force: bool = typer.Option(False, "--force", help="Overwrite existing files (--csv, --plot)."),
+        objective: Optional[str] = typer.Option(None, "--objective", help="Mark each series' best GPU count by step-time | tokens-per-gpu | time-to-train | cost | energy (the last three need --train-tokens; wall time with failures, checkpoints and restarts), and where adding GPUs stops paying."),
+        min_scaling_efficiency: Optional[float] = typer.Option(None, "--min-scaling-efficiency", help="With --objective: a step up in GPU count stops paying when less than this share of the GPUs added turns into speed (default 0.8)."),
+        run: dict = None,
     ):
+        from planner.cli_options import run_inputs
         from planner.outputs import check_output_file
 
+        run_in = run_inputs(run)  # bad values fail before any work
         check_output_file(csv_file, "--csv", force)
         check_output_file(plot, "--plot", force)
-        result = _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, train_tokens, price, memory_headroom,
+        result = _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, run_in, price, memory_headroom,
                       allow_cross_node_tp, storage, study_name, wait, report_only, reclaim_running,
-                      sys.stderr.isatty() if progress is None else progress)
+                      sys.stderr.isatty() if progress is None else progress, objective, min_scaling_efficiency)
         _write_files(result, csv_file, plot)  # before printing: `| head` still gets them
         _print(result, as_json, csv_file, plot)
 
 
-def _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, train_tokens, price, memory_headroom,
-         allow_cross_node_tp, storage, study_name, wait, report_only, reclaim, progress):
+def _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, run_in, price, memory_headroom,
+         allow_cross_node_tp, storage, study_name, wait, report_only, reclaim, progress, objective=None,
+         min_scaling_efficiency=None):
     from hardware_catalog.errors import PlannerInputError
     from planner.sweep import build_spec, parse_prices, run_sweep
 
@@ -85,9 +93,10 @@ def _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, train_tokens, price, 
     spec = build_spec(model, gpus, gpu, seq_len, gbs, tokens_per_batch, memory_headroom,
                       allow_cross_node_tp) if given else None
     prices = parse_prices(price)
-    return run_sweep(spec, storage=storage, study_name=study_name, train_tokens=train_tokens,
-                     prices=prices or None, progress=progress, wait_s=wait, report_only=report_only,
-                     reclaim=reclaim)
+    return run_sweep(spec, storage=storage, study_name=study_name,
+                     train_tokens=run_in.train_tokens if run_in else None, prices=prices or None, progress=progress,
+                     wait_s=wait, report_only=report_only, reclaim=reclaim, run=run_in, objective=objective,
+                     min_scaling_efficiency=min_scaling_efficiency)
 
 
 def _write_files(result, csv_file, plot) -> None:
@@ -96,7 +105,7 @@ def _write_files(result, csv_file, plot) -> None:
     if csv_file is not None:
         sweep_report.write_csv(csv_file, result.rows)
     if plot is not None:
-        sweep_report.plot(plot, result.rows, f"planner sweep '{result.stats['study']}'")
+        sweep_report.plot(plot, result.rows, f"planner sweep '{result.stats['study']}'", result.stats.get("objective"))
 
 
 def _print(result, as_json: bool, csv_file, plot) -> None:
@@ -111,6 +120,8 @@ def _print(result, as_json: bool, csv_file, plot) -> None:
         typer.echo(f"sweep: {spec.describe()}, best layout each")
         if result.rows:
             typer.echo(sweep_report.format_table(result.rows))
+        if result.stats.get("scaling"):
+            typer.echo(sweep_report.format_scaling(result.stats))
         typer.echo("")
         typer.echo(sweep_report.format_summary(result.stats, result.stats.get("worker")))
     for path in (csv_file, plot):

@@ -7,7 +7,7 @@ Imported when the CLI starts: nothing heavy at module level.
 from __future__ import annotations
 
 OBJECTIVE_LABELS = {"step-time": "step time", "tokens-per-gpu": "tokens/s/GPU", "cost": "cost per token",
-                    "time-to-train": "time to train"}
+                    "time-to-train": "time to train", "energy": "energy per token"}
 
 
 def ranked_by(stats: dict) -> str:

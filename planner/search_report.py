@@ -63,12 +63,17 @@ def _row(rec: dict, multi_hw: bool, extra_cols: list[str], splits: bool = False,
             row.append(f"${v:,.2f}" if v < 1000 else f"${v:,.0f}")
         elif c == "run_time_s":
             row.append(_fmt_duration(v))
+        elif c == "goodput":
+            row.append(f"{v * 100:.1f}%")
+        elif c == "run_energy_mwh":
+            row.append(f"{v:,.0f}")
         else:
             row.append(f"{v:g}")
     return row
 
 
-EXTRA_LABELS = {"cost_per_step_usd": "$/step", "run_time_s": "run time", "run_cost_usd": "run cost"}
+EXTRA_LABELS = {"cost_per_step_usd": "$/step", "run_time_s": "run time", "goodput": "goodput",
+                "run_energy_mwh": "MWh", "run_cost_usd": "run cost"}
 
 
 def _fmt_interval(q: Optional[dict]) -> str:
@@ -79,7 +84,7 @@ def format_table(records: list[dict], multi_hw: bool = False, splits: bool = Fal
                  env: Optional[list[str]] = None) -> str:
     """The results as a plain aligned table (``splits``: add the first/middle/last stage layers;
     ``env``: each record's envelope footnote marks)."""
-    extra = [c for c in ("cost_per_step_usd", "run_time_s", "run_cost_usd") if any(c in r for r in records)]
+    extra = [c for c in EXTRA_LABELS if any(c in r for r in records)]
     head = list(COLUMNS)
     if splits:
         i = head.index("GA") + 1

@@ -538,21 +538,92 @@ def _row_key(row: dict):
     return (s["model"], s["gpu"], s["seq_len"] or 0, s["gbs"] or 0, s["tokens_per_batch"] or 0, s["gpus"])
 
 
-def add_costs(rows: list[dict], train_tokens: Optional[float], prices: dict) -> None:
-    """Add run_time_s (with train tokens), usd_per_mtok and run_cost_usd (with a price) to the
-    rows that found a layout, in place."""
+def add_costs(rows: list[dict], train_tokens: Optional[float], prices: dict, run=None) -> None:
+    """Add usd_per_mtok (with a price) and, with train tokens, the run: the "run" block
+    (``costmodel.goodput.run_block``: failures, checkpoints, restarts, goodput, energy) and
+    run_time_s (wall time with goodput), goodput, energy_mwh and run_cost_usd, to the rows that
+    found a layout, in place. ``run``: the ``RunInputs`` (None: their defaults)."""
+    from costmodel.goodput import RunInputs, run_block
+    from hardware_catalog import default_cluster_for_gpu, get_gpu, get_model
+
     for row in rows:
         best = row.get("best")
         if not best:
             continue
         tps, gpus = best["tokens_per_s"], best["gpus"]
         price = prices.get(row["scenario"]["gpu"], prices.get("*"))
-        if train_tokens:
-            row["run_time_s"] = train_tokens / tps
         if price:
             row["usd_per_mtok"] = gpus * price / 3600.0 / tps * 1e6
-            if train_tokens:
-                row["run_cost_usd"] = gpus * row["run_time_s"] / 3600.0 * price
+        if train_tokens:
+            s = row["scenario"]
+            inputs = (run or RunInputs()).with_(train_tokens=train_tokens, price_per_gpu_hour=price)
+            block = run_block(best, get_model(s["model"]), default_cluster_for_gpu(s["gpu"]), get_gpu(s["gpu"]), inputs)
+            row["run"] = block
+            row["run_time_s"] = block["days"] * 86400.0
+            row["goodput"] = block["goodput"]
+            row["energy_mwh"] = block["energy_mwh"]
+            if price:
+                row["run_cost_usd"] = block["cost_usd"]
+
+
+OBJECTIVES = ("step-time", "tokens-per-gpu", "time-to-train", "cost", "energy")
+"""What ``planner sweep --objective`` picks the best GPU count by (``search.exhaustive``'s
+objectives; within a scenario they pick the same layout, so they rank the scenarios)."""
+
+
+def _objective_value(row: dict, objective: str) -> Optional[float]:
+    best = row.get("best")
+    if not best:
+        return None
+    if objective == "step-time":
+        return best["step_time_s"]
+    if objective == "tokens-per-gpu":
+        return -best["tokens_per_s_per_gpu"]
+    if objective == "time-to-train":
+        return row.get("run_time_s")
+    if objective == "cost":
+        return row.get("run_cost_usd", row.get("run", {}).get("gpu_hours"))
+    return row.get("energy_mwh")
+
+
+def mark_scaling(rows: list[dict], objective: str, threshold: Optional[float] = None) -> list[dict]:
+    """Per series (model, GPU type, sequence, batch) over GPU counts: the optimum by ``objective``
+    (row["optimum"] = True) and, with a time to train, the first count where adding GPUs stops
+    paying (row["diminishing"] = True, ``costmodel.goodput.diminishing_from``). Returns one
+    summary dict per series."""
+    from costmodel.goodput import DIMINISHING, diminishing_from
+
+    threshold = DIMINISHING if threshold is None else threshold
+    series: dict = {}
+    for r in rows:
+        if r.get("best"):
+            s = r["scenario"]
+            series.setdefault((s["model"], s["gpu"], r.get("seq_len_used"), r.get("gbs_used")), []).append(r)
+    out = []
+    for key, members in series.items():
+        members.sort(key=lambda r: r["scenario"]["gpus"])
+        valued = [r for r in members if _objective_value(r, objective) is not None]
+        best = min(valued, key=lambda r: _objective_value(r, objective)) if valued else None
+        if best is not None:
+            best["optimum"] = True
+        summary = {"model": key[0], "gpu": key[1], "objective": objective,
+                   "optimum_gpus": best["scenario"]["gpus"] if best else None, "diminishing_from_gpus": None}
+        timed = [r for r in members if r.get("run_time_s")]
+        if len(timed) > 1:
+            n = diminishing_from([r["scenario"]["gpus"] for r in timed], [r["run_time_s"] for r in timed], threshold)
+            if n is not None:
+                for r in timed:
+                    if r["scenario"]["gpus"] == n:
+                        r["diminishing"] = True
+                summary["diminishing_from_gpus"] = n
+            summary["threshold"] = threshold
+            summary["marginal"] = [
+                {"from": a["scenario"]["gpus"], "to": b["scenario"]["gpus"],
+                 "speedup": a["run_time_s"] / b["run_time_s"],
+                 "efficiency": (a["run_time_s"] / b["run_time_s"] - 1) / (b["scenario"]["gpus"] / a["scenario"]["gpus"] - 1)}
+                for a, b in zip(timed, timed[1:])]
+        out.append(summary)
+    return out
 
 
 @dataclass
@@ -564,25 +635,45 @@ class SweepResult:
 
 def run_sweep(spec: Optional[SweepSpec], *, storage: Optional[str] = None, study_name: Optional[str] = None,
               train_tokens: Optional[float] = None, prices: Optional[dict] = None, progress: bool = False,
-              wait_s: float = DEFAULT_WAIT_S, report_only: bool = False, reclaim: bool = False) -> SweepResult:
-    """Create or join the sweep, work on it (unless ``report_only``), and collect the table."""
+              wait_s: float = DEFAULT_WAIT_S, report_only: bool = False, reclaim: bool = False,
+              run=None, objective: Optional[str] = None, min_scaling_efficiency: Optional[float] = None) -> SweepResult:
+    """Create or join the sweep, work on it (unless ``report_only``), and collect the table.
+    ``run``: ``costmodel.goodput.RunInputs`` for the run block; ``objective``: mark each
+    series' best GPU count by it (``OBJECTIVES``) and where adding GPUs stops paying."""
     from search.api import TRAIN_TOKENS
 
     if train_tokens is not None:
         train_tokens = TRAIN_TOKENS.parse(train_tokens)
+    if objective is not None and objective not in OBJECTIVES:
+        raise PlannerInputError(f"--objective {objective!r} is not allowed (allowed: {', '.join(OBJECTIVES)})")
+    if min_scaling_efficiency is not None:
+        from costmodel.goodput import MIN_SCALING_EFFICIENCY
+
+        min_scaling_efficiency = MIN_SCALING_EFFICIENCY.parse(min_scaling_efficiency)
+    if objective in ("time-to-train", "cost", "energy") and train_tokens is None and storage is None:
+        raise PlannerInputError(f"--objective {objective} prices the whole run: give --train-tokens (e.g. 15T)")
     wait_s = WAIT.parse(wait_s)
     if wait_s < 0:
         raise PlannerInputError(f"--wait {wait_s}: must be >= 0 seconds")
     study, spec, report = open_sweep(spec, storage, study_name, {"train_tokens": train_tokens, "prices": prices})
+    if objective in ("time-to-train", "cost", "energy") and not report.get("train_tokens"):
+        raise PlannerInputError(f"--objective {objective} prices the whole run: give --train-tokens (e.g. 15T)")
     worker = WorkerStats()
     if reclaim:
         worker.reclaimed = reclaim_running(study)
     if not report_only:
         run_worker(study, spec, progress=progress, wait_s=wait_s, stats=worker)
     rows, stats = collect(study, spec)
-    add_costs(rows, report.get("train_tokens"), report.get("prices") or {})
+    add_costs(rows, report.get("train_tokens"), report.get("prices") or {}, run)
     stats.update(storage=storage or "memory", train_tokens=report.get("train_tokens"),
                  prices=report.get("prices") or {})
+    if report.get("train_tokens"):
+        from costmodel.goodput import RunInputs
+
+        stats["run_inputs"] = (run or RunInputs()).to_dict()
+    if objective is not None:
+        stats["objective"] = objective
+        stats["scaling"] = mark_scaling(rows, objective, min_scaling_efficiency)
     if not report_only:
         stats["worker"] = worker.__dict__
     return SweepResult(rows=rows, stats=stats, worker=None if report_only else worker)

@@ -9,7 +9,7 @@ from hardware_catalog.errors import PlannerInputError
 
 SCENARIO_COLUMNS = ("model", "GPU", "GPUs", "seq", "gbs")
 LAYOUT_COLUMNS = ("DP", "TP", "PP", "VPP", "CP", "EP", "ZeRO", "mbs", "GA", "recompute")
-LEFT = {"model", "GPU", "recompute", "note"}
+LEFT = {"model", "GPU", "recompute", "note", "scaling"}
 
 
 def _scenario_cells(row: dict) -> list[str]:
@@ -39,6 +39,10 @@ def _result_cells(row: dict, extra: list[str]) -> list[str]:
             cells.append(_fmt_duration(v))
         elif c == "usd_per_mtok":
             cells.append(f"${v:,.3f}")
+        elif c == "goodput":
+            cells.append(f"{v * 100:.1f}%")
+        elif c == "energy_mwh":
+            cells.append(f"{v:,.0f}")
         else:
             cells.append(f"${v / 1e6:,.2f}M" if v >= 1e6 else f"${v:,.0f}")
     return cells
@@ -50,7 +54,19 @@ def _note(row: dict) -> str:
     return reason if row["status"] == "nothing fits" and reason else f"{row['status']}: {reason}"
 
 
-EXTRA = {"run_time_s": "time to train", "usd_per_mtok": "$/M tok", "run_cost_usd": "run cost"}
+EXTRA = {"goodput": "goodput", "run_time_s": "time to train", "energy_mwh": "MWh", "usd_per_mtok": "$/M tok",
+         "run_cost_usd": "run cost"}
+"""Columns shown where some row has them: the run (``costmodel.goodput``: wall time with failures,
+checkpoints and restarts) and the cost."""
+
+
+def _mark(row: dict) -> str:
+    marks = []
+    if row.get("optimum"):
+        marks.append("* best")
+    if row.get("diminishing"):
+        marks.append("< stops paying")
+    return ", ".join(marks)
 
 
 def format_table(rows: list[dict]) -> str:
@@ -59,12 +75,17 @@ def format_table(rows: list[dict]) -> str:
     extra = [c for c in EXTRA if any(c in r for r in rows)]
     head = list(SCENARIO_COLUMNS) + list(LAYOUT_COLUMNS) + ["step time", "tok/s/GPU", "MFU", "mem/GPU"]
     head += [EXTRA[c] for c in extra]
+    scaling = any(r.get("optimum") or r.get("diminishing") for r in rows)
+    if scaling:
+        head.append("scaling")
     notes = any(not r.get("best") for r in rows)
     if notes:
         head.append("note")
     body = []
     for r in rows:
         cells = _scenario_cells(r) + _result_cells(r, extra)
+        if scaling:
+            cells.append(_mark(r))
         if notes:
             cells.append("" if r.get("best") else _note(r))
         body.append(cells)
@@ -76,6 +97,31 @@ def format_table(rows: list[dict]) -> str:
         if notes:
             cells.append(line[-1])
         lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+_OBJECTIVE_WORDS = {"step-time": "step time", "tokens-per-gpu": "tokens/s/GPU", "time-to-train": "time to train",
+                   "cost": "cost of the run", "energy": "energy of the run"}
+
+
+def format_scaling(stats: dict) -> str:
+    """Per series: the best GPU count by the objective and where adding GPUs stops paying (the
+    share of the GPUs added that turned into speed, step by step)."""
+    lines = [""]
+    for sc in stats["scaling"]:
+        word = _OBJECTIVE_WORDS[sc["objective"]]
+        best = f"{sc['optimum_gpus']:,} GPUs" if sc["optimum_gpus"] else "none"
+        line = f"{sc['model']} on {sc['gpu']}: best by {word} at {best}"
+        if sc.get("marginal"):
+            if sc["diminishing_from_gpus"]:
+                line += (f"; adding GPUs stops paying from {sc['diminishing_from_gpus']:,} (less than "
+                         f"{sc['threshold'] * 100:.0f}% of the GPUs added turn into speed)")
+            else:
+                line += f"; every step up still turns at least {sc['threshold'] * 100:.0f}% of the GPUs added into speed"
+            steps = ", ".join(f"{m['from']:,}->{m['to']:,} {m['speedup']:.2f}x ({m['efficiency'] * 100:.0f}%)"
+                              for m in sc["marginal"])
+            line += f"\n  time to train, step by step (speed-up, share of the added GPUs it is worth): {steps}"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -130,10 +176,11 @@ def write_csv(path: Path, rows: list[dict]) -> None:
             best[k] = r.get(k)
         cells = _csv_rows([best])[1][0] if r.get("best") else [None] * len(head)
         out.append([s["model"], s["gpu"], s["gpus"], r.get("seq_len_used"), r.get("gbs_used"),
-                    s["tokens_per_batch"], r["status"], r.get("reason", "")] + cells + [r.get("usd_per_mtok")])
+                    s["tokens_per_batch"], r["status"], r.get("reason", "")] + cells
+                   + [r.get("usd_per_mtok"), r.get("goodput"), r.get("energy_mwh")])
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(scen + head + ["usd_per_mtok"])
+    w.writerow(scen + head + ["usd_per_mtok", "goodput", "energy_mwh"])
     w.writerows(out)
     write_text_atomically(path, buf.getvalue(), "--csv")
 
@@ -160,9 +207,11 @@ def _right_metric(rows: list[dict]) -> tuple[str, str, float]:
     return "step_time_s", "step time (s)", 1.0
 
 
-def plot(path: Path, rows: list[dict], title: str = "") -> None:
-    """Two panels against the GPU count: tokens/s per GPU, and cost (or time to train, or step
-    time). One line per model / GPU type / sequence length / batch."""
+def plot(path: Path, rows: list[dict], title: str = "", objective: Optional[str] = None) -> None:
+    """Panels against the GPU count: tokens/s per GPU, and cost (or time to train, or step
+    time); with a run (``--train-tokens``): days to train and goodput, each series' optimum
+    by ``objective`` starred and the count where adding GPUs stops paying dashed. One line per
+    model / GPU type / sequence length / batch."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -173,27 +222,53 @@ def plot(path: Path, rows: list[dict], title: str = "") -> None:
     if not series:
         raise PlannerInputError(f"--plot {path}: no scenario found a layout that fits; nothing to plot")
     key, label, scale = _right_metric(rows)
+    run = any("goodput" in r for r in rows)
     multi_seq = len({k[2:] for k in series}) > 1
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5.2))
+    if run:
+        fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 5.2))
+        key, label, scale = "run_time_s", "time to train with goodput (days)", 1 / 86400
+    else:
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5.2))
+        ax3 = None
     for (model, gpu, seq, gbs), points in series.items():
         name = f"{model} on {gpu}" + (f", seq {seq}, gbs {gbs}" if multi_seq else "")
         xs = [g for g, _ in points]
-        ax1.plot(xs, [r["best"]["tokens_per_s_per_gpu"] for _, r in points], marker="o", label=name)
+        line, = ax1.plot(xs, [r["best"]["tokens_per_s_per_gpu"] for _, r in points], marker="o", label=name)
         ys = [(r.get(key) if key != "step_time_s" else r["best"]["step_time_s"]) for _, r in points]
-        ax2.plot(xs, [y * scale for y in ys], marker="o")
+        ax2.plot(xs, [y * scale if y is not None else float("nan") for y in ys], marker="o", color=line.get_color())
+        if ax3 is not None:
+            ax3.plot(xs, [r.get("goodput", float("nan")) * 100 for _, r in points], marker="o", color=line.get_color())
+        for g, r in points:
+            for ax, y in ((ax2, (r.get(key) or float("nan")) * scale),
+                          (ax3, r.get("goodput", float("nan")) * 100 if ax3 is not None else None)):
+                if ax is None:
+                    continue
+                if r.get("optimum"):
+                    ax.plot([g], [y], marker="*", markersize=18, color=line.get_color(), zorder=5,
+                            label=f"best by {objective}" if ax is ax2 else None)
+                if r.get("diminishing"):
+                    ax.axvline(g, color=line.get_color(), linestyle="--", alpha=0.6,
+                               label="adding GPUs stops paying" if ax is ax2 else None)
     counts = sorted({g for points in series.values() for g, _ in points})
-    for ax, ylabel in ((ax1, "tokens/s per GPU (best layout)"), (ax2, label)):
+    panels = [(ax1, "tokens/s per GPU (best layout)", True), (ax2, label, True)]
+    if ax3 is not None:
+        panels.append((ax3, "goodput: training / wall time (%)", False))
+    for ax, ylabel, logy in panels:
         ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        if logy:
+            ax.set_yscale("log")
+            ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:g}"))
         ax.set_xticks(counts, [f"{g:,}" for g in counts], rotation=45 if len(counts) > 6 else 0)
         ax.minorticks_off()
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:g}"))
         ax.set_xlabel("GPUs")
         ax.set_ylabel(ylabel)
         ax.grid(True, which="major", alpha=0.3)
+    if any(r.get("optimum") or r.get("diminishing") for r in rows):
+        ax2.legend(fontsize=8, loc="best")
     ncol = min(len(series), 4)
-    fig.legend(loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    handles, labels = ax1.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
     fig.suptitle(title or "planner sweep: best layout per scenario")
     rows_legend = -(-len(series) // ncol)
     fig.tight_layout(rect=(0, 0.04 + 0.035 * rows_legend, 1, 1))

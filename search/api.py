@@ -27,6 +27,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
+from costmodel.goodput import PRICE_PER_GPU_HOUR, TRAIN_TOKENS  # declared with the run model
 from costmodel.layout import RECOMPUTE, check_implementation, parse_recompute_modules, recompute_modules_mask
 from costmodel.options import GPUS, OPTIONS_BY_NAME, Bound, resolve_batch
 from hardware_catalog.errors import PlannerInputError
@@ -48,10 +49,6 @@ SEED = Bound("--seed", minimum=0, maximum=2**32 - 1)
 """Optuna seed (numpy's random state takes 32 bits)."""
 MEMORY_HEADROOM = Bound("--memory-headroom", integer=False, minimum=0, below=1)
 """Fraction of HBM kept free."""
-PRICE_PER_GPU_HOUR = Bound("--price-per-gpu-hour", integer=False, above=0, maximum=1000)
-"""USD per GPU-hour: 1,000 is far above any rental price and catches a wrong unit."""
-TRAIN_TOKENS = Bound("--train-tokens", integer=False, above=0, maximum=1e15)
-"""Tokens of a whole training run (1e15: a thousand trillion)."""
 
 
 def _err(msg: str):
@@ -89,7 +86,8 @@ class SearchResult:
         layouts this search found fitting (1 = ahead of all of them)."""
         if self.fitting_keys is None or self.objectives is None:
             return None
-        key = self.objectives.rank_value(record["step_time_s"], record["tokens_per_s"], record["gpus"])
+        key = self.objectives.rank_value(record["step_time_s"], record["tokens_per_s"], record["gpus"],
+                                         record.get("gpu"))
         return int(np.searchsorted(self.fitting_keys, key * (1 - 1e-9))) + 1
 
     @property
@@ -238,7 +236,7 @@ def _record(c: Candidate, objectives: Objectives, rank: int) -> dict:
     rec["rank"] = rank
     rec["memory_limit_gib"] = c.limit
     rec["headroom_gib"] = c.limit - c.peak
-    rec.update(objectives.extras(rec["step_time_s"], rec["tokens_per_s"], rec["gpus"]))
+    rec.update(objectives.extras(rec["step_time_s"], rec["tokens_per_s"], rec["gpus"], rec["gpu"]))
     return rec
 
 
@@ -277,7 +275,7 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
            implementation: Optional[dict] = None, recompute_modules=None,
            storage: Optional[str] = None, study_name: Optional[str] = None, calib=None,
            rank_by: str = "median", objective: str = "step-time",
-           within_envelope: bool = False) -> SearchResult:
+           within_envelope: bool = False, run=None) -> SearchResult:
     """Find the fastest layouts that fit in memory.
 
     ``model``/``gpu``/``cluster`` take names or spec objects; ``gpus`` an int, a list or a
@@ -296,8 +294,10 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     ``objective``: what the top list ranks by (``search.exhaustive.RANK_OBJECTIVES``);
     ``rank_by``: ``median`` (the point prediction) or ``p10`` (its pessimistic end,
     ``search.ranking``); ``within_envelope``: only layouts inside the validated envelope
-    (``search.envelope``). Every result carries an 80% interval, its envelope flags and
-    ``ties_best``. Raises ``PlannerInputError`` on bad input.
+    (``search.envelope``). ``run``: a ``costmodel.goodput.RunInputs`` (failures, checkpoints,
+    restarts, power): whole-run time, cost and energy count the wall time with goodput
+    (default: its defaults when ranking by time-to-train, cost or energy). Every result carries
+    an 80% interval, its envelope flags and ``ties_best``. Raises ``PlannerInputError`` on bad input.
     """
     t0 = time.perf_counter()
     top, trials, seed, memory_headroom, price_per_gpu_hour, train_tokens = _check_settings(
@@ -325,7 +325,7 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
         for g, c in hardware for n in counts
     ]
     objectives = Objectives(pareto=bool(pareto), price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
-                            rank=objective)
+                            rank=objective, run=_run_model(run, objective, train_tokens, model_spec, hardware))
     from search.ranking import pool_size
 
     pool = pool_size(top, rank_by)
@@ -381,6 +381,17 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     keys = np.sort(np.concatenate(pools.keys)) if pools.keys else np.zeros(0)
     return SearchResult(results=results, stats=stats, closest=closest, message=message, specs=specs,
                         objectives=objectives, fitting_keys=keys, calib=calib)
+
+
+def _run_model(run, objective: str, train_tokens, model_spec, hardware):
+    """The goodput model the ranking and the run fields use (``costmodel.goodput.RunModel``):
+    given ``run`` inputs, or their defaults when the objective or a token budget asks for
+    whole-run figures; None otherwise."""
+    from costmodel.goodput import RunInputs, RunModel
+
+    if run is None and objective not in ("time-to-train", "cost", "energy") and not train_tokens:
+        return None
+    return RunModel(model_spec, {g.name: (c, g) for g, c in hardware}, run or RunInputs())
 
 
 def _check_ranking(rank_by: str, objective: str, pareto: bool) -> None:

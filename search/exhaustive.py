@@ -31,10 +31,11 @@ def memory_limit_gib(capacity_gib: float, headroom: float) -> float:
     return float(capacity_gib) * (1.0 - float(headroom))
 
 
-RANK_OBJECTIVES = ("step-time", "tokens-per-gpu", "cost", "time-to-train")
+RANK_OBJECTIVES = ("step-time", "tokens-per-gpu", "cost", "time-to-train", "energy")
 """What a single-objective search ranks by (``Objectives.rank``). With one GPU count and type
 they agree; over several GPU counts step time favours the most GPUs, tokens/s/GPU (and cost,
-at one price per GPU-hour) the most efficient."""
+at one price per GPU-hour) the most efficient. time-to-train, cost and energy count the wall
+time with failures, checkpoints and restarts (``costmodel.goodput``) when ``run`` is given."""
 
 
 @dataclass(frozen=True)
@@ -48,18 +49,28 @@ class Objectives:
     price_per_gpu_hour: Optional[float] = None
     train_tokens: Optional[float] = None
     rank: str = "step-time"
+    run: Optional[object] = None
+    """``costmodel.goodput.RunModel``: wall time / useful time at each GPU count (failures,
+    checkpoints, restarts) and energy per GPU-second; None = useful time only."""
 
-    def rank_value(self, step_time_s, tokens_per_s, gpus):
+    def _wall(self, gpus, gpu_name=None):
+        return 1.0 if self.run is None else self.run.factor(gpus, gpu_name)
+
+    def rank_value(self, step_time_s, tokens_per_s, gpus, gpu_name=None):
         """The ranked quantity, lower is better (arrays or scalars): step time; GPU-seconds per
         token (tokens-per-gpu); USD per token at ``price_per_gpu_hour`` (else GPU-hours per
-        token: the same order); seconds per token, times ``train_tokens`` when given."""
+        token: the same order); seconds per token, times ``train_tokens`` when given; joules
+        per token (energy). The last three in wall time when ``run`` is given."""
         if self.rank == "step-time":
             return step_time_s
         if self.rank == "tokens-per-gpu":
             return gpus / tokens_per_s
         if self.rank == "cost":
-            return gpus / tokens_per_s * (self.price_per_gpu_hour or 1.0) / 3600.0
-        return (self.train_tokens or 1.0) / tokens_per_s
+            return gpus / tokens_per_s * (self.price_per_gpu_hour or 1.0) / 3600.0 * self._wall(gpus, gpu_name)
+        if self.rank == "energy":
+            watts = 1.0 if self.run is None else self.run.joules_per_gpu_second(gpu_name)
+            return gpus / tokens_per_s * watts * self._wall(gpus, gpu_name)
+        return (self.train_tokens or 1.0) / tokens_per_s * self._wall(gpus, gpu_name)
 
     @property
     def names(self) -> tuple[str, str]:
@@ -82,13 +93,18 @@ class Objectives:
             c = np.asarray(result.memory_gib["peak"], dtype=np.float64)
         return t, c
 
-    def extras(self, step_time_s: float, tokens_per_s: float, gpus: int) -> dict:
-        """Cost / run-time fields added to a record when price or train tokens are given."""
+    def extras(self, step_time_s: float, tokens_per_s: float, gpus: int, gpu_name=None) -> dict:
+        """Cost / run-time fields added to a record when price or train tokens are given (the
+        run time in wall time, with ``goodput``, when ``run`` is given)."""
         out = {}
         if self.train_tokens:
-            run = self.train_tokens / tokens_per_s
+            wall = float(self._wall(gpus, gpu_name))
+            run = self.train_tokens / tokens_per_s * wall
             out["run_time_s"] = run
             out["run_time_days"] = run / 86400.0
+            if self.run is not None:
+                out["goodput"] = 1.0 / wall
+                out["run_energy_mwh"] = gpus * run * self.run.joules_per_gpu_second(gpu_name) / 3.6e9
         if self.price_per_gpu_hour:
             out["cost_per_step_usd"] = gpus * step_time_s * self.price_per_gpu_hour / 3600.0
             if self.train_tokens:
@@ -176,7 +192,8 @@ class Pools:
             ok = self._within_envelope(problem, result.batch, ok)
         fit_idx = np.flatnonzero(ok)
         gpus = result.batch.tp * result.batch.pp * result.batch.dp * result.batch.cp
-        key = np.asarray(self.objectives.rank_value(step, np.asarray(result.tokens_per_s, dtype=np.float64), gpus))
+        key = np.asarray(self.objectives.rank_value(step, np.asarray(result.tokens_per_s, dtype=np.float64), gpus,
+                                                    problem.gpu.name))
         self.keys.append(key[fit_idx])
         if len(fit_idx):
             k = min(self.top, len(fit_idx))

@@ -1,0 +1,56 @@
+"""The "run" block in words: failures, checkpoints, restarts, goodput, days, energy and cost
+(``costmodel.goodput.run_block``), as evaluate prints it under the step-time report."""
+
+from __future__ import annotations
+
+
+def _duration(s: float) -> str:
+    if s >= 86400:
+        return f"{s / 86400:.1f} days"
+    if s >= 3600:
+        return f"{s / 3600:.1f} h"
+    if s >= 120:
+        return f"{s / 60:.1f} min"
+    return f"{s:.1f} s"
+
+
+def _usd(v: float) -> str:
+    return f"${v / 1e6:,.1f}M" if v >= 1e6 else f"${v:,.0f}"
+
+
+def format_run(run: dict) -> str:
+    """A few aligned lines; the JSON's ``run`` carries every number and input."""
+    i, f, ck, rs = run["inputs"], run["failures"], run["checkpoint"], run["restart"]
+    lines = ["run (failures, checkpoints, restarts: costmodel/goodput.py)"]
+    node = f" + 1 per {i['mtbf_node_hours']:,.0f} node-hours" if i.get("mtbf_node_hours") else ""
+    expected = f"; {f['expected']:,.0f} expected over the run" if "expected" in f else ""
+    lines.append(f"  failures    one every {f['job_mtbf_h']:.2f} h ({f['per_day']:.1f}/day; {i['gpus']:,} GPUs at "
+                 f"{i['mtbf_gpu_hours']:,.0f} h MTBF each{node}){expected}")
+    lines.append(f"  checkpoint  {ck['total_tb']:.2f} TB (BF16 weights + FP32 master + Adam m, v); each GPU holds "
+                 f"{ck['held_per_gpu_gib']:.2f} GiB, writes {ck['written_per_gpu_gib']:.2f} GiB")
+    bw = (f"{i['checkpoint_write_gbps']:,.0f} GB/s aggregate, {i['checkpoint_node_gbps']:g} GB/s per node")
+    if ck["mode"] == "async":
+        took = (f"async: blocks {ck['blocking_s']:.2f} s (copy to host), writes {ck['write_s']:.1f} s behind "
+                f"training ({bw})")
+    else:
+        took = f"sync: blocks {ck['blocking_s']:.1f} s ({bw})"
+    lines.append(f"              every {ck['interval_min']:.1f} min ({ck['interval_steps']:,} steps); {took}")
+    lines.append(f"              interval: {ck['interval_source']}; Young sqrt(2CM) {ck['young_interval_min']:.1f} min, "
+                 f"Daly {ck['daly_interval_min']:.1f} min (C = the time a save blocks, M = the job's MTBF)")
+    lines.append(f"  restart     {rs['total_s']:.0f} s = relaunch {rs['relaunch_s']:g} s + NCCL init "
+                 f"{rs['nccl_init_s']:g} s + load {rs['load_s']:.1f} s")
+    other = "sync" if ck["mode"] == "async" else "async"
+    lines.append(f"  goodput     {run['goodput'] * 100:.1f}% of wall time is training (Daly 2006); "
+                 f"{other} save: {ck['goodput_' + other] * 100:.1f}%")
+    p = run["power"]
+    power = f"{p['it_mw']:.2f} MW IT ({p['gpu_mw']:.2f} MW GPUs at {i['gpu_watts']:g} W), PUE {p['pue']:g}"
+    if "days" in run:
+        from planner.report import human_count
+
+        lines.append(f"  time        {run['days']:.1f} days for {human_count(run['train_tokens'])} tokens "
+                     f"({run['useful_days']:.1f} days of training); {run['gpu_hours'] / 1e6:,.2f}M GPU-hours")
+        cost = f"; {_usd(run['cost_usd'])} at ${i['price_per_gpu_hour']:g}/GPU-hour" if "cost_usd" in run else ""
+        lines.append(f"  energy      {run['energy_mwh']:,.0f} MWh at {power}{cost}")
+    else:
+        lines.append(f"  power       {power} (give --train-tokens for days, MWh and $)")
+    return "\n".join(lines)

@@ -73,6 +73,9 @@ class Launch:
     """When the file gives no global batch: how the framework derives it ("mbs*dp": micro-batch x
     data-parallel ranks; "per_dp*dp": ``gbs_per_dp`` sequences per data-parallel rank)."""
     gbs_per_dp: int = 0
+    shard_replicas: int = 0
+    """Hybrid sharding the file states as a replica count (Megatron's distributed-optimizer
+    instances): dp_shard = dp / shard_replicas once the GPU count gives dp (0: not stated)."""
     launcher: str = ""
     """How the file launches (torchrun, srun + torchrun, a bare argument list, ...)."""
     defaults: list = field(default_factory=list)

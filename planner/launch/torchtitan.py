@@ -12,7 +12,9 @@ config/configs.py, trainer.py and models/llama3/config_registry.py); the 0.3 con
   ZeRO-3 with ``fsdp_reshard_after_forward`` always (and "default" without PP), ZeRO-2 with never
   (and "default" under PP: torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy);
   shard 1 with replication is ZeRO-0; both > 1 (HSDP) is priced as FSDP over all ranks;
-* ``selective_ac_option`` "op" (per-op SAC) is priced as selective; an integer n (every n-th layer
+* ``selective_ac_option`` "op" (per-op SAC) is priced as full recompute of half the layers
+  (``planner.frameworks.torchtitan.PER_OP_SAC_SHARE``, the pricing ``--framework torchtitan-0.2``
+  uses); an integer n (every n-th layer
   checkpointed) as full recompute of 1/n of the layers;
 * the pipeline split follows ``generate_llm_fqn_per_model_part`` (first/last-stage weights) or
   0.1's ``pipeline_parallel_split_points``; multi-stage schedules run 2 stages per rank unless
@@ -27,22 +29,10 @@ import math
 import tomllib
 
 from hardware_catalog.errors import PlannerInputError
+from planner.frameworks.torchtitan import CONFIG_FUNCTIONS, FLAVORS, PER_OP_SAC_SHARE, stage_split
 from planner.launch.spec import Launch, boolean, integer
 
 SOURCE = "torchtitan config dataclasses (0.1.0 config_manager.py, 0.2.x job_config.py, 0.3.0 configs.py)"
-FLAVORS = {"8B": "llama3-8b", "70B": "llama3-70b", "405B": "llama3-405b"}
-"""torchtitan llama3 flavors -> catalog presets (same shapes: torchtitan/models/llama3/__init__.py)."""
-CONFIG_FUNCTIONS = {
-    "llama3_8b": {"model.flavor": "8B", "training.local_batch_size": 1, "training.seq_len": 8192,
-                  "activation_checkpoint.mode": "selective", "activation_checkpoint.selective_ac_option": "op"},
-    "llama3_70b": {"model.flavor": "70B", "training.local_batch_size": 8, "training.seq_len": 8192,
-                   "parallelism.tensor_parallel_degree": 8, "activation_checkpoint.mode": "full"},
-    "llama3_405b": {"model.flavor": "405B", "training.local_batch_size": 2, "training.seq_len": 8192,
-                    "parallelism.tensor_parallel_degree": 8, "activation_checkpoint.mode": "full",
-                    "compile.enable": True, "compile.enable_async_tensor_parallel": True,
-                    "model.converters": ["float8"]},
-}
-"""What torchtitan 0.3.0's llama3 config functions set (models/llama3/config_registry.py)."""
 DEFAULTS = {
     "training.local_batch_size": 8, "training.global_batch_size": -1, "training.seq_len": 2048,
     "parallelism.data_parallel_replicate_degree": 1, "parallelism.data_parallel_shard_degree": -1,
@@ -287,8 +277,6 @@ def _batch(c: _Config) -> None:
 
 def _pipeline(c: _Config) -> None:
     """vpp and the first/last ranks' layers, as torchtitan places them."""
-    from planner.export.torchtitan import stage_split
-
     launch = c.launch
     pp, L = launch.values["pp"], launch.model.num_layers
     schedule = str(c.get("parallelism.pipeline_parallel_schedule"))
@@ -340,8 +328,11 @@ def _recompute(c: _Config) -> None:
     elif mode != "selective":
         raise PlannerInputError(f"activation_checkpoint.mode={mode}: allowed selective, full, memory_budget, none")
     elif option == "op":
-        _put(c, "recompute", "selective", key)
-        launch.notes.append("selective_ac_option op (per-op SAC) is priced as selective recompute of core attention")
+        _put(c, "recompute", "full", key)
+        launch.state("recompute_layers", PER_OP_SAC_SHARE)
+        launch.notes.append("selective_ac_option op (per-op SAC: matmul outputs saved except every second one) is "
+                            "priced as full recompute of half of each stage's layers, as --framework torchtitan-0.2 "
+                            "prices it (planner.frameworks.torchtitan.PER_OP_SAC_SHARE)")
     else:
         every = integer(option, "activation_checkpoint.selective_ac_option")
         _put(c, "recompute", "full", key)

@@ -1,6 +1,6 @@
 """``--framework NAME``: a framework release's profile applied to evaluate, search and export.
 
-``planner validate`` matches a run's framework text to a profile (``planner.validate.profiles``):
+``planner validate`` matches a run's framework text to a profile (``planner.frameworks.profiles``):
 what that framework fixes about how a layout runs (attention kernel, loss, gradient dtype,
 ZeRO-3 gathers, dispatcher), each entry with its source. A ``Release`` names one framework and
 release a user can type, with the text and year that pick the same entries, so a layout priced
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from hardware_catalog.errors import PlannerInputError
-from planner.validate.profiles import RowFacts, apply_profiles, model_parts, profiles_for
+from planner.frameworks.profiles import RowFacts, apply_profiles, model_parts, profiles_for
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ torchtitan  torchtitan_overrides.sh,       torchtitan 0.3.0 command line (run it
             torchtitan.toml                the TOML job config of torchtitan 0.2.2 (0.1/0.2/0.3
                                            with options={"torchtitan_version": ...})
 slurm       launch.sbatch                  sbatch script: srun one torchrun per node
+megatron-   megatron_bridge_overrides.yaml Megatron-Bridge ConfigContainer overrides (YAML) to
+bridge                                     merge over a recipe (names: planner.frameworks.bridge)
 ==========  =============================  ==================================================
 """
 
@@ -34,11 +36,16 @@ from typing import Mapping
 
 from hardware_catalog.errors import PlannerInputError
 from hardware_catalog.schema import ClusterSpec, ModelSpec
-from planner.export import deepspeed, megatron, slurm, torchrun, torchtitan
+from importlib import import_module
 from planner.export.common import CannotExpress, build_plan, check_entrypoint, write_atomically
 from planner.export.registry import EXPORTERS, Exporter, files, formats, register, unregister
 
-for _exporter in (torchrun.EXPORTER, megatron.EXPORTER, deepspeed.EXPORTER, torchtitan.EXPORTER, slurm.EXPORTER):
+LAUNCHERS = ("torchrun", "megatron", "deepspeed", "torchtitan", "slurm", "bridge")
+"""The modules of this package that define an ``EXPORTER``, registered in this order (the order of
+``FORMATS`` and of "all"). A new launcher is one module here plus its name in this tuple."""
+
+for _module in LAUNCHERS:
+    _exporter = import_module(f"planner.export.{_module}").EXPORTER
     if _exporter.name not in EXPORTERS:  # a reload of this package keeps the registry
         register(_exporter)
 

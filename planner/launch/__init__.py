@@ -22,6 +22,13 @@ from pathlib import Path
 
 from planner.launch.spec import FORMATS, Launch
 
+READERS = {"megatron": "planner.launch.megatron", "torchtitan": "planner.launch.torchtitan",
+           "deepspeed": "planner.launch.deepspeed", "nemo": "planner.launch.nemo",
+           "megatron-bridge": "planner.launch.nemo"}
+"""Launch format -> the module whose ``read(text, path, model)`` reads it (imported when used). The
+export formats' files read back with the reader of the same framework (megatron-bridge: the NeMo /
+Megatron-Bridge reader; torchrun and slurm files: the Megatron reader)."""
+
 _SUFFIXES = {".json": "deepspeed", ".toml": "torchtitan", ".yaml": "nemo", ".yml": "nemo"}
 
 
@@ -71,15 +78,9 @@ def read_launch(path, fmt: str | None = None, model=None) -> Launch:
         raise PlannerInputError(f"--launch-format {fmt}: allowed {', '.join(FORMATS)}")
     text = read_text(path)
     fmt = fmt or detect_format(path, text)
-    if fmt == "megatron":
-        from planner.launch.megatron import read
-    elif fmt == "torchtitan":
-        from planner.launch.torchtitan import read
-    elif fmt == "deepspeed":
-        from planner.launch.deepspeed import read
-    else:
-        from planner.launch.nemo import read
-    return read(text, str(path), model)
+    from importlib import import_module
+
+    return import_module(READERS[fmt]).read(text, str(path), model)
 
 
 __all__ = ["FORMATS", "Launch", "detect_format", "read_launch"]

@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from hardware_catalog.errors import PlannerInputError
 
-FORMATS = ("megatron", "torchtitan", "deepspeed", "nemo")
+FORMATS = ("megatron", "torchtitan", "deepspeed", "nemo", "megatron-bridge")
 """Launch formats ``--launch-format`` takes."""
 
 

@@ -165,6 +165,10 @@ def check_common(plan: Plan) -> None:
         raise CannotExpress("torchtitan_fp8_compiles", "fp8 in torchtitan runs torchao Float8Linear under torch.compile "
                             "(the export compiles it, as torchtitan recommends), and the plan prices eager kernels: "
                             "price it with --kernels fused", "torchtitan docs/float8.md")
+    if plan.zero == 0 and plan.cp > 1:
+        raise CannotExpress("torchtitan_cp_fsdp", f"zero=0 with cp={plan.cp}: torchtitan applies FSDP2 over the "
+                            "data-parallel-shard x context-parallel ranks whenever CP is on, so weights are sharded "
+                            "over the CP ranks: price with --zero 2 or 3", _PARALLELIZE)
     if partial_recompute_per_chunk(plan) and not per_op_sac(plan):
         raise CannotExpress("torchtitan_partial_recompute", "recomputing only some layers of each stage is Megatron's "
                             "block method; torchtitan's per-op SAC is priced as half of each stage's layers, and other "

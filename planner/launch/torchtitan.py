@@ -239,7 +239,7 @@ def _data_parallel(c: _Config) -> None:
     policy = str(c.get("parallelism.fsdp_reshard_after_forward"))
     if policy not in ("default", "always", "never"):
         raise PlannerInputError(f"parallelism.fsdp_reshard_after_forward={policy}: allowed default, always, never")
-    if shard == 1:
+    if shard == 1 and launch.values["cp"] == 1:  # with CP, FSDP2 shards over dp_shard x cp (parallelize.py)
         zero = 0
     elif policy == "default":
         zero = 3 if launch.values["pp"] == 1 else 2

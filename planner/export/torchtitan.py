@@ -154,8 +154,7 @@ def ac_mode(plan: Plan) -> str:
 
 
 def check_common(plan: Plan) -> None:
-    """Rules every target shares (the table's refusals, flavor, whole nodes, torch pipeline schedules)."""
-    TABLE.check(plan)
+    """Rules every target shares (whole nodes, flavor, the table's refusals, torch pipeline schedules)."""
     if async_tp(plan) and plan.kernels == "eager":
         raise CannotExpress("torchtitan_async_tp_compiles", "TP overlap in torchtitan is async TP, which runs only under "
                             "torch.compile, and the plan prices eager kernels: price it with --kernels fused, or "
@@ -183,6 +182,7 @@ def check_common(plan: Plan) -> None:
         raise CannotExpress("torchtitan_flavor", f"torchtitan builds models from registered flavors and none matches "
                             f"{plan.model.name}'s shape (checked: {names}); register a flavor first",
                             "torchtitan torchtitan/models/llama3/__init__.py")
+    TABLE.check(plan)  # what torchtitan always runs (planner.frameworks.torchtitan): refused, never changed
     if plan.pp > 1:
         m = plan.grad_accum
         if plan.vpp == 1 and m < plan.pp:

@@ -271,11 +271,20 @@ def _precision_args(plan: Plan) -> Args:
     return [("--bf16", [])] + words(TABLE.write("grad_dtype", plan.grad_dtype) + TABLE.write("precision", plan.precision))
 
 
+_WRITTEN_IN_SECTIONS = frozenset({"tp", "pp", "cp", "ep", "etp", "sequence_parallel", "vpp", "zero", "dp_shard",
+                                  "dp_comm_overlap", "grad_dtype", "precision", "moe_dispatcher"})
+"""Table options the sections above write (with the model's shape or the batch); every other option
+of the table is written by ``_overlap_args``, so a new Megatron setting is one row of the table."""
+
+
 def _overlap_args(plan: Plan) -> Args:
-    """The communication overlaps, fusions and kernels the plan was priced with, from the table."""
-    settings = TABLE.write("tp_comm_overlap", bool(plan.tp_comm_overlap))
-    settings += TABLE.write("ep_comm_overlap", bool(plan.ep_comm_overlap))
-    return words(settings + TABLE.write("loss", plan.loss) + TABLE.write("attention", plan.attention))
+    """The communication overlaps, fusions and kernels the plan was priced with: every table option
+    the other sections do not write, in the table's order."""
+    settings = []
+    for option in TABLE.options:
+        if option not in _WRITTEN_IN_SECTIONS:
+            settings += TABLE.write(option, getattr(plan, option), plan)
+    return words(settings)
 
 
 def _run_args(plan: Plan) -> Args:

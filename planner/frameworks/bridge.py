@@ -61,7 +61,7 @@ def key(dest: str) -> str:
 
 def settings(dest: str, value) -> list[tuple[str, object]]:
     """Bridge (key, value) pairs for one Megatron-LM (dest, value)."""
-    if (dest, value) in MOVED_VALUES:
+    if not isinstance(value, list) and (dest, value) in MOVED_VALUES:
         return [MOVED_VALUES[(dest, value)]]
     if dest in NEGATED:
         return [(key(dest), not value)]

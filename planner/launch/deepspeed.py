@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 
 from hardware_catalog.errors import PlannerInputError
-from planner.frameworks.deepspeed import QUIET, SOURCE
+from planner.frameworks.deepspeed import QUIET, SOURCE, TABLE
 from planner.frameworks.deepspeed import ZERO_KEYS as ZERO_QUIET
 from planner.launch.spec import Launch, boolean, integer
 
@@ -67,14 +67,16 @@ def _zero(cfg: dict, launch: Launch) -> None:
         launch.state("zero", stage)
     else:
         launch.default("zero", 0, "no zero_optimization.stage")
-    overlap = _get(cfg, "zero_optimization.overlap_comm")
-    if overlap is not None:
-        launch.state("dp_comm_overlap", boolean(overlap, "zero_optimization.overlap_comm"))
+    flat = {key: _get(cfg, key) for key in TABLE.keys()}
+    flat = {key: value for key, value in flat.items() if value is not None}
+    overlap, keys = TABLE.read("dp_comm_overlap", flat)
+    if keys:
+        launch.state("dp_comm_overlap", overlap)
     else:
         launch.default("dp_comm_overlap", launch.values["zero"] == 3, "no zero_optimization.overlap_comm: on for stage 3 only")
-    shard = _get(cfg, "zero_optimization.mics_shard_size")
-    if shard is not None and integer(shard, "zero_optimization.mics_shard_size", -1) > 0:
-        launch.state("dp_shard", integer(shard, "zero_optimization.mics_shard_size"))  # MiCS (the table's row)
+    shard, keys = TABLE.read("dp_shard", flat)  # MiCS
+    if keys and integer(shard, "zero_optimization.mics_shard_size", -1) > 0:
+        launch.state("dp_shard", integer(shard, "zero_optimization.mics_shard_size"))
     for part in ("offload_optimizer", "offload_param"):
         device = _get(cfg, f"zero_optimization.{part}.device")
         if device not in (None, "none"):

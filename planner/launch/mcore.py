@@ -347,13 +347,20 @@ def _precision(s: Settings, launch: Launch) -> None:
     _read(s, launch, "grad_dtype", why="FP32 main grads")
 
 
+_READ_ELSEWHERE = frozenset({"tp", "pp", "cp", "ep", "etp", "sequence_parallel", "vpp", "zero", "dp_shard",
+                             "dp_comm_overlap", "grad_dtype", "precision", "moe_dispatcher", "attention"})
+"""Table options read with the degrees, pipeline, data parallelism and precision; ``_implementation``
+reads every other option of the table, so a new Megatron setting is one row of the table."""
+
+
 def _implementation(s: Settings, launch: Launch) -> None:
-    flag = lambda v, where: boolean(v, where)  # noqa: E731
-    _read(s, launch, "tp_comm_overlap", flag)
-    _read(s, launch, "ep_comm_overlap", flag)
-    _read(s, launch, "loss")
-    for option in ("kernels", "zero3_gather"):  # what Megatron always runs (the table's only rows)
-        launch.values[option] = TABLE.read(option, {})[0]
+    for option in TABLE.options:
+        if option in _READ_ELSEWHERE:
+            continue
+        if not any(row.sets for row in TABLE.rows_for(option)):  # what Megatron always runs
+            launch.values[option] = TABLE.read(option, {})[0]
+        else:
+            _read(s, launch, option)
     _attention(s, launch)
     if launch.model.moe is None:
         launch.values["moe_dispatcher"] = "alltoall"

@@ -29,7 +29,7 @@ import math
 import tomllib
 
 from hardware_catalog.errors import PlannerInputError
-from planner.frameworks.torchtitan import CONFIG_FUNCTIONS, FLAVORS, PER_OP_SAC_SHARE, stage_split
+from planner.frameworks.torchtitan import CONFIG_FUNCTIONS, FLAVORS, PER_OP_SAC_SHARE, TABLE, stage_split
 from planner.launch.spec import Launch, boolean, integer
 
 SOURCE = "torchtitan config dataclasses (0.1.0 config_manager.py, 0.2.x job_config.py, 0.3.0 configs.py)"
@@ -254,9 +254,6 @@ def _data_parallel(c: _Config) -> None:
                       f"as ZeRO-{zero} over all data-parallel ranks (state the shard degree to price HSDP)")
     if shard > 0:
         launch.dp = replicate * shard
-    launch.values["dp_comm_overlap"] = True  # FSDP2 prefetch / DDP bucketing
-    launch.values["grad_dtype"] = "fp32"  # training.mixed_precision_reduce accepts float32 only
-    launch.values["zero3_gather"] = "prefetch"
 
 
 def _batch(c: _Config) -> None:
@@ -360,7 +357,12 @@ def _kernels_precision(c: _Config) -> None:
         launch.cannot("training.mixed_precision_param float32", "as bf16")
     if c.get("training.enable_cpu_offload"):
         launch.cannot("training.enable_cpu_offload", "with everything in GPU memory")
-    launch.values.update(loss="eager", attention="flash", moe_dispatcher="alltoall", ep_comm_overlap=False)
+    # What torchtitan always runs (the table's rows without a setting): loss eager, SDPA attention,
+    # FP32 gradient reduction, FSDP2 prefetch and overlap, dense models.
+    for option in TABLE.options:
+        fixed = not any(row.sets for row in TABLE.rows_for(option))
+        if fixed and option not in launch.values and option != "tp_overlap_kind":  # the kind: with async TP only
+            launch.values[option] = TABLE.read(option, {})[0]
     launch.notes.append("torchtitan: loss eager (F.cross_entropy on FP32 logits), attention flash (SDPA)")
 
 

@@ -171,3 +171,19 @@ def test_torchtitan_per_op_sac_is_priced_one_way(tmp_path):
     launch, back = _read_back(tmp_path / "torchtitan.toml", 64)
     assert back.record["step_time_s"] == pytest.approx(record["step_time_s"], rel=1e-9)
     assert back.record["memory_gib"]["peak"] == pytest.approx(record["memory_gib"]["peak"], rel=1e-9)
+
+
+def test_one_release_name_picks_the_profile_and_the_files(tmp_path):
+    """--framework torchtitan-0.2 prices with the torchtitan profile and writes torchtitan 0.2's file;
+    --torchtitan-version takes the same name."""
+    from planner.frameworks import get_release
+    from planner.frameworks.torchtitan import release_for
+
+    assert release_for("torchtitan-0.2").version == release_for("0.2").version == "0.2.2"
+    assert get_release("torchtitan-0.2.1").name == "torchtitan-0.2"
+    model = get_model("llama3-8b")
+    record = _record(model, Layout(tp=2, dp=8, zero=3, gbs=64, recompute="full", loss="eager"))
+    record["framework"] = {"name": "torchtitan-0.2"}
+    report = export_layout(record, model, CLUSTER, "torchtitan", tmp_path, allow_unfit=True)
+    assert [p.name for p in report.written] == ["torchtitan.toml"]
+    assert "torchtitan 0.2.2 job config" in (tmp_path / "torchtitan.toml").read_text()

@@ -99,6 +99,17 @@ def _render(exporter: Exporter, plan, entrypoint: str) -> tuple[dict[str, tuple[
             {f"{exporter.name}:{name}": reason for name, reason in refused.items()})
 
 
+def _framework_release(result: dict) -> str:
+    """The export release of the ``--framework`` release the record was priced with ("" : none)."""
+    name = (result.get("framework") or {}).get("name") if isinstance(result.get("framework"), dict) else None
+    if not name:
+        return ""
+    from planner.frameworks.releases import RELEASES_BY_NAME
+
+    release = RELEASES_BY_NAME.get(name)
+    return release.export_release if release else ""
+
+
 def _shell_syntax_ok(name: str, text: str) -> None:
     """``bash -n`` on a rendered script where bash exists (a programming-error guard)."""
     import shutil
@@ -137,7 +148,11 @@ def export_layout(
     entrypoint = check_entrypoint(entrypoint)
     plan = build_plan(result, model, cluster, command=command, allow_unfit=allow_unfit,
                       allow_cross_node_tp=allow_cross_node_tp)
-    plan = replace(plan, options=dict(options or {}))
+    options = dict(options or {})
+    release = _framework_release(result)
+    if release and "torchtitan_version" not in options:  # --framework torchtitan-0.2: its files target 0.2
+        options["torchtitan_version"] = release
+    plan = replace(plan, options=options)
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise PlannerInputError(f"out_dir={str(out_dir)!r} exists and is not a directory")

@@ -82,10 +82,11 @@ LLAMA3_VOCAB = 128256
 PIPE_SOURCE = "torchtitan torchtitan/distributed/pipeline_parallel.py (generate_llm_fqn_per_model_part)"
 
 def release_for(version, default: str = TOML_DEFAULT) -> Release:
-    """The release ``version`` names: "0.2", "0.2.x", "v0.2.2", "0.2.2" ...; ``default`` when None."""
+    """The release ``version`` names: "0.2", "0.2.x", "v0.2.2", "0.2.2", "torchtitan-0.2" (the
+    ``--framework`` name) ...; ``default`` when None."""
     if version is None:
         return RELEASES[default]
-    key = str(version).strip().lower().removeprefix("v").removesuffix(".x")
+    key = str(version).strip().lower().removeprefix("torchtitan").strip(" -").removeprefix("v").removesuffix(".x")
     key = FAMILY_DEFAULT.get(key, key)
     if key not in RELEASES:
         known = ", ".join(list(FAMILY_DEFAULT) + list(RELEASES))

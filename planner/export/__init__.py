@@ -40,11 +40,11 @@ from importlib import import_module
 from planner.export.common import CannotExpress, build_plan, check_entrypoint, write_atomically
 from planner.export.registry import EXPORTERS, Exporter, files, formats, register, unregister
 
-LAUNCHERS = ("torchrun", "megatron", "deepspeed", "torchtitan", "slurm", "bridge")
+EXPORTER_MODULES = ("torchrun", "megatron", "deepspeed", "torchtitan", "slurm", "bridge")
 """The modules of this package that define an ``EXPORTER``, registered in this order (the order of
 ``FORMATS`` and of "all"). A new launcher is one module here plus its name in this tuple."""
 
-for _module in LAUNCHERS:
+for _module in EXPORTER_MODULES:
     _exporter = import_module(f"planner.export.{_module}").EXPORTER
     if _exporter.name not in EXPORTERS:  # a reload of this package keeps the registry
         register(_exporter)

@@ -19,8 +19,9 @@ from __future__ import annotations
 import re
 
 from hardware_catalog.errors import PlannerInputError
-from planner.frameworks.megatron import QUIET_GROUPS as _QUIET_GROUPS
 from planner.frameworks.megatron import MAPPED, NOT_PRICED, known_flags
+from planner.frameworks.megatron import QUIET_GROUPS as _QUIET_GROUPS
+from planner.frameworks.torchrun import SLURM, TORCHRUN
 from planner.launch.mcore import Settings, to_launch
 from planner.launch.spec import Launch, integer
 
@@ -142,11 +143,10 @@ def _count(text, where: str):
 def gpu_count(launcher: list[str], script, launch: Launch) -> None:
     """GPUs = nodes x processes per node, from torchrun's words, else #SBATCH / srun."""
     sb = script.sbatch
-    nodes = _count(_option(launcher, "--nnodes", "--num_nodes", "--num-nodes"), "torchrun --nnodes")
-    per_node = _count(_option(launcher, "--nproc-per-node", "--nproc_per_node", "--num_gpus", "--num-gpus"),
-                      "torchrun --nproc-per-node")
-    nodes = nodes or _count(_option(launcher + sb, "--nodes", "-N"), "--nodes")
-    per_node = per_node or _count(_option(sb + launcher, "--gpus-per-node", "--ntasks-per-node"), "--gpus-per-node")
+    nodes = _count(_option(launcher, *TORCHRUN["nodes"]), "torchrun --nnodes")
+    per_node = _count(_option(launcher, *TORCHRUN["gpus_per_node"]), "torchrun --nproc-per-node")
+    nodes = nodes or _count(_option(launcher + sb, *SLURM["nodes"]), "--nodes")
+    per_node = per_node or _count(_option(sb + launcher, *SLURM["gpus_per_node"]), "--gpus-per-node")
     gres = _option(sb + launcher, "--gres")
     m = re.fullmatch(r"gpu:(?:([A-Za-z][\w-]*):)?(\d+)", gres or "")
     if m:

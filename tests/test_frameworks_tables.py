@@ -187,3 +187,12 @@ def test_one_release_name_picks_the_profile_and_the_files(tmp_path):
     report = export_layout(record, model, CLUSTER, "torchtitan", tmp_path, allow_unfit=True)
     assert [p.name for p in report.written] == ["torchtitan.toml"]
     assert "torchtitan 0.2.2 job config" in (tmp_path / "torchtitan.toml").read_text()
+
+
+def test_megatron_header_names_the_dispatcher_it_writes(tmp_path):
+    model = get_model("mixtral-8x7b")
+    record = _record(model, Layout(tp=2, ep=8, dp=32, moe_dispatcher="deepep", gbs=256, recompute="full"))
+    export_layout(record, model, CLUSTER, "megatron", tmp_path, allow_unfit=True)
+    text = (tmp_path / "megatron_args.sh").read_text()
+    assert "--moe-token-dispatcher-type flex" in text and "--moe-enable-deepep" in text
+    assert "all-to-all" not in text and "flex dispatcher with DeepEP" in text

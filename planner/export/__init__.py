@@ -1,4 +1,5 @@
-"""Write launch configs for an evaluated layout: torchrun, Megatron-LM, DeepSpeed, torchtitan, SLURM.
+"""Write launch configs for an evaluated layout: torchrun, Megatron-LM, DeepSpeed, torchtitan, SLURM,
+Megatron-Bridge.
 
 ``export_layout(result, model, cluster, formats, out_dir)`` takes the dict of ``planner evaluate
 --json``. Every file is rendered and checked in memory first; then all of them are written to
@@ -12,8 +13,9 @@ whose layout breaks a rule of ``search.rules`` (the one rule set evaluate and se
 refused for every format (``build_plan``).
 
 Each format is an ``Exporter`` in the registry (``planner.export.registry``): ``FORMATS`` and
-``FILES`` list what is registered, and a new launcher is one module whose ``Exporter`` is
-passed to ``register``. Formats and files:
+``FILES`` list what is registered, and a new launcher is one module defining ``EXPORTER``, named
+in ``EXPORTER_MODULES``. Exporters write framework words through the tables of
+``planner.frameworks`` (the ones the ``--from-launch`` readers read with). Formats and files:
 
 ==========  =============================  ==================================================
 torchrun    launch_torchrun.sh             run on every node; torchrun c10d + Megatron args

@@ -107,7 +107,7 @@ def nested(pairs) -> dict:
 
 
 def render(plan: Plan) -> str:
-    body = yaml.safe_dump(nested(overrides(plan)), sort_keys=False, default_flow_style=None, width=110)
+    body = yaml.safe_dump(nested(overrides(plan)), sort_keys=False, default_flow_style=False, width=110)
     head = comment_block(list(plan.header) + [
         "",
         f"Megatron-Bridge v{bridge.RELEASE} ConfigContainer overrides (names: planner/frameworks/bridge.py, checked",

@@ -8,7 +8,7 @@
   (``planner.launch.torchtitan``);
 * ``deepspeed``: a DeepSpeed config JSON; the model comes from ``--model``
   (``planner.launch.deepspeed``);
-* ``nemo``: a NeMo 2 or Megatron-Bridge recipe's resulting config as YAML, or its override strings
+* ``nemo`` (also ``megatron-bridge``): a NeMo 2 or Megatron-Bridge recipe's resulting config as YAML, or its override strings
   (``planner.launch.nemo``),
 
 and returns a ``Launch`` (``planner.launch.spec``). ``planner.launch.run`` turns it into an

@@ -24,8 +24,10 @@ _SKIPPED = {"bf16", "fp8_format", "fp8_recipe", "fp8_amax_history_len", "fp8_ama
             "moe_aux_loss_coeff"}
 """Dests written otherwise (precision as a preset; GQA by num_query_groups; the position table is
 the model's seq_length in Bridge) or left to the recipe (router settings, not priced)."""
-_TABLE_OPTIONS = ("sequence_parallel", "zero", "dp_comm_overlap", "grad_dtype", "tp_comm_overlap", "ep_comm_overlap",
-                  "loss", "attention")
+
+
+_MOE_OPTIONS = frozenset({"ep", "etp", "ep_comm_overlap", "moe_dispatcher"})
+"""Options that exist only for a MoE model (left to the recipe for a dense one)."""
 
 
 def _value(values: list):
@@ -56,11 +58,13 @@ def _explicit_off(plan: Plan, written: set) -> list[tuple[str, object]]:
     """The switches of the table's rows for the plan's settings that stay off: written as false, so
     a recipe's own choice does not run instead of the plan's."""
     out = []
-    for option in _TABLE_OPTIONS:
+    for option in TABLE.options:
+        if option in _MOE_OPTIONS and not plan.is_moe:
+            continue
         for row in (r for r in TABLE.rows_for(option) if r.write):
             for dest, value in row.sets + row.also:
-                if value is True and dest not in written and dest not in _SKIPPED and (
-                        plan.is_moe or not dest.startswith(("overlap_moe", "delay_wgrad"))):
+                moved = any(d == dest for d, _ in bridge.MOVED_VALUES)  # Bridge spells it another way
+                if value is True and dest not in written and dest not in _SKIPPED and not moved:
                     written.add(dest)
                     out.append((dest, False))
     return out

@@ -14,7 +14,7 @@ SOURCE = "DeepSpeed config (deepspeed 0.19.8 runtime/config.py, runtime/zero/con
 _ZERO = "deepspeed/runtime/zero/config.py"
 _CKPT = "deepspeed/runtime/activation_checkpointing/checkpointing.py"
 
-TABLE = Table("deepspeed", source=SOURCE, rows=(
+TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
     Row("zero", NUMBER, (("zero_optimization.stage", 0),), source=_ZERO + " (default 0)"),
     Row("zero", 0, (), default=True, write=False, source=_ZERO),
     Row("dp_comm_overlap", True, (("zero_optimization.overlap_comm", True),), source=_ZERO + " overlap_comm"),

@@ -69,7 +69,7 @@ def _fsdp(zero: int, strategy: str) -> Row:
                      ("ckpt_format", "fsdp_dtensor")), source=_FSDP)
 
 
-TABLE = Table("megatron", source=ARGS_PY, rows=(
+TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMIT[:12]} (megatron_arguments.txt)", rows=(
     *_deg("tp", "tensor_model_parallel_size"),
     *_deg("pp", "pipeline_model_parallel_size"),
     *_deg("cp", "context_parallel_size"),
@@ -112,7 +112,8 @@ TABLE = Table("megatron", source=ARGS_PY, rows=(
     Row("moe_dispatcher", "deepep", (("moe_token_dispatcher_type", "flex"), ("moe_enable_deepep", True)),
         source=ARGS + " (flex dispatcher, DeepEP backend)"),
     Row("moe_dispatcher", "deepep", (("moe_token_dispatcher_type", "flex"), ("moe_flex_dispatcher_backend", "deepep")),
-        write=False, source="Megatron-Core r0.14+ transformer_config.py moe_flex_dispatcher_backend"),
+        write=False, releases="after 000c4ac24f61 (replaces --moe-enable-deepep)",
+        source="Megatron-Core transformer_config.py moe_flex_dispatcher_backend"),
     Row("moe_dispatcher", "alltoall", (("moe_token_dispatcher_type", "alltoall"),), source=ARGS),
     Row("moe_dispatcher", "alltoall", (("moe_token_dispatcher_type", "flex"),), write=False,
         source=ARGS + " (flex without DeepEP: all-to-all)"),

@@ -86,6 +86,8 @@ class Table:
     rows: tuple
     refusals: tuple = ()
     source: str = ""
+    releases: str = ""
+    """The releases every row holds for unless its own ``releases`` says otherwise."""
 
     def rows_for(self, option: str) -> list[Row]:
         return [r for r in self.rows if r.option == option]

@@ -275,7 +275,23 @@ def _parallel_settings(plan: Plan, release: Release, section: str) -> list[tuple
     if plan.tp > 1:
         out += TABLE.write("sequence_parallel", bool(plan.sp))
     out += [("parallelism.context_parallel_degree", plan.cp), ("parallelism.pipeline_parallel_degree", plan.pp)]
-    return out + _pipe_settings(plan, release, section)
+    return out + _pipe_settings(plan, release, section) + _table_settings(plan)
+
+
+_WRITTEN_HERE = frozenset({"tp", "sequence_parallel", "zero", "tp_comm_overlap", "tp_overlap_kind", "kernels",
+                           "recompute", "precision"})
+"""Table options the settings above write (with the data-parallel degrees, compile, the converters
+and the AC mode, which depend on more than one option)."""
+
+
+def _table_settings(plan: Plan) -> list[tuple[str, object]]:
+    """Every other option of the table, from its rows (what torchtitan always runs writes nothing);
+    ``check_fields`` then refuses a key the target release lacks. A new torchtitan setting is one row."""
+    out: list[tuple[str, object]] = []
+    for option in TABLE.options:
+        if option not in _WRITTEN_HERE:
+            out += TABLE.write(option, getattr(plan, option), plan)
+    return out
 
 
 def async_tp(plan: Plan) -> bool:

@@ -52,7 +52,7 @@ PRICED = set(DEFAULTS) | {
     "model.name", "model.flavor", "training.compile", "training.mixed_precision_param", "training.enable_cpu_offload",
     "parallelism.pipeline_parallel_split_points", "parallelism.expert_parallel_degree", "parallelism.disable_loss_parallel",
     "parallelism.enable_async_tensor_parallel", "parallelism.module_fqns_per_model_part", "activation_checkpoint",
-}
+} | TABLE.keys()
 QUIET_KEYS = {"model.tokenizer_path", "model.hf_assets_path", "model.print_after_conversion", "training.dataset",
               "training.dataset_path", "training.max_norm", "training.steps", "training.gc_freq", "training.gc_debug",
               "training.seed", "training.deterministic", "training.dtype", "training.mixed_precision_reduce",
@@ -357,12 +357,23 @@ def _kernels_precision(c: _Config) -> None:
         launch.cannot("training.mixed_precision_param float32", "as bf16")
     if c.get("training.enable_cpu_offload"):
         launch.cannot("training.enable_cpu_offload", "with everything in GPU memory")
-    # What torchtitan always runs (the table's rows without a setting): loss eager, SDPA attention,
-    # FP32 gradient reduction, FSDP2 prefetch and overlap, dense models.
+    _table_options(c)
+
+
+def _table_options(c: _Config) -> None:
+    """The table's options the readers above leave unset: what torchtitan always runs (rows without
+    a setting: loss eager, SDPA attention, FP32 gradient reduction, FSDP2 prefetch and overlap, dense
+    models), and any other option read from its rows (so a new torchtitan setting is one row)."""
+    launch = c.launch
+    stated = {key: c.get(key) for key in TABLE.keys() if c.get(key) is not None}
     for option in TABLE.options:
-        fixed = not any(row.sets for row in TABLE.rows_for(option))
-        if fixed and option not in launch.values and option != "tp_overlap_kind":  # the kind: with async TP only
-            launch.values[option] = TABLE.read(option, {})[0]
+        if option in launch.values or option == "tp_overlap_kind":  # the kind: with async TP only
+            continue
+        value, keys = TABLE.read(option, stated)
+        if keys and any(c.stated(k) for k in keys):
+            launch.state(option, value)
+        elif value is not None:
+            launch.values[option] = value
     launch.notes.append("torchtitan: loss eager (F.cross_entropy on FP32 logits), attention flash (SDPA)")
 
 

@@ -75,6 +75,8 @@ class Refusal:
 
 
 def _same(stated, wanted) -> bool:
+    if isinstance(stated, (list, tuple)) and len(stated) == 1 and not isinstance(wanted, (list, tuple)):
+        stated = stated[0]  # a list-valued flag given once (argparse nargs)
     if isinstance(wanted, bool) or isinstance(stated, bool):
         return str(stated).strip().lower() in (("true", "1") if wanted else ("false", "0"))
     return str(stated).strip() == str(wanted)

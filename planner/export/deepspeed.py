@@ -101,8 +101,26 @@ def config_dict(plan: Plan) -> dict:
         # Checkpoints split over TP ranks where the plan keeps them so (TP with sequence parallelism).
         split = plan.tp > 1 and bool(plan.sp)
         cfg["activation_checkpointing"] = {"partition_activations": split, "contiguous_memory_optimization": False}
+    _put_table_settings(cfg, plan)
     validate(cfg, plan)
     return cfg
+
+
+_WRITTEN_HERE = frozenset({"zero", "dp_comm_overlap", "dp_shard", "grad_dtype", "precision", "partition_activations"})
+"""Table options ``config_dict`` writes into its sections itself."""
+
+
+def _put_table_settings(cfg: dict, plan: Plan) -> None:
+    """Every other option of the table, from its rows, at its dotted path (a new DeepSpeed key is one row)."""
+    for option in TABLE.options:
+        if option in _WRITTEN_HERE:
+            continue
+        for key, value in TABLE.write(option, getattr(plan, option), plan):
+            *parents, leaf = key.split(".")
+            node = cfg
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value
 
 
 def _section(settings, section: str) -> dict:

@@ -144,12 +144,24 @@ def read(text: str, path: str, model=None) -> Launch:
     _zero(cfg, launch)
     _precision(cfg, launch)
     _pipeline_recompute(cfg, launch)
+    _table_options(cfg, launch)
     _fixed(launch)
     handled = QUIET | {"zero_optimization", "bf16", "fp16", "communication_data_type", "data_types", "pipeline",
                        "activation_checkpointing", "tensor_parallel", "sequence_parallel_size"}
     launch.ignored += [k for k in cfg if k in QUIET]
     launch.unknown += [k for k in cfg if k not in handled]
     return launch
+
+
+def _table_options(cfg: dict, launch: Launch) -> None:
+    """The table's options the readers above leave unset, from its rows (a new DeepSpeed key is one row)."""
+    flat = {key: _get(cfg, key) for key in TABLE.keys() if _get(cfg, key) is not None}
+    for option in TABLE.options:
+        if option in launch.values or option == "partition_activations":  # not a layout option
+            continue
+        value, keys = TABLE.read(option, flat)
+        if keys:
+            launch.state(option, value)
 
 
 def _fixed(launch: Launch) -> None:

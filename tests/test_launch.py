@@ -209,7 +209,7 @@ def test_cli_evaluate_from_launch_json_and_override_note():
 @pytest.mark.parametrize("args,needle", [
     (("--from-launch", LLAMA), "--gpu"),
     (("--from-launch", DATA / "nope.sh", "--gpu", "h100"), "nope.sh"),
-    (("--from-launch", LLAMA, "--gpu", "h100", "--launch-format", "slurm"), "--launch-format slurm"),
+    (("--from-launch", LLAMA, "--gpu", "h100", "--launch-format", "keras"), "--launch-format keras"),
     (("--from-launch", DATA / "deepspeed_zero2.json", "--gpu", "h100"), "--model"),
     (("--gpu", "h100"), "--from-launch"),
 ])

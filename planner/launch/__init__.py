@@ -20,14 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.launch.spec import FORMATS, Launch
-
-READERS = {"megatron": "planner.launch.megatron", "torchtitan": "planner.launch.torchtitan",
-           "deepspeed": "planner.launch.deepspeed", "nemo": "planner.launch.nemo",
-           "megatron-bridge": "planner.launch.nemo"}
-"""Launch format -> the module whose ``read(text, path, model)`` reads it (imported when used). The
-export formats' files read back with the reader of the same framework (megatron-bridge: the NeMo /
-Megatron-Bridge reader; torchrun and slurm files: the Megatron reader)."""
+from planner.launch.spec import FORMATS, READERS, Launch
 
 _SUFFIXES = {".json": "deepspeed", ".toml": "torchtitan", ".yaml": "nemo", ".yml": "nemo"}
 
@@ -83,4 +76,4 @@ def read_launch(path, fmt: str | None = None, model=None) -> Launch:
     return import_module(READERS[fmt]).read(text, str(path), model)
 
 
-__all__ = ["FORMATS", "Launch", "detect_format", "read_launch"]
+__all__ = ["FORMATS", "READERS", "Launch", "detect_format", "read_launch"]

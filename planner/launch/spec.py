@@ -20,7 +20,14 @@ from typing import Any, Optional
 
 from hardware_catalog.errors import PlannerInputError
 
-FORMATS = ("megatron", "torchtitan", "deepspeed", "nemo", "megatron-bridge")
+READERS = {"megatron": "planner.launch.megatron", "torchtitan": "planner.launch.torchtitan",
+           "deepspeed": "planner.launch.deepspeed", "nemo": "planner.launch.nemo",
+           "megatron-bridge": "planner.launch.nemo", "torchrun": "planner.launch.megatron",
+           "slurm": "planner.launch.megatron"}
+"""The one registry of readers: launch format -> the module whose ``read(text, path, model)`` reads it
+(imported when used). Every export format is a name here too, read by its framework's reader
+(megatron-bridge: the NeMo / Megatron-Bridge reader; torchrun and slurm: the Megatron reader)."""
+FORMATS = tuple(READERS)
 """Launch formats ``--launch-format`` takes."""
 
 

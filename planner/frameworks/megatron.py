@@ -90,7 +90,8 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
     # Hybrid sharding: dp / dp_shard distributed-optimizer instances, each sharding over dp_shard ranks
     # (param_and_grad_buffer.py: reduce-scatter inside an instance, all-reduce across). The key carries
     # the number of instances, dp / dp_shard; a file without it shards over every data-parallel rank.
-    Row("dp_shard", NUMBER, (("num_distributed_optimizer_instances", 0),), source=_DDP + " num_distributed_optimizer_instances"),
+    Row("dp_shard", NUMBER, (("num_distributed_optimizer_instances", 0),),
+        source=_DDP + " num_distributed_optimizer_instances"),
     # Overlaps: --overlap-param-gather needs the distributed optimizer (validate_args).
     Row("dp_comm_overlap", True, (("overlap_grad_reduce", True),), also=(("overlap_param_gather", True),),
         when=lambda plan: plan.zero >= 1, source=_DDP),

@@ -227,7 +227,8 @@ used for torchtitan. ``--framework torchtitan-0.2 --recompute selective`` prices
 (planner.frameworks.profiles)."""
 _FSDP = "torchtitan torchtitan/distributed/fsdp.py + parallelize.py (FSDP2 fully_shard)"
 
-TABLE = Table("torchtitan", source="torchtitan config dataclasses (0.1.0 config_manager.py, 0.2.x job_config.py, 0.3.0 configs.py)",
+TABLE = Table("torchtitan",
+              source="torchtitan config dataclasses (0.1.0 config_manager.py, 0.2.x job_config.py, 0.3.0 configs.py)",
               releases="0.1.0-0.3.0 (torchtitan_fields_<family>.txt)", rows=(
     Row("tp", NUMBER, (("parallelism.tensor_parallel_degree", 0),), source="parallelism.tensor_parallel_degree"),
     Row("sequence_parallel", False, (("parallelism.enable_sequence_parallel", False),),
@@ -241,7 +242,8 @@ TABLE = Table("torchtitan", source="torchtitan config dataclasses (0.1.0 config_
     Row("tp_comm_overlap", False, (), default=True, source="async TP off by default"),
     Row("tp_overlap_kind", "asynctp", (), default=True, source="torch/_inductor/fx_passes/micro_pipeline_tp.py"),
     Row("tp_overlap_kind", "userbuffers", (), source="moot without TP overlap (refused with it)"),
-    Row("kernels", "fused", (("compile.enable", True),), releases="0.2.0-0.3.0", source="compile.enable (0.2, 0.3) / training.compile (0.1)"),
+    Row("kernels", "fused", (("compile.enable", True),), releases="0.2.0-0.3.0",
+        source="compile.enable (0.2, 0.3) / training.compile (0.1)"),
     Row("kernels", "eager", (), default=True, source="no torch.compile: eager PyTorch operators"),
     Row("recompute", "none", (("activation_checkpoint.mode", "none"),), source=_AC),
     Row("recompute", "full", (("activation_checkpoint.mode", "full"),), source=_AC),

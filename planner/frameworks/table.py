@@ -23,7 +23,7 @@ Adding an option to a framework is one row here (plus a refusal where it cannot 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Mapping
 
 NUMBER = "<number>"
 """``Row.value`` of a row that carries the option's number in its one ``sets`` key."""
@@ -122,12 +122,6 @@ class Table:
                 return list(row.sets) + list(row.also)
         raise CannotExpress(f"{self.framework}_{option}", f"{self.framework} has no setting for {option}={value}",
                             self.source)
-
-    def write_all(self, options: Iterable[str], plan) -> list[tuple[str, Any]]:
-        out: list[tuple[str, Any]] = []
-        for option in options:
-            out += self.write(option, getattr(plan.layout, option), plan)
-        return out
 
     def check(self, plan) -> None:
         """``CannotExpress`` for the first option of ``plan`` this framework refuses."""

@@ -46,7 +46,7 @@ from planner.export.common import (
 from planner.export.registry import EXECUTABLE, PLAIN, Exporter, each_file
 from planner.frameworks.torchtitan import (  # noqa: F401 (names the tests and the reader use)
     CLI_DEFAULT, CONFIG_FUNCTIONS, FAMILY_DEFAULT, FIELD_NEEDED_FOR, LLAMA3_FLAVORS, PER_OP_SAC_SHARE, RELEASES, TABLE,
-    TOML_DEFAULT, TOML_NAMES, Release, _all_fields, cli_field, config_function_for, flavor_for, release_for, stage_split,
+    TOML_DEFAULT, TOML_NAMES, Release, _all_fields, cli_field, cli_word, config_function_for, flavor_for, release_for, stage_split,
     torchtitan_fields,
 )
 
@@ -306,12 +306,7 @@ def cli_words(plan: Plan, release: Release | None = None) -> tuple[list[tuple[st
     release = release or RELEASES[CLI_DEFAULT]
     items: list[tuple[str, list]] = [("--module", ["llama3"]), ("--config", [config_function(plan)])]
     settings = _batch_settings(plan) + _parallel_settings(plan, release, "cli")
-    for key, value in settings:
-        if isinstance(value, bool):  # tyro: a bool field is a flag with a no_ form
-            section, _, name = key.rpartition(".")
-            items.append((f"--{section}.{name}" if value else f"--{section}.no_{name}", []))
-        else:
-            items.append((f"--{key}", [str(value)]))
+    items += [cli_word(key, value) for key, value in settings]
     extra = [("training.disable_cuda_graphs", [])] if plan.pp > 1 else []
     # torch.compile on for fused kernels (and async TP, which runs only under compile), off for eager:
     # the config function's own choice is overridden either way (llama3_405b compiles).

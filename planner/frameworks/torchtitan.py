@@ -131,6 +131,52 @@ def cli_field(word: str) -> str | None:
     return f"{section}.{name}" if section else name
 
 
+def _value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    low = text.lower()
+    return {"true": True, "false": False}.get(low, text)
+
+
+def cli_settings(words: list[str]) -> dict:
+    """torchtitan command-line words -> {section.field: value} (tyro: ``--a.b v``, ``--a.b`` /
+    ``--a.no_b`` for bools, ``activation_checkpoint:<mode>`` subcommand)."""
+    out, i = {}, 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if word.startswith("activation_checkpoint:"):
+            out["activation_checkpoint.mode"] = word.split(":", 1)[1].replace("-", "_")
+            continue
+        if not word.startswith("--"):
+            continue
+        key, eq, inline = word[2:].partition("=")
+        if eq:
+            out[key] = _value(inline)
+        elif i < len(words) and not words[i].startswith("--") and ":" not in words[i][:25]:
+            out[key] = _value(words[i])
+            i += 1
+        else:
+            section, _, name = key.rpartition(".")
+            if name.startswith("no_"):
+                out[f"{section}.{name[3:]}" if section else name[3:]] = False
+            else:
+                out[key] = True
+    return out
+
+
+def cli_word(key: str, value) -> tuple[str, list]:
+    """One setting as torchtitan's tyro command line takes it: ``--a.b v``; a bool field is a flag
+    with a ``no_`` form (``cli_settings`` reads both back)."""
+    if isinstance(value, bool):
+        section, _, name = key.rpartition(".")
+        return (f"--{section}.{name}" if value else f"--{section}.no_{name}", [])
+    return (f"--{key}", [str(value)])
+
+
 def _ffn(dim: int, multiple_of: int, multiplier: float) -> int:
     """torchtitan's compute_ffn_hidden_dim for the llama3 flavors."""
     hidden = int(2 * 4 * dim / 3)

@@ -29,7 +29,7 @@ import math
 import tomllib
 
 from hardware_catalog.errors import PlannerInputError
-from planner.frameworks.torchtitan import CONFIG_FUNCTIONS, FLAVORS, PER_OP_SAC_SHARE, TABLE, stage_split
+from planner.frameworks.torchtitan import CONFIG_FUNCTIONS, FLAVORS, PER_OP_SAC_SHARE, TABLE, cli_settings, stage_split
 from planner.launch.spec import Launch, boolean, integer
 
 SOURCE = "torchtitan config dataclasses (0.1.0 config_manager.py, 0.2.x job_config.py, 0.3.0 configs.py)"
@@ -76,43 +76,6 @@ def flatten(table: dict, prefix: str = "") -> dict:
             out.update(flatten(value, name + "."))
         else:
             out[name] = value
-    return out
-
-
-def _value(text: str):
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    low = text.lower()
-    return {"true": True, "false": False}.get(low, text)
-
-
-def cli_settings(words: list[str]) -> dict:
-    """torchtitan command-line words -> {section.field: value} (tyro: ``--a.b v``, ``--a.b`` /
-    ``--a.no_b`` for bools, ``activation_checkpoint:<mode>`` subcommand)."""
-    out, i = {}, 0
-    while i < len(words):
-        word = words[i]
-        i += 1
-        if word.startswith("activation_checkpoint:"):
-            out["activation_checkpoint.mode"] = word.split(":", 1)[1].replace("-", "_")
-            continue
-        if not word.startswith("--"):
-            continue
-        key, eq, inline = word[2:].partition("=")
-        if eq:
-            out[key] = _value(inline)
-        elif i < len(words) and not words[i].startswith("--") and ":" not in words[i][:25]:
-            out[key] = _value(words[i])
-            i += 1
-        else:
-            section, _, name = key.rpartition(".")
-            if name.startswith("no_"):
-                out[f"{section}.{name[3:]}" if section else name[3:]] = False
-            else:
-                out[key] = True
     return out
 
 

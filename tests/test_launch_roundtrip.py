@@ -5,7 +5,12 @@ Layouts are generated with hypothesis over a few catalog models and kept only wh
 rules of ``search.rules``. Each format is compared on what it can express (``EXPRESSES``): a
 DeepSpeed config, for instance, holds no tensor-parallel size. The options a file cannot state
 are given back as command-line overrides (as a user would), and the prediction must then be the
-original's exactly.
+original's exactly, with nothing in planner's own file unknown to or unsupported by the reader.
+
+The draw covers every option (``dp_shard``, ``attention``, ``tp_overlap_kind``, ``zero3_gather``
+included); a third of the layouts are priced as torchtitan runs (its table's fixed values), so that
+its files are written too. A layout a format cannot run is refused by that format's table (the
+export reports it and writes nothing for it): refusals are tested in tests/test_frameworks_tables.py.
 """
 
 from __future__ import annotations

@@ -246,7 +246,8 @@ def catalog(
 def export(
     ctx: typer.Context,
     out: Path = typer.Option(..., "--out", help="Directory to write the launch files into."),
-    fmt: str = typer.Option("all", "--format", help="torchrun | megatron | deepspeed | torchtitan | slurm | all"),
+    fmt: str = typer.Option("all", "--format", help="torchrun | megatron | deepspeed | torchtitan | slurm | "
+                                                   "megatron-bridge | all"),
     from_file: Optional[Path] = FromOpt,
     rank: Optional[int] = RankOpt,
     model: Optional[str] = typer.Option(None, "--model", help="Model preset or file (with the layout flags, like evaluate)."),
@@ -259,7 +260,8 @@ def export(
     force: bool = ForceOpt,
     torchtitan_version: Optional[str] = typer.Option(
         None, "--torchtitan-version",
-        help="torchtitan release the torchtitan files target: 0.1, 0.2 or 0.3 (or an exact one, e.g. 0.2.1). "
+        help="torchtitan release the torchtitan files target: 0.1, 0.2 or 0.3 (or an exact one, e.g. 0.2.1; "
+             "torchtitan-0.2 as --framework names it; --framework torchtitan-0.2 alone targets 0.2). "
              "0.1/0.2 read torchtitan.toml only, 0.3 the command line only. Default: overrides for 0.3.0 and "
              "the TOML for 0.2.2."),
     from_launch: Optional[Path] = FromLaunchOpt,

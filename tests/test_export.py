@@ -78,6 +78,12 @@ def record(model: ModelSpec, **layout) -> dict:
     }
 
 
+def titan(model: ModelSpec, **layout) -> dict:
+    """A record torchtitan runs as priced (what it fixes, planner.frameworks.torchtitan.TABLE: eager loss,
+    FSDP2 rather than ZeRO-1, full or no recompute)."""
+    return record(model, **{"zero": 3, "recompute": "full", "loss": "eager", **layout})
+
+
 def dense_405b() -> dict:
     """Llama 3 405B as trained: TP8 PP16 with 7-layer first/last stages, DP128 (16384 GPUs)."""
     return record(LLAMA3_405B, tp=8, pp=16, dp=128, gbs=2048, seq_len=8192, pp_first_layers=7, pp_last_layers=7)
@@ -154,18 +160,17 @@ def megatron_arg_list(script: Path) -> list[str]:
 
 
 def test_formats_list():
-    assert FORMATS == ("torchrun", "megatron", "deepspeed", "torchtitan", "slurm")
+    assert FORMATS == ("torchrun", "megatron", "deepspeed", "torchtitan", "slurm", "megatron-bridge")
     assert set(FILES) == set(FORMATS)
 
 
 def test_dense_405b_all_formats(tmp_path):
     report = export(dense_405b(), LLAMA3_405B, tmp_path)
     names = sorted(p.name for p in report.written)
-    assert names == sorted(["launch_torchrun.sh", "megatron_args.sh", "launch.sbatch", "torchtitan.toml"])
-    assert set(report.skipped) == {"deepspeed", "torchtitan:torchtitan_overrides.sh"}
+    assert names == sorted(["launch_torchrun.sh", "megatron_args.sh", "launch.sbatch", "megatron_bridge_overrides.yaml"])
+    assert set(report.skipped) == {"deepspeed", "torchtitan"}
     assert "deepspeed_uneven_stages" in report.skipped["deepspeed"]
-    # torchtitan 0.3.0's llama3_405b config always trains in float8; this plan is bf16.
-    assert "torchtitan_config_precision" in report.skipped["torchtitan:torchtitan_overrides.sh"]
+    assert "torchtitan_no_zero1" in report.skipped["torchtitan"]  # ZeRO-1: torchtitan has FSDP2 or replication
 
     meg = (tmp_path / "megatron_args.sh").read_text()
     for needle in ("--tensor-model-parallel-size 8", "--pipeline-model-parallel-size 16",
@@ -188,7 +193,11 @@ def test_dense_405b_all_formats(tmp_path):
     assert "#SBATCH --ntasks-per-node=1" in sb and "#SBATCH --exclusive" in sb
     assert 'scontrol show hostnames "${SLURM_JOB_NODELIST}" | head -n1' in sb
 
-    toml = tomllib.loads((tmp_path / "torchtitan.toml").read_text())
+    report = export(titan(LLAMA3_405B, tp=8, pp=16, dp=128, gbs=2048, seq_len=8192, pp_first_layers=7, pp_last_layers=7,
+                          zero=2), LLAMA3_405B, tmp_path / "titan", formats="torchtitan")
+    # torchtitan 0.3.0's llama3_405b config always trains in float8; this plan is bf16.
+    assert "torchtitan_config_precision" in report.skipped["torchtitan:torchtitan_overrides.sh"]
+    toml = tomllib.loads((tmp_path / "titan" / "torchtitan.toml").read_text())
     assert toml["model"] == {"name": "llama3", "flavor": "405B"}
     par = toml["parallelism"]
     assert par["tensor_parallel_degree"] == 8 and par["pipeline_parallel_degree"] == 16
@@ -200,7 +209,8 @@ def test_dense_405b_all_formats(tmp_path):
 
 def test_moe_mixtral_all_formats(tmp_path):
     report = export(moe_mixtral(), MIXTRAL, tmp_path)
-    assert sorted(p.name for p in report.written) == ["launch.sbatch", "launch_torchrun.sh", "megatron_args.sh"]
+    assert sorted(p.name for p in report.written) == ["launch.sbatch", "launch_torchrun.sh", "megatron_args.sh",
+                                                      "megatron_bridge_overrides.yaml"]
     assert "deepspeed_no_interleaving" in report.skipped["deepspeed"]
     assert "torchtitan_flavor" in report.skipped["torchtitan"]
     meg = (tmp_path / "megatron_args.sh").read_text()
@@ -251,7 +261,7 @@ def _layouts_for_flag_check():
 
 
 def test_flag_list_names_the_checked_commit():
-    text = (Path(megatron.__file__).with_name("megatron_flags.txt")).read_text()
+    text = (Path(megatron.__file__).parents[1] / "frameworks" / "megatron_arguments.txt").read_text()
     assert megatron.MEGATRON_COMMIT in text and "megatron/training/arguments.py" in text
     assert len(megatron.megatron_flags()) > 60
 
@@ -419,7 +429,13 @@ def test_shell_quoting_survives_hostile_values(tmp_path):
     out = tmp_path / "out dir $(touch PWNED_7) 'x'"
     report = export(rec, evil_model, out, entrypoint=EVIL_ENTRY)
     written = {p.name for p in report.written}
-    assert {"launch_torchrun.sh", "launch.sbatch", "megatron_args.sh", "torchtitan_overrides.sh"} <= written
+    assert {"launch_torchrun.sh", "launch.sbatch", "megatron_args.sh"} <= written
+    titan_rec = titan(evil_model, tp=2, pp=2, dp=2, gbs=16)
+    titan_rec["command"] = rec["command"]
+    titan_report = export(titan_rec, evil_model, tmp_path / "titan $(touch PWNED_8)", formats="torchtitan")
+    assert "torchtitan_overrides.sh" in {p.name for p in titan_report.written}
+    for path in titan_report.written:
+        assert not any(line.lstrip().startswith("touch") for line in path.read_text().splitlines()), path.name
 
     for path in report.written:
         text = path.read_text()
@@ -440,11 +456,11 @@ def test_shell_quoting_survives_hostile_values(tmp_path):
         if name != "megatron_args.sh":
             argv = json.loads(argv_file.read_text())["argv"]
             assert EVIL_ENTRY in argv, name  # passed through as one literal word
-    proc = run_bash(out / "torchtitan_overrides.sh", env, cwd=work)
+    proc = run_bash(tmp_path / "titan $(touch PWNED_8)" / "torchtitan_overrides.sh", env, cwd=work)
     assert proc.returncode == 0, proc.stderr
     argv = json.loads(argv_file.read_text())["argv"]
     assert argv[argv.index("-m") + 1] == "torchtitan.train"
-    assert argv[-3:] == ["--training.steps", "100", "activation_checkpoint:selective"]
+    assert argv[-3:] == ["--training.steps", "100", "activation_checkpoint:full"]
 
     leftovers = [p for p in list(work.iterdir()) + list(tmp_path.iterdir()) + list(out.iterdir()) if p.name.startswith("PWNED")]
     assert not leftovers, leftovers
@@ -534,11 +550,11 @@ def _titan_cli_words(path: Path) -> list[str]:
 
 
 TITAN_LAYOUTS = [
-    (record(LLAMA3_8B, tp=2, pp=4, dp=2, vpp=2, gbs=32, recompute="full"), LLAMA3_8B),
-    (record(LLAMA3_8B, tp=1, dp=16, zero=3, gbs=64), LLAMA3_8B),
-    (record(LLAMA3_8B, tp=4, dp=4, zero=0, gbs=64, recompute="none", sequence_parallel=False), LLAMA3_8B),
-    (record(LLAMA3_405B, tp=8, pp=16, dp=128, gbs=2048, seq_len=8192, precision="fp8",
-            pp_first_layers=7, pp_last_layers=7), LLAMA3_405B),
+    (titan(LLAMA3_8B, tp=2, pp=4, dp=2, vpp=2, gbs=32, zero=2), LLAMA3_8B),
+    (titan(LLAMA3_8B, tp=1, dp=16, zero=3, gbs=64), LLAMA3_8B),
+    (titan(LLAMA3_8B, tp=4, dp=4, zero=0, gbs=64, recompute="none", sequence_parallel=False), LLAMA3_8B),
+    (titan(LLAMA3_405B, tp=8, pp=16, dp=128, gbs=2048, seq_len=8192, precision="fp8", zero=2,
+           pp_first_layers=7, pp_last_layers=7), LLAMA3_405B),
 ]
 
 
@@ -547,7 +563,7 @@ TITAN_LAYOUTS = [
 def test_torchtitan_settings_are_checked(tmp_path, index):
     rec, model = TITAN_LAYOUTS[index]
     for version, release in torchtitan.RELEASES.items():
-        text = Path(torchtitan.__file__).with_name(f"torchtitan_fields_{release.family}.txt").read_text()
+        text = (Path(torchtitan.__file__).parents[1] / "frameworks" / f"torchtitan_fields_{release.family}.txt").read_text()
         assert f"torchtitan {version}" in text
     report = export(rec, model, tmp_path, formats="torchtitan")
     written = {p.name for p in report.written}
@@ -626,7 +642,7 @@ def test_torchtitan_split_matches_405b():
 ])
 def test_torchtitan_refusals(tmp_path, model, layout, rule):
     with pytest.raises(PlannerInputError) as err:
-        export(record(model, **layout), model, tmp_path, formats="torchtitan")
+        export(titan(model, **layout), model, tmp_path, formats="torchtitan")
     assert rule in str(err.value)
     assert not any(tmp_path.iterdir())
 

@@ -33,6 +33,7 @@ BUILTIN = {
     "deepspeed": {"deepspeed_config.json": 0o644},
     "torchtitan": {"torchtitan_overrides.sh": 0o755, "torchtitan.toml": 0o644},
     "slurm": {"launch.sbatch": 0o755},
+    "megatron-bridge": {"megatron_bridge_overrides.yaml": 0o644},
 }
 
 
@@ -49,7 +50,7 @@ def record(model: ModelSpec, **layout) -> dict:
 
 
 def test_registry_lists_the_formats_in_order_with_their_files():
-    assert tuple(EXPORTERS) == ("torchrun", "megatron", "deepspeed", "torchtitan", "slurm")
+    assert tuple(EXPORTERS) == tuple(BUILTIN)
     assert export_pkg.FORMATS == tuple(BUILTIN)
     assert export_pkg.FILES == {fmt: tuple(files) for fmt, files in BUILTIN.items()}
     for fmt, files in BUILTIN.items():
@@ -95,8 +96,8 @@ def test_one_registered_exporter_is_written_by_all(tmp_path, extra_exporter):
     report = export_layout(rec, LLAMA3_8B, DGX_H100, "all", tmp_path)
     written = {p.name: p for p in report.written}
     assert set(written) == {"launch_torchrun.sh", "megatron_args.sh", "deepspeed_config.json",
-                            "torchtitan_overrides.sh", "torchtitan.toml", "launch.sbatch", "recipe.py"}
-    assert not report.skipped
+                            "megatron_bridge_overrides.yaml", "launch.sbatch", "recipe.py"}
+    assert set(report.skipped) == {"torchtitan"}  # ZeRO-1: torchtitan has FSDP2 or replication
     text = written["recipe.py"].read_text()
     assert "recipe(tp=2, pp=1, dp=4, mbs=1, gbs=64, entry='pretrain_gpt.py')" in text
     assert "Layout: TP2 PP1 DP4" in text

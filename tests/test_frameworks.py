@@ -11,7 +11,7 @@ import pytest
 
 from hardware_catalog import get_model
 from planner.frameworks import RELEASES, apply_framework, framework_settings
-from planner.validate.profiles import RowFacts, apply_profiles
+from planner.frameworks.profiles import RowFacts, apply_profiles
 
 
 def run(*args):

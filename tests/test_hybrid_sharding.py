@@ -26,7 +26,11 @@ JOB = ("--model", "llama3-70b", "--gpus", "256", "--gpu", "h100", "--tp", "8", "
 def test_export_writes_the_shard_group_for_every_launcher(tmp_path):
     code, out, err = run("export", *JOB, "--zero", "3", "--out", str(tmp_path))
     assert code == 0, err
-    toml = (tmp_path / "torchtitan.toml").read_text()
+    # torchtitan runs its own loss (eager): the torchtitan-0.2 profile prices it so.
+    code, out, err = run("export", *JOB, "--zero", "3", "--framework", "torchtitan-0.2", "--format", "torchtitan",
+                         "--out", str(tmp_path / "titan"))
+    assert code == 0, err
+    toml = (tmp_path / "titan" / "torchtitan.toml").read_text()
     assert "data_parallel_replicate_degree = 4" in toml and "data_parallel_shard_degree = 8" in toml
     assert "--num-distributed-optimizer-instances 4" in (tmp_path / "megatron_args.sh").read_text()
     ds = json.loads((tmp_path / "deepspeed_config.json").read_text())

@@ -144,7 +144,8 @@ def test_torchtitan_03_command_line(tmp_path):
     assert launch.model.name == "llama3-405b" and launch.gpus == 16
     # llama3_405b: float8 converter, compile + async TP, tp 8; shard 1 -> plain replication (ZeRO-0)
     assert (v["precision"], v["kernels"], v["tp"], v["tp_comm_overlap"], v["zero"]) == ("fp8", "fused", 8, True, 0)
-    assert v["recompute"] == "selective" and v["vpp"] == 1 and v["gbs"] == 64
+    # 0.3's selective AC is per-op SAC: full recompute of half of each stage's layers (-2 quarters)
+    assert (v["recompute"], v["recompute_layers"]) == ("full", -2) and v["vpp"] == 1 and v["gbs"] == 64
 
 
 # ----------------------------------------------------------------------------------- DeepSpeed
@@ -208,7 +209,7 @@ def test_cli_evaluate_from_launch_json_and_override_note():
 @pytest.mark.parametrize("args,needle", [
     (("--from-launch", LLAMA), "--gpu"),
     (("--from-launch", DATA / "nope.sh", "--gpu", "h100"), "nope.sh"),
-    (("--from-launch", LLAMA, "--gpu", "h100", "--launch-format", "slurm"), "--launch-format slurm"),
+    (("--from-launch", LLAMA, "--gpu", "h100", "--launch-format", "keras"), "--launch-format keras"),
     (("--from-launch", DATA / "deepspeed_zero2.json", "--gpu", "h100"), "--model"),
     (("--gpu", "h100"), "--from-launch"),
 ])
@@ -229,7 +230,9 @@ def test_cli_search_from_launch_shows_the_reference_row():
 
 def test_cli_export_from_launch_converts_megatron_to_torchtitan(tmp_path):
     code, out, err = run("export", "--from-launch", LLAMA, "--gpu", "h100", "--gpus", "16", "--format", "torchtitan", "--out", tmp_path,
-                         "--precision", "bf16", "--torchtitan-version", "0.2")
+                         "--precision", "bf16", "--torchtitan-version", "0.2",
+                         # what torchtitan runs, given in place of the Megatron file's (refused otherwise)
+                         "--zero", "3", "--loss", "eager", "--attention", "flash", "--grad-dtype", "fp32")
     assert code == 0, err
     assert "wrote" in out and (tmp_path / "torchtitan.toml").exists()
     back = read_launch(tmp_path / "torchtitan.toml")

@@ -5,7 +5,12 @@ Layouts are generated with hypothesis over a few catalog models and kept only wh
 rules of ``search.rules``. Each format is compared on what it can express (``EXPRESSES``): a
 DeepSpeed config, for instance, holds no tensor-parallel size. The options a file cannot state
 are given back as command-line overrides (as a user would), and the prediction must then be the
-original's exactly.
+original's exactly, with nothing in planner's own file unknown to or unsupported by the reader.
+
+The draw covers every option (``dp_shard``, ``attention``, ``tp_overlap_kind``, ``zero3_gather``
+included); a third of the layouts are priced as torchtitan runs (its table's fixed values), so that
+its files are written too. A layout a format cannot run is refused by that format's table (the
+export reports it and writes nothing for it): refusals are tested in tests/test_frameworks_tables.py.
 """
 
 from __future__ import annotations
@@ -33,16 +38,19 @@ MODELS = ("llama3-8b", "llama3-70b", "mixtral-8x7b", "gpt3-175b")
 
 MEGATRON = {"tp", "pp", "cp", "ep", "etp", "vpp", "zero", "mbs", "gbs", "seq_len", "recompute", "per_chunk", "modules",
             "sequence_parallel", "precision", "stage_layers", "tp_comm_overlap", "ep_comm_overlap", "moe_dispatcher",
-            "grad_dtype", "dp_comm_overlap", "loss_fused"}
-TITAN = {"tp", "pp", "cp", "dp", "vpp", "zero_class", "mbs", "gbs", "seq_len", "recompute", "sequence_parallel",
-         "stage_layers", "precision"}
+            "grad_dtype", "dp_comm_overlap", "loss", "attention", "kernels", "tp_overlap_kind", "dp_shard", "zero3_gather"}
+TITAN = {"tp", "pp", "cp", "dp", "vpp", "zero", "mbs", "gbs", "seq_len", "recompute", "per_chunk", "sequence_parallel",
+         "stage_layers", "precision", "loss", "attention", "grad_dtype", "dp_comm_overlap", "tp_comm_overlap",
+         "tp_overlap_kind", "dp_shard", "zero3_gather", "kernels"}
 EXPRESSES = {
     "megatron_args.sh": MEGATRON,
     "launch_torchrun.sh": MEGATRON | {"dp"},
     "launch.sbatch": MEGATRON | {"dp"},
-    "deepspeed_config.json": {"dp", "pp", "zero", "mbs", "gbs", "dp_comm_overlap", "grad_dtype", "recompute_full"},
+    "deepspeed_config.json": {"dp", "pp", "zero", "mbs", "gbs", "dp_comm_overlap", "grad_dtype", "recompute_full",
+                              "dp_shard"},
     "torchtitan_overrides.sh": TITAN,
-    "torchtitan.toml": TITAN | {"kernels"},
+    "torchtitan.toml": TITAN,
+    "megatron_bridge_overrides.yaml": MEGATRON,
 }
 """What each exported file states (keys of ``view``); the rest comes from the command line."""
 EXACT = {"zero_class": "zero", "recompute_full": "recompute", "loss_fused": "loss", "per_chunk": "recompute_layers",
@@ -60,6 +68,8 @@ def view(record: dict, model) -> dict:
                modules=selective_modules(plan) or (("core_attn",) if lay.recompute == "selective" else ()),
                zero_class={0: 0, 1: 2, 2: 2, 3: 3}[lay.zero], recompute_full=lay.recompute == "full",
                loss_fused=lay.loss == "fused", dp=lay.dp)
+    if lay.dp * lay.cp == 1:  # one data-parallel rank: nothing to shard, every ZeRO stage runs as 0
+        out.update(zero=0, dp_shard=None, zero3_gather="prefetch")
     if model.moe is None:
         out.update(ep=1, etp=1, ep_comm_overlap=False, moe_dispatcher="alltoall")
     return out
@@ -76,7 +86,7 @@ def layouts(draw):
     values = dict(tp=tp, pp=pp, cp=cp, dp=dp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=draw(st.sampled_from((2048, 4096))),
                   zero=draw(st.integers(0, 3)), recompute=recompute, precision=draw(st.sampled_from(("bf16", "fp8"))),
                   sequence_parallel=draw(st.sampled_from((None, False))) if tp > 1 else None,
-                  attention=draw(st.sampled_from(("flash", "flash3"))), loss=draw(st.sampled_from(("unfused", "fused", "eager"))),
+                  attention=draw(st.sampled_from(("flash", "flash3", "unfused"))), loss=draw(st.sampled_from(("unfused", "fused", "eager"))),
                   grad_dtype=draw(st.sampled_from(("fp32", "bf16"))), dp_comm_overlap=draw(st.booleans()),
                   kernels=draw(st.sampled_from(("fused", "eager"))))
     if recompute == "full":
@@ -88,9 +98,35 @@ def layouts(draw):
     if model.moe is not None:
         values.update(ep=draw(st.sampled_from((1, 2, 4))), moe_dispatcher=draw(st.sampled_from(("alltoall", "deepep"))))
     values["tp_comm_overlap"] = tp > 1 and values["sequence_parallel"] is None and draw(st.booleans())
+    if values["tp_comm_overlap"]:
+        values["tp_overlap_kind"] = draw(st.sampled_from(("userbuffers", "asynctp")))
+    if values["zero"] >= 1 and dp > 1 and draw(st.booleans()):
+        values["dp_shard"] = draw(st.sampled_from([d for d in (1, 2) if dp % d == 0 and d < dp] or [1]))
+    if values["zero"] == 3:
+        values["zero3_gather"] = draw(st.sampled_from(("prefetch", "blocking")))
+    if draw(st.integers(0, 2)) == 0:  # priced as torchtitan runs, so that its files are written and read too
+        model, values = _as_torchtitan(draw, values)
     layout = Layout(**values)
     assume(not violations(RuleContext.build(model, layout.gpus, CLUSTER, GPU), layout))
     return model, layout
+
+
+def _as_torchtitan(draw, values: dict):
+    """The layout with what torchtitan fixes (planner.frameworks.torchtitan.TABLE) on a llama3 flavor,
+    on whole 8-GPU nodes."""
+    model = get_model(draw(st.sampled_from(("llama3-8b", "llama3-70b"))))
+    values = {k: v for k, v in values.items() if k not in ("ep", "moe_dispatcher", "recompute_modules", "dp_shard")}
+    values.update(loss="eager", attention="flash", grad_dtype="fp32", dp_comm_overlap=True, zero3_gather="prefetch",
+                  zero=draw(st.sampled_from((0, 2, 3))), dp=draw(st.sampled_from((2, 4, 8))),
+                  recompute=draw(st.sampled_from(("none", "full"))), recompute_layers=None, pp_first_layers=None)
+    if values["recompute"] == "full":
+        values["recompute_layers"] = draw(st.sampled_from((None, -2)))  # -2: per-op SAC
+    if values["tp_comm_overlap"]:
+        values.update(tp_overlap_kind="asynctp", kernels="fused")
+    if values["precision"] == "fp8":
+        values["kernels"] = "fused"
+    values["gbs"] = values["dp"] * values["mbs"] * values["pp"] * draw(st.sampled_from((1, 2, 4)))
+    return model, values
 
 
 def record_of(model, layout: Layout) -> dict:
@@ -114,9 +150,9 @@ def _given_back(original: dict, expressed: set) -> dict:
 
 def _check_file(path: Path, name: str, model, original: dict, record: dict) -> None:
     launch = read_launch(path, model=model if name.endswith(".json") else None)
+    # planner's own file: nothing in it is unknown to, or unsupported by, the same framework's reader
     expressed = EXPRESSES[name]
-    if original["precision"] == "fp8":  # torchtitan compiles every FP8 model: kernels are fused there
-        expressed = expressed - {"kernels"}
+    assert not launch.unknown and not launch.unsupported, (name, launch.unknown, launch.unsupported)
     gpus = None if "dp" in expressed else record["gpus"]
     back = resolve(launch, gpu=GPU.name, gpus=gpus, given=_given_back(original, expressed), allow_cross_node_tp=True)
     assert back.setup.model.name == model.name
@@ -146,7 +182,7 @@ def test_every_export_reads_back_as_the_same_layout(case):
 @pytest.mark.parametrize("first_last", [(None, None), (18, 18)])
 def test_torchtitan_releases_read_back(tmp_path, version, first_last):
     model = get_model("llama3-70b")
-    layout = Layout(tp=8, pp=4, vpp=2, dp=2, mbs=1, gbs=32, seq_len=4096, zero=3, recompute="full",
+    layout = Layout(tp=8, pp=4, vpp=2, dp=2, mbs=1, gbs=32, seq_len=4096, zero=3, recompute="full", loss="eager",
                     pp_first_layers=first_last[0], pp_last_layers=first_last[1])
     record = record_of(model, layout)
     report = export_layout(record, model, CLUSTER, "torchtitan", tmp_path, allow_unfit=True,

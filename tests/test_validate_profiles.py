@@ -1,4 +1,4 @@
-"""Framework profiles (planner.validate.profiles) and the candidate grid (search.grid)."""
+"""Framework profiles (planner.frameworks.profiles) and the candidate grid (search.grid)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE
 from hardware_catalog import get_cluster, get_gpu, get_model
 from planner.validate import GENERIC, PROFILES, RowFacts, apply_profiles, load_runs, map_run, profiles_for
-from planner.validate.profiles import row_label_suffix
+from planner.frameworks.profiles import row_label_suffix
 from search.grid import candidate_grid, expand_recompute_modules, recompute_module_masks
 
 ROWS = {r["id"]: r for r in load_runs(None)}

@@ -1,4 +1,5 @@
-"""Write launch configs for an evaluated layout: torchrun, Megatron-LM, DeepSpeed, torchtitan, SLURM.
+"""Write launch configs for an evaluated layout: torchrun, Megatron-LM, DeepSpeed, torchtitan, SLURM,
+Megatron-Bridge.
 
 ``export_layout(result, model, cluster, formats, out_dir)`` takes the dict of ``planner evaluate
 --json``. Every file is rendered and checked in memory first; then all of them are written to
@@ -12,8 +13,9 @@ whose layout breaks a rule of ``search.rules`` (the one rule set evaluate and se
 refused for every format (``build_plan``).
 
 Each format is an ``Exporter`` in the registry (``planner.export.registry``): ``FORMATS`` and
-``FILES`` list what is registered, and a new launcher is one module whose ``Exporter`` is
-passed to ``register``. Formats and files:
+``FILES`` list what is registered, and a new launcher is one module defining ``EXPORTER``, named
+in ``EXPORTER_MODULES``. Exporters write framework words through the tables of
+``planner.frameworks`` (the ones the ``--from-launch`` readers read with). Formats and files:
 
 ==========  =============================  ==================================================
 torchrun    launch_torchrun.sh             run on every node; torchrun c10d + Megatron args
@@ -23,6 +25,8 @@ torchtitan  torchtitan_overrides.sh,       torchtitan 0.3.0 command line (run it
             torchtitan.toml                the TOML job config of torchtitan 0.2.2 (0.1/0.2/0.3
                                            with options={"torchtitan_version": ...})
 slurm       launch.sbatch                  sbatch script: srun one torchrun per node
+megatron-   megatron_bridge_overrides.yaml Megatron-Bridge ConfigContainer overrides (YAML) to
+bridge                                     merge over a recipe (names: planner.frameworks.bridge)
 ==========  =============================  ==================================================
 """
 
@@ -34,11 +38,16 @@ from typing import Mapping
 
 from hardware_catalog.errors import PlannerInputError
 from hardware_catalog.schema import ClusterSpec, ModelSpec
-from planner.export import deepspeed, megatron, slurm, torchrun, torchtitan
+from importlib import import_module
 from planner.export.common import CannotExpress, build_plan, check_entrypoint, write_atomically
 from planner.export.registry import EXPORTERS, Exporter, files, formats, register, unregister
 
-for _exporter in (torchrun.EXPORTER, megatron.EXPORTER, deepspeed.EXPORTER, torchtitan.EXPORTER, slurm.EXPORTER):
+EXPORTER_MODULES = ("torchrun", "megatron", "deepspeed", "torchtitan", "slurm", "bridge")
+"""The modules of this package that define an ``EXPORTER``, registered in this order (the order of
+``FORMATS`` and of "all"). A new launcher is one module here plus its name in this tuple."""
+
+for _module in EXPORTER_MODULES:
+    _exporter = import_module(f"planner.export.{_module}").EXPORTER
     if _exporter.name not in EXPORTERS:  # a reload of this package keeps the registry
         register(_exporter)
 
@@ -92,6 +101,17 @@ def _render(exporter: Exporter, plan, entrypoint: str) -> tuple[dict[str, tuple[
             {f"{exporter.name}:{name}": reason for name, reason in refused.items()})
 
 
+def _framework_release(result: dict) -> str:
+    """The export release of the ``--framework`` release the record was priced with ("" : none)."""
+    name = (result.get("framework") or {}).get("name") if isinstance(result.get("framework"), dict) else None
+    if not name:
+        return ""
+    from planner.frameworks.releases import RELEASES_BY_NAME
+
+    release = RELEASES_BY_NAME.get(name)
+    return release.export_release if release else ""
+
+
 def _shell_syntax_ok(name: str, text: str) -> None:
     """``bash -n`` on a rendered script where bash exists (a programming-error guard)."""
     import shutil
@@ -130,7 +150,11 @@ def export_layout(
     entrypoint = check_entrypoint(entrypoint)
     plan = build_plan(result, model, cluster, command=command, allow_unfit=allow_unfit,
                       allow_cross_node_tp=allow_cross_node_tp)
-    plan = replace(plan, options=dict(options or {}))
+    options = dict(options or {})
+    release = _framework_release(result)
+    if release and "torchtitan_version" not in options:  # --framework torchtitan-0.2: its files target 0.2
+        options["torchtitan_version"] = release
+    plan = replace(plan, options=options)
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise PlannerInputError(f"out_dir={str(out_dir)!r} exists and is not a directory")

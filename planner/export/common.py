@@ -21,20 +21,10 @@ from costmodel.options import FLAG, IMPLEMENTATION_OPTIONS, INT, OPTIONS, OPTION
 from costmodel.record import recompute_layers_per_stage
 from hardware_catalog.errors import DoesNotFit, PlannerInputError
 from hardware_catalog.schema import ClusterSpec, ModelSpec
+from planner.frameworks.table import CannotExpress  # noqa: F401 (exporters import it from here)
 
 _REQUIRED = tuple(o.name for o in OPTIONS if o.kind == INT)
 """Options every record states: the integers of a layout (degrees, ZeRO stage, batch)."""
-
-
-class CannotExpress(Exception):
-    """The target framework cannot run this layout as planned. ``str()`` is one line."""
-
-    def __init__(self, rule: str, detail: str, source: str = ""):
-        self.rule = rule
-        self.detail = detail
-        self.source = source
-        where = f"; {source}" if source else ""
-        super().__init__(f"{detail} (rule {rule}{where})")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import json
 
 from planner.export.common import CannotExpress, Plan, partial_recompute_per_chunk, selective_modules
 from planner.export.registry import PLAIN, Exporter, one_file
+from planner.frameworks.deepspeed import TABLE
 
 FILE_NAME = "deepspeed_config.json"
 DEEPSPEED_COMMIT = "03f6f75c5caadf213b53a7b3f5438bb46a30d278"
@@ -28,10 +29,7 @@ def check(plan: Plan) -> None:
     if selective_modules(plan):
         raise CannotExpress("deepspeed_recompute_modules", f"recomputing the submodules {', '.join(selective_modules(plan))} "
                             "is Megatron-Core's --recompute-modules; a DeepSpeed config has no such setting", "planner.export")
-    if plan.precision == "fp8":
-        raise CannotExpress("deepspeed_no_fp8", "precision fp8: a DeepSpeed config has bf16/fp16 sections only; FP8 GEMMs "
-                            "live in the model code (TransformerEngine), which this file cannot switch on",
-                            "deepspeed/runtime/config.py")
+    TABLE.write("precision", plan.precision)  # refuses fp8
     if plan.cp > 1:
         raise CannotExpress("deepspeed_no_context_parallel", f"cp={plan.cp}: DeepSpeed has no ring-attention context parallelism; "
                             "its Ulysses sequence parallelism (sequence_parallel_size) splits attention heads with "
@@ -73,8 +71,9 @@ def config_dict(plan: Plan) -> dict:
         "gradient_clipping": 1.0,
         # overlap_comm: reduce gradients during the backward pass (DeepSpeed config docs,
         # zero_optimization.overlap_comm), as the plan prices it with dp_comm_overlap on.
-        "zero_optimization": {"stage": plan.zero, "overlap_comm": bool(plan.dp_comm_overlap),
-                              **({"mics_shard_size": plan.dp_shard} if plan.shard_replicas > 1 else {})},
+        "zero_optimization": _section(TABLE.write("zero", plan.zero) + TABLE.write("dp_comm_overlap", bool(plan.dp_comm_overlap))
+                                      + (TABLE.write("dp_shard", plan.dp_shard) if plan.shard_replicas > 1 else []),
+                                      "zero_optimization"),
         "bf16": {"enabled": True},
         "fp16": {"enabled": False},
         "wall_clock_breakdown": False,
@@ -99,9 +98,34 @@ def config_dict(plan: Plan) -> dict:
             "grad_partitioned": True,
         }
     elif plan.recompute == "full":
-        cfg["activation_checkpointing"] = {"partition_activations": plan.tp > 1, "contiguous_memory_optimization": False}
+        # Checkpoints split over TP ranks where the plan keeps them so (TP with sequence parallelism).
+        split = plan.tp > 1 and bool(plan.sp)
+        cfg["activation_checkpointing"] = {"partition_activations": split, "contiguous_memory_optimization": False}
+    _put_table_settings(cfg, plan)
     validate(cfg, plan)
     return cfg
+
+
+_WRITTEN_HERE = frozenset({"zero", "dp_comm_overlap", "dp_shard", "grad_dtype", "precision", "partition_activations"})
+"""Table options ``config_dict`` writes into its sections itself."""
+
+
+def _put_table_settings(cfg: dict, plan: Plan) -> None:
+    """Every other option of the table, from its rows, at its dotted path (a new DeepSpeed key is one row)."""
+    for option in TABLE.options:
+        if option in _WRITTEN_HERE:
+            continue
+        for key, value in TABLE.write(option, getattr(plan, option), plan):
+            *parents, leaf = key.split(".")
+            node = cfg
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+
+
+def _section(settings, section: str) -> dict:
+    """{key: value} of the table's ``section.key`` settings, in order."""
+    return {key.split(".", 1)[1]: value for key, value in settings if key.startswith(section + ".")}
 
 
 def validate(cfg: dict, plan: Plan) -> None:

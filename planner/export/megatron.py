@@ -1,40 +1,31 @@
 """Megatron-LM arguments for ``pretrain_gpt.py`` (``megatron_args.sh``), shared by the torchrun
 and SLURM launchers.
 
-Every flag is checked against ``megatron_flags.txt`` (Megatron-LM ``megatron/training/arguments.py``
-at the commit named there); every refusal names the Megatron rule and the file that enforces it.
+Layout settings are written through the Megatron table (``planner.frameworks.megatron.TABLE``), the
+one the reader reads them back with; every flag is one of ``megatron_arguments.txt`` (Megatron-LM
+``megatron/training/arguments.py`` at ``MEGATRON_COMMIT``); every refusal names the Megatron rule
+and the file that enforces it.
 """
 
 from __future__ import annotations
-
-from functools import lru_cache
-from pathlib import Path
 
 from planner.export.common import (
     CannotExpress, Plan, bash_array, comment_block, partial_recompute_per_chunk, q, selective_modules, sanitize,
 )
 from planner.export.registry import EXECUTABLE, Exporter, one_file
+from planner.frameworks.megatron import ARGS_PY as _ARGS_PY
+from planner.frameworks.megatron import MEGATRON_COMMIT, TABLE, known_flags, words
 
 FILE_NAME = "megatron_args.sh"
-MEGATRON_COMMIT = "000c4ac24f61159c138b0975def722c65245983c"
-_ARGS_PY = f"Megatron-LM megatron/training/arguments.py@{MEGATRON_COMMIT[:12]}"
 _TCFG = "Megatron-LM megatron/core/transformer/transformer_config.py (uneven pipeline checks)"
 _SCHED = "Megatron-LM megatron/core/pipeline_parallel/schedules.py (interleaved 1F1B)"
 _ATTN = "Megatron-LM megatron/core/transformer/attention.py (divide(num_query_groups, TP))"
-_PSTATE = "Megatron-LM megatron/core/parallel_state.py (expert rank grid)"
 _MPCFG = "Megatron-LM megatron/core/model_parallel_config.py"
 _FSDP = "Megatron-FSDP supports TP/EP/CP but not PP (Megatron-LM docs; issue NVIDIA/Megatron-LM#1455)"
 
-@lru_cache(maxsize=1)
 def megatron_flags() -> frozenset[str]:
-    """The flags listed in ``megatron_flags.txt`` (checked against Megatron-LM's arguments.py)."""
-    text = (Path(__file__).with_name("megatron_flags.txt")).read_text(encoding="utf-8")
-    flags = set()
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("--"):
-            flags.add(line.split()[0])
-    return frozenset(flags)
+    """Every flag of Megatron-LM's arguments.py at ``MEGATRON_COMMIT`` (``megatron_arguments.txt``)."""
+    return frozenset(known_flags())
 
 
 # ----------------------------------------------------------------------------------- checks
@@ -65,21 +56,17 @@ def check_megatron(plan: Plan) -> None:
         if size % split:
             raise CannotExpress("megatron_ffn_divisible", f"{name}={size} is not divisible by its tensor-parallel size {split}",
                                 "Megatron-LM megatron/core/tensor_parallel/layers.py (column/row-parallel split)")
+    # ep_divides_experts, ep_divides_dp_cp, cp_divides_seq and vpp_divides_stage_layers are rules of
+    # search.rules, which build_plan has checked: not repeated here.
     if m.moe is not None:
-        if m.moe.num_experts % plan.ep:
-            raise CannotExpress("megatron_experts_divisible_by_ep", f"ep={plan.ep} does not divide {m.moe.num_experts} experts", _ARGS_PY)
-        grid = plan.tp * plan.cp * plan.dp
-        if grid % (plan.etp * plan.ep):
-            raise CannotExpress("megatron_expert_grid", f"tp*cp*dp={grid} is not divisible by etp*ep={plan.etp * plan.ep}", _PSTATE)
         if plan.ep > 1 and tp > 1 and not plan.sp:
             raise CannotExpress("megatron_ep_tp_needs_sp", f"ep={plan.ep} with tp={tp} needs sequence parallelism "
                                 "(ModelParallelConfig raises without it)", _MPCFG)
         if (m.linear_bias) and plan.etp > 1:
             raise CannotExpress("megatron_moe_bias_etp", f"MoE with linear biases requires etp=1 (got etp={plan.etp})", _TCFG)
-    if plan.cp > 1 and plan.seq_len % (2 * plan.cp):
-        raise CannotExpress("megatron_cp_seq", f"seq_len={plan.seq_len} is not a multiple of 2*cp={2 * plan.cp}", _ARGS_PY)
     if plan.zero >= 2 and pp > 1:
         raise CannotExpress("megatron_fsdp_no_pp", f"zero={plan.zero} maps to Megatron-FSDP, which does not run with pp={pp}", _FSDP)
+    TABLE.check(plan)  # a value Megatron cannot run (the table's refusals)
     _check_pipeline(plan)
 
 
@@ -106,8 +93,6 @@ def _check_pipeline(plan: Plan) -> None:
     if not plan.uneven:
         if L % pp:
             raise CannotExpress("megatron_pp_divides_layers", f"{L} layers do not split evenly over pp={pp}", _ARGS_PY)
-        if vpp > 1 and (L // pp) % vpp:
-            raise CannotExpress("megatron_vpp_divides_stage", f"vpp={vpp} does not divide {L // pp} layers per stage", _TCFG)
     else:
         first, last = stages[0], stages[-1]
         middle = stages[1:-1]
@@ -237,24 +222,16 @@ def _moe_args(plan: Plan) -> Args:
         ("--moe-router-load-balancing-type", ["aux_loss"]),
         ("--moe-aux-loss-coeff", ["1e-2"]),
     ]
-    if plan.moe_dispatcher == "deepep":
-        args += [("--moe-token-dispatcher-type", ["flex"]), ("--moe-enable-deepep", [])]
-    else:
-        args.append(("--moe-token-dispatcher-type", ["alltoall"]))
+    args += words(TABLE.write("moe_dispatcher", plan.moe_dispatcher))
     return args + [("--moe-grouped-gemm", [])]
 
 
 def _parallel_args(plan: Plan) -> Args:
     """Degrees, sequence parallelism and the pipeline split."""
-    args: Args = [
-        ("--tensor-model-parallel-size", [plan.tp]),
-        ("--pipeline-model-parallel-size", [plan.pp]),
-        ("--context-parallel-size", [plan.cp]),
-    ]
+    args: Args = words(TABLE.write("tp", plan.tp) + TABLE.write("pp", plan.pp) + TABLE.write("cp", plan.cp))
     if plan.is_moe:
-        args += [("--expert-model-parallel-size", [plan.ep]), ("--expert-tensor-parallel-size", [plan.etp])]
-    if plan.sp and plan.tp > 1:
-        args.append(("--sequence-parallel", []))
+        args += words(TABLE.write("ep", plan.ep) + TABLE.write("etp", plan.etp))
+    args += words(TABLE.write("sequence_parallel", bool(plan.sp and plan.tp > 1)))
     if plan.pp > 1 and plan.uneven and plan.vpp > 1 and _embedding_loss_split(plan):
         args += [("--account-for-embedding-in-pipeline-split", []),
                  ("--account-for-loss-in-pipeline-split", [])]
@@ -262,33 +239,16 @@ def _parallel_args(plan: Plan) -> Args:
         args += [("--decoder-first-pipeline-num-layers", [plan.first_layers]),
                  ("--decoder-last-pipeline-num-layers", [plan.last_layers])]
     if plan.vpp > 1:
-        args.append(("--num-virtual-stages-per-pipeline-rank", [plan.vpp]))
+        args += words(TABLE.write("vpp", plan.vpp))
     return args
 
 
 def _data_parallel_args(plan: Plan) -> Args:
     """ZeRO stage: distributed optimizer (1) or Megatron-FSDP (2, 3), and the DP overlaps."""
-    args: Args = []
-    if plan.zero == 1:
-        args.append(("--use-distributed-optimizer", []))
-    elif uses_fsdp(plan):
-        strategy = "optim_grads" if plan.zero == 2 else "optim_grads_params"
-        args += [
-            ("--use-megatron-fsdp", []),
-            ("--data-parallel-sharding-strategy", [strategy]),
-            ("--use-distributed-optimizer", []),
-            ("--no-gradient-accumulation-fusion", []),
-            ("--ckpt-format", ["fsdp_dtensor"]),
-        ]
-    if plan.shard_replicas > 1:
-        # Hybrid sharding: dp / dp_shard distributed-optimizer (or Megatron-FSDP) instances, each
-        # sharding over dp_shard ranks (Megatron-Core param_and_grad_buffer.py: RS inside, AR across).
-        args.append(("--num-distributed-optimizer-instances", [plan.shard_replicas]))
-    if plan.dp_comm_overlap:  # off: Megatron's default, collectives after the backward
-        args.append(("--overlap-grad-reduce", []))
-        if plan.zero >= 1:
-            args.append(("--overlap-param-gather", []))
-    return args
+    args = words(TABLE.write("zero", plan.zero, plan))
+    if plan.shard_replicas > 1:  # the key carries the instance count, dp / dp_shard (the table's row)
+        args += words(TABLE.write("dp_shard", plan.shard_replicas))
+    return args + words(TABLE.write("dp_comm_overlap", bool(plan.dp_comm_overlap), plan))
 
 
 def _recompute_args(plan: Plan) -> Args:
@@ -307,25 +267,24 @@ def _recompute_args(plan: Plan) -> Args:
 
 
 def _precision_args(plan: Plan) -> Args:
-    args: Args = [("--bf16", [])]
-    if plan.grad_dtype == "bf16":
-        args.append(("--grad-reduce-in-bf16", []))
-    if plan.precision == "fp8":
-        args += [("--fp8-format", ["hybrid"]), ("--fp8-recipe", ["delayed"]),
-                 ("--fp8-amax-history-len", [1024]), ("--fp8-amax-compute-algo", ["max"])]
-    return args
+    """--bf16 parameters, the gradient-reduction dtype and FP8 GEMMs, from the table."""
+    return [("--bf16", [])] + words(TABLE.write("grad_dtype", plan.grad_dtype) + TABLE.write("precision", plan.precision))
+
+
+_WRITTEN_IN_SECTIONS = frozenset({"tp", "pp", "cp", "ep", "etp", "sequence_parallel", "vpp", "zero", "dp_shard",
+                                  "dp_comm_overlap", "grad_dtype", "precision", "moe_dispatcher"})
+"""Table options the sections above write (with the model's shape or the batch); every other option
+of the table is written by ``_overlap_args``, so a new Megatron setting is one row of the table."""
 
 
 def _overlap_args(plan: Plan) -> Args:
-    """The communication overlaps and fusions the plan was priced with."""
-    args: Args = []
-    if plan.tp_comm_overlap:
-        args.append(("--tp-comm-overlap", []))
-    if plan.ep_comm_overlap:
-        args += [("--overlap-moe-expert-parallel-comm", []), ("--delay-wgrad-compute", [])]
-    if plan.loss == "fused":
-        args.append(("--cross-entropy-loss-fusion", []))
-    return args
+    """The communication overlaps, fusions and kernels the plan was priced with: every table option
+    the other sections do not write, in the table's order."""
+    settings = []
+    for option in TABLE.options:
+        if option not in _WRITTEN_IN_SECTIONS:
+            settings += TABLE.write(option, getattr(plan, option), plan)
+    return words(settings)
 
 
 def _run_args(plan: Plan) -> Args:
@@ -370,7 +329,7 @@ def default_data_args(plan: Plan) -> list[tuple[str, list]]:
 def validate_flags(plan: Plan) -> None:
     unknown = sorted(set(emitted_flags(plan)) - megatron_flags())
     if unknown:  # a programming error: every flag must be checked against arguments.py first
-        raise RuntimeError(f"Megatron flags not in megatron_flags.txt: {', '.join(unknown)}")
+        raise RuntimeError(f"Megatron flags not in megatron_arguments.txt: {', '.join(unknown)}")
 
 
 def env_lines(plan: Plan) -> list[str]:
@@ -391,21 +350,17 @@ def env_lines(plan: Plan) -> list[str]:
 def notes(plan: Plan) -> list[str]:
     m = plan.model
     out = [
-        "Flags checked against " + _ARGS_PY + " (see planner/export/megatron_flags.txt).",
+        "Flags checked against " + _ARGS_PY + " (see planner/frameworks/megatron_arguments.txt).",
         "Model details the planner does not track (rotary base and scaling, norm epsilon, init std) are left at",
         "Megatron defaults: add them for checkpoint-exact numerics; they do not change the layout's cost.",
     ]
     if plan.tp > 1 and not plan.tp_comm_overlap:
         out.append("TP communication overlap (--tp-comm-overlap) stays off, as priced: plan with --tp-comm-overlap to use it.")
-    if plan.tp_comm_overlap and plan.tp_overlap_kind == "asynctp":
-        out.append("The plan prices PyTorch async TP (forward passes only); --tp-comm-overlap runs TransformerEngine "
-                   "userbuffers, which also hides the backward's, so it may be faster.")
-    if plan.kernels == "eager":
-        out.append("The plan prices eager (unfused) elementwise kernels; Megatron always runs its fused ones, so it may be faster.")
     if m.vocab_size % plan.tp:
         out.append(f"Vocabulary {m.vocab_size} is not divisible by TP={plan.tp}: Megatron pads it to a multiple of {plan.tp}.")
     if m.moe is not None:
-        out.append("Router: aux-loss load balancing (coeff 1e-2) and the all-to-all dispatcher; adjust to your recipe.")
+        dispatcher = {"deepep": "the flex dispatcher with DeepEP"}.get(plan.moe_dispatcher, "the all-to-all dispatcher")
+        out.append(f"Router: aux-loss load balancing (coeff 1e-2) and {dispatcher}; adjust to your recipe.")
     if m.mla is not None:
         out.append("MLA: Megatron defaults rope_type to yarn for MLA; DeepSeek checkpoints also use --qk-layernorm.")
     return out

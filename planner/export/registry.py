@@ -2,10 +2,11 @@
 
 A launcher is one ``Exporter``: its format name, the files it writes (with their modes) and a
 ``render(plan, entrypoint)`` that returns the texts of those files, or raises ``CannotExpress``
-naming the rule the target framework would break. Adding a launcher (e.g. NeMo 2 recipes) is one
-module that builds its ``Exporter`` and calls ``register``; ``planner.export.FORMATS`` and
-``FILES``, format parsing, "all", atomic writes, ``bash -n`` and ``--force`` follow from the
-registry.
+naming the rule the target framework would break. Adding a launcher (as ``bridge.py`` added
+Megatron-Bridge recipes) is one module that defines its ``EXPORTER`` plus its name in
+``planner.export.EXPORTER_MODULES`` (another package may call ``register`` itself);
+``planner.export.FORMATS`` and ``FILES``, format parsing, "all", atomic writes, ``bash -n`` and
+``--force`` follow from the registry.
 
 ``EXPORTERS`` keeps registration order, which is the order "all" writes and reports formats in.
 """

@@ -10,6 +10,7 @@ from __future__ import annotations
 from planner.export import megatron, torchrun
 from planner.export.common import Plan, comment_block, safe_name
 from planner.export.registry import EXECUTABLE, Exporter, one_file
+from planner.frameworks.torchrun import SLURM
 
 FILE_NAME = "launch.sbatch"
 
@@ -20,9 +21,9 @@ def render(plan: Plan, entrypoint: str) -> str:
     job = safe_name(f"planner-{plan.model.name}")
     sbatch = [
         f"#SBATCH --job-name={job}",
-        f"#SBATCH --nodes={plan.nnodes}",
-        "#SBATCH --ntasks-per-node=1",
-        f"#SBATCH --gpus-per-node={plan.nproc_per_node}",
+        f"#SBATCH {SLURM['nodes'][0]}={plan.nnodes}",
+        "#SBATCH --ntasks-per-node=1",  # one torchrun per node, which starts the GPUs' processes
+        f"#SBATCH {SLURM['gpus_per_node'][0]}={plan.nproc_per_node}",
         "#SBATCH --exclusive",
         "#SBATCH --output=%x-%j.out",
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from planner.export import megatron
 from planner.export.common import CannotExpress, Plan, comment_block, q, safe_name
 from planner.export.registry import EXECUTABLE, Exporter, one_file
+from planner.frameworks.torchrun import TORCHRUN
 
 FILE_NAME = "launch_torchrun.sh"
 TORCHRUN_SOURCE = "torch.distributed.run.get_args_parser (PyTorch)"
@@ -34,8 +35,8 @@ def torchrun_words(plan: Plan, entrypoint: str, rdzv_id: str) -> list[str]:
     """The torchrun command line (shell words; ``$VARS`` left for the shell to expand)."""
     return [
         "torchrun",
-        "--nnodes", str(plan.nnodes),
-        "--nproc-per-node", str(plan.nproc_per_node),
+        TORCHRUN["nodes"][0], str(plan.nnodes),
+        TORCHRUN["gpus_per_node"][0], str(plan.nproc_per_node),
         "--rdzv-backend", "c10d",
         "--rdzv-endpoint", '"${MASTER_ADDR}:${MASTER_PORT}"',
         "--rdzv-id", rdzv_id,

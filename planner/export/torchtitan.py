@@ -19,22 +19,18 @@ torchtitan_release_field), never dropped. Decisions torchtitan forces:
   shape matches no checked flavor (llama3 8B / 70B / 405B). In 0.3.0 the config function also
   fixes the precision (llama3_8b, llama3_70b: bf16; llama3_405b: float8 + compile), so the
   overrides are refused where no config function has the plan's precision.
-* ZeRO: torchtitan has FSDP2 (``data_parallel_shard_degree``) and replication
-  (``data_parallel_replicate_degree``), no ZeRO-1/2. zero 3 -> FSDP with
-  ``fsdp_reshard_after_forward=always`` (weights gathered for every micro-batch's forward and
-  backward, as the cost model prices ZeRO-3); zero 1/2 -> FSDP with ``never`` (weights stay
-  gathered from forward to backward): weight memory at or below the plan's, but without pipeline
-  parallelism FSDP may gather/reduce per micro-batch (noted in the header). zero 0 -> replication:
-  0.3.0 applies FSDP over the [replicate, shard=1] mesh (gradients all-reduced); job-config
-  releases (0.1, 0.2) use DDP, which llama3's parallelize refuses on a >1-D mesh, so the TOML
-  refuses zero 0 with TP/PP/CP.
+* What torchtitan always runs (loss eager, SDPA attention, FP32 gradient reduction, FSDP2 overlap,
+  async TP as its TP overlap, no ZeRO-1, per-op SAC) is the table's (``planner.frameworks.torchtitan``):
+  a plan priced otherwise is refused with the reason, never written as something else.
+* ZeRO: zero 3 -> FSDP2 with ``fsdp_reshard_after_forward=always``; zero 2 -> ``never`` (weights stay
+  gathered from forward to backward); zero 0 -> replication: 0.3.0 applies FSDP over the
+  [replicate, shard=1] mesh (gradients all-reduced); job-config releases (0.1, 0.2) use DDP, which
+  llama3's parallelize refuses on a >1-D mesh, so the TOML refuses zero 0 with TP/PP/CP.
 * Pipeline split: 0.2 and 0.3 place layers by first/last-stage weights
   (``generate_llm_fqn_per_model_part``), searched to reproduce the plan's per-rank layers; 0.1
   takes explicit ``pipeline_parallel_split_points``.
-* Selective recompute -> torchtitan's per-op SAC, which is not Megatron's core-attention recompute
-  (noted). TP overlap -> torchtitan's async TP with torch.compile on (the only TP overlap it has;
-  a plan priced as TE userbuffers says so, since async TP hides only the forward passes); without
-  it, async TP is switched off.
+* Full recompute of half of each stage's layers -> per-op SAC (how planner prices it). TP overlap
+  -> async TP with torch.compile on; fused kernels -> torch.compile on, eager -> off.
 """
 
 from __future__ import annotations
@@ -42,16 +38,17 @@ from __future__ import annotations
 import json
 import math
 import tomllib
-from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 
-from hardware_catalog.errors import PlannerInputError
 from planner.export import torchrun
 from planner.export.common import (
     CannotExpress, Plan, bash_array, comment_block, partial_recompute_per_chunk, q, selective_modules, safe_name,
 )
 from planner.export.registry import EXECUTABLE, PLAIN, Exporter, each_file
+from planner.frameworks.torchtitan import (  # noqa: F401 (names the tests and the reader use)
+    CLI_DEFAULT, CONFIG_FUNCTIONS, FAMILY_DEFAULT, FIELD_NEEDED_FOR, LLAMA3_FLAVORS, PER_OP_SAC_SHARE, RELEASES, TABLE,
+    TOML_DEFAULT, TOML_NAMES, Release, _all_fields, cli_field, cli_word, config_function_for, flavor_for, release_for, stage_split,
+    torchtitan_fields,
+)
 
 OVERRIDES_FILE = "torchtitan_overrides.sh"
 TOML_FILE = "torchtitan.toml"
@@ -59,100 +56,16 @@ VERSION_OPTION = "torchtitan_version"
 """Key of ``Plan.options`` (``export_layout(options=...)``, ``--torchtitan-version``)."""
 
 
-@dataclass(frozen=True)
-class Release:
-    """A torchtitan release the export can target."""
-
-    version: str
-    family: str
-    """Releases of one family share a layout and ``torchtitan_fields_<family>.txt``."""
-    config_files: str
-    """Where the release declares its config fields."""
-    origin: str
-    reads_toml: bool
-
-    @property
-    def source(self) -> str:
-        return f"torchtitan {self.version} {self.config_files}"
-
-    @property
-    def manager(self) -> str:
-        """The ConfigManager that reads the command line and the job config file."""
-        path = "torchtitan/config_manager.py" if self.family == "0.1" else "torchtitan/config/manager.py"
-        return f"torchtitan {self.version} {path}"
-
-
-RELEASES: dict[str, Release] = {r.version: r for r in (
-    Release("0.1.0", "0.1", "torchtitan/config_manager.py", "tag v0.1.0, f7084fc78567", True),
-    Release("0.2.0", "0.2", "torchtitan/config/job_config.py", "tag v0.2.0, 29624e37fa6d", True),
-    Release("0.2.1", "0.2", "torchtitan/config/job_config.py", "tag v0.2.1, 81af8833ddef", True),
-    Release("0.2.2", "0.2", "torchtitan/config/job_config.py", "tag v0.2.2, 73a0e6979dd1", True),
-    Release("0.3.0", "0.3", "torchtitan/config/configs.py + torchtitan/trainer.py",
-            "PyPI wheel; release/0.3 at 4f9e9a47d49d", False),
-)}
-FAMILY_DEFAULT = {"0.1": "0.1.0", "0.2": "0.2.2", "0.3": "0.3.0"}
-CLI_DEFAULT = "0.3.0"
-TOML_DEFAULT = "0.2.2"
-"""The last release that reads a TOML job config."""
-
-# Names that moved between the job-config releases (the field lists hold the fields themselves).
-TOML_NAMES = {
-    "0.1": {"compile": "training.compile", "float8": "float8", "converter": "float8",
-            "assets": "model.tokenizer_path"},
-    "0.2": {"compile": "compile.enable", "float8": "quantize.linear.float8", "converter": "quantize.linear.float8",
-            "assets": "model.hf_assets_path"},
-}
-# What in a plan needs a field, for the refusal when a release lacks it.
-FIELD_NEEDED_FOR = {
-    "parallelism.enable_sequence_parallel": "tensor parallelism without sequence parallelism (sequence_parallel off)",
-}
 _REGISTRY = "torchtitan 0.3.0 torchtitan/models/llama3/config_registry.py"
 _PIPE = "torchtitan torchtitan/distributed/pipeline_parallel.py (generate_llm_fqn_per_model_part)"
 _PIPE_01 = "torchtitan 0.1.0 torchtitan/models/llama3/infra/pipeline.py (pipeline_llama_manual_split)"
 _PARALLELIZE = "torchtitan torchtitan/models/llama3/infra/parallelize.py (0.1, 0.2: DDP only on a 1-D mesh)"
 _TORCH_SCHED = "torch torch/distributed/pipelining/schedules.py (torch 2.13.0)"
-LLAMA3_VOCAB = 128256
-
-
-def release_for(version, default: str = TOML_DEFAULT) -> Release:
-    """The release ``version`` names: "0.2", "0.2.x", "v0.2.2", "0.2.2" ...; ``default`` when None."""
-    if version is None:
-        return RELEASES[default]
-    key = str(version).strip().lower().removeprefix("v").removesuffix(".x")
-    key = FAMILY_DEFAULT.get(key, key)
-    if key not in RELEASES:
-        known = ", ".join(list(FAMILY_DEFAULT) + list(RELEASES))
-        raise PlannerInputError(f"torchtitan version {version!r}: the export knows {known}")
-    return RELEASES[key]
 
 
 def target_release(plan: Plan, default: str) -> Release:
     """The release a torchtitan file targets: the plan's ``torchtitan_version`` option, else ``default``."""
     return release_for(plan.options.get(VERSION_OPTION), default)
-
-
-@lru_cache(maxsize=8)
-def torchtitan_fields(family: str, section: str) -> frozenset[str]:
-    """Names listed under ``[section]`` ("cli", "toml" or "converters") in torchtitan_fields_<family>.txt;
-    empty where the file has no such section."""
-    text = Path(__file__).with_name(f"torchtitan_fields_{family}.txt").read_text(encoding="utf-8")
-    current, out = None, set()
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            current = line[1:-1]
-            continue
-        if current == section:
-            out.add(line.split()[0])
-    return frozenset(out)
-
-
-def _all_fields() -> frozenset[str]:
-    """Every setting any release's list holds (a name in none of them is a programming error)."""
-    families = sorted({r.family for r in RELEASES.values()})
-    return frozenset().union(*(torchtitan_fields(f, s) for f in families for s in ("cli", "toml")))
 
 
 def check_fields(keys, release: Release, section: str) -> None:
@@ -170,77 +83,7 @@ def check_fields(keys, release: Release, section: str) -> None:
                             f"lacks (present in {', '.join(others)})", release.source)
 
 
-def cli_field(word: str) -> str | None:
-    """The config field a torchtitan command-line word sets (None for a value)."""
-    if word.startswith("activation_checkpoint:"):
-        return "activation_checkpoint"
-    if not word.startswith("--"):
-        return None
-    key = word[2:]
-    section, _, name = key.rpartition(".")
-    if name.startswith("no_"):
-        name = name[3:]
-    return f"{section}.{name}" if section else name
-
-
-def _ffn(dim: int, multiple_of: int, multiplier: float) -> int:
-    """torchtitan's compute_ffn_hidden_dim for the llama3 flavors."""
-    hidden = int(2 * 4 * dim / 3)
-    hidden = int(multiplier * hidden)
-    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
-
-
-# (name, flavor): (n_layers, dim, n_heads, n_kv_heads, ffn hidden) from torchtitan/models/llama3/__init__.py
-LLAMA3_FLAVORS = {
-    ("llama3", "8B"): (32, 4096, 32, 8, _ffn(4096, 1024, 1.3)),
-    ("llama3", "70B"): (80, 8192, 64, 8, _ffn(8192, 4096, 1.3)),
-    ("llama3", "405B"): (126, 16384, 128, 8, _ffn(16384, 4096, 1.2)),
-}
-
-# torchtitan 0.3.0 config functions: (flavor, precision) -> --config name.
-CONFIG_FUNCTIONS = {
-    ("8B", "bf16"): "llama3_8b",
-    ("70B", "bf16"): "llama3_70b",
-    ("405B", "fp8"): "llama3_405b",
-}
-
-
-def flavor_for(model) -> tuple[str, str] | None:
-    """torchtitan (model name, flavor) whose architecture equals ``model``, or None."""
-    if model.moe is not None or model.mla is not None:
-        return None
-    if not (model.gated_mlp and model.norm == "rmsnorm" and model.position_embedding == "rope"
-            and not model.tied_embeddings and not model.linear_bias and not model.qkv_bias
-            and model.vocab_size == LLAMA3_VOCAB):
-        return None
-    if model.head_dim is not None and model.head_dim * model.num_attention_heads != model.hidden_size:
-        return None
-    shape = (model.num_layers, model.hidden_size, model.num_attention_heads, model.kv_heads, model.ffn_hidden_size)
-    for key, flavor_shape in LLAMA3_FLAVORS.items():
-        if flavor_shape == shape:
-            return key
-    return None
-
-
 # ----------------------------------------------------------------------------------- pipeline
-
-
-def stage_split(num_layers: int, num_stages: int, first_less: int, last_less: int) -> list[int] | None:
-    """Layers per (virtual) stage as torchtitan's generate_llm_fqn_per_model_part assigns them;
-    None where torchtitan raises."""
-    if num_stages == 1:
-        return [num_layers]
-    eff = num_layers + first_less + last_less
-    if num_stages > eff:
-        return None
-    base, extra = divmod(eff, num_stages)
-    if base == 0 or first_less > base or last_less > base:
-        return None
-    counts = []
-    for i in range(num_stages):
-        e = base + (1 if i < extra else 0)
-        counts.append(e - first_less if i == 0 else e - last_less if i == num_stages - 1 else e)
-    return counts
 
 
 def pipeline_settings(plan: Plan) -> dict:
@@ -292,16 +135,43 @@ def split_points(plan: Plan) -> list[str]:
 # ----------------------------------------------------------------------------------- checks
 
 
+def per_op_sac(plan: Plan) -> bool:
+    """The plan fully recomputes half of each stage's layers: how torchtitan's per-op SAC is priced
+    (``PER_OP_SAC_SHARE``), so torchtitan's selective AC (option "op") writes it."""
+    from costmodel.pipeline import partial_recompute_per_chunk as per_chunk
+
+    done = partial_recompute_per_chunk(plan)
+    if not done:
+        return False
+    first, last = (plan.stage_layers[0], plan.stage_layers[-1]) if plan.pp > 1 else (0, 0)
+    half, _ = per_chunk(plan.model.num_layers, plan.pp, plan.vpp, first, last, PER_OP_SAC_SHARE)
+    return int(half) == done
+
+
+def ac_mode(plan: Plan) -> str:
+    """torchtitan's activation_checkpoint.mode for the plan: none, full, or selective (per-op SAC)."""
+    return "selective" if per_op_sac(plan) else plan.recompute
+
+
 def check_common(plan: Plan) -> None:
-    """Rules every target shares (flavor, whole nodes, torch pipeline schedules)."""
+    """Rules every target shares (whole nodes, flavor, the table's refusals, torch pipeline schedules)."""
     if async_tp(plan) and plan.kernels == "eager":
         raise CannotExpress("torchtitan_async_tp_compiles", "TP overlap in torchtitan is async TP, which runs only under "
                             "torch.compile, and the plan prices eager kernels: price it with --kernels fused, or "
                             "without --tp-comm-overlap", "torchtitan config: CompileConfig __post_init__ (async TP needs "
                             "compile.enable)")
-    if partial_recompute_per_chunk(plan):
+    if plan.precision == "fp8" and plan.kernels == "eager":
+        raise CannotExpress("torchtitan_fp8_compiles", "fp8 in torchtitan runs torchao Float8Linear under torch.compile "
+                            "(the export compiles it, as torchtitan recommends), and the plan prices eager kernels: "
+                            "price it with --kernels fused", "torchtitan docs/float8.md")
+    if plan.zero == 0 and plan.cp > 1:
+        raise CannotExpress("torchtitan_cp_fsdp", f"zero=0 with cp={plan.cp}: torchtitan applies FSDP2 over the "
+                            "data-parallel-shard x context-parallel ranks whenever CP is on, so weights are sharded "
+                            "over the CP ranks: price with --zero 2 or 3", _PARALLELIZE)
+    if partial_recompute_per_chunk(plan) and not per_op_sac(plan):
         raise CannotExpress("torchtitan_partial_recompute", "recomputing only some layers of each stage is Megatron's "
-                            "block method; torchtitan has no equivalent setting", "planner.export")
+                            "block method; torchtitan's per-op SAC is priced as half of each stage's layers, and other "
+                            "counts have no equivalent setting", "planner.export")
     if selective_modules(plan):
         raise CannotExpress("torchtitan_recompute_modules", f"recomputing the submodules {', '.join(selective_modules(plan))} "
                             "is Megatron-Core's --recompute-modules; torchtitan's activation checkpointing has no "
@@ -312,6 +182,7 @@ def check_common(plan: Plan) -> None:
         raise CannotExpress("torchtitan_flavor", f"torchtitan builds models from registered flavors and none matches "
                             f"{plan.model.name}'s shape (checked: {names}); register a flavor first",
                             "torchtitan torchtitan/models/llama3/__init__.py")
+    TABLE.check(plan)  # what torchtitan always runs (planner.frameworks.torchtitan): refused, never changed
     if plan.pp > 1:
         m = plan.grad_accum
         if plan.vpp == 1 and m < plan.pp:
@@ -327,9 +198,12 @@ def check_common(plan: Plan) -> None:
 def config_function(plan: Plan) -> str:
     """The torchtitan 0.3.0 ``--config`` function for this model and precision."""
     _, flavor = flavor_for(plan.model)
-    fn = CONFIG_FUNCTIONS.get((flavor, plan.precision))
+    fn = config_function_for(flavor, plan.precision)
     if fn is None:
-        have = ", ".join(f"{f} {p}" for (f, p) in CONFIG_FUNCTIONS if f == flavor) or "none"
+        from planner.frameworks.torchtitan import config_precision
+
+        have = ", ".join(f"{flavor} {config_precision(n)}" for n, f in CONFIG_FUNCTIONS.items()
+                         if f["model.flavor"] == flavor) or "none"
         raise CannotExpress("torchtitan_config_precision", f"torchtitan {CLI_DEFAULT} fixes the precision in each "
                             f"llama3 config function and none trains {flavor} in {plan.precision} (available: {have})",
                             _REGISTRY)
@@ -365,11 +239,10 @@ def _local_batch(plan: Plan) -> int:
 
 def _dp_settings(plan: Plan) -> list[tuple[str, object]]:
     if plan.zero == 0:
-        return [("parallelism.data_parallel_replicate_degree", plan.dp), ("parallelism.data_parallel_shard_degree", 1)]
+        return [("parallelism.data_parallel_replicate_degree", plan.dp)] + TABLE.write("zero", 0, plan)
     replicas = plan.shard_replicas  # HSDP: FSDP over the shard groups, replicated across them
     return [("parallelism.data_parallel_replicate_degree", replicas),
-            ("parallelism.data_parallel_shard_degree", plan.dp // replicas),
-            ("parallelism.fsdp_reshard_after_forward", "always" if plan.zero == 3 else "never")]
+            ("parallelism.data_parallel_shard_degree", plan.dp // replicas)] + TABLE.write("zero", plan.zero, plan)
 
 
 def _pipe_settings(plan: Plan, release: Release, section: str) -> list[tuple[str, object]]:
@@ -398,11 +271,27 @@ def _batch_settings(plan: Plan) -> list[tuple[str, object]]:
 
 def _parallel_settings(plan: Plan, release: Release, section: str) -> list[tuple[str, object]]:
     """Data, tensor, context and pipeline parallel settings, in the release's names."""
-    out = _dp_settings(plan) + [("parallelism.tensor_parallel_degree", plan.tp)]
-    if plan.tp > 1 and not plan.sp:
-        out.append(("parallelism.enable_sequence_parallel", False))
+    out = _dp_settings(plan) + TABLE.write("tp", plan.tp)
+    if plan.tp > 1:
+        out += TABLE.write("sequence_parallel", bool(plan.sp))
     out += [("parallelism.context_parallel_degree", plan.cp), ("parallelism.pipeline_parallel_degree", plan.pp)]
-    return out + _pipe_settings(plan, release, section)
+    return out + _pipe_settings(plan, release, section) + _table_settings(plan)
+
+
+_WRITTEN_HERE = frozenset({"tp", "sequence_parallel", "zero", "tp_comm_overlap", "tp_overlap_kind", "kernels",
+                           "recompute", "precision"})
+"""Table options the settings above write (with the data-parallel degrees, compile, the converters
+and the AC mode, which depend on more than one option)."""
+
+
+def _table_settings(plan: Plan) -> list[tuple[str, object]]:
+    """Every other option of the table, from its rows (what torchtitan always runs writes nothing);
+    ``check_fields`` then refuses a key the target release lacks. A new torchtitan setting is one row."""
+    out: list[tuple[str, object]] = []
+    for option in TABLE.options:
+        if option not in _WRITTEN_HERE:
+            out += TABLE.write(option, getattr(plan, option), plan)
+    return out
 
 
 def async_tp(plan: Plan) -> bool:
@@ -411,32 +300,23 @@ def async_tp(plan: Plan) -> bool:
     return bool(plan.tp_comm_overlap) and plan.tp > 1 and bool(plan.sp)
 
 
-def _async_tp_note(plan: Plan) -> list[str]:
-    if not async_tp(plan) or plan.tp_overlap_kind == "asynctp":
-        return []
-    return ["TP overlap: the plan was priced as TransformerEngine userbuffers; torchtitan runs async TP, which hides "
-            "only the forward passes' TP collectives (re-price with --tp-overlap-kind asynctp)."]
-
-
 def cli_words(plan: Plan, release: Release | None = None) -> tuple[list[tuple[str, list]], str]:
     """(flag, values) overrides for torchtitan 0.3 and the activation-checkpoint subcommand that
     must come last. ``check_cli`` must have passed."""
     release = release or RELEASES[CLI_DEFAULT]
     items: list[tuple[str, list]] = [("--module", ["llama3"]), ("--config", [config_function(plan)])]
     settings = _batch_settings(plan) + _parallel_settings(plan, release, "cli")
-    for key, value in settings:
-        if isinstance(value, bool):  # tyro: a bool field is a flag with a no_ form
-            section, _, name = key.rpartition(".")
-            items.append((f"--{section}.{name}" if value else f"--{section}.no_{name}", []))
-        else:
-            items.append((f"--{key}", [str(value)]))
+    items += [cli_word(key, value) for key, value in settings]
     extra = [("training.disable_cuda_graphs", [])] if plan.pp > 1 else []
+    # torch.compile on for fused kernels (and async TP, which runs only under compile), off for eager:
+    # the config function's own choice is overridden either way (llama3_405b compiles).
+    extra.append(("compile.enable" if plan.kernels == "fused" or async_tp(plan) else "compile.no_enable", []))
     if async_tp(plan):
-        extra += [("compile.enable", []), ("compile.enable_async_tensor_parallel", [])]
+        extra.append(("compile.enable_async_tensor_parallel", []))
     else:
         extra.append(("compile.no_enable_async_tensor_parallel", []))
     items += [(f"--{k}", v) for k, v in extra]
-    subcommand = "activation_checkpoint:" + plan.recompute
+    subcommand = "activation_checkpoint:" + ac_mode(plan)
     fields = {cli_field(f) for f, _ in items} | {cli_field(subcommand)} | {"training.steps", "hf_assets_path"}
     check_fields(sorted(fields), release, "cli")
     return items, subcommand
@@ -458,8 +338,8 @@ def toml_settings(plan: Plan, release: Release | None = None) -> list[tuple[str,
     out += _parallel_settings(plan, release, "toml")
     if async_tp(plan):
         out.append(("parallelism.enable_async_tensor_parallel", True))
-    out.append(("activation_checkpoint.mode", plan.recompute))
-    if plan.recompute == "selective":
+    out.append(("activation_checkpoint.mode", ac_mode(plan)))
+    if per_op_sac(plan):
         out.append(("activation_checkpoint.selective_ac_option", "op"))
     if plan.precision == "fp8" and plan.zero >= 1 and plan.dp > 1:
         f8 = names["float8"]
@@ -472,7 +352,7 @@ def toml_settings(plan: Plan, release: Release | None = None) -> list[tuple[str,
 
 def _cli_notes(plan: Plan, release: Release) -> list[str]:
     out = [f"torchtitan {release.version} command line ({release.origin}); settings checked against "
-           f"{release.config_files} (planner/export/torchtitan_fields_{release.family}.txt [cli]).",
+           f"{release.config_files} (planner/frameworks/torchtitan_fields_{release.family}.txt [cli]).",
            "The --config function supplies the model, optimizer, data loader (HuggingFace c4, streamed from the Hub)",
            "and tokenizer folder (hf_assets_path; fetch it with torchtitan's scripts/download_hf_assets.py or set",
            "HF_ASSETS_PATH); the overrides below pin every parallel, batch and recompute setting of the plan."]
@@ -480,19 +360,18 @@ def _cli_notes(plan: Plan, release: Release) -> list[str]:
         out.append("fp8: the llama3_405b config converts linears to torchao Float8Linear and compiles the model.")
     if plan.zero == 0:
         out.append("zero 0: torchtitan applies FSDP over the [replicate, shard=1] mesh, i.e. plain replication.")
-    return out + _async_tp_note(plan)
+    return out
 
 
 def _toml_notes(plan: Plan, release: Release) -> list[str]:
     names = TOML_NAMES[release.family]
     out = [f"torchtitan {release.version} job config ({release.origin}); settings checked against "
-           f"{release.config_files} (planner/export/torchtitan_fields_{release.family}.txt [toml])."]
+           f"{release.config_files} (planner/frameworks/torchtitan_fields_{release.family}.txt [toml])."]
     if plan.precision == "fp8":
         out.append(f"fp8: the {names['converter']} converter (torchao Float8Linear, tensorwise), with "
                    f"{names['compile']} on as torchtitan recommends.")
     if plan.pp > 1 and release.family == "0.1":
         out.append("Pipeline split as pipeline_parallel_split_points (this release has no first/last-stage weights).")
-    out += _async_tp_note(plan)
     out.append(f"torchtitan reads the vocabulary from its tokenizer: point {names['assets']} at the model's tokenizer.")
     out.append("Data: training.dataset is left at torchtitan's default (c4_test, a sample in its source tree); set it "
                "(e.g. \"c4\") for a real run.")
@@ -505,9 +384,8 @@ def notes(plan: Plan, target: str, release: Release | None = None) -> list[str]:
         out = _cli_notes(plan, release or RELEASES[CLI_DEFAULT])
     else:
         out = _toml_notes(plan, release or RELEASES[TOML_DEFAULT])
-    if plan.zero in (1, 2):
-        out.append(f"torchtitan has no ZeRO-{plan.zero}: this is FSDP2 with reshard_after_forward=never (weights stay "
-                   "gathered from forward to backward).")
+    if plan.zero == 2:
+        out.append("ZeRO-2 -> FSDP2 with reshard_after_forward=never (weights stay gathered from forward to backward).")
         if plan.pp == 1 and plan.grad_accum > 1:
             out.append(f"Without PP, FSDP may gather/reduce-scatter on each of the {plan.grad_accum} micro-batches: "
                        "data-parallel traffic can exceed the plan's.")
@@ -516,18 +394,9 @@ def notes(plan: Plan, target: str, release: Release | None = None) -> list[str]:
     if plan.zero >= 2 and plan.pp > 1:
         out.append("Under PP, torch.distributed.pipelining keeps FSDP gradients (and weights after a backward) "
                    "unsharded until the last micro-batch: ZeRO-1's memory, as priced.")
-    if plan.grad_dtype == "bf16":
-        out.append("grad_dtype bf16: torchtitan's FSDP2 reduces gradients in float32 (training.mixed_precision_reduce "
-                   "accepts only float32): data-parallel reduction bytes are twice what was priced.")
-    if plan.recompute == "selective":
-        out.append("Selective recompute -> torchtitan's per-op SAC, which saves attention outputs and recomputes every "
-                   "second matmul: not Megatron's core-attention recompute, so step time may exceed the prediction.")
-    if plan.loss != "eager":
-        out.append(f"The plan prices a {plan.loss} cross-entropy; torchtitan computes the loss with F.cross_entropy on "
-                   "FP32 logits, which holds more memory on the last stage (price it with --loss eager).")
-    if plan.attention == "flash3":
-        out.append("The plan prices FlashAttention-3 / cuDNN attention; torchtitan's SDPA runs FlashAttention-2 "
-                   "unless its cuDNN backend is selected.")
+    if per_op_sac(plan):
+        out.append("Full recompute of half of each stage's layers -> torchtitan's per-op SAC (selective_ac_option op), "
+                   "which is how planner prices per-op SAC (planner.frameworks.torchtitan.PER_OP_SAC_SHARE).")
     return out
 
 

@@ -8,7 +8,7 @@
   (``planner.launch.torchtitan``);
 * ``deepspeed``: a DeepSpeed config JSON; the model comes from ``--model``
   (``planner.launch.deepspeed``);
-* ``nemo``: a NeMo 2 or Megatron-Bridge recipe's resulting config as YAML, or its override strings
+* ``nemo`` (also ``megatron-bridge``): a NeMo 2 or Megatron-Bridge recipe's resulting config as YAML, or its override strings
   (``planner.launch.nemo``),
 
 and returns a ``Launch`` (``planner.launch.spec``). ``planner.launch.run`` turns it into an
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.launch.spec import FORMATS, Launch
+from planner.launch.spec import FORMATS, READERS, Launch
 
 _SUFFIXES = {".json": "deepspeed", ".toml": "torchtitan", ".yaml": "nemo", ".yml": "nemo"}
 
@@ -71,15 +71,9 @@ def read_launch(path, fmt: str | None = None, model=None) -> Launch:
         raise PlannerInputError(f"--launch-format {fmt}: allowed {', '.join(FORMATS)}")
     text = read_text(path)
     fmt = fmt or detect_format(path, text)
-    if fmt == "megatron":
-        from planner.launch.megatron import read
-    elif fmt == "torchtitan":
-        from planner.launch.torchtitan import read
-    elif fmt == "deepspeed":
-        from planner.launch.deepspeed import read
-    else:
-        from planner.launch.nemo import read
-    return read(text, str(path), model)
+    from importlib import import_module
+
+    return import_module(READERS[fmt]).read(text, str(path), model)
 
 
-__all__ = ["FORMATS", "Launch", "detect_format", "read_launch"]
+__all__ = ["FORMATS", "READERS", "Launch", "detect_format", "read_launch"]

@@ -21,25 +21,9 @@ from __future__ import annotations
 import json
 
 from hardware_catalog.errors import PlannerInputError
+from planner.frameworks.deepspeed import QUIET, SOURCE, TABLE
+from planner.frameworks.deepspeed import ZERO_KEYS as ZERO_QUIET
 from planner.launch.spec import Launch, boolean, integer
-
-SOURCE = "DeepSpeed config (deepspeed 0.19.8 runtime/config.py, runtime/zero/config.py)"
-QUIET = frozenset("""
-_comment optimizer scheduler gradient_clipping steps_per_print wall_clock_breakdown dump_state memory_breakdown
-prescale_gradients gradient_predivide_factor sparse_gradients zero_allow_untested_optimizer zero_force_ds_cpu_optimizer
-flops_profiler tensorboard wandb csv_monitor comet comms_logger checkpoint data_efficiency curriculum_learning
-compression_training aio elasticity autotuning seed disable_allgather amp_params timers graph_harvesting
-use_data_before_expert_parallelism train_micro_batch_size_per_gpu train_batch_size gradient_accumulation_steps
-""".split())
-"""Top-level keys that leave step time and memory alone (or that ``read`` handles itself)."""
-ZERO_QUIET = frozenset("""
-stage overlap_comm contiguous_gradients reduce_bucket_size allgather_bucket_size allgather_partitions reduce_scatter
-round_robin_gradients stage3_prefetch_bucket_size stage3_param_persistence_threshold stage3_max_live_parameters
-stage3_max_reuse_distance stage3_gather_16bit_weights_on_model_save stage3_gather_fp16_weights_on_model_save
-sub_group_size elastic_checkpoint load_from_fp32_weights ignore_unused_parameters legacy_stage1
-gather_16bit_weights_on_model_save memory_efficient_linear offload_optimizer offload_param
-""".split())
-
 
 def _get(cfg: dict, path: str):
     node = cfg
@@ -83,11 +67,16 @@ def _zero(cfg: dict, launch: Launch) -> None:
         launch.state("zero", stage)
     else:
         launch.default("zero", 0, "no zero_optimization.stage")
-    overlap = _get(cfg, "zero_optimization.overlap_comm")
-    if overlap is not None:
-        launch.state("dp_comm_overlap", boolean(overlap, "zero_optimization.overlap_comm"))
+    flat = {key: _get(cfg, key) for key in TABLE.keys()}
+    flat = {key: value for key, value in flat.items() if value is not None}
+    overlap, keys = TABLE.read("dp_comm_overlap", flat)
+    if keys:
+        launch.state("dp_comm_overlap", overlap)
     else:
         launch.default("dp_comm_overlap", launch.values["zero"] == 3, "no zero_optimization.overlap_comm: on for stage 3 only")
+    shard, keys = TABLE.read("dp_shard", flat)  # MiCS
+    if keys and integer(shard, "zero_optimization.mics_shard_size", -1) > 0:
+        launch.state("dp_shard", integer(shard, "zero_optimization.mics_shard_size"))
     for part in ("offload_optimizer", "offload_param"):
         device = _get(cfg, f"zero_optimization.{part}.device")
         if device not in (None, "none"):
@@ -125,9 +114,11 @@ def _pipeline_recompute(cfg: dict, launch: Launch) -> None:
         if isinstance(checkpointing, dict):
             launch.notes.append("activation_checkpointing configures deepspeed.checkpointing; whether the model "
                                 "checkpoints its layers is a model-code flag: priced as full recompute")
-            for key in ("partition_activations", "cpu_checkpointing"):
-                if checkpointing.get(key):
-                    launch.cannot(f"activation_checkpointing.{key}", "with whole checkpoints in GPU memory")
+            if checkpointing.get("cpu_checkpointing"):
+                launch.cannot("activation_checkpointing.cpu_checkpointing", "with whole checkpoints in GPU memory")
+            if checkpointing.get("partition_activations"):
+                launch.notes.append("activation_checkpointing.partition_activations: checkpoints split over the TP "
+                                    "ranks, as priced with sequence parallelism (give --tp and keep SP on)")
     else:
         launch.default("recompute", "none", "no activation checkpointing")
     tp = _get(cfg, "tensor_parallel.autotp_size")
@@ -153,12 +144,24 @@ def read(text: str, path: str, model=None) -> Launch:
     _zero(cfg, launch)
     _precision(cfg, launch)
     _pipeline_recompute(cfg, launch)
+    _table_options(cfg, launch)
     _fixed(launch)
     handled = QUIET | {"zero_optimization", "bf16", "fp16", "communication_data_type", "data_types", "pipeline",
                        "activation_checkpointing", "tensor_parallel", "sequence_parallel_size"}
     launch.ignored += [k for k in cfg if k in QUIET]
     launch.unknown += [k for k in cfg if k not in handled]
     return launch
+
+
+def _table_options(cfg: dict, launch: Launch) -> None:
+    """The table's options the readers above leave unset, from its rows (a new DeepSpeed key is one row)."""
+    flat = {key: _get(cfg, key) for key in TABLE.keys() if _get(cfg, key) is not None}
+    for option in TABLE.options:
+        if option in launch.values or option == "partition_activations":  # not a layout option
+            continue
+        value, keys = TABLE.read(option, flat)
+        if keys:
+            launch.state(option, value)
 
 
 def _fixed(launch: Launch) -> None:

@@ -4,7 +4,9 @@ A reader turns its file into ``Settings``: Megatron-LM argument names (the ``des
 ``add_argument`` in megatron/training/arguments.py, which are also Megatron-Core's
 ``TransformerConfig`` / ``DistributedDataParallelConfig`` field names where the two share one)
 -> value, each with how the file wrote it. ``to_launch`` maps them onto planner's options and
-model. Every mapping cites the upstream declaration; unless a comment names another file, the
+model. The layout settings are read through the Megatron table (``planner.frameworks.megatron.TABLE``),
+the one the exporter writes them with, whose rows cite the upstream declarations; the shape, the
+pipeline split, the batch and recompute are mapped here. Unless a comment names another file, the
 flag and its default are those of arguments.py at commit 000c4ac24f61 (``ARGS``).
 """
 
@@ -13,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from costmodel.options import RECOMPUTE_MODULES
+from planner.frameworks.megatron import ARGS, TABLE
 from planner.launch.spec import Launch, boolean, integer, number
 
-ARGS = "Megatron-LM arguments.py@000c4ac24f61"
 TCFG = "Megatron-Core transformer_config.py"
 
 
@@ -212,25 +214,26 @@ def prune_defaults(launch: Launch) -> None:
     launch.defaults = [d for d in launch.defaults if d.option not in moot]
 
 
-def _set(launch: Launch, s: Settings, option: str, dest: str, value, default, why: str) -> None:
-    """Option from ``dest`` when the file states it, else the framework default."""
-    if s.has(dest):
-        launch.state(option, value)
-    else:
-        launch.default(option, default, f"no {s.label(dest)}" + (f", {why}" if why else ""))
+def _read(s: Settings, launch: Launch, option: str, convert=None, why: str = ""):
+    """``option`` through the table: stated when the file holds one of its rows' keys, else the
+    table's default (``None`` there: not set). Returns the value."""
+    value, keys = TABLE.read(option, s.values)
+    if keys:
+        launch.state(option, convert(value, s.label(keys[0])) if convert else value)
+    elif value is not None:
+        first = next((r.sets[0][0] for r in TABLE.rows_for(option) if r.sets), option)
+        launch.default(option, value, f"no {s.label(first)}" + (f", {why}" if why else ""))
+    return launch.values.get(option)
 
 
 def _degrees(s: Settings, launch: Launch) -> None:
-    for option, dest in (("tp", "tensor_model_parallel_size"), ("pp", "pipeline_model_parallel_size"),
-                         ("cp", "context_parallel_size"), ("ep", "expert_model_parallel_size")):
-        _set(launch, s, option, dest, s.int(dest), 1, "")
+    for option in ("tp", "pp", "cp", "ep"):
+        _read(s, launch, option, integer)
     tp = launch.values["tp"]
     # validate_args: expert_tensor_parallel_size None -> tensor_model_parallel_size.
-    _set(launch, s, "etp", "expert_tensor_parallel_size", s.int("expert_tensor_parallel_size"), tp, "= TP")
-    if s.flag("sequence_parallel"):
-        launch.state("sequence_parallel", True)
-    else:
-        launch.default("sequence_parallel", False, f"no {s.label('sequence_parallel')}")
+    if _read(s, launch, "etp", integer) is None:
+        launch.default("etp", tp, f"no {s.label('expert_tensor_parallel_size')}, = TP")
+    _read(s, launch, "sequence_parallel", lambda v, where: boolean(v, where))
     for dest in ("pipeline_model_parallel_layout", "hierarchical_context_parallel_sizes"):
         if s.get(dest) not in (None, "", []):
             launch.cannot(s.label(dest), "planner's own pipeline / ring layout")
@@ -242,7 +245,7 @@ def _pipeline(s: Settings, launch: Launch) -> None:
     """vpp and the first/last stage layers (validate_args, 'Uneven virtual pipeline parallelism')."""
     L, pp = launch.model.num_layers, launch.values["pp"]
     extra = int(s.flag("account_for_embedding_in_pipeline_split")) + int(s.flag("account_for_loss_in_pipeline_split"))
-    if s.has("num_virtual_stages_per_pipeline_rank"):
+    if TABLE.read("vpp", s.values)[1]:
         launch.state("vpp", s.int("num_virtual_stages_per_pipeline_rank"))
     elif s.has("num_layers_per_virtual_pipeline_stage"):
         per_stage = (L + extra) // max(pp, 1)
@@ -309,24 +312,17 @@ def _recompute_modules(s: Settings, launch: Launch) -> None:
 
 
 def _data_parallel(s: Settings, launch: Launch) -> None:
-    """ZeRO stage: --use-torch-fsdp2 (FSDP2, full sharding), --use-megatron-fsdp with
-    --data-parallel-sharding-strategy (default no_shard), --use-distributed-optimizer; overlaps."""
-    strategies = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
-    if s.flag("use_torch_fsdp2"):  # --torch-fsdp2-no-reshard-after-forward keeps weights gathered to backward
-        launch.state("zero", 2 if s.flag("torch_fsdp2_no_reshard_after_forward") else 3)
-    elif s.flag("use_megatron_fsdp"):
-        strategy = str(s.get("data_parallel_sharding_strategy", "no_shard"))
-        if strategy not in strategies:
-            raise _bad(s, "data_parallel_sharding_strategy", strategy, ", ".join(strategies))
-        launch.state("zero", strategies[strategy])
-    elif s.flag("use_distributed_optimizer"):
-        launch.state("zero", 1)
-    else:
-        launch.default("zero", 0, f"no {s.label('use_distributed_optimizer')}")
-    _set(launch, s, "dp_comm_overlap", "overlap_grad_reduce", s.flag("overlap_grad_reduce"), False, "")
-    if s.int("num_distributed_optimizer_instances", 1) > 1:
-        launch.cannot(s.label("num_distributed_optimizer_instances"),
-                      "one distributed-optimizer instance (--dp-shard dp/instances prices hybrid sharding)")
+    """ZeRO stage (the table: distributed optimizer, Megatron-FSDP strategies, FSDP2), hybrid
+    sharding (distributed-optimizer instances) and the gradient-reduce overlap."""
+    strategies = ("no_shard", "optim", "optim_grads", "optim_grads_params")
+    strategy = str(s.get("data_parallel_sharding_strategy", "no_shard"))
+    if s.flag("use_megatron_fsdp") and strategy not in strategies:
+        raise _bad(s, "data_parallel_sharding_strategy", strategy, ", ".join(strategies))
+    _read(s, launch, "zero")
+    _read(s, launch, "dp_comm_overlap", lambda v, where: boolean(v, where))
+    instances = s.int("num_distributed_optimizer_instances", 1)
+    if instances > 1:  # dp_shard = dp / instances, once the GPU count gives dp
+        launch.shard_replicas = instances
 
 
 def _precision(s: Settings, launch: Launch) -> None:
@@ -348,29 +344,32 @@ def _precision(s: Settings, launch: Launch) -> None:
         launch.cannot(s.label("fp4"), "as fp8")
     if s.flag("fp8_param_gather"):
         launch.cannot(s.label("fp8_param_gather"), "with BF16 parameter all-gathers")
-    _set(launch, s, "grad_dtype", "grad_reduce_in_bf16", "bf16" if s.flag("grad_reduce_in_bf16") else "fp32", "fp32",
-         "FP32 main grads")
+    _read(s, launch, "grad_dtype", why="FP32 main grads")
+
+
+_READ_ELSEWHERE = frozenset({"tp", "pp", "cp", "ep", "etp", "sequence_parallel", "vpp", "zero", "dp_shard",
+                             "dp_comm_overlap", "grad_dtype", "precision", "moe_dispatcher", "attention"})
+"""Table options read with the degrees, pipeline, data parallelism and precision; ``_implementation``
+reads every other option of the table, so a new Megatron setting is one row of the table."""
 
 
 def _implementation(s: Settings, launch: Launch) -> None:
-    _set(launch, s, "tp_comm_overlap", "tp_comm_overlap", s.flag("tp_comm_overlap"), False, "")
-    _set(launch, s, "ep_comm_overlap", "overlap_moe_expert_parallel_comm", s.flag("overlap_moe_expert_parallel_comm"),
-         False, "")
-    _set(launch, s, "loss", "cross_entropy_loss_fusion", "fused" if s.flag("cross_entropy_loss_fusion") else "unfused",
-         "unfused", "")
-    launch.values["kernels"] = "fused"
-    launch.values["zero3_gather"] = "prefetch"
+    for option in TABLE.options:
+        if option in _READ_ELSEWHERE:
+            continue
+        if not any(row.sets for row in TABLE.rows_for(option)):  # what Megatron always runs
+            launch.values[option] = TABLE.read(option, {})[0]
+        else:
+            _read(s, launch, option)
     _attention(s, launch)
     if launch.model.moe is None:
         launch.values["moe_dispatcher"] = "alltoall"
         return
-    dispatcher = str(s.get("moe_token_dispatcher_type", "allgather"))
-    deepep = s.flag("moe_enable_deepep") or str(s.get("moe_flex_dispatcher_backend", "")) == "deepep"
-    if dispatcher == "flex" and deepep:
-        launch.state("moe_dispatcher", "deepep")
-    elif dispatcher in ("alltoall", "flex"):
-        launch.state("moe_dispatcher", "alltoall")
+    value, keys = TABLE.read("moe_dispatcher", s.values)
+    if keys:
+        launch.state("moe_dispatcher", value)
     else:
+        dispatcher = str(s.get("moe_token_dispatcher_type", "allgather"))
         launch.values["moe_dispatcher"] = "alltoall"
         launch.cannot(f"{s.label('moe_token_dispatcher_type')} {dispatcher}"
                       + ("" if s.has("moe_token_dispatcher_type") else " (the default)"), "as the all-to-all dispatcher")
@@ -379,12 +378,12 @@ def _implementation(s: Settings, launch: Launch) -> None:
 def _attention(s: Settings, launch: Launch) -> None:
     """--attention-backend flash|fused|unfused|local|auto (default auto: TransformerEngine picks at
     run time); --use-flash-attn."""
-    backend = str(s.get("attention_backend", "auto")).split(".")[-1]
-    table = {"flash": "flash", "fused": "flash3", "unfused": "unfused", "local": "unfused"}
-    if backend in table:
-        launch.state("attention", table[backend])
-    elif s.flag("use_flash_attn"):
-        launch.state("attention", "flash")
+    values = dict(s.values)
+    if "attention_backend" in values:  # AttnBackend.fused -> fused
+        values["attention_backend"] = str(values["attention_backend"]).split(".")[-1]
+    value, keys = TABLE.read("attention", values)
+    if keys:
+        launch.state("attention", value)
     else:
         launch.default("attention", "flash", f"{s.label('attention_backend')} auto: TransformerEngine picks a "
                                              "FlashAttention-class kernel; --attention flash3 prices cuDNN's")

@@ -8,7 +8,7 @@ entrypoint gives the Megatron arguments (the words after it) and the GPU count (
 command gives its arguments as the bash array holding the most Megatron flags, or as the file's
 words when it is a bare argument list.
 
-Each argument is checked against ``megatron_arguments.txt`` (every flag of arguments.py at the
+Each argument is checked against ``planner/frameworks/megatron_arguments.txt`` (every flag of arguments.py at the
 commit planner's export is checked against) and classified: mapped onto planner
 (``planner.launch.mcore``), not priced (data, optimizer, logging, checkpoint groups and the
 flags in ``NOT_PRICED``), not expressible (listed with how it was priced instead), or unknown.
@@ -17,85 +17,16 @@ flags in ``NOT_PRICED``), not expressible (listed with how it was priced instead
 from __future__ import annotations
 
 import re
-from functools import lru_cache
-from pathlib import Path
 
 from hardware_catalog.errors import PlannerInputError
+from planner.frameworks.megatron import MAPPED, NOT_PRICED, known_flags
+from planner.frameworks.megatron import QUIET_GROUPS as _QUIET_GROUPS
+from planner.frameworks.torchrun import SLURM, TORCHRUN
 from planner.launch.mcore import Settings, to_launch
 from planner.launch.spec import Launch, integer
 
-_QUIET_GROUPS = frozenset({
-    "_add_logging_args", "_add_checkpointing_args", "_add_learning_rate_args", "_add_regularization_args",
-    "_add_validation_args", "_add_initialization_args", "_add_data_args", "_add_tokenizer_args",
-    "_add_autoresume_args", "_add_one_logger_args", "_add_ft_package_args", "_add_config_logger_args",
-    "_add_straggler_detector_args", "_add_workload_inspector_server_args", "_add_inprocess_restart_args",
-    "_add_rerun_machine_args", "_add_msc_args", "_add_biencoder_args", "_add_vision_args", "_add_retro_args",
-    "_add_inference_args", "_add_rl_args", "_add_sft_args",
-})
-"""arguments.py groups whose flags leave step time and memory alone in planner's cost model."""
-
-MAPPED = frozenset("""
-num_layers hidden_size num_attention_heads ffn_hidden_size swiglu vocab_size tokenizer_type
-make_vocab_size_divisible_by multi_latent_attention q_lora_rank kv_lora_rank qk_head_dim qk_pos_emb_head_dim
-v_head_dim group_query_attention num_query_groups kv_channels num_experts moe_ffn_hidden_size
-moe_shared_expert_intermediate_size moe_router_topk moe_router_num_groups moe_router_group_topk moe_layer_freq
-position_embedding_type seq_length normalization untie_embeddings_and_output_weights disable_bias_linear
-add_qkv_bias attention_dropout hidden_dropout max_position_embeddings tensor_model_parallel_size
-pipeline_model_parallel_size context_parallel_size expert_model_parallel_size expert_tensor_parallel_size
-sequence_parallel pipeline_model_parallel_layout hierarchical_context_parallel_sizes cp_comm_type
-account_for_embedding_in_pipeline_split account_for_loss_in_pipeline_split num_virtual_stages_per_pipeline_rank
-num_layers_per_virtual_pipeline_stage decoder_first_pipeline_num_layers decoder_last_pipeline_num_layers
-micro_batch_size global_batch_size recompute_granularity recompute_activations recompute_method
-recompute_num_layers recompute_modules use_torch_fsdp2 use_megatron_fsdp data_parallel_sharding_strategy
-use_distributed_optimizer overlap_grad_reduce num_distributed_optimizer_instances fp8_format fp8_recipe bf16 fp16
-fp4_format fp8_param_gather grad_reduce_in_bf16 tp_comm_overlap overlap_moe_expert_parallel_comm
-cross_entropy_loss_fusion moe_token_dispatcher_type moe_enable_deepep moe_flex_dispatcher_backend
-attention_backend use_flash_attn
-""".split())
-"""Argument dests ``planner.launch.mcore`` maps onto planner's model and options."""
-
-NOT_PRICED = frozenset("""
-use_mcore_models transformer_impl apply_layernorm_1p rotary_base rotary_percent rotary_interleaved
-rotary_seq_len_interpolation_factor use_rope_scaling rope_scaling_factor norm_epsilon init_method_std
-moe_grouped_gemm moe_router_load_balancing_type moe_aux_loss_coeff moe_z_loss_coeff moe_router_pre_softmax
-moe_router_score_function moe_router_enable_expert_bias moe_router_topk_scaling_factor moe_router_bias_update_rate
-moe_router_dtype moe_permute_fusion moe_input_jitter_eps moe_token_drop_policy fp8_amax_history_len
-fp8_amax_compute_algo fp8_margin fp8_interval no_gradient_accumulation_fusion calculate_per_token_loss
-manual_gc manual_gc_interval manual_gc_eval exit_duration_in_mins exit_interval exit_signal_handler train_iters
-train_samples distributed_timeout_minutes overlap_param_gather delay_wgrad_compute qk_layernorm
-attention_softmax_in_fp32 accumulate_allreduce_grads_in_fp32 distributed_backend use_cpu_initialization
-empty_unused_memory_level check_for_nan_in_loss_and_grad check_for_spiky_loss check_for_large_grads
-cross_entropy_fusion_impl deterministic_mode use_te_rng_tracker enable_experimental kitchen_config_file
-kitchen_recipe_number local_rank align_grad_reduce align_param_gather ddp_bucket_size ddp_average_in_collective
-overlap_param_gather_with_optimizer_step gradient_accumulation_fusion use_legacy_models spec log_interval profile
-profile_ranks profile_step_start profile_step_end tensorboard_dir use_pytorch_profiler record_memory_history
-memory_snapshot_path result_rejected_tracker_filename dataloader_type iterations_to_skip train_sync_interval
-check_weight_hash_across_dp_replicas_interval dump_param_to_param_group_map no_check_for_nan_in_loss_and_grad
-no_manual_gc_eval tp_comm_bootstrap_backend nccl_communicator_config_path distributed_timeout_seconds_after_init
-lazy_mpu_init disable_gloo_process_groups high_priority_stream_groups hysteresis initial_loss_scale loss_scale
-loss_scale_window min_loss_scale apply_query_key_layer_scaling rope_type mscale mscale_all_dim rotary_scaling_factor
-te_rng_tracker inference_rng_tracker moe_per_layer_logging moe_router_force_load_balancing moe_router_fusion
-moe_deepep_num_sms moe_use_legacy_grouped_gemm disable_symmetric_registration openai_gelu onnx_safe squared_relu
-use_te_activation_func no_async_tensor_model_parallel_allreduce no_clone_scatter_output_in_embedding no_pin_cpu_grads
-no_pin_cpu_params model_parallel_size ddp_num_buckets ddp_pad_buckets_for_high_nccl_busbw
-suggested_communication_unit_size no_gradient_reduce_div_fusion use_tp_pp_dp_mapping yaml_cfg no_rope_fusion
-optimizer
-""".split())
-"""Known flags outside the quiet groups that planner's model does not price either way."""
-
 LAUNCHERS = ("torchrun", "python", "python3", "deepspeed", "srun", "exec", "env", "mpirun", "numactl", "uv", "accelerate")
 _STORE_FALSE = {"--disable-bias-linear": ("add_bias_linear", False)}
-
-
-@lru_cache(maxsize=1)
-def known_flags() -> dict[str, tuple[str, str]]:
-    """flag -> (kind: switch | value | list, arguments.py group), from megatron_arguments.txt."""
-    out = {}
-    for line in Path(__file__).with_name("megatron_arguments.txt").read_text(encoding="utf-8").splitlines():
-        if line.startswith("--"):
-            flag, kind, group = line.split()[:3]
-            out[flag] = (kind, group)
-    return out
 
 
 def _dest(flag: str) -> str:
@@ -149,7 +80,7 @@ def _record(flag: str, kind: str, values: list[str], s: Settings, launch: Launch
         value = values[0]
     if dest == "optimizer" and value != "adam":
         launch.cannot(f"{flag} {value}", "with Adam's two FP32 moments")
-    elif dest in MAPPED or flag in _STORE_FALSE or dest == "torch_fsdp2_no_reshard_after_forward":
+    elif dest in MAPPED or flag in _STORE_FALSE:
         s.values[dest] = value
         s.where[dest] = flag
     elif known[flag][1] in _QUIET_GROUPS or dest in NOT_PRICED:
@@ -212,11 +143,10 @@ def _count(text, where: str):
 def gpu_count(launcher: list[str], script, launch: Launch) -> None:
     """GPUs = nodes x processes per node, from torchrun's words, else #SBATCH / srun."""
     sb = script.sbatch
-    nodes = _count(_option(launcher, "--nnodes", "--num_nodes", "--num-nodes"), "torchrun --nnodes")
-    per_node = _count(_option(launcher, "--nproc-per-node", "--nproc_per_node", "--num_gpus", "--num-gpus"),
-                      "torchrun --nproc-per-node")
-    nodes = nodes or _count(_option(launcher + sb, "--nodes", "-N"), "--nodes")
-    per_node = per_node or _count(_option(sb + launcher, "--gpus-per-node", "--ntasks-per-node"), "--gpus-per-node")
+    nodes = _count(_option(launcher, *TORCHRUN["nodes"]), "torchrun --nnodes")
+    per_node = _count(_option(launcher, *TORCHRUN["gpus_per_node"]), "torchrun --nproc-per-node")
+    nodes = nodes or _count(_option(launcher + sb, *SLURM["nodes"]), "--nodes")
+    per_node = per_node or _count(_option(sb + launcher, *SLURM["gpus_per_node"]), "--gpus-per-node")
     gres = _option(sb + launcher, "--gres")
     m = re.fullmatch(r"gpu:(?:([A-Za-z][\w-]*):)?(\d+)", gres or "")
     if m:

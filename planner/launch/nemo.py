@@ -26,22 +26,15 @@ from __future__ import annotations
 import re
 
 from hardware_catalog.errors import PlannerInputError
+from planner.frameworks.bridge import reading_renames
 from planner.launch.mcore import Settings, to_launch
 from planner.launch.spec import Launch, integer
 
 SOURCE = "Megatron-Core defaults (TransformerConfig, DistributedDataParallelConfig; the recipe's own Python is not run)"
-RENAMED = {
-    "num_moe_experts": "num_experts",
-    "num_layers_in_first_pipeline_stage": "decoder_first_pipeline_num_layers",
-    "num_layers_in_last_pipeline_stage": "decoder_last_pipeline_num_layers",
-    "virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
-    "seq_length": "seq_length",
-    "sequence_length": "seq_length",
-    "global_batch_size": "global_batch_size",
-    "micro_batch_size": "micro_batch_size",
-}
-"""Megatron-Core / NeMo field -> Megatron-LM argument dest, where they differ (Megatron-Bridge
-docs/megatron-lm-to-megatron-bridge.md)."""
+RENAMED = {**reading_renames(), "num_layers_in_first_pipeline_stage": "decoder_first_pipeline_num_layers",
+           "sequence_length": "seq_length"}
+"""Megatron-Core / NeMo field -> Megatron-LM argument dest, where they differ (``planner.frameworks.bridge``,
+checked against Megatron-Bridge docs/megatron-lm-to-megatron-bridge.md; NeMo 2 also says sequence_length)."""
 PREFIXES = ("trainer.strategy.ddp.", "trainer.strategy.", "trainer.plugins.", "model.config.", "data.", "optim.config.",
             "model.", "train.", "dataset.", "ddp.", "optimizer.", "mixed_precision.", "comm_overlap.")
 """Where Megatron-Core fields live in a NeMo 2 / Megatron-Bridge config, most specific first."""
@@ -136,7 +129,7 @@ def _dest(key: str) -> str | None:
 
 def to_settings(flat: dict, launch: Launch) -> Settings:
     """Config keys -> Megatron argument dests (with NeMo's and Megatron-Core's spellings)."""
-    from planner.launch.megatron import MAPPED
+    from planner.frameworks.megatron import MAPPED
 
     s = Settings(source=SOURCE)
     for key, value in flat.items():

@@ -11,7 +11,8 @@ FromLaunchOpt = typer.Option(
          "command line, a DeepSpeed JSON (with --model) or a NeMo 2 / Megatron-Bridge config YAML or override "
          "strings. Its model, GPU count, batch and layout are read; flags given next to it override the file.")
 LaunchFormatOpt = typer.Option(
-    None, "--launch-format", help="Format of --from-launch: megatron | torchtitan | deepspeed | nemo. Default: detected.")
+    None, "--launch-format", help="Format of --from-launch: megatron | torchtitan | deepspeed | nemo (or an export "
+    "format: megatron-bridge, torchrun, slurm). Default: detected.")
 KeepOpt = typer.Option(
     None, "--keep",
     help="With --from-launch: knobs of the file's layout the search must not change, comma-separated "

@@ -128,6 +128,10 @@ def build(launch: Launch, *, model=None, gpus=None, gpu=None, cluster=None, toke
     gpu_spec, cluster_spec = _hardware(launch, gpu, cluster)
     n = _gpus(launch, gpus, values, derived)
     gbs, seq = _batch(launch, model_spec, values, n, tokens_per_batch, derived)
+    if launch.shard_replicas > 1 and values.get("dp_shard") is None:
+        dp = max(n // (values["tp"] * values["pp"] * values["cp"]), 1)
+        values["dp_shard"] = max(dp // launch.shard_replicas, 1)
+        derived.append(f"dp_shard {values['dp_shard']} = dp {dp} / {launch.shard_replicas} distributed-optimizer instances")
     if values.get("sequence_parallel") and values.get("tp", 1) == 1:
         # Megatron's validate_args (and every framework) turns sequence parallelism off without TP.
         values["sequence_parallel"] = False

@@ -20,7 +20,14 @@ from typing import Any, Optional
 
 from hardware_catalog.errors import PlannerInputError
 
-FORMATS = ("megatron", "torchtitan", "deepspeed", "nemo")
+READERS = {"megatron": "planner.launch.megatron", "torchtitan": "planner.launch.torchtitan",
+           "deepspeed": "planner.launch.deepspeed", "nemo": "planner.launch.nemo",
+           "megatron-bridge": "planner.launch.nemo", "torchrun": "planner.launch.megatron",
+           "slurm": "planner.launch.megatron"}
+"""The one registry of readers: launch format -> the module whose ``read(text, path, model)`` reads it
+(imported when used). Every export format is a name here too, read by its framework's reader
+(megatron-bridge: the NeMo / Megatron-Bridge reader; torchrun and slurm: the Megatron reader)."""
+FORMATS = tuple(READERS)
 """Launch formats ``--launch-format`` takes."""
 
 
@@ -73,6 +80,9 @@ class Launch:
     """When the file gives no global batch: how the framework derives it ("mbs*dp": micro-batch x
     data-parallel ranks; "per_dp*dp": ``gbs_per_dp`` sequences per data-parallel rank)."""
     gbs_per_dp: int = 0
+    shard_replicas: int = 0
+    """Hybrid sharding the file states as a replica count (Megatron's distributed-optimizer
+    instances): dp_shard = dp / shard_replicas once the GPU count gives dp (0: not stated)."""
     launcher: str = ""
     """How the file launches (torchrun, srun + torchrun, a bare argument list, ...)."""
     defaults: list = field(default_factory=list)

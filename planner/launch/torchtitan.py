@@ -12,7 +12,9 @@ config/configs.py, trainer.py and models/llama3/config_registry.py); the 0.3 con
   ZeRO-3 with ``fsdp_reshard_after_forward`` always (and "default" without PP), ZeRO-2 with never
   (and "default" under PP: torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy);
   shard 1 with replication is ZeRO-0; both > 1 (HSDP) is priced as FSDP over all ranks;
-* ``selective_ac_option`` "op" (per-op SAC) is priced as selective; an integer n (every n-th layer
+* ``selective_ac_option`` "op" (per-op SAC) is priced as full recompute of half the layers
+  (``planner.frameworks.torchtitan.PER_OP_SAC_SHARE``, the pricing ``--framework torchtitan-0.2``
+  uses); an integer n (every n-th layer
   checkpointed) as full recompute of 1/n of the layers;
 * the pipeline split follows ``generate_llm_fqn_per_model_part`` (first/last-stage weights) or
   0.1's ``pipeline_parallel_split_points``; multi-stage schedules run 2 stages per rank unless
@@ -27,22 +29,10 @@ import math
 import tomllib
 
 from hardware_catalog.errors import PlannerInputError
+from planner.frameworks.torchtitan import CONFIG_FUNCTIONS, FLAVORS, PER_OP_SAC_SHARE, TABLE, cli_settings, stage_split
 from planner.launch.spec import Launch, boolean, integer
 
 SOURCE = "torchtitan config dataclasses (0.1.0 config_manager.py, 0.2.x job_config.py, 0.3.0 configs.py)"
-FLAVORS = {"8B": "llama3-8b", "70B": "llama3-70b", "405B": "llama3-405b"}
-"""torchtitan llama3 flavors -> catalog presets (same shapes: torchtitan/models/llama3/__init__.py)."""
-CONFIG_FUNCTIONS = {
-    "llama3_8b": {"model.flavor": "8B", "training.local_batch_size": 1, "training.seq_len": 8192,
-                  "activation_checkpoint.mode": "selective", "activation_checkpoint.selective_ac_option": "op"},
-    "llama3_70b": {"model.flavor": "70B", "training.local_batch_size": 8, "training.seq_len": 8192,
-                   "parallelism.tensor_parallel_degree": 8, "activation_checkpoint.mode": "full"},
-    "llama3_405b": {"model.flavor": "405B", "training.local_batch_size": 2, "training.seq_len": 8192,
-                    "parallelism.tensor_parallel_degree": 8, "activation_checkpoint.mode": "full",
-                    "compile.enable": True, "compile.enable_async_tensor_parallel": True,
-                    "model.converters": ["float8"]},
-}
-"""What torchtitan 0.3.0's llama3 config functions set (models/llama3/config_registry.py)."""
 DEFAULTS = {
     "training.local_batch_size": 8, "training.global_batch_size": -1, "training.seq_len": 2048,
     "parallelism.data_parallel_replicate_degree": 1, "parallelism.data_parallel_shard_degree": -1,
@@ -62,7 +52,7 @@ PRICED = set(DEFAULTS) | {
     "model.name", "model.flavor", "training.compile", "training.mixed_precision_param", "training.enable_cpu_offload",
     "parallelism.pipeline_parallel_split_points", "parallelism.expert_parallel_degree", "parallelism.disable_loss_parallel",
     "parallelism.enable_async_tensor_parallel", "parallelism.module_fqns_per_model_part", "activation_checkpoint",
-}
+} | TABLE.keys()
 QUIET_KEYS = {"model.tokenizer_path", "model.hf_assets_path", "model.print_after_conversion", "training.dataset",
               "training.dataset_path", "training.max_norm", "training.steps", "training.gc_freq", "training.gc_debug",
               "training.seed", "training.deterministic", "training.dtype", "training.mixed_precision_reduce",
@@ -86,43 +76,6 @@ def flatten(table: dict, prefix: str = "") -> dict:
             out.update(flatten(value, name + "."))
         else:
             out[name] = value
-    return out
-
-
-def _value(text: str):
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    low = text.lower()
-    return {"true": True, "false": False}.get(low, text)
-
-
-def cli_settings(words: list[str]) -> dict:
-    """torchtitan command-line words -> {section.field: value} (tyro: ``--a.b v``, ``--a.b`` /
-    ``--a.no_b`` for bools, ``activation_checkpoint:<mode>`` subcommand)."""
-    out, i = {}, 0
-    while i < len(words):
-        word = words[i]
-        i += 1
-        if word.startswith("activation_checkpoint:"):
-            out["activation_checkpoint.mode"] = word.split(":", 1)[1].replace("-", "_")
-            continue
-        if not word.startswith("--"):
-            continue
-        key, eq, inline = word[2:].partition("=")
-        if eq:
-            out[key] = _value(inline)
-        elif i < len(words) and not words[i].startswith("--") and ":" not in words[i][:25]:
-            out[key] = _value(words[i])
-            i += 1
-        else:
-            section, _, name = key.rpartition(".")
-            if name.startswith("no_"):
-                out[f"{section}.{name[3:]}" if section else name[3:]] = False
-            else:
-                out[key] = True
     return out
 
 
@@ -249,7 +202,7 @@ def _data_parallel(c: _Config) -> None:
     policy = str(c.get("parallelism.fsdp_reshard_after_forward"))
     if policy not in ("default", "always", "never"):
         raise PlannerInputError(f"parallelism.fsdp_reshard_after_forward={policy}: allowed default, always, never")
-    if shard == 1:
+    if shard == 1 and launch.values["cp"] == 1:  # with CP, FSDP2 shards over dp_shard x cp (parallelize.py)
         zero = 0
     elif policy == "default":
         zero = 3 if launch.values["pp"] == 1 else 2
@@ -264,9 +217,6 @@ def _data_parallel(c: _Config) -> None:
                       f"as ZeRO-{zero} over all data-parallel ranks (state the shard degree to price HSDP)")
     if shard > 0:
         launch.dp = replicate * shard
-    launch.values["dp_comm_overlap"] = True  # FSDP2 prefetch / DDP bucketing
-    launch.values["grad_dtype"] = "fp32"  # training.mixed_precision_reduce accepts float32 only
-    launch.values["zero3_gather"] = "prefetch"
 
 
 def _batch(c: _Config) -> None:
@@ -287,8 +237,6 @@ def _batch(c: _Config) -> None:
 
 def _pipeline(c: _Config) -> None:
     """vpp and the first/last ranks' layers, as torchtitan places them."""
-    from planner.export.torchtitan import stage_split
-
     launch = c.launch
     pp, L = launch.values["pp"], launch.model.num_layers
     schedule = str(c.get("parallelism.pipeline_parallel_schedule"))
@@ -340,8 +288,11 @@ def _recompute(c: _Config) -> None:
     elif mode != "selective":
         raise PlannerInputError(f"activation_checkpoint.mode={mode}: allowed selective, full, memory_budget, none")
     elif option == "op":
-        _put(c, "recompute", "selective", key)
-        launch.notes.append("selective_ac_option op (per-op SAC) is priced as selective recompute of core attention")
+        _put(c, "recompute", "full", key)
+        launch.state("recompute_layers", PER_OP_SAC_SHARE)
+        launch.notes.append("selective_ac_option op (per-op SAC: matmul outputs saved except every second one) is "
+                            "priced as full recompute of half of each stage's layers, as --framework torchtitan-0.2 "
+                            "prices it (planner.frameworks.torchtitan.PER_OP_SAC_SHARE)")
     else:
         every = integer(option, "activation_checkpoint.selective_ac_option")
         _put(c, "recompute", "full", key)
@@ -369,7 +320,23 @@ def _kernels_precision(c: _Config) -> None:
         launch.cannot("training.mixed_precision_param float32", "as bf16")
     if c.get("training.enable_cpu_offload"):
         launch.cannot("training.enable_cpu_offload", "with everything in GPU memory")
-    launch.values.update(loss="eager", attention="flash", moe_dispatcher="alltoall", ep_comm_overlap=False)
+    _table_options(c)
+
+
+def _table_options(c: _Config) -> None:
+    """The table's options the readers above leave unset: what torchtitan always runs (rows without
+    a setting: loss eager, SDPA attention, FP32 gradient reduction, FSDP2 prefetch and overlap, dense
+    models), and any other option read from its rows (so a new torchtitan setting is one row)."""
+    launch = c.launch
+    stated = {key: c.get(key) for key in TABLE.keys() if c.get(key) is not None}
+    for option in TABLE.options:
+        if option in launch.values or option == "tp_overlap_kind":  # the kind: with async TP only
+            continue
+        value, keys = TABLE.read(option, stated)
+        if keys and any(c.stated(k) for k in keys):
+            launch.state(option, value)
+        elif value is not None:
+            launch.values[option] = value
     launch.notes.append("torchtitan: loss eager (F.cross_entropy on FP32 logits), attention flash (SDPA)")
 
 

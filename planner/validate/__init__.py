@@ -15,7 +15,7 @@ cannot be mapped are listed with the reason.
 """
 
 from planner.validate.predict import RowResult, candidate_choices, candidates, layout_label, predict_run, validate_rows
-from planner.validate.profiles import GENERIC, PROFILES, Entry, Profile, RowFacts, When, apply_profiles, profiles_for
+from planner.frameworks.profiles import GENERIC, PROFILES, Entry, Profile, RowFacts, When, apply_profiles, profiles_for
 from planner.validate.report import (
     format_production_check, format_table, llama3_405b_production_check, run_validate, summarize,
 )

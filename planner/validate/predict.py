@@ -10,7 +10,7 @@ import numpy as np
 from costmodel.calibration import DEFAULT, Calibration
 from costmodel.options import IMPLEMENTATION_OPTIONS
 from hardware_catalog.errors import PlannerInputError
-from planner.validate.profiles import row_label_suffix
+from planner.frameworks.profiles import row_label_suffix
 from planner.validate.runs import MappedRun, map_run, parse_row
 from search.grid import candidate_grid, expand_recompute_modules
 from search.space import RECOMPUTE_SHARES, divisors, powers_of_two

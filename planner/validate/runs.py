@@ -23,7 +23,7 @@ from typing import Optional, Union
 from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE
 from hardware_catalog.errors import PlannerInputError
 from planner.validate.models import map_model, model_notes
-from planner.validate.profiles import RowFacts, apply_profiles, model_parts
+from planner.frameworks.profiles import RowFacts, apply_profiles, model_parts
 from planner.validate.schema import STATED_SETTINGS, RunRow, parse_row
 
 MBS_CHOICES = [1, 2, 4, 8]

@@ -1,6 +1,6 @@
 """``--framework NAME``: a framework release's profile applied to evaluate, search and export.
 
-``planner validate`` matches a run's framework text to a profile (``planner.validate.profiles``):
+``planner validate`` matches a run's framework text to a profile (``planner.frameworks.profiles``):
 what that framework fixes about how a layout runs (attention kernel, loss, gradient dtype,
 ZeRO-3 gathers, dispatcher), each entry with its source. A ``Release`` names one framework and
 release a user can type, with the text and year that pick the same entries, so a layout priced
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from hardware_catalog.errors import PlannerInputError
-from planner.validate.profiles import RowFacts, apply_profiles, model_parts, profiles_for
+from planner.frameworks.profiles import RowFacts, apply_profiles, model_parts, profiles_for
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,9 @@ class Release:
     """Release year; profile entries of an era (e.g. attention before FlashAttention) test it."""
     source: str
     """Where the release and its date come from."""
+    export_release: str = ""
+    """For torchtitan: the release the export's files target (a name ``planner.frameworks.torchtitan.
+    release_for`` takes, as ``--torchtitan-version`` does), so one name picks the profile and the files."""
 
 
 RELEASES: tuple[Release, ...] = (
@@ -48,7 +51,7 @@ RELEASES: tuple[Release, ...] = (
             "NVIDIA Megatron-Bridge 25.09 performance recipes"),
     Release("torchtitan-0.2", "torchtitan 0.2", 2025,
             "pytorch/torchtitan v0.2.x: SDPA attention, per-op SAC, eager FP32 loss; priced with [compile] "
-            "on (add --kernels eager without it)"),
+            "on (add --kernels eager without it)", export_release="0.2"),
     Release("llm-foundry-0.10", "llm-foundry 0.10 (Composer FSDP)", 2024,
             "mosaicml/llm-foundry v0.10 with Composer FSDP; no compile_config by default, so eager "
             "operators (add --kernels fused when you compile)"),
@@ -84,6 +87,13 @@ class FrameworkSettings:
 def get_release(name: str) -> Release:
     """The release called ``name``; one-line error naming the value and the allowed ones."""
     key = (name or "").strip().lower()
+    if key not in RELEASES_BY_NAME and key.startswith("torchtitan-"):  # a torchtitan release of the export
+        from planner.frameworks.torchtitan import release_for
+
+        family = release_for(key).family
+        match = [r for r in RELEASES if r.export_release == family]
+        if match:
+            return match[0]
     if key not in RELEASES_BY_NAME:
         raise PlannerInputError(f"--framework {name!r}: unknown framework release (allowed: {', '.join(RELEASES_BY_NAME)})")
     return RELEASES_BY_NAME[key]

@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from planner.frameworks.torchtitan import PER_OP_SAC_SHARE
+
 
 @dataclass(frozen=True)
 class RowFacts:
@@ -172,10 +174,12 @@ PROFILES: tuple[Profile, ...] = (
     )),
     Profile("Megatron-Core r0.8", r"megatron-core", (_TE_ATTENTION, _TPO_STATED, _TPO_SEARCHED, _DEEPEP)),
     Profile("torchtitan (Dec 2024)", r"torchtitan", (
-        Entry({"recompute": "full", "recompute_layers": -2},
+        Entry({"recompute": "full", "recompute_layers": PER_OP_SAC_SHARE},
               "torchtitan selective (per-op SAC) priced as full recompute of half the layers",
-              source="torchtitan activation_checkpoint.py _save_list: per-op SAC keeps SDPA and matmul outputs "
-                     "and recomputes the rest, about half of each layer's forward in time and memory",
+              source="torchtitan distributed/activation_checkpoint.py _custom_policy: per-op SAC saves the outputs "
+                     "of SDPA and of every other matmul and recomputes the rest, about half of each layer's forward "
+                     "in time and memory; the torchtitan reader and exporter price it the same way "
+                     "(planner.frameworks.torchtitan.PER_OP_SAC_SHARE)",
               when=(When(recompute="selective"),)),
         _EAGER_STATED,
         Entry({"loss": "eager"}, "eager F.cross_entropy on FP32 logits",

@@ -1,0 +1,132 @@
+"""``megatron_bridge_overrides.yaml``: the plan as Megatron-Bridge ConfigContainer overrides.
+
+Megatron-Bridge recipes (e.g. ``llama3_8b_pretrain_config``) return a ConfigContainer; its example
+entrypoints (examples/recipes/llama/pretrain_llama3_8b.py ``--config-file``) merge a YAML like this
+one over it with OmegaConf. Every key is the Megatron-LM argument the Megatron exporter writes
+(``planner.export.megatron``, through ``planner.frameworks.megatron.TABLE``) under its Bridge name
+(``planner.frameworks.bridge``), so this module adds no framework words of its own. Settings a
+recipe may have changed from Megatron-Core's defaults are written explicitly (false included).
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from planner.export.common import CannotExpress, Plan, comment_block
+from planner.export.megatron import check_megatron, megatron_sections
+from planner.export.registry import PLAIN, Exporter, one_file
+from planner.frameworks import bridge
+from planner.frameworks.megatron import TABLE
+
+FILE_NAME = "megatron_bridge_overrides.yaml"
+_SKIPPED = {"bf16", "fp8_format", "fp8_recipe", "fp8_amax_history_len", "fp8_amax_compute_algo",
+            "group_query_attention", "max_position_embeddings", "moe_grouped_gemm", "moe_router_load_balancing_type",
+            "moe_aux_loss_coeff"}
+"""Dests written otherwise (precision as a preset; GQA by num_query_groups; the position table is
+the model's seq_length in Bridge) or left to the recipe (router settings, not priced)."""
+
+
+_MOE_OPTIONS = frozenset({"ep", "etp", "ep_comm_overlap", "moe_dispatcher"})
+"""Options that exist only for a MoE model (left to the recipe for a dense one)."""
+
+
+def _value(values: list):
+    if not values:
+        return True
+    if len(values) > 1:
+        return list(values)
+    v = values[0]
+    if isinstance(v, str):
+        for cast in (int, float):
+            try:
+                return cast(v)
+            except ValueError:
+                pass
+    return v
+
+
+def _layer_pattern(text: str) -> list[int]:
+    """Megatron's "([0]*3+[1]*58)" as the list Bridge's moe_layer_freq takes."""
+    bits: list[int] = []
+    for part in text.strip("()").split("+"):
+        bit, count = part.split("*")
+        bits += [int(bit.strip("[] "))] * int(count)
+    return bits
+
+
+def _explicit_off(plan: Plan, written: set) -> list[tuple[str, object]]:
+    """The switches of the table's rows for the plan's settings that stay off: written as false, so
+    a recipe's own choice does not run instead of the plan's."""
+    out = []
+    for option in TABLE.options:
+        if option in _MOE_OPTIONS and not plan.is_moe:
+            continue
+        for row in (r for r in TABLE.rows_for(option) if r.write):
+            for dest, value in row.sets + row.also:
+                moved = any(d == dest for d, _ in bridge.MOVED_VALUES)  # Bridge spells it another way
+                if value is True and dest not in written and dest not in _SKIPPED and not moved:
+                    written.add(dest)
+                    out.append((dest, False))
+    return out
+
+
+def overrides(plan: Plan) -> list[tuple[str, object]]:
+    """(ConfigContainer key, value) pairs for the plan, in the Megatron exporter's order."""
+    check_megatron(plan)
+    if plan.model.mla is not None:
+        raise CannotExpress("bridge_mla", "multi-latent attention is chosen by Megatron-Bridge's DeepSeek provider "
+                            "class, not by a field: use --format megatron", bridge.SOURCE)
+    pairs, written = [], set()
+    for title, items in megatron_sections(plan):
+        if title.startswith("PLACEHOLDER"):
+            continue
+        for flag, values in items:
+            dest = flag[2:].replace("-", "_")
+            if dest in _SKIPPED:
+                continue
+            value = _value(values)
+            if dest == "moe_layer_freq":
+                value = _layer_pattern(str(value))
+            written.add(dest)
+            pairs.append((dest, value))
+    pairs += _explicit_off(plan, written)
+    out = [("mixed_precision", bridge.PRECISION_PRESETS[plan.precision]),
+           ("model.vocab_size", plan.model.vocab_size)]
+    for dest, value in pairs:
+        out += bridge.settings(dest, value)
+        if dest == "seq_length":
+            out.append(("dataset.seq_length", value))
+    return out
+
+
+def nested(pairs) -> dict:
+    tree: dict = {}
+    for key, value in pairs:
+        node = tree
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return tree
+
+
+def render(plan: Plan) -> str:
+    body = yaml.safe_dump(nested(overrides(plan)), sort_keys=False, default_flow_style=False, width=110)
+    head = comment_block(list(plan.header) + [
+        "",
+        f"Megatron-Bridge v{bridge.RELEASE} ConfigContainer overrides (names: planner/frameworks/bridge.py, checked",
+        "against Megatron-Bridge's config dataclasses and its Megatron-LM -> Megatron-Bridge guide).",
+        "Merge over a recipe, e.g. python examples/recipes/llama/pretrain_llama3_8b.py --config-file " + FILE_NAME,
+        "(the recipe keeps its data, tokenizer, optimizer and schedule; every layout setting of the plan is here).",
+    ])
+    text = head + body
+    yaml.safe_load(text)
+    return text
+
+
+EXPORTER = Exporter(
+    name="megatron-bridge",
+    files={FILE_NAME: PLAIN},
+    render=one_file(FILE_NAME, lambda plan, entrypoint: render(plan)),
+    description="Megatron-Bridge / NeMo 2 ConfigContainer overrides (YAML) for a recipe",
+)

@@ -1,0 +1,73 @@
+"""NeMo 2 / Megatron-Bridge: the Megatron table under Megatron-Bridge's names.
+
+A Megatron-Bridge ``ConfigContainer`` (src/megatron/bridge/training/config.py) holds Megatron-Core's
+own config objects: ``model`` (a GPTModelProvider: TransformerConfig + ModelParallelConfig fields),
+``ddp`` (DistributedDataParallelConfig), ``optimizer``, ``train`` (batch), ``dataset``,
+``comm_overlap`` (CommOverlapConfig) and ``mixed_precision`` (a preset name). Megatron-Core's field
+names are Megatron-LM's argparse dests, so a Bridge key is ``SECTIONS[dest] + "." + RENAMES.get(dest,
+dest)``: the renames and the sections are listed once, here (as Megatron-LM's argument_utils.py
+lists its own), and both the exporter (``planner/export/bridge.py``) and the reader
+(``planner/launch/nemo.py``) use them. Checked against Megatron-Bridge ``RELEASE``'s
+docs/megatron-lm-to-megatron-bridge.md and config dataclasses (tests/data/megatron_bridge).
+"""
+
+from __future__ import annotations
+
+RELEASE = "0.2.0"
+SOURCE = f"Megatron-Bridge v{RELEASE} src/megatron/bridge/training/config.py; docs/megatron-lm-to-megatron-bridge.md"
+
+RENAMES = {
+    "num_experts": "num_moe_experts",
+    "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
+    "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage",
+    "num_virtual_stages_per_pipeline_rank": "virtual_pipeline_model_parallel_size",
+    "swiglu": "gated_linear_unit",
+}
+"""Megatron-LM dest -> Megatron-Core / Bridge field, where they differ (same value)."""
+
+NEGATED = {
+    "untie_embeddings_and_output_weights": "share_embeddings_and_output_weights",
+    "disable_bias_linear": "add_bias_linear",
+    "grad_reduce_in_bf16": "grad_reduce_in_fp32",
+    "no_gradient_accumulation_fusion": "gradient_accumulation_fusion",
+}
+"""Megatron-LM switch -> the Bridge field it sets to false."""
+
+SECTIONS = {
+    "micro_batch_size": "train", "global_batch_size": "train",
+    "use_distributed_optimizer": "ddp", "overlap_grad_reduce": "ddp", "overlap_param_gather": "ddp",
+    "use_megatron_fsdp": "ddp", "data_parallel_sharding_strategy": "ddp",
+    "num_distributed_optimizer_instances": "ddp", "grad_reduce_in_bf16": "ddp",
+    "tp_comm_overlap": "comm_overlap", "overlap_moe_expert_parallel_comm": "comm_overlap",
+    "delay_wgrad_compute": "comm_overlap", "ckpt_format": "checkpoint",
+}
+"""Megatron-LM dest -> the ConfigContainer section holding it (``model`` where not listed)."""
+
+ALSO = {"use_distributed_optimizer": ("optimizer.use_distributed_optimizer",)}
+"""Fields Megatron-Bridge keeps in step with another (the guide: "settings are synchronized")."""
+
+MOVED_VALUES = {("moe_enable_deepep", True): ("model.moe_flex_dispatcher_backend", "deepep")}
+"""Megatron-LM settings Bridge spells with another field and value (DeepEP as the flex backend)."""
+
+PRECISION_PRESETS = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed"}
+"""planner precision -> Bridge mixed_precision preset (training/mixed_precision.py, @register)."""
+
+
+def key(dest: str) -> str:
+    """The ConfigContainer key of a Megatron-LM dest."""
+    name = NEGATED.get(dest) or RENAMES.get(dest, dest)
+    return f"{SECTIONS.get(dest, 'model')}.{name}"
+
+
+def settings(dest: str, value) -> list[tuple[str, object]]:
+    """Bridge (key, value) pairs for one Megatron-LM (dest, value)."""
+    if not isinstance(value, list) and (dest, value) in MOVED_VALUES:
+        return [MOVED_VALUES[(dest, value)]]
+    if dest in NEGATED:
+        return [(key(dest), not value)]
+    return [(key(dest), value)] + [(k, value) for k in ALSO.get(dest, ())]
+
+
+def reading_renames() -> dict:
+    """Bridge / NeMo field -> Megatron-LM dest (the reader's direction of ``RENAMES``)."""
+    return {field: dest for dest, field in RENAMES.items()}

@@ -1,0 +1,56 @@
+"""DeepSpeed: the one table of planner option <-> DeepSpeed config key (dotted paths of the config
+JSON), for the exporter (``planner/export/deepspeed.py``) and the reader (``planner/launch/deepspeed.py``).
+
+Keys and defaults as DeepSpeed declares them (deepspeed 0.19.8 runtime/config.py, runtime/zero/config.py,
+runtime/activation_checkpointing/config.py; DeepSpeed config-json docs). Tensor/pipeline/expert sizes
+are Megatron-DeepSpeed command-line arguments, not config keys: a config states only what is here.
+"""
+
+from __future__ import annotations
+
+from planner.frameworks.table import NUMBER, Refusal, Row, Table
+
+SOURCE = "DeepSpeed config (deepspeed 0.19.8 runtime/config.py, runtime/zero/config.py)"
+_ZERO = "deepspeed/runtime/zero/config.py"
+_CKPT = "deepspeed/runtime/activation_checkpointing/checkpointing.py"
+
+TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
+    Row("zero", NUMBER, (("zero_optimization.stage", 0),), source=_ZERO + " (default 0)"),
+    Row("zero", 0, (), default=True, write=False, source=_ZERO),
+    Row("dp_comm_overlap", True, (("zero_optimization.overlap_comm", True),), source=_ZERO + " overlap_comm"),
+    Row("dp_comm_overlap", False, (("zero_optimization.overlap_comm", False),), source=_ZERO + " overlap_comm"),
+    # Hybrid sharding: MiCS shards ZeRO-3 states over groups of mics_shard_size ranks (runtime/zero/mics.py).
+    Row("dp_shard", NUMBER, (("zero_optimization.mics_shard_size", 0),), source="deepspeed/runtime/zero/mics.py"),
+    Row("grad_dtype", "bf16", (("communication_data_type", "bf16"), ("data_types.grad_accum_dtype", "bf16")),
+        source="DeepSpeed config docs: communication_data_type, data_types.grad_accum_dtype"),
+    Row("grad_dtype", "fp32", (), default=True, source="FP32 gradient accumulation and reduction by default"),
+    Row("precision", "bf16", (("bf16.enabled", True),), also=(("fp16.enabled", False),), source="runtime/config.py"),
+    # Full recompute: the checkpoints of a TP-split model are partitioned over the TP ranks
+    # (partition_activations: each rank keeps 1/tp of a layer's input, all-gathered for the backward),
+    # which is how the plan keeps them with sequence parallelism.
+    Row("partition_activations", True, (("activation_checkpointing.partition_activations", True),), source=_CKPT),
+), refusals=(
+    Refusal("precision", ("fp8",), "deepspeed_no_fp8", "precision fp8: a DeepSpeed config has bf16/fp16 sections only; "
+            "FP8 GEMMs live in the model code (TransformerEngine), which this file cannot switch on",
+            "deepspeed/runtime/config.py"),
+))
+"""planner option <-> DeepSpeed config key. ``partition_activations`` is not a planner option: it is
+how DeepSpeed keeps the checkpoints split over TP ranks, written where the plan does (TP with SP)."""
+
+QUIET = frozenset("""
+_comment optimizer scheduler gradient_clipping steps_per_print wall_clock_breakdown dump_state memory_breakdown
+prescale_gradients gradient_predivide_factor sparse_gradients zero_allow_untested_optimizer zero_force_ds_cpu_optimizer
+flops_profiler tensorboard wandb csv_monitor comet comms_logger checkpoint data_efficiency curriculum_learning
+compression_training aio elasticity autotuning seed disable_allgather amp_params timers graph_harvesting
+use_data_before_expert_parallelism train_micro_batch_size_per_gpu train_batch_size gradient_accumulation_steps
+""".split())
+"""Top-level keys that leave step time and memory alone (or that the reader handles itself)."""
+ZERO_KEYS = frozenset("""
+stage overlap_comm contiguous_gradients reduce_bucket_size allgather_bucket_size allgather_partitions reduce_scatter
+round_robin_gradients stage3_prefetch_bucket_size stage3_param_persistence_threshold stage3_max_live_parameters
+stage3_max_reuse_distance stage3_gather_16bit_weights_on_model_save stage3_gather_fp16_weights_on_model_save
+sub_group_size elastic_checkpoint load_from_fp32_weights ignore_unused_parameters legacy_stage1
+gather_16bit_weights_on_model_save memory_efficient_linear offload_optimizer offload_param mics_shard_size
+mics_hierarchical_params_gather
+""".split())
+"""zero_optimization keys the reader knows (the table's, and those that leave the price alone)."""

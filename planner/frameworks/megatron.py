@@ -1,0 +1,208 @@
+"""Megatron-LM / Megatron-Core: the one table of planner option <-> Megatron argument.
+
+Keys are Megatron-LM argparse dests (``--tensor-model-parallel-size`` -> ``tensor_model_parallel_size``),
+which Megatron-Core also uses as its config field names (ModelParallelConfig, TransformerConfig,
+DistributedDataParallelConfig): Megatron-LM builds those configs from the same names and lists the
+few renames once (megatron/training/argument_utils.py, ``_default_config_from_args``). So one table
+serves the Megatron-LM exporter and reader (``planner/export/megatron.py``, ``planner/launch/mcore.py``)
+and, renamed (``planner.frameworks.bridge``), NeMo 2 / Megatron-Bridge.
+
+Every flag and dest is one of ``megatron_arguments.txt`` (all of arguments.py at ``MEGATRON_COMMIT``),
+the list the exporter checks what it writes against and the reader classifies what it reads with.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from planner.frameworks.table import NUMBER, Refusal, Row, Table
+
+MEGATRON_COMMIT = "000c4ac24f61159c138b0975def722c65245983c"
+ARGS = f"Megatron-LM arguments.py@{MEGATRON_COMMIT[:12]}"
+ARGS_PY = f"Megatron-LM megatron/training/arguments.py@{MEGATRON_COMMIT[:12]}"
+_DDP = "Megatron-Core distributed/distributed_data_parallel_config.py"
+_FSDP = "Megatron-Core distributed/fsdp (Megatron-FSDP, data_parallel_sharding_strategy)"
+
+
+@lru_cache(maxsize=1)
+def known_flags() -> dict[str, tuple[str, str]]:
+    """flag -> (kind: switch | value | list, arguments.py group), from megatron_arguments.txt."""
+    out = {}
+    for line in Path(__file__).with_name("megatron_arguments.txt").read_text(encoding="utf-8").splitlines():
+        if line.startswith("--"):
+            flag, kind, group = line.split()[:3]
+            out[flag] = (kind, group)
+    return out
+
+
+def flag(dest: str) -> str:
+    """The command-line flag of an argparse dest (argparse's own rule, reversed)."""
+    return "--" + dest.replace("_", "-")
+
+
+def words(settings) -> list[tuple[str, list]]:
+    """(flag, values) pairs for (dest, value) settings: True is a switch, False is left out."""
+    out = []
+    for dest, value in settings:
+        if value is True:
+            out.append((flag(dest), []))
+        elif value is not False and value is not None:
+            out.append((flag(dest), list(value) if isinstance(value, (list, tuple)) else [value]))
+    return out
+
+
+def _deg(option: str, dest: str) -> tuple:
+    return (Row(option, NUMBER, ((dest, 0),), source=ARGS),
+            Row(option, 1, (), default=True, write=False, source=ARGS))
+
+
+def _on(option: str, dest: str, source: str = ARGS, also: tuple = ()) -> tuple:
+    """A switch: on writes ``--dest``, off is Megatron's default (the flag left out)."""
+    return (Row(option, True, ((dest, True),), also=also, source=source),
+            Row(option, False, (), default=True, source=source))
+
+
+def _fsdp(zero: int, strategy: str) -> Row:
+    return Row("zero", zero, (("use_megatron_fsdp", True), ("data_parallel_sharding_strategy", strategy)),
+               also=(("use_distributed_optimizer", True), ("no_gradient_accumulation_fusion", True),
+                     ("ckpt_format", "fsdp_dtensor")), source=_FSDP)
+
+
+TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMIT[:12]} (megatron_arguments.txt)", rows=(
+    *_deg("tp", "tensor_model_parallel_size"),
+    *_deg("pp", "pipeline_model_parallel_size"),
+    *_deg("cp", "context_parallel_size"),
+    *_deg("ep", "expert_model_parallel_size"),
+    Row("etp", NUMBER, (("expert_tensor_parallel_size", 0),), source=ARGS + " (None -> tensor_model_parallel_size)"),
+    *_on("sequence_parallel", "sequence_parallel"),
+    Row("vpp", NUMBER, (("num_virtual_stages_per_pipeline_rank", 0),), source=ARGS),
+    # ZeRO: the distributed optimizer shards optimizer states (1); Megatron-FSDP shards grads (2) and params (3).
+    Row("zero", 0, (), default=True, source=_DDP),
+    Row("zero", 0, (("use_megatron_fsdp", True),), write=False, source=_FSDP + " (default strategy no_shard)"),
+    Row("zero", 1, (("use_distributed_optimizer", True),), source=ARGS + " (distributed optimizer)"),
+    Row("zero", 1, (("use_megatron_fsdp", True), ("data_parallel_sharding_strategy", "optim")), write=False, source=_FSDP),
+    _fsdp(2, "optim_grads"),
+    _fsdp(3, "optim_grads_params"),
+    Row("zero", 3, (("use_torch_fsdp2", True),), write=False, source=ARGS + " (FSDP2, full sharding)"),
+    Row("zero", 2, (("use_torch_fsdp2", True), ("torch_fsdp2_no_reshard_after_forward", True)), write=False,
+        source=ARGS + " (FSDP2 keeps weights gathered from forward to backward)"),
+    # Hybrid sharding: dp / dp_shard distributed-optimizer instances, each sharding over dp_shard ranks
+    # (param_and_grad_buffer.py: reduce-scatter inside an instance, all-reduce across). The key carries
+    # the number of instances, dp / dp_shard; a file without it shards over every data-parallel rank.
+    Row("dp_shard", NUMBER, (("num_distributed_optimizer_instances", 0),),
+        source=_DDP + " num_distributed_optimizer_instances"),
+    # Overlaps: --overlap-param-gather needs the distributed optimizer (validate_args).
+    Row("dp_comm_overlap", True, (("overlap_grad_reduce", True),), also=(("overlap_param_gather", True),),
+        when=lambda plan: plan.zero >= 1, source=_DDP),
+    *_on("dp_comm_overlap", "overlap_grad_reduce", _DDP),
+    Row("grad_dtype", "bf16", (("grad_reduce_in_bf16", True),), source=ARGS + " (FP32 main grads by default)"),
+    Row("grad_dtype", "fp32", (), default=True, source=ARGS),
+    Row("precision", "fp8", (("fp8_format", "hybrid"),), also=(("fp8_recipe", "delayed"), ("fp8_amax_history_len", 1024),
+                                                                ("fp8_amax_compute_algo", "max")),
+        source=ARGS + " _add_transformer_engine_args"),
+    Row("precision", "bf16", (), default=True, source=ARGS + " (--bf16 parameters, written beside every precision)"),
+    Row("tp_comm_overlap", True, (("tp_comm_overlap", True),), source="Megatron-Core 'Communication overlap' docs"),
+    Row("tp_comm_overlap", False, (), default=True, source=ARGS),
+    Row("tp_overlap_kind", "userbuffers", (), default=True, source="TransformerEngine userbuffers (--tp-comm-overlap)"),
+    Row("ep_comm_overlap", True, (("overlap_moe_expert_parallel_comm", True),), also=(("delay_wgrad_compute", True),),
+        source=ARGS + " (EP A2A overlap needs delayed wgrad)"),
+    Row("ep_comm_overlap", False, (), default=True, source=ARGS),
+    Row("loss", "fused", (("cross_entropy_loss_fusion", True),), source=ARGS),
+    Row("loss", "unfused", (), default=True, source="Megatron-Core tensor_parallel/cross_entropy.py"),
+    Row("moe_dispatcher", "deepep", (("moe_token_dispatcher_type", "flex"), ("moe_enable_deepep", True)),
+        source=ARGS + " (flex dispatcher, DeepEP backend)"),
+    Row("moe_dispatcher", "deepep", (("moe_token_dispatcher_type", "flex"), ("moe_flex_dispatcher_backend", "deepep")),
+        write=False, releases="after 000c4ac24f61 (replaces --moe-enable-deepep)",
+        source="Megatron-Core transformer_config.py moe_flex_dispatcher_backend"),
+    Row("moe_dispatcher", "alltoall", (("moe_token_dispatcher_type", "alltoall"),), source=ARGS),
+    Row("moe_dispatcher", "alltoall", (("moe_token_dispatcher_type", "flex"),), write=False,
+        source=ARGS + " (flex without DeepEP: all-to-all)"),
+    # Attention: without --attention-backend, TransformerEngine picks at run time (auto): a
+    # FlashAttention-class kernel, priced as flash; "fused" is cuDNN's (FlashAttention-3 class).
+    Row("attention", "flash", (), default=True, source="Megatron-Core transformer/enums.py AttnBackend.auto"),
+    Row("attention", "flash", (("attention_backend", "flash"),), write=False, source=ARGS),
+    Row("attention", "flash", (("use_flash_attn", True),), write=False, source=ARGS + " (legacy)"),
+    Row("attention", "flash3", (("attention_backend", "fused"),), source=ARGS + " --attention-backend fused (cuDNN)"),
+    Row("attention", "unfused", (("attention_backend", "unfused"),), source=ARGS),
+    Row("attention", "unfused", (("attention_backend", "local"),), write=False, source=ARGS),
+    Row("kernels", "fused", (), default=True, source="Megatron-Core fused kernels (bias-GeLU, RoPE, norm: always on)"),
+    Row("zero3_gather", "prefetch", (), default=True, source=_FSDP + " (prefetching all-gathers)"),
+), refusals=(
+    Refusal("loss", ("eager",), "megatron_loss", "loss eager (F.cross_entropy on FP32 logits) is torchtitan's; Megatron "
+            "runs its vocab-parallel cross entropy (unfused) or the fused kernel: price with --loss unfused or fused",
+            "Megatron-Core tensor_parallel/cross_entropy.py"),
+    Refusal("kernels", ("eager",), "megatron_kernels", "kernels eager: Megatron always runs its fused elementwise "
+            "kernels (bias-activation, RoPE, norms); price with --kernels fused", "Megatron-Core fusions/"),
+    Refusal("tp_overlap_kind", ("asynctp",), "megatron_tp_overlap_kind", "tp_overlap_kind asynctp is PyTorch's "
+            "micro-pipeline TP (torchtitan); Megatron's --tp-comm-overlap runs TransformerEngine userbuffers: price "
+            "with --tp-overlap-kind userbuffers", "Megatron-Core 'Communication overlap' docs"),
+    Refusal("zero3_gather", ("blocking",), "megatron_zero3_gather", "zero3_gather blocking prices DeepSpeed 2021's "
+            "per-tensor gathers; Megatron-FSDP prefetches its all-gathers", _FSDP),
+))
+"""planner option <-> Megatron-LM argument dests, both ways."""
+
+MODEL_DESTS = frozenset("""
+num_layers hidden_size num_attention_heads ffn_hidden_size swiglu vocab_size tokenizer_type
+make_vocab_size_divisible_by multi_latent_attention q_lora_rank kv_lora_rank qk_head_dim qk_pos_emb_head_dim
+v_head_dim group_query_attention num_query_groups kv_channels num_experts moe_ffn_hidden_size
+moe_shared_expert_intermediate_size moe_router_topk moe_router_num_groups moe_router_group_topk moe_layer_freq
+position_embedding_type seq_length normalization untie_embeddings_and_output_weights disable_bias_linear
+add_qkv_bias attention_dropout hidden_dropout max_position_embeddings
+""".split())
+"""Dests the reader maps onto the model's shape (``planner.launch.mcore.model_fields``)."""
+
+LAYOUT_DESTS = frozenset("""
+pipeline_model_parallel_layout hierarchical_context_parallel_sizes cp_comm_type
+account_for_embedding_in_pipeline_split account_for_loss_in_pipeline_split num_layers_per_virtual_pipeline_stage
+decoder_first_pipeline_num_layers decoder_last_pipeline_num_layers micro_batch_size global_batch_size
+recompute_granularity recompute_activations recompute_method recompute_num_layers recompute_modules
+data_parallel_sharding_strategy fp8_recipe bf16 fp16 fp4_format fp8_param_gather
+""".split())
+"""Dests of layout settings the reader maps with code beside the table (pipeline split, batch, recompute)."""
+
+MAPPED = MODEL_DESTS | LAYOUT_DESTS | TABLE.keys() - {"overlap_param_gather", "delay_wgrad_compute",
+                                                         "no_gradient_accumulation_fusion", "ckpt_format",
+                                                         "fp8_amax_history_len", "fp8_amax_compute_algo"}
+"""Argument dests ``planner.launch.mcore`` maps onto planner's model and options (the table's keys
+that state a value, and the shape / pipeline / batch / recompute dests)."""
+
+QUIET_GROUPS = frozenset({
+    "_add_logging_args", "_add_checkpointing_args", "_add_learning_rate_args", "_add_regularization_args",
+    "_add_validation_args", "_add_initialization_args", "_add_data_args", "_add_tokenizer_args",
+    "_add_autoresume_args", "_add_one_logger_args", "_add_ft_package_args", "_add_config_logger_args",
+    "_add_straggler_detector_args", "_add_workload_inspector_server_args", "_add_inprocess_restart_args",
+    "_add_rerun_machine_args", "_add_msc_args", "_add_biencoder_args", "_add_vision_args", "_add_retro_args",
+    "_add_inference_args", "_add_rl_args", "_add_sft_args",
+})
+"""arguments.py groups whose flags leave step time and memory alone in planner's cost model."""
+
+NOT_PRICED = frozenset("""
+use_mcore_models transformer_impl apply_layernorm_1p rotary_base rotary_percent rotary_interleaved
+rotary_seq_len_interpolation_factor use_rope_scaling rope_scaling_factor norm_epsilon init_method_std
+moe_grouped_gemm moe_router_load_balancing_type moe_aux_loss_coeff moe_z_loss_coeff moe_router_pre_softmax
+moe_router_score_function moe_router_enable_expert_bias moe_router_topk_scaling_factor moe_router_bias_update_rate
+moe_router_dtype moe_permute_fusion moe_input_jitter_eps moe_token_drop_policy fp8_amax_history_len
+fp8_amax_compute_algo fp8_margin fp8_interval no_gradient_accumulation_fusion calculate_per_token_loss
+manual_gc manual_gc_interval manual_gc_eval exit_duration_in_mins exit_interval exit_signal_handler train_iters
+train_samples distributed_timeout_minutes overlap_param_gather delay_wgrad_compute qk_layernorm
+attention_softmax_in_fp32 accumulate_allreduce_grads_in_fp32 distributed_backend use_cpu_initialization
+empty_unused_memory_level check_for_nan_in_loss_and_grad check_for_spiky_loss check_for_large_grads
+cross_entropy_fusion_impl deterministic_mode use_te_rng_tracker enable_experimental kitchen_config_file
+kitchen_recipe_number local_rank align_grad_reduce align_param_gather ddp_bucket_size ddp_average_in_collective
+overlap_param_gather_with_optimizer_step gradient_accumulation_fusion use_legacy_models spec log_interval profile
+profile_ranks profile_step_start profile_step_end tensorboard_dir use_pytorch_profiler record_memory_history
+memory_snapshot_path result_rejected_tracker_filename dataloader_type iterations_to_skip train_sync_interval
+check_weight_hash_across_dp_replicas_interval dump_param_to_param_group_map no_check_for_nan_in_loss_and_grad
+no_manual_gc_eval tp_comm_bootstrap_backend nccl_communicator_config_path distributed_timeout_seconds_after_init
+lazy_mpu_init disable_gloo_process_groups high_priority_stream_groups hysteresis initial_loss_scale loss_scale
+loss_scale_window min_loss_scale apply_query_key_layer_scaling rope_type mscale mscale_all_dim rotary_scaling_factor
+te_rng_tracker inference_rng_tracker moe_per_layer_logging moe_router_force_load_balancing moe_router_fusion
+moe_deepep_num_sms moe_use_legacy_grouped_gemm disable_symmetric_registration openai_gelu onnx_safe squared_relu
+use_te_activation_func no_async_tensor_model_parallel_allreduce no_clone_scatter_output_in_embedding no_pin_cpu_grads
+no_pin_cpu_params model_parallel_size ddp_num_buckets ddp_pad_buckets_for_high_nccl_busbw
+suggested_communication_unit_size no_gradient_reduce_div_fusion use_tp_pp_dp_mapping yaml_cfg no_rope_fusion
+optimizer
+""".split())
+"""Known flags outside the quiet groups that planner's model does not price either way."""
+

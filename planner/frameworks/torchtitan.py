@@ -1,0 +1,333 @@
+"""torchtitan: its releases, config fields, flavors and config functions, and the one table of
+planner option <-> torchtitan setting, for the exporter (``planner/export/torchtitan.py``) and the
+reader (``planner/launch/torchtitan.py``).
+
+Releases 0.1.x (torchtitan/config_manager.py), 0.2.x (torchtitan/config/job_config.py) and 0.3.x
+(torchtitan/config/configs.py; command line only) are ``RELEASES``; the same names are what
+``--torchtitan-version`` and ``--framework torchtitan-0.2`` take (``planner.frameworks.releases``).
+The fields of each release are listed in ``torchtitan_fields_<family>.txt`` (copies of the config
+dataclasses in tests/data/torchtitan check them).
+
+What torchtitan always runs, and so what the table refuses at export with its reason (never written
+as something else):
+
+* loss: F.cross_entropy on FP32 logits outside the compiled blocks (torchtitan train.py): loss eager;
+* attention: SDPA (FlashAttention-2 class): attention flash;
+* gradient reduction in FP32 (training.mixed_precision_reduce accepts float32 only);
+* FSDP2 prefetches its all-gathers and overlaps its reduce-scatters (dp_comm_overlap on, zero3_gather prefetch);
+* data parallelism is FSDP2 (``data_parallel_shard_degree``) or replication: ZeRO-3 (reshard after
+  forward), ZeRO-2 (``fsdp_reshard_after_forward = "never"``) or ZeRO-0; there is no ZeRO-1;
+* TP overlap is PyTorch async TP under torch.compile (tp_overlap_kind asynctp);
+* selective activation checkpointing is per-op SAC, priced as full recompute of half the layers
+  (``PER_OP_SAC``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from hardware_catalog.errors import PlannerInputError
+from planner.frameworks.table import NUMBER, Refusal, Row, Table
+
+@dataclass(frozen=True)
+class Release:
+    """A torchtitan release the export can target."""
+
+    version: str
+    family: str
+    """Releases of one family share a layout and ``torchtitan_fields_<family>.txt``."""
+    config_files: str
+    """Where the release declares its config fields."""
+    origin: str
+    reads_toml: bool
+
+    @property
+    def source(self) -> str:
+        return f"torchtitan {self.version} {self.config_files}"
+
+    @property
+    def manager(self) -> str:
+        """The ConfigManager that reads the command line and the job config file."""
+        path = "torchtitan/config_manager.py" if self.family == "0.1" else "torchtitan/config/manager.py"
+        return f"torchtitan {self.version} {path}"
+
+
+RELEASES: dict[str, Release] = {r.version: r for r in (
+    Release("0.1.0", "0.1", "torchtitan/config_manager.py", "tag v0.1.0, f7084fc78567", True),
+    Release("0.2.0", "0.2", "torchtitan/config/job_config.py", "tag v0.2.0, 29624e37fa6d", True),
+    Release("0.2.1", "0.2", "torchtitan/config/job_config.py", "tag v0.2.1, 81af8833ddef", True),
+    Release("0.2.2", "0.2", "torchtitan/config/job_config.py", "tag v0.2.2, 73a0e6979dd1", True),
+    Release("0.3.0", "0.3", "torchtitan/config/configs.py + torchtitan/trainer.py",
+            "PyPI wheel; release/0.3 at 4f9e9a47d49d", False),
+)}
+FAMILY_DEFAULT = {"0.1": "0.1.0", "0.2": "0.2.2", "0.3": "0.3.0"}
+CLI_DEFAULT = "0.3.0"
+TOML_DEFAULT = "0.2.2"
+"""The last release that reads a TOML job config."""
+
+# Names that moved between the job-config releases (the field lists hold the fields themselves).
+TOML_NAMES = {
+    "0.1": {"compile": "training.compile", "float8": "float8", "converter": "float8",
+            "assets": "model.tokenizer_path"},
+    "0.2": {"compile": "compile.enable", "float8": "quantize.linear.float8", "converter": "quantize.linear.float8",
+            "assets": "model.hf_assets_path"},
+}
+# What in a plan needs a field, for the refusal when a release lacks it.
+FIELD_NEEDED_FOR = {
+    "parallelism.enable_sequence_parallel": "tensor parallelism without sequence parallelism (sequence_parallel off)",
+}
+LLAMA3_VOCAB = 128256
+PIPE_SOURCE = "torchtitan torchtitan/distributed/pipeline_parallel.py (generate_llm_fqn_per_model_part)"
+
+def release_for(version, default: str = TOML_DEFAULT) -> Release:
+    """The release ``version`` names: "0.2", "0.2.x", "v0.2.2", "0.2.2", "torchtitan-0.2" (the
+    ``--framework`` name) ...; ``default`` when None."""
+    if version is None:
+        return RELEASES[default]
+    key = str(version).strip().lower().removeprefix("torchtitan").strip(" -").removeprefix("v").removesuffix(".x")
+    key = FAMILY_DEFAULT.get(key, key)
+    if key not in RELEASES:
+        known = ", ".join(list(FAMILY_DEFAULT) + list(RELEASES))
+        raise PlannerInputError(f"torchtitan version {version!r}: the export knows {known}")
+    return RELEASES[key]
+
+
+@lru_cache(maxsize=8)
+def torchtitan_fields(family: str, section: str) -> frozenset[str]:
+    """Names listed under ``[section]`` ("cli", "toml" or "converters") in torchtitan_fields_<family>.txt;
+    empty where the file has no such section."""
+    text = Path(__file__).with_name(f"torchtitan_fields_{family}.txt").read_text(encoding="utf-8")
+    current, out = None, set()
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = line[1:-1]
+            continue
+        if current == section:
+            out.add(line.split()[0])
+    return frozenset(out)
+
+
+def _all_fields() -> frozenset[str]:
+    """Every setting any release's list holds (a name in none of them is a programming error)."""
+    families = sorted({r.family for r in RELEASES.values()})
+    return frozenset().union(*(torchtitan_fields(f, s) for f in families for s in ("cli", "toml")))
+
+
+def cli_field(word: str) -> str | None:
+    """The config field a torchtitan command-line word sets (None for a value)."""
+    if word.startswith("activation_checkpoint:"):
+        return "activation_checkpoint"
+    if not word.startswith("--"):
+        return None
+    key = word[2:]
+    section, _, name = key.rpartition(".")
+    if name.startswith("no_"):
+        name = name[3:]
+    return f"{section}.{name}" if section else name
+
+
+def _value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    low = text.lower()
+    return {"true": True, "false": False}.get(low, text)
+
+
+def cli_settings(words: list[str]) -> dict:
+    """torchtitan command-line words -> {section.field: value} (tyro: ``--a.b v``, ``--a.b`` /
+    ``--a.no_b`` for bools, ``activation_checkpoint:<mode>`` subcommand)."""
+    out, i = {}, 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if word.startswith("activation_checkpoint:"):
+            out["activation_checkpoint.mode"] = word.split(":", 1)[1].replace("-", "_")
+            continue
+        if not word.startswith("--"):
+            continue
+        key, eq, inline = word[2:].partition("=")
+        if eq:
+            out[key] = _value(inline)
+        elif i < len(words) and not words[i].startswith("--") and ":" not in words[i][:25]:
+            out[key] = _value(words[i])
+            i += 1
+        else:
+            section, _, name = key.rpartition(".")
+            if name.startswith("no_"):
+                out[f"{section}.{name[3:]}" if section else name[3:]] = False
+            else:
+                out[key] = True
+    return out
+
+
+def cli_word(key: str, value) -> tuple[str, list]:
+    """One setting as torchtitan's tyro command line takes it: ``--a.b v``; a bool field is a flag
+    with a ``no_`` form (``cli_settings`` reads both back)."""
+    if isinstance(value, bool):
+        section, _, name = key.rpartition(".")
+        return (f"--{section}.{name}" if value else f"--{section}.no_{name}", [])
+    return (f"--{key}", [str(value)])
+
+
+def _ffn(dim: int, multiple_of: int, multiplier: float) -> int:
+    """torchtitan's compute_ffn_hidden_dim for the llama3 flavors."""
+    hidden = int(2 * 4 * dim / 3)
+    hidden = int(multiplier * hidden)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+# (name, flavor): (n_layers, dim, n_heads, n_kv_heads, ffn hidden) from torchtitan/models/llama3/__init__.py
+LLAMA3_FLAVORS = {
+    ("llama3", "8B"): (32, 4096, 32, 8, _ffn(4096, 1024, 1.3)),
+    ("llama3", "70B"): (80, 8192, 64, 8, _ffn(8192, 4096, 1.3)),
+    ("llama3", "405B"): (126, 16384, 128, 8, _ffn(16384, 4096, 1.2)),
+}
+
+
+FLAVORS = {flavor: f"llama3-{flavor.lower()}" for _, flavor in LLAMA3_FLAVORS}
+"""torchtitan llama3 flavors -> catalog presets (same shapes: torchtitan/models/llama3/__init__.py)."""
+
+CONFIG_FUNCTIONS = {
+    "llama3_8b": {"model.flavor": "8B", "training.local_batch_size": 1, "training.seq_len": 8192,
+                  "activation_checkpoint.mode": "selective", "activation_checkpoint.selective_ac_option": "op"},
+    "llama3_70b": {"model.flavor": "70B", "training.local_batch_size": 8, "training.seq_len": 8192,
+                   "parallelism.tensor_parallel_degree": 8, "activation_checkpoint.mode": "full"},
+    "llama3_405b": {"model.flavor": "405B", "training.local_batch_size": 2, "training.seq_len": 8192,
+                    "parallelism.tensor_parallel_degree": 8, "activation_checkpoint.mode": "full",
+                    "compile.enable": True, "compile.enable_async_tensor_parallel": True,
+                    "model.converters": ["float8"]},
+}
+"""What torchtitan 0.3.0's llama3 config functions set (models/llama3/config_registry.py); the export
+picks the one whose flavor and precision match the plan (``config_function_for``)."""
+
+
+def config_precision(name: str) -> str:
+    return "fp8" if "float8" in CONFIG_FUNCTIONS[name].get("model.converters", []) else "bf16"
+
+
+def config_function_for(flavor: str, precision: str) -> str | None:
+    """The 0.3.0 ``--config`` function training ``flavor`` at ``precision``, or None."""
+    return next((name for name, fields in CONFIG_FUNCTIONS.items()
+                 if fields["model.flavor"] == flavor and config_precision(name) == precision), None)
+
+
+def flavor_for(model) -> tuple[str, str] | None:
+    """torchtitan (model name, flavor) whose architecture equals ``model``, or None."""
+    if model.moe is not None or model.mla is not None:
+        return None
+    if not (model.gated_mlp and model.norm == "rmsnorm" and model.position_embedding == "rope"
+            and not model.tied_embeddings and not model.linear_bias and not model.qkv_bias
+            and model.vocab_size == LLAMA3_VOCAB):
+        return None
+    if model.head_dim is not None and model.head_dim * model.num_attention_heads != model.hidden_size:
+        return None
+    shape = (model.num_layers, model.hidden_size, model.num_attention_heads, model.kv_heads, model.ffn_hidden_size)
+    for key, flavor_shape in LLAMA3_FLAVORS.items():
+        if flavor_shape == shape:
+            return key
+    return None
+
+
+
+# ----------------------------------------------------------------------------------- pipeline
+
+
+def stage_split(num_layers: int, num_stages: int, first_less: int, last_less: int) -> list[int] | None:
+    """Layers per (virtual) stage as torchtitan's generate_llm_fqn_per_model_part assigns them;
+    None where torchtitan raises."""
+    if num_stages == 1:
+        return [num_layers]
+    eff = num_layers + first_less + last_less
+    if num_stages > eff:
+        return None
+    base, extra = divmod(eff, num_stages)
+    if base == 0 or first_less > base or last_less > base:
+        return None
+    counts = []
+    for i in range(num_stages):
+        e = base + (1 if i < extra else 0)
+        counts.append(e - first_less if i == 0 else e - last_less if i == num_stages - 1 else e)
+    return counts
+
+
+
+# ----------------------------------------------------------------------------------- the table
+
+_AC = "torchtitan torchtitan/distributed/activation_checkpoint.py"
+PER_OP_SAC_SHARE = -2
+"""Per-op SAC, priced as full recompute of half of each stage's layers (``recompute_layers`` -2: two
+quarters). Its policy (_apply_op_sac / _custom_policy in activation_checkpoint.py) saves the outputs
+of SDPA, of reduce-scatters and of every other matmul, and recomputes the rest: the elementwise work
+(norms, RoPE, SiLU) and every second matmul (in a llama block: wk, wo, w3 of the seven), about half of
+a layer's forward time, and keeps about half of its activations. Megatron's selective recompute is
+the opposite trade (it recomputes the attention kernel and keeps every matmul output), so it is not
+used for torchtitan. ``--framework torchtitan-0.2 --recompute selective`` prices the same
+(planner.frameworks.profiles)."""
+_FSDP = "torchtitan torchtitan/distributed/fsdp.py + parallelize.py (FSDP2 fully_shard)"
+
+TABLE = Table("torchtitan",
+              source="torchtitan config dataclasses (0.1.0 config_manager.py, 0.2.x job_config.py, 0.3.0 configs.py)",
+              releases="0.1.0-0.3.0 (torchtitan_fields_<family>.txt)", rows=(
+    Row("tp", NUMBER, (("parallelism.tensor_parallel_degree", 0),), source="parallelism.tensor_parallel_degree"),
+    Row("sequence_parallel", False, (("parallelism.enable_sequence_parallel", False),),
+        source="parallelism.enable_sequence_parallel (default true)", releases="0.3.0 (0.1, 0.2: no such field)"),
+    Row("sequence_parallel", True, (), default=True, source="parallelism.enable_sequence_parallel (default true)"),
+    Row("zero", 3, (("parallelism.fsdp_reshard_after_forward", "always"),), source=_FSDP),
+    Row("zero", 2, (("parallelism.fsdp_reshard_after_forward", "never"),), source=_FSDP),
+    Row("zero", 0, (("parallelism.data_parallel_shard_degree", 1),), source="replication (DDP / FSDP on a shard-1 mesh)"),
+    Row("tp_comm_overlap", True, (("compile.enable_async_tensor_parallel", True),), releases="0.3.0",
+        source="compile.enable_async_tensor_parallel (0.3) / parallelism.enable_async_tensor_parallel (0.1, 0.2)"),
+    Row("tp_comm_overlap", False, (), default=True, source="async TP off by default"),
+    Row("tp_overlap_kind", "asynctp", (), default=True, source="torch/_inductor/fx_passes/micro_pipeline_tp.py"),
+    Row("tp_overlap_kind", "userbuffers", (), source="moot without TP overlap (refused with it)"),
+    Row("kernels", "fused", (("compile.enable", True),), releases="0.2.0-0.3.0",
+        source="compile.enable (0.2, 0.3) / training.compile (0.1)"),
+    Row("kernels", "eager", (), default=True, source="no torch.compile: eager PyTorch operators"),
+    Row("recompute", "none", (("activation_checkpoint.mode", "none"),), source=_AC),
+    Row("recompute", "full", (("activation_checkpoint.mode", "full"),), source=_AC),
+    Row("precision", "fp8", (("model.converters", ["float8"]),), source="torchao Float8Linear (tensorwise)"),
+    Row("precision", "bf16", (), default=True, source="training.mixed_precision_param bfloat16"),
+    Row("loss", "eager", (), default=True, source="torchtitan train.py: F.cross_entropy(pred.flatten(0, 1).float(), ...)"),
+    Row("attention", "flash", (), default=True, source="torchtitan models/attention.py: F.scaled_dot_product_attention"),
+    Row("grad_dtype", "fp32", (), default=True, source="training.mixed_precision_reduce: float32 only"),
+    Row("dp_comm_overlap", True, (), default=True, source=_FSDP + " (prefetch, overlapped reduce-scatter)"),
+    Row("zero3_gather", "prefetch", (), default=True, source=_FSDP),
+    Row("moe_dispatcher", "alltoall", (), default=True, source="llama3 models are dense"),
+    Row("ep_comm_overlap", False, (), default=True, source="llama3 models are dense"),
+), refusals=(
+    Refusal("zero", (1,), "torchtitan_no_zero1", "zero=1: torchtitan shards with FSDP2 (ZeRO-3, or ZeRO-2 with "
+            "fsdp_reshard_after_forward never) or replicates (ZeRO-0); it has no optimizer-only sharding: price with "
+            "--zero 0, 2 or 3", _FSDP),
+    Refusal("loss", ("unfused", "fused"), "torchtitan_loss", "torchtitan computes the loss with F.cross_entropy on FP32 "
+            "logits outside the compiled blocks: price with --loss eager (or --framework torchtitan-0.2)",
+            "torchtitan train.py"),
+    Refusal("attention", ("flash3", "unfused"), "torchtitan_attention", "torchtitan runs SDPA (FlashAttention-2 "
+            "class): price with --attention flash (or --framework torchtitan-0.2)", "torchtitan models/attention.py"),
+    Refusal("grad_dtype", ("bf16",), "torchtitan_grad_dtype", "grad_dtype bf16: torchtitan's FSDP2 reduces gradients "
+            "in float32 (training.mixed_precision_reduce accepts only float32): price with --grad-dtype fp32",
+            "torchtitan config: training.mixed_precision_reduce"),
+    Refusal("dp_comm_overlap", (False,), "torchtitan_dp_overlap", "dp_comm_overlap off: FSDP2 always prefetches its "
+            "all-gathers and overlaps its reduce-scatters with the backward", _FSDP),
+    Refusal("zero3_gather", ("blocking",), "torchtitan_zero3_gather", "zero3_gather blocking prices DeepSpeed 2021's "
+            "per-tensor gathers; FSDP2 prefetches", _FSDP),
+    Refusal("tp_overlap_kind", ("userbuffers",), "torchtitan_tp_overlap_kind", "TP overlap priced as TransformerEngine "
+            "userbuffers; torchtitan's TP overlap is PyTorch async TP, which hides only the forward passes' "
+            "collectives: price with --tp-overlap-kind asynctp (or --framework torchtitan-0.2)",
+            "torch/_inductor/fx_passes/micro_pipeline_tp.py", when=lambda plan: bool(plan.tp_comm_overlap)),
+    Refusal("recompute", ("selective",), "torchtitan_selective", "recompute selective prices Megatron's core-attention "
+            "recompute; torchtitan's selective AC is per-op SAC, priced as full recompute of half the layers: price with "
+            "--framework torchtitan-0.2 --recompute selective (or --recompute full --recompute-layers <half a stage>)",
+            _AC),
+))
+"""planner option <-> torchtitan setting. Degrees over data parallelism (replicate x shard), the
+pipeline split and per-op SAC depend on more than one option: ``planner/export/torchtitan.py``
+writes them and ``planner/launch/torchtitan.py`` reads them, with ``stage_split`` and
+``PER_OP_SAC_SHARE`` from here."""

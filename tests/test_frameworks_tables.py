@@ -1,0 +1,198 @@
+"""The framework tables (planner/frameworks/): Megatron-Bridge names checked against Megatron-Bridge's
+own files (vendored: tests/data/megatron_bridge/<release>), refusals with reasons, and the drifts
+issue 23 measured (each read back as written)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from costmodel import evaluate
+from costmodel.options import Layout
+from costmodel.record import result_record
+from hardware_catalog import default_cluster_for_gpu, get_gpu, get_model
+from planner.export import EXPORTERS, export_layout
+from planner.export.bridge import overrides
+from planner.export.common import CannotExpress, build_plan
+from planner.frameworks import bridge
+from planner.frameworks.megatron import known_flags
+from planner.launch import READERS, read_launch
+from planner.launch.run import resolve
+
+GPU = get_gpu("h100")
+CLUSTER = default_cluster_for_gpu(GPU.name)
+VENDORED = Path(__file__).parent / "data" / "megatron_bridge" / bridge.RELEASE
+
+
+def _record(model, layout):
+    rec = result_record(model, CLUSTER, GPU, evaluate(model, CLUSTER, layout, gpu=GPU), 0)
+    rec["planner_version"] = "test"
+    return rec
+
+
+def _class_fields(path: Path) -> set[str]:
+    """Annotated field names of every class in a vendored Megatron-Bridge file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {n.target.id for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for n in c.body
+            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+
+
+def _guide_paths() -> set[str]:
+    """The ``section.field`` paths in the right column of the Megatron-LM -> Megatron-Bridge guide."""
+    text = (VENDORED / "megatron-lm-to-megatron-bridge.md").read_text(encoding="utf-8")
+    return {m.split("=")[0] for m in re.findall(r"`([a-z_]+\.[a-z_0-9.]+(?:=\w+)?)`", text)}
+
+
+def _presets() -> set[str]:
+    text = (VENDORED / "mixed_precision.py").read_text(encoding="utf-8")
+    return set(re.findall(r"@register\ndef (\w+)\(", text))
+
+
+CASES = [
+    ("mixtral-8x7b", Layout(tp=4, ep=8, etp=1, dp=16, zero=1, dp_shard=4, moe_dispatcher="deepep", gbs=256,
+                            recompute="full", seq_len=4096, ep_comm_overlap=True)),
+    ("llama3-70b", Layout(tp=8, pp=4, vpp=5, dp=2, gbs=64, seq_len=4096, precision="fp8", grad_dtype="bf16",
+                          tp_comm_overlap=True, loss="fused", attention="flash3", recompute="selective")),
+    ("llama3-8b", Layout(tp=2, cp=2, dp=4, zero=3, gbs=32, seq_len=8192, pp=1, recompute="none")),
+]
+
+
+@pytest.mark.parametrize("name,layout", CASES)
+def test_bridge_overrides_are_megatron_bridge_fields(name, layout):
+    model = get_model(name)
+    plan = build_plan(_record(model, layout), model, CLUSTER, allow_unfit=True)
+    fields = set().union(*(_class_fields(VENDORED / f) for f in ("config.py", "comm_overlap.py", "gpt_provider.py")))
+    guide = _guide_paths()
+    sections = {"model", "train", "ddp", "optimizer", "dataset", "comm_overlap", "checkpoint"}
+    for key, value in overrides(plan):
+        if key == "mixed_precision":
+            assert value in _presets(), value
+            continue
+        section, field = key.split(".", 1)
+        assert section in sections, key
+        # A key is one the guide names, or a field Megatron-Bridge declares (its own config classes), or,
+        # in model / ddp (Megatron-Core's TransformerConfig / DistributedDataParallelConfig, not vendored
+        # here), a Megatron-LM dest, which Megatron-Core uses as its field name.
+        dests = [d for d in bridge.NEGATED if bridge.key(d) == key] or [field]
+        core = section in ("model", "ddp") and all("--" + d.replace("_", "-") in known_flags() for d in dests)
+        assert key in guide or field in fields or f"model.{field}" in guide or core, key
+
+
+def test_bridge_renames_are_the_guides():
+    guide = (VENDORED / "megatron-lm-to-megatron-bridge.md").read_text(encoding="utf-8")
+    for dest, field in bridge.RENAMES.items():
+        if dest == "swiglu":
+            assert "`--swiglu` | `model.gated_linear_unit=true`" in guide
+        elif dest in ("num_experts",):
+            assert f"`model.{field}`" in guide
+    for dest, field in bridge.NEGATED.items():
+        flag = "--" + dest.replace("_", "-")
+        if flag in guide:
+            assert f"`{flag}` | `{bridge.key(dest)}=false`" in guide, flag
+
+
+def test_every_exporter_has_a_reader():
+    assert set(EXPORTERS) == {"torchrun", "megatron", "deepspeed", "torchtitan", "slurm", "megatron-bridge"}
+    assert "megatron-bridge" in READERS
+
+
+@pytest.mark.parametrize("layout,rule", [
+    (Layout(tp=8, dp=8, zero=1, gbs=64, loss="eager", recompute="full"), "torchtitan_no_zero1"),
+    (Layout(tp=8, dp=8, zero=3, gbs=64, loss="fused", recompute="full"), "torchtitan_loss"),
+    (Layout(tp=8, dp=8, zero=3, gbs=64, loss="eager", grad_dtype="bf16", recompute="full"), "torchtitan_grad_dtype"),
+    (Layout(tp=8, dp=8, zero=3, gbs=64, loss="eager"), "torchtitan_selective"),
+])
+def test_torchtitan_refuses_what_it_cannot_run(tmp_path, layout, rule):
+    model = get_model("llama3-70b")
+    with pytest.raises(Exception) as err:
+        export_layout(_record(model, layout), model, CLUSTER, "torchtitan", tmp_path, allow_unfit=True)
+    assert rule in str(err.value)
+    assert not list(tmp_path.iterdir())
+
+
+def test_megatron_refuses_asynctp_and_eager_loss():
+    model = get_model("llama3-8b")
+    for layout, rule in ((Layout(tp=2, dp=4, gbs=8, tp_comm_overlap=True, tp_overlap_kind="asynctp"),
+                          "megatron_tp_overlap_kind"), (Layout(tp=2, dp=4, gbs=8, loss="eager"), "megatron_loss")):
+        plan = build_plan(_record(model, layout), model, CLUSTER, allow_unfit=True)
+        from planner.export.megatron import check_megatron
+
+        with pytest.raises(CannotExpress, match=rule):
+            check_megatron(plan)
+
+
+def _read_back(path, gpus, model=None):
+    launch = read_launch(path, model=model)
+    return launch, resolve(launch, gpu=GPU.name, gpus=gpus, allow_cross_node_tp=True)
+
+
+def test_megatron_distributed_optimizer_instances_read_back_as_dp_shard(tmp_path):
+    # 64 GPUs / tp 2 = dp 32; --dp-shard 4 is 32 / 4 = 8 distributed-optimizer instances.
+    model = get_model("llama3-8b")
+    record = _record(model, Layout(tp=2, dp=32, zero=1, dp_shard=4, gbs=64))
+    export_layout(record, model, CLUSTER, "megatron", tmp_path, allow_unfit=True)
+    text = (tmp_path / "megatron_args.sh").read_text()
+    assert "--num-distributed-optimizer-instances 8" in text
+    launch, back = _read_back(tmp_path / "megatron_args.sh", 64)
+    assert not launch.unsupported
+    assert back.layout.dp_shard == 4
+    assert back.record["step_time_s"] == pytest.approx(record["step_time_s"], rel=1e-9)
+
+
+def test_deepspeed_mics_and_partitioned_checkpoints_read_back(tmp_path):
+    model = get_model("llama3-8b")
+    record = _record(model, Layout(dp=64, zero=3, dp_shard=8, gbs=64))
+    export_layout(record, model, CLUSTER, "deepspeed", tmp_path, allow_unfit=True)
+    launch, back = _read_back(tmp_path / "deepspeed_config.json", 64, model)
+    assert not launch.unknown and back.layout.dp_shard == 8
+    record = _record(model, Layout(tp=2, dp=32, gbs=64, recompute="full"))
+    export_layout(record, model, CLUSTER, "deepspeed", tmp_path, allow_unfit=True, force=True)
+    launch = read_launch(tmp_path / "deepspeed_config.json", model=model)
+    assert not launch.unsupported and not launch.unknown
+
+
+def test_torchtitan_per_op_sac_is_priced_one_way(tmp_path):
+    """The TOML's selective_ac_option "op" and --framework torchtitan-0.2 --recompute selective price
+    the same job the same: full recompute of half of each stage's layers (40 of 80 at pp 1)."""
+    from planner.frameworks import apply_framework, framework_settings
+
+    model = get_model("llama3-70b")
+    values = dict(tp=8, dp=8, zero=3, mbs=1, gbs=64, seq_len=8192, recompute="selective")
+    fw = framework_settings("torchtitan-0.2", model, "h100-sxm", recompute="selective")
+    apply_framework(fw, values, given=set(values), model=model)
+    assert values["recompute"] == "full" and values["recompute_layers"] == 40
+    record = _record(model, Layout(**values))
+    export_layout(record, model, CLUSTER, "torchtitan", tmp_path, allow_unfit=True)
+    toml = (tmp_path / "torchtitan.toml").read_text()
+    assert 'mode = "selective"' in toml and 'selective_ac_option = "op"' in toml
+    launch, back = _read_back(tmp_path / "torchtitan.toml", 64)
+    assert back.record["step_time_s"] == pytest.approx(record["step_time_s"], rel=1e-9)
+    assert back.record["memory_gib"]["peak"] == pytest.approx(record["memory_gib"]["peak"], rel=1e-9)
+
+
+def test_one_release_name_picks_the_profile_and_the_files(tmp_path):
+    """--framework torchtitan-0.2 prices with the torchtitan profile and writes torchtitan 0.2's file;
+    --torchtitan-version takes the same name."""
+    from planner.frameworks import get_release
+    from planner.frameworks.torchtitan import release_for
+
+    assert release_for("torchtitan-0.2").version == release_for("0.2").version == "0.2.2"
+    assert get_release("torchtitan-0.2.1").name == "torchtitan-0.2"
+    model = get_model("llama3-8b")
+    record = _record(model, Layout(tp=2, dp=8, zero=3, gbs=64, recompute="full", loss="eager"))
+    record["framework"] = {"name": "torchtitan-0.2"}
+    report = export_layout(record, model, CLUSTER, "torchtitan", tmp_path, allow_unfit=True)
+    assert [p.name for p in report.written] == ["torchtitan.toml"]
+    assert "torchtitan 0.2.2 job config" in (tmp_path / "torchtitan.toml").read_text()
+
+
+def test_megatron_header_names_the_dispatcher_it_writes(tmp_path):
+    model = get_model("mixtral-8x7b")
+    record = _record(model, Layout(tp=2, ep=8, dp=32, moe_dispatcher="deepep", gbs=256, recompute="full"))
+    export_layout(record, model, CLUSTER, "megatron", tmp_path, allow_unfit=True)
+    text = (tmp_path / "megatron_args.sh").read_text()
+    assert "--moe-token-dispatcher-type flex" in text and "--moe-enable-deepep" in text
+    assert "all-to-all" not in text and "flex dispatcher with DeepEP" in text

@@ -40,10 +40,15 @@ def _class_fields(path: Path) -> set[str]:
             if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
 
 
+def _guide_pairs() -> set[tuple[str, str]]:
+    """(Megatron-LM flag, Megatron-Bridge key[=value]) pairs of the Megatron-LM -> Megatron-Bridge guide's tables."""
+    lines = (VENDORED / "migration_guide_pairs.tsv").read_text(encoding="utf-8").splitlines()
+    return {tuple(line.split("\t")) for line in lines if line and not line.startswith("#")}
+
+
 def _guide_paths() -> set[str]:
-    """The ``section.field`` paths in the right column of the Megatron-LM -> Megatron-Bridge guide."""
-    text = (VENDORED / "megatron-lm-to-megatron-bridge.md").read_text(encoding="utf-8")
-    return {m.split("=")[0] for m in re.findall(r"`([a-z_]+\.[a-z_0-9.]+(?:=\w+)?)`", text)}
+    """The ``section.field`` paths the guide names."""
+    return {key.split("=")[0] for _, key in _guide_pairs()}
 
 
 def _presets() -> set[str]:
@@ -82,16 +87,17 @@ def test_bridge_overrides_are_megatron_bridge_fields(name, layout):
 
 
 def test_bridge_renames_are_the_guides():
-    guide = (VENDORED / "megatron-lm-to-megatron-bridge.md").read_text(encoding="utf-8")
+    pairs = _guide_pairs()
     for dest, field in bridge.RENAMES.items():
         if dest == "swiglu":
-            assert "`--swiglu` | `model.gated_linear_unit=true`" in guide
+            assert ("--swiglu", "model.gated_linear_unit=true") in pairs
         elif dest in ("num_experts",):
-            assert f"`model.{field}`" in guide
+            assert f"model.{field}" in _guide_paths()
+    flags = {flag for flag, _ in pairs}
     for dest, field in bridge.NEGATED.items():
         flag = "--" + dest.replace("_", "-")
-        if flag in guide:
-            assert f"`{flag}` | `{bridge.key(dest)}=false`" in guide, flag
+        if flag in flags:
+            assert (flag, f"{bridge.key(dest)}=false") in pairs, flag
 
 
 def test_every_exporter_has_a_reader():

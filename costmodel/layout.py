@@ -61,7 +61,8 @@ class LayoutBatch:
     """N layouts as parallel numpy arrays, one per option (``COLUMNS``), all of length N.
 
     ``sequence_parallel`` holds what runs (off where tp == 1); ``recompute_layers`` 0 = every
-    layer, -q = q quarters of each stage; ``recompute_modules`` a bit mask over
+    layer (unless ``recompute_share``, 0 = none, gives q quarters of each stage's chunk);
+    ``recompute_modules`` a bit mask over
     ``RECOMPUTE_MODULES`` (1 = core_attn alone); ``pp_first_layers`` / ``pp_last_layers`` 0 =
     planner's split.
     """
@@ -114,7 +115,7 @@ class LayoutBatch:
         """The i-th layout as a ``Layout`` (options that do not apply to it left at None)."""
         kw = {o.name: o.decode(getattr(self, o.name)[i]) for o in OPTIONS}
         if kw["recompute"] != "full":
-            kw["recompute_layers"] = None
+            kw["recompute_layers"] = kw["recompute_share"] = None
         if kw["recompute"] != "selective":
             kw["recompute_modules"] = None
         return Layout(**kw)

@@ -92,7 +92,7 @@ def _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_no
         layout = dict(layout)
         fw = framework_settings(framework, setup.model, setup.gpu.name, layout.get("precision") or "bf16",
                                 layout.get("recompute"), takes=set(layout))
-        framework_info = apply_framework(fw, layout, set(typed), setup.model)
+        framework_info = apply_framework(fw, layout, set(typed))
     lay = build_layout(setup, gpus, **layout)
     check_layout(setup.model, setup.cluster, setup.gpu, lay, gpus=gpus, allow_cross_node_tp=allow_cross_node_tp,
                  batch_origin=setup.batch_origin)

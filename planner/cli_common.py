@@ -10,10 +10,10 @@ from __future__ import annotations
 def add_interval_and_envelope(setup, record: dict) -> None:
     """The 80% interval and the validated-envelope flags (``search.ranking.annotate_batch``)."""
     from costmodel.layout import LayoutBatch
-    from costmodel.options import OPTIONS, Layout
+    from costmodel.options import RECORDED_OPTIONS, Layout
     from search.ranking import annotate_batch
 
-    lay = Layout(**{o.name: record["layout"][o.name] for o in OPTIONS})
+    lay = Layout(**{o.name: record["layout"][o.name] for o in RECORDED_OPTIONS})
     annotate_batch(record, setup.model, setup.cluster, setup.gpu, LayoutBatch.from_layouts([lay]))
 
 

@@ -129,7 +129,7 @@ def _apply_framework(ctx, framework, model, gpu, cluster, layout: dict):
         gpu_name = get_gpu(gpu).name if gpu and "," not in gpu else ""
     fw = framework_settings(framework, model_spec, gpu_name, layout.get("precision") or "bf16", layout.get("recompute"),
                             takes=set(layout))
-    return apply_framework(fw, layout, set(typed_flags(ctx, tuple(layout))), model_spec)
+    return apply_framework(fw, layout, set(typed_flags(ctx, tuple(layout))))
 
 
 def _progress_mode(progress: Optional[bool]):

@@ -151,9 +151,9 @@ def format_nothing_fits(result) -> str:
 def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
     from costmodel.result import MEMORY_TERMS, TIME_TERMS
 
-    from costmodel.options import OPTIONS
+    from costmodel.options import RECORDED_OPTIONS
 
-    lay_keys = ["gpus", "grad_accum"] + [o.name for o in OPTIONS]
+    lay_keys = ["gpus", "grad_accum"] + [o.name for o in RECORDED_OPTIONS]
     head = (["rank", "model", "gpu", "cluster"] + lay_keys
             + ["step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "fits", "largest_term"]
             + [f"mem_{k}_gib" for k in list(MEMORY_TERMS) + ["peak", "capacity"]]

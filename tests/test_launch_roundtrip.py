@@ -80,7 +80,8 @@ def layouts(draw):
                   grad_dtype=draw(st.sampled_from(("fp32", "bf16"))), dp_comm_overlap=draw(st.booleans()),
                   kernels=draw(st.sampled_from(("fused", "eager"))))
     if recompute == "full":
-        values["recompute_layers"] = draw(st.sampled_from((None, 1, 2, -1, -2)))
+        layers = draw(st.sampled_from((None, 1, 2, -1, -2)))  # -q: a share of q quarters
+        values["recompute_share" if layers and layers < 0 else "recompute_layers"] = abs(layers) if layers else None
     if recompute == "selective":
         values["recompute_modules"] = draw(st.sampled_from((None, ("core_attn", "mlp"))))
     if pp > 1 and draw(st.booleans()):

@@ -52,6 +52,21 @@ def test_a_layout_with_every_option_off_default_round_trips_through_a_batch():
     assert int(LayoutBatch.from_layouts([sel]).recompute_modules[0]) == 0b1010  # bits 1 and 3 (layernorm, mlp)
 
 
+def test_the_search_share_is_a_column_records_state_in_layers_per_stage():
+    # recompute_share q = q quarters of a middle stage's model chunk (Megatron's block method
+    # counts per chunk). 8B (32 layers) on pp 4: 8 layers a stage; vpp 2: chunks of 4; 3
+    # quarters = round(3) = 3 layers a chunk = 6 layers per stage.
+    from costmodel.record import recompute_layers_per_stage
+
+    lay = Layout(tp=1, pp=4, dp=2, vpp=2, gbs=64, recompute="full", recompute_share=3, sequence_parallel=False)
+    assert LayoutBatch.from_layouts([lay]).layout(0) == lay
+    assert "recompute_share" not in lay.to_dict()
+    assert "--recompute-share" not in runner.invoke(app, ["evaluate", "--help"], env={"COLUMNS": "240"}).output
+    assert recompute_layers_per_stage(get_model("llama3-8b"), lay) == 6
+    # Without full recompute a share means nothing: the batch drops it, as it drops layers.
+    assert LayoutBatch.from_layouts([dataclasses.replace(lay, recompute="none")]).layout(0).recompute_share is None
+
+
 @pytest.mark.parametrize("command", ["evaluate", "export", "search"])
 def test_every_declared_option_is_a_flag_of_its_commands(command):
     out = runner.invoke(app, [command, "--help"], env={"COLUMNS": "240"}).output

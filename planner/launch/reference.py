@@ -87,10 +87,8 @@ def _norm(v):
 
 
 def _layers(v) -> str:
-    """recompute_layers as a reader sees it: all, N layers per stage, or q/4 of each stage."""
-    if not v:
-        return "all"
-    return f"{-v}/4" if v < 0 else str(v)
+    """recompute_layers as a reader sees it: all, or N layers per stage."""
+    return str(v) if v else "all"
 
 
 def _show(v) -> str:

@@ -5,7 +5,7 @@ batch defaults, the rules, the cost model; and the text that says what was read 
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from costmodel.options import OPTIONS_BY_NAME
 from hardware_catalog.errors import PlannerInputError
@@ -133,11 +133,7 @@ def build(launch: Launch, *, model=None, gpus=None, gpu=None, cluster=None, toke
         values["sequence_parallel"] = False
         derived.append("sequence parallelism off: it splits along TP, and tp is 1")
     setup = Setup(model_spec, gpu_spec, cluster_spec, gbs, seq)
-    share = values.get("recompute_layers")
-    plain = {k: v for k, v in values.items() if k in OPTIONS_BY_NAME and not (k == "recompute_layers" and share and share < 0)}
-    layout = build_layout(setup, n, **plain)
-    if share and share < 0:
-        layout = replace(layout, recompute_layers=share)
+    layout = build_layout(setup, n, **{k: v for k, v in values.items() if k in OPTIONS_BY_NAME})
     check_layout(model_spec, cluster_spec, gpu_spec, layout, gpus=n, allow_cross_node_tp=allow_cross_node_tp)
     return setup, layout, n, overrides, derived
 

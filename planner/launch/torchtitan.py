@@ -347,7 +347,10 @@ def _recompute(c: _Config) -> None:
         _put(c, "recompute", "full", key)
         if every > 1:
             stage = launch.model.num_layers // launch.values["pp"]
-            launch.state("recompute_layers", -(4 // every) if every in (2, 4) else max(math.ceil(stage / every), 1))
+            if every in (2, 4):  # a share of each stage: 4 // every quarters
+                launch.state("recompute_share", 4 // every)
+            else:
+                launch.state("recompute_layers", max(math.ceil(stage / every), 1))
         launch.notes.append(f"selective_ac_option {every}: every {every}th layer fully checkpointed"
                             + (f" ({c.why('activation_checkpoint.selective_ac_option')})" if every else ""))
 

@@ -172,7 +172,7 @@ PROFILES: tuple[Profile, ...] = (
     )),
     Profile("Megatron-Core r0.8", r"megatron-core", (_TE_ATTENTION, _TPO_STATED, _TPO_SEARCHED, _DEEPEP)),
     Profile("torchtitan (Dec 2024)", r"torchtitan", (
-        Entry({"recompute": "full", "recompute_layers": -2},
+        Entry({"recompute": "full", "recompute_share": 2},
               "torchtitan selective (per-op SAC) priced as full recompute of half the layers",
               source="torchtitan activation_checkpoint.py _save_list: per-op SAC keeps SDPA and matmul outputs "
                      "and recomputes the rest, about half of each layer's forward in time and memory",

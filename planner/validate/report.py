@@ -120,12 +120,12 @@ def llama3_405b_production_check() -> dict:
         # Megatron-Core's fine-grained selective recompute of the MLP (--recompute-modules mlp).
         "selective (mlp)": ("selective", None, 1, ("mlp",)),
         "full": ("full", None, 1, None),
-        # Interleaved (the paper's schedule) with half of each stage's layers recomputed.
-        "full, half the layers, vpp 4": ("full", -2, 4, None),
+        # Interleaved (the paper's schedule) with half (2 quarters) of each stage's layers recomputed.
+        "full, half the layers, vpp 4": ("full", 2, 4, None),
     }
-    for label, (rc, layers, vpp, modules) in variants.items():
+    for label, (rc, quarters, vpp, modules) in variants.items():
         lay = Layout(tp=8, cp=1, pp=16, dp=128, vpp=vpp, zero=1, mbs=1, gbs=2048, seq_len=8192, recompute=rc,
-                     recompute_layers=layers, recompute_modules=modules)
+                     recompute_share=quarters, recompute_modules=modules)
         r = evaluate(model, cluster, lay, gpu=gpu)
         out[label] = {
             "peak_gib": float(r.memory_gib["peak"][0]),

@@ -31,6 +31,8 @@ from costmodel.options import (  # noqa: F401  (re-exported: the option vocabula
 )
 
 COLUMNS = tuple(o.name for o in OPTIONS)
+_CHOICE_CODES = {o.name: {value: code for code, value in enumerate(o.choices)} for o in OPTIONS if o.kind == "choice"}
+"""Option -> value -> its column code (CHOICE options: the index in ``choices``)."""
 """Column names of a LayoutBatch (= ``Layout`` field names)."""
 _DTYPES = {o.name: (bool if o.column_dtype == "bool" else np.int64) for o in OPTIONS}
 
@@ -107,6 +109,12 @@ class LayoutBatch:
     def concat(cls, batches: list["LayoutBatch"]) -> "LayoutBatch":
         """One batch holding the layouts of ``batches``, in order."""
         return cls(**{name: np.concatenate([getattr(b, name) for b in batches]) for name in COLUMNS})
+
+    def is_(self, option: str, value: str) -> np.ndarray:
+        """True where the CHOICE ``option`` is ``value``: the cost model compares settings by
+        name (``batch.is_("attention", "flash3")``), never by code. A name that is not one of
+        the option's choices raises KeyError."""
+        return getattr(self, option) == _CHOICE_CODES[option][value]
 
     def take(self, index) -> "LayoutBatch":
         return LayoutBatch(**{name: getattr(self, name)[index] for name in COLUMNS})

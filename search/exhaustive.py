@@ -135,7 +135,7 @@ def _distinct_recompute(problem: Problem, batch) -> np.ndarray:
     _, distinct = partial_recompute_per_chunk(problem.model.num_layers, batch.pp, batch.vpp, batch.pp_first_layers,
                                               batch.pp_last_layers, batch.recompute_layers,
                                               batch.recompute_share)
-    return distinct | (batch.recompute != 2)
+    return distinct | ~batch.is_("recompute", "full")
 
 
 def _distinct_zero(problem: Problem, batch) -> np.ndarray:

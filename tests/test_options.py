@@ -170,3 +170,11 @@ def test_dp_comm_overlap_from_one_declaration(tmp_path):
     assert "--overlap-grad-reduce" not in (tmp_path / "megatron_args.sh").read_text()
     assert json.loads((tmp_path / "deepspeed_config.json").read_text())["zero_optimization"]["overlap_comm"] is False
     assert "no-DP-overlap" in _evaluate("--no-dp-comm-overlap").output
+
+
+def test_the_cost_model_compares_choices_by_name():
+    batch = LayoutBatch.from_layouts([Layout(attention="flash3"), Layout(attention="unfused")])
+    assert batch.is_("attention", "flash3").tolist() == [True, False]
+    assert batch.is_("attention", "unfused").tolist() == [False, True]
+    with pytest.raises(KeyError):
+        batch.is_("attention", "flash4")  # a misspelt choice is an error, not a silent False

@@ -122,6 +122,7 @@ def layout_label(lay) -> str:
 def predict_run(run: MappedRun, calib: Calibration = DEFAULT) -> RowResult:
     """The fastest candidate that fits (else the one needing least memory), against the row."""
     from costmodel import evaluate_batch
+    from costmodel.record import recorded_layout
 
     res = RowResult(
         id=run.id, source=run.source, confidence=run.confidence, gpus=run.gpus, reported=float(run.reported),
@@ -147,7 +148,7 @@ def predict_run(run: MappedRun, calib: Calibration = DEFAULT) -> RowResult:
     if "recompute" in run.searched and lay.recompute == "selective":
         res.chosen["recompute_modules"] = list(lay.recompute_modules or ("core_attn",))
     res.layout = layout_label(lay)
-    res.values = lay.to_dict()
+    res.values = recorded_layout(run.model, lay)  # partial recompute in layers per stage
     res.predicted_memory_gib = float(out.memory_gib["peak"][best])
     if res.reported_memory_gib:
         res.memory_error = (res.predicted_memory_gib - res.reported_memory_gib) / res.reported_memory_gib

@@ -126,7 +126,7 @@ def test_search_refuses_settings_no_layout_of_the_model_can_use():
     with pytest.raises(PlannerInputError, match="tp_comm_overlap_needs_sequence_parallel"):
         check_settings(get_model("llama3-8b"), {"tp_comm_overlap": True}, {"sequence_parallel": False, "tp": 8})
     check_settings(get_model("llama3-8b"), {"tp_comm_overlap": True}, {"tp": 8})  # SP searched: fine
-    from search.api import search
+    from planner import search
 
     with pytest.raises(PlannerInputError, match="recompute_modules_exist"):
         search("llama3-8b", 8, "h100", gbs=8, seq_len=4096, recompute_modules="moe_act")
@@ -143,7 +143,7 @@ def test_search_applies_a_setting_only_where_its_rules_allow():
 
 
 def test_search_records_say_what_was_priced():
-    from search.api import search
+    from planner import search
 
     res = search("llama3-8b", 16, "h100", gbs=64, seq_len=4096, top=40, implementation={"tp_comm_overlap": True})
     seen = {(r["layout"]["tp"] > 1 and r["layout"]["sequence_parallel"], r["layout"]["tp_comm_overlap"])

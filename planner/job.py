@@ -130,10 +130,12 @@ def _apply_framework(pricing: Pricing, setup, layout: dict) -> Optional[dict]:
     flag; the record's ``framework`` entry, or None."""
     if pricing.framework is None:
         return None
+    from costmodel.options import EVALUATE, options_for
     from planner.frameworks import apply_framework, framework_settings
 
+    takes = {o.name for o in options_for(EVALUATE)}  # a priced layout takes what evaluate takes
     fw = framework_settings(pricing.framework, setup.model, setup.gpu.name, layout.get("precision") or "bf16",
-                            layout.get("recompute"), takes=set(layout))
+                            layout.get("recompute"), takes=takes)
     return apply_framework(fw, layout, set(pricing.typed))
 
 

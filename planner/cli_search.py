@@ -70,7 +70,9 @@ def register(app: typer.Typer) -> None:
         from planner.job import Outputs
 
         check_framework_use(framework, None, from_launch)
-        outputs = Outputs(command_line(), as_json, plot, force)
+        # The command line is stamped on the launch file's priced row only (a plain search's
+        # --export asks for it itself): shell-quoting it loads the exporters.
+        outputs = Outputs(command_line() if from_launch is not None else None, as_json, plot, force)
         files = SearchFiles(csv_file, export_dir)
         if from_launch is None and (keep is not None or model is None or gpus is None):
             raise PlannerInputError("--keep goes with --from-launch" if keep is not None

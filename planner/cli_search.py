@@ -77,8 +77,8 @@ def register(app: typer.Typer) -> None:
         if from_launch is None and (keep is not None or model is None or gpus is None):
             raise PlannerInputError("--keep goes with --from-launch" if keep is not None
                                     else "give --model and --gpus, or --from-launch FILE")
-        checked = check_outputs(csv_file, export_dir, plot, force) if from_launch is None else None
-        request = _request(ctx, framework, layout, model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp,
+        checked = check_outputs(files.csv, files.export, plot, force) if from_launch is None else None
+        framework_info, request = _request(ctx, framework, layout, model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp,
                            options=dict(stage_splits=stage_splits, method=method, trials=trials, seed=seed,
                                         sampler=sampler, memory_headroom=memory_headroom,
                                         progress=_progress_mode(progress), storage=storage, study_name=study_name),
@@ -94,7 +94,6 @@ def register(app: typer.Typer) -> None:
                                       allow_cross_node_tp, layout)
             # the file's problem, its layout as the reference row
             return run_reference_search(launch, request, keep, calibration, outputs, files, bool(progress))
-        framework_info, request = request
         _run_search(request, framework_info, calibration, outputs, checked, force,
                     bool(layout["pp_first_layers"] or layout["pp_last_layers"]))
 
@@ -111,10 +110,10 @@ class SearchFiles:
 
 def _request(ctx, framework, layout: dict, model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, *,
              options: dict, ranking: dict, calibration, from_launch: bool):
-    """The search request of the flags (``search.request``): the problem, the search's options
-    (the profile of --framework applied to the layout flags first), the ranking and the
-    constants; with it the stats' ``framework`` entry. With --from-launch the request alone,
-    whose problem the file replaces."""
+    """(the stats' ``framework`` entry or None, the search request of the flags): the problem, the
+    search's options (the profile of --framework applied to the layout flags first), the ranking
+    and the constants (``search.request``). With --from-launch the file's problem replaces the
+    request's (``planner.from_launch.reference``)."""
     from costmodel.options import IMPLEMENTATION_OPTIONS, OPTIONS_BY_NAME, SEARCHED
     from planner.calibration_profile import calibration_option
     from search.request import ProblemRequest, Ranking, SearchOptions, SearchRequest
@@ -126,7 +125,7 @@ def _request(ctx, framework, layout: dict, model, gpus, gpu, cluster, tokens_per
                             implementation={k: layout[k] for k in IMPLEMENTATION_OPTIONS},
                             recompute_modules=layout["recompute_modules"], **options)
     request = SearchRequest(problem, choices, Ranking(**ranking), calibration_option(calibration))
-    return request if from_launch else (framework_info, request)
+    return framework_info, request
 
 
 def _run_search(request, framework_info, calibration, outputs, checked: dict, force: bool, pinned_splits: bool) -> None:

@@ -58,6 +58,16 @@ COMMANDS: list[str] = [
     "evaluate --model mixtral-8x7b --gpus 64 --gpu h100 --tp 2 --ep 8 --etp 2 --zero 0 --recompute none --no-sequence-parallel --gbs 256 --json",
     "evaluate --model qwen3-235b-a22b --gpus 256 --gpu h100 --tp 4 --pp 8 --ep 8 --pp-first-layers 11 --pp-last-layers 11 --recompute selective --recompute-modules moe --json",
     "evaluate --model 405b --gpus 16384 --gpu h100 --tp 8 --pp 16 --zero 2 --json",
+    # framework profiles (a share of layers: torchtitan per-op SAC), launch files, the release table
+    "evaluate --model 70b --gpus 64 --gpu h100 --tp 8 --zero 3 --mbs 8 --gbs 64 --seq-len 8192 --recompute selective --framework torchtitan-0.2 --json",
+    "evaluate --model 70b --gpus 64 --gpu h100 --tp 8 --zero 3 --mbs 8 --gbs 64 --seq-len 8192 --recompute selective --framework torchtitan-0.2",
+    "search --model 8b --gpus 64 --gpu h100 --recompute selective --framework torchtitan-0.2 --top 3",
+    "catalog frameworks",
+    "evaluate --from-launch tests/data/launch/torchtitan_llama3_70b.toml --gpus 64 --gpu h100",
+    "evaluate --from-launch tests/data/launch/train_llama3_8b_h100_fp8.sh --gpu h100 --json",
+    "search --model 70b --gpus 256 --gpu h100 --from-launch tests/data/launch/torchtitan_llama3_70b.toml --top 3 --json",
+    "export --from-launch tests/data/launch/deepspeed_zero2.json --model 8b --gpus 16 --gpu h100 --format megatron --out {out}",
+    "search --model 70b --gpus 128 --gpu h100 --gbs 64 --seq-len 8192 --top 8 --json",
     # bad input (one line, exit 2)
     "evaluate --model 405b --gpus 16384 --gpu h100 --tp 3",
     "evaluate --model 8b --gpus 64 --gpu h100 --recompute-modules nope",

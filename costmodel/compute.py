@@ -103,7 +103,7 @@ class LayerTimes:
 
 def _precision_gemm(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration):
     """Peak FLOP/s, efficiency and operand bytes for the linear layers of each layout."""
-    fp8 = batch.precision == 1
+    fp8 = batch.is_("precision", "fp8")
     fp8_peak = (gpu.fp8_tflops or gpu.bf16_tflops) * 1e12
     peak = np.where(fp8, fp8_peak, gpu.bf16_tflops * 1e12)
     eff = np.where(fp8, calib.gemm_efficiency_fp8, bf16_gemm_efficiency(gpu, calib))
@@ -164,8 +164,8 @@ def _kernels(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration) -> _Kernels:
         hbm=hbm,
         mem_bw=hbm * calib.memory_bound_efficiency,
         bf16_peak=gpu.bf16_tflops * 1e12,
-        fp8=batch.precision == 1,
-        eager=batch.kernels == 1,
+        fp8=batch.is_("precision", "fp8"),
+        eager=batch.is_("kernels", "eager"),
     )
 
 
@@ -175,7 +175,7 @@ def _attention_core(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: C
     core_flops = kern.tokens * attention_core_flops_per_token(model, batch.seq_len) / kern.tp
     # FlashAttention-3 / cuDNN's warp-specialized kernels use Hopper's wgmma and TMA: 1.5-2.0x
     # FlashAttention-2 forward, 1.5-1.75x backward (Shah et al. 2024, Sec. 4.1).
-    native = (batch.attention == 2) & (gpu.architecture in ("hopper", "blackwell"))
+    native = batch.is_("attention", "flash3") & (gpu.architecture in ("hopper", "blackwell"))
     attn_eff = calib.attention_efficiency * np.where(native, calib.native_attention_speedup, 1.0)
     # Ring attention splits each sequence into c chunks; FlashAttention runs short chunks below
     # its long-sequence efficiency (e(L) = e_max L / (L + L0), ATTENTION_L0 below).
@@ -419,9 +419,9 @@ def dense_and_moe_layer_times(
     return dense, _moe_layer(model, batch, gpu, calib, asm, shared)
 
 
-def _by_loss(code, unfused, fused, eager):
-    """Per-layout value by ``LayoutBatch.loss`` code (costmodel.layout.LOSSES order)."""
-    return np.where(code == 1, fused, np.where(code == 2, eager, unfused))
+def _by_loss(batch: LayoutBatch, unfused, fused, eager):
+    """Per-layout value by loss kernel (``Layout.loss``)."""
+    return np.where(batch.is_("loss", "fused"), fused, np.where(batch.is_("loss", "eager"), eager, unfused))
 
 
 def logit_bytes(batch: LayoutBatch):
@@ -429,12 +429,12 @@ def logit_bytes(batch: LayoutBatch):
     logits and writes the gradient over them (2); Megatron's unfused loss an FP32 copy (4);
     eager F.cross_entropy(logits.float()) holds at the start of backward the FP32 log-softmax
     it saved, the dense FP32 NLL gradient and the FP32 log-softmax gradient (12)."""
-    return _by_loss(batch.loss, 4.0, 2.0, 12.0)
+    return _by_loss(batch, 4.0, 2.0, 12.0)
 
 
 def unfused_attention(batch: LayoutBatch):
     """Where attention runs unfused (materialising the a x s scores), not as FlashAttention."""
-    return batch.attention == 1
+    return batch.is_("attention", "unfused")
 
 
 def lm_head_times(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: Calibration):
@@ -456,6 +456,6 @@ def lm_head_times(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: Cal
     # (upcast 6, log_softmax 12, its backward 12, dense NLL gradient 4, downcast 6, plus the
     # model's own .float() of the logits): 24 forward, 28 backward. Fused (one kernel reading
     # BF16 logits with an online max/sum and writing the gradient in place): 4 forward, 4 backward.
-    loss_fwd = logits * _by_loss(batch.loss, 38.0, 4.0, 24.0) / bw
-    loss_bwd = logits * _by_loss(batch.loss, 14.0, 4.0, 28.0) / bw
+    loss_fwd = logits * _by_loss(batch, 38.0, 4.0, 24.0) / bw
+    loss_bwd = logits * _by_loss(batch, 14.0, 4.0, 28.0) / bw
     return t + loss_fwd, 2.0 * t + loss_bwd, f

@@ -114,9 +114,9 @@ def chunk_context(model, cluster: ClusterSpec, batch: LayoutBatch, gpu, calib, f
         tokens_mb=tokens_mb,
         act_bytes=tokens_mb * h * BF16,
         sp=batch.sequence_parallel,
-        full=batch.recompute == 2,
-        selective=batch.recompute == 1,
-        fp8=batch.precision == 1,
+        full=batch.is_("recompute", "full"),
+        selective=batch.is_("recompute", "selective"),
+        fp8=batch.is_("precision", "fp8"),
         h=h,
         shared_experts=model.moe is not None and model.moe.num_shared_experts > 0,
     )

@@ -74,7 +74,7 @@ def sharding(ctx: ChunkContext) -> Sharding:
         expert_shard=expert_shard,
         pipelined_fsdp=pipelined_fsdp,
         unreplicated=(dense_shard == 1) & (expert_shard <= 1),
-        grad_bytes=np.where(batch.grad_dtype == 1, BF16, GRAD_REDUCE_BYTES),
+        grad_bytes=np.where(batch.is_("grad_dtype", "bf16"), BF16, GRAD_REDUCE_BYTES),
         state_divisors=zero_divisors(np.where(pipelined_fsdp, 1, zero), dense_shard, expert_shard),
     )
 
@@ -207,7 +207,7 @@ def zero3_exposure(ctx: ChunkContext, sh: Sharding, tr: Traffic, windows, heavy:
     )
     # Early DeepSpeed ZeRO-3 (2021): per-tensor gathers behind torch.cuda.synchronize(), nothing
     # hidden (costmodel.zero3_blocking). Its MoE-less design: expert weights counted with the rest.
-    blocking = (sh.zero == 3) & (ctx.batch.zero3_gather == 1)
+    blocking = (sh.zero == 3) & ctx.batch.is_("zero3_gather", "blocking")
     if blocking.any():
         calib = ctx.calib
         z3_blocking = blocking_zero3_time(

@@ -56,8 +56,9 @@ def all_to_all_per_pass(ctx: ChunkContext):
         return np.zeros(ctx.n)
     ep_local, ep_nodes = group_span(batch.ep, batch.etp, ctx.domain)
     routed_bytes = ctx.tokens_mb / np.where(ctx.sp, ctx.tp, 1.0) * moe.top_k * ctx.h * BF16
-    if batch.moe_dispatcher.any():
-        routed_bytes = routed_bytes * np.where(batch.moe_dispatcher == 1, deepep_traffic_share(ep_nodes, moe), 1.0)
+    deepep = batch.is_("moe_dispatcher", "deepep")
+    if deepep.any():
+        routed_bytes = routed_bytes * np.where(deepep, deepep_traffic_share(ep_nodes, moe), 1.0)
     a2a, _ = collectives.collective_time("all_to_all", routed_bytes, ep_local, ep_nodes, ctx.fabric)
     return 2.0 * a2a
 

@@ -31,6 +31,8 @@ from costmodel.options import (  # noqa: F401  (re-exported: the option vocabula
 )
 
 COLUMNS = tuple(o.name for o in OPTIONS)
+_CHOICE_CODES = {o.name: {value: code for code, value in enumerate(o.choices)} for o in OPTIONS if o.kind == "choice"}
+"""Option -> value -> its column code (CHOICE options: the index in ``choices``)."""
 """Column names of a LayoutBatch (= ``Layout`` field names)."""
 _DTYPES = {o.name: (bool if o.column_dtype == "bool" else np.int64) for o in OPTIONS}
 
@@ -61,7 +63,8 @@ class LayoutBatch:
     """N layouts as parallel numpy arrays, one per option (``COLUMNS``), all of length N.
 
     ``sequence_parallel`` holds what runs (off where tp == 1); ``recompute_layers`` 0 = every
-    layer, -q = q quarters of each stage; ``recompute_modules`` a bit mask over
+    layer (unless ``recompute_share``, 0 = none, gives q quarters of each stage's chunk);
+    ``recompute_modules`` a bit mask over
     ``RECOMPUTE_MODULES`` (1 = core_attn alone); ``pp_first_layers`` / ``pp_last_layers`` 0 =
     planner's split.
     """
@@ -107,6 +110,12 @@ class LayoutBatch:
         """One batch holding the layouts of ``batches``, in order."""
         return cls(**{name: np.concatenate([getattr(b, name) for b in batches]) for name in COLUMNS})
 
+    def is_(self, option: str, value: str) -> np.ndarray:
+        """True where the CHOICE ``option`` is ``value``: the cost model compares settings by
+        name (``batch.is_("attention", "flash3")``), never by code. A name that is not one of
+        the option's choices raises KeyError."""
+        return getattr(self, option) == _CHOICE_CODES[option][value]
+
     def take(self, index) -> "LayoutBatch":
         return LayoutBatch(**{name: getattr(self, name)[index] for name in COLUMNS})
 
@@ -114,7 +123,7 @@ class LayoutBatch:
         """The i-th layout as a ``Layout`` (options that do not apply to it left at None)."""
         kw = {o.name: o.decode(getattr(self, o.name)[i]) for o in OPTIONS}
         if kw["recompute"] != "full":
-            kw["recompute_layers"] = None
+            kw["recompute_layers"] = kw["recompute_share"] = None
         if kw["recompute"] != "selective":
             kw["recompute_modules"] = None
         return Layout(**kw)

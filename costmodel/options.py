@@ -183,6 +183,9 @@ class Option:
     phrase_when: str = "always"
     """When the header names it: "always", "set" (only when not the default) or "moe" (only
     for MoE models)."""
+    recorded: bool = True
+    """False for an internal column that records never show: it is resolved into a recorded
+    option first (``recompute_share`` -> ``recompute_layers``, ``costmodel.record``)."""
 
     @property
     def flag(self) -> str:
@@ -387,9 +390,20 @@ class Layout:
     TransformerBlock, which holds one virtual-pipeline chunk. With vpp chunks per stage the
     export writes --recompute-num-layers = recompute_layers / vpp, so the value is a multiple of
     vpp and at most the largest stage's layers (rule recompute_layers_fit_stage); a chunk with
-    fewer layers recomputes all of them. Inside the search's LayoutBatch a negative code -q
-    stands for q quarters of a middle stage's chunk (the shares it explores, search.space);
-    records resolve it to layers per stage (``costmodel.record.recompute_layers_per_stage``)."""
+    fewer layers recomputes all of them. The search explores shares of a stage instead
+    (``recompute_share``); records resolve them to layers per stage."""
+    recompute_share: Optional[int] = option(
+        None, "Internal: with recompute full, q quarters of each stage's layers (the shares the search explores).",
+        kind=OPTIONAL_INT, group=MEMORY, minimum=1, maximum=3, unit="quarters of a middle stage's model chunk",
+        commands=(), search=INTERNAL, recorded=False,
+        source="Megatron-LM --recompute-method block --recompute-num-layers (a number of layers per model chunk)",
+        rules=("partial_recompute_needs_full",))
+    """With recompute=full: recompute round(q/4 x the layers of a middle stage's model chunk)
+    layers (at least 1) of every chunk, q = 1..3; None = not a share (``recompute_layers``
+    decides). Not a flag: the search's partial-recompute candidates (``search.space``) and
+    framework profiles that state a share (torchtitan per-op SAC) set it. Records resolve it once
+    to ``recompute_layers`` in layers per stage (``costmodel.record.recompute_layers_per_stage``),
+    the unit evaluate and export take back."""
     recompute_modules: Optional[tuple] = option(
         None, "With --recompute selective: Megatron-Core submodules to recompute, comma-separated "
         "(core_attn, layernorm, mla_up_proj, mlp, moe_act, shared_experts, moe). Default: core_attn.",
@@ -535,7 +549,11 @@ class Layout:
         return self.gbs // (self.dp * self.mbs)
 
     def to_dict(self) -> dict:
+        """The recorded options (not ``recompute_share``, which records resolve) and what they
+        derive: SP as it runs, grad_accum, gpus."""
         d = asdict(self)
+        for name in UNRECORDED:
+            del d[name]
         d["sequence_parallel"] = self.sp
         d["grad_accum"] = self.grad_accum
         d["gpus"] = self.gpus
@@ -611,6 +629,9 @@ def _collect_options() -> tuple[Option, ...]:
 OPTIONS: tuple[Option, ...] = _collect_options()
 """Every layout option, in ``Layout`` field order."""
 OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}
+RECORDED_OPTIONS: tuple[Option, ...] = tuple(o for o in OPTIONS if o.recorded)
+"""The options a record (JSON, CSV) states."""
+UNRECORDED = tuple(o.name for o in OPTIONS if not o.recorded)
 IMPLEMENTATION_OPTIONS = tuple(o.name for o in OPTIONS if o.group == IMPLEMENTATION)
 """How the framework runs the layout: the settings a framework profile fixes."""
 IMPLEMENTATION_DEFAULTS = {name: OPTIONS_BY_NAME[name].default for name in IMPLEMENTATION_OPTIONS}

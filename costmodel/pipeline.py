@@ -77,13 +77,13 @@ def vpp_divides_stages(first, middle, last, vpp) -> np.ndarray:
 
 
 
-def partial_recompute_per_chunk(num_layers, pp, vpp, first, last, recompute_layers, middle=None):
+def partial_recompute_per_chunk(num_layers, pp, vpp, first, last, recompute_layers, recompute_share=0, middle=None):
     """Layers per virtual chunk that partial full recompute covers, and whether the layout is
     distinct from recomputing every layer.
 
-    Megatron's block method takes --recompute-num-layers per model chunk, so a share of
-    ``-q`` quarters becomes round(q/4 x chunk) layers (at least 1) of a middle stage's chunk;
-    a positive ``recompute_layers`` is per stage and is divided by vpp. 0 means all layers.
+    Megatron's block method takes --recompute-num-layers per model chunk, so a
+    ``recompute_share`` of q quarters becomes round(q/4 x chunk) layers (at least 1) of a middle
+    stage's chunk; ``recompute_layers`` is per stage and is divided by vpp. Both 0: all layers.
     ``distinct`` is False where a share rounds to the same layers as a larger one. ``middle``:
     the middle stage's layer count when the caller already has it.
     """
@@ -91,15 +91,16 @@ def partial_recompute_per_chunk(num_layers, pp, vpp, first, last, recompute_laye
         _, middle, _, _ = stage_layer_split(num_layers, pp, first, last)
     vpp = np.maximum(np.asarray(vpp), 1)
     rl = np.asarray(recompute_layers)
+    q = np.asarray(recompute_share)
     chunk = np.maximum(middle // vpp, 1)
-    from_share = np.clip(np.round(-rl / 4.0 * chunk), 1, chunk)
+    from_share = np.clip(np.round(q / 4.0 * chunk), 1, chunk)
     from_layers = np.clip(rl // vpp, 1, chunk)
-    per_chunk = np.where(rl < 0, from_share, np.where(rl > 0, from_layers, chunk)).astype(np.int64)
+    per_chunk = np.where(q > 0, from_share, np.where(rl > 0, from_layers, chunk)).astype(np.int64)
     # A share is its own layout only if it covers fewer layers than the next larger share
     # (q + 1 quarters; 4 quarters = every layer).
-    q = -rl
     larger = np.where(q + 1 >= 4, chunk, np.clip(np.round((q + 1) / 4.0 * chunk), 1, chunk))
-    distinct = (rl == 0) | ((per_chunk < chunk) & ((rl > 0) | (per_chunk < larger)))
+    every = (rl == 0) & (q == 0)
+    distinct = every | ((per_chunk < chunk) & ((rl > 0) | (per_chunk < larger)))
     return per_chunk, distinct
 
 

@@ -5,7 +5,7 @@ runs the whole forward again in backward, for every layer or, with Megatron's bl
 (--recompute-method block --recompute-num-layers), the first layers of each model chunk.
 Selective recompute (Korthikanti Sec. 5; Megatron-Core TransformerConfig.recompute_modules)
 runs again only named submodules, core_attn alone by default. The only module that reads
-``batch.recompute_layers`` and ``batch.recompute_modules``.
+``batch.recompute_layers``, ``batch.recompute_share`` and ``batch.recompute_modules``.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ class FullRecompute:
         model = ctx.model
         per_chunk, _ = partial_recompute_per_chunk(
             model.num_layers, batch.pp, batch.vpp, batch.pp_first_layers, batch.pp_last_layers,
-            batch.recompute_layers, middle=middle_layers,
+            batch.recompute_layers, batch.recompute_share, middle=middle_layers,
         )
         self.full = ctx.full
-        self.partial = batch.recompute_layers != 0
+        self.partial = (batch.recompute_layers != 0) | (batch.recompute_share != 0)
         self.recomputed_per_stage = (per_chunk * batch.vpp).astype(np.float64)
         self._shares: dict[int, np.ndarray] = {}
 

@@ -12,8 +12,7 @@ STAGE_NAMES = ("first", "middle", "last")
 def result_record(model: ModelSpec, cluster: ClusterSpec, gpu: GPUSpec, result: BatchResult, i: int = 0) -> dict:
     """The i-th layout of ``result`` as a JSON-ready dict."""
     layout = result.batch.layout(i)
-    lay = layout.to_dict()
-    lay["recompute_layers"] = recompute_layers_per_stage(model, layout)
+    lay = recorded_layout(model, layout)
     notes = result.notes
     if "stage_layers_first" in notes and layout.pp > 1:
         first = int(notes["stage_layers_first"][i])
@@ -53,16 +52,22 @@ def result_record(model: ModelSpec, cluster: ClusterSpec, gpu: GPUSpec, result: 
     return record
 
 
+def recorded_layout(model: ModelSpec, layout) -> dict:
+    """``layout`` as records state it (``Layout.to_dict``), its recompute in layers per stage."""
+    lay = layout.to_dict()
+    lay["recompute_layers"] = recompute_layers_per_stage(model, layout)
+    return lay
+
+
 def recompute_layers_per_stage(model: ModelSpec, layout) -> "int | None":
-    """``layout.recompute_layers`` in its one user-facing unit, layers per pipeline stage: a
-    search share -q (q quarters of a middle stage's model chunk, ``search.space``) becomes the
-    layers it prices, (layers per chunk) x vpp, which evaluate and export take back unchanged;
-    None (every layer) and layer counts stay as they are."""
+    """The layers per pipeline stage that full recompute covers, the one unit records, evaluate
+    and export use: a search share (``layout.recompute_share`` = q quarters of a middle stage's
+    model chunk, ``search.space``) becomes the layers it prices, (layers per chunk) x vpp;
+    without a share, ``layout.recompute_layers`` as it is (None: every layer)."""
     from costmodel.pipeline import partial_recompute_per_chunk
 
-    rl = layout.recompute_layers
-    if rl is None or rl >= 0:
-        return rl
+    if not layout.recompute_share or layout.recompute != "full":
+        return layout.recompute_layers
     per_chunk, _ = partial_recompute_per_chunk(model.num_layers, layout.pp, layout.vpp, layout.pp_first_layers or 0,
-                                               layout.pp_last_layers or 0, rl)
+                                               layout.pp_last_layers or 0, 0, layout.recompute_share)
     return int(per_chunk) * layout.vpp

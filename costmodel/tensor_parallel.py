@@ -98,7 +98,7 @@ def layer_comm(ctx: ChunkContext, dense: LayerTimes, moe: LayerTimes) -> TensorP
             gemms = moe.tp_neighbour_gemms if ctx.shared_experts else moe.tp_neighbour_gemms[:2]
             tp_moe = np.where(overlap_on, overlapped_exposure(one, ctx.tp, gemms), tp_moe)
             moe = replace(moe, forward=moe.forward + sm_margin_cost(overlap_on, moe))
-    asynctp = overlap_on & (ctx.batch.tp_overlap_kind == 1)
+    asynctp = overlap_on & ctx.batch.is_("tp_overlap_kind", "asynctp")
     if asynctp.any():
         return TensorParallelComm(tp_dense, tp_moe, dense, moe, *async_tp_backward(asynctp, exposed_dense, exposed_moe,
                                                                                      tp_dense, tp_moe))

@@ -17,23 +17,22 @@ def evaluate(model, gpus: int, gpu: str | None = None, cluster: str | None = Non
     """Evaluate one layout; returns the ``planner evaluate --json`` dict. ``layout`` takes the
     options of ``costmodel.options.Layout`` by name (tp, pp, recompute, precision, the
     implementation settings...; ``costmodel.OPTIONS`` lists them); dp is gpus / (tp·pp·cp)."""
-    from costmodel import evaluate as _evaluate
-    from costmodel.record import result_record
-    from planner.common import build_layout, resolve_setup
-    from search.rules import check_layout
+    from planner.job import Job, ProblemRequest, price
 
-    setup = resolve_setup(model, gpu, cluster, seq_len, gbs, tokens_per_batch)
-    lay = build_layout(setup, gpus, **layout)
-    check_layout(setup.model, setup.cluster, setup.gpu, lay, gpus=gpus, allow_cross_node_tp=allow_cross_node_tp,
-                 batch_origin=setup.batch_origin)
-    return result_record(setup.model, setup.cluster, setup.gpu, _evaluate(setup.model, setup.cluster, lay, gpu=setup.gpu))
+    problem = ProblemRequest(model, gpus, gpu, cluster, gbs=gbs, seq_len=seq_len, tokens_per_batch=tokens_per_batch,
+                             allow_cross_node_tp=allow_cross_node_tp)
+    return price(Job(problem), layout).record
 
 
-def search(*args, **kwargs):
-    """Search layouts; see ``search.api.search`` (same arguments)."""
+def search(model, gpus, gpu=None, cluster=None, **keywords):
+    """Search layouts; returns a ``search.api.SearchResult``. The keywords are the fields of
+    ``search.request`` (problem: gbs, seq_len, tokens_per_batch, allow_cross_node_tp; options:
+    pins, implementation, recompute_modules, method, trials, ...; ranking: top, pareto,
+    objective, ...) and ``calib``."""
     from search.api import search as _search
+    from search.request import SearchRequest
 
-    return _search(*args, **kwargs)
+    return _search(SearchRequest.of(model, gpus, gpu, cluster, **keywords))
 
 
 __all__ = ["evaluate", "search", "__version__"]

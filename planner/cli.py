@@ -13,11 +13,10 @@ from typing import Optional
 import typer
 
 from hardware_catalog.errors import PlannerInputError
-from planner.cli_common import (add_interval_and_envelope, check_framework_use, cluster_line, planner_version,
-                                typed_flags)
-from planner.cli_errors import EXIT_NOTHING_FITS, PlannerGroup, command_line, say
+from planner.cli_common import check_framework_use, planner_version, show_evaluation, typed_flags, write_export
+from planner.cli_errors import PlannerGroup, command_line, say
 from planner.cli_options import layout_options, run_options
-from planner.launch.options import FromLaunchOpt, LaunchFormatOpt
+from planner.from_launch.options import FromLaunchOpt, LaunchFormatOpt
 from planner.outputs import check_output_dir, check_output_file
 from planner.plots import check_plot_path
 
@@ -48,16 +47,21 @@ CalibrationOpt = typer.Option(None, "--calibration", help="Calibration profile (
 FrameworkOpt = typer.Option(None, "--framework", help="Framework release whose profile sets how the layout runs (attention kernel, loss, gradient dtype, ZeRO-3 gathers, ...), as validate prices its runs; flags you type win. 'planner catalog frameworks' lists them (e.g. megatron-core-0.13, nemo-24.07, torchtitan-0.2, deepspeed-0.5).")
 
 
-def _job(ctx: typer.Context, from_file, rank, typed: dict) -> tuple[dict, Optional[dict], bool]:
-    """(the job to evaluate, the record read from --from FILE, whether the job must be priced
-    again): the flags as typed, or the record with the flags given next to it put over it (a
-    note for each)."""
+def _job(ctx: typer.Context, from_file, rank, typed: dict) -> tuple:
+    """(the problem, the layout values, the record read from --from FILE, whether the job must be
+    priced again): the flags as typed, or the record with the flags given next to it put over
+    it (a note for each)."""
+    from planner.job import ProblemRequest
+
     if from_file is None:
         if rank is not None:
             raise PlannerInputError("--rank picks a layout of a search result: give it with --from FILE")
         if not typed["model"] or typed["gpus"] is None:
             raise PlannerInputError("give --model and --gpus (with the layout flags), --from FILE or --from-launch FILE")
-        return typed, None, True
+        layout = typed["layout"]
+        return (ProblemRequest(typed["model"], typed["gpus"], typed["gpu"], typed["cluster"], gbs=layout.get("gbs"),
+                               seq_len=layout.get("seq_len"), tokens_per_batch=typed["tokens_per_batch"],
+                               allow_cross_node_tp=typed["allow_cross_node_tp"]), layout, None, True)
     from planner.records import load_record, merge
 
     record, from_csv = load_record(from_file, rank)
@@ -65,46 +69,17 @@ def _job(ctx: typer.Context, from_file, rank, typed: dict) -> tuple[dict, Option
     for note in notes:
         say(note)
     layout = {**{k: None for k in typed["layout"]}, **values["layout"]}
-    job = dict(model=values["model"], gpus=values["gpus"], gpu=values.get("gpu"), cluster=values.get("cluster"),
-               tokens_per_batch=values.get("tokens_per_batch"), allow_cross_node_tp=True, layout=layout)
-    return job, record, bool(notes) or from_csv
+    problem = ProblemRequest(values["model"], values["gpus"], values.get("gpu"), values.get("cluster"),
+                             gbs=layout.get("gbs"), seq_len=layout.get("seq_len"),
+                             tokens_per_batch=values.get("tokens_per_batch"), allow_cross_node_tp=True)
+    return problem, layout, record, bool(notes) or from_csv
 
 
-def _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout: dict, calibration=None,
-                     framework=None, typed=()):
-    """Resolve, check (one rule set) and price one layout given as option values
-    (``calibration``: a profile path; None = the shipped constants; ``framework``: a release
-    whose profile sets the options not in ``typed``, the flags the user typed)."""
-    from costmodel import evaluate
-    from costmodel.calibration import DEFAULT
-    from costmodel.record import result_record
-    from planner.calibration_profile import calibration_option
-    from planner.common import build_layout, resolve_setup
-    from search.rules import check_layout
+def _pricing(ctx: typer.Context, calibration, framework, layout: dict):
+    """The command's pricing request: calibration, framework and the layout flags typed."""
+    from planner.job import Pricing
 
-    calib = calibration_option(calibration) or DEFAULT
-
-    setup = resolve_setup(model, gpu, cluster, layout.get("seq_len"), layout.get("gbs"), tokens_per_batch)
-    framework_info = None
-    if framework is not None:
-        from planner.frameworks import apply_framework, framework_settings
-
-        layout = dict(layout)
-        fw = framework_settings(framework, setup.model, setup.gpu.name, layout.get("precision") or "bf16",
-                                layout.get("recompute"), takes=set(layout))
-        framework_info = apply_framework(fw, layout, set(typed), setup.model)
-    lay = build_layout(setup, gpus, **layout)
-    check_layout(setup.model, setup.cluster, setup.gpu, lay, gpus=gpus, allow_cross_node_tp=allow_cross_node_tp,
-                 batch_origin=setup.batch_origin)
-    result = evaluate(setup.model, setup.cluster, lay, gpu=setup.gpu, calib=calib)
-    record = result_record(setup.model, setup.cluster, setup.gpu, result, 0)
-    record["planner_version"] = planner_version()
-    record["command"] = command_line()
-    if calibration is not None:
-        record["calibration"] = str(calibration)
-    if framework_info is not None:
-        record["framework"] = framework_info
-    return setup, record
+    return Pricing(calibration, framework, frozenset(typed_flags(ctx, tuple(layout))))
 
 
 @app.command()
@@ -133,40 +108,23 @@ def evaluate(
     """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not (exit 3 if not);
     with --train-tokens, the whole run: failures, checkpoints, goodput, days, MWh, $."""
     from planner.cli_options import run_inputs
+    from planner.job import Job, Outputs, price
 
     run_in = run_inputs(run)  # bad values fail before any work
     check_framework_use(framework, from_file, from_launch)
+    outputs = Outputs(command_line(), as_json, plot, force, run_in)
     if from_launch is not None:
-        from planner.launch.cli import evaluate_from_launch
+        from planner.from_launch.commands import LaunchRequest, evaluate_from_launch
 
-        return evaluate_from_launch(dict(locals()))
+        return evaluate_from_launch(LaunchRequest.of(from_launch, launch_format, model, gpus, gpu, cluster,
+                                                     tokens_per_batch, allow_cross_node_tp, layout),
+                                    _pricing(ctx, calibration, None, layout), outputs)
     plot = check_output_file(check_plot_path(plot), "--plot", force)
-    job, _, _ = _job(ctx, from_file, rank, dict(model=model, gpus=gpus, gpu=gpu, cluster=cluster, tokens_per_batch=tokens_per_batch,
-                                             allow_cross_node_tp=allow_cross_node_tp, layout=layout))
-    setup, record = _evaluate_record(**job, calibration=calibration, framework=framework,
-                                     typed=typed_flags(ctx, tuple(layout)))
-    if plot is not None:  # files first: a reader that stops early (| head) still gets them
-        from planner.plots import plot_evaluation
-
-        say(f"wrote {plot_evaluation(record, setup, plot)}")
-    add_interval_and_envelope(setup, record)
-    if run_in is not None:
-        from costmodel.goodput import run_block
-
-        record["run"] = run_block(record, setup.model, setup.cluster, setup.gpu, run_in)
-    if as_json:
-        typer.echo(json.dumps(record, indent=2))
-    else:
-        from planner.report import format_evaluation
-
-        typer.echo(format_evaluation(record, cluster_line(setup)))
-        if run_in is not None:
-            from planner.run_report import format_run
-
-            typer.echo("")
-            typer.echo(format_run(record["run"]))
-    if not record["fits"]:
-        raise typer.Exit(EXIT_NOTHING_FITS)
+    problem, values, _, _ = _job(ctx, from_file, rank, dict(
+        model=model, gpus=gpus, gpu=gpu, cluster=cluster, tokens_per_batch=tokens_per_batch,
+        allow_cross_node_tp=allow_cross_node_tp, layout=layout))
+    priced = price(Job(problem, _pricing(ctx, calibration, framework, layout), outputs), values)
+    show_evaluation(priced, outputs)
 
 
 @app.command()
@@ -271,7 +229,7 @@ def export(
     layout: dict = None,
 ):
     """Write launch configs (torchrun, Megatron-LM args, DeepSpeed JSON, torchtitan, SLURM) for a layout."""
-    from planner.export import export_layout
+    from planner.job import ExportTarget, Job, Outputs, price
 
     check_output_dir(out, "--out", force=True)  # writable; existing files are checked once rendered
     check_framework_use(framework, from_file, from_launch)
@@ -280,35 +238,33 @@ def export(
         from planner.export.torchtitan import VERSION_OPTION, release_for
 
         options[VERSION_OPTION] = release_for(torchtitan_version).version  # unknown releases fail here
+    target = ExportTarget(fmt, Path(out), entrypoint, options, force)
+    outputs = Outputs(command_line(), force=force)
     if from_launch is not None:
-        from planner.launch.cli import export_from_launch
+        from planner.from_launch.commands import LaunchRequest, export_from_launch
 
-        return export_from_launch(dict(locals()), options)
+        if from_file is not None:
+            raise PlannerInputError("give --from (a planner JSON result) or --from-launch (a launch file), not both")
+        return export_from_launch(LaunchRequest.of(from_launch, launch_format, model, gpus, gpu, cluster,
+                                                   tokens_per_batch, allow_cross_node_tp, layout),
+                                  _pricing(ctx, calibration, None, layout), outputs, target)
     if from_file is not None and calibration is not None:
         raise PlannerInputError("--calibration prices the layout export evaluates (--model ...); a --from record "
                                 "keeps the numbers it was evaluated with")
-    job, record, price_again = _job(ctx, from_file, rank, dict(
+    problem, values, record, price_again = _job(ctx, from_file, rank, dict(
         model=model, gpus=gpus, gpu=gpu, cluster=cluster, tokens_per_batch=tokens_per_batch,
         allow_cross_node_tp=allow_cross_node_tp, layout=layout))
     if price_again:
-        setup, record = _evaluate_record(**job, calibration=calibration, framework=framework,
-                                         typed=typed_flags(ctx, tuple(layout)))
-        model_spec, cluster_spec = setup.model, setup.cluster
+        priced = price(Job(problem, _pricing(ctx, calibration, framework, layout), outputs), values)
+        record, model_spec, cluster_spec = priced.record, priced.setup.model, priced.setup.cluster
     else:  # the record as it is: its prediction is what the files' header states
         from planner.common import resolve_hardware
         from hardware_catalog import get_model
 
-        model_spec = get_model(job["model"])
+        model_spec = get_model(problem.model)
         record = {"planner_version": planner_version(), **record}  # a search record names no version: this one writes
-        cluster_spec = resolve_hardware(job["gpu"], job["cluster"])[1]
-    report = export_layout(
-        record, model_spec, cluster_spec, fmt, Path(out), force=force, entrypoint=entrypoint, command=command_line(),
-        options=options,
-    )
-    for path in report.written:
-        typer.echo(f"wrote {path}")
-    for name, reason in report.skipped.items():
-        typer.echo(f"skipped {name}: {reason}")
+        cluster_spec = resolve_hardware(problem.gpu, problem.cluster)[1]
+    write_export(target, record, model_spec, cluster_spec, outputs.command)
 
 
 @app.command()

@@ -1,5 +1,7 @@
-"""What several commands share: the planner version, the hardware line of an evaluation, and an
-evaluation's 80% interval and envelope flags (evaluate, ``--from-launch``, calibrate).
+"""What several commands share: the planner version, the hardware line of an evaluation, an
+evaluation's 80% interval and envelope flags (evaluate, ``--from-launch``, calibrate), how an
+evaluation is shown and how launch files are written (evaluate / export, with or without
+``--from-launch``).
 
 Imported when the CLI starts: nothing heavy at module level.
 """
@@ -10,10 +12,10 @@ from __future__ import annotations
 def add_interval_and_envelope(setup, record: dict) -> None:
     """The 80% interval and the validated-envelope flags (``search.ranking.annotate_batch``)."""
     from costmodel.layout import LayoutBatch
-    from costmodel.options import OPTIONS, Layout
+    from costmodel.options import RECORDED_OPTIONS, Layout
     from search.ranking import annotate_batch
 
-    lay = Layout(**{o.name: record["layout"][o.name] for o in OPTIONS})
+    lay = Layout(**{o.name: record["layout"][o.name] for o in RECORDED_OPTIONS})
     annotate_batch(record, setup.model, setup.cluster, setup.gpu, LayoutBatch.from_layouts([lay]))
 
 
@@ -61,3 +63,55 @@ def check_framework_use(framework, from_file=None, from_launch=None) -> None:
     if from_file is not None or from_launch is not None:
         raise PlannerInputError(f"--framework goes with --model: {'--from' if from_file is not None else '--from-launch'} "
                                 "states its own settings (type the flags to change them)")
+
+
+def show_evaluation(priced, outputs, before: str = "") -> None:
+    """The evaluation of a priced layout: --plot first (a reader that stops early, | head, still
+    gets the file), then JSON, or ``before`` (what a launch file said) and the report; exit 3
+    when it does not fit."""
+    import json
+
+    import typer
+
+    from planner.cli_errors import EXIT_NOTHING_FITS, say
+
+    setup, record = priced.setup, priced.record
+    if outputs.plot is not None:
+        from planner.plots import plot_evaluation
+
+        say(f"wrote {plot_evaluation(record, setup, outputs.plot)}")
+    add_interval_and_envelope(setup, record)
+    if outputs.run is not None:
+        from costmodel.goodput import run_block
+
+        record["run"] = run_block(record, setup.model, setup.cluster, setup.gpu, outputs.run)
+    if outputs.as_json:
+        typer.echo(json.dumps(record, indent=2))
+    else:
+        from planner.report import format_evaluation
+
+        if before:
+            typer.echo(before)
+            typer.echo("")
+        typer.echo(format_evaluation(record, cluster_line(setup)))
+        if outputs.run is not None:
+            from planner.run_report import format_run
+
+            typer.echo("")
+            typer.echo(format_run(record["run"]))
+    if not record["fits"]:
+        raise typer.Exit(EXIT_NOTHING_FITS)
+
+
+def write_export(target, record: dict, model_spec, cluster_spec, command: str) -> None:
+    """The launch files of ``record`` in ``target``'s format(s), and a line per file."""
+    import typer
+
+    from planner.export import export_layout
+
+    report = export_layout(record, model_spec, cluster_spec, target.fmt, target.out, force=target.force,
+                           entrypoint=target.entrypoint, command=command, options=target.options)
+    for path in report.written:
+        typer.echo(f"wrote {path}")
+    for name, reason in report.skipped.items():
+        typer.echo(f"skipped {name}: {reason}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -15,7 +16,7 @@ import typer
 
 from planner.cli_errors import EXIT_NOTHING_FITS
 from planner.cli_options import layout_options, run_options
-from planner.launch.options import FromLaunchOpt, KeepOpt, LaunchFormatOpt
+from planner.from_launch.options import FromLaunchOpt, KeepOpt, LaunchFormatOpt
 from planner.search_notes import ranked_by, table_rows
 from planner.search_report import (check_outputs, format_nothing_fits, format_summary, format_table, json_default,
                                    write_csv)
@@ -65,58 +66,99 @@ def register(app: typer.Typer) -> None:
         """Find the fastest parallel layouts that fit in memory (exit 3 if none fits)."""
         from hardware_catalog.errors import PlannerInputError
         from planner.cli_common import check_framework_use
+        from planner.cli_errors import command_line
         from planner.cli_options import run_inputs
+        from planner.job import Outputs
 
         run_in = run_inputs(run)  # bad values fail before any work
         train_tokens = run_in.train_tokens if run_in else None
         price_per_gpu_hour = run_in.price_per_gpu_hour if run_in else None
 
         check_framework_use(framework, None, from_launch)
-        if from_launch is not None:
-            from planner.launch.reference import run_reference_search
-
-            return run_reference_search(dict(locals()))  # the file's problem, its layout as the reference row
-        if keep is not None or model is None or gpus is None:
+        # The command line is stamped on the launch file's priced row only (a plain search's
+        # --export asks for it itself): shell-quoting it loads the exporters.
+        outputs = Outputs(command_line() if from_launch is not None else None, as_json, plot, force)
+        files = SearchFiles(csv_file, export_dir)
+        if from_launch is None and (keep is not None or model is None or gpus is None):
             raise PlannerInputError("--keep goes with --from-launch" if keep is not None
                                     else "give --model and --gpus, or --from-launch FILE")
+        checked = check_outputs(files.csv, files.export, plot, force) if from_launch is None else None
+        framework_info, request = _request(ctx, framework, layout, model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp,
+                           options=dict(stage_splits=stage_splits, method=method, trials=trials, seed=seed,
+                                        sampler=sampler, memory_headroom=memory_headroom,
+                                        progress=_progress_mode(progress), storage=storage, study_name=study_name),
+                           ranking=dict(top=top, pareto=pareto, price_per_gpu_hour=price_per_gpu_hour,
+                                        train_tokens=train_tokens, objective=objective, rank_by=rank_by,
+                                        within_envelope=within_envelope),
+                           calibration=calibration, from_launch=from_launch is not None)
+        if from_launch is not None:
+            from planner.from_launch.commands import LaunchRequest
+            from planner.from_launch.reference import run_reference_search
 
-        from costmodel.options import IMPLEMENTATION_OPTIONS, OPTIONS_BY_NAME, SEARCHED
-        from planner.plots import RecordedCall
+            launch = LaunchRequest.of(from_launch, launch_format, model, gpus, gpu, cluster, tokens_per_batch,
+                                      allow_cross_node_tp, layout)
+            # the file's problem, its layout as the reference row
+            return run_reference_search(launch, request, keep, calibration, outputs, files, bool(progress))
+        _run_search(request, framework_info, calibration, outputs, checked, force,
+                    bool(layout["pp_first_layers"] or layout["pp_last_layers"]), run_in)
 
-        outputs = check_outputs(csv_file, export_dir, plot, force)
-        framework_info = _apply_framework(ctx, framework, model, gpu, cluster, layout)
-        pins = {k: v for k, v in layout.items() if OPTIONS_BY_NAME[k].search == SEARCHED}
-        implementation = {k: layout[k] for k in IMPLEMENTATION_OPTIONS}
-        from planner.calibration_profile import calibration_option
-        from search.api import search
 
-        calib = calibration_option(calibration)
-        search = RecordedCall(search) if plot is not None else search  # the plot asks it again
-        result = search(
-            model, gpus, gpu, cluster, gbs=layout["gbs"], tokens_per_batch=tokens_per_batch, seq_len=layout["seq_len"],
-            pins=pins, top=top, method=method, trials=trials, seed=seed, sampler=sampler,
-            memory_headroom=memory_headroom, allow_cross_node_tp=allow_cross_node_tp, pareto=pareto,
-            price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
-            stage_splits=stage_splits, progress=_progress_mode(progress),
-            implementation=implementation, recompute_modules=layout["recompute_modules"],
-            storage=storage, study_name=study_name, calib=calib, rank_by=rank_by, objective=objective,
-            within_envelope=within_envelope, run=run_in,
-        )
-        if run_in is not None:
-            _add_run_blocks(result, run_in)
-        if calibration is not None:
-            result.stats["calibration"] = str(calibration)
-        if framework_info is not None:
-            result.stats["framework"] = framework_info
-        from planner.recipes import reference_recipes
+@dataclass(frozen=True)
+class SearchFiles:
+    """What ``planner search`` writes besides what it prints (``--plot``: ``planner.job.Outputs``)."""
 
-        recipes = reference_recipes(result)
-        written = _write_outputs(result, search, outputs, force, recipes)  # before printing: `| head` still gets them
-        _print_result(result, as_json, pareto, bool(layout["pp_first_layers"] or layout["pp_last_layers"]), recipes)
-        for line in written:
-            typer.echo(line, err=as_json)
-        if not result.results:
-            raise typer.Exit(EXIT_NOTHING_FITS)
+    csv: Optional[Path] = None
+    """--csv: the results as CSV."""
+    export: Optional[Path] = None
+    """--export: a directory for the best layout's launch files."""
+
+
+def _request(ctx, framework, layout: dict, model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, *,
+             options: dict, ranking: dict, calibration, from_launch: bool):
+    """(the stats' ``framework`` entry or None, the search request of the flags): the problem, the
+    search's options (the profile of --framework applied to the layout flags first), the ranking
+    and the constants (``search.request``). With --from-launch the file's problem replaces the
+    request's (``planner.from_launch.reference``)."""
+    from costmodel.options import IMPLEMENTATION_OPTIONS, OPTIONS_BY_NAME, SEARCHED
+    from planner.calibration_profile import calibration_option
+    from search.request import ProblemRequest, Ranking, SearchOptions, SearchRequest
+
+    framework_info = None if from_launch else _apply_framework(ctx, framework, model, gpu, cluster, layout)
+    problem = ProblemRequest(model, gpus, gpu, cluster, gbs=layout["gbs"], seq_len=layout["seq_len"],
+                             tokens_per_batch=tokens_per_batch, allow_cross_node_tp=allow_cross_node_tp)
+    choices = SearchOptions(pins={k: v for k, v in layout.items() if OPTIONS_BY_NAME[k].search == SEARCHED},
+                            implementation={k: layout[k] for k in IMPLEMENTATION_OPTIONS},
+                            recompute_modules=layout["recompute_modules"], **options)
+    request = SearchRequest(problem, choices, Ranking(**ranking), calibration_option(calibration))
+    return framework_info, request
+
+
+def _run_search(request, framework_info, calibration, outputs, checked: dict, force: bool, pinned_splits: bool,
+                run_in=None) -> None:
+    """Search, write the files, print; exit 3 when nothing fits."""
+    from search.api import search
+
+    result = search(request)
+    if run_in is not None:
+        _add_run_blocks(result, run_in)
+    if calibration is not None:
+        result.stats["calibration"] = str(calibration)
+    if framework_info is not None:
+        result.stats["framework"] = framework_info
+    from planner.recipes import reference_recipes
+
+    recipes = reference_recipes(result)
+    again = None
+    if checked["plot"] is not None:
+        from planner.search_report import more_points
+
+        again = more_points(request, result)  # the plot's extra points, asked here: the plot runs no search
+    written = _write_outputs(result, again, checked, force, recipes)  # before printing: `| head` still gets them
+    _print_result(result, outputs.as_json, request.ranking.pareto, pinned_splits, recipes)
+    for line in written:
+        typer.echo(line, err=outputs.as_json)
+    if not result.results:
+        raise typer.Exit(EXIT_NOTHING_FITS)
 
 
 def _add_run_blocks(result, run_in) -> None:
@@ -146,7 +188,7 @@ def _apply_framework(ctx, framework, model, gpu, cluster, layout: dict):
         gpu_name = get_gpu(gpu).name if gpu and "," not in gpu else ""
     fw = framework_settings(framework, model_spec, gpu_name, layout.get("precision") or "bf16", layout.get("recompute"),
                             takes=set(layout))
-    return apply_framework(fw, layout, set(typed_flags(ctx, tuple(layout))), model_spec)
+    return apply_framework(fw, layout, set(typed_flags(ctx, tuple(layout))))
 
 
 def _progress_mode(progress: Optional[bool]):
@@ -157,7 +199,7 @@ def _progress_mode(progress: Optional[bool]):
     return progress
 
 
-def _write_outputs(result, search, outputs: dict, force: bool, recipes: Optional[list] = None) -> list[str]:
+def _write_outputs(result, again, outputs: dict, force: bool, recipes: Optional[list] = None) -> list[str]:
     """Write the CSV, the best layout's launch files and the plot; the lines that say so."""
     lines = []
     if outputs["csv"] is not None:
@@ -177,7 +219,7 @@ def _write_outputs(result, search, outputs: dict, force: bool, recipes: Optional
         from planner.cli_errors import say
         from planner.plots import plot_search
 
-        say(f"wrote {plot_search(result, outputs['plot'], search, recipes)}")
+        say(f"wrote {plot_search(result, outputs['plot'], again, recipes)}")
     return lines
 
 

@@ -55,7 +55,7 @@ def resolve_hardware(gpu: Optional[str], cluster: Optional[str]) -> tuple[GPUSpe
 def resolve_setup(
     model: str, gpu: Optional[str], cluster: Optional[str], seq_len=None, gbs=None, tokens_per_batch=None
 ) -> Setup:
-    model_spec = get_model(model)
+    model_spec = model if isinstance(model, ModelSpec) else get_model(model)  # a spec: a launch file's shape
     gpu_spec, cluster_spec = resolve_hardware(gpu, cluster)
     batch = resolve_batch(model_spec, seq_len, gbs, tokens_per_batch)
     return Setup(model_spec, gpu_spec, cluster_spec, batch.gbs, batch.seq_len, batch.origin)

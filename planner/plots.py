@@ -414,51 +414,14 @@ LABELS = 8
 """Top layouts labelled on the scatter."""
 
 
-class RecordedCall:
-    """A function that remembers the arguments of its last call, so a plot can ask the same
-    question again with a few of them changed (``again(top=300)``)."""
-
-    def __init__(self, fn):
-        self.fn, self.arguments = fn, None
-
-    def __call__(self, *args, **kwargs):
-        import inspect
-
-        self.arguments = dict(inspect.signature(self.fn).bind(*args, **kwargs).arguments)
-        return self.fn(*args, **kwargs)
-
-    def again(self, **changes):
-        return self.fn(**{**self.arguments, **changes})
-
-
-def _series(result) -> list[tuple]:
-    """(GPU type name, GPU count) of every search the run covered."""
-    stats = result.stats
-    return [(g, n) for g in stats.get("gpu_types", []) for n in stats.get("gpu_counts", [])]
-
-
-def _plot_searches(result, call) -> Optional[dict]:
-    """The same search asked again, for the plot: per GPU type and count the fastest layouts
-    (cloud and scaling curves), and the whole Pareto front. None when the search sampled
-    (optuna: asking again would repeat the trials) or no call was recorded."""
-    if call is None or call.arguments is None or result.stats.get("method") != "exhaustive":
-        return None
-    series = _series(result)
-    same = dict(method="exhaustive", progress=False)
-    per = {}
-    for g, n in series:
-        hw = {"gpu": g} if call.arguments.get("cluster") is None else {}
-        per[(g, n)] = call.again(**same, **hw, gpus=n, pareto=False, top=max(CLOUD_TOP // len(series), 20)).results
-    front = call.again(**same, pareto=True, top=FRONT_TOP).results
-    return {"per_series": per, "front": front}
-
-
-def search_plot_data(result, call=None) -> dict:
-    """What the search plot draws: cloud, front, labelled top layouts, best per series."""
+def search_plot_data(result, again: Optional[dict] = None) -> dict:
+    """What the search plot draws: cloud, front, labelled top layouts, best per series
+    (``again``: the search's extra points, ``planner.search_report.more_points``; None: the
+    result's rows alone)."""
     from search.exhaustive import pareto_mask
 
     top = result.results or result.closest
-    again = _plot_searches(result, call) if result.results else None
+    again = again if result.results else None
     cost = any("cost_per_step_usd" in r for r in top)
     xkey = (lambda r: r["cost_per_step_usd"]) if cost else (lambda r: r["memory_gib"]["peak"])
     if again:
@@ -657,11 +620,12 @@ def search_figure(result, data: dict):
     return fig
 
 
-def plot_search(result, path, call: Optional[RecordedCall] = None, recipes: Optional[list] = None) -> Path:
-    """``planner search --plot``: ``call`` is the recorded search (asked again for more points);
+def plot_search(result, path, again: Optional[dict] = None, recipes: Optional[list] = None) -> Path:
+    """``planner search --plot``: ``again`` the search's extra points
+    (``planner.search_report.more_points``);
     ``recipes``: the published recipe rows the table shows (``planner.recipes.reference_recipes``),
     marked as stars."""
-    data = search_plot_data(result, call)
+    data = search_plot_data(result, again)
     data["recipes"] = [(r["record"], r["recipe"]["id"]) for r in (recipes or []) if r.get("record")]
     return save_figure(search_figure(result, data), path)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from costmodel.options import (
-    AUTO_FLAG, CHOICE, FLAG, GPUS, INT, MODULES, OPTIONAL_INT, OPTIONS, OPTIONS_BY_NAME, Bound,
+    AUTO_FLAG, CHOICE, FLAG, GPUS, INT, MODULES, OPTIONAL_INT, OPTIONS_BY_NAME, RECORDED_OPTIONS, Bound,
 )
 from hardware_catalog.errors import PlannerInputError
 
@@ -114,14 +114,14 @@ def _number(text: str, where: str):
 def _csv_records(path: Path, text: str) -> list[dict]:
     """The rows of a ``planner search --csv`` file as records (layout and prediction)."""
     rows = list(csv.DictReader(io.StringIO(text)))
-    need = {"rank", "model", "gpu", "cluster", "gpus", "step_time_s"} | {o.name for o in OPTIONS}
+    need = {"rank", "model", "gpu", "cluster", "gpus", "step_time_s"} | {o.name for o in RECORDED_OPTIONS}
     if not rows or need - set(rows[0]):
         missing = sorted(need - set(rows[0])) if rows else ["every row"]
         raise PlannerInputError(f"--from {path}: not a planner search --csv file (lacks {', '.join(missing[:5])})")
     out = []
     for n, row in enumerate(rows, start=2):
         where = f"{path} line {n}"
-        layout = {o.name: _cell(o, row[o.name], f"{where}: {o.name}") for o in OPTIONS}
+        layout = {o.name: _cell(o, row[o.name], f"{where}: {o.name}") for o in RECORDED_OPTIONS}
         rec = {"rank": _cell(OPTIONS_BY_NAME["tp"], row["rank"], f"{where}: rank"), "model": row["model"],
                "gpu": row["gpu"], "cluster": row["cluster"],
                "gpus": _cell(OPTIONS_BY_NAME["tp"], row["gpus"], f"{where}: gpus"), "layout": layout}
@@ -137,7 +137,7 @@ def _csv_records(path: Path, text: str) -> list[dict]:
 def job_values(rec: dict) -> dict:
     """The record as the values of evaluate's flags: model, gpus, cluster and every layout
     option it states (dp follows from gpus / (tp*pp*cp); gbs and seq_len are the batch)."""
-    layout = {k: v for k, v in rec["layout"].items() if k in OPTIONS_BY_NAME and k != "dp"}
+    layout = {k: v for k, v in rec["layout"].items() if k in OPTIONS_BY_NAME and OPTIONS_BY_NAME[k].recorded and k != "dp"}
     return {"model": rec.get("model"), "gpus": rec.get("gpus"), "cluster": rec.get("cluster"), "layout": layout}
 
 
@@ -175,7 +175,8 @@ def _resolve_share(rec: dict, layout: dict, path: Path) -> None:
 
     _resolves(rec, "model", path)
     rest = Layout.from_values({**layout, "recompute_layers": None}, where=f"--from {path}: layout.")
-    layout["recompute_layers"] = recompute_layers_per_stage(get_model(rec["model"]), replace(rest, recompute_layers=share))
+    legacy = replace(rest, recompute_layers=None, recompute_share=-share)  # -q meant q quarters (recompute_share)
+    layout["recompute_layers"] = recompute_layers_per_stage(get_model(rec["model"]), legacy)
 
 
 def merge(rec: dict, given: dict, path: Path) -> tuple[dict, list[str]]:

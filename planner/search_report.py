@@ -156,9 +156,9 @@ def format_nothing_fits(result) -> str:
 def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
     from costmodel.result import MEMORY_TERMS, TIME_TERMS
 
-    from costmodel.options import OPTIONS
+    from costmodel.options import RECORDED_OPTIONS
 
-    lay_keys = ["gpus", "grad_accum"] + [o.name for o in OPTIONS]
+    lay_keys = ["gpus", "grad_accum"] + [o.name for o in RECORDED_OPTIONS]
     head = (["rank", "model", "gpu", "cluster"] + lay_keys
             + ["step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "fits", "largest_term"]
             + [f"mem_{k}_gib" for k in list(MEMORY_TERMS) + ["peak", "capacity"]]
@@ -226,3 +226,28 @@ def json_default(o):
     if isinstance(o, np.ndarray):
         return o.tolist()
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def more_points(request, result) -> Optional[dict]:
+    """What the search plot draws beyond the top rows, asked of the search by the command (the
+    plot itself runs no search): per GPU type and count the fastest layouts (cloud and scaling
+    curves), and the whole Pareto front. ``request``: the ``search.request.SearchRequest`` that
+    gave ``result``. None when the search sampled (optuna: asking again would repeat the
+    trials) or found nothing."""
+    from dataclasses import replace
+
+    from planner.plots import CLOUD_TOP, FRONT_TOP
+    from search.api import search
+
+    if not result.results or result.stats.get("method") != "exhaustive":
+        return None
+    stats = result.stats
+    series = [(g, n) for g in stats.get("gpu_types", []) for n in stats.get("gpu_counts", [])]
+    options = replace(request.options, method="exhaustive", progress=False)
+    per = {}
+    for g, n in series:
+        problem = replace(request.problem, gpus=n, **({"gpu": g} if request.problem.cluster is None else {}))
+        ranking = replace(request.ranking, pareto=False, top=max(CLOUD_TOP // len(series), 20))
+        per[(g, n)] = search(replace(request, problem=problem, options=options, ranking=ranking)).results
+    front = search(replace(request, options=options, ranking=replace(request.ranking, pareto=True, top=FRONT_TOP)))
+    return {"per_series": per, "front": front.results}

@@ -373,14 +373,16 @@ class WorkerStats:
 def run_scenario(spec: SweepSpec, params: dict) -> dict:
     """One exhaustive search; the user attributes stored on the trial."""
     from search.api import search
+    from search.request import ProblemRequest, Ranking, SearchOptions, SearchRequest
 
     t0 = time.perf_counter()
     out = {"scenario": dict(params), "status": "ok", "best": None, "reason": "", "worker": worker_id()}
     try:
-        res = search(params["model"], params["gpus"], params["gpu"], gbs=params["gbs"],
-                     tokens_per_batch=params["tokens_per_batch"], seq_len=params["seq_len"], top=1,
-                     method="exhaustive", memory_headroom=spec.memory_headroom,
-                     allow_cross_node_tp=spec.allow_cross_node_tp)
+        problem = ProblemRequest(params["model"], params["gpus"], params["gpu"], gbs=params["gbs"],
+                                 seq_len=params["seq_len"], tokens_per_batch=params["tokens_per_batch"],
+                                 allow_cross_node_tp=spec.allow_cross_node_tp)
+        res = search(SearchRequest(problem, SearchOptions(method="exhaustive", memory_headroom=spec.memory_headroom),
+                                   Ranking(top=1)))
     except PlannerInputError as err:
         out.update(status="invalid", reason=str(err))
     except Exception as err:  # a scenario that breaks the cost model must not stop the sweep

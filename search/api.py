@@ -1,4 +1,5 @@
-"""``search(...)``: the fastest layouts that fit, as a typed result.
+"""``search(request)``: the fastest layouts that fit, as a typed result (``search.request`` says
+what a request holds).
 
 GPU counts (``gpus``): an int, a list of ints, or a string:
 
@@ -31,7 +32,8 @@ from costmodel.goodput import PRICE_PER_GPU_HOUR, TRAIN_TOKENS  # declared with 
 from costmodel.layout import RECOMPUTE, check_implementation, parse_recompute_modules, recompute_modules_mask
 from costmodel.options import GPUS, OPTIONS_BY_NAME, Bound, resolve_batch
 from hardware_catalog.errors import PlannerInputError
-from search.exhaustive import DEFAULT_MEMORY_HEADROOM, Candidate, Objectives, run_exhaustive
+from search.exhaustive import Candidate, Objectives, run_exhaustive
+from search.request import SearchRequest
 from search.space import Problem, normalize_pins, raw_size
 
 AUTO_EXHAUSTIVE_MAX = 5_000_000
@@ -264,53 +266,43 @@ def _spread(cands: list, k: int) -> list:
 # ------------------------------------------------------------------------------------------ search
 
 
-def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
-           tokens_per_batch: Optional[int] = None, seq_len: Optional[int] = None,
-           pins: Optional[dict] = None, top: int = 10, method: str = "auto", trials: int = 300,
-           seed: int = 0, sampler: Optional[str] = None,
-           memory_headroom: float = DEFAULT_MEMORY_HEADROOM, allow_cross_node_tp: bool = False,
-           pareto: bool = False, price_per_gpu_hour: Optional[float] = None,
-           train_tokens: Optional[float] = None, stage_splits: bool = False,
-           progress: bool = False, engine: str = "cpsat",
-           implementation: Optional[dict] = None, recompute_modules=None,
-           storage: Optional[str] = None, study_name: Optional[str] = None, calib=None,
-           rank_by: str = "median", objective: str = "step-time",
-           within_envelope: bool = False, run=None) -> SearchResult:
-    """Find the fastest layouts that fit in memory.
+def search(request: SearchRequest) -> SearchResult:
+    """Find the fastest layouts that fit in memory, for ``request`` (``search.request``: the
+    problem, the search's options, the ranking, the constants).
 
-    ``model``/``gpu``/``cluster`` take names or spec objects; ``gpus`` an int, a list or a
-    string (see module doc). ``pins`` fixes knobs: tp pp dp cp ep etp vpp mbs zero recompute
-    precision sequence_parallel pp_first_layers pp_last_layers. ``memory_headroom``: fraction of
-    HBM kept free. ``pareto``: the time vs memory front (vs cost when ``price_per_gpu_hour``;
-    whole-run time and cost when ``train_tokens``). ``stage_splits``: also search the first/last
-    stage layer counts. ``implementation``: the implementation settings
-    (``costmodel.options.IMPLEMENTATION_OPTIONS`` -> value), applied to every candidate where
-    their rules allow (``search.rules.where_settings_apply``).
-    ``recompute_modules``: the Megatron-Core submodules selective candidates recompute (names, or
-    a comma-separated string; None = core_attn). ``storage`` / ``study_name``: run the optuna
-    search in a shared study that other processes may join (``search.storage``; ``method`` auto
-    then means optuna, and ``trials`` counts the study's trials). ``calib``: the cost model's
-    constants (a ``Calibration``, e.g. a ``planner calibrate`` profile; None = the shipped ones).
-    ``objective``: what the top list ranks by (``search.exhaustive.RANK_OBJECTIVES``);
-    ``rank_by``: ``median`` (the point prediction) or ``p10`` (its pessimistic end,
-    ``search.ranking``); ``within_envelope``: only layouts inside the validated envelope
-    (``search.envelope``). ``run``: a ``costmodel.goodput.RunInputs`` (failures, checkpoints,
-    restarts, power): whole-run time, cost and energy count the wall time with goodput
-    (default: its defaults when ranking by time-to-train, cost or energy). Every result carries
-    an 80% interval, its envelope flags and ``ties_best``. Raises ``PlannerInputError`` on bad input.
+    The problem's ``gpus`` takes an int, a list or a string, ``gpu`` a name or a list (see module
+    doc). Options: ``pins`` fix searched knobs; ``implementation`` settings and
+    ``recompute_modules`` apply to every candidate where their rules allow; ``storage`` /
+    ``study_name`` run the optuna search in a shared study other processes may join
+    (``search.storage``; ``method`` auto then means optuna, and ``trials`` counts the study's
+    trials). Ranking: ``pareto`` gives the time vs memory front (vs cost when
+    ``price_per_gpu_hour``; whole-run time and cost when ``train_tokens``); ``objective`` and
+    ``rank_by`` order the top list (``search.ranking``); ``within_envelope`` keeps only layouts
+    inside the validated envelope (``search.envelope``). Every result carries an 80% interval,
+    its envelope flags and ``ties_best``. ``ranking.run``: a ``costmodel.goodput.RunInputs`` (failures,
+    checkpoints, restarts, power): whole-run time, cost and energy count the wall time with goodput
+    (default: its defaults when ranking by time-to-train, cost or energy). Raises ``PlannerInputError``
+    on bad input.
     """
+    job, opts, ranking, calib = request.problem, request.options, request.ranking, request.calib
+    model, gpus, gpu, cluster = job.model, job.gpus, job.gpu, job.cluster
+    pins, method, trials, seed, sampler = opts.pins, opts.method, opts.trials, opts.seed, opts.sampler
+    storage, study_name, progress, engine = opts.storage, opts.study_name, opts.progress, opts.engine
+    top, pareto, objective, rank_by = ranking.top, ranking.pareto, ranking.objective, ranking.rank_by
+    within_envelope, stage_splits, allow_cross_node_tp = ranking.within_envelope, opts.stage_splits, job.allow_cross_node_tp
+    run = ranking.run
     t0 = time.perf_counter()
     top, trials, seed, memory_headroom, price_per_gpu_hour, train_tokens = _check_settings(
-        method, sampler, top, trials, seed, memory_headroom, price_per_gpu_hour, train_tokens)
+        method, sampler, top, trials, seed, opts.memory_headroom, ranking.price_per_gpu_hour, ranking.train_tokens)
     _check_ranking(rank_by, objective, pareto)
     model_spec = _resolve_model(model)
     hardware = _resolve_hardware(gpu, cluster)
     counts = parse_gpu_counts(gpus)
-    batch = resolve_batch(model_spec, seq_len, gbs, tokens_per_batch)
+    batch = resolve_batch(model_spec, job.seq_len, job.gbs, job.tokens_per_batch)
     gbs_v, seq_v = batch.gbs, batch.seq_len
     pins_n = normalize_pins(pins)
-    impl = check_implementation(implementation or {})
-    recompute_modules = parse_recompute_modules(recompute_modules)
+    impl = check_implementation(opts.implementation or {})
+    recompute_modules = parse_recompute_modules(opts.recompute_modules)
     modules_mask = recompute_modules_mask(recompute_modules)
     from search.rules import check_settings
 

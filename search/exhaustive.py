@@ -149,8 +149,9 @@ def _distinct_recompute(problem: Problem, batch) -> np.ndarray:
     from costmodel.pipeline import partial_recompute_per_chunk
 
     _, distinct = partial_recompute_per_chunk(problem.model.num_layers, batch.pp, batch.vpp, batch.pp_first_layers,
-                                              batch.pp_last_layers, batch.recompute_layers)
-    return distinct | (batch.recompute != 2)
+                                              batch.pp_last_layers, batch.recompute_layers,
+                                              batch.recompute_share)
+    return distinct | ~batch.is_("recompute", "full")
 
 
 def _distinct_zero(problem: Problem, batch) -> np.ndarray:

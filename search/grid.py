@@ -58,7 +58,7 @@ def candidate_grid(model, cluster, gpu, gpus: int, choices: dict[str, list], fix
     applied = where_settings_apply(ctx, settings, batch.columns())
     batch = LayoutBatch.from_arrays(**{**batch.columns(), **applied})
     _, distinct = partial_recompute_per_chunk(model.num_layers, batch.pp, batch.vpp, batch.pp_first_layers,
-                                              batch.pp_last_layers, batch.recompute_layers)
+                                              batch.pp_last_layers, batch.recompute_layers, batch.recompute_share)
     return batch.take(np.nonzero(valid_mask(ctx, batch) & distinct)[0])
 
 

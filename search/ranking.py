@@ -31,7 +31,7 @@ FOLD_SLACK = 4
 """The pools keep ``FOLD_SLACK`` x top layouts (at least ``FOLD_MIN``) so that folding leaves
 ``top`` rows."""
 FOLD_MIN = 40
-INTERCHANGEABLE = ("zero", "sequence_parallel", "recompute_layers", "recompute_modules", "etp")
+INTERCHANGEABLE = ("zero", "sequence_parallel", "recompute_layers", "recompute_share", "recompute_modules", "etp")
 """Knobs that may differ between folded layouts of unequal memory (equal time)."""
 _SIMPLEST = ("cp", "ep", "tp", "pp", "vpp", "mbs")
 """Among layouts priced the same, the row shows the one with the fewest of these."""
@@ -141,10 +141,13 @@ def rank(cands: list, top: int, rank_by: str = "median") -> list[Ranked]:
 
 def alternative_fields(head: Ranked) -> list[dict]:
     """Each folded layout as the knobs where it differs from the row shown, and its memory."""
-    shown = head.cand.result.batch.layout(0).to_dict()
+    from costmodel.record import recorded_layout
+
+    model = head.cand.problem.model
+    shown = recorded_layout(model, head.cand.result.batch.layout(0))
     out = []
     for c in head.alternatives:
-        lay = c.result.batch.layout(0).to_dict()
+        lay = recorded_layout(model, c.result.batch.layout(0))
         out.append({"layout": {k: v for k, v in lay.items() if shown.get(k) != v}, "peak_gib": c.peak})
     return out
 

@@ -337,11 +337,14 @@ def _x_sp(ctx, v):
 
 
 def _partial_recompute(ctx, c):
-    return (_a(c, "recompute_layers", 0) == 0) | (_a(c, "recompute", 1) == RECOMPUTE.index("full"))
+    some = (_a(c, "recompute_layers", 0) != 0) | (_a(c, "recompute_share", 0) != 0)
+    return ~some | (_a(c, "recompute", 1) == RECOMPUTE.index("full"))
 
 
 def _x_partial_recompute(ctx, v):
-    return (f"recompute_layers={v.get('recompute_layers')}: recomputing only some layers applies only with "
+    what = (f"recompute_layers={v.get('recompute_layers')}" if v.get("recompute_layers")
+            else f"recompute_share={v.get('recompute_share')}/4")
+    return (f"{what}: recomputing only some layers applies only with "
             f"--recompute full (got {_name(RECOMPUTE, v.get('recompute', 1))})")
 
 
@@ -350,8 +353,7 @@ def _recompute_layers_fit(ctx, c):
     vpp = _pos(_a(c, "vpp", 1))
     f, m, l, _ = _split(ctx, c)
     most = np.maximum(np.maximum(f, m), l)
-    # rl <= 0: every layer (0), or a share the search explores (-q quarters; see search.space).
-    return (rl <= 0) | ((rl % vpp == 0) & (rl <= most))
+    return (rl == 0) | ((rl % vpp == 0) & (rl <= most))  # 0: every layer
 
 
 def _x_recompute_layers_fit(ctx, v):
@@ -613,7 +615,7 @@ RULES: tuple[Rule, ...] = (
     Rule("recompute_valid", "recompute is one of none, selective, full", ("recompute",), _recompute, _x_recompute,
          source="Korthikanti et al. 2022, Sec. 5"),
     Rule("partial_recompute_needs_full", "recomputing only some layers is a form of full recompute",
-         ("recompute_layers", "recompute"), _partial_recompute, _x_partial_recompute,
+         ("recompute_layers", "recompute_share", "recompute"), _partial_recompute, _x_partial_recompute,
          source="Megatron-LM --recompute-method block (with --recompute-granularity full)"),
     Rule("recompute_layers_fit_stage", "partial recompute's layers per pipeline stage are a multiple of vpp and at "
          "most the layers of the largest stage", ("recompute_layers", "vpp", "pp", "pp_first_layers", "pp_last_layers"),

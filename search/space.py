@@ -66,11 +66,11 @@ SPLIT_MAX_DELTA = 4
 
 SKELETON = ("tp", "cp", "pp", "dp", "ep", "etp", "vpp", "mbs", "pp_first_layers", "pp_last_layers")
 """Knobs CP-SAT enumerates."""
-BROADCAST = ("zero", "recompute", "precision", "sequence_parallel", "recompute_layers")
+BROADCAST = ("zero", "recompute", "precision", "sequence_parallel", "recompute_share")
 """Knobs numpy broadcasts over the skeleton."""
-RECOMPUTE_SHARES = (0, -3, -2, -1)
-"""Partial full recompute as ``recompute_layers`` codes: every layer (0), then 3, 2 and 1
-quarters of a stage's layers (-q): Megatron's --recompute-method block recomputes only the
+RECOMPUTE_SHARES = (0, 3, 2, 1)
+"""Partial full recompute as ``recompute_share`` codes: every layer (0), then 3, 2 and 1
+quarters of a stage's layers (q): Megatron's --recompute-method block recomputes only the
 first layers of each chunk, trading recompute time for activation memory in steps a layout
 can use to just fit."""
 PIN_KEYS = tuple(name for name, o in OPTIONS_BY_NAME.items() if o.search == SEARCHED)
@@ -263,7 +263,7 @@ def domains(problem: Problem) -> dict[str, tuple]:
     pick("zero", range(4))
     pick("recompute", range(len(RECOMPUTE)))
     full = RECOMPUTE.index("full")
-    dom["recompute_layers"] = RECOMPUTE_SHARES if full in dom["recompute"] else (0,)
+    dom["recompute_share"] = RECOMPUTE_SHARES if full in dom["recompute"] else (0,)
     dom["precision"] = (pins.get("precision", 0),)
     dom["sequence_parallel"] = (bool(pins.get("sequence_parallel", True)),)
     dom["gbs"] = (problem.gbs,)
@@ -493,7 +493,7 @@ def _broadcast_grid(dom: dict) -> dict[str, np.ndarray]:
     grids = np.meshgrid(*[np.asarray(dom[k]) for k in BROADCAST], indexing="ij")
     out = {k: gr.reshape(-1) for k, gr in zip(BROADCAST, grids)}
     out["sequence_parallel"] = out["sequence_parallel"].astype(bool)
-    for k in ("zero", "recompute", "precision", "recompute_layers"):
+    for k in ("zero", "recompute", "precision", "recompute_share"):
         out[k] = out[k].astype(np.int64)
     return out
 

@@ -164,7 +164,7 @@ def test_fitted_constants_stay_inside_their_ranges(result):
 def test_search_prices_every_candidate_with_the_calibration(method):
     from costmodel.layout import LayoutBatch
     from costmodel.step import evaluate_batch
-    from search.api import search
+    from planner import search
 
     calib = DEFAULT.with_(gemm_efficiency_bf16=0.74, kernel_overhead_us=4.0)
     res = search("llama3-8b", 16, "a100", gbs=64, seq_len=4096, top=3, method=method, trials=20, calib=calib)

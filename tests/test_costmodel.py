@@ -233,7 +233,7 @@ def test_partial_recompute_sits_between_none_and_full(h100):
     # more memory than all but less than none.
     base = dict(tp=8, pp=16, dp=128, vpp=4, mbs=1, gbs=2048, seq_len=8192)
     none = evaluate(LLAMA_405B, h100, Layout(recompute="none", **base))
-    half = evaluate(LLAMA_405B, h100, Layout(recompute="full", recompute_layers=-2, **base))
+    half = evaluate(LLAMA_405B, h100, Layout(recompute="full", recompute_share=2, **base))
     full = evaluate(LLAMA_405B, h100, Layout(recompute="full", **base))
     acts = [r.memory_gib["activations"][0] for r in (none, half, full)]
     assert acts[0] > acts[1] > acts[2]

@@ -716,7 +716,7 @@ def test_megatron_uneven_interleaved_uses_embedding_and_loss_accounting(tmp_path
 def test_megatron_partial_recompute_uses_block_method(tmp_path):
     rec = record(LLAMA3_405B, tp=8, pp=16, dp=128, vpp=4, gbs=2048, pp_first_layers=7, pp_last_layers=7,
                  recompute="full")
-    rec["layout"]["recompute_layers"] = -2  # half of each stage: 1 of the 2 layers per chunk
+    rec["layout"]["recompute_layers"] = 4  # half of each 8-layer stage: 1 of the 2 layers per chunk
     export(rec, LLAMA3_405B, tmp_path, formats="megatron")
     text = (tmp_path / "megatron_args.sh").read_text()
     assert "--recompute-method block" in text and "--recompute-num-layers 1" in text

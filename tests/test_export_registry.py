@@ -153,11 +153,10 @@ def test_plan_holds_the_parsed_layout():
     assert dense.layout_summary().endswith("attention flash, fused kernels, cross-entropy unfused, TP overlap off")
 
 
-def test_search_share_of_partial_recompute_is_accepted():
-    # Records of older planner searches state partial full recompute as -q (q quarters of a
-    # stage's chunk): read as layers per stage. 32 layers on pp 4 -> 8 a stage, vpp 2 -> chunks
-    # of 4; half of a chunk = 2 layers, so 4 layers per stage, --recompute-num-layers 2.
-    rec = record(LLAMA3_8B, tp=2, pp=4, dp=1, vpp=2, gbs=8, recompute="full", recompute_layers=-2)
+def test_partial_recompute_in_layers_per_stage_is_split_over_the_chunks():
+    # Records state partial full recompute in layers per stage. 32 layers on pp 4 -> 8 a stage,
+    # vpp 2 -> chunks of 4; 4 layers per stage = the first 2 of each chunk, --recompute-num-layers 2.
+    rec = record(LLAMA3_8B, tp=2, pp=4, dp=1, vpp=2, gbs=8, recompute="full", recompute_layers=4)
     plan = build_plan(rec, LLAMA3_8B, DGX_H100)
     assert plan.recompute_layers == 4 and "4 layer(s) per stage: the first 2 of each of its 2 model chunks, block method" in plan.layout_summary()
 

@@ -29,7 +29,7 @@ from hardware_catalog import default_cluster_for_gpu, get_gpu, get_model
 from planner.export import export_layout
 from planner.export.common import CannotExpress, build_plan, partial_recompute_per_chunk, selective_modules
 from planner.launch import read_launch
-from planner.launch.run import resolve
+from planner.from_launch.resolve import resolve
 from search.rules import RuleContext, violations
 
 GPU = get_gpu("h100")
@@ -90,7 +90,8 @@ def layouts(draw):
                   grad_dtype=draw(st.sampled_from(("fp32", "bf16"))), dp_comm_overlap=draw(st.booleans()),
                   kernels=draw(st.sampled_from(("fused", "eager"))))
     if recompute == "full":
-        values["recompute_layers"] = draw(st.sampled_from((None, 1, 2, -1, -2)))
+        layers = draw(st.sampled_from((None, 1, 2, -1, -2)))  # -q: a share of q quarters
+        values["recompute_share" if layers and layers < 0 else "recompute_layers"] = abs(layers) if layers else None
     if recompute == "selective":
         values["recompute_modules"] = draw(st.sampled_from((None, ("core_attn", "mlp"))))
     if pp > 1 and draw(st.booleans()):

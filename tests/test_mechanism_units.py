@@ -208,7 +208,7 @@ def test_expert_parallel_overlap_pairing():
 def test_recompute_block_share_and_selective_modules():
     # Megatron's block method: per chunk round(q/4 · chunk) layers. pp 4 -> 8 layers a stage,
     # vpp 2 -> chunks of 4, 2 quarters -> 2 layers a chunk, 4 of the stage's 8: share 1/2.
-    ctx = _ctx(LLAMA_8B, "full", tp=1, pp=4, vpp=2, dp=2, recompute_layers=-2)
+    ctx = _ctx(LLAMA_8B, "full", tp=1, pp=4, vpp=2, dp=2, recompute_share=2)
     split = StageSplit(LLAMA_8B, ctx.batch, ctx.pp)
     assert recompute.FullRecompute(ctx, split.middle).share(split.middle)[0] == 0.5
     assert recompute.block_share(np.array([4.0]), np.array([8]), np.array([False]), np.array([True]))[0] == 1.0

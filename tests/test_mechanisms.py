@@ -187,7 +187,7 @@ def test_interleaved_warmup_and_flush_p2p_by_hand():
 def test_ep_overlap_hides_all_to_all_where_the_schedule_allows():
     dsv3 = get_model("deepseek-v3")
     base = dict(tp=2, pp=8, dp=64, ep=64, vpp=4, mbs=1, gbs=8192, seq_len=4096, recompute="full",
-                recompute_layers=-2, precision="fp8")
+                recompute_share=2, precision="fp8")
     plain = evaluate(dsv3, H100, Layout(**base))
     hidden = evaluate(dsv3, H100, Layout(ep_comm_overlap=True, **base))
     assert hidden.time_terms["ep_comm"][0] < plain.time_terms["ep_comm"][0]

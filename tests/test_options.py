@@ -52,6 +52,21 @@ def test_a_layout_with_every_option_off_default_round_trips_through_a_batch():
     assert int(LayoutBatch.from_layouts([sel]).recompute_modules[0]) == 0b1010  # bits 1 and 3 (layernorm, mlp)
 
 
+def test_the_search_share_is_a_column_records_state_in_layers_per_stage():
+    # recompute_share q = q quarters of a middle stage's model chunk (Megatron's block method
+    # counts per chunk). 8B (32 layers) on pp 4: 8 layers a stage; vpp 2: chunks of 4; 3
+    # quarters = round(3) = 3 layers a chunk = 6 layers per stage.
+    from costmodel.record import recompute_layers_per_stage
+
+    lay = Layout(tp=1, pp=4, dp=2, vpp=2, gbs=64, recompute="full", recompute_share=3, sequence_parallel=False)
+    assert LayoutBatch.from_layouts([lay]).layout(0) == lay
+    assert "recompute_share" not in lay.to_dict()
+    assert "--recompute-share" not in runner.invoke(app, ["evaluate", "--help"], env={"COLUMNS": "240"}).output
+    assert recompute_layers_per_stage(get_model("llama3-8b"), lay) == 6
+    # Without full recompute a share means nothing: the batch drops it, as it drops layers.
+    assert LayoutBatch.from_layouts([dataclasses.replace(lay, recompute="none")]).layout(0).recompute_share is None
+
+
 @pytest.mark.parametrize("command", ["evaluate", "export", "search"])
 def test_every_declared_option_is_a_flag_of_its_commands(command):
     out = runner.invoke(app, [command, "--help"], env={"COLUMNS": "240"}).output
@@ -111,7 +126,7 @@ def test_search_refuses_settings_no_layout_of_the_model_can_use():
     with pytest.raises(PlannerInputError, match="tp_comm_overlap_needs_sequence_parallel"):
         check_settings(get_model("llama3-8b"), {"tp_comm_overlap": True}, {"sequence_parallel": False, "tp": 8})
     check_settings(get_model("llama3-8b"), {"tp_comm_overlap": True}, {"tp": 8})  # SP searched: fine
-    from search.api import search
+    from planner import search
 
     with pytest.raises(PlannerInputError, match="recompute_modules_exist"):
         search("llama3-8b", 8, "h100", gbs=8, seq_len=4096, recompute_modules="moe_act")
@@ -128,7 +143,7 @@ def test_search_applies_a_setting_only_where_its_rules_allow():
 
 
 def test_search_records_say_what_was_priced():
-    from search.api import search
+    from planner import search
 
     res = search("llama3-8b", 16, "h100", gbs=64, seq_len=4096, top=40, implementation={"tp_comm_overlap": True})
     seen = {(r["layout"]["tp"] > 1 and r["layout"]["sequence_parallel"], r["layout"]["tp_comm_overlap"])
@@ -155,3 +170,11 @@ def test_dp_comm_overlap_from_one_declaration(tmp_path):
     assert "--overlap-grad-reduce" not in (tmp_path / "megatron_args.sh").read_text()
     assert json.loads((tmp_path / "deepspeed_config.json").read_text())["zero_optimization"]["overlap_comm"] is False
     assert "no-DP-overlap" in _evaluate("--no-dp-comm-overlap").output
+
+
+def test_the_cost_model_compares_choices_by_name():
+    batch = LayoutBatch.from_layouts([Layout(attention="flash3"), Layout(attention="unfused")])
+    assert batch.is_("attention", "flash3").tolist() == [True, False]
+    assert batch.is_("attention", "unfused").tolist() == [False, True]
+    with pytest.raises(KeyError):
+        batch.is_("attention", "flash4")  # a misspelt choice is an error, not a silent False

@@ -29,9 +29,10 @@ def svg_text(path) -> str:
 
 
 def tiny_record(pp=2, vpp=1, gbs=4):
-    from planner.cli import _evaluate_record
+    from planner.job import Job, ProblemRequest, price
 
-    return _evaluate_record("8b", pp, "h100", None, None, False, dict(pp=pp, vpp=vpp, gbs=gbs))
+    priced = price(Job(ProblemRequest("8b", pp, "h100", gbs=gbs)), dict(pp=pp, vpp=vpp))
+    return priced.setup, priced.record
 
 
 EVALUATE = ("evaluate", "--model", "8b", "--gpus", "16", "--gpu", "h100", "--tp", "2", "--pp", "4", "--vpp", "2", "--gbs", "32")
@@ -162,7 +163,7 @@ def test_search_plot_png_with_price_is_step_time_vs_cost(tmp_path):
 
 def test_search_plot_without_asking_again_uses_the_results():
     from planner.plots import search_figure, search_plot_data
-    from search.api import search
+    from planner import search
 
     result = search("8b", 64, "h100", top=4)
     data = search_plot_data(result)  # no recorded call: the points are the results

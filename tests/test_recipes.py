@@ -8,7 +8,7 @@ import re
 import pytest
 
 from planner.recipes import load_recipes, matching, reference_recipes
-from search.api import search
+from planner import search
 
 RESERVED = ("arxiv.org/abs/2407.21783", "2412.19437", "llama 3 herd", "deepseek-v3 technical report")
 """The Llama 3 paper and the DeepSeek-V3 report are kept for evaluation: no recipe may come from them

@@ -147,7 +147,7 @@ def test_validate_pins_stated_recompute_modules():
 
 
 def test_search_prices_selective_candidates_with_the_stated_modules():
-    from search.api import search
+    from planner import search
 
     kw = dict(gbs=64, seq_len=4096, pins={"tp": 2, "pp": 1, "ep": 8, "recompute": "selective"}, top=1)
     plain = search("mixtral-8x7b", 32, "h100", **kw)

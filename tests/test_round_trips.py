@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from costmodel.options import OPTIONS
+from costmodel.options import RECORDED_OPTIONS
 from planner.cli import app
 
 runner = CliRunner()
@@ -50,7 +50,7 @@ def test_the_csv_carries_every_knob_in_the_json_units(search):
     tmp, results = search
     rows = list(csv.DictReader((tmp / "s.csv").open()))
     for rec, row in zip(results, rows):
-        for opt in OPTIONS:
+        for opt in RECORDED_OPTIONS:
             value = rec["layout"][opt.name]
             shown = "" if value is None else "+".join(value) if isinstance(value, list) else str(value)
             assert row[opt.name] == shown, (opt.name, row[opt.name], value)

@@ -17,7 +17,8 @@ from costmodel.layout import RECOMPUTE
 from costmodel.pipeline import stage_layer_split, vpp_divides_stages
 from hardware_catalog.errors import PlannerInputError
 from hardware_catalog.schema import ClusterSpec, GPUSpec, ModelSpec, MoESpec
-from search import parse_gpu_counts, search
+from planner import search
+from search import parse_gpu_counts
 from search.exhaustive import memory_limit_gib, pareto_mask
 from search.rules import RULES, RuleContext, check_layout, first_violation, valid_mask, violations
 from search.space import Problem, build_space, domains, normalize_pins
@@ -116,9 +117,9 @@ def brute_force(model, gpus, gbs, seq, gpu=GPU, cluster=CLUSTER, fixed=None):
             continue
         etp = tp if etp_mode == "tp" else 1
         # Full recompute also comes partial: 3, 2 or 1 quarters of each stage's layers.
-        for share in ((None, -3, -2, -1) if rec == "full" else (None,)):
+        for share in ((None, 3, 2, 1) if rec == "full" else (None,)):
             lay = Layout(tp=tp, cp=cp, pp=pp, dp=gpus // (tp * cp * pp), ep=ep, etp=etp, vpp=vpp, zero=zero,
-                         mbs=mbs, gbs=gbs, seq_len=seq, recompute=rec, recompute_layers=share)
+                         mbs=mbs, gbs=gbs, seq_len=seq, recompute=rec, recompute_share=share)
             if lay in seen or not plain_valid(model, gpus, cluster.scaleup_domain_size, lay):
                 continue
             seen.add(lay)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from search.api import search
+from planner import search
 from search.ranking import FOLD_MIN, RERANK_POOL, pool_size
 
 

@@ -220,7 +220,7 @@ def test_joining_a_study_with_other_axes_is_refused(tmp_path):
 
 
 def test_search_optuna_shares_a_study(tmp_path):
-    from search.api import search
+    from planner import search
 
     url = journal(tmp_path)
     kw = dict(gbs=256, method="optuna", trials=25, top=3, storage=url, study_name="opt")

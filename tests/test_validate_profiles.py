@@ -81,7 +81,7 @@ def test_shipped_rows_get_their_framework_assumptions_in_order():
     ]
     assert bridge.searched["tp_comm_overlap"] == [False, True]
     titan = map_run(ROWS["torchtitan_h100_8b_fsdp_8gpu"])
-    assert titan.pins["recompute"] == "full" and titan.pins["recompute_layers"] == -2
+    assert titan.pins["recompute"] == "full" and titan.pins["recompute_share"] == 2
     assert titan.assumptions[-2:] == ["eager PyTorch kernels (no torch.compile: unfused norms, rotary, SwiGLU)",
                                       "eager F.cross_entropy on FP32 logits"]
 
@@ -171,9 +171,9 @@ def test_candidate_grid_drops_invalid_settings_and_partial_shares_that_round_to_
     # A fixed setting is switched off where its rules say it does not apply (zero3_gather: zero 3 only).
     fixed = _grid({"tp": [8], "pp": [1], "zero": [1, 3]}, recompute="full", zero3_gather="blocking")
     assert dict(zip(fixed.zero.tolist(), fixed.zero3_gather.tolist())) == {1: 0, 3: 1}
-    shares = {"tp": [1], "pp": [8], "recompute": ["full"], "recompute_layers": [0, -3, -2, -1]}
+    shares = {"tp": [1], "pp": [8], "recompute": ["full"], "recompute_share": [0, 3, 2, 1]}
     assert len(_grid({**shares, "vpp": [1]})) == 4  # 4-layer stages: every quarter share is distinct
-    assert _grid({**shares, "vpp": [4]}).recompute_layers.tolist() == [0]  # one-layer chunks: all layers
+    assert _grid({**shares, "vpp": [4]}).recompute_share.tolist() == [0]  # one-layer chunks: all layers
 
 
 def test_expand_recompute_modules_repeats_selective_rows_once_per_module_set():

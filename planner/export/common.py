@@ -17,8 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Optional
 
-from costmodel.options import FLAG, IMPLEMENTATION_OPTIONS, INT, OPTIONS, OPTIONS_BY_NAME, Layout
-from costmodel.record import recompute_layers_per_stage
+from costmodel.options import FLAG, IMPLEMENTATION_OPTIONS, INT, OPTIONS, OPTIONS_BY_NAME, UNRECORDED, Layout
 from hardware_catalog.errors import DoesNotFit, PlannerInputError
 from hardware_catalog.schema import ClusterSpec, ModelSpec
 from planner.frameworks.table import CannotExpress  # noqa: F401 (exporters import it from here)
@@ -159,14 +158,8 @@ def _record_layout(result) -> dict:
 
 def parse_layout(values: dict) -> Layout:
     """A record's layout values -> ``Layout`` (``Layout.from_values``, errors naming
-    ``layout.<option>``). ``recompute_layers`` may also be -q, q quarters of every stage, as
-    ``planner search`` wrote the shares it explores before records stated layers per stage
-    (``build_plan`` resolves it)."""
-    share = values.get("recompute_layers")
-    if isinstance(share, (int, float)) and not isinstance(share, bool) and share < 0 and int(share) == share:
-        layout = Layout.from_values({**values, "recompute_layers": None}, where="layout.")
-        return replace(layout, recompute_layers=int(share))
-    return Layout.from_values(values, where="layout.")
+    ``layout.<option>``; ``recompute_layers`` in layers per stage, as records state it)."""
+    return Layout.from_values({k: v for k, v in values.items() if k not in UNRECORDED}, where="layout.")
 
 
 def _check_names(result: dict, model: ModelSpec, cluster: ClusterSpec) -> None:
@@ -207,7 +200,6 @@ def build_plan(result: dict, model: ModelSpec, cluster: ClusterSpec, *, command:
 
     values = _record_layout(result)
     layout = parse_layout(values)
-    layout = replace(layout, recompute_layers=recompute_layers_per_stage(model, layout))
     _check_names(result, model, cluster)
     gpus = layout.gpus
     for where, value in (("result.gpus", result.get("gpus")), ("layout.gpus", values.get("gpus"))):

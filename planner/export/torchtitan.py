@@ -144,7 +144,7 @@ def per_op_sac(plan: Plan) -> bool:
     if not done:
         return False
     first, last = (plan.stage_layers[0], plan.stage_layers[-1]) if plan.pp > 1 else (0, 0)
-    half, _ = per_chunk(plan.model.num_layers, plan.pp, plan.vpp, first, last, PER_OP_SAC_SHARE)
+    half, _ = per_chunk(plan.model.num_layers, plan.pp, plan.vpp, first, last, 0, PER_OP_SAC_SHARE)
     return int(half) == done
 
 

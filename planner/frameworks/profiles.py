@@ -174,7 +174,7 @@ PROFILES: tuple[Profile, ...] = (
     )),
     Profile("Megatron-Core r0.8", r"megatron-core", (_TE_ATTENTION, _TPO_STATED, _TPO_SEARCHED, _DEEPEP)),
     Profile("torchtitan (Dec 2024)", r"torchtitan", (
-        Entry({"recompute": "full", "recompute_layers": PER_OP_SAC_SHARE},
+        Entry({"recompute": "full", "recompute_share": PER_OP_SAC_SHARE},
               "torchtitan selective (per-op SAC) priced as full recompute of half the layers",
               source="torchtitan distributed/activation_checkpoint.py _custom_policy: per-op SAC saves the outputs "
                      "of SDPA and of every other matmul and recomputes the rest, about half of each layer's forward "

@@ -84,6 +84,10 @@ class FrameworkSettings:
     """Profile settings the command does not take (e.g. recompute_layers in search)."""
 
 
+_STATED_AS = {"recompute_share": "recompute_layers"}
+"""Internal options and the flag a user states them with (a share of layers: --recompute-layers)."""
+
+
 def get_release(name: str) -> Release:
     """The release called ``name``; one-line error naming the value and the allowed ones."""
     key = (name or "").strip().lower()
@@ -106,6 +110,8 @@ def framework_settings(name: str, model, gpu_name: str = "", precision: str = "b
     job pins (None: searched). ``takes``: the options the command accepts (None: all); a
     profile setting outside them is listed in ``not_applied``."""
     release = get_release(name)
+    if takes is not None and "recompute_layers" in takes:
+        takes = set(takes) | {"recompute_share"}  # a share of layers: records state it as recompute_layers
     facts = RowFacts(framework=release.text.lower(), year=release.year, precision=str(precision or "").lower(),
                      recompute=recompute, gpu=gpu_name or "", model_parts=model_parts(model))
     values, assumptions = apply_profiles(facts)
@@ -117,6 +123,7 @@ def framework_settings(name: str, model, gpu_name: str = "", precision: str = "b
         values, assumptions, translated = without, without_notes, frozenset()
     not_applied += [k for k in values if takes is not None and k not in takes and k not in not_applied]
     pinned = {k: v for k, v in values.items() if not isinstance(v, list) and k not in not_applied}
+    not_applied = [_STATED_AS.get(k, k) for k in not_applied]
     available = {k: list(v) for k, v in values.items() if isinstance(v, list)}
     profile = profiles_for(facts.framework)[0].name
     return FrameworkSettings(release, profile, pinned, available, assumptions, translated, not_applied)
@@ -130,12 +137,12 @@ _APPLIES = {
 recompute, the overlap kind to TP overlap): applied only where the job uses that other one."""
 
 
-def apply_framework(fw: FrameworkSettings, layout: dict, given, model=None) -> dict:
+def apply_framework(fw: FrameworkSettings, layout: dict, given) -> dict:
     """Put ``fw``'s pinned settings into ``layout`` (option -> value, changed in place) where the
     user did not type the flag (``given``; a translation of the user's own recompute flag
-    applies all the same). A profile's share of layers (``recompute_layers`` -q: q quarters of
-    a stage's chunk, as validate searches it) becomes layers per stage for ``model``, the unit
-    the flag takes. Returns the record's ``framework`` entry."""
+    applies all the same). A profile's share of layers (``recompute_share``) is priced as it is;
+    the record states it in layers per stage (``planner.job.price``). Returns the record's
+    ``framework`` entry."""
     applied, overridden = {}, []
     for option, value in fw.pinned.items():
         if option in _APPLIES and not _APPLIES[option](layout):
@@ -145,15 +152,6 @@ def apply_framework(fw: FrameworkSettings, layout: dict, given, model=None) -> d
         else:
             layout[option] = value
             applied[option] = value
-    if model is not None and (layout.get("recompute_layers") or 0) < 0:
-        from types import SimpleNamespace
-
-        from costmodel.record import recompute_layers_per_stage
-
-        view = SimpleNamespace(recompute_layers=layout["recompute_layers"], pp=layout.get("pp") or 1,
-                               vpp=layout.get("vpp") or 1, pp_first_layers=layout.get("pp_first_layers"),
-                               pp_last_layers=layout.get("pp_last_layers"))
-        layout["recompute_layers"] = applied["recompute_layers"] = recompute_layers_per_stage(model, view)
     return {"name": fw.release.name, "profile": fw.profile, "settings": applied,
             "overridden_by_flags": overridden, "not_applied": fw.not_applied,
             "available": {k: v for k, v in fw.available.items() if k not in given},
@@ -171,10 +169,10 @@ def _shown(values: dict) -> dict:
             return "flag"
         if isinstance(v, tuple):
             return "+".join(v)
-        if k == "recompute_layers" and v < 0:  # a share: -q = q quarters of each stage's layers
-            return f"{-v}/4 of each stage"
+        if k == "recompute_share":  # q quarters of each stage's layers
+            return f"{v}/4 of each stage"
         return v
-    return {k: one(k, v) for k, v in values.items()}
+    return {_STATED_AS.get(k, k): one(k, v) for k, v in values.items()}
 
 
 def catalog_rows() -> list[dict]:

@@ -262,8 +262,8 @@ def stage_split(num_layers: int, num_stages: int, first_less: int, last_less: in
 # ----------------------------------------------------------------------------------- the table
 
 _AC = "torchtitan torchtitan/distributed/activation_checkpoint.py"
-PER_OP_SAC_SHARE = -2
-"""Per-op SAC, priced as full recompute of half of each stage's layers (``recompute_layers`` -2: two
+PER_OP_SAC_SHARE = 2
+"""Per-op SAC, priced as full recompute of half of each stage's layers (``recompute_share`` 2: two
 quarters). Its policy (_apply_op_sac / _custom_policy in activation_checkpoint.py) saves the outputs
 of SDPA, of reduce-scatters and of every other matmul, and recomputes the rest: the elementwise work
 (norms, RoPE, SiLU) and every second matmul (in a llama block: wk, wo, w3 of the seven), about half of

@@ -11,8 +11,9 @@
 * ``nemo`` (also ``megatron-bridge``): a NeMo 2 or Megatron-Bridge recipe's resulting config as YAML, or its override strings
   (``planner.launch.nemo``),
 
-and returns a ``Launch`` (``planner.launch.spec``). ``planner.launch.run`` turns it into an
-evaluation, a search with the file's layout as the reference row, or an export in another format.
+and returns a ``Launch`` (``planner.launch.spec``). This package holds the readers only: the
+commands that price a launch file, rank it in a search or export it in another format live in
+``planner.from_launch``.
 Everything here imports lazily: ``planner --help`` does not load it.
 """
 

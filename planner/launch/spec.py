@@ -59,8 +59,7 @@ class Launch:
     """megatron, torchtitan, deepspeed or nemo."""
     path: str
     values: dict = field(default_factory=dict)
-    """Layout option name -> ``Layout`` value, for every option the reader sets (stated or defaulted).
-    ``recompute_layers`` may be -q (q quarters of each stage), as the search writes it."""
+    """Layout option name -> ``Layout`` value, for every option the reader sets (stated or defaulted)."""
     stated: set = field(default_factory=set)
     """Options the file states (the others in ``values`` are defaults or derived)."""
     model: Any = None

@@ -289,7 +289,7 @@ def _recompute(c: _Config) -> None:
         raise PlannerInputError(f"activation_checkpoint.mode={mode}: allowed selective, full, memory_budget, none")
     elif option == "op":
         _put(c, "recompute", "full", key)
-        launch.state("recompute_layers", PER_OP_SAC_SHARE)
+        launch.state("recompute_share", PER_OP_SAC_SHARE)
         launch.notes.append("selective_ac_option op (per-op SAC: matmul outputs saved except every second one) is "
                             "priced as full recompute of half of each stage's layers, as --framework torchtitan-0.2 "
                             "prices it (planner.frameworks.torchtitan.PER_OP_SAC_SHARE)")
@@ -298,7 +298,10 @@ def _recompute(c: _Config) -> None:
         _put(c, "recompute", "full", key)
         if every > 1:
             stage = launch.model.num_layers // launch.values["pp"]
-            launch.state("recompute_layers", -(4 // every) if every in (2, 4) else max(math.ceil(stage / every), 1))
+            if every in (2, 4):  # a share of each stage: 4 // every quarters
+                launch.state("recompute_share", 4 // every)
+            else:
+                launch.state("recompute_layers", max(math.ceil(stage / every), 1))
         launch.notes.append(f"selective_ac_option {every}: every {every}th layer fully checkpointed"
                             + (f" ({c.why('activation_checkpoint.selective_ac_option')})" if every else ""))
 

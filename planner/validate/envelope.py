@@ -40,7 +40,7 @@ def observations(rows: list[dict], confidence: str = "high") -> list[tuple]:
     """(search.envelope.Job, one-layout columns) of every row at ``confidence`` that
     ``planner validate`` predicts (its layout, stated or chosen)."""
     from costmodel.layout import LayoutBatch
-    from costmodel.options import OPTIONS, Layout
+    from costmodel.options import RECORDED_OPTIONS, Layout
     from planner.validate.predict import predict_run
     from planner.validate.runs import map_run
     from search.envelope import Job, columns_of
@@ -57,7 +57,7 @@ def observations(rows: list[dict], confidence: str = "high") -> list[tuple]:
         res = predict_run(run)
         if res.error is None:
             continue
-        lay = Layout(**{o.name: res.values[o.name] for o in OPTIONS})
+        lay = Layout(**{o.name: res.values[o.name] for o in RECORDED_OPTIONS})
         job = Job(run.model, run.gpu, run.gpus, lay.seq_len)
         out.append((job, columns_of(LayoutBatch.from_layouts([lay]))))
     return out

@@ -68,7 +68,11 @@ def candidate_choices(run: MappedRun) -> tuple[dict, dict]:
     choices["recompute"] = searched.get("recompute", [pins.get("recompute")])
     # Unstated recompute also covers partial full recompute (3, 2 or 1 quarters of the layers).
     unstated = "recompute" in searched
-    choices["recompute_layers"] = list(RECOMPUTE_SHARES) if unstated else [pins.get("recompute_layers", 0)]
+    if unstated:
+        choices["recompute_share"] = list(RECOMPUTE_SHARES)
+    else:  # as stated: layers per stage, or a profile's share (recompute_share)
+        choices["recompute_layers"] = [pins.get("recompute_layers", 0)]
+        choices["recompute_share"] = [pins.get("recompute_share", 0)]
     fixed.update({k: v for k, v in pins.items() if k not in choices and k not in _LAYOUT_KNOBS})
     return choices, fixed
 
@@ -110,7 +114,7 @@ def layout_label(lay) -> str:
     return (
         f"TP{lay.tp} PP{lay.pp} DP{lay.dp} CP{lay.cp}" + (f" EP{lay.ep}" if lay.ep > 1 else "")
         + f" v{lay.vpp} mbs{lay.mbs} z{lay.zero} {lay.recompute[:3]}" + _modules_label(lay)
-        + (f"{-lay.recompute_layers}/4" if (lay.recompute_layers or 0) < 0 else "") + f" {lay.precision}"
+        + (f"{lay.recompute_share}/4" if lay.recompute_share else "") + f" {lay.precision}"
         + row_label_suffix(lay)
     )
 
@@ -118,6 +122,7 @@ def layout_label(lay) -> str:
 def predict_run(run: MappedRun, calib: Calibration = DEFAULT) -> RowResult:
     """The fastest candidate that fits (else the one needing least memory), against the row."""
     from costmodel import evaluate_batch
+    from costmodel.record import recorded_layout
 
     res = RowResult(
         id=run.id, source=run.source, confidence=run.confidence, gpus=run.gpus, reported=float(run.reported),
@@ -143,7 +148,7 @@ def predict_run(run: MappedRun, calib: Calibration = DEFAULT) -> RowResult:
     if "recompute" in run.searched and lay.recompute == "selective":
         res.chosen["recompute_modules"] = list(lay.recompute_modules or ("core_attn",))
     res.layout = layout_label(lay)
-    res.values = lay.to_dict()
+    res.values = recorded_layout(run.model, lay)  # partial recompute in layers per stage
     res.predicted_memory_gib = float(out.memory_gib["peak"][best])
     if res.reported_memory_gib:
         res.memory_error = (res.predicted_memory_gib - res.reported_memory_gib) / res.reported_memory_gib

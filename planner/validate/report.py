@@ -108,11 +108,9 @@ def format_table(results: list[RowResult], summary: dict) -> str:
 def llama3_405b_production_check() -> dict:
     """The Llama 3 405B production layout (Llama 3 paper, Table 4: TP8 CP1 PP16 DP128 on
     16,384 H100, 8K sequences, 16M-token batches): peak memory per recompute setting."""
-    from costmodel import Layout, evaluate
-    from hardware_catalog import get_cluster, get_gpu, get_model
+    from planner.job import Job, ProblemRequest, price
 
-    model, cluster = get_model("llama3-405b"), get_cluster("dgx-h100")
-    gpu = get_gpu(cluster.gpu)
+    job = Job(ProblemRequest("llama3-405b", 16384, cluster="dgx-h100", gbs=2048, seq_len=8192))
     out = {}
     variants = {
         "none": ("none", None, 1, None),
@@ -120,18 +118,17 @@ def llama3_405b_production_check() -> dict:
         # Megatron-Core's fine-grained selective recompute of the MLP (--recompute-modules mlp).
         "selective (mlp)": ("selective", None, 1, ("mlp",)),
         "full": ("full", None, 1, None),
-        # Interleaved (the paper's schedule) with half of each stage's layers recomputed.
-        "full, half the layers, vpp 4": ("full", -2, 4, None),
+        # Interleaved (the paper's schedule) with half (2 quarters) of each stage's layers recomputed.
+        "full, half the layers, vpp 4": ("full", 2, 4, None),
     }
-    for label, (rc, layers, vpp, modules) in variants.items():
-        lay = Layout(tp=8, cp=1, pp=16, dp=128, vpp=vpp, zero=1, mbs=1, gbs=2048, seq_len=8192, recompute=rc,
-                     recompute_layers=layers, recompute_modules=modules)
-        r = evaluate(model, cluster, lay, gpu=gpu)
+    for label, (rc, quarters, vpp, modules) in variants.items():
+        record = price(job, dict(tp=8, cp=1, pp=16, vpp=vpp, zero=1, mbs=1, recompute=rc, recompute_share=quarters,
+                                 recompute_modules=modules)).record
         out[label] = {
-            "peak_gib": float(r.memory_gib["peak"][0]),
-            "capacity_gib": float(r.memory_capacity_gib),
-            "fits": bool(r.fits[0]),
-            "tokens_per_s_per_gpu": float(r.tokens_per_s_per_gpu[0]),
+            "peak_gib": record["memory_gib"]["peak"],
+            "capacity_gib": record["memory_gib"]["capacity"],
+            "fits": record["fits"],
+            "tokens_per_s_per_gpu": record["tokens_per_s_per_gpu"],
         }
     return out
 

@@ -1,14 +1,16 @@
-"""A read launch file -> a priced layout: overrides from the command line, GPU count and type,
-batch defaults, the rules, the cost model; and the text that says what was read and assumed.
+"""A read launch file (``planner.launch``) -> a job (``planner.job``): overrides from the command
+line, GPU count and type, batch defaults; priced by ``planner.job.price``; and the text that
+says what was read and assumed.
 """
 
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from costmodel.options import OPTIONS_BY_NAME
 from hardware_catalog.errors import PlannerInputError
+from planner.job import Job, Outputs, Pricing, ProblemRequest, price
 from planner.launch.spec import Launch
 
 SHOWN = 12
@@ -102,7 +104,9 @@ def _batch(launch: Launch, model, values: dict, gpus: int, tokens_per_batch, der
     return gbs, seq
 
 
-def _hardware(launch: Launch, gpu, cluster):
+def _hardware(launch: Launch, gpu, cluster) -> tuple:
+    """(--gpu, --cluster) as the job names them: the command line's, else the file's GPU type
+    (checked here, so a missing or unknown GPU is said before anything else)."""
     from planner.common import resolve_hardware
 
     if gpu is None and cluster is None:
@@ -110,22 +114,20 @@ def _hardware(launch: Launch, gpu, cluster):
             raise PlannerInputError(f"{launch.path} does not say which GPU it runs on: give --gpu NAME (e.g. h100) "
                                     "or --cluster NAME|FILE")
         gpu = launch.gpu
-    return resolve_hardware(gpu, cluster)
+    resolve_hardware(gpu, cluster)
+    return gpu, cluster
 
 
-def build(launch: Launch, *, model=None, gpus=None, gpu=None, cluster=None, tokens_per_batch=None,
-          given: dict | None = None, allow_cross_node_tp: bool = False):
-    """(Setup, Layout, gpus, overrides, derived): the file's layout with the command line on top,
-    checked against the rules (``search.rules.check_layout``)."""
-    from planner.common import Setup, build_layout
-    from search.rules import check_layout
-
+def launch_job(launch: Launch, *, model=None, gpus=None, gpu=None, cluster=None, tokens_per_batch=None,
+               given: dict | None = None, allow_cross_node_tp: bool = False):
+    """(problem, layout values, overrides, derived): the file's job and layout with the command
+    line on top, and notes on what the command line replaced and what was filled in."""
     values, overrides = apply_overrides(launch, given or {})
     derived: list[str] = []
     model_spec = _model(launch, model)
     if model is not None and launch.model is not None and model_spec.name != launch.model.name:
         overrides.append(f"--model {model_spec.name} (the file: {launch.model.name})")
-    gpu_spec, cluster_spec = _hardware(launch, gpu, cluster)
+    gpu, cluster = _hardware(launch, gpu, cluster)
     n = _gpus(launch, gpus, values, derived)
     gbs, seq = _batch(launch, model_spec, values, n, tokens_per_batch, derived)
     if launch.shard_replicas > 1 and values.get("dp_shard") is None:
@@ -136,29 +138,17 @@ def build(launch: Launch, *, model=None, gpus=None, gpu=None, cluster=None, toke
         # Megatron's validate_args (and every framework) turns sequence parallelism off without TP.
         values["sequence_parallel"] = False
         derived.append("sequence parallelism off: it splits along TP, and tp is 1")
-    setup = Setup(model_spec, gpu_spec, cluster_spec, gbs, seq)
-    share = values.get("recompute_layers")
-    plain = {k: v for k, v in values.items() if k in OPTIONS_BY_NAME and not (k == "recompute_layers" and share and share < 0)}
-    layout = build_layout(setup, n, **plain)
-    if share and share < 0:
-        layout = replace(layout, recompute_layers=share)
-    check_layout(model_spec, cluster_spec, gpu_spec, layout, gpus=n, allow_cross_node_tp=allow_cross_node_tp)
-    return setup, layout, n, overrides, derived
+    problem = ProblemRequest(model_spec, n, gpu, cluster, gbs=gbs, seq_len=seq, allow_cross_node_tp=allow_cross_node_tp)
+    return problem, {k: v for k, v in values.items() if k in OPTIONS_BY_NAME}, overrides, derived
 
 
-def resolve(launch: Launch, calib=None, **kw) -> Resolved:
-    """``build`` and price the layout: a ``planner evaluate --json`` record with ``launch`` added
-    (``calib``: a calibration profile's constants; None = the shipped ones)."""
-    from costmodel import evaluate
-    from costmodel.record import result_record
-
-    setup, layout, n, overrides, derived = build(launch, **kw)
-    from costmodel.calibration import DEFAULT
-
-    result = evaluate(setup.model, setup.cluster, layout, gpu=setup.gpu, calib=calib or DEFAULT)
-    record = result_record(setup.model, setup.cluster, setup.gpu, result, 0)
-    record["launch"] = {**launch.to_dict(), "overrides": overrides, "derived": derived}
-    return Resolved(launch, setup, layout, n, record, overrides, derived)
+def resolve(launch: Launch, pricing: Pricing = Pricing(), outputs: Outputs = Outputs(), **kw) -> Resolved:
+    """The file's job (``launch_job``; ``kw``: its keywords) priced by ``planner.job.price``: a
+    ``planner evaluate --json`` record with ``launch`` added."""
+    problem, values, overrides, derived = launch_job(launch, **kw)
+    launch_entry = {**launch.to_dict(), "overrides": overrides, "derived": derived}
+    priced = price(Job(problem, pricing, outputs), values, {"launch": launch_entry})
+    return Resolved(launch, priced.setup, priced.layout, problem.gpus, priced.record, overrides, derived)
 
 
 # ----------------------------------------------------------------------------------- text

@@ -48,25 +48,23 @@ def _single_count(gpus) -> int | None:
     return counts[0]
 
 
-def search_problem(r, a: dict, given: dict, keep: tuple) -> dict:
-    """Keyword arguments of ``search.api.search`` for the file's problem."""
-    from planner.launch.cli import calib_of
+def search_request(r, request, given: dict, keep: tuple, progress: bool):
+    """The search request (``search.request``) for the file's problem: its model, GPUs, batch and
+    implementation settings, its precision unless typed, the --keep knobs at its values, and
+    enough rows that the reference's rank is exact (``RANK_POOL``)."""
+    from dataclasses import replace
 
     lay = r.layout
     pins = {k: getattr(lay, k) for k in keep}
     pins.update({k: v for k, v in given.items() if OPTIONS_BY_NAME[k].search == SEARCHED})
     pins.setdefault("precision", lay.precision)  # the file's numerics, unless --precision says otherwise
-    impl = {k: getattr(lay, k) for k in IMPLEMENTATION_OPTIONS}
-    return dict(model=r.setup.model, gpus=r.gpus, gpu=r.setup.gpu, cluster=r.setup.cluster, gbs=lay.gbs,
-                seq_len=lay.seq_len, pins=pins, top=max(a["top"], RANK_POOL), method=a["method"], trials=a["trials"],
-                seed=a["seed"], sampler=a["sampler"], memory_headroom=a["memory_headroom"],
-                allow_cross_node_tp=a["allow_cross_node_tp"], pareto=a["pareto"],
-                price_per_gpu_hour=a["price_per_gpu_hour"], train_tokens=a["train_tokens"],
-                stage_splits=a["stage_splits"], progress=bool(a["progress"]), implementation=impl,
-                recompute_modules=lay.recompute_modules if lay.recompute == "selective" else None,
-                storage=a["storage"], study_name=a["study_name"], calib=calib_of(a),
-                rank_by=a.get("rank_by", "median"), objective=a.get("objective", "step-time"),
-                within_envelope=bool(a.get("within_envelope")))
+    problem = replace(request.problem, model=r.setup.model, gpus=r.gpus, gpu=r.setup.gpu, cluster=r.setup.cluster,
+                      gbs=lay.gbs, seq_len=lay.seq_len, tokens_per_batch=None)
+    options = replace(request.options, pins=pins, implementation={k: getattr(lay, k) for k in IMPLEMENTATION_OPTIONS},
+                      recompute_modules=lay.recompute_modules if lay.recompute == "selective" else None,
+                      progress=progress)
+    ranking = replace(request.ranking, top=max(request.ranking.top, RANK_POOL))
+    return replace(request, problem=problem, options=options, ranking=ranking)
 
 
 def changes(ref: dict, other: dict) -> list[str]:
@@ -87,14 +85,12 @@ def _norm(v):
 
 
 def _layers(v) -> str:
-    """recompute_layers as a reader sees it: all, N layers per stage, or q/4 of each stage."""
-    if not v:
-        return "all"
-    return f"{-v}/4" if v < 0 else str(v)
+    """recompute_layers as a reader sees it: all, or N layers per stage."""
+    return str(v) if v else "all"
 
 
 def _show(v) -> str:
-    from planner.launch.run import show
+    from planner.from_launch.resolve import show
 
     return "-" if v is None else show(v)
 
@@ -157,79 +153,76 @@ def summary_lines(ref: dict, rank: dict, fits_ref: bool, limit: float) -> list[s
     return lines
 
 
-def run_reference_search(a: dict) -> None:
-    """The search command's work with ``--from-launch`` (``a``: the command's arguments)."""
+def run_reference_search(launch, request, keep: str | None, calibration, outputs, files, progress: bool) -> None:
+    """The search command's work with ``--from-launch``: ``launch`` the file and the flags next to
+    it (``planner.from_launch.commands.LaunchRequest``), ``request`` the search request of the
+    flags (its problem replaced by the file's), ``files`` what --csv / --export write."""
+    from dataclasses import replace
+
     from planner.cli_common import add_interval_and_envelope
     from planner.cli_errors import EXIT_NOTHING_FITS
+    from planner.from_launch.commands import resolve_request
+    from planner.job import Pricing
     from planner.search_report import check_outputs
-    from planner.launch.cli import _resolve, _stamp, typed
+    from search.api import search
     from search.exhaustive import memory_limit_gib
 
-    outputs = check_outputs(a.get("csv_file"), a.get("export_dir"), a.get("plot"), bool(a.get("force")))
-    keep = parse_keep(a.get("keep"))
-    given = typed(a["layout"])
-    problem_given = {k: v for k, v in given.items() if OPTIONS_BY_NAME[k].search != SEARCHED}
-    r = _resolve(a, problem_given, gpus=_single_count(a.get("gpus")))
-    ref = _stamp(r.record, a)
+    checked = check_outputs(files.csv, files.export, outputs.plot, outputs.force)
+    keep = parse_keep(keep)
+    problem_given = {k: v for k, v in launch.given.items() if OPTIONS_BY_NAME[k].search != SEARCHED}
+    r = resolve_request(launch, Pricing(calibration), replace(outputs, plot=None), given=problem_given,
+                        gpus=_single_count(launch.gpus))
+    ref = r.record
     add_interval_and_envelope(r.setup, ref)
-    search = _search_callable(outputs["plot"])
-    result = search(**search_problem(r, a, given, keep))
-    if a.get("calibration") is not None:
-        result.stats["calibration"] = str(a["calibration"])
-    limit = memory_limit_gib(r.setup.gpu.memory_gib, a["memory_headroom"])
-    rank = rank_of(ref, result.results, max(a["top"], RANK_POOL), result.stats.get("fits", len(result.results)))
+    top = request.ranking.top
+    request = search_request(r, request, launch.given, keep, progress)
+    result = search(request)
+    if calibration is not None:
+        result.stats["calibration"] = str(calibration)
+    limit = memory_limit_gib(r.setup.gpu.memory_gib, request.options.memory_headroom)
+    rank = rank_of(ref, result.results, request.ranking.top, result.stats.get("fits", len(result.results)))
     fits_ref = ref["memory_gib"]["peak"] <= limit
     if not fits_ref:
         rank["rank"] = None
-    written = _write_files(a, outputs, result, ref, search)  # before printing, as plain search does
-    _outputs(a, result, ref, rank, fits_ref, limit, r, keep)
+    written = _write_files(top, checked, result, ref, request, outputs)  # before printing, as plain search does
+    _outputs(top, outputs.as_json, result, ref, rank, fits_ref, limit, r, keep)
     for line in written:
-        typer.echo(line, err=bool(a.get("as_json")))
+        typer.echo(line, err=outputs.as_json)
     if not result.results:
         raise typer.Exit(EXIT_NOTHING_FITS)
 
 
-def _write_files(a: dict, outputs: dict, result, ref: dict, search) -> list[str]:
+def _write_files(top: int, checked: dict, result, ref: dict, request, outputs) -> list[str]:
     """--csv (the file's row first, as 'ref'), --export (the best layout) and --plot."""
-    from planner.cli_errors import command_line, say
+    from planner.cli_errors import say
     from planner.search_report import write_csv
 
     lines = []
-    if outputs["csv"] is not None:
-        write_csv(outputs["csv"], [dict(ref, rank="ref")] + result.results[:a["top"]])
-        lines.append(f"wrote {outputs['csv']}")
-    if outputs["export"] is not None and result.results:
+    if checked["csv"] is not None:
+        write_csv(checked["csv"], [dict(ref, rank="ref")] + result.results[:top])
+        lines.append(f"wrote {checked['csv']}")
+    if checked["export"] is not None and result.results:
         from planner.export import export_layout
 
         m, c, _ = result.specs[0]
-        report = export_layout(result.results[0], m, c, "all", Path(outputs["export"]), force=bool(a.get("force")),
-                               command=command_line())
+        report = export_layout(result.results[0], m, c, "all", Path(checked["export"]), force=outputs.force,
+                               command=outputs.command)
         lines += [f"wrote {p}" for p in report.written]
         lines += [f"skipped {n}: {why}" for n, why in report.skipped.items()]
-    if outputs["plot"] is not None:
+    if checked["plot"] is not None:
         from planner.plots import plot_search
+        from planner.search_report import more_points
 
-        say(f"wrote {plot_search(result, outputs['plot'], search)}")
+        say(f"wrote {plot_search(result, checked['plot'], more_points(request, result))}")
     return lines
 
 
-def _search_callable(plot):
-    from search.api import search
-
-    if plot is None:
-        return search
-    from planner.plots import RecordedCall
-
-    return RecordedCall(search)
-
-
-def _outputs(a, result, ref, rank, fits_ref, limit, r, keep) -> None:
+def _outputs(top: int, as_json: bool, result, ref, rank, fits_ref, limit, r, keep) -> None:
     """The table (the file's row as 'ref' among the best) and what it would gain, or JSON."""
+    from planner.from_launch.resolve import describe
     from planner.search_report import format_summary
-    from planner.launch.run import describe
 
-    top = a["top"]
-    if a.get("as_json"):
+    if as_json:
         out = result.to_dict()
         out["results"] = out["results"][:top]
         out["reference"] = {"record": ref, **rank, "fits_limit": fits_ref, "keep": list(keep)}

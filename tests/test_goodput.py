@@ -266,7 +266,7 @@ def test_sweep_marks_the_optimum_and_where_gpus_stop_paying(tmp_path):
 def test_search_ranks_time_to_train_in_wall_time():
     """Over GPU counts the wall-time ranking carries goodput: each row's run time is its
     training time over its goodput, and the rows are in that order."""
-    from search.api import search
+    from planner import search
 
     res = search("8b", "8,64", "h100", top=4, train_tokens=1e12, objective="time-to-train",
                  run=RunInputs(mtbf_gpu_hours=50.0))

@@ -144,8 +144,8 @@ def test_torchtitan_03_command_line(tmp_path):
     assert launch.model.name == "llama3-405b" and launch.gpus == 16
     # llama3_405b: float8 converter, compile + async TP, tp 8; shard 1 -> plain replication (ZeRO-0)
     assert (v["precision"], v["kernels"], v["tp"], v["tp_comm_overlap"], v["zero"]) == ("fp8", "fused", 8, True, 0)
-    # 0.3's selective AC is per-op SAC: full recompute of half of each stage's layers (-2 quarters)
-    assert (v["recompute"], v["recompute_layers"]) == ("full", -2) and v["vpp"] == 1 and v["gbs"] == 64
+    # 0.3's selective AC is per-op SAC: full recompute of half of each stage's layers (2 quarters)
+    assert (v["recompute"], v["recompute_share"]) == ("full", 2) and v["vpp"] == 1 and v["gbs"] == 64
 
 
 # ----------------------------------------------------------------------------------- DeepSpeed

@@ -119,9 +119,10 @@ def _as_torchtitan(draw, values: dict):
     values = {k: v for k, v in values.items() if k not in ("ep", "moe_dispatcher", "recompute_modules", "dp_shard")}
     values.update(loss="eager", attention="flash", grad_dtype="fp32", dp_comm_overlap=True, zero3_gather="prefetch",
                   zero=draw(st.sampled_from((0, 2, 3))), dp=draw(st.sampled_from((2, 4, 8))),
-                  recompute=draw(st.sampled_from(("none", "full"))), recompute_layers=None, pp_first_layers=None)
+                  recompute=draw(st.sampled_from(("none", "full"))), recompute_layers=None, recompute_share=None,
+                  pp_first_layers=None)
     if values["recompute"] == "full":
-        values["recompute_layers"] = draw(st.sampled_from((None, -2)))  # -2: per-op SAC
+        values["recompute_share"] = draw(st.sampled_from((None, 2)))  # 2 quarters: per-op SAC
     if values["tp_comm_overlap"]:
         values.update(tp_overlap_kind="asynctp", kernels="fused")
     if values["precision"] == "fp8":

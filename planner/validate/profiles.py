@@ -146,6 +146,27 @@ _DEEPEP = Entry(
            "scripts keep the recipes' alltoall",
     when=(When(model=("moe", "mla"), year_min=2025, gpu="h100"),))
 
+_P2P_SCATTER_MEGATRON = Entry(
+    {"p2p_scatter_gather": True}, "pipeline sends split over the TP ranks, all-gathered at the receiver",
+    source="Narayanan et al. 2021 Sec. 4.1 (scatter/gather communication optimisation, Fig. 18); Megatron-LM "
+           "megatron/p2p_communication.py: scatter_gather_tensors_in_pipeline on unless "
+           "--no-scatter-gather-tensors-in-pipeline, skipped with sequence parallelism")
+_GRADS_AFTER_BACKWARD_MEGATRON = Entry(
+    {"dp_comm_overlap": False}, "data-parallel gradient all-reduce after the last backward (no overlap)",
+    source="Megatron-LM 2021-22 megatron/training.py train_step: model.allreduce_gradients() once the "
+           "forward_backward_func has run every micro-batch (local DDP, the default --DDP-impl); "
+           "--overlap-grad-reduce came with Megatron-Core's DistributedDataParallel in 2023",
+    when=(When(year_max=2022),))
+_DS_PIPE_SCATTER = Entry(
+    {"p2p_scatter_gather": True}, "pipeline sends partitioned over the TP ranks, all-gathered at the receiver",
+    source="DeepSpeed runtime/pipe/engine.py: is_pipe_partitioned = is_model_parallel; _exec_send_activations "
+           "sends a PartitionedTensor slice, the receiver rebuilds it with .full() (an all-gather over the "
+           "model-parallel group); gradients likewise (is_grad_partitioned)")
+_DS_PIPE_GRADS_AFTER = Entry(
+    {"dp_comm_overlap": False}, "data-parallel gradient reduction after the last micro-batch (DeepSpeed pipeline engine)",
+    source="DeepSpeed runtime/pipe/schedule.py TrainSchedule: ReduceTiedGrads and ReduceGrads are issued after the "
+           "last micro-batch's BackwardPass; engine._exec_reduce_grads then all-reduces (no overlap with backward)")
+
 _CORE_ATTN_ONLY = Entry(
     {"recompute_modules": ("core_attn",)}, "",  # no line: it holds for every row before 2025
     source="Megatron-LM added --recompute-modules (mlp, moe_act, layernorm, ...) on 2025-04-05 (ADLR/megatron-lm!2207, "
@@ -157,7 +178,7 @@ _CORE_ATTN_ONLY = Entry(
 
 # Order matters where texts overlap: NeMo / Megatron-Bridge texts also name "(Megatron-Core)".
 PROFILES: tuple[Profile, ...] = (
-    Profile("Megatron-LM 2021-22 (PTD-P)", r"megatron-lm", (_BEFORE_FLASH,)),
+    Profile("Megatron-LM 2021-22 (PTD-P)", r"megatron-lm", (_BEFORE_FLASH, _P2P_SCATTER_MEGATRON, _GRADS_AFTER_BACKWARD_MEGATRON)),
     Profile("NeMo 24.x / Megatron-Bridge 25.09", r"nemo|megatron-bridge", (
         _TE_ATTENTION,
         _FUSED_LOSS,
@@ -193,6 +214,14 @@ PROFILES: tuple[Profile, ...] = (
         Entry({"grad_dtype": "bf16"}, "BF16 gradient reduction (FSDP mixed_precision PURE)",
               source="Composer FSDP mixed_precision PURE: parameters, gradient reduction and buffers in BF16",
               when=(When(precision="pure"),)),
+    )),
+    Profile("Megatron-DeepSpeed (DeepSpeed pipeline engine)", r"megatron-deepspeed|deepspeed pipeline", (
+        _BEFORE_FLASH,
+        _DS_PIPE_SCATTER,
+        _DS_PIPE_GRADS_AFTER,
+        Entry({"grad_dtype": "bf16"}, "16-bit gradient reduction (DeepSpeed fp16 / bf16)",
+              source="DeepSpeed docs/_pages/config-json.md: communication_data_type defaults to the training "
+                     "dtype; the fp16 and bf16 engines keep and reduce 16-bit gradients"),
     )),
     Profile("DeepSpeed ZeRO-3 (2021)", r"deepspeed", (
         _BEFORE_FLASH,

@@ -150,7 +150,9 @@ _P2P_SCATTER_MEGATRON = Entry(
     {"p2p_scatter_gather": True}, "pipeline sends split over the TP ranks, all-gathered at the receiver",
     source="Narayanan et al. 2021 Sec. 4.1 (scatter/gather communication optimisation, Fig. 18); Megatron-LM "
            "megatron/p2p_communication.py: scatter_gather_tensors_in_pipeline on unless "
-           "--no-scatter-gather-tensors-in-pipeline, skipped with sequence parallelism")
+           "--no-scatter-gather-tensors-in-pipeline, skipped with sequence parallelism; Megatron-Core's "
+           "pipeline_parallel/p2p_communication.py (2023 on) sends whole tensors",
+    when=(When(year_max=2022),))
 _GRADS_AFTER_BACKWARD_MEGATRON = Entry(
     {"dp_comm_overlap": False}, "data-parallel gradient all-reduce after the last backward (no overlap)",
     source="Megatron-LM 2021-22 megatron/training.py train_step: model.allreduce_gradients() once the "

@@ -19,11 +19,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from planner.cli import app
-from planner.validate.ranking import group_rows, kendall_tau, order_stats, overall, rank_group
+from planner.validate.ranking import group_rows, kendall_tau, knob_bias, order_stats, overall, rank_group, tie_stats
 
 EXAMPLE = Path(__file__).parent / "data" / "ablations_example.json"
 
@@ -61,6 +62,35 @@ def test_overall_by_confidence():
     assert (overall(groups)["pairs_right"], overall(groups)["top1"]) == (1, 1)
     one = overall(groups, ("high", "medium"))
     assert (one["groups"], one["pairs"], one["pairs_right"], one["mean_kendall_tau"]) == (1, 1, 1, 1.0)
+
+
+def test_knob_bias_by_hand():
+    # One group, three layouts. Pairs: (A, B) differ in TP (8 vs 4): measured 100 vs 90 (11% apart),
+    # predicted 110 vs 90: right; bias log(110/90) - log(100/90) = log(1.1) for the larger TP.
+    # (A, C) differ in TP and mbs: measured 100 vs 80, predicted 110 vs 120: wrong; larger TP (A)
+    # over smaller: log(110/120) - log(100/80); larger mbs (C): log(120/110) - log(80/100).
+    # (B, C) differ in mbs (1 vs 2): 90 vs 80 measured, 90 vs 120 predicted: wrong;
+    # log(120/90) - log(80/90) for the larger mbs.
+    lay = lambda tp, mbs, m, p: {"measured": m, "predicted": p, "values": {"tp": tp, "pp": 1, "dp": 1, "mbs": mbs,
+                                                                           "cp": 1, "vpp": 1}}
+    group = {"layouts": [lay(8, 1, 100, 110), lay(4, 1, 90, 90), lay(4, 2, 80, 120)]}
+    bias = knob_bias([group])
+    assert (bias["tp"]["pairs"], bias["tp"]["pairs_right"]) == (2, 1)
+    assert bias["tp"]["mean_log_bias"] == pytest.approx((np.log(1.1) + np.log(110 / 120) - np.log(100 / 80)) / 2)
+    assert (bias["mbs"]["pairs"], bias["mbs"]["pairs_right"]) == (2, 0)
+    assert bias["mbs"]["mean_log_bias"] == pytest.approx((np.log(120 / 110) - np.log(0.8) + np.log(120 / 90) - np.log(80 / 90)) / 2)
+    assert bias["pp"]["pairs"] == 0 and bias["pp"]["mean_log_bias"] is None
+
+
+def test_tie_stats_by_hand():
+    # Intervals (p10, p90): A 90-110 around 100, B 100-120 around 110: they overlap, a tie; C 150-170
+    # around 160 overlaps neither. Half-widths 10% and 9.1%: A vs B measured 5% apart (inside the
+    # stated uncertainty, called a tie); A vs C and B vs C measured 50% and 43% apart (beyond, not ties).
+    lay = lambda m, p, lo, hi: {"measured": m, "predicted": p, "interval": (lo, hi)}
+    group = {"layouts": [lay(100, 100, 90, 110), lay(105, 110, 100, 120), lay(150, 160, 150, 170)]}
+    t = tie_stats([group])
+    assert (t["inside"], t["inside_tied"], t["beyond"], t["beyond_tied"]) == (1, 1, 2, 0)
+    assert (t["decisive"], t["decisive_tied"]) == (3, 1)
 
 
 def test_kendall_tau_b_with_ties():

@@ -123,7 +123,7 @@ DEFAULT = Calibration()
 
 PRIOR = Calibration(
     gemm_efficiency_bf16=0.80,  # cuBLAS large BF16 GEMMs: ~75-85% of A100 peak (NVIDIA benchmarks)
-    gemm_efficiency_fp8=0.69,  # lent H100, torch._scaled_mm: large-K limit 0.68-0.705 with the wave share (results/h100_kernels.json)
+    gemm_efficiency_fp8=0.65,  # lent H100, torch._scaled_mm: large-K limit 0.65 (results/h100_kernels.json)
     attention_efficiency=0.30,  # lent H100, SDPA flash backend fwd+bwd: 0.26-0.33 at 4K-32K tokens
     native_attention_speedup=1.5,  # FlashAttention-3 over -2: 1.5-2.0x fwd, 1.5-1.75x bwd (Shah et al. 2024 Sec. 4.1)
     memory_bound_efficiency=0.80,  # lent H100: device copy at 0.81 of HBM bandwidth

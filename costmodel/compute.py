@@ -67,53 +67,12 @@ BF16 and FP8 GEMMs measured on a lent H100 (benchmarks/results/h100_kernels.json
 300 to 400 fits equally, median error 5-7%); the same tile pipeline serves other GPUs."""
 
 
-GEMM_TILE = (256.0, 128.0)
-"""Output tile (rows x columns) one thread block computes: the large BF16/FP16 tile of cuBLAS and
-CUTLASS on A100 and H100, the example of NVIDIA's "Matrix Multiplication Background" guide
-(Deep Learning Performance docs, "Tile Quantization" / "Wave Quantization")."""
-WAVE_TAIL = 0.5
-"""Waves a GEMM loses on average to its last, partly filled wave: ceil(W) - W is spread over
-[0, 1) as shapes vary, so W tiles-per-SM take W + 1/2 waves on average (NVIDIA's guide shows
-the step at every multiple of the SM count; cuBLAS's choice among tile sizes smooths the steps,
-which is why the smooth form fits the lent H100's 32 GEMMs better than the exact ceiling: BF16
-median error 5.9% vs 6.8%, FP8 mean 10.0% vs 14.9%, results/h100_kernels.json)."""
-SM_COUNT = {"v100": 80, "a100": 108, "h100-pcie": 114, "h100": 132, "h800": 132, "h200": 132, "b200": 148,
-            "gb200": 148, "mi300x": 304}
-"""Streaming multiprocessors (compute units) per GPU, by catalog-name prefix (longest first):
-NVIDIA V100 (80), A100 (108) and H100 (SXM 132, PCIe 114) architecture whitepapers; H800 and H200
-are GH100 at 132; B200 whitepaper 148; AMD MI300X 304 CUs (CDNA 3 whitepaper)."""
-
-
-def sm_count(gpu_name: str):
-    """The GPU's SM count (``SM_COUNT``), or None where the table has none (no wave term)."""
-    for prefix in sorted(SM_COUNT, key=len, reverse=True):
-        if gpu_name.startswith(prefix):
-            return SM_COUNT[prefix]
-    return None
-
-
-def wave_efficiency(m, n, sms):
-    """Share of the SMs' tile slots a GEMM with an m x n output fills: tiles of ``GEMM_TILE``
-    (tile quantisation: a partial tile costs a whole one), run ``sms`` at a time in waves that
-    take W + ``WAVE_TAIL`` on average, at least one (wave quantisation). 1 without an SM count.
-    A larger micro-batch (more rows m = b·s/c) fills the last wave better: compute per token
-    falls with the micro-batch, as measured, where K alone never moved it."""
-    if sms is None:
-        return 1.0
-    tm, tn = GEMM_TILE
-    tiles = np.ceil(np.asarray(m, dtype=np.float64) / tm) * np.ceil(np.asarray(n, dtype=np.float64) / tn)
-    useful = np.asarray(m, dtype=np.float64) * n / (tm * tn * sms)
-    return useful / np.maximum(tiles / sms + WAVE_TAIL, 1.0)
-
-
-def gemm_time(m, k, n, peak_flops, efficiency, hbm_bytes_per_s, bytes_per_element, sms=None):
+def gemm_time(m, k, n, peak_flops, efficiency, hbm_bytes_per_s, bytes_per_element):
     """Roofline time of an (m x k) @ (k x n) GEMM: compute-bound or HBM-bound, whichever is
     slower. Operands read once and the output written once (ideal tiling). ``efficiency`` is
-    the large-K limit; short reductions lose the per-tile fixed cost (``GEMM_K_OVERHEAD``), and
-    with the GPU's SM count ``sms`` the output's tiles fill whole waves only so far
-    (``wave_efficiency``)."""
+    the large-K limit; short reductions lose the per-tile fixed cost (``GEMM_K_OVERHEAD``)."""
     flops = 2.0 * m * k * n
-    compute = flops / (peak_flops * efficiency * wave_efficiency(m, n, sms)) * (1.0 + GEMM_K_OVERHEAD / k)
+    compute = flops / (peak_flops * efficiency) * (1.0 + GEMM_K_OVERHEAD / k)
     traffic = (m * k + k * n + m * n) * bytes_per_element / hbm_bytes_per_s
     return np.maximum(compute, traffic), flops
 
@@ -179,12 +138,10 @@ class _Kernels:
     """FP8 linear layers."""
     eager: np.ndarray
     """Eager PyTorch kernels (one per operator) instead of fused ones."""
-    sms: object = None
-    """SM count (``sm_count``; None: no wave term)."""
 
     def gemm(self, rows, reduction, cols):
         """(seconds, FLOPs) of a linear layer's GEMM, (rows x reduction) @ (reduction x cols)."""
-        return gemm_time(rows, reduction, cols, self.peak, self.eff, self.hbm, self.elem, self.sms)
+        return gemm_time(rows, reduction, cols, self.peak, self.eff, self.hbm, self.elem)
 
     def streamed(self, elements_per_token, divisor):
         """Seconds of an HBM-bound kernel moving ``elements_per_token`` BF16 elements per token,
@@ -209,7 +166,6 @@ def _kernels(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration) -> _Kernels:
         bf16_peak=gpu.bf16_tflops * 1e12,
         fp8=batch.precision == 1,
         eager=batch.kernels == 1,
-        sms=sm_count(gpu.name),
     )
 
 
@@ -489,8 +445,7 @@ def lm_head_times(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: Cal
     hbm = gpu.memory_bandwidth_gbps * 1e9
     V = float(model.vocab_size)
     h = float(model.hidden_size)
-    t, f = gemm_time(tokens, h, V / tp, gpu.bf16_tflops * 1e12, bf16_gemm_efficiency(gpu, calib), hbm, BF16_BYTES,
-                     sm_count(gpu.name))
+    t, f = gemm_time(tokens, h, V / tp, gpu.bf16_tflops * 1e12, bf16_gemm_efficiency(gpu, calib), hbm, BF16_BYTES)
     logits = tokens * V / tp
     bw = hbm * calib.memory_bound_efficiency
     # Cross-entropy over the vocab shard, bytes moved per logit. Unfused, Megatron's

@@ -116,8 +116,6 @@ def test_catalog_lists_every_release():
     rows = {r["name"]: r for r in json.loads(out)}
     assert set(rows) == {r.name for r in RELEASES}
     assert rows["nemo-24.07"]["when"]["fp8"] == {"grad_dtype": "bf16"}
-    # Before FlashAttention, and before --recompute-modules (Megatron-LM, April 2025); pipeline
-    # sends scattered over TP (Narayanan et al. 2021 Sec. 4.1), gradients all-reduced after backward.
-    assert rows["megatron-lm-2021"]["always"] == {"attention": "unfused", "recompute_modules": "core_attn",
-                                                  "p2p_scatter_gather": True, "dp_comm_overlap": False}
+    # Before FlashAttention, and before --recompute-modules (Megatron-LM, April 2025).
+    assert rows["megatron-lm-2021"]["always"] == {"attention": "unfused", "recompute_modules": "core_attn"}
     assert "recompute_modules" not in rows["megatron-core-0.13"]["always"]

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from costmodel import Layout, LayoutBatch, evaluate
 from costmodel.calibration import DEFAULT
-from costmodel.compute import GEMM_K_OVERHEAD, gemm_time, power_limited, sm_count, wave_efficiency
+from costmodel.compute import GEMM_K_OVERHEAD, gemm_time, power_limited
 from costmodel.layout import check_implementation
 from hardware_catalog import get_cluster, get_gpu, get_model
 from hardware_catalog.errors import PlannerInputError
@@ -42,24 +42,6 @@ def test_gemm_k_overhead_by_hand():
     # Longer reductions approach the asymptotic efficiency.
     t_long, f_long = gemm_time(m, 100 * GEMM_K_OVERHEAD, n, peak, eff, 1e30, 2.0)
     assert t_long == pytest.approx(1.01 * f_long / (peak * eff))
-
-
-def test_gemm_tiles_and_waves_by_hand():
-    # NVIDIA "Matrix Multiplication Background": 256 x 128 output tiles run one per SM in waves.
-    # BLOOM's QKV GEMM at TP 8 (h 14336, 3h/8 = 5376 columns) on an A100 (108 SMs):
-    # mbs 1: m = 2048 rows -> 8 x 42 = 336 tiles = 3.11 waves, taking 3.61 on average (half a wave
-    # of tail): 3.11 / 3.61 = 0.862; mbs 2: 672 tiles = 6.22 waves -> 6.22 / 6.72 = 0.926.
-    assert wave_efficiency(2048.0, 5376.0, 108) == pytest.approx((336 / 108) / (336 / 108 + 0.5))
-    assert wave_efficiency(4096.0, 5376.0, 108) == pytest.approx((672 / 108) / (672 / 108 + 0.5))
-    # So compute per token falls 7% from mbs 1 to 2 (0.926 / 0.862), where K alone never moved it.
-    t1, _ = gemm_time(2048.0, 14336.0, 5376.0, 312e12, 0.86, 1e30, 2.0, sm_count("a100-80gb"))
-    t2, _ = gemm_time(4096.0, 14336.0, 5376.0, 312e12, 0.86, 1e30, 2.0, sm_count("a100-80gb"))
-    assert t1 / (t2 / 2) == pytest.approx(((672 / 108) / (672 / 108 + 0.5)) / ((336 / 108) / (336 / 108 + 0.5)))
-    # Tile quantisation: a 129 x 128 output is one 256 x 128 tile, 129/256 of it useful, and below
-    # one wave the GEMM still takes a whole wave of 132 SMs: 129·128 / (256·128·132).
-    assert wave_efficiency(129.0, 128.0, 132) == pytest.approx(129 * 128 / (256 * 128 * 132))
-    # Without an SM count (a GPU the table lacks) no wave term.
-    assert wave_efficiency(2048.0, 5376.0, None) == 1.0 and sm_count("h100-sxm") == 132
 
 
 def test_sustained_clock_and_power_cap_multiply():

@@ -117,7 +117,7 @@ def test_conditions_on_text_precision_gpu_and_model():
     assert "recompute" not in apply_profiles(RowFacts(framework="torchtitan", recompute="full"))[0]
     assert apply_profiles(RowFacts(framework="megatron-lm", year=0))[0] == {}  # unknown year: not "old"
     assert apply_profiles(RowFacts(framework="megatron-lm", year=2022, source="korthikanti2022"))[0] == {
-        "attention": "unfused", "recompute_modules": ("core_attn",), "p2p_scatter_gather": True, "dp_comm_overlap": False}
+        "attention": "unfused", "recompute_modules": ("core_attn",)}
 
 
 def test_a_stated_setting_overrides_the_profile():
@@ -212,13 +212,10 @@ def test_selective_recompute_before_2025_is_core_attention_only():
 def test_deepspeed_pipeline_engine_partitions_sends_and_reduces_after_the_last_micro_batch():
     # DeepSpeed runtime/pipe/engine.py: is_pipe_partitioned = is_model_parallel (sends split over
     # TP, all-gathered at the receiver); pipe/schedule.py TrainSchedule: ReduceGrads after the
-    # last BackwardPass (no overlap). Megatron-LM 2021: scatter/gather on (Narayanan Sec. 4.1),
-    # gradients all-reduced after forward_backward_func.
+    # last BackwardPass (no overlap).
     text = "Megatron-DeepSpeed (BigScience fork, Feb 2022), DeepSpeed ZeRO-1"
     assert profiles_for(text)[0].name == "Megatron-DeepSpeed (DeepSpeed pipeline engine)"
     settings, _ = apply_profiles(RowFacts(framework=text.lower(), year=2022, precision="bf16"))
-    assert settings["p2p_scatter_gather"] is True and settings["dp_comm_overlap"] is False
-    settings, _ = apply_profiles(RowFacts(framework="megatron-lm", year=2021, precision="bf16"))
     assert settings["p2p_scatter_gather"] is True and settings["dp_comm_overlap"] is False
     # Megatron-Core sends whole tensors and overlaps gradient reduction when told: neither is set.
     settings, _ = apply_profiles(RowFacts(framework="megatron-core r0.8.0", year=2024, precision="bf16"))

@@ -146,19 +146,6 @@ _DEEPEP = Entry(
            "scripts keep the recipes' alltoall",
     when=(When(model=("moe", "mla"), year_min=2025, gpu="h100"),))
 
-_P2P_SCATTER_MEGATRON = Entry(
-    {"p2p_scatter_gather": True}, "pipeline sends split over the TP ranks, all-gathered at the receiver",
-    source="Narayanan et al. 2021 Sec. 4.1 (scatter/gather communication optimisation, Fig. 18); Megatron-LM "
-           "megatron/p2p_communication.py: scatter_gather_tensors_in_pipeline on unless "
-           "--no-scatter-gather-tensors-in-pipeline, skipped with sequence parallelism; Megatron-Core's "
-           "pipeline_parallel/p2p_communication.py (2023 on) sends whole tensors",
-    when=(When(year_max=2022),))
-_GRADS_AFTER_BACKWARD_MEGATRON = Entry(
-    {"dp_comm_overlap": False}, "data-parallel gradient all-reduce after the last backward (no overlap)",
-    source="Megatron-LM 2021-22 megatron/training.py train_step: model.allreduce_gradients() once the "
-           "forward_backward_func has run every micro-batch (local DDP, the default --DDP-impl); "
-           "--overlap-grad-reduce came with Megatron-Core's DistributedDataParallel in 2023",
-    when=(When(year_max=2022),))
 _DS_PIPE_SCATTER = Entry(
     {"p2p_scatter_gather": True}, "pipeline sends partitioned over the TP ranks, all-gathered at the receiver",
     source="DeepSpeed runtime/pipe/engine.py: is_pipe_partitioned = is_model_parallel; _exec_send_activations "
@@ -180,7 +167,7 @@ _CORE_ATTN_ONLY = Entry(
 
 # Order matters where texts overlap: NeMo / Megatron-Bridge texts also name "(Megatron-Core)".
 PROFILES: tuple[Profile, ...] = (
-    Profile("Megatron-LM 2021-22 (PTD-P)", r"megatron-lm", (_BEFORE_FLASH, _P2P_SCATTER_MEGATRON, _GRADS_AFTER_BACKWARD_MEGATRON)),
+    Profile("Megatron-LM 2021-22 (PTD-P)", r"megatron-lm", (_BEFORE_FLASH,)),
     Profile("NeMo 24.x / Megatron-Bridge 25.09", r"nemo|megatron-bridge", (
         _TE_ATTENTION,
         _FUSED_LOSS,

@@ -27,6 +27,13 @@ the same profiles, pins and searched knobs). Per group:
 Overall: decisive pairs pooled over groups, top-1 over groups, mean tau over groups; for all
 groups, and for the groups measured on one software release (confidence high or medium: the
 low ones mix releases, so their measured order mixes layout and software effects).
+
+Where the model leans (``knob_bias``): per knob (TP, PP, DP, mbs, CP, VPP), the decisive pairs
+whose layouts differ in it, the share ordered right and the mean log bias of the predicted
+ratio against the measured one, larger value over smaller. How the stated uncertainty calls
+ties (``tie_stats``): the 80% interval of every prediction (``search.uncertainty``), and how
+often two overlapping intervals (what ``planner search`` marks as a tie) meet pairs measured
+within that uncertainty, beyond it, and more than ``DECISIVE`` apart.
 """
 
 from __future__ import annotations

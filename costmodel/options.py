@@ -523,6 +523,21 @@ class Layout:
     sets it; off prices what runs without those flags (Megatron before they existed, or with
     them left at their default): every data-parallel collective exposed."""
 
+    p2p_scatter_gather: bool = option(
+        False, "Pipeline sends split over the TP ranks: each sends 1/t of the activation to the next stage and the "
+        "receiver all-gathers it over NVLink (Megatron-LM before Megatron-Core, without SP; DeepSpeed's pipeline "
+        "engine). Default: off (Megatron-Core sends the whole tensor, or the SP shard).", kind=FLAG,
+        group=IMPLEMENTATION, search=SETTING, label="p2p-scatter",
+        source="Megatron-LM megatron/p2p_communication.py (--no-scatter-gather-tensors-in-pipeline, on by default); "
+        "DeepSpeed runtime/pipe/engine.py (is_pipe_partitioned = is_model_parallel, PartitionedTensor)")
+    """Split each pipeline send over the tensor-parallel ranks: every TP rank sends its 1/t
+    slice of the activation (or its gradient) to its peer on the next stage, and the receiving
+    stage all-gathers the slices over the scale-up domain. Megatron-LM's
+    scatter_gather_tensors_in_pipeline (on unless --no-scatter-gather-tensors-in-pipeline, and
+    only without sequence parallelism, whose shard is already 1/t) and DeepSpeed's pipeline
+    engine (is_pipe_partitioned whenever model parallelism is on) run this way; Megatron-Core
+    sends the whole tensor from every rank. Off by default; framework profiles set it."""
+
     # ---------------------------------------------------------------- pipeline split
     pp_first_layers: Optional[int] = option(
         None, "Layers on the first pipeline stage (uneven pipelines). Default: planner's split.", kind=OPTIONAL_INT,

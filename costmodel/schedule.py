@@ -16,7 +16,7 @@ from costmodel import collectives, context_parallel, expert_parallel, recompute,
 from costmodel.compute import LayerTimes
 from costmodel.context import ChunkContext
 from costmodel.pipeline import StageSplit, argmax3, select3, stage_layer_mix
-from costmodel.placement import pipeline_crosses_network
+from costmodel.placement import group_span, pipeline_crosses_network
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,9 +155,18 @@ def p2p_count(pp, vpp, m):
 def p2p_exposed(ctx: ChunkContext, split: StageSplit):
     """Exposed pipeline P2P seconds per step: blocking sends of one micro-batch's activations
     (the SP shard, as Megatron sends it) to the next stage; over the network as soon as the
-    pipeline leaves one scale-up domain."""
+    pipeline leaves one scale-up domain. With ``p2p_scatter_gather`` (and tp > 1, no SP) each
+    TP rank sends only its 1/t slice and the receiver all-gathers the t slices over its TP group
+    before it can start (Megatron-LM p2p_communication.py: split_tensor_into_1d_equal_chunks,
+    then gather_split_1d_tensor; DeepSpeed pipe/engine.py: PartitionedTensor, then .full()),
+    so each blocking step pays the 1/t send and the all-gather."""
     batch = ctx.batch
     crosses = pipeline_crosses_network(batch.tp, batch.cp, batch.dp, batch.pp, ctx.domain)
-    p2p_bytes = ctx.act_bytes / np.where(ctx.sp, ctx.tp, 1.0)
+    scatter = batch.p2p_scatter_gather & (ctx.tp > 1) & ~ctx.sp
+    p2p_bytes = ctx.act_bytes / np.where(ctx.sp | scatter, ctx.tp, 1.0)
     one = collectives.p2p_time(p2p_bytes, crosses, ctx.fabric)
+    if scatter.any():
+        tp_local, tp_nodes = group_span(batch.tp, 1, ctx.domain)
+        gather, _ = collectives.collective_time("all_gather", ctx.act_bytes, tp_local, tp_nodes, ctx.fabric)
+        one = one + np.where(scatter, gather, 0.0)
     return np.where(split.single, 0.0, p2p_count(ctx.pp, ctx.vpp, ctx.m) * one)

@@ -189,7 +189,10 @@ def test_every_numeric_field_has_a_source():
 def test_efficiencies_plausible():
     for c in hw.list_clusters():
         assert 0.5 <= c.scaleup_efficiency <= 0.95, c.name
-        assert 0.5 <= c.network_efficiency <= 0.97, c.name
+        # Below half the line rate only where the cluster's own benchmark measured it (Jean Zay's
+        # Omni-Path: ~135 of 400 Gb/s per node in BigScience's all-reduce benchmark).
+        low = 0.3 if c.sources.get("network_efficiency", "").startswith("measured") else 0.5
+        assert low <= c.network_efficiency <= 0.97, c.name
         assert 0 < c.scaleup_latency_us < 10, c.name
 
 

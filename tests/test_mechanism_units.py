@@ -244,6 +244,24 @@ def test_schedule_p2p_inside_one_domain():
     assert schedule.p2p_exposed(ctx, split)[0] == pytest.approx(2 * (16 + 3) * (ALPHA_IN + S / B_IN), rel=1e-12)
 
 
+def test_schedule_p2p_scatter_gather_sends_a_tp_slice_and_gathers_it():
+    # tp 8 x pp 2 = 16 GPUs: the pipeline crosses the network. Without SP Megatron-Core sends the
+    # whole activation S = s·b·h·2 from every TP rank: 2(m + p - 1) = 2(16 + 1) = 34 sends of
+    # alpha + S/B on the network. Scatter/gather (Megatron-LM scatter_gather_tensors_in_pipeline,
+    # Narayanan et al. 2021 Sec. 4.1; DeepSpeed is_pipe_partitioned) sends S/8 per rank and the
+    # receiver all-gathers S over its 8 NVLink peers, a ring: 7·alpha + 7/8 · S/B.
+    S = 4096 * 4096 * 2.0
+    whole = _ctx(LLAMA_8B, tp=8, pp=2, dp=1, mbs=1, gbs=16, sequence_parallel=False)
+    split = StageSplit(LLAMA_8B, whole.batch, whole.pp)
+    assert schedule.p2p_exposed(whole, split)[0] == pytest.approx(34 * (ALPHA_NET + S / B_NET), rel=1e-12)
+    sliced = _ctx(LLAMA_8B, tp=8, pp=2, dp=1, mbs=1, gbs=16, sequence_parallel=False, p2p_scatter_gather=True)
+    one = ALPHA_NET + S / 8 / B_NET + 7 * ALPHA_IN + 7 / 8 * S / B_IN
+    assert schedule.p2p_exposed(sliced, split)[0] == pytest.approx(34 * one, rel=1e-12)
+    # With SP the send is already the 1/t shard: scatter/gather changes nothing (Megatron skips it).
+    sp = _ctx(LLAMA_8B, tp=8, pp=2, dp=1, mbs=1, gbs=16, sequence_parallel=True, p2p_scatter_gather=True)
+    assert schedule.p2p_exposed(sp, split)[0] == pytest.approx(34 * (ALPHA_NET + S / 8 / B_NET), rel=1e-12)
+
+
 def test_stage_params_heaviest_stage():
     # pp 2: 16 layers a stage; the first adds the input embedding V·h, the last the (untied) LM
     # head V·h and the final norm h: the last is heavier by h.

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,6 +41,9 @@ def test_each_profile_matches_the_shipped_rows_it_is_for():
         got = profiles_for(text)
         assert [p.name for p in got] == [_expected(text), GENERIC.name], text
         used.add(got[0].name)
+    # The ablation groups (planner/data/ablations.json) carry the Megatron-DeepSpeed rows (BLOOM).
+    ablations = json.loads((Path(__file__).parents[1] / "planner" / "data" / "ablations.json").read_text())
+    used |= {profiles_for(g["framework"])[0].name for g in ablations if len(profiles_for(g["framework"])) > 1}
     assert used == {p.name for p in PROFILES}  # no profile without a shipped row
 
 
@@ -202,3 +207,16 @@ def test_selective_recompute_before_2025_is_core_attention_only():
     old = apply_profiles(RowFacts(framework="nemo 24.07", year=2024))[0]
     new = apply_profiles(RowFacts(framework="megatron-bridge 25.09", year=2025))[0]
     assert old["recompute_modules"] == ("core_attn",) and "recompute_modules" not in new
+
+
+def test_deepspeed_pipeline_engine_partitions_sends_and_reduces_after_the_last_micro_batch():
+    # DeepSpeed runtime/pipe/engine.py: is_pipe_partitioned = is_model_parallel (sends split over
+    # TP, all-gathered at the receiver); pipe/schedule.py TrainSchedule: ReduceGrads after the
+    # last BackwardPass (no overlap).
+    text = "Megatron-DeepSpeed (BigScience fork, Feb 2022), DeepSpeed ZeRO-1"
+    assert profiles_for(text)[0].name == "Megatron-DeepSpeed (DeepSpeed pipeline engine)"
+    settings, _ = apply_profiles(RowFacts(framework=text.lower(), year=2022, precision="bf16"))
+    assert settings["p2p_scatter_gather"] is True and settings["dp_comm_overlap"] is False
+    # Megatron-Core sends whole tensors and overlaps gradient reduction when told: neither is set.
+    settings, _ = apply_profiles(RowFacts(framework="megatron-core r0.8.0", year=2024, precision="bf16"))
+    assert "p2p_scatter_gather" not in settings and "dp_comm_overlap" not in settings

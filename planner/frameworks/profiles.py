@@ -148,6 +148,16 @@ _DEEPEP = Entry(
            "scripts keep the recipes' alltoall",
     when=(When(model=("moe", "mla"), year_min=2025, gpu="h100"),))
 
+_DS_PIPE_SCATTER = Entry(
+    {"p2p_scatter_gather": True}, "pipeline sends partitioned over the TP ranks, all-gathered at the receiver",
+    source="DeepSpeed runtime/pipe/engine.py: is_pipe_partitioned = is_model_parallel; _exec_send_activations "
+           "sends a PartitionedTensor slice, the receiver rebuilds it with .full() (an all-gather over the "
+           "model-parallel group); gradients likewise (is_grad_partitioned)")
+_DS_PIPE_GRADS_AFTER = Entry(
+    {"dp_comm_overlap": False}, "data-parallel gradient reduction after the last micro-batch (DeepSpeed pipeline engine)",
+    source="DeepSpeed runtime/pipe/schedule.py TrainSchedule: ReduceTiedGrads and ReduceGrads are issued after the "
+           "last micro-batch's BackwardPass; engine._exec_reduce_grads then all-reduces (no overlap with backward)")
+
 _CORE_ATTN_ONLY = Entry(
     {"recompute_modules": ("core_attn",)}, "",  # no line: it holds for every row before 2025
     source="Megatron-LM added --recompute-modules (mlp, moe_act, layernorm, ...) on 2025-04-05 (ADLR/megatron-lm!2207, "
@@ -197,6 +207,14 @@ PROFILES: tuple[Profile, ...] = (
         Entry({"grad_dtype": "bf16"}, "BF16 gradient reduction (FSDP mixed_precision PURE)",
               source="Composer FSDP mixed_precision PURE: parameters, gradient reduction and buffers in BF16",
               when=(When(precision="pure"),)),
+    )),
+    Profile("Megatron-DeepSpeed (DeepSpeed pipeline engine)", r"megatron-deepspeed|deepspeed pipeline", (
+        _BEFORE_FLASH,
+        _DS_PIPE_SCATTER,
+        _DS_PIPE_GRADS_AFTER,
+        Entry({"grad_dtype": "bf16"}, "16-bit gradient reduction (DeepSpeed fp16 / bf16)",
+              source="DeepSpeed docs/_pages/config-json.md: communication_data_type defaults to the training "
+                     "dtype; the fp16 and bf16 engines keep and reduce 16-bit gradients"),
     )),
     Profile("DeepSpeed ZeRO-3 (2021)", r"deepspeed", (
         _BEFORE_FLASH,

@@ -27,10 +27,18 @@ the same profiles, pins and searched knobs). Per group:
 Overall: decisive pairs pooled over groups, top-1 over groups, mean tau over groups; for all
 groups, and for the groups measured on one software release (confidence high or medium: the
 low ones mix releases, so their measured order mixes layout and software effects).
+
+Where the model leans (``knob_bias``): per knob (TP, PP, DP, mbs, CP, VPP), the decisive pairs
+whose layouts differ in it, the share ordered right and the mean log bias of the predicted
+ratio against the measured one, larger value over smaller. How the stated uncertainty calls
+ties (``tie_stats``): the 80% interval of every prediction (``search.uncertainty``), and how
+often two overlapping intervals (what ``planner search`` marks as a tie) meet pairs measured
+within that uncertainty, beyond it, and more than ``DECISIVE`` apart.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Optional
@@ -101,7 +109,7 @@ def order_stats(measured, predicted, decisive: float = DECISIVE) -> dict:
             "top1_strict": bool(len(m) > 1 and picked == m.max()), "misordered": wrong}
 
 
-def rank_group(group: dict) -> dict:
+def rank_group(group: dict, with_intervals: bool = False) -> dict:
     """Predictions and order figures of one group; layouts that cannot be predicted are listed."""
     from planner.validate.predict import validate_rows
 
@@ -111,13 +119,114 @@ def rank_group(group: dict) -> dict:
     done = [r for r in results if r.error is not None]
     out = {"id": group.get("id", "?"), "confidence": group.get("confidence"),
            "layouts": [{"id": r.id, "layout": r.layout, "measured": r.reported, "predicted": r.predicted,
-                        "error": r.error, "fits": r.fits} for r in done],
+                        "error": r.error, "fits": r.fits, "values": {k: r.values.get(k) for k in KNOBS}}
+                       for r in done],
            "unmapped": [{"id": r.id, "reason": r.reason} for r in results if r.error is None]
            + [{"id": r["id"], "reason": "no measured.tokens_per_s_per_gpu"} for r in missing]}
+    if with_intervals and done:
+        for lay, q in zip(out["layouts"], layout_intervals(rows, done)):
+            lay["interval"] = q
     stats = order_stats([r.reported for r in done], [r.predicted for r in done]) if len(done) > 1 else None
     out.update(stats or {"kendall_tau": None, "pairs": 0, "pairs_right": 0, "top1": None, "top1_strict": None,
                          "misordered": []})
     return out
+
+
+KNOBS = ("tp", "pp", "dp", "mbs", "cp", "vpp")
+"""The layout knobs the bias table splits pairs by (``Layout`` names)."""
+
+
+def layout_intervals(rows: list[dict], done: list) -> list[Optional[tuple]]:
+    """(p10, p90) tokens/s/GPU of each predicted layout: the 80% interval ``planner search``
+    states for it (search.uncertainty: the folds' constants x the held-out errors)."""
+    from costmodel.layout import LayoutBatch
+    from costmodel.options import Layout
+    from planner.validate.runs import map_run, parse_row
+    from search.uncertainty import tokens_interval
+
+    by_id = {r["id"]: r for r in rows}
+    out = []
+    for res in done:
+        run = map_run(parse_row(by_id[res.id]))
+        fields = {f.name for f in dataclasses.fields(Layout)}
+        batch = LayoutBatch.from_layouts([Layout(**{k: v for k, v in res.values.items() if k in fields})])
+        q = tokens_interval(run.model, run.cluster, run.gpu, batch, predicted=np.array([res.predicted]))
+        out.append((float(q[0, 0]), float(q[2, 0])))
+    return out
+
+
+def knob_bias(groups: list[dict], decisive: float = DECISIVE) -> dict:
+    """Per knob, over the decisive pairs whose layouts differ in it: pairs, those ordered right,
+    and the mean log bias log(predicted ratio / measured ratio), the ratios taken as the layout
+    with the larger value of the knob over the other. A positive bias: the model favours the
+    larger value more than the measurements do (e.g. TP +5%: it over-rates larger TP)."""
+    table = {k: {"pairs": 0, "pairs_right": 0, "log_bias": []} for k in KNOBS}
+    for g in groups:
+        lays = g["layouts"]
+        for a in range(len(lays)):
+            for b in range(a + 1, len(lays)):
+                la, lb = lays[a], lays[b]
+                ma, mb, pa, pb = la["measured"], lb["measured"], la["predicted"], lb["predicted"]
+                if abs(ma - mb) / min(ma, mb) <= decisive:
+                    continue
+                right = (ma > mb) == (pa > pb)
+                for k in KNOBS:
+                    va, vb = (la.get("values") or {}).get(k), (lb.get("values") or {}).get(k)
+                    if va is None or vb is None or va == vb:
+                        continue
+                    hi, lo = (la, lb) if va > vb else (lb, la)
+                    t = table[k]
+                    t["pairs"] += 1
+                    t["pairs_right"] += int(right)
+                    t["log_bias"].append(np.log(hi["predicted"] / lo["predicted"]) - np.log(hi["measured"] / lo["measured"]))
+    return {k: {"pairs": t["pairs"], "pairs_right": t["pairs_right"],
+                "share_right": t["pairs_right"] / t["pairs"] if t["pairs"] else None,
+                "mean_log_bias": float(np.mean(t["log_bias"])) if t["log_bias"] else None} for k, t in table.items()}
+
+
+def tie_stats(groups: list[dict], decisive: float = DECISIVE) -> dict:
+    """How the 80% intervals (``layout_intervals``) separate measured pairs: a pair is called a
+    tie when the two intervals overlap (``planner search`` marks such rows ``≈``). Pairs measured
+    within the stated uncertainty (their measured gap below the larger relative half-width of the
+    two intervals) should be called ties; decisive pairs beyond it should not."""
+    inside = inside_tied = beyond = beyond_tied = decisive_pairs = decisive_tied = 0
+    for g in groups:
+        lays = [lay for lay in g["layouts"] if lay.get("interval")]
+        for a in range(len(lays)):
+            for b in range(a + 1, len(lays)):
+                la, lb = lays[a], lays[b]
+                (lo_a, hi_a), (lo_b, hi_b) = la["interval"], lb["interval"]
+                tied = lo_a <= hi_b and lo_b <= hi_a
+                half = max((hi_a - lo_a) / (2 * la["predicted"]), (hi_b - lo_b) / (2 * lb["predicted"]))
+                gap = abs(la["measured"] - lb["measured"]) / min(la["measured"], lb["measured"])
+                if gap <= half:
+                    inside, inside_tied = inside + 1, inside_tied + int(tied)
+                else:
+                    beyond, beyond_tied = beyond + 1, beyond_tied + int(tied)
+                if gap > decisive:
+                    decisive_pairs, decisive_tied = decisive_pairs + 1, decisive_tied + int(tied)
+    return {"inside": inside, "inside_tied": inside_tied, "beyond": beyond, "beyond_tied": beyond_tied,
+            "decisive": decisive_pairs, "decisive_tied": decisive_tied}
+
+
+def format_bias(bias: dict) -> list[str]:
+    lines = ["where the model leans: decisive pairs whose layouts differ in the knob; bias = mean of "
+             "log(predicted / measured ratio), larger value over smaller (+: the model over-rates the larger value)",
+             f"{'knob':<6}{'pairs':>7}{'right':>14}{'bias':>9}  leans to"]
+    for k, t in bias.items():
+        if not t["pairs"]:
+            continue
+        b = t["mean_log_bias"]
+        lean = "-" if abs(b) < 0.005 else (f"larger {k.upper()}" if b > 0 else f"smaller {k.upper()}")
+        lines.append(f"{k.upper():<6}{t['pairs']:>7}{_share(t['pairs_right'], t['pairs']):>14}{(np.exp(b) - 1) * 100:>+8.1f}%  {lean}")
+    return lines
+
+
+def format_ties(t: dict) -> list[str]:
+    return ["ties (80% intervals of the two layouts overlap, as planner search marks them):",
+            f"  pairs measured within the stated uncertainty: {t['inside']}, called ties {_share(t['inside_tied'], t['inside'])}",
+            f"  pairs measured beyond it: {t['beyond']}, called ties {_share(t['beyond_tied'], t['beyond'])}",
+            f"  decisive pairs (> {DECISIVE * 100:g}% apart): {t['decisive']}, called ties {_share(t['decisive_tied'], t['decisive'])}"]
 
 
 SAME_RELEASE = ("high", "medium")
@@ -151,7 +260,7 @@ def _overall_line(label: str, total: dict) -> str:
 
 
 def format_ranking(groups: list[dict], total: dict, path: str, same_release: Optional[dict] = None,
-                   high: Optional[dict] = None) -> str:
+                   high: Optional[dict] = None, bias: Optional[dict] = None, ties: Optional[dict] = None) -> str:
     lines = [f"ordering accuracy on ablation groups ({path}): each group's layouts as measured vs as predicted",
              f"(pairs: measured more than {DECISIVE * 100:g}% apart; top-1: the predicted fastest is measured fastest "
              f"or within {DECISIVE * 100:g}% of it)",
@@ -166,6 +275,10 @@ def format_ranking(groups: list[dict], total: dict, path: str, same_release: Opt
         lines.append(_overall_line("one release (high, medium)", same_release))
     if high is not None and high["groups"] not in (0, total["groups"], (same_release or {}).get("groups")):
         lines.append(_overall_line("high confidence (every knob stated)", high))
+    if bias is not None:
+        lines += [""] + format_bias(bias)
+    if ties is not None:
+        lines += [""] + format_ties(ties)
     lines += ["", f"{'group / layout (as planner validate predicts a row)':<64}{'measured':>10}{'predicted':>11}{'error':>8}"]
     for g in groups:
         lines.append(g["id"])
@@ -187,9 +300,11 @@ def format_ranking(groups: list[dict], total: dict, path: str, same_release: Opt
 def run_ranking(path: Path, as_json: bool = False) -> None:
     import typer
 
-    groups = [rank_group(g) for g in load_groups(path)]
+    groups = [rank_group(g, with_intervals=True) for g in load_groups(path)]
     total, same, high = overall(groups), overall(groups, SAME_RELEASE), overall(groups, ("high",))
+    bias, ties = knob_bias(groups), tie_stats(groups)
     if as_json:
-        typer.echo(json.dumps({"groups": groups, "overall": total, "one_release": same, "high": high}, indent=2))
+        typer.echo(json.dumps({"groups": groups, "overall": total, "one_release": same, "high": high,
+                               "knob_bias": bias, "ties": ties}, indent=2))
     else:
-        typer.echo(format_ranking(groups, total, str(path), same, high))
+        typer.echo(format_ranking(groups, total, str(path), same, high, bias, ties))

@@ -32,7 +32,7 @@ from costmodel.options import (  # noqa: F401  (re-exported: the option vocabula
 
 COLUMNS = tuple(o.name for o in OPTIONS)
 """Column names of a LayoutBatch (= ``Layout`` field names)."""
-_DTYPES = {o.name: (bool if o.column_dtype == "bool" else np.int64) for o in OPTIONS}
+_DTYPES = {o.name: {"bool": bool, "float64": np.float64}.get(o.column_dtype, np.int64) for o in OPTIONS}
 
 
 def implementation_columns(impl: dict) -> dict:

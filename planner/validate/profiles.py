@@ -146,6 +146,17 @@ _DEEPEP = Entry(
            "scripts keep the recipes' alltoall",
     when=(When(model=("moe", "mla"), year_min=2025, gpu="h100"),))
 
+_CUTLASS_GROUPED_GEMM = Entry(
+    {"moe_grouped_gemm": "fused"}, "expert GEMMs as one grouped kernel (legacy GroupedMLP, grouped_gemm package)",
+    source="Megatron-Core r0.8 --moe-grouped-gemm runs GroupedMLP (megatron/core/transformer/moe/experts.py: "
+           "grouped_gemm.ops.gmm, one CUTLASS grouped launch); TEGroupedMLP (TransformerEngine's per-expert "
+           "loop) became the default in r0.9, the old path kept behind --moe-use-legacy-grouped-gemm",
+    when=(When(model=("moe",)),))
+_TORCH_GROUPED_MM = Entry(
+    {"moe_grouped_gemm": "fused"}, "expert GEMMs as torch._grouped_mm (one launch)",
+    source="torchtitan models/moe GroupedExperts: torch._grouped_mm over the experts with device-side offsets",
+    when=(When(model=("moe",)),))
+
 _CORE_ATTN_ONLY = Entry(
     {"recompute_modules": ("core_attn",)}, "",  # no line: it holds for every row before 2025
     source="Megatron-LM added --recompute-modules (mlp, moe_act, layernorm, ...) on 2025-04-05 (ADLR/megatron-lm!2207, "
@@ -170,7 +181,8 @@ PROFILES: tuple[Profile, ...] = (
         _TPO_SEARCHED,
         _DEEPEP,
     )),
-    Profile("Megatron-Core r0.8", r"megatron-core", (_TE_ATTENTION, _TPO_STATED, _TPO_SEARCHED, _DEEPEP)),
+    Profile("Megatron-Core r0.8", r"megatron-core", (_TE_ATTENTION, _TPO_STATED, _TPO_SEARCHED, _DEEPEP,
+                                                     _CUTLASS_GROUPED_GEMM)),
     Profile("torchtitan (Dec 2024)", r"torchtitan", (
         Entry({"recompute": "full", "recompute_layers": -2},
               "torchtitan selective (per-op SAC) priced as full recompute of half the layers",
@@ -181,6 +193,7 @@ PROFILES: tuple[Profile, ...] = (
         Entry({"loss": "eager"}, "eager F.cross_entropy on FP32 logits",
               source="torchtitan train.py: F.cross_entropy(pred.flatten(0, 1).float(), ...) outside the compiled "
                      "blocks (compiling the loss is disabled there)"),
+        _TORCH_GROUPED_MM,
         Entry({"tp_overlap_kind": "asynctp"}, "",
               source="torchtitan parallelism.enable_async_tensor_parallel: torch.compile's micro-pipeline TP "
                      "(torch/_inductor/fx_passes/micro_pipeline_tp.py), not TransformerEngine userbuffers"),

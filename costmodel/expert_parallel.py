@@ -99,18 +99,25 @@ def all_to_all_per_pass(ctx: ChunkContext):
     return a2a
 
 
-def paired_exposure(one_a2a, moe_layer: LayerTimes):
+def paired_exposure(one_a2a, moe_layer: LayerTimes, synced=False):
     """Exposed all-to-all seconds per MoE layer when a forward and a backward micro-batch run
     side by side (DeepSeek-V3 report Sec. 3.2.1, Fig. 4; Megatron-Core MoE README, v0.14
     batch-level overlap): backward combine || forward attention, forward dispatch || backward
     MLP, backward dispatch || forward MLP, forward combine || backward attention. A collective
     longer than its partner stays exposed by the difference. "Attention" is all but the MoE
-    block; backward splits like forward."""
+    block; backward splits like forward.
+
+    The pairing has its own cost where the forward syncs the host before its dispatch
+    (``costmodel.moe.syncs_host``: the alltoall dispatcher's token counts, TransformerEngine's
+    per-expert loop): the device-to-host copy waits for everything queued before it on the
+    compute stream, the partner's backward MLP included, so that dispatch cannot run beside it
+    and stays exposed."""
     mlp_f = moe_layer.module_forward["moe"]
     attn_f = np.maximum(moe_layer.forward - mlp_f, 0.0)
     mlp_b = moe_layer.backward * mlp_f / np.maximum(moe_layer.forward, 1e-30)
     attn_b = np.maximum(moe_layer.backward - mlp_b, 0.0)
-    return sum(np.maximum(one_a2a - partner, 0.0) for partner in (attn_f, mlp_b, mlp_f, attn_b))
+    mlp_b_for_dispatch = np.where(synced, 0.0, mlp_b)
+    return sum(np.maximum(one_a2a - partner, 0.0) for partner in (attn_f, mlp_b_for_dispatch, mlp_f, attn_b))
 
 
 def layer_comm(ctx: ChunkContext, moe_layer: LayerTimes) -> ExpertParallelComm:
@@ -122,7 +129,9 @@ def layer_comm(ctx: ChunkContext, moe_layer: LayerTimes) -> ExpertParallelComm:
     # The pairing needs two micro-batches in different phases at once: interleaved pipelines
     # or none (Megatron-Core requires one of them for --overlap-moe-expert-parallel-comm).
     overlap_on = batch.ep_comm_overlap & ((ctx.vpp > 1) | (ctx.pp == 1))
-    return ExpertParallelComm(per_pass, overlap_on, paired_exposure(per_pass / 2.0, moe_layer))
+    from costmodel.moe import syncs_host
+
+    return ExpertParallelComm(per_pass, overlap_on, paired_exposure(per_pass / 2.0, moe_layer, syncs_host(batch)))
 
 
 def stage_time(comm: ExpertParallelComm, runs, n_moe, comm_sm_fraction):

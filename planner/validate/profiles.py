@@ -146,6 +146,15 @@ _DEEPEP = Entry(
            "scripts keep the recipes' alltoall",
     when=(When(model=("moe", "mla"), year_min=2025, gpu="h100"),))
 
+_RELEASES_WITH_HYBRIDEP = (When(model=("moe",), text="25.11"), When(model=("moe",), text="26."))
+"""Megatron-Bridge / NeMo releases from 25.11 on: Megatron-Core v0.15 and later."""
+_HYBRIDEP_SEARCHED = Entry(
+    {"moe_dispatcher": ["alltoall", "hybridep"]},
+    source="Megatron-Core MoE README: HybridEP joined the flex dispatcher in v0.15 (2025/11; GB200, B200, H100); "
+           "Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py sets "
+           "moe_flex_dispatcher_backend='hybridep' for some models and GPUs (Qwen3-30B-A3B on H100, B200, GB200) "
+           "and the alltoall dispatcher for others (Qwen3-235B-A22B on H100, B200): unstated, so searched",
+    when=_RELEASES_WITH_HYBRIDEP)
 _CUTLASS_GROUPED_GEMM = Entry(
     {"moe_grouped_gemm": "fused"}, "expert GEMMs as one grouped kernel (legacy GroupedMLP, grouped_gemm package)",
     source="Megatron-Core r0.8 --moe-grouped-gemm runs GroupedMLP (megatron/core/transformer/moe/experts.py: "
@@ -180,6 +189,7 @@ PROFILES: tuple[Profile, ...] = (
         _TPO_STATED,
         _TPO_SEARCHED,
         _DEEPEP,
+        _HYBRIDEP_SEARCHED,
     )),
     Profile("Megatron-Core r0.8", r"megatron-core", (_TE_ATTENTION, _TPO_STATED, _TPO_SEARCHED, _DEEPEP,
                                                      _CUTLASS_GROUPED_GEMM)),

@@ -202,3 +202,26 @@ def test_cross_validation_prints_families():
           "in_sample": st, "held_out": st, "families": {"MoE": {"in_sample": st, "held_out": st}}}
     text = format_cross_validation(cv)
     assert "family: MoE" in text and "5.0% / 10.0%" in text
+
+
+def test_profiles_set_the_grouped_gemm_and_search_hybridep_by_release():
+    from planner.validate.profiles import RowFacts, apply_profiles
+
+    moe_parts = frozenset({"moe"})
+    # Megatron-Core r0.8's --moe-grouped-gemm ran the legacy GroupedMLP (one CUTLASS launch).
+    settings, _ = apply_profiles(RowFacts(framework="megatron-core v0.8 (dropless)", year=2024, model_parts=moe_parts))
+    assert settings["moe_grouped_gemm"] == "fused"
+    # torchtitan's MoE calls torch._grouped_mm.
+    settings, _ = apply_profiles(RowFacts(framework="torchtitan", year=2025, model_parts=moe_parts))
+    assert settings["moe_grouped_gemm"] == "fused"
+    # Megatron-Bridge 25.09 (Megatron-Core before v0.15): TransformerEngine's loop, alltoall.
+    settings, _ = apply_profiles(RowFacts(framework="megatron-bridge / nemo 25.09", year=2025, gpu="b200",
+                                          model_parts=moe_parts))
+    assert "moe_grouped_gemm" not in settings and "moe_dispatcher" not in settings
+    # From 25.11 on HybridEP is offered and the recipes pick per model and GPU: searched.
+    settings, _ = apply_profiles(RowFacts(framework="megatron-bridge / nemo 26.04.01", year=2026, gpu="h100-sxm",
+                                          model_parts=moe_parts))
+    assert settings["moe_dispatcher"] == ["alltoall", "hybridep"]
+    # A dense model gets none of it.
+    settings, _ = apply_profiles(RowFacts(framework="megatron-bridge / nemo 26.04.01", year=2026, gpu="h100-sxm"))
+    assert "moe_dispatcher" not in settings and "moe_grouped_gemm" not in settings

@@ -225,3 +225,12 @@ def test_profiles_set_the_grouped_gemm_and_search_hybridep_by_release():
     # A dense model gets none of it.
     settings, _ = apply_profiles(RowFacts(framework="megatron-bridge / nemo 26.04.01", year=2026, gpu="h100-sxm"))
     assert "moe_dispatcher" not in settings and "moe_grouped_gemm" not in settings
+
+
+def test_moe_imbalance_reads_back_from_a_search_csv():
+    from planner.records import _cell
+
+    opt = OPTIONS_BY_NAME["moe_imbalance"]
+    assert _cell(opt, "1.25", "row 1: moe_imbalance") == 1.25
+    with pytest.raises(PlannerInputError, match="must be a number"):
+        _cell(opt, "x", "row 1: moe_imbalance")

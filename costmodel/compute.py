@@ -21,13 +21,6 @@ from costmodel.params import ParamCounts
 from hardware_catalog.schema import GPUSpec, ModelSpec
 
 BF16_BYTES = 2.0
-MOE_EXTRA_KERNELS_PER_LAYER = 18.0
-"""Kernels an MoE layer launches beyond a dense MLP's (Megatron-Core MoELayer with the
-all-to-all dispatcher; its up/activation/down kernels become the grouped GEMMs' and count as
-the dense ones): router GEMM, score function, top-k, aux-loss terms (3), probability scatter
-(7); the per-expert token count, permute index and permute, token and probability
-all-to-alls, chunk sort (6); FP8 casts around the two grouped GEMMs (2); on combine the sort
-back, the all-to-all and the unpermute (3): 18."""
 EAGER_EXTRA_KERNELS_PER_LAYER = 22.0
 """Kernels an eager PyTorch transformer layer launches beyond a fused one (see the count in
 ``_LayerAssembler``)."""
@@ -282,9 +275,12 @@ class _LayerAssembler:
         bytes_per_token = bytes_per_token + np.where(kern.fp8, 3.0 * fp8_inputs / kern.tp, 0.0)
         return kern.tokens * bytes_per_token / kern.mem_bw
 
-    def layer(self, t_mlp_gemms, f_mlp, mlp_elems, mlp_fp8_inputs, mlp_up, mlp_down, eager_mlp=0.0, extra_kernels=0.0):
+    def layer(self, t_mlp_gemms, f_mlp, mlp_elems, mlp_fp8_inputs, mlp_up, mlp_down, eager_mlp=0.0, extra_kernels=0.0,
+              t_mlp_gemms_backward=None):
         """LayerTimes of the attention block plus an MLP of GEMM seconds ``t_mlp_gemms`` and
-        FLOPs ``f_mlp``; ``mlp_up`` / ``mlp_down``: the GEMMs beside its TP collectives."""
+        FLOPs ``f_mlp``; ``mlp_up`` / ``mlp_down``: the GEMMs beside its TP collectives.
+        ``t_mlp_gemms_backward``: the MLP's backward GEMMs where priced on their own (MoE
+        experts: dgrad and wgrad, costmodel.moe); default twice the forward."""
         ew = self.ew
         t_gemm = self.t_qkv + self.t_out + t_mlp_gemms
         t_elem = self.elementwise_time(ew.rep, ew.attn_tp + mlp_elems, ew.gemm_inputs + mlp_fp8_inputs, eager_mlp)
@@ -292,7 +288,9 @@ class _LayerAssembler:
         forward = t_gemm + self.t_core + t_elem + layer_launch
         # Backward: dgrad + wgrad GEMMs (2x forward FLOPs), the attention core as above,
         # elementwise backward ~2x traffic.
-        backward = 2.0 * t_gemm + self.core_backward_factor * self.t_core + 2.0 * t_elem + 2.0 * layer_launch
+        mlp_backward = 2.0 * t_mlp_gemms if t_mlp_gemms_backward is None else t_mlp_gemms_backward
+        backward = (2.0 * (t_gemm - t_mlp_gemms) + mlp_backward + self.core_backward_factor * self.t_core
+                    + 2.0 * t_elem + 2.0 * layer_launch)
         flops = self.f_qkv + self.f_out + f_mlp + self.core_flops
         return LayerTimes(forward, backward, self.t_core, flops, (self.t_qkv, self.t_out, mlp_up, mlp_down))
 
@@ -334,78 +332,6 @@ def _dense_layer(model: ModelSpec, asm: _LayerAssembler, shared) -> LayerTimes:
     return dense
 
 
-def _moe_mlp_gemms(model: ModelSpec, batch: LayoutBatch, gpu: GPUSpec, calib: Calibration, kern: _Kernels):
-    """GEMM (seconds, FLOPs) of an MoE block: routed experts, shared experts (with their up and
-    down GEMMs), router.
-
-    With MoE parallel folding (Megatron-Core) the expert layer spreads the micro-batch's
-    tokens over t·c·dp ranks as ep x etp x expert-dp: this GPU receives tokens·k/t routed
-    tokens (balanced routing) for its E/ep experts, each split over etp."""
-    moe = model.moe
-    h = float(model.hidden_size)
-    E = float(moe.num_experts)
-    top_k = float(moe.top_k)
-    Fe = float(moe.expert_ffn_hidden_size)
-    ep = batch.ep.astype(np.float64)
-    etp = batch.etp.astype(np.float64)
-    local_experts = E / ep
-    tokens_per_expert = kern.tokens * top_k * ep * etp / (kern.tp * E)
-    e_up = (2.0 if model.gated_mlp else 1.0) * Fe / etp
-    t_eu, f_eu = kern.gemm(tokens_per_expert, h, e_up)
-    t_ed, f_ed = kern.gemm(tokens_per_expert, Fe / etp, h)
-    experts = (local_experts * (t_eu + t_ed), local_experts * (f_eu + f_ed))
-    Fs = float(moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size))
-    t_shared = f_shared = t_su = t_sd = 0.0
-    if Fs:
-        t_su, f_su = kern.gemm(kern.tokens, h, (2.0 if model.gated_mlp else 1.0) * Fs / kern.tp)
-        t_sd, f_sd = kern.gemm(kern.tokens, Fs / kern.tp, h)
-        t_shared, f_shared = t_su + t_sd, f_su + f_sd
-    # Router: a small BF16 GEMM on this rank's SP share of tokens.
-    router = gemm_time(kern.tokens / kern.rep_div, h, E, kern.bf16_peak, bf16_gemm_efficiency(gpu, calib), kern.hbm, BF16_BYTES)
-    return experts, (t_shared, f_shared, t_su, t_sd), router
-
-
-def _moe_layer(model: ModelSpec, batch: LayoutBatch, gpu: GPUSpec, calib: Calibration, asm: _LayerAssembler,
-               shared) -> LayerTimes:
-    """A layer whose MLP is an MoE block."""
-    kern = asm.kern
-    moe = model.moe
-    h = float(model.hidden_size)
-    top_k = float(moe.top_k)
-    Fe = float(moe.expert_ffn_hidden_size)
-    Fs = float(moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size))
-    (t_experts, f_experts), (t_shared, f_shared, t_su, t_sd), (t_router, f_router) = _moe_mlp_gemms(
-        model, batch, gpu, calib, kern
-    )
-    act = 3.0 if model.gated_mlp else 2.0
-    # Elementwise: activation on routed tokens, shared-expert activation, and the token
-    # shuffles of Megatron-Core's all-to-all dispatcher (token_dispatcher.py): permute into
-    # expert order before the all-to-all and sort the received chunks by local expert after it
-    # (read + write h per routed copy each), the reverse sort on combine, and the unpermute
-    # that reads the k copies and writes one weighted sum: 7kh + h.
-    moe_elems = top_k * (act * Fe + 7.0 * h) + h + act * Fs
-    moe_layer = asm.layer(
-        t_experts + t_shared + t_router,
-        f_experts + f_shared + f_router,
-        moe_elems,
-        top_k * (h + Fe) + (h + Fs if Fs else 0.0),
-        t_su,
-        t_sd,
-        extra_kernels=MOE_EXTRA_KERNELS_PER_LAYER,
-    )
-    t_norms, t_mla_up, f_mla_up = shared
-    zero = 0.0
-    moe_layer.module_forward = {
-        "layernorm": t_norms, "mla_up_proj": t_mla_up, "mlp": zero,
-        "moe_act": kern.streamed(top_k * act * Fe, kern.tp),
-        "shared_experts": t_shared + kern.streamed(act * Fs, kern.tp),
-        "moe": t_experts + t_shared + t_router + kern.streamed(moe_elems, kern.tp),
-    }
-    moe_layer.module_flops = {"layernorm": zero, "mla_up_proj": f_mla_up, "mlp": zero, "moe_act": zero,
-                              "shared_experts": f_shared, "moe": f_experts + f_shared + f_router}
-    return moe_layer
-
-
 def dense_and_moe_layer_times(
     model: ModelSpec, counts: ParamCounts, gpu: GPUSpec, batch: LayoutBatch, calib: Calibration
 ) -> tuple[LayerTimes, LayerTimes]:
@@ -416,7 +342,9 @@ def dense_and_moe_layer_times(
     dense = _dense_layer(model, asm, shared)
     if model.moe is None:
         return dense, dense
-    return dense, _moe_layer(model, batch, gpu, calib, asm, shared)
+    from costmodel.moe import moe_layer  # MoE has its own module (it imports this one)
+
+    return dense, moe_layer(model, batch, gpu, calib, asm, shared)
 
 
 def _by_loss(batch: LayoutBatch, unfused, fused, eager):

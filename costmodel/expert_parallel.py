@@ -2,8 +2,10 @@
 
 Every MoE layer dispatches its routed tokens to the experts' ranks and combines the results
 back, one all-to-all each per pass (GShard, Lepikhin et al. 2020; Megatron-Core alltoall token
-dispatcher), over the ep group. The only module that reads ``batch.moe_dispatcher`` (DeepEP's
-node deduplication) and ``batch.ep_comm_overlap`` (DeepSeek-V3's pairing of micro-batches).
+dispatcher), over the ep group. The only module that prices ``batch.moe_dispatcher``'s traffic
+(DeepEP / HybridEP node deduplication and FP8 dispatch, the allgather dispatcher) and
+``batch.ep_comm_overlap`` (DeepSeek-V3's pairing of micro-batches); the tokens each rank holds
+come from ``costmodel.moe``.
 """
 
 from __future__ import annotations
@@ -48,33 +50,73 @@ def deepep_traffic_share(ep_nodes, moe):
     return np.where(ep_nodes > 1, np.minimum(distinct / moe.top_k, 1.0), 1.0)
 
 
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128.0
+"""Bytes per element of an FP8 dispatch: E4M3 values and one FP32 scale per 128 (DeepEP's
+low-precision dispatch; DeepSeek-V3 report Sec. 3.3: dispatch in FP8, combine in BF16)."""
+
+
+def dispatch_bytes_per_element(ctx: ChunkContext):
+    """Bytes per hidden element the dispatch moves: FP8 where the layer runs FP8 and the
+    dispatcher quantises before sending (deepep, hybridep), else BF16. The combine stays BF16."""
+    batch = ctx.batch
+    quantised = (batch.is_("moe_dispatcher", "deepep") | batch.is_("moe_dispatcher", "hybridep")) & ctx.fp8
+    return np.where(quantised, FP8_DISPATCH_BYTES, BF16)
+
+
 def all_to_all_per_pass(ctx: ChunkContext):
     """Dispatch + combine seconds of one MoE layer per pass, over the ep group (stride etp
-    under MoE parallel folding); the routed copies of this rank's (SP share of) tokens, k each."""
+    under MoE parallel folding); the routed copies of this rank's (SP share of) tokens, k each,
+    times the busiest rank's share (``costmodel.moe.MoeShape.imbalance``: every rank waits for
+    the rank receiving most).
+
+    By dispatcher: alltoall sends every routed copy; deepep and hybridep send one copy per
+    destination scale-up domain and forward inside it (``deepep_traffic_share``; HybridEP's
+    domain is the NVLink domain, 72 GPUs on an NVL72 rack, so an EP group inside the rack never
+    crosses the network); allgather gathers every EP rank's tokens (not k copies: the experts
+    pick theirs locally) and reduce-scatters the outputs back (Megatron-Core
+    MoEAllGatherTokenDispatcher)."""
     batch, moe = ctx.batch, ctx.model.moe
     if moe is None or not np.any(ctx.ep > 1):
         return np.zeros(ctx.n)
     ep_local, ep_nodes = group_span(batch.ep, batch.etp, ctx.domain)
-    routed_bytes = ctx.tokens_mb / np.where(ctx.sp, ctx.tp, 1.0) * moe.top_k * ctx.h * BF16
-    deepep = batch.is_("moe_dispatcher", "deepep")
-    if deepep.any():
-        routed_bytes = routed_bytes * np.where(deepep, deepep_traffic_share(ep_nodes, moe), 1.0)
-    a2a, _ = collectives.collective_time("all_to_all", routed_bytes, ep_local, ep_nodes, ctx.fabric)
-    return 2.0 * a2a
+    imbalance = np.asarray(batch.moe_imbalance, dtype=np.float64)
+    tokens = ctx.tokens_mb / np.where(ctx.sp, ctx.tp, 1.0)
+    routed = tokens * moe.top_k * ctx.h * imbalance
+    dedup = batch.is_("moe_dispatcher", "deepep") | batch.is_("moe_dispatcher", "hybridep")
+    if dedup.any():
+        routed = routed * np.where(dedup, deepep_traffic_share(ep_nodes, moe), 1.0)
+    dispatch, _ = collectives.collective_time("all_to_all", routed * dispatch_bytes_per_element(ctx), ep_local,
+                                              ep_nodes, ctx.fabric)
+    combine, _ = collectives.collective_time("all_to_all", routed * BF16, ep_local, ep_nodes, ctx.fabric)
+    a2a = dispatch + combine
+    allgather = batch.is_("moe_dispatcher", "allgather")
+    if allgather.any():
+        gathered = tokens * ctx.h * BF16 * ctx.ep
+        ag, _ = collectives.collective_time("all_gather", gathered, ep_local, ep_nodes, ctx.fabric)
+        rs, _ = collectives.collective_time("reduce_scatter", gathered, ep_local, ep_nodes, ctx.fabric)
+        a2a = np.where(allgather, ag + rs, a2a)
+    return a2a
 
 
-def paired_exposure(one_a2a, moe_layer: LayerTimes):
+def paired_exposure(one_a2a, moe_layer: LayerTimes, synced=False):
     """Exposed all-to-all seconds per MoE layer when a forward and a backward micro-batch run
     side by side (DeepSeek-V3 report Sec. 3.2.1, Fig. 4; Megatron-Core MoE README, v0.14
     batch-level overlap): backward combine || forward attention, forward dispatch || backward
     MLP, backward dispatch || forward MLP, forward combine || backward attention. A collective
     longer than its partner stays exposed by the difference. "Attention" is all but the MoE
-    block; backward splits like forward."""
+    block; backward splits like forward.
+
+    The pairing has its own cost where the forward syncs the host before its dispatch
+    (``costmodel.moe.syncs_host``: the alltoall dispatcher's token counts, TransformerEngine's
+    per-expert loop): the device-to-host copy waits for everything queued before it on the
+    compute stream, the partner's backward MLP included, so that dispatch cannot run beside it
+    and stays exposed."""
     mlp_f = moe_layer.module_forward["moe"]
     attn_f = np.maximum(moe_layer.forward - mlp_f, 0.0)
     mlp_b = moe_layer.backward * mlp_f / np.maximum(moe_layer.forward, 1e-30)
     attn_b = np.maximum(moe_layer.backward - mlp_b, 0.0)
-    return sum(np.maximum(one_a2a - partner, 0.0) for partner in (attn_f, mlp_b, mlp_f, attn_b))
+    mlp_b_for_dispatch = np.where(synced, 0.0, mlp_b)
+    return sum(np.maximum(one_a2a - partner, 0.0) for partner in (attn_f, mlp_b_for_dispatch, mlp_f, attn_b))
 
 
 def layer_comm(ctx: ChunkContext, moe_layer: LayerTimes) -> ExpertParallelComm:
@@ -86,7 +128,9 @@ def layer_comm(ctx: ChunkContext, moe_layer: LayerTimes) -> ExpertParallelComm:
     # The pairing needs two micro-batches in different phases at once: interleaved pipelines
     # or none (Megatron-Core requires one of them for --overlap-moe-expert-parallel-comm).
     overlap_on = batch.ep_comm_overlap & ((ctx.vpp > 1) | (ctx.pp == 1))
-    return ExpertParallelComm(per_pass, overlap_on, paired_exposure(per_pass / 2.0, moe_layer))
+    from costmodel.moe import syncs_host
+
+    return ExpertParallelComm(per_pass, overlap_on, paired_exposure(per_pass / 2.0, moe_layer, syncs_host(batch)))
 
 
 def stage_time(comm: ExpertParallelComm, runs, n_moe, comm_sm_fraction):

@@ -34,7 +34,7 @@ COLUMNS = tuple(o.name for o in OPTIONS)
 _CHOICE_CODES = {o.name: {value: code for code, value in enumerate(o.choices)} for o in OPTIONS if o.kind == "choice"}
 """Option -> value -> its column code (CHOICE options: the index in ``choices``)."""
 """Column names of a LayoutBatch (= ``Layout`` field names)."""
-_DTYPES = {o.name: (bool if o.column_dtype == "bool" else np.int64) for o in OPTIONS}
+_DTYPES = {o.name: {"bool": bool, "float64": np.float64}.get(o.column_dtype, np.int64) for o in OPTIONS}
 
 
 def implementation_columns(impl: dict) -> dict:

@@ -35,14 +35,15 @@ def attention_scores_bytes_per_token(model: ModelSpec, tp, seq_len, unfused):
     return np.where(unfused, per_score * model.num_attention_heads * np.asarray(seq_len, dtype=np.float64) / np.asarray(tp), 0.0)
 
 
-def activation_bytes_per_token(model: ModelSpec, tp, sp, moe_layer: bool, fp8=False):
+def activation_bytes_per_token(model: ModelSpec, tp, sp, moe_layer: bool, fp8=False, imbalance=1.0):
     """Bytes one layer keeps per token for the backward pass (no recompute), per GPU.
 
     Korthikanti Sec. 4.1, per token: attention 11h (+5as scores, gone with FlashAttention),
     MLP 19h, norms 4h = 34h for GPT. Here: norm inputs 2x2h, QKV input 2h, MLP input 2h
     (+ two 1-byte dropout masks) live in the sequence-parallel region (split by TP only with
     SP); Q, K, V (2(a+2g)d), attention output 2·a·d_v and the MLP intermediates (gated: two
-    2F inputs of the activation + 2F output = 6F; GeLU: 4F) are split by TP.
+    2F inputs of the activation + 2F output = 6F; GeLU: 4F) are split by TP. MoE layers keep
+    the busiest EP rank's routed copies (``imbalance`` x k per token, costmodel.moe.MoeShape).
     """
     h = float(model.hidden_size)
     a = float(model.num_attention_heads)
@@ -64,7 +65,7 @@ def activation_bytes_per_token(model: ModelSpec, tp, sp, moe_layer: bool, fp8=Fa
         Fs = float(moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size))
         per_ffn = 6.0 if model.gated_mlp else 4.0
         # Routed tokens: their permuted input (2h) and expert intermediates, k copies per token.
-        mlp = moe.top_k * (2.0 * h + per_ffn * Fe) + per_ffn * Fs
+        mlp = moe.top_k * imbalance * (2.0 * h + per_ffn * Fe) + per_ffn * Fs
     else:
         mlp = (6.0 if model.gated_mlp else 4.0) * float(model.ffn_hidden_size)
     total = sp_region / rep_div + (attention + mlp) / tp
@@ -72,7 +73,7 @@ def activation_bytes_per_token(model: ModelSpec, tp, sp, moe_layer: bool, fp8=Fa
     # the FP8 copy it already cast (1 byte instead of 2): QKV and MLP-up inputs (2h, SP
     # region), output-projection input (a*d_v) and MLP-down input (F, or k*Fe routed).
     if model.moe is not None and moe_layer:
-        down_in = model.moe.top_k * float(model.moe.expert_ffn_hidden_size)
+        down_in = model.moe.top_k * imbalance * float(model.moe.expert_ffn_hidden_size)
     else:
         down_in = float(model.ffn_hidden_size)
     fp8_saving = 2.0 * h / rep_div + (a * d_v + down_in) / tp
@@ -204,7 +205,8 @@ def activation_bytes(ctx, selective) -> ActivationBytes:
         else 0.0
     )
     a_dense = activation_bytes_per_token(model, tp, sp, moe_layer=False, fp8=fp8) + scores
-    a_moe = activation_bytes_per_token(model, tp, sp, moe_layer=True, fp8=fp8) + scores
+    a_moe = activation_bytes_per_token(model, tp, sp, moe_layer=True, fp8=fp8,
+                                       imbalance=np.asarray(batch.moe_imbalance, dtype=np.float64)) + scores
     modules = selective.modules
     if np.any(modules > 1):
         a_dense = a_dense - recompute_module_savings_per_token(model, tp, sp, False, fp8, modules)

@@ -39,6 +39,8 @@ AUTO_FLAG = "auto_flag"
 """True, False or None (automatic, see the field); column bool with the resolved value."""
 MODULES = "modules"
 """A set of names from ``choices`` (None = ``default_modules``); column int64 bit mask."""
+FLOAT = "float"
+"""A real number (>= ``minimum``, <= ``maximum``); column float64."""
 
 # Groups: what kind of decision an option is.
 PARALLEL = "parallel"
@@ -147,7 +149,7 @@ class Option:
     name: str
     """Field name: also the LayoutBatch column, the JSON / CSV key and (dashed) the CLI flag."""
     kind: str
-    """INT, OPTIONAL_INT, CHOICE, FLAG, AUTO_FLAG or MODULES."""
+    """INT, OPTIONAL_INT, CHOICE, FLAG, AUTO_FLAG, MODULES or FLOAT."""
     default: Any
     """``Layout``'s default."""
     help: str
@@ -158,10 +160,10 @@ class Option:
     """Allowed values (CHOICE: the code is the index; MODULES: bit i is choices[i])."""
     unit: str = ""
     """Unit of the value, where it has one."""
-    minimum: Optional[int] = None
-    """Smallest value a user may type (INT / OPTIONAL_INT)."""
-    maximum: Optional[int] = None
-    """Largest value a user may type (INT / OPTIONAL_INT; see ``MAX_GPUS`` and friends)."""
+    minimum: Optional[float] = None
+    """Smallest value a user may type (INT / OPTIONAL_INT / FLOAT)."""
+    maximum: Optional[float] = None
+    """Largest value a user may type (INT / OPTIONAL_INT / FLOAT; see ``MAX_GPUS`` and friends)."""
     source: str = ""
     """Where the mechanism comes from (paper, framework file)."""
     rules: tuple = ()
@@ -193,6 +195,8 @@ class Option:
 
     @property
     def column_dtype(self) -> str:
+        if self.kind == FLOAT:
+            return "float64"
         return "bool" if self.kind in (FLAG, AUTO_FLAG) else "int64"
 
     @property
@@ -217,6 +221,8 @@ class Option:
             for name in names:
                 mask |= 1 << self.choices.index(name)
             return mask
+        if self.kind == FLOAT:
+            return float(value)
         return int(value)
 
     def decode(self, code):
@@ -230,6 +236,8 @@ class Option:
         if self.kind == MODULES:
             names = tuple(n for i, n in enumerate(self.choices) if int(code) >> i & 1)
             return None if names == self.default_modules else names
+        if self.kind == FLOAT:
+            return float(code)
         return int(code)
 
     def parse(self, value, where: str = ""):
@@ -244,6 +252,13 @@ class Option:
             return self.default
         if self.kind in (INT, OPTIONAL_INT):
             return check_number(value, label, minimum=self.minimum, maximum=self.maximum)
+        if self.kind == FLOAT:
+            if isinstance(value, str):
+                try:
+                    value = float(value)
+                except ValueError:
+                    pass
+            return check_number(value, label, integer=False, minimum=self.minimum, maximum=self.maximum)
         if self.kind == CHOICE:
             if value not in self.choices:
                 raise PlannerInputError(f"{label}={value}: allowed {', '.join(map(str, self.choices))}")
@@ -294,8 +309,10 @@ KERNELS = ("fused", "eager")
 """Elementwise kernels; codes 0, 1."""
 LOSSES = ("unfused", "fused", "eager")
 """Cross-entropy implementations; codes 0, 1, 2."""
-DISPATCHERS = ("alltoall", "deepep")
-"""MoE token dispatchers; codes 0, 1."""
+DISPATCHERS = ("alltoall", "deepep", "allgather", "hybridep")
+"""MoE token dispatchers; codes 0-3 (new ones appended: earlier codes keep their meaning)."""
+GROUPED_GEMMS = ("loop", "fused")
+"""How the per-expert GEMMs of an MoE layer run; codes 0, 1."""
 GRAD_DTYPES = ("fp32", "bf16")
 """Gradient buffer / data-parallel reduction dtypes; codes 0, 1."""
 ZERO3_GATHERS = ("prefetch", "blocking")
@@ -482,13 +499,39 @@ class Layout:
     "batch-level overlapping"; needs an interleaved pipeline or pp = 1). Off by default. The
     search applies it where the schedule allows."""
     moe_dispatcher: str = option(
-        "alltoall", "MoE token dispatcher: alltoall (Megatron-Core) | deepep (one network copy per destination node).",
+        "alltoall", "MoE token dispatcher: alltoall (Megatron-Core) | deepep (one network copy per destination node) | "
+        "allgather (every EP rank gathers all tokens) | hybridep (NVLink-domain dispatch, e.g. NVL72).",
         kind=CHOICE, group=IMPLEMENTATION, choices=DISPATCHERS, search=SETTING, label="{value}", phrase="{value} dispatcher", phrase_when="moe",
         source="DeepSeek-V3 report Sec. 3.2.2 (DeepEP); Megatron --moe-token-dispatcher-type",
         rules=("moe_dispatcher_needs_moe",))
-    """MoE token dispatcher: alltoall (Megatron-Core's all-to-all, one copy per routed expert)
-    or deepep (DeepEP via --moe-token-dispatcher-type flex: one network copy per destination
-    node, forwarded over NVLink)."""
+    """MoE token dispatcher: alltoall (Megatron-Core's all-to-all, one copy per routed expert),
+    deepep (DeepEP via --moe-token-dispatcher-type flex: one network copy per destination
+    node, forwarded over NVLink), allgather (Megatron-Core's allgather dispatcher: every EP
+    rank gathers the whole EP group's tokens and reduce-scatters the outputs) or hybridep
+    (Megatron-Core v0.15 flex backend HybridEP: DeepEP-style dedup, TMA copies inside the
+    NVLink domain with few SMs, device-side token counts). See costmodel.expert_parallel."""
+    moe_grouped_gemm: str = option(
+        "loop", "Per-expert GEMMs of an MoE layer: loop (TransformerEngine GroupedLinear: one cuBLAS call per "
+        "expert on 4 streams) | fused (one grouped kernel with device-side splits: CUTLASS / DeepGEMM / "
+        "torch._grouped_mm).", kind=CHOICE, group=IMPLEMENTATION, choices=GROUPED_GEMMS, search=SETTING,
+        label="{value}-experts", source="TransformerEngine cublaslt_gemm.cu (multi-stream grouped GEMM, PR #853); "
+        "TE PR #3134 (per-expert loop vs single-launch CUTLASS)")
+    """How an MoE layer's expert GEMMs run: ``loop`` (TransformerEngine's GroupedLinear default:
+    nvte_multi_tensor_gemm issues one cuBLASLt GEMM per local expert over 4 CUDA streams, each
+    with its own setup, and needs the per-expert token counts on the host) or ``fused`` (one
+    launch over all experts reading the counts on the device: the grouped_gemm CUTLASS kernel,
+    DeepGEMM, TE's opt-in grouped-tensor path, torch._grouped_mm). See costmodel.moe."""
+    moe_imbalance: float = option(
+        1.0, "Routed tokens on the busiest expert-parallel rank over the mean (1.0 = the forced balance "
+        "benchmarks use; measured routers run 1.1-1.5).", kind=FLOAT, group=IMPLEMENTATION, minimum=1.0,
+        maximum=64.0, search=SETTING, label="imbalance {value:g}",
+        source="Megatron-Core --moe-router-force-load-balancing (benchmarks); GShard (Lepikhin et al. 2020) "
+               "expert capacity", rules=("moe_imbalance_needs_moe",))
+    """Load imbalance of the router: the busiest EP rank's routed tokens over the balanced
+    mean. Every rank waits for the busiest one at the combine all-to-all, so its expert GEMMs,
+    its received all-to-all bytes and its expert activations set the pace (costmodel.moe).
+    1.0 is the forced balance of published MoE benchmarks (Megatron
+    --moe-router-force-load-balancing)."""
     grad_dtype: str = option(
         "fp32", "Gradient buffers and their data-parallel reduction: fp32 (Megatron main grads, FSDP reduce_dtype "
         "fp32) | bf16 (NeMo grad_sync_dtype bf16, Megatron-Core grad_reduce_in_fp32=False).", kind=CHOICE,

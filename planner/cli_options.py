@@ -20,6 +20,7 @@ from costmodel.options import (
     BATCH,
     CHOICE,
     FLAG,
+    FLOAT,
     INT,
     MODULES,
     OPTIONAL_INT,
@@ -30,7 +31,7 @@ from costmodel.options import (
     options_for,
 )
 
-_TYPES = {INT: int, OPTIONAL_INT: int, CHOICE: str, FLAG: bool, AUTO_FLAG: bool, MODULES: str}
+_TYPES = {INT: int, OPTIONAL_INT: int, CHOICE: str, FLAG: bool, AUTO_FLAG: bool, MODULES: str, FLOAT: float}
 
 
 def cli_default(opt: Option, command: str):
@@ -65,6 +66,8 @@ def _parameter(opt: Option, command: str) -> inspect.Parameter:
         metavar = "|".join(opt.choices)
     elif opt.kind in (INT, OPTIONAL_INT):
         metavar = "INTEGER"
+    elif opt.kind == FLOAT:
+        metavar = "NUMBER"
     else:
         metavar = None
     option = typer.Option(default, *decls, help=cli_help(opt, command), metavar=metavar,

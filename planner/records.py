@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from costmodel.options import (
-    AUTO_FLAG, CHOICE, FLAG, GPUS, INT, MODULES, OPTIONAL_INT, OPTIONS_BY_NAME, RECORDED_OPTIONS, Bound,
+    AUTO_FLAG, CHOICE, FLAG, FLOAT, GPUS, INT, MODULES, OPTIONAL_INT, OPTIONS_BY_NAME, RECORDED_OPTIONS, Bound,
 )
 from hardware_catalog.errors import PlannerInputError
 
@@ -100,6 +100,11 @@ def _cell(opt, text: str, where: str):
         return text == "True"
     if opt.kind == MODULES:
         return tuple(text.split("+"))
+    if opt.kind == FLOAT:
+        try:
+            return float(text)
+        except ValueError:
+            raise PlannerInputError(f"{where}={text!r}: must be a number") from None
     assert opt.kind == CHOICE
     return text
 

@@ -121,6 +121,12 @@ def _a(cols: Cols, name: str, default=0) -> np.ndarray:
     return np.asarray(v, dtype=np.int64)
 
 
+def _f(cols: Cols, name: str, default=0.0) -> np.ndarray:
+    """A FLOAT option's column (``_a`` for real numbers)."""
+    v = cols.get(name, default) if hasattr(cols, "get") else getattr(cols, name, default)
+    return np.asarray(default if v is None else v, dtype=np.float64)
+
+
 def _pos(x: np.ndarray) -> np.ndarray:
     """x with values < 1 replaced by 1 (safe divisor; the positivity rule reports them)."""
     return np.maximum(x, 1)
@@ -413,6 +419,15 @@ def _x_dispatcher_moe(ctx, v):
             f"{ctx.model.name} is dense (only alltoall, the default, applies)")
 
 
+def _imbalance_moe(ctx, c):
+    return (_f(c, "moe_imbalance", 1.0) == 1.0) | (ctx.num_experts > 0)
+
+
+def _x_imbalance_moe(ctx, v):
+    return (f"moe_imbalance={float(v.get('moe_imbalance', 1.0)):g} is the routers' load imbalance, and "
+            f"{ctx.model.name} is dense (only 1, the default, applies)")
+
+
 def _modules_selective(ctx, c):
     default = OPTIONS_BY_NAME["recompute_modules"].default_code
     return (_a(c, "recompute_modules", default) == default) | (_a(c, "recompute", 1) == RECOMPUTE.index("selective"))
@@ -639,6 +654,9 @@ RULES: tuple[Rule, ...] = (
     Rule("moe_dispatcher_needs_moe", "a MoE token dispatcher other than alltoall needs an MoE model",
          ("moe_dispatcher",), _dispatcher_moe, _x_dispatcher_moe,
          source="Megatron-LM --moe-token-dispatcher-type (MoE layers only)"),
+    Rule("moe_imbalance_needs_moe", "an MoE load imbalance other than 1 needs an MoE model",
+         ("moe_imbalance",), _imbalance_moe, _x_imbalance_moe,
+         source="Megatron-Core MoE router (--moe-router-force-load-balancing); dense layers route nothing"),
     Rule("dp_shard_divides_dp", "the ZeRO sharding group (dp_shard) divides dp, with zero >= 1",
          ("dp_shard", "dp", "zero"), _dp_shard, _x_dp_shard,
          source="PyTorch FSDP2 HSDP mesh [replicate, shard]; Megatron-Core parallel_state.py (dp divisible by "

@@ -168,9 +168,10 @@ def test_torchtitan_per_op_sac_is_priced_one_way(tmp_path):
     model = get_model("llama3-70b")
     values = dict(tp=8, dp=8, zero=3, mbs=1, gbs=64, seq_len=8192, recompute="selective")
     fw = framework_settings("torchtitan-0.2", model, "h100-sxm", recompute="selective")
-    apply_framework(fw, values, given=set(values), model=model)
-    assert values["recompute"] == "full" and values["recompute_layers"] == 40
+    apply_framework(fw, values, given=set(values))
+    assert values["recompute"] == "full" and values["recompute_share"] == 2  # two quarters of each stage
     record = _record(model, Layout(**values))
+    assert record["layout"]["recompute_layers"] == 40  # resolved to layers per stage: half of 80
     export_layout(record, model, CLUSTER, "torchtitan", tmp_path, allow_unfit=True)
     toml = (tmp_path / "torchtitan.toml").read_text()
     assert 'mode = "selective"' in toml and 'selective_ac_option = "op"' in toml

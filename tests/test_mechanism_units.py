@@ -196,6 +196,10 @@ def test_expert_parallel_overlap_pairing():
     moe = _layer(forward=4.0, backward=8.0, modules={"moe": np.array([1.0])})
     paired = expert_parallel.paired_exposure(np.array([2.5]), moe)
     assert paired[0] == pytest.approx(2.0)
+    # A forward that syncs the host before its dispatch (alltoall dispatcher) waits for the
+    # partner's backward MLP queued before it: that dispatch stays exposed, 2.5 not 0.5.
+    synced = expert_parallel.paired_exposure(np.array([2.5]), moe, np.array([True]))
+    assert synced[0] == pytest.approx(0 + 2.5 + 1.5 + 0)
     # A stage of 2 MoE layers, 3 runs (forward, backward, a recomputed forward) of 5 s each:
     # 30 s; paired: 2 x 2 s for forward + backward, the recomputed forward's 10 s unpaired;
     # the 16 s hidden cost comm_sm_fraction of compute.

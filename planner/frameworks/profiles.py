@@ -157,6 +157,25 @@ _DS_PIPE_GRADS_AFTER = Entry(
     {"dp_comm_overlap": False}, "data-parallel gradient reduction after the last micro-batch (DeepSpeed pipeline engine)",
     source="DeepSpeed runtime/pipe/schedule.py TrainSchedule: ReduceTiedGrads and ReduceGrads are issued after the "
            "last micro-batch's BackwardPass; engine._exec_reduce_grads then all-reduces (no overlap with backward)")
+_RELEASES_WITH_HYBRIDEP = (When(model=("moe",), text="25.11"), When(model=("moe",), text="26."))
+"""Megatron-Bridge / NeMo releases from 25.11 on: Megatron-Core v0.15 and later."""
+_HYBRIDEP_SEARCHED = Entry(
+    {"moe_dispatcher": ["alltoall", "hybridep"]},
+    source="Megatron-Core MoE README: HybridEP joined the flex dispatcher in v0.15 (2025/11; GB200, B200, H100); "
+           "Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py sets "
+           "moe_flex_dispatcher_backend='hybridep' for some models and GPUs (Qwen3-30B-A3B on H100, B200, GB200) "
+           "and the alltoall dispatcher for others (Qwen3-235B-A22B on H100, B200): unstated, so searched",
+    when=_RELEASES_WITH_HYBRIDEP)
+_CUTLASS_GROUPED_GEMM = Entry(
+    {"moe_grouped_gemm": "fused"}, "expert GEMMs as one grouped kernel (legacy GroupedMLP, grouped_gemm package)",
+    source="Megatron-Core r0.8 --moe-grouped-gemm runs GroupedMLP (megatron/core/transformer/moe/experts.py: "
+           "grouped_gemm.ops.gmm, one CUTLASS grouped launch); TEGroupedMLP (TransformerEngine's per-expert "
+           "loop) became the default in r0.9, the old path kept behind --moe-use-legacy-grouped-gemm",
+    when=(When(model=("moe",)),))
+_TORCH_GROUPED_MM = Entry(
+    {"moe_grouped_gemm": "fused"}, "expert GEMMs as torch._grouped_mm (one launch)",
+    source="torchtitan models/moe GroupedExperts: torch._grouped_mm over the experts with device-side offsets",
+    when=(When(model=("moe",)),))
 
 _CORE_ATTN_ONLY = Entry(
     {"recompute_modules": ("core_attn",)}, "",  # no line: it holds for every row before 2025
@@ -181,8 +200,10 @@ PROFILES: tuple[Profile, ...] = (
         _TPO_STATED,
         _TPO_SEARCHED,
         _DEEPEP,
+        _HYBRIDEP_SEARCHED,
     )),
-    Profile("Megatron-Core r0.8", r"megatron-core", (_TE_ATTENTION, _TPO_STATED, _TPO_SEARCHED, _DEEPEP)),
+    Profile("Megatron-Core r0.8", r"megatron-core", (_TE_ATTENTION, _TPO_STATED, _TPO_SEARCHED, _DEEPEP,
+                                                     _CUTLASS_GROUPED_GEMM)),
     Profile("torchtitan (Dec 2024)", r"torchtitan", (
         Entry({"recompute": "full", "recompute_share": PER_OP_SAC_SHARE},
               "torchtitan selective (per-op SAC) priced as full recompute of half the layers",
@@ -195,6 +216,7 @@ PROFILES: tuple[Profile, ...] = (
         Entry({"loss": "eager"}, "eager F.cross_entropy on FP32 logits",
               source="torchtitan train.py: F.cross_entropy(pred.flatten(0, 1).float(), ...) outside the compiled "
                      "blocks (compiling the loss is disabled there)"),
+        _TORCH_GROUPED_MM,
         Entry({"tp_overlap_kind": "asynctp"}, "",
               source="torchtitan parallelism.enable_async_tensor_parallel: torch.compile's micro-pipeline TP "
                      "(torch/_inductor/fx_passes/micro_pipeline_tp.py), not TransformerEngine userbuffers"),

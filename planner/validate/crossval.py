@@ -14,7 +14,7 @@ from typing import Optional
 
 from costmodel.calibration import DEFAULT, PRIOR
 from hardware_catalog.errors import PlannerInputError
-from planner.validate.fit import FIT_RANGES, Predictor, bootstrap, cross_validate, prepare
+from planner.validate.fit import FIT_RANGES, Predictor, bootstrap, cross_validate, error_stats, prepare
 from planner.validate.runs import load_runs, map_run, parse_row
 
 SHORT = {
@@ -23,6 +23,24 @@ SHORT = {
     "sustained_clock_fraction": "clock", "comm_sm_fraction": "comm SMs",
 }
 """Column titles of the constants."""
+
+
+FAMILIES: tuple = (
+    ("MoE", lambda row: row.run.model.moe is not None),
+)
+"""Named row families the cross-validation also reports on their own: (name, predicate over a
+``fit.PreparedRow``). A new family is one more pair."""
+
+
+def family_stats(predictor: Predictor, cv: dict) -> dict:
+    """Family name -> in-sample and held-out error stats of its rows (``FAMILIES``)."""
+    out = {}
+    for name, member in FAMILIES:
+        keep = [member(r) for r in predictor.rows]
+        rows = [e for e, k in zip(cv["rows"], keep) if k]
+        out[name] = {"in_sample": error_stats([e["in_sample_error"] for e in rows]),
+                     "held_out": error_stats([e["held_out_error"] for e in rows])}
+    return out
 
 
 def prepared_rows(runs_file: Optional[Path], confidence: str = "high"):
@@ -58,6 +76,10 @@ def format_cross_validation(cv: dict, intervals: Optional[dict] = None) -> str:
         lines.append(f"{source:<24}{h['rows']:>5}  {_pct(fold['in_sample']):>24}  {_pct(h):>24}  {h['mape'] * 100:>12.1f}%")
     s, h = cv["in_sample"], cv["held_out"]
     lines.append(f"{'all':<24}{h['rows']:>5}  {_pct(s):>24}  {_pct(h):>24}  {h['mape'] * 100:>12.1f}%")
+    for name, fam in cv.get("families", {}).items():
+        fh = fam["held_out"]
+        mape = f"{fh['mape'] * 100:>12.1f}%" if fh["rows"] else f"{'-':>13}"
+        lines.append(f"{'family: ' + name:<24}{fh['rows']:>5}  {_pct(fam['in_sample']):>24}  {_pct(fh):>24}  {mape}")
     lines += ["", "constants fitted without each source:",
               f"{'':<24}" + "".join(f"{SHORT[n]:>10}" for n in FIT_RANGES)]
     for source, fold in cv["per_source"].items():
@@ -85,6 +107,7 @@ def run_cross_validation(runs_file: Optional[Path], confidence: str = "high", re
     if len({r.source for r in predictor.rows}) < 2:
         raise PlannerInputError("--cross-validate needs rows from at least two sources")
     cv = cross_validate(predictor)
+    cv["families"] = family_stats(predictor, cv)
     intervals = None
     if resamples:
         intervals = {"resamples": resamples, "seed": seed, "constants": bootstrap(predictor, resamples, seed)}

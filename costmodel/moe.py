@@ -1,0 +1,242 @@
+"""Mixture-of-Experts layers in one place: how many tokens each expert sees, how its GEMMs run,
+and what the host does while they run (vectorized over layouts).
+
+``MoeShape`` is the one count the other mechanisms read: the routed tokens per local expert on
+the busiest expert-parallel rank (the balanced mean times ``moe_imbalance``). The expert GEMMs
+(here), the token all-to-alls (``costmodel.expert_parallel``) and the expert activations
+(``costmodel.memory``) all take it from ``moe_shape``. This is the only module that reads
+``batch.moe_grouped_gemm`` and ``batch.moe_imbalance``.
+
+Mechanisms, each with its source:
+
+* tokens per expert: MoE parallel folding (Megatron-Core) spreads a micro-batch's routed copies
+  over ep x etp ranks; the busiest rank gets ``moe_imbalance`` times the mean (every rank waits
+  for it at the combine);
+* expert GEMM efficiency by tokens per expert: an M-grouped GEMM pads each expert's rows to its
+  M tile, e(M) = e · M / (M + M0) (DeepGEMM's grouped-GEMM tables, ``EXPERT_M_TILE``);
+* backward as its own GEMMs: dgrad like the forward, wgrad reducing over one expert's tokens
+  (short reductions pay the per-tile cost, ``costmodel.compute.GEMM_K_OVERHEAD``) and adding
+  into the FP32 main gradient, memory-bound when the tokens are few; not 2 x forward;
+* per-expert calls: TransformerEngine's GroupedLinear loops over the local experts, one cuBLAS
+  GEMM each (``EXPERT_CALL_US``); a fused grouped kernel launches once;
+* the host timeline: the dropless dispatchers that need token counts on the host sync it once
+  per MoE forward, so the host cannot run ahead there; a layer is host-bound when issuing its
+  operators takes longer than running them (``HOST_US_PER_OP``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.compute import BF16_BYTES, LayerTimes, bf16_gemm_efficiency, gemm_time
+from costmodel.layout import LayoutBatch
+from hardware_catalog.schema import ModelSpec
+
+EXPERT_M_TILE = 128.0
+"""Rows at which an M-grouped expert GEMM runs at half its large-M efficiency, e(M) = e·M/(M+M0).
+DeepGEMM's published H800 FP8 grouped GEMMs (README, N=4096 K=7168, TFLOP/s of 1979): 932 at
+256 rows per group, 1040 at 512, 1233 at 1024, 1288 at 4096, 1297 at 8192, i.e. 0.47, 0.53,
+0.62, 0.65, 0.66 of peak; e_max 0.67 and M0 = 128 (its M block, the padding unit of the
+contiguous layout) give 0.45, 0.53, 0.59, 0.65, 0.66."""
+
+EXPERT_CALL_US = 28.0
+"""Microseconds each local expert beyond the first adds to every grouped GEMM call when
+TransformerEngine runs it as a loop of cuBLASLt GEMMs over 4 streams (nvte_multi_tensor_gemm,
+transformer_engine/common/gemm/cublaslt_gemm.cu): per-expert setup, scale handling and the
+stream hand-offs. TE PR #3134 (SM100, 8 experts x 128 tokens, N = K = 2048): 0.267 ms as the
+loop against 0.069 ms as one CUTLASS launch, (0.267 - 0.069) / 7 = 28 us; its other rows give
+25-33 us. A fused grouped kernel pays one launch (``Calibration.kernel_overhead_us``)."""
+
+GROUPED_GEMM_CALLS = 6
+"""Grouped GEMM calls per MoE layer per micro-batch: fc1 and fc2 forward, their dgrad and their
+wgrad."""
+
+HOST_US_PER_OP = 12.0
+"""Host microseconds to issue one operator of a Megatron-Core / TransformerEngine layer: Python
+module code, PyTorch dispatch and cudaLaunchKernel (5-10 us per eager operator, PyTorch
+'Accelerating PyTorch with CUDA Graphs'; TE's module wrappers add a few more). The GPU never
+waits for the host while the host runs ahead; after a sync it can (Megatron-Core MoE README,
+'CPU overhead bottleneck')."""
+
+HOST_SYNC_OPS = 2.0
+"""What one host sync costs the GPU in operators' host time: the device-to-host copy of the
+token counts returns, then the host issues the all-to-all before the GPU has work again."""
+
+
+@dataclass(frozen=True, slots=True)
+class MoeShape:
+    """Routed-token counts of one MoE layer, one micro-batch, on the busiest EP rank."""
+
+    local_experts: np.ndarray
+    """E / ep experts on each rank."""
+    tokens_per_expert: np.ndarray
+    """Routed tokens each local expert runs on the busiest rank (the GEMMs' M)."""
+    routed_tokens: np.ndarray
+    """Routed token copies the busiest rank holds: local experts x tokens per expert."""
+    imbalance: np.ndarray
+    """Busiest rank over the mean (``moe_imbalance``)."""
+
+
+def moe_shape(model: ModelSpec, batch: LayoutBatch, tokens, tp) -> MoeShape:
+    """``MoeShape`` for ``tokens`` of a micro-batch on one GPU (b·s/c) and TP degree ``tp``.
+
+    With MoE parallel folding (Megatron-Core) the expert layer spreads the micro-batch's tokens
+    over t·c·dp ranks as ep x etp x expert-dp: a rank receives tokens·k/t routed copies for its
+    E/ep experts (each split over etp), k·tokens·ep·etp / (t·E) per expert when balanced."""
+    moe = model.moe
+    ep = batch.ep.astype(np.float64)
+    etp = batch.etp.astype(np.float64)
+    imbalance = np.asarray(batch.moe_imbalance, dtype=np.float64)
+    local = float(moe.num_experts) / ep
+    per_expert = tokens * float(moe.top_k) * ep * etp / (tp * float(moe.num_experts)) * imbalance
+    return MoeShape(local, per_expert, local * per_expert, imbalance)
+
+
+def expert_gemm_efficiency(tokens_per_expert, efficiency):
+    """Large-K efficiency ``efficiency`` of an M-grouped GEMM whose groups hold
+    ``tokens_per_expert`` rows: e · M / (M + M0) (``EXPERT_M_TILE``)."""
+    return efficiency * tokens_per_expert / (tokens_per_expert + EXPERT_M_TILE)
+
+
+def wgrad_time(k_in, tokens, n_out, peak, efficiency, hbm, elem):
+    """(seconds, FLOPs) of one expert's weight gradient dW[k_in x n_out] = X^T · dY, a reduction
+    over its ``tokens``: the GEMM's compute with the per-tile cost of a short reduction, or its
+    traffic (both inputs once, and the FP32 main gradient read and written: Megatron's
+    gradient-accumulation fusion adds into it), whichever is slower."""
+    seconds, flops = gemm_time(k_in, tokens, n_out, peak, efficiency, hbm, elem)
+    traffic = ((k_in + n_out) * tokens * elem + k_in * n_out * 8.0) / hbm
+    return np.maximum(seconds, traffic), flops
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertGemms:
+    """Seconds (and forward FLOPs) of the routed experts' GEMMs on the busiest rank."""
+
+    forward: np.ndarray
+    backward: np.ndarray
+    """dgrad + wgrad, each priced as its own GEMM."""
+    flops_forward: np.ndarray
+    calls: np.ndarray
+    """Seconds the per-expert calls of the loop add over one fused launch (forward + backward)."""
+
+
+def expert_gemms(model: ModelSpec, batch: LayoutBatch, shape: MoeShape, kern) -> ExpertGemms:
+    """The routed experts' GEMMs: fc1 (h -> up, gated: 2·Fe) and fc2 (Fe -> h) per local expert,
+    each split over etp, with M = tokens per expert."""
+    h = float(model.hidden_size)
+    Fe = float(model.moe.expert_ffn_hidden_size)
+    etp = batch.etp.astype(np.float64)
+    up = (2.0 if model.gated_mlp else 1.0) * Fe / etp
+    down_in = Fe / etp
+    m = shape.tokens_per_expert
+    eff = expert_gemm_efficiency(m, kern.eff)
+    t_fc1, f_fc1 = gemm_time(m, h, up, kern.peak, eff, kern.hbm, kern.elem)
+    t_fc2, f_fc2 = gemm_time(m, down_in, h, kern.peak, eff, kern.hbm, kern.elem)
+    # dgrad: dX = dY · W^T, the forward's shape with K and N swapped.
+    d_fc2, _ = gemm_time(m, h, down_in, kern.peak, eff, kern.hbm, kern.elem)
+    d_fc1, _ = gemm_time(m, up, h, kern.peak, eff, kern.hbm, kern.elem)
+    # wgrad: reduces over the expert's M tokens.
+    w_fc1, _ = wgrad_time(h, m, up, kern.peak, kern.eff, kern.hbm, kern.elem)
+    w_fc2, _ = wgrad_time(down_in, m, h, kern.peak, kern.eff, kern.hbm, kern.elem)
+    local = shape.local_experts
+    loop = batch.is_("moe_grouped_gemm", "loop")
+    per_call = np.where(loop, np.maximum(local - 1.0, 0.0) * EXPERT_CALL_US * 1e-6, 0.0)
+    calls_fwd, calls_bwd = 2.0 * per_call, (GROUPED_GEMM_CALLS - 2.0) * per_call
+    return ExpertGemms(
+        forward=local * (t_fc1 + t_fc2) + calls_fwd,
+        backward=local * (d_fc1 + d_fc2 + w_fc1 + w_fc2) + calls_bwd,
+        flops_forward=local * (f_fc1 + f_fc2),
+        calls=calls_fwd + calls_bwd,
+    )
+
+
+def syncs_host(batch: LayoutBatch) -> np.ndarray:
+    """Where an MoE forward syncs the host: the alltoall and allgather dispatchers copy the
+    per-expert token counts to the host for their all-to-all splits and for the grouped GEMM's
+    splits (Megatron-Core token_dispatcher.py: cuda_sync_point 'before_ep_alltoall' when
+    dropless with EP, 'before_finish' without), and TransformerEngine's per-expert loop needs
+    the splits on the host whatever the dispatcher. DeepEP / HybridEP with a fused grouped GEMM
+    keep the counts on the device."""
+    device_side = (batch.is_("moe_dispatcher", "deepep") | batch.is_("moe_dispatcher", "hybridep"))
+    fused = batch.is_("moe_grouped_gemm", "fused")
+    return ~(device_side & fused)
+
+
+def host_bound(layer: LayerTimes, host_ops_forward, synced) -> LayerTimes:
+    """The layer with the host timeline applied: each pass takes the longer of running its
+    kernels and issuing its ``host_ops_forward`` operators (backward: twice as many) at
+    ``HOST_US_PER_OP``; where the forward syncs the host, the GPU also waits for the operators
+    issued after the sync (``HOST_SYNC_OPS``). Step time is then max(GPU, host) layer by layer,
+    which for identical layers is the max of the two timelines."""
+    host_fwd = host_ops_forward * HOST_US_PER_OP * 1e-6
+    forward = np.maximum(layer.forward, host_fwd) + np.where(synced, HOST_SYNC_OPS * HOST_US_PER_OP * 1e-6, 0.0)
+    backward = np.maximum(layer.backward, 2.0 * host_fwd)
+    return LayerTimes(forward, backward, layer.attention_forward, layer.flops_forward, layer.tp_neighbour_gemms,
+                      layer.module_forward, layer.module_flops)
+
+
+MOE_EXTRA_KERNELS_PER_LAYER = 18.0
+"""Kernels an MoE layer launches beyond a dense MLP's (Megatron-Core MoELayer with the
+all-to-all dispatcher; its up/activation/down kernels become the grouped GEMMs' and count as
+the dense ones): router GEMM, score function, top-k, aux-loss terms (3), probability scatter
+(7); the per-expert token count, permute index and permute, token and probability
+all-to-alls, chunk sort (6); FP8 casts around the two grouped GEMMs (2); on combine the sort
+back, the all-to-all and the unpermute (3): 18."""
+
+
+def moe_layer(model: ModelSpec, batch: LayoutBatch, gpu, calib, asm, shared) -> LayerTimes:
+    """A layer whose MLP is an MoE block: routed experts (``expert_gemms``), shared experts
+    (their up and down GEMMs under TP, like a dense MLP), the router, the token shuffles, and
+    the host timeline."""
+    kern = asm.kern
+    moe = model.moe
+    h = float(model.hidden_size)
+    top_k = float(moe.top_k)
+    Fe = float(moe.expert_ffn_hidden_size)
+    Fs = float(moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size))
+    shape = moe_shape(model, batch, kern.tokens, kern.tp)
+    experts = expert_gemms(model, batch, shape, kern)
+    t_shared = f_shared = t_su = t_sd = 0.0
+    if Fs:
+        t_su, f_su = kern.gemm(kern.tokens, h, (2.0 if model.gated_mlp else 1.0) * Fs / kern.tp)
+        t_sd, f_sd = kern.gemm(kern.tokens, Fs / kern.tp, h)
+        t_shared, f_shared = t_su + t_sd, f_su + f_sd
+    # Router: a small BF16 GEMM on this rank's SP share of tokens.
+    t_router, f_router = gemm_time(kern.tokens / kern.rep_div, h, float(moe.num_experts), kern.bf16_peak,
+                                   bf16_gemm_efficiency(gpu, calib), kern.hbm, BF16_BYTES)
+    act = 3.0 if model.gated_mlp else 2.0
+    # Elementwise: activation on routed tokens, shared-expert activation, and the token
+    # shuffles of Megatron-Core's all-to-all dispatcher (token_dispatcher.py): permute into
+    # expert order before the all-to-all and sort the received chunks by local expert after it
+    # (read + write h per routed copy each), the reverse sort on combine, and the unpermute
+    # that reads the k copies and writes one weighted sum: 7kh + h. The routed part is the
+    # busiest rank's (x imbalance).
+    routed = top_k * shape.imbalance
+    moe_elems = routed * (act * Fe + 7.0 * h) + h + act * Fs
+    t_other = t_shared + t_router
+    layer = asm.layer(
+        experts.forward + t_other,
+        experts.flops_forward + f_shared + f_router,
+        moe_elems,
+        routed * (h + Fe) + (h + Fs if Fs else 0.0),
+        t_su,
+        t_sd,
+        extra_kernels=MOE_EXTRA_KERNELS_PER_LAYER,
+        t_mlp_gemms_backward=experts.backward + 2.0 * t_other,
+    )
+    t_norms, t_mla_up, f_mla_up = shared
+    zero = 0.0
+    layer.module_forward = {
+        "layernorm": t_norms, "mla_up_proj": t_mla_up, "mlp": zero,
+        "moe_act": kern.streamed(routed * act * Fe, kern.tp),
+        "shared_experts": t_shared + kern.streamed(act * Fs, kern.tp),
+        "moe": experts.forward + t_other + kern.streamed(moe_elems, kern.tp),
+    }
+    layer.module_flops = {"layernorm": zero, "mla_up_proj": f_mla_up, "mlp": zero, "moe_act": zero,
+                          "shared_experts": f_shared, "moe": experts.flops_forward + f_shared + f_router}
+    kernels = calib.kernels_per_layer + MOE_EXTRA_KERNELS_PER_LAYER
+    loop = batch.is_("moe_grouped_gemm", "loop")
+    host_ops = kernels + np.where(loop, 2.0 * np.maximum(shape.local_experts - 1.0, 0.0), 0.0)
+    return host_bound(layer, host_ops, syncs_host(batch))

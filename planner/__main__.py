@@ -3,7 +3,7 @@
 import sys
 
 try:
-    from planner.cli import main
+    from planner.cli.main import main
 except ModuleNotFoundError as err:  # run outside the environment the README sets up
     sys.stderr.write(
         f"error: planner needs the Python package '{err.name}', which is not installed here; "

@@ -755,7 +755,7 @@ def _size_ticks(lo: float, hi: float, every: Optional[int] = None) -> list[float
 def plot_sweep(res: dict, path: Path) -> None:
     import textwrap
 
-    from planner.plots import pyplot, save_figure
+    from planner.reports.plots import pyplot, save_figure
 
     plt = pyplot()
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
@@ -802,7 +802,7 @@ def _plot_path(args: CommArgs) -> Optional[Path]:
         return None
     if args.sweep is None:
         raise PlannerInputError("--plot draws a --sweep: add --sweep A..B, e.g. --sweep 1KiB..16GiB")
-    from planner.plots import check_plot_path
+    from planner.reports.plots import check_plot_path
 
     return check_plot_path(args.plot)
 

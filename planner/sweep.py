@@ -398,7 +398,7 @@ def run_scenario(spec: SweepSpec, params: dict) -> dict:
 
 
 def _jsonable(obj):
-    from planner.search_report import json_default
+    from planner.reports.search import json_default
 
     return json.loads(json.dumps(obj, default=json_default))
 

@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from planner.timeline import simulate, stage_order
+from planner.reports.timeline import simulate, stage_order
 
 pytest.importorskip("matplotlib")
 
@@ -76,8 +76,8 @@ def test_1f1b_order_is_warmup_then_alternating_then_flush():
 
 @pytest.mark.parametrize("vpp,expected", [(1, 2 * 4 * 2), (2, 2 * 4 * 2 * 2)])
 def test_timeline_draws_the_blocks_1f1b_implies(vpp, expected):
-    from planner.plots import evaluation_figure
-    from planner.timeline import layout_timeline
+    from planner.reports.plots import evaluation_figure
+    from planner.reports.timeline import layout_timeline
 
     setup, rec = tiny_record(pp=2, vpp=vpp, gbs=4)
     assert rec["layout"]["grad_accum"] == 4
@@ -95,11 +95,11 @@ def test_timeline_draws_the_blocks_1f1b_implies(vpp, expected):
 
 
 def test_long_schedules_are_cut_in_the_steady_state():
-    from planner.plots import _window, evaluation_figure
+    from planner.reports.plots import _window, evaluation_figure
 
     setup, rec = tiny_record(pp=2, vpp=1, gbs=128)
     from costmodel.options import Layout
-    from planner.timeline import layout_timeline
+    from planner.reports.timeline import layout_timeline
 
     tl = layout_timeline(setup.model, setup.cluster, setup.gpu, Layout.from_values(rec["layout"]))
     assert tl.micro_batches == 128 and _window(tl) is not None
@@ -129,7 +129,7 @@ def test_evaluate_plot_png_and_svg_leave_the_output_unchanged(tmp_path):
 
 
 def test_html_embeds_the_svg(tmp_path):
-    from planner.plots import plot_evaluation
+    from planner.reports.plots import plot_evaluation
 
     setup, rec = tiny_record()
     path = plot_evaluation(rec, setup, tmp_path / "eval.html")
@@ -162,7 +162,7 @@ def test_search_plot_png_with_price_is_step_time_vs_cost(tmp_path):
 
 
 def test_search_plot_without_asking_again_uses_the_results():
-    from planner.plots import search_figure, search_plot_data
+    from planner.reports.plots import search_figure, search_plot_data
     from planner import search
 
     result = search("8b", 64, "h100", top=4)
@@ -192,7 +192,7 @@ def test_validate_plot(tmp_path):
                   "narayanan2021", "torchtitan_bench", "megatron2021_t2_zero3_174p6b_"):
         assert label in text, label
     assert "megatron2021_t1_1p7b" not in text  # inside the band: not labelled
-    from planner.plots import plot_validation
+    from planner.reports.plots import plot_validation
     from planner.validate import summarize, validate_rows
 
     results = validate_rows([r for r in rows if r["id"] in keep])
@@ -219,7 +219,7 @@ def test_bad_plot_path_is_one_line_exit_two(tmp_path, command, target, needle):
 
 def test_a_failed_write_leaves_no_file(tmp_path, monkeypatch):
     from hardware_catalog.errors import PlannerInputError
-    from planner import plots
+    from planner.reports import plots
 
     path = tmp_path / "eval.png"
     path.write_bytes(b"old picture")

@@ -74,7 +74,7 @@ def test_bad_prices(text):
 
 
 def test_in_memory_sweep_table_csv_json_plot(tmp_path):
-    from planner import sweep_report
+    from planner.reports import sweep as sweep_report
 
     spec = build_spec("8b,405b", "8", "h100", seq_len="4096")
     res = run_sweep(spec, train_tokens=1e12, prices={"h100-sxm": 2.0})
@@ -200,7 +200,7 @@ def test_two_worker_processes_share_a_journal_study_each_scenario_once(tmp_path)
 def test_cli_bad_input_one_line_exit_2(args, needle):
     from typer.testing import CliRunner
 
-    from planner.cli import app
+    from planner.cli.main import app
 
     res = CliRunner().invoke(app, ["sweep", *args])
     assert res.exit_code == 2, res.output

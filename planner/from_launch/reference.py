@@ -115,8 +115,8 @@ def rank_of(ref: dict, results: list[dict], pool: int, fits: int) -> dict:
 
 def _table(results: list[dict], ref: dict, rank: dict, top: int, splits: bool, stats: dict) -> str:
     """The best rows with the file's (``ref``) at its place, and the interval and envelope notes."""
-    from planner.search_report import format_table
-    from planner.search_notes import table_notes
+    from planner.reports.search import format_table
+    from planner.reports.search_notes import table_notes
 
     shown = results[:top]
     row = dict(ref, rank="ref")
@@ -159,11 +159,11 @@ def run_reference_search(launch, request, keep: str | None, calibration, outputs
     flags (its problem replaced by the file's), ``files`` what --csv / --export write."""
     from dataclasses import replace
 
-    from planner.cli_common import add_interval_and_envelope
-    from planner.cli_errors import EXIT_NOTHING_FITS
+    from planner.cli.common import add_interval_and_envelope
+    from planner.cli.errors import EXIT_NOTHING_FITS
     from planner.from_launch.commands import resolve_request
     from planner.job import Pricing
-    from planner.search_report import check_outputs
+    from planner.reports.search import check_outputs
     from search.api import search
     from search.exhaustive import memory_limit_gib
 
@@ -194,8 +194,8 @@ def run_reference_search(launch, request, keep: str | None, calibration, outputs
 
 def _write_files(top: int, checked: dict, result, ref: dict, request, outputs) -> list[str]:
     """--csv (the file's row first, as 'ref'), --export (the best layout) and --plot."""
-    from planner.cli_errors import say
-    from planner.search_report import write_csv
+    from planner.cli.errors import say
+    from planner.reports.search import write_csv
 
     lines = []
     if checked["csv"] is not None:
@@ -210,8 +210,8 @@ def _write_files(top: int, checked: dict, result, ref: dict, request, outputs) -
         lines += [f"wrote {p}" for p in report.written]
         lines += [f"skipped {n}: {why}" for n, why in report.skipped.items()]
     if checked["plot"] is not None:
-        from planner.plots import plot_search
-        from planner.search_report import more_points
+        from planner.reports.plots import plot_search
+        from planner.reports.search import more_points
 
         say(f"wrote {plot_search(result, checked['plot'], more_points(request, result))}")
     return lines
@@ -220,13 +220,13 @@ def _write_files(top: int, checked: dict, result, ref: dict, request, outputs) -
 def _outputs(top: int, as_json: bool, result, ref, rank, fits_ref, limit, r, keep) -> None:
     """The table (the file's row as 'ref' among the best) and what it would gain, or JSON."""
     from planner.from_launch.resolve import describe
-    from planner.search_report import format_summary
+    from planner.reports.search import format_summary
 
     if as_json:
         out = result.to_dict()
         out["results"] = out["results"][:top]
         out["reference"] = {"record": ref, **rank, "fits_limit": fits_ref, "keep": list(keep)}
-        from planner.search_report import json_default
+        from planner.reports.search import json_default
 
         typer.echo(json.dumps(out, indent=2, default=json_default))
         return
@@ -239,7 +239,7 @@ def _outputs(top: int, as_json: bool, result, ref, rank, fits_ref, limit, r, kee
     splits = bool(stats.get("stage_splits") or r.layout.pp > 1)
     typer.echo(_table(result.results, ref, rank, top, splits, stats))
     if not result.results:
-        from planner.search_report import format_nothing_fits
+        from planner.reports.search import format_nothing_fits
 
         typer.echo("")
         typer.echo(format_nothing_fits(result))

@@ -152,7 +152,7 @@ def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = 
     import typer
 
     from costmodel.calibration import DEFAULT
-    from planner.plots import check_plot_path
+    from planner.reports.plots import check_plot_path
 
     if confidence not in ("high", "medium", "all"):
         raise PlannerInputError(f"--confidence={confidence}: allowed high, medium, all")
@@ -178,6 +178,6 @@ def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = 
         typer.echo("")
         typer.echo(format_production_check(check))
     if plot is not None:
-        from planner.plots import plot_validation
+        from planner.reports.plots import plot_validation
 
         typer.echo(f"wrote {plot_validation(results, summary, plot)}", err=True)

@@ -45,7 +45,7 @@ def format_run(run: dict) -> str:
     p = run["power"]
     power = f"{p['it_mw']:.2f} MW IT ({p['gpu_mw']:.2f} MW GPUs at {i['gpu_watts']:g} W), PUE {p['pue']:g}"
     if "days" in run:
-        from planner.report import human_count
+        from planner.reports.evaluate import human_count
 
         lines.append(f"  time        {run['days']:.1f} days for {human_count(run['train_tokens'])} tokens "
                      f"({run['useful_days']:.1f} days of training); {run['gpu_hours'] / 1e6:,.2f}M GPU-hours")

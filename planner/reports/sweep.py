@@ -20,8 +20,8 @@ def _scenario_cells(row: dict) -> list[str]:
 
 
 def _result_cells(row: dict, extra: list[str]) -> list[str]:
-    from planner.search_report import _fmt_duration, _fmt_seconds
-    from planner.report import recompute_label
+    from planner.reports.search import _fmt_duration, _fmt_seconds
+    from planner.reports.evaluate import recompute_label
 
     best = row.get("best")
     if not best:
@@ -133,7 +133,7 @@ def format_summary(stats: dict, worker: Optional[dict]) -> str:
         line += f", {stats['duplicates']} done twice"
     line += f"; memory headroom {spec['memory_headroom'] * 100:g}%"
     if stats.get("train_tokens"):
-        from planner.report import human_count
+        from planner.reports.evaluate import human_count
 
         line += f"; {human_count(stats['train_tokens'])} training tokens"
     if stats.get("prices"):
@@ -161,7 +161,7 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     import csv
     import io
 
-    from planner.search_report import _csv_rows
+    from planner.reports.search import _csv_rows
     from planner.outputs import write_text_atomically
 
     fake = {"layout": {}, "memory_gib": {}, "breakdown": {}}

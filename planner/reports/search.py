@@ -42,7 +42,7 @@ def _row(rec: dict, multi_hw: bool, extra_cols: list[str], splits: bool = False,
     if splits:
         st = lay.get("stage_layers")
         row.append(f"{st[0]}/{st[1] if len(st) > 2 else '-'}/{st[-1]}" if st else "-")
-    from planner.report import recompute_label
+    from planner.reports.evaluate import recompute_label
 
     row.append(recompute_label(lay) + (" fp8" if lay.get("precision") == "fp8" else ""))
     row += [
@@ -128,7 +128,7 @@ def format_summary(stats: dict) -> str:
     if stats.get("calibration"):
         line += f"\nconstants from calibration profile {stats['calibration']}"
     if stats.get("framework"):
-        from planner.report import framework_lines
+        from planner.reports.evaluate import framework_lines
 
         line += "\n" + "\n".join(framework_lines(stats["framework"]))
     return line
@@ -202,7 +202,7 @@ def write_csv(path: Path, records: list[dict], flag: str = "--csv") -> None:
 def check_outputs(csv_file, export_dir, plot, force: bool) -> dict:
     """Every file the search will write, checked before it runs (``planner.outputs``)."""
     from planner.outputs import check_output_dir, check_output_file
-    from planner.plots import check_plot_path
+    from planner.reports.plots import check_plot_path
 
     names = []
     if export_dir is not None:
@@ -236,7 +236,7 @@ def more_points(request, result) -> Optional[dict]:
     trials) or found nothing."""
     from dataclasses import replace
 
-    from planner.plots import CLOUD_TOP, FRONT_TOP
+    from planner.reports.plots import CLOUD_TOP, FRONT_TOP
     from search.api import search
 
     if not result.results or result.stats.get("method") != "exhaustive":

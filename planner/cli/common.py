@@ -73,11 +73,11 @@ def show_evaluation(priced, outputs, before: str = "") -> None:
 
     import typer
 
-    from planner.cli_errors import EXIT_NOTHING_FITS, say
+    from planner.cli.errors import EXIT_NOTHING_FITS, say
 
     setup, record = priced.setup, priced.record
     if outputs.plot is not None:
-        from planner.plots import plot_evaluation
+        from planner.reports.plots import plot_evaluation
 
         say(f"wrote {plot_evaluation(record, setup, outputs.plot)}")
     add_interval_and_envelope(setup, record)
@@ -88,14 +88,14 @@ def show_evaluation(priced, outputs, before: str = "") -> None:
     if outputs.as_json:
         typer.echo(json.dumps(record, indent=2))
     else:
-        from planner.report import format_evaluation
+        from planner.reports.evaluate import format_evaluation
 
         if before:
             typer.echo(before)
             typer.echo("")
         typer.echo(format_evaluation(record, cluster_line(setup)))
         if outputs.run is not None:
-            from planner.run_report import format_run
+            from planner.reports.run import format_run
 
             typer.echo("")
             typer.echo(format_run(record["run"]))

@@ -317,7 +317,7 @@ def _bar_labels(ax, values, texts, xmax) -> None:
 
 def draw_time_breakdown(ax, record: dict) -> None:
     """Exposed seconds per step, one bar per term (terms at zero left out)."""
-    from planner.report import TERM_LABELS
+    from planner.reports.evaluate import TERM_LABELS
 
     step = record["step_time_s"]
     terms = [(t, v) for t, v in record["breakdown"].items() if v > 0 or t == "compute"]
@@ -338,7 +338,7 @@ def draw_time_breakdown(ax, record: dict) -> None:
 def draw_memory_breakdown(ax, record: dict) -> None:
     """GiB per GPU on the fullest stage, one bar per part, the peak and the HBM capacity."""
     from costmodel.result import MEMORY_TERMS
-    from planner.report import MEMORY_LABELS
+    from planner.reports.evaluate import MEMORY_LABELS
 
     mem = record["memory_gib"]
     names = ["peak"] + list(MEMORY_TERMS)
@@ -364,7 +364,7 @@ def draw_memory_breakdown(ax, record: dict) -> None:
 def evaluation_figure(record: dict, timeline):
     """Timeline on top, time and memory breakdowns below; ``fig.timeline_counts`` holds the
     forward / backward blocks drawn."""
-    from planner.report import layout_summary
+    from planner.reports.evaluate import layout_summary
 
     plt = pyplot()
     rows = timeline.pp
@@ -396,7 +396,7 @@ def evaluation_figure(record: dict, timeline):
 def plot_evaluation(record: dict, setup, path) -> Path:
     """``planner evaluate --plot``: rebuild the layout from the record, simulate, draw, save."""
     from costmodel.options import Layout
-    from planner.timeline import layout_timeline
+    from planner.reports.timeline import layout_timeline
 
     layout = Layout.from_values(record["layout"])
     timeline = layout_timeline(setup.model, setup.cluster, setup.gpu, layout)
@@ -416,7 +416,7 @@ LABELS = 8
 
 def search_plot_data(result, again: Optional[dict] = None) -> dict:
     """What the search plot draws: cloud, front, labelled top layouts, best per series
-    (``again``: the search's extra points, ``planner.search_report.more_points``; None: the
+    (``again``: the search's extra points, ``planner.reports.search.more_points``; None: the
     result's rows alone)."""
     from search.exhaustive import pareto_mask
 
@@ -622,7 +622,7 @@ def search_figure(result, data: dict):
 
 def plot_search(result, path, again: Optional[dict] = None, recipes: Optional[list] = None) -> Path:
     """``planner search --plot``: ``again`` the search's extra points
-    (``planner.search_report.more_points``);
+    (``planner.reports.search.more_points``);
     ``recipes``: the published recipe rows the table shows (``planner.recipes.reference_recipes``),
     marked as stars."""
     data = search_plot_data(result, again)

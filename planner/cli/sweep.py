@@ -1,7 +1,7 @@
 """``planner sweep``: the best layout, time to train and cost of every scenario of a grid.
 
-Registered on the main app by ``planner.cli`` through ``register(app)``; the work is in
-``planner.sweep`` (study, workers, exactly-once claims) and ``planner.sweep_report`` (output).
+Registered on the main app by ``planner.cli.main`` through ``register(app)``; the work is in
+``planner.sweep`` (study, workers, exactly-once claims) and ``planner.reports.sweep`` (output).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from planner.cli_options import run_options
+from planner.cli.options import run_options
 
 SWEEP_HELP = """Best layout, time to train and cost for every scenario of a grid: models x GPU types x
 GPU counts x sequence lengths x batch sizes. Each scenario is one exhaustive search (a trial of an
@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
         min_scaling_efficiency: Optional[float] = typer.Option(None, "--min-scaling-efficiency", help="With --objective: a step up in GPU count stops paying when less than this share of the GPUs added turns into speed (default 0.8)."),
         run: dict = None,
     ):
-        from planner.cli_options import run_inputs
+        from planner.cli.options import run_inputs
         from planner.outputs import check_output_file
 
         run_in = run_inputs(run)  # bad values fail before any work
@@ -100,7 +100,7 @@ def _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, run_in, price, memory
 
 
 def _write_files(result, csv_file, plot) -> None:
-    from planner import sweep_report
+    from planner.reports import sweep as sweep_report
 
     if csv_file is not None:
         sweep_report.write_csv(csv_file, result.rows)
@@ -109,7 +109,7 @@ def _write_files(result, csv_file, plot) -> None:
 
 
 def _print(result, as_json: bool, csv_file, plot) -> None:
-    from planner import sweep_report
+    from planner.reports import sweep as sweep_report
 
     if as_json:
         typer.echo(json.dumps(sweep_report.to_json(result.rows, result.stats), indent=2))

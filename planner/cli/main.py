@@ -13,12 +13,12 @@ from typing import Optional
 import typer
 
 from hardware_catalog.errors import PlannerInputError
-from planner.cli_common import check_framework_use, planner_version, show_evaluation, typed_flags, write_export
-from planner.cli_errors import PlannerGroup, command_line, say
-from planner.cli_options import layout_options, run_options
+from planner.cli.common import check_framework_use, planner_version, show_evaluation, typed_flags, write_export
+from planner.cli.errors import PlannerGroup, command_line, say
+from planner.cli.options import layout_options, run_options
 from planner.from_launch.options import FromLaunchOpt, LaunchFormatOpt
 from planner.outputs import check_output_dir, check_output_file
-from planner.plots import check_plot_path
+from planner.reports.plots import check_plot_path
 
 app = typer.Typer(
     name="planner",
@@ -32,7 +32,7 @@ app = typer.Typer(
 )
 
 # Options shared by evaluate and export; the layout options come from their declarations
-# (costmodel.options) through planner.cli_options.layout_options.
+# (costmodel.options) through planner.cli.options.layout_options.
 ModelOpt = typer.Option(None, "--model", help="Model preset (e.g. 405b, llama3-70b, mixtral-8x7b) or a model / HF config.json file. Required unless --from or --from-launch.")
 GpusOpt = typer.Option(None, "--gpus", help="Total GPUs in the job. Required unless --from or --from-launch states it.")
 GpuOpt = typer.Option(None, "--gpu", help="GPU type (h100, a100, b200, ...); picks its default cluster.")
@@ -107,7 +107,7 @@ def evaluate(
 ):
     """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not (exit 3 if not);
     with --train-tokens, the whole run: failures, checkpoints, goodput, days, MWh, $."""
-    from planner.cli_options import run_inputs
+    from planner.cli.options import run_inputs
     from planner.job import Job, Outputs, price
 
     run_in = run_inputs(run)  # bad values fail before any work
@@ -170,7 +170,7 @@ def catalog(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    from planner.report import human_count
+    from planner.reports.evaluate import human_count
 
     if what == "models":
         typer.echo(f"{'name':<26}{'params':>9}{'active':>9}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv':>5}{'experts':>9}  aliases")
@@ -391,14 +391,14 @@ def comm(
 
 def _register_optional_commands() -> None:
     try:
-        from planner.cli_search import register
+        from planner.cli.search import register
     except ImportError:  # pragma: no cover - search module missing in a partial checkout
         return
     register(app)
-    from planner.cli_sweep import register as register_sweep
+    from planner.cli.sweep import register as register_sweep
 
     register_sweep(app)
-    from planner.cli_calibrate import register as register_calibrate
+    from planner.cli.calibrate import register as register_calibrate
 
     register_calibrate(app)
 
@@ -407,7 +407,7 @@ _register_optional_commands()
 
 
 def main() -> None:
-    """Console entry point. Every failure ends in ``PlannerGroup`` (planner.cli_errors): one line
+    """Console entry point. Every failure ends in ``PlannerGroup`` (planner.cli.errors): one line
     on stderr and the exit status of its kind, never a traceback."""
     app()
 

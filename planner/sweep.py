@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from costmodel.options import Bound
-from hardware_catalog.errors import PlannerInputError
+from hardware_catalog.errors import PlannerInputError, raise_if_interrupted
 
 SPEC_ATTR = "planner_sweep"
 """Study user attribute: the sweep's axes and search settings (every worker must agree)."""
@@ -384,6 +384,7 @@ def run_scenario(spec: SweepSpec, params: dict) -> dict:
     except PlannerInputError as err:
         out.update(status="invalid", reason=str(err))
     except Exception as err:  # a scenario that breaks the cost model must not stop the sweep
+        raise_if_interrupted()  # Ctrl-C turned into another exception: fail the trial, store nothing
         out.update(status="error", reason=f"{type(err).__name__}: {err}")
     else:
         out.update(gbs_used=res.stats["gbs"], seq_len_used=res.stats["seq_len"])

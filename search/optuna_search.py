@@ -157,7 +157,9 @@ def run_optuna(problems: list[Problem], *, trials: int, seed: int, top: int, mem
     then the study's total of complete trials, whichever processes run them."""
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # ERROR: a trial failed by Ctrl-C is logged by optuna as a WARNING with its traceback; planner
+    # says "interrupted" once (planner.cli_errors).
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     t0 = time.perf_counter()
     pools = Pools(top=top, objectives=objectives)
     cores = _Cores(problems, pools, objectives, memory_headroom, calib)

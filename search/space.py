@@ -46,6 +46,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -55,6 +57,7 @@ import numpy as np
 from costmodel.layout import LayoutBatch, implementation_columns
 from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE, SEARCHED
 from costmodel.pipeline import stage_layer_split
+from hardware_catalog.errors import mark_interrupted
 from search.rules import RULES, RuleContext, add_cpsat_constraints, removed_by_rule, where_settings_apply
 
 VPP_MAX = 8
@@ -381,12 +384,41 @@ def core_cpsat(problem: Problem, dom: Optional[dict] = None) -> dict[str, np.nda
     solver.parameters.num_workers = 1
     solver.parameters.search_branching = cp_model.FIXED_SEARCH
     solver.parameters.cp_model_presolve = False
+    # planner owns SIGINT: CP-SAT's own handler (catch_sigint_signal, on by default) would stop the
+    # enumeration on Ctrl-C and return the solutions so far as FEASIBLE, a partial space.
+    solver.parameters.catch_sigint_signal = False
     cb = _Collect()
-    status = solver.solve(m, cb)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.INFEASIBLE):
-        raise RuntimeError(f"CP-SAT enumeration ended with status {solver.status_name(status)}")
+    status = _solve_interruptibly(solver, m, cb)
+    # A complete enumeration ends OPTIMAL (solutions found) or INFEASIBLE (none); FEASIBLE means it
+    # stopped early (a limit or a stop) and the rows are a part of the space: never a result.
+    if status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+        raise RuntimeError(f"CP-SAT enumeration ended with status {solver.status_name(status)} (incomplete)")
     rows = np.asarray(cb.rows, dtype=np.int64).reshape(-1, len(CORE))
     return {k: rows[:, i].copy() for i, k in enumerate(CORE)}
+
+
+def _solve_interruptibly(solver, model, callback):
+    """``solver.solve(model, callback)``; Ctrl-C during it stops the search (from the next
+    solution callback, where Python runs) and raises KeyboardInterrupt after the solver returned,
+    instead of raising inside OR-tools' C++ callback."""
+    if threading.current_thread() is not threading.main_thread():
+        return solver.solve(model, callback)
+    previous = signal.getsignal(signal.SIGINT)
+    stopped = []
+
+    def stop(signum, frame):
+        mark_interrupted()
+        stopped.append(signum)
+        solver.stop_search()
+
+    signal.signal(signal.SIGINT, stop)
+    try:
+        status = solver.solve(model, callback)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if stopped:
+        raise KeyboardInterrupt
+    return status
 
 
 def _expansion_counts(problem: Problem, dom: dict, core: dict) -> np.ndarray:

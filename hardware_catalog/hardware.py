@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from hardware_catalog.errors import PlannerInputError, unknown_name_error
+from hardware_catalog.files import read_input_bytes, show
 from hardware_catalog.match import match_gpu, match_interconnect
 from hardware_catalog.schema import ClusterSpec, GPUSpec, InterconnectSpec
 
@@ -219,9 +220,9 @@ def _is_file(text: str) -> bool:
 
 
 def _parse_user_file(path: Path) -> Any:
-    where = f"cluster file {path}"
+    where = f"cluster file {show(path)}"
     try:
-        data = path.read_bytes()
+        data = read_input_bytes(path, where)
     except FileNotFoundError:
         raise PlannerInputError(f"{where}: file not found") from None
     except OSError as err:

@@ -67,7 +67,11 @@ def say(message: str) -> None:
 
 
 def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(str(text).split())
+    """``text`` on one line, each overlong word (a 100,000-character name or path) cut short
+    (``hardware_catalog.files.show``), the whole at most ``limit`` characters."""
+    from hardware_catalog.files import show
+
+    text = " ".join(show(word) for word in str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -134,7 +138,7 @@ def report_failure(err: BaseException) -> int:
         silence_stdout()
         return EXIT_OK
     if isinstance(err, OSError):
-        where = f"{err.filename}: " if err.filename else ""
+        where = f"{_one_line(err.filename)}: " if err.filename else ""
         say(f"error: {where}{err.strerror or _one_line(err)}" if where else
             f"error: cannot write to standard output ({err.strerror or _one_line(err)})")
         if not where:

@@ -56,8 +56,9 @@ def register(app: typer.Typer) -> None:
         progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar on stderr. Default: when stderr is a terminal."),
         force: bool = typer.Option(False, "--force", help="Overwrite existing files (--csv, --plot)."),
     ):
-        from planner.outputs import check_output_file
+        from planner.outputs import check_distinct, check_output_file
 
+        check_distinct(("--csv", csv_file), ("--plot", plot))
         check_output_file(csv_file, "--csv", force)
         check_output_file(plot, "--plot", force)
         result = _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, train_tokens, price, memory_headroom,

@@ -196,7 +196,7 @@ def write_csv(path: Path, records: list[dict], flag: str = "--csv") -> None:
 
 def check_outputs(csv_file, export_dir, plot, force: bool) -> dict:
     """Every file the search will write, checked before it runs (``planner.outputs``)."""
-    from planner.outputs import check_output_dir, check_output_file
+    from planner.outputs import check_distinct, check_output_dir, check_output_file
     from planner.plots import check_plot_path
 
     names = []
@@ -204,6 +204,7 @@ def check_outputs(csv_file, export_dir, plot, force: bool) -> dict:
         from planner.export import FILES
 
         names = [name for files in FILES.values() for name in files]
+    check_distinct(("--csv", csv_file), ("--plot", plot))
     return {"csv": check_output_file(csv_file, "--csv", force),
             "export": check_output_dir(export_dir, "--export", force, names),
             "plot": check_output_file(check_plot_path(plot), "--plot", force)}

@@ -22,6 +22,7 @@ from typing import Optional, Union
 
 from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE
 from hardware_catalog.errors import PlannerInputError
+from hardware_catalog.files import read_input_bytes, show
 from planner.validate.models import map_model, model_notes
 from planner.validate.profiles import RowFacts, apply_profiles, model_parts
 from planner.validate.schema import STATED_SETTINGS, RunRow, parse_row
@@ -71,9 +72,9 @@ class MappedRun:
 def _read(path: Optional[Path]) -> tuple[str, str]:
     if path is None:
         return resources.files("planner").joinpath("data/published_runs.json").read_text(), "the shipped reference set"
-    where = f"runs file {path}"
+    where = f"runs file {show(path)}"
     try:
-        data = Path(path).read_bytes()
+        data = read_input_bytes(path, where)
     except OSError as err:
         raise PlannerInputError(f"{where}: cannot read ({err.strerror or type(err).__name__})") from None
     try:

@@ -1,0 +1,112 @@
+"""Issue 28: inputs no ordinary test uses. Each answered with one line (exit 2), in time, with
+nothing lost or replaced: special files, long names, shell arithmetic bombs, numbers at and
+beyond float's range."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from planner.cli import app
+
+runner = CliRunner()
+FAST = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def cli(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def one_error_line(res, *needles) -> str:
+    assert res.exit_code == 2, (res.exit_code, res.output)
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in res.output, res.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------ special files
+
+
+def _special(kind: str, tmp: Path) -> Path:
+    """A FIFO, a directory, or one of the character devices every Unix has."""
+    if kind == "fifo":
+        path = tmp / "pipe"
+        if not path.exists():
+            os.mkfifo(path)
+        return path
+    if kind == "dir":
+        path = tmp / "folder"
+        path.mkdir(exist_ok=True)
+        return path
+    return Path(kind)
+
+
+def _type(path: Path) -> int:
+    return stat.S_IFMT(os.stat(path).st_mode)
+
+
+SEARCH = ("search", "--model", "8b", "--gpus", "8", "--gpu", "h100")
+OUTPUTS = [SEARCH + ("--csv",), SEARCH + ("--plot",), ("evaluate", "--model", "8b", "--gpus", "8", "--gpu", "h100",
+           "--plot")]
+INPUTS = [("search", "--gpus", "8", "--gpu", "h100", "--model"),
+          ("search", "--model", "8b", "--gpus", "8", "--cluster"),
+          ("export", "--out", "{tmp}/out", "--from-launch"),
+          ("validate", "--runs"),
+          ("evaluate", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--calibration")]
+KINDS = ["fifo", "dir", "/dev/null", "/dev/zero", "/dev/full"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo") or not Path("/dev/zero").exists(), reason="needs FIFOs and /dev")
+@FAST
+@given(kind=st.sampled_from(KINDS), command=st.sampled_from(OUTPUTS), force=st.booleans())
+def test_special_output_files_are_refused_and_never_replaced(tmp_path, kind, command, force):
+    target = _special(kind, tmp_path)
+    before = _type(target)
+    res = cli(*command, target, *(["--force"] if force else []))
+    line = one_error_line(res)
+    assert str(target) in line
+    assert _type(target) == before  # still a FIFO, a device, a directory
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo") or not Path("/dev/zero").exists(), reason="needs FIFOs and /dev")
+@FAST
+@given(kind=st.sampled_from(KINDS), command=st.sampled_from(INPUTS))
+def test_special_input_files_are_refused_before_reading(tmp_path, kind, command):
+    # A FIFO with no writer would block a reader forever and /dev/zero never ends: the answer
+    # comes from the file's type, before it is opened.
+    target = _special(kind, tmp_path)
+    line = one_error_line(cli(*[a.format(tmp=tmp_path) for a in command], target))
+    assert "regular file" in line or "folder" in line or "directory" in line
+
+
+def test_an_oversized_input_file_is_refused_with_the_limit(tmp_path):
+    from hardware_catalog.files import MAX_INPUT_BYTES
+
+    big = tmp_path / "model.json"
+    with open(big, "wb") as fh:
+        fh.truncate(MAX_INPUT_BYTES + 1)  # sparse: costs no disk
+    one_error_line(cli("search", "--gpus", "8", "--gpu", "h100", "--model", big), f"{MAX_INPUT_BYTES:,} bytes")
+
+
+@FAST
+@given(n=st.integers(min_value=1_000, max_value=100_000), flag=st.sampled_from(["--model", "--gpu", "--csv"]))
+def test_a_huge_name_gives_a_short_line(n, flag):
+    args = {"--model": "8b", "--gpu": "h100", "--csv": None}
+    args[flag] = "x" * n
+    command = ["search", "--gpus", "8"] + [a for k, v in args.items() if v for a in (k, v)]
+    line = one_error_line(cli(*command))
+    assert len(line) < 1500 and "x" * 200 not in line  # the line does not grow with the name
+
+
+def test_csv_and_plot_on_one_path_are_refused(tmp_path):
+    out = tmp_path / "same.png"
+    one_error_line(cli(*SEARCH, "--csv", out, "--plot", out), "--csv", "--plot", "same file")
+    assert not out.exists()

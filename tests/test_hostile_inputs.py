@@ -110,3 +110,56 @@ def test_csv_and_plot_on_one_path_are_refused(tmp_path):
     out = tmp_path / "same.png"
     one_error_line(cli(*SEARCH, "--csv", out, "--plot", out), "--csv", "--plot", "same file")
     assert not out.exists()
+
+
+# ------------------------------------------------------------------------------ shell arithmetic
+
+_OPS = ["+", "-", "*", "/", "%", "**", "<<", ">>", "<", "==", "&", "|", "^", "&&", "||"]
+_exprs = st.recursive(
+    st.integers(min_value=0, max_value=2**40).map(str),
+    lambda inner: st.one_of(
+        st.tuples(inner, st.sampled_from(_OPS), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        st.tuples(st.sampled_from(["-", "!", "~"]), inner).map(lambda t: f"{t[0]}({t[1]})"),
+    ),
+    max_leaves=8,
+)
+
+
+@pytest.mark.skipif(not Path("/bin/bash").exists(), reason="bash is the oracle")
+@settings(max_examples=40, deadline=None)
+@given(expr=_exprs)
+def test_arithmetic_matches_bash_or_refuses_what_bash_wraps(expr):
+    import subprocess
+    import time
+
+    from planner.launch.arith import ArithmeticLimit, evaluate
+
+    t0 = time.perf_counter()
+    try:
+        ours = evaluate(expr)
+    except ArithmeticLimit:
+        ours = None
+    assert time.perf_counter() - t0 < 0.05  # bounded work: every intermediate is 64-bit
+    bash = subprocess.run(["/bin/bash", "-c", f"echo $(({expr}))"], capture_output=True, text=True)
+    if ours is not None:  # bash agrees wherever nothing overflowed
+        assert bash.returncode == 0 and int(bash.stdout) == ours, (expr, bash.stdout, bash.stderr)
+
+
+@FAST
+@given(base=st.integers(2, 10**6), exp=st.integers(64, 10**9), stack=st.integers(1, 4))
+def test_an_arithmetic_bomb_is_one_line_in_milliseconds(tmp_path, base, exp, stack):
+    import time
+
+    bomb = "**".join([str(base)] * stack + [str(exp)])
+    script = tmp_path / "launch.sh"
+    script.write_text(f"TP=$(({bomb}))\ntorchrun pretrain_gpt.py --tensor-model-parallel-size $TP\n")
+    t0 = time.perf_counter()
+    line = one_error_line(cli("evaluate", "--gpus", "8", "--gpu", "h100", "--from-launch", script), "64-bit")
+    assert time.perf_counter() - t0 < 2.0
+    assert "=0" not in line
+
+
+def test_a_self_doubling_variable_is_bounded(tmp_path):
+    script = tmp_path / "launch.sh"
+    script.write_text("A=x\n" + "A=$A$A\n" * 40 + "torchrun pretrain_gpt.py --tensor-model-parallel-size 1\n")
+    one_error_line(cli("evaluate", "--gpus", "8", "--gpu", "h100", "--from-launch", script), "expands to more than")

@@ -192,6 +192,17 @@ def default_cluster_for_gpu(gpu_name: str) -> ClusterSpec:
     raise PlannerInputError(f"no cluster preset for gpu '{gpu.name}'; give a cluster file")
 
 
+def check_whole_nodes(cluster: ClusterSpec, gpus: int) -> None:
+    """A job of ``gpus`` GPUs on ``cluster`` takes whole nodes (or part of one node): 64 GPUs on
+    nodes of 3 would leave one node a third used, which no launcher (torchrun --nproc-per-node,
+    SLURM --ntasks-per-node) lays out and the network model cannot place."""
+    g = cluster.gpus_per_node
+    if gpus > g and gpus % g:
+        raise PlannerInputError(
+            f"--gpus {gpus:,} is not a whole number of nodes: cluster {show(cluster.name)} has {g} GPUs per node; "
+            f"give a multiple of {g} (or at most {g})")
+
+
 def get_cluster(name_or_path: str | Path) -> ClusterSpec:
     """A cluster preset (name or alias), or a user TOML/YAML/JSON file with ClusterSpec fields."""
     if isinstance(name_or_path, Path):

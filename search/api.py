@@ -318,6 +318,11 @@ def search(model, gpus, gpu=None, cluster=None, *, gbs: Optional[int] = None,
     if "recompute" in pins_n:
         settings["recompute"] = RECOMPUTE[pins_n["recompute"]]
     check_settings(model_spec, settings, {k: OPTIONS_BY_NAME[k].decode(c) for k, c in pins_n.items()})
+    from hardware_catalog.hardware import check_whole_nodes
+
+    for _, c in hardware:
+        for n in counts:
+            check_whole_nodes(c, n)
     problems = [
         Problem(model=model_spec, cluster=c, gpu=g, gpus=n, gbs=gbs_v, seq_len=seq_v, pins=pins_n,
                 allow_cross_node_tp=allow_cross_node_tp, stage_splits=stage_splits, implementation=impl,

@@ -163,3 +163,46 @@ def test_a_self_doubling_variable_is_bounded(tmp_path):
     script = tmp_path / "launch.sh"
     script.write_text("A=x\n" + "A=$A$A\n" * 40 + "torchrun pretrain_gpt.py --tensor-model-parallel-size 1\n")
     one_error_line(cli("evaluate", "--gpus", "8", "--gpu", "h100", "--from-launch", script), "expands to more than")
+
+
+# ---------------------------------------------------------------------- numbers from files
+
+CLUSTER_FLOATS = ["scaleup_latency_us", "scaleup_efficiency", "network_efficiency", "network_oversubscription",
+                  "power_limit_watts"]
+_BASE_CLUSTER = {"name": "mine", "gpu": "h100", "gpus_per_node": 8, "scaleup_domain_size": 8,
+                 "scaleup_latency_us": 2.0, "scaleup_efficiency": 0.8, "nic": "ib-ndr", "nics_per_node": 8,
+                 "network_efficiency": 0.9}
+_extremes = st.one_of(st.sampled_from([float("inf"), float("-inf"), float("nan"), 1e308, 1e-300, 0.0, -1.0, 5e-324]),
+                      st.floats(allow_nan=True, allow_infinity=True))
+
+
+@FAST
+@given(field=st.sampled_from(CLUSTER_FLOATS), value=_extremes)
+def test_any_number_in_a_cluster_file_is_refused_by_name_or_gives_finite_results(tmp_path, field, value):
+    import json
+    import math
+    import warnings
+
+    path = tmp_path / "cluster.toml"
+    fields = {**_BASE_CLUSTER, field: value}
+    path.write_text("".join(f"{k} = {json.dumps(v) if isinstance(v, str) else repr(float(v)) if isinstance(v, float) else v}\n"
+                            for k, v in fields.items()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a numpy RuntimeWarning (overflow, invalid value) fails the test
+        res = cli("evaluate", "--model", "8b", "--gpus", "16", "--cluster", path, "--json")
+    if res.exit_code == 2:
+        one_error_line(res, field)
+        return
+    assert res.exit_code in (0, 3), res.output
+    record = json.loads(res.stdout)
+    numbers = [v for v in record.values() if isinstance(v, float)]
+    assert numbers and all(math.isfinite(v) for v in numbers)
+    assert record["step_time_s"] < 1e6  # a bounded figure gives a bounded step
+
+
+def test_gpus_per_node_must_divide_the_gpu_count(tmp_path):
+    path = tmp_path / "cluster.toml"
+    fields = {**_BASE_CLUSTER, "gpus_per_node": 3, "scaleup_domain_size": 3}
+    path.write_text("".join(f'{k} = "{v}"\n' if isinstance(v, str) else f"{k} = {v}\n" for k, v in fields.items()))
+    for command in ("search", "evaluate"):
+        one_error_line(cli(command, "--model", "8b", "--gpus", "64", "--cluster", path), "--gpus 64", "3 GPUs per node")

@@ -199,7 +199,7 @@ def check_whole_nodes(cluster: ClusterSpec, gpus: int) -> None:
     g = cluster.gpus_per_node
     if gpus > g and gpus % g:
         raise PlannerInputError(
-            f"--gpus {gpus:,} is not a whole number of nodes: cluster {show(cluster.name)} has {g} GPUs per node; "
+            f"--gpus={gpus} is not a whole number of nodes: cluster {show(cluster.name)} has {g} GPUs per node; "
             f"give a multiple of {g} (or at most {g})")
 
 

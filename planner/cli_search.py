@@ -18,7 +18,7 @@ from planner.cli_options import layout_options
 from planner.launch.options import FromLaunchOpt, KeepOpt, LaunchFormatOpt
 from planner.search_notes import ranked_by, table_rows
 from planner.search_report import (check_outputs, format_nothing_fits, format_summary, format_table, json_default,
-                                   write_csv)
+                                   sampled_note, write_csv)
 
 
 def register(app: typer.Typer) -> None:
@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         tokens_per_batch: Optional[int] = typer.Option(None, "--tokens-per-batch", help="Global batch in tokens (instead of --gbs)."),
         stage_splits: bool = typer.Option(False, "--stage-splits", help="Also search uneven first/last stage layer counts."),
         top: int = typer.Option(10, "--top", help="How many layouts to show."),
-        method: str = typer.Option("auto", "--method", help="auto | exhaustive | optuna (auto: exhaustive up to 5M candidates)."),
+        method: str = typer.Option("auto", "--method", help="auto | exhaustive | optuna (auto: exhaustive when enumerating the valid layouts takes at most 15 s, else optuna; the table's header says when a result is sampled)."),
         trials: int = typer.Option(300, "--trials", help="Optuna trials."),
         seed: int = typer.Option(0, "--seed", help="Optuna seed."),
         sampler: Optional[str] = typer.Option(None, "--sampler", help="Optuna sampler: tpe | random | nsga2 (default tpe; nsga2 with --pareto)."),
@@ -177,6 +177,7 @@ def _print_result(result, as_json: bool, pareto: bool, pinned_splits: bool, reci
             title += f" -- Pareto front, {a} vs {b} ({stats['pareto_front_size']} points)"
         else:
             title += f" -- top {len(result.results)} layouts {ranked_by(stats)}"
+        title += sampled_note(stats)
         typer.echo(title)
         rows, marks, notes = table_rows(result.results, recipes, stats)
         typer.echo(format_table(rows, multi, bool(stats.get("stage_splits") or pinned_splits), marks))

@@ -98,6 +98,16 @@ def format_table(records: list[dict], multi_hw: bool = False, splits: bool = Fal
     return "\n".join(lines)
 
 
+def sampled_note(stats: dict) -> str:
+    """For the table's header: a sampled result is said to be one where it is read first."""
+    if stats.get("method") != "optuna":
+        return ""
+    auto = stats.get("auto")
+    why = (f" (about {auto['layouts']:,}+ layouts: enumerating would take over {auto['limit_seconds']:.0f} s)"
+           if auto else "")
+    return f"\nSAMPLED by optuna, not enumerated{why}: maybe not the optimum; --method exhaustive prices every layout"
+
+
 def format_summary(stats: dict) -> str:
     method = stats["method"]
     how = stats.get("engine", "")

@@ -205,4 +205,4 @@ def test_gpus_per_node_must_divide_the_gpu_count(tmp_path):
     fields = {**_BASE_CLUSTER, "gpus_per_node": 3, "scaleup_domain_size": 3}
     path.write_text("".join(f'{k} = "{v}"\n' if isinstance(v, str) else f"{k} = {v}\n" for k, v in fields.items()))
     for command in ("search", "evaluate"):
-        one_error_line(cli(command, "--model", "8b", "--gpus", "64", "--cluster", path), "--gpus 64", "3 GPUs per node")
+        one_error_line(cli(command, "--model", "8b", "--gpus", "64", "--cluster", path), "--gpus=64", "3 GPUs per node")

@@ -438,3 +438,28 @@ def test_zero_2_under_a_pipeline_is_listed_only_when_asked_for():
     assert res.results and all(r["layout"]["zero"] != 2 for r in res.results)
     pinned = search(MID, 64, GPU, CLUSTER, gbs=128, pins={"pp": 2, "zero": 2}, method="exhaustive", top=3)
     assert pinned.results and all(r["layout"]["zero"] == 2 for r in pinned.results)
+
+
+@pytest.mark.slow
+def test_auto_returns_the_exhaustive_optimum_where_the_upper_bound_is_large():
+    # Issue 28: Mixtral 8x22B on 65,536 A100s bounds 8.8M candidates (auto used to sample it),
+    # but only ~210k are valid: auto must enumerate and so find the exhaustive optimum.
+    from search.api import search as run
+
+    auto = run("mixtral-8x22b", 65536, "a100", top=1)
+    full = run("mixtral-8x22b", 65536, "a100", top=1, method="exhaustive")
+    assert auto.stats["method"] == "exhaustive" and auto.stats["space_upper_bound"] > 5_000_000
+    assert auto.best["layout"] == full.best["layout"]
+    assert auto.best["step_time_s"] == full.best["step_time_s"]
+
+
+def test_auto_samples_only_when_enumerating_is_predicted_too_slow():
+    from hardware_catalog import get_model
+    from search.exhaustive import choose_method
+
+    problems = [Problem(model=get_model("llama3-8b"), cluster=CLUSTER, gpu=GPU, gpus=n, gbs=512, seq_len=8192)
+                for n in (64, 128)]
+    enumerate_all = choose_method(problems, seconds=1e9)
+    assert enumerate_all.method == "exhaustive"
+    assert enumerate_all.layouts == sum(len(build_space(p)) for p in problems) > 0
+    assert choose_method(problems, seconds=0.0).method == "optuna"

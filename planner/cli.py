@@ -308,6 +308,7 @@ def validate(
     ranking: Optional[Path] = typer.Option(None, "--ranking", help="Ordering accuracy on a file of ablation groups (same model, cluster and batch under several layouts): per group Kendall tau, pairs > 3% apart ordered right, top-1; and overall."),
     write_uncertainty: Optional[Path] = typer.Option(None, "--write-uncertainty", help="With --cross-validate: write the folds' constants and held-out errors (the data of every interval) to FILE, e.g. search/data/uncertainty.json."),
     write_envelope: Optional[Path] = typer.Option(None, "--write-envelope", help="Write what the reference runs cover per mechanism (the validated envelope) to FILE, e.g. search/data/envelope.json."),
+    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="With --runs: leave out the rows the runs format refuses (listed on stderr) and validate the rest."),
 ):
     """Compare predictions with real training runs (throughput and peak memory): the shipped
     reference set, or your own (--runs). Exit 2: a bad runs file; 3: no row could be mapped."""
@@ -319,7 +320,7 @@ def validate(
     check_output_file(check_plot_path(plot), "--plot", force)
     with _reading_runs(runs):
         _validate(runs, as_json, confidence, cross_validate, bootstrap, plot, calibration, ranking, write_uncertainty,
-                  write_envelope)
+                  write_envelope, skip_invalid)
 
 
 @contextlib.contextmanager
@@ -338,7 +339,9 @@ def _reading_runs(runs: Optional[Path]):
 
 
 def _validate(runs, as_json, confidence, cross_validate, bootstrap, plot, calibration=None, ranking=None,
-              write_uncertainty=None, write_envelope=None) -> None:
+              write_uncertainty=None, write_envelope=None, skip_invalid=False) -> None:
+    if skip_invalid and (runs is None or cross_validate or ranking is not None or write_envelope is not None):
+        raise PlannerInputError("--skip-invalid goes with --runs FILE and the validate table")
     if cross_validate:
         if calibration is not None:
             raise PlannerInputError("--cross-validate fits its own constants; --calibration goes with the validate table")
@@ -366,7 +369,8 @@ def _validate(runs, as_json, confidence, cross_validate, bootstrap, plot, calibr
 
     from planner.calibration_profile import calibration_option
 
-    run_validate(runs, as_json=as_json, confidence=confidence, plot=plot, calib=calibration_option(calibration))
+    run_validate(runs, as_json=as_json, confidence=confidence, plot=plot, calib=calibration_option(calibration),
+                 skip_invalid=skip_invalid)
 
 
 _COMM_HELP = (

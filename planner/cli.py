@@ -70,6 +70,41 @@ def _job(ctx: typer.Context, from_file, rank, typed: dict) -> tuple[dict, Option
     return job, record, bool(notes) or from_csv
 
 
+def _record_calibration(record: dict, from_file) -> Optional[Path]:
+    """The calibration profile a record was priced with, when it names one that is still there."""
+    named = record.get("calibration")
+    if not named:
+        return None
+    path = Path(named)
+    if not path.is_absolute() and not path.exists():
+        path = Path(from_file).parent / named
+    if path.is_file():
+        return path
+    say(f"note: --from {from_file} was priced with calibration profile {named}, which is not there: "
+        f"priced again with the shipped constants")
+    return None
+
+
+def _note_repriced(stated: dict, record: dict, from_file) -> None:
+    """One note when what a --from file states differs from what planner prices for its layout."""
+    def num(rec, *keys):
+        for key in keys:
+            rec = rec.get(key) if isinstance(rec, dict) else None
+        return rec if isinstance(rec, (int, float)) and not isinstance(rec, bool) else None
+
+    changed = []
+    for label, keys in (("step time", ("step_time_s",)), ("tokens/s/GPU", ("tokens_per_s_per_gpu",)),
+                        ("peak memory", ("memory_gib", "peak"))):
+        old, new = num(stated, *keys), num(record, *keys)
+        if old is not None and new is not None and abs(old - new) > 1e-6 * max(abs(new), 1e-12):
+            changed.append(f"{label} {old:.4g} -> {new:.4g}")
+    if "fits" in stated and stated.get("fits") != record.get("fits"):
+        changed.append(f"fits {stated.get('fits')} -> {record.get('fits')}")
+    if changed:
+        say(f"note: --from {from_file} states other numbers than planner prices for its layout "
+            f"({'; '.join(changed)}): the files state planner's")
+
+
 def _evaluate_record(model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp, layout: dict, calibration=None,
                      framework=None, typed=()):
     """Resolve, check (one rule set) and price one layout given as option values
@@ -273,17 +308,16 @@ def export(
     job, record, price_again = _job(ctx, from_file, rank, dict(
         model=model, gpus=gpus, gpu=gpu, cluster=cluster, tokens_per_batch=tokens_per_batch,
         allow_cross_node_tp=allow_cross_node_tp, layout=layout))
-    if price_again:
-        setup, record = _evaluate_record(**job, calibration=calibration, framework=framework,
-                                         typed=typed_flags(ctx, tuple(layout)))
-        model_spec, cluster_spec = setup.model, setup.cluster
-    else:  # the record as it is: its prediction is what the files' header states
-        from planner.common import resolve_hardware
-        from hardware_catalog import get_model
-
-        model_spec = get_model(job["model"])
-        record = {"planner_version": planner_version(), **record}  # a search record names no version: this one writes
-        cluster_spec = resolve_hardware(job["gpu"], job["cluster"])[1]
+    stated = None
+    if not price_again:
+        # A file's numbers are not trusted: the layout it names is priced again (with the profile
+        # it was priced with), so a hand-edited step time or "fits": true never reaches a header.
+        stated, calibration = record, _record_calibration(record, from_file)
+    setup, record = _evaluate_record(**job, calibration=calibration, framework=framework,
+                                     typed=typed_flags(ctx, tuple(layout)))
+    model_spec, cluster_spec = setup.model, setup.cluster
+    if stated is not None:
+        _note_repriced(stated, record, from_file)
     report = export_layout(
         record, model_spec, cluster_spec, fmt, Path(out), force=force, entrypoint=entrypoint, command=command_line(),
         options=options,

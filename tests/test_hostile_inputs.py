@@ -206,3 +206,34 @@ def test_gpus_per_node_must_divide_the_gpu_count(tmp_path):
     path.write_text("".join(f'{k} = "{v}"\n' if isinstance(v, str) else f"{k} = {v}\n" for k, v in fields.items()))
     for command in ("search", "evaluate"):
         one_error_line(cli(command, "--model", "8b", "--gpus", "64", "--cluster", path), "--gpus=64", "3 GPUs per node")
+
+
+# ------------------------------------------------------------------------------ trust
+
+
+def test_export_from_a_hand_edited_record_states_planner_s_prediction(tmp_path):
+    import json
+
+    res = cli("evaluate", "--model", "8b", "--gpus", "64", "--gpu", "h100", "--tp", "2", "--json")
+    record = json.loads(res.stdout)
+    true_step = record["step_time_s"]
+    record.update(step_time_s=0.001, tokens_per_s_per_gpu=1e9)
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(record))
+    res = cli("export", "--from", edited, "--out", tmp_path / "out", "--format", "torchrun")
+    assert res.exit_code == 0, res.output
+    assert "states other numbers" in res.stderr and "step time 0.001" in res.stderr
+    header = (tmp_path / "out" / "launch_torchrun.sh").read_text()
+    assert f"step {true_step:.3f} s" in header and "0.001 s" not in header
+
+
+def test_from_launch_says_the_gpu_count_came_from_the_script(tmp_path):
+    script = tmp_path / "one_node.sh"
+    script.write_text("GPUS_PER_NODE=8\nNUM_NODES=1\ntorchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NUM_NODES "
+                      "pretrain_gpt.py --tensor-model-parallel-size 8 --pipeline-model-parallel-size 2 "
+                      "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
+                      "--max-position-embeddings 4096 --ffn-hidden-size 14336 --vocab-size 128256 "
+                      "--micro-batch-size 1 --global-batch-size 512 --bf16\n")
+    line = one_error_line(cli("evaluate", "--from-launch", script, "--gpu", "h100"),
+                          "GPUs 8 from the file (1 node(s) x 8 processes)", "pass --gpus")
+    assert "--gpus=8" not in line

@@ -135,10 +135,17 @@ def build(launch: Launch, *, model=None, gpus=None, gpu=None, cluster=None, toke
     setup = Setup(model_spec, gpu_spec, cluster_spec, gbs, seq)
     share = values.get("recompute_layers")
     plain = {k: v for k, v in values.items() if k in OPTIONS_BY_NAME and not (k == "recompute_layers" and share and share < 0)}
-    layout = build_layout(setup, n, **plain)
-    if share and share < 0:
-        layout = replace(layout, recompute_layers=share)
-    check_layout(model_spec, cluster_spec, gpu_spec, layout, gpus=n, allow_cross_node_tp=allow_cross_node_tp)
+    try:
+        layout = build_layout(setup, n, **plain)
+        if share and share < 0:
+            layout = replace(layout, recompute_layers=share)
+        check_layout(model_spec, cluster_spec, gpu_spec, layout, gpus=n, allow_cross_node_tp=allow_cross_node_tp)
+    except PlannerInputError as err:
+        if gpus is not None or f"--gpus={n}" not in str(err):
+            raise
+        # The count came from the file, not the command line: say so, and how to change it.
+        origin = derived[0] if derived and derived[0].startswith("GPUs ") else f"GPUs {n} from the file"
+        raise type(err)(str(err).replace(f"--gpus={n}", f"{origin}; pass --gpus N to price it on N GPUs")) from None
     return setup, layout, n, overrides, derived
 
 

@@ -25,12 +25,25 @@ app = typer.Typer(
     name="planner",
     help="Find and explain parallel layouts (DP/TP/PP/CP/EP, ZeRO, recompute) for LLM training.\n\n"
          "Exit status: 0 done, 2 bad input (one line on stderr), 3 nothing fits, 1 internal error "
-         "(--debug anywhere on the line prints its traceback). Existing files are replaced only with --force.",
+         "(--debug anywhere on the line prints its traceback), 130 interrupted. Existing files are replaced only "
+         "with --force.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     cls=PlannerGroup,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"planner {planner_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _planner(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                          help="Print planner's version and exit.")) -> None:
+    """Options before the command (``planner --version``)."""
 
 # Options shared by evaluate and export; the layout options come from their declarations
 # (costmodel.options) through planner.cli_options.layout_options.

@@ -237,3 +237,10 @@ def test_from_launch_says_the_gpu_count_came_from_the_script(tmp_path):
     line = one_error_line(cli("evaluate", "--from-launch", script, "--gpu", "h100"),
                           "GPUs 8 from the file (1 node(s) x 8 processes)", "pass --gpus")
     assert "--gpus=8" not in line
+
+
+def test_version():
+    from planner.cli_common import planner_version
+
+    res = cli("--version")
+    assert res.exit_code == 0 and res.stdout.strip() == f"planner {planner_version()}"

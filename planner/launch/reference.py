@@ -225,7 +225,7 @@ def _search_callable(plot):
 
 def _outputs(a, result, ref, rank, fits_ref, limit, r, keep) -> None:
     """The table (the file's row as 'ref' among the best) and what it would gain, or JSON."""
-    from planner.search_report import format_summary
+    from planner.search_report import format_summary, sampled_note
     from planner.launch.run import describe
 
     top = a["top"]
@@ -242,7 +242,8 @@ def _outputs(a, result, ref, rank, fits_ref, limit, r, keep) -> None:
     stats = result.stats
     kept = f"; kept from the file: {', '.join(keep)}" if keep else ""
     typer.echo(f"{stats['model']}, gbs {stats['gbs']} x seq {stats['seq_len']} on {r.gpus} x {r.setup.gpu.name} -- "
-               f"top {min(top, len(result.results))} layouts by step time, and the file's (ref){kept}")
+               f"top {min(top, len(result.results))} layouts by step time, and the file's (ref){kept}"
+               f"{sampled_note(stats)}")
     splits = bool(stats.get("stage_splits") or r.layout.pp > 1)
     typer.echo(_table(result.results, ref, rank, top, splits, stats))
     if not result.results:

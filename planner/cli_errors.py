@@ -213,10 +213,8 @@ class PlannerGroup(TyperGroup):
         except KeyboardInterrupt:
             code = report_interrupt()
         finally:
-            if previous is not None:
-                # In-process (CliRunner): give the handler back. As a program: the answer is out and
-                # the code decided; a Ctrl-C while Python shuts down must not turn it into a traceback.
-                signal.signal(signal.SIGINT, previous if not standalone_mode else signal.SIG_IGN)
+            if previous is not None:  # give the handler back (in-process callers: CliRunner, tests)
+                signal.signal(signal.SIGINT, previous)
         if standalone_mode:
             sys.exit(code)
         return code

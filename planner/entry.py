@@ -52,7 +52,17 @@ def main() -> None:
         if _seen():
             _interrupted_exit()
         raise
-    run()
+    try:
+        run()
+    except KeyboardInterrupt:  # between the command's own handling and here
+        _interrupted_exit()
+    finally:
+        # The answer is out and the exit code decided: a Ctrl-C while Python shuts down must not
+        # turn it into a traceback (only the program does this, never an in-process caller).
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:
+            pass
 
 
 def _seen() -> bool:

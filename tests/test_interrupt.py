@@ -14,11 +14,15 @@ import pytest
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
-def _interrupt(args: list[str], after_s: float, cwd) -> subprocess.CompletedProcess:
-    """Run ``python -m planner ARGS``, send SIGINT ``after_s`` seconds after it started."""
+def _interrupt(args: list[str], after_s: float, cwd, ready=None) -> subprocess.CompletedProcess:
+    """Run ``python -m planner ARGS``, send SIGINT ``after_s`` seconds after it started (or, with
+    ``ready``, once ``ready()`` is true, polled for up to a minute)."""
     proc = subprocess.Popen([sys.executable, "-m", "planner", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=cwd, env=ENV)
     time.sleep(after_s)
+    deadline = time.monotonic() + 60
+    while ready is not None and not ready() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert proc.poll() is None, "finished before the interrupt: give it more work"
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
@@ -38,23 +42,58 @@ def test_sigint_during_search_exits_130_with_one_line_and_no_file(tmp_path):
     assert list(tmp_path.iterdir()) == []  # no csv, no temporary sibling
 
 
-def test_sigint_during_import_is_interrupted_not_internal_error(tmp_path):
-    # 0.05 s: Python and the planner package are still loading.
-    res, _ = _interrupt(["search", "--model", "8b", "--gpus", "64", "--gpu", "h100"], 0.05, tmp_path)
+_CTRL_C_WHILE_IMPORTING = """
+import os, signal, sys
+
+MODULE = sys.argv[1]
+
+class CtrlC:  # presses Ctrl-C the moment MODULE starts to import
+    def find_spec(self, name, path=None, target=None):
+        if name == MODULE:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["planner", "search", "--model", "8b", "--gpus", "8", "--gpu", "h100"]
+from planner.entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize("module", ["typer", "pydantic", "search.api", "ortools.sat.python.cp_model", "pandas"])
+def test_sigint_while_a_module_imports_is_interrupted_not_internal_error(tmp_path, module):
+    # typer and pydantic load at start-up, the search when the command starts, ortools (and the
+    # pandas it imports) when the enumeration starts: the issue's "internal error" in 4 of 40
+    # tries. Ctrl-C in any of them is exit 130 with one line.
+    res = subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_IMPORTING, module], capture_output=True, text=True,
+                         cwd=tmp_path, env=ENV, timeout=120)
     assert res.returncode == 130, res.stderr
     assert res.stderr.splitlines() == ["interrupted (Ctrl-C)"]
 
 
+@pytest.mark.slow
 def test_sigint_during_sweep_stores_no_partial_scenario(tmp_path):
     optuna = pytest.importorskip("optuna")
     from optuna.trial import TrialState
 
     from planner.sweep import RESULT
 
-    db = f"sqlite:///{tmp_path / 'sweep.db'}"
+    path = tmp_path / "sweep.db"
+    db = f"sqlite:///{path}"
     args = ["sweep", "--model", "8b,70b", "--gpus", "64,128,256,512,1024,2048", "--gpu", "h100",
             "--storage", db]
-    res, _ = _interrupt(args, 3.0, tmp_path)
+
+    def one_scenario_done() -> bool:  # read without optuna: nothing created, only looked at
+        import sqlite3
+
+        try:
+            with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=0.1) as con:
+                return con.execute("SELECT count(*) FROM trials WHERE state = 'COMPLETE'").fetchone()[0] >= 1
+        except sqlite3.Error:
+            return False
+
+    res, _ = _interrupt(args, 0.5, tmp_path, ready=one_scenario_done)
     assert res.returncode == 130, res.stderr
     assert res.stderr.splitlines() == ["interrupted (Ctrl-C)"]
     study = optuna.load_study(study_name="planner-sweep", storage=db)

@@ -131,6 +131,7 @@ def brute_force(model, gpus, gbs, seq, gpu=GPU, cluster=CLUSTER, fixed=None):
     return best, n
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "model,gpus,gbs,fixed",
     [

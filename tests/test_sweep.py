@@ -161,6 +161,7 @@ def run_cli(*args, cwd=None):
                             stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
 
 
+@pytest.mark.slow
 def test_two_worker_processes_share_a_journal_study_each_scenario_once(tmp_path):
     args = ["--model", "8b,mcore-gpt-1.7b", "--gpus", "8..32", "--gpu", "h100,a100", "--storage",
             str(tmp_path / "sweep.log"), "--study-name", "two", "--json"]

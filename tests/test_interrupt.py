@@ -103,3 +103,23 @@ def test_sigint_during_sweep_stores_no_partial_scenario(tmp_path):
     assert all(RESULT in t.user_attrs and t.user_attrs[RESULT]["status"] == "ok" for t in complete)
     assert len(complete) < 12
     assert not [t for t in trials if t.state == TrialState.RUNNING]
+
+
+def _pid(_):
+    time.sleep(0.05)
+    return os.getpid()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fork")
+def test_pool_workers_leave_ctrl_c_to_the_parent():
+    # A terminal's Ctrl-C reaches every process of the group: cross-validation's and calibrate's
+    # forked workers must not print a traceback each; the parent answers once.
+    import multiprocessing
+
+    from planner.validate.fit import worker_ignores_sigint
+
+    with multiprocessing.get_context("fork").Pool(2, worker_ignores_sigint) as pool:
+        pids = set(pool.map(_pid, range(4)))
+        for pid in pids:
+            os.kill(pid, signal.SIGINT)
+        assert set(pool.map(_pid, range(4))) == pids  # the same workers, alive

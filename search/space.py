@@ -47,8 +47,10 @@ from __future__ import annotations
 import itertools
 import math
 import signal
+import sys
 import threading
 import time
+import types
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -357,9 +359,50 @@ def core_numpy(problem: Problem, dom: Optional[dict] = None) -> tuple[dict[str, 
     return {k: cols[k][alive] for k in CORE}, {k: cols[k] for k in CORE}, first
 
 
+class _LazyPandas(types.ModuleType):
+    """Stands for pandas in ortools' cp_model: the real one is imported on first use."""
+
+    def __getattr__(self, name):
+        import pandas
+
+        return getattr(pandas, name)
+
+
+def import_cp_model():
+    """``ortools.sat.python.cp_model`` without importing pandas up front. cp_model imports pandas
+    at module level (ortools 9.8+) for its ``*_series`` helpers and annotations only; pandas costs
+    about 0.2 s of CPU, a fifth of the main job's whole process, and planner never uses those
+    helpers. While cp_model loads, a stand-in with the two names its annotations read serves;
+    afterwards its ``pd`` imports real pandas when first touched. Any surprise (another ortools,
+    pandas already loaded) falls back to the plain import."""
+    name = "ortools.sat.python.cp_model"
+    if name in sys.modules or "pandas" in sys.modules:
+        from ortools.sat.python import cp_model
+
+        return cp_model
+    stand_in = types.ModuleType("pandas")
+    stand_in.Index = type("Index", (), {})
+    stand_in.Series = type("Series", (), {})
+    sys.modules["pandas"] = stand_in
+    try:
+        from ortools.sat.python import cp_model
+    except Exception:  # noqa: BLE001 - a cp_model needing more of pandas at import: load it for real
+        sys.modules.pop(name, None)
+        sys.modules.pop("pandas", None)
+        from ortools.sat.python import cp_model
+
+        return cp_model
+    finally:
+        if sys.modules.get("pandas") is stand_in:
+            del sys.modules["pandas"]
+    if getattr(cp_model, "pd", None) is stand_in:
+        cp_model.pd = _LazyPandas("pandas")
+    return cp_model
+
+
 def core_cpsat(problem: Problem, dom: Optional[dict] = None) -> dict[str, np.ndarray]:
     """Phase 1 by OR-tools CP-SAT: every (tp, cp, pp, dp, ep) obeying the rules over them."""
-    from ortools.sat.python import cp_model
+    cp_model = import_cp_model()
 
     dom = dom or domains(problem)
     const = _core_constants(problem, dom)

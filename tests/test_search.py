@@ -464,3 +464,18 @@ def test_auto_samples_only_when_enumerating_is_predicted_too_slow():
     assert enumerate_all.method == "exhaustive"
     assert enumerate_all.layouts == sum(len(build_space(p)) for p in problems) > 0
     assert choose_method(problems, seconds=0.0).method == "optuna"
+
+
+def test_cp_model_loads_without_pandas_and_its_pandas_helpers_still_work():
+    # ortools' cp_model imports pandas (0.2 s CPU) for helpers planner never calls: the search
+    # enumerates without it, and the helpers load the real pandas when first used.
+    import subprocess
+    import sys
+
+    code = ("import sys; from search.space import import_cp_model; cp = import_cp_model(); "
+            "import search; search.search('8b', 8, 'h100', top=1, method='exhaustive'); "
+            "assert 'pandas' not in sys.modules; "
+            "x = cp.CpModel().new_int_var_series('x', cp.pd.Index(range(3)), 0, 5); "
+            "assert len(x) == 3 and 'pandas' in sys.modules")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr

@@ -46,9 +46,11 @@ def _env(root: Path = ROOT):
 
 def bench_against(args, rev: str) -> dict:
     """Whole-process times of the main job here and on a worktree of ``rev``, alternated."""
+    import resource
     import tempfile
 
     here, there = [], []
+    cpu = {"here": [], "base": []}
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "base"
         subprocess.run(["git", "worktree", "add", "--detach", str(base), rev], cwd=ROOT, check=True, capture_output=True)
@@ -56,14 +58,20 @@ def bench_against(args, rev: str) -> dict:
             for i in range(args.repeats * 2 + 2):  # the first pair warms the file cache, not counted
                 root, times = (ROOT, here) if i % 2 == 0 else (base, there)
                 t0 = time.perf_counter()
+                r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 proc = subprocess.run(_cmd(args), capture_output=True, text=True, cwd=root, env=_env(root))
+                r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 if proc.returncode != 0:
                     raise SystemExit(f"planner search at {root} failed ({proc.returncode}): {proc.stderr.strip()[-300:]}")
                 if i >= 2:
                     times.append(time.perf_counter() - t0)
+                    # CPU time (user + sys): what the process costs, whatever else the machine runs
+                    cpu["here" if root == ROOT else "base"].append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, capture_output=True)
-    return {"here": here, "base": there, "ratio": statistics.median(here) / statistics.median(there)}
+    return {"here": here, "base": there, "ratio": statistics.median(here) / statistics.median(there),
+            "cpu_here": cpu["here"], "cpu_base": cpu["base"],
+            "cpu_ratio": statistics.median(cpu["here"]) / statistics.median(cpu["base"])}
 
 
 def bench_cli(args) -> dict:
@@ -153,6 +161,8 @@ def main() -> None:
         print(f"  this checkout  median {statistics.median(h):.3f} s  min {min(h):.3f} s")
         print(f"  {args.base:<13}  median {statistics.median(b):.3f} s  min {min(b):.3f} s")
         print(f"  ratio {cmp['ratio']:.3f} ({'slower' if cmp['ratio'] > 1 else 'not slower'} than {args.base})")
+        print(f"  CPU time (user + sys) median {statistics.median(cmp['cpu_here']):.3f} s vs "
+              f"{statistics.median(cmp['cpu_base']):.3f} s: ratio {cmp['cpu_ratio']:.3f} (steadier on a busy machine)")
         if args.only_base:
             return
     cli = bench_cli(args)

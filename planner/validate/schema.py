@@ -100,21 +100,22 @@ def _fraction(value: Any) -> Optional[float]:
     return value
 
 
-UNKNOWN_WORDS = ("not stated", "not published", "not given", "not reported", "not known", "unknown", "unstated",
-                 "unpublished", "unspecified", "n/a", "?")
-"""Text that says a knob is not known (it is then searched); other text ("lots") is an error."""
+# Words with which a source says a value is unknown; text holding them reads as unknown (then
+# searched), even when it names a schedule with digits ("interleaved 1F1B (V not stated)"). Other
+# text ("lots", "8 or 16") is an error: it is neither a value nor said to be unknown.
+_UNKNOWN_WORDS = re.compile(r"not (?:stated|known|published|given|reported)|unstated|unpublished|unspecified|"
+                            r"unknown|n/a|\?", re.I)
 
 
 def _knob(value: Any) -> Union[int, str, None]:
     """A layout degree or batch: an integer, or unknown (null, or text saying so: "not stated",
-    "?", "unknown", "interleaved (V not stated)"); text with a number is refused as ambiguous,
-    other text ("lots") as not a value."""
+    "?", "unknown", "interleaved 1F1B (V not stated)"); any other text is refused."""
     if isinstance(value, str):
-        said = value.strip().lower()
-        if re.search(r"\d", value) or (said and said not in ("na", "none", "-") and not any(w in said for w in UNKNOWN_WORDS)):
+        said = value.strip()
+        if said and said.lower() not in ("na", "none", "-") and not _UNKNOWN_WORDS.search(said):
             raise ValueError(f"expected an integer, or null / text saying it is not known (\"not stated\", \"unknown\", "
                              f"\"?\"), got {value!r} (text)")
-        return value.strip() or None
+        return said or None
     return _pos_int(value)
 
 

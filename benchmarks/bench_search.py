@@ -8,6 +8,11 @@
    405B / 16,384-GPU space), target >= 1e6 layouts/s.
 
 Run: ``python benchmarks/bench_search.py [--repeats 5] [--n 1000000]``.
+
+``--base REV`` (default ``PINNED_BASE``; ``--base none`` skips it) also times the same command on
+a temporary ``git worktree`` of REV, alternating the two checkouts run by run so that a machine
+busy with other work slows both alike, and reports the ratio of the medians (this checkout / REV):
+a change that makes the main job slower than REV shows as a ratio above 1.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).absolute().parents[1]
+PINNED_BASE = "9bbb8e2"
+"""The commit compared against by default: the main job before its table gained the 80% intervals
+and the validated envelope (pinned, so that successive measurements share one reference)."""
 
 
 def _cmd(args, extra=()):
@@ -30,10 +38,40 @@ def _cmd(args, extra=()):
             "--gpu", args.gpu, "--no-progress", *extra]
 
 
-def _env():
+def _env(root: Path = ROOT):
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join([str(root)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env
+
+
+def bench_against(args, rev: str) -> dict:
+    """Whole-process times of the main job here and on a worktree of ``rev``, alternated."""
+    import resource
+    import tempfile
+
+    here, there = [], []
+    cpu = {"here": [], "base": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp) / "base"
+        subprocess.run(["git", "worktree", "add", "--detach", str(base), rev], cwd=ROOT, check=True, capture_output=True)
+        try:
+            for i in range(args.repeats * 2 + 2):  # the first pair warms the file cache, not counted
+                root, times = (ROOT, here) if i % 2 == 0 else (base, there)
+                t0 = time.perf_counter()
+                r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                proc = subprocess.run(_cmd(args), capture_output=True, text=True, cwd=root, env=_env(root))
+                r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                if proc.returncode != 0:
+                    raise SystemExit(f"planner search at {root} failed ({proc.returncode}): {proc.stderr.strip()[-300:]}")
+                if i >= 2:
+                    times.append(time.perf_counter() - t0)
+                    # CPU time (user + sys): what the process costs, whatever else the machine runs
+                    cpu["here" if root == ROOT else "base"].append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, capture_output=True)
+    return {"here": here, "base": there, "ratio": statistics.median(here) / statistics.median(there),
+            "cpu_here": cpu["here"], "cpu_base": cpu["base"],
+            "cpu_ratio": statistics.median(cpu["here"]) / statistics.median(cpu["base"])}
 
 
 def bench_cli(args) -> dict:
@@ -108,10 +146,25 @@ def main() -> None:
     ap.add_argument("--gpu", default="h100")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--n", type=int, default=1_000_000, help="layouts for the evaluate_batch benchmark")
+    ap.add_argument("--base", default=PINNED_BASE, help="commit to compare the main job's whole-process time with "
+                                                         "('none': skip)")
+    ap.add_argument("--only-base", action="store_true", help="only the comparison with --base")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
 
     print(f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}")
+    if args.base != "none":
+        cmp = bench_against(args, args.base)
+        h, b = cmp["here"], cmp["base"]
+        print(f"\nplanner search --model {args.model} --gpus {args.gpus} --gpu {args.gpu}: this checkout vs {args.base} "
+              f"(fresh processes, alternated, {len(h)} runs each)")
+        print(f"  this checkout  median {statistics.median(h):.3f} s  min {min(h):.3f} s")
+        print(f"  {args.base:<13}  median {statistics.median(b):.3f} s  min {min(b):.3f} s")
+        print(f"  ratio {cmp['ratio']:.3f} ({'slower' if cmp['ratio'] > 1 else 'not slower'} than {args.base})")
+        print(f"  CPU time (user + sys) median {statistics.median(cmp['cpu_here']):.3f} s vs "
+              f"{statistics.median(cmp['cpu_base']):.3f} s: ratio {cmp['cpu_ratio']:.3f} (steadier on a busy machine)")
+        if args.only_base:
+            return
     cli = bench_cli(args)
     t = cli["times"]
     st = cli["stats"]

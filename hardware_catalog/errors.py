@@ -9,7 +9,7 @@ class PlannerInputError(ValueError):
     """Bad user input. ``str(err)`` is one line naming the bad value and what is allowed."""
 
     exit_code = 2
-    """The command line's exit status for it (``planner.cli.errors``)."""
+    """The command line's exit status for it (``planner.cli.main.errors``)."""
 
 
 class DoesNotFit(PlannerInputError):
@@ -25,3 +25,30 @@ def unknown_name_error(kind: str, name: str, known: list[str]) -> PlannerInputEr
     return PlannerInputError(
         f"unknown {kind} '{name}'{hint} (known: {', '.join(sorted(known))}; or give a file path)"
     )
+
+
+# Interruption (Ctrl-C). planner owns SIGINT: the command line's handler records it here before
+# raising KeyboardInterrupt, so code that sees the interrupt turned into another exception (a C
+# extension's import, a solver's callback) still ends as "interrupted" (exit 130), never as a
+# result or an internal error.
+_INTERRUPT = {"seen": False}
+
+
+def mark_interrupted() -> None:
+    """Record that SIGINT arrived (the command line's handler, a solver's own)."""
+    _INTERRUPT["seen"] = True
+
+
+def was_interrupted() -> bool:
+    """True once SIGINT arrived in this process (since ``clear_interrupted``)."""
+    return _INTERRUPT["seen"]
+
+
+def clear_interrupted() -> None:
+    _INTERRUPT["seen"] = False
+
+
+def raise_if_interrupted() -> None:
+    """KeyboardInterrupt when SIGINT arrived: call it where an exception is caught and stored."""
+    if _INTERRUPT["seen"]:
+        raise KeyboardInterrupt

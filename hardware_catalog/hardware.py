@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from hardware_catalog.errors import PlannerInputError, unknown_name_error
+from hardware_catalog.files import read_input_bytes, show
 from hardware_catalog.match import match_gpu, match_interconnect
 from hardware_catalog.schema import ClusterSpec, GPUSpec, InterconnectSpec
 
@@ -191,6 +192,17 @@ def default_cluster_for_gpu(gpu_name: str) -> ClusterSpec:
     raise PlannerInputError(f"no cluster preset for gpu '{gpu.name}'; give a cluster file")
 
 
+def check_whole_nodes(cluster: ClusterSpec, gpus: int) -> None:
+    """A job of ``gpus`` GPUs on ``cluster`` takes whole nodes (or part of one node): 64 GPUs on
+    nodes of 3 would leave one node a third used, which no launcher (torchrun --nproc-per-node,
+    SLURM --ntasks-per-node) lays out and the network model cannot place."""
+    g = cluster.gpus_per_node
+    if gpus > g and gpus % g:
+        raise PlannerInputError(
+            f"--gpus={gpus} is not a whole number of nodes: cluster {show(cluster.name)} has {g} GPUs per node; "
+            f"give a multiple of {g} (or at most {g})")
+
+
 def get_cluster(name_or_path: str | Path) -> ClusterSpec:
     """A cluster preset (name or alias), or a user TOML/YAML/JSON file with ClusterSpec fields."""
     if isinstance(name_or_path, Path):
@@ -219,9 +231,9 @@ def _is_file(text: str) -> bool:
 
 
 def _parse_user_file(path: Path) -> Any:
-    where = f"cluster file {path}"
+    where = f"cluster file {show(path)}"
     try:
-        data = path.read_bytes()
+        data = read_input_bytes(path, where)
     except FileNotFoundError:
         raise PlannerInputError(f"{where}: file not found") from None
     except OSError as err:

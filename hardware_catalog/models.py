@@ -18,6 +18,7 @@ from typing import Any, Union
 from pydantic import ValidationError
 
 from hardware_catalog.errors import PlannerInputError, unknown_name_error
+from hardware_catalog.files import read_input_text, show
 from hardware_catalog.match import compact, match_model_by_size, model_name_variants
 from hardware_catalog.hf_config import condense_validation_error, hf_config_to_model, is_hf_config
 from hardware_catalog.schema import ModelSpec
@@ -136,7 +137,7 @@ def _load_file(path: Path) -> ModelSpec:
     if not path.exists():
         raise PlannerInputError(f"model file {path}: not found (and not a preset name)")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_input_text(path, f"model file {show(path)}")
     except (OSError, UnicodeDecodeError) as err:
         reason = err.strerror if isinstance(err, OSError) and err.strerror else type(err).__name__
         raise PlannerInputError(f"model file {path}: cannot read ({reason})") from None

@@ -12,7 +12,10 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from hardware_catalog.limits import MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN, MAX_TOKENS_PER_BATCH
+from hardware_catalog.limits import (MAX_BANDWIDTH_GBPS, MAX_GPUS, MAX_LATENCY_US, MAX_LAYERS, MAX_MEMORY_GIB,
+                                     MAX_OVERSUBSCRIPTION, MAX_SEQ_LEN, MAX_TFLOPS, MAX_TOKENS_PER_BATCH, MAX_WATTS,
+                                     MIN_BANDWIDTH_GBPS, MIN_EFFICIENCY, MIN_LATENCY_US, MIN_MEMORY_GIB, MIN_TFLOPS,
+                                     MIN_WATTS)
 from hardware_catalog.limits import MAX_HIDDEN as _MAX_HIDDEN
 from hardware_catalog.limits import MAX_VOCAB as _MAX_VOCAB
 from hardware_catalog.limits import MAX_WIDTH as _MAX_WIDTH
@@ -24,7 +27,8 @@ NetworkTopology = Literal["switch", "ring", "tree", "mesh2d", "torus2d"]
 class _Cited(BaseModel):
     """Base for catalog entries: every set numeric field must carry a source."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: inf and NaN are refused by name (and every bound below is finite).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str
     """Canonical lower-case name, e.g. ``h100-sxm``."""
@@ -56,27 +60,27 @@ class GPUSpec(_Cited):
     architecture: Literal["volta", "ampere", "hopper", "blackwell", "cdna3", "other"] = "other"
     """GPU generation; decides which kernels exist (e.g. FlashAttention-3 / cuDNN's
     warp-specialized attention needs Hopper's wgmma and TMA)."""
-    bf16_tflops: float = Field(gt=0)
+    bf16_tflops: float = Field(ge=MIN_TFLOPS, le=MAX_TFLOPS)
     """Dense BF16 tensor-core peak, TFLOP/s."""
-    fp16_tflops: float = Field(gt=0)
+    fp16_tflops: float = Field(ge=MIN_TFLOPS, le=MAX_TFLOPS)
     """Dense FP16 tensor-core peak, TFLOP/s."""
-    fp8_tflops: Optional[float] = Field(default=None, gt=0)
+    fp8_tflops: Optional[float] = Field(default=None, ge=MIN_TFLOPS, le=MAX_TFLOPS)
     """Dense FP8 tensor-core peak, TFLOP/s; None where the GPU has no FP8 tensor cores."""
-    tf32_tflops: Optional[float] = Field(default=None, gt=0)
+    tf32_tflops: Optional[float] = Field(default=None, ge=MIN_TFLOPS, le=MAX_TFLOPS)
     """Dense TF32 tensor-core peak, TFLOP/s; None where absent (V100)."""
-    fp32_tflops: float = Field(gt=0)
+    fp32_tflops: float = Field(ge=MIN_TFLOPS, le=MAX_TFLOPS)
     """Non-tensor FP32 peak, TFLOP/s."""
-    memory_gib: float = Field(gt=0)
+    memory_gib: float = Field(ge=MIN_MEMORY_GIB, le=MAX_MEMORY_GIB)
     """HBM capacity in GiB as the driver reports it (usable by the framework)."""
-    memory_bandwidth_gbps: float = Field(gt=0)
+    memory_bandwidth_gbps: float = Field(ge=MIN_BANDWIDTH_GBPS, le=MAX_BANDWIDTH_GBPS)
     """HBM bandwidth, GB/s."""
-    scaleup_bandwidth_gbps: float = Field(gt=0)
+    scaleup_bandwidth_gbps: float = Field(ge=MIN_BANDWIDTH_GBPS, le=MAX_BANDWIDTH_GBPS)
     """Scale-up link (NVLink / xGMI / PCIe) bandwidth per GPU per direction, GB/s."""
     scaleup_link: str
     """Name of the scale-up link, e.g. ``NVLink 4``."""
-    tdp_watts: Optional[float] = Field(default=None, gt=0)
+    tdp_watts: Optional[float] = Field(default=None, ge=MIN_WATTS, le=MAX_WATTS)
     """Board power, W (power-capped clusters scale clocks against it)."""
-    gemm_efficiency_bf16: Optional[float] = Field(default=None, gt=0, le=1)
+    gemm_efficiency_bf16: Optional[float] = Field(default=None, ge=MIN_EFFICIENCY, le=1)
     """Achievable fraction of the dense BF16 peak for transformer-shaped GEMMs, where measured
     (benchmarks/device_kernels.py); None = the calibration's global value."""
 
@@ -86,9 +90,9 @@ class InterconnectSpec(_Cited):
 
     kind: Literal["infiniband", "roce", "ethernet", "efa"]
     """Fabric: InfiniBand, RoCE, plain Ethernet, or AWS Elastic Fabric Adapter (SRD over Ethernet)."""
-    bandwidth_gbps: float = Field(gt=0)
+    bandwidth_gbps: float = Field(ge=MIN_BANDWIDTH_GBPS, le=MAX_BANDWIDTH_GBPS)
     """Per-port bandwidth per direction, GB/s (400 Gb/s NDR = 50 GB/s)."""
-    latency_us: float = Field(gt=0)
+    latency_us: float = Field(ge=MIN_LATENCY_US, le=MAX_LATENCY_US)
     """One-hop small-message latency through the fabric, microseconds."""
 
 
@@ -103,9 +107,9 @@ class ClusterSpec(_Cited):
     """GPUs that share the scale-up fabric (8 for HGX/DGX, 72 for GB200 NVL72)."""
     scaleup_topology: ScaleUpTopology = "switch"
     """How GPUs inside a scale-up domain connect: NVSwitch (switch), xGMI full mesh, ring..."""
-    scaleup_latency_us: float = Field(gt=0)
+    scaleup_latency_us: float = Field(ge=MIN_LATENCY_US, le=MAX_LATENCY_US)
     """Per-step latency of a collective inside the scale-up domain, microseconds."""
-    scaleup_efficiency: float = Field(gt=0, le=1)
+    scaleup_efficiency: float = Field(ge=MIN_EFFICIENCY, le=1)
     """Achievable fraction of the scale-up link bandwidth for large collectives (nccl-tests busbw / link)."""
     nic: str
     """Interconnect catalog name of each NIC."""
@@ -115,11 +119,11 @@ class ClusterSpec(_Cited):
     """Inter-node topology: fat-tree/full-bisection switch, ring, tree, 2D mesh, 2D torus."""
     network_dims: Optional[tuple[int, int]] = None
     """Node grid (X, Y) for mesh2d/torus2d; None means the most square grid for the node count."""
-    network_oversubscription: float = Field(default=1.0, ge=1)
+    network_oversubscription: float = Field(default=1.0, ge=1, le=MAX_OVERSUBSCRIPTION)
     """Fat-tree oversubscription ratio above the leaf (1 = full bisection)."""
-    network_efficiency: float = Field(gt=0, le=1)
+    network_efficiency: float = Field(ge=MIN_EFFICIENCY, le=1)
     """Achievable fraction of NIC bandwidth for large collectives (nccl-tests busbw / line rate)."""
-    power_limit_watts: Optional[float] = Field(default=None, gt=0)
+    power_limit_watts: Optional[float] = Field(default=None, ge=MIN_WATTS, le=MAX_WATTS)
     """GPU power cap set on this cluster (nvidia-smi -pl), W; None = the board's TDP. A cap
     below TDP lowers sustained tensor-core clocks (see costmodel.compute.power_limited)."""
     node_power_watts: Optional[float] = Field(default=None, gt=0, le=1e6)
@@ -128,6 +132,8 @@ class ClusterSpec(_Cited):
 
     @model_validator(mode="after")
     def _domain_vs_node(self):
+        if self.network_dims is not None and not all(0 < d <= MAX_GPUS for d in self.network_dims):
+            raise ValueError(f"network_dims={self.network_dims}: each side from 1 to {MAX_GPUS:,} nodes")
         if self.scaleup_domain_size % self.gpus_per_node and self.gpus_per_node % self.scaleup_domain_size:
             raise ValueError(
                 f"scaleup_domain_size={self.scaleup_domain_size} must divide or be a multiple of "
@@ -139,7 +145,7 @@ class ClusterSpec(_Cited):
 class MoESpec(BaseModel):
     """Mixture-of-experts part of a model (absent for dense models)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     num_experts: int = Field(gt=0, le=1 << 16)
     """Routed experts per MoE layer."""
@@ -178,7 +184,7 @@ class MoESpec(BaseModel):
 class MLASpec(BaseModel):
     """Multi-head latent attention (DeepSeek-V2/V3). Parameter and FLOP shapes only."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     q_lora_rank: Optional[int] = Field(default=None, gt=0, le=_MAX_HIDDEN)
     """Low-rank query projection; None = full-rank queries."""
@@ -195,7 +201,7 @@ class MLASpec(BaseModel):
 class ModelSpec(BaseModel):
     """A decoder-only transformer, enough to count parameters, FLOPs and activations."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str
     """Canonical name, e.g. ``llama3-405b``."""
@@ -241,7 +247,7 @@ class ModelSpec(BaseModel):
     """Sequence length used when --seq-len is not given."""
     default_tokens_per_batch: int = Field(default=4 * 1024 * 1024, gt=0, le=MAX_TOKENS_PER_BATCH)
     """Global batch in tokens used when neither --gbs nor --tokens-per-batch is given."""
-    params_published: Optional[float] = Field(default=None, gt=0)
+    params_published: Optional[float] = Field(default=None, gt=0, le=1e16)
     """Total parameter count the authors published, for tests."""
     source: str = ""
     """Where the shape comes from (paper table, HF config URL)."""

@@ -12,13 +12,12 @@ plausible range. ``write_profile`` writes atomically: a file is whole or absent.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from hardware_catalog.errors import PlannerInputError
+from hardware_catalog.files import read_input_text, show
 
 
 def _ranges() -> dict:
@@ -29,9 +28,9 @@ def _ranges() -> dict:
 
 def profile_constants(path: Path | str) -> dict[str, float]:
     """The constant -> value a profile sets, checked; one-line errors naming the file."""
-    where = f"--calibration {path}"
+    where = f"--calibration {show(path)}"
     try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        data = tomllib.loads(read_input_text(path, where))
     except FileNotFoundError:
         raise PlannerInputError(f"{where}: no such file (write one with planner calibrate --runs FILE --out {path})") from None
     except (OSError, UnicodeDecodeError) as err:
@@ -94,22 +93,12 @@ def render_profile(tables: dict[str, dict], header: str) -> str:
 
 
 def write_profile(path: Path, text: str, force: bool = False) -> Path:
-    """Write ``text`` to ``path`` atomically (a temporary file in the same folder, renamed)."""
+    """Write ``text`` to ``path`` atomically (``planner.outputs``, the one writer)."""
+    from planner.outputs import check_output_file, write_text_atomically
+
     path = Path(path)
-    if path.exists() and not force:
-        raise PlannerInputError(f"--out {path}: already exists (give --force to overwrite)")
     if path.suffix.lower() != ".toml":
-        raise PlannerInputError(f"--out {path}: a profile is TOML; name it *.toml")
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise PlannerInputError(f"--out {path}: no folder {folder}")
+        raise PlannerInputError(f"--out {show(path)}: a profile is TOML; name it *.toml")
+    check_output_file(path, "--out", force)
     tomllib.loads(text)  # what we write must read back
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except OSError as err:
-        Path(tmp).unlink(missing_ok=True)
-        raise PlannerInputError(f"--out {path}: cannot write ({err.strerror or type(err).__name__})") from None
-    return path
+    return write_text_atomically(path, text, "--out")

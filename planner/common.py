@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from costmodel.options import GPUS, Layout, resolve_batch
+from hardware_catalog.hardware import check_whole_nodes
 from hardware_catalog import (
     ClusterSpec,
     GPUSpec,
@@ -67,6 +68,7 @@ def build_layout(setup: Setup, gpus: int, **values) -> Layout:
     option (one line naming the flag); the rules (``search.rules.check_layout``) judge the
     layout as a whole."""
     gpus = GPUS.parse(gpus)
+    check_whole_nodes(setup.cluster, gpus)
     values = {k: v for k, v in values.items() if k not in ("gbs", "seq_len", "dp")}
     layout = Layout.from_values(values)
     model_parallel = layout.tp * layout.pp * layout.cp

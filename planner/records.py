@@ -20,6 +20,7 @@ from costmodel.options import (
     AUTO_FLAG, CHOICE, FLAG, FLOAT, GPUS, INT, MODULES, OPTIONAL_INT, OPTIONS_BY_NAME, RECORDED_OPTIONS, Bound,
 )
 from hardware_catalog.errors import PlannerInputError
+from hardware_catalog.files import read_input_text, show
 
 RANK = Bound("--rank", minimum=1, maximum=1_000_000)
 """A search result's rank (1 = best)."""
@@ -29,7 +30,7 @@ JOB_KEYS = ("model", "gpus", "cluster")
 
 def _read_text(path: Path) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return read_input_text(path, f"--from {show(path)}")
     except FileNotFoundError:
         raise PlannerInputError(f"--from {path}: no such file") from None
     except UnicodeDecodeError:

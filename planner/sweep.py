@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from costmodel.options import Bound
-from hardware_catalog.errors import PlannerInputError
+from hardware_catalog.errors import PlannerInputError, raise_if_interrupted
 
 SPEC_ATTR = "planner_sweep"
 """Study user attribute: the sweep's axes and search settings (every worker must agree)."""
@@ -304,9 +304,10 @@ def _grid_order(sampler) -> Optional[str]:
 
 
 def open_sweep(spec: Optional[SweepSpec], storage: Optional[str] = None, study_name: Optional[str] = None,
-               report: Optional[dict] = None):
+               report: Optional[dict] = None, report_only: bool = False):
     """(study, spec, report settings): create or join the sweep study. Without ``storage`` an
-    in-memory study; with it and no ``spec``, the spec stored in the study."""
+    in-memory study; with it and no ``spec``, the spec stored in the study. ``report_only``: a
+    storage file that does not exist is an error (nothing is created)."""
     import optuna
 
     from search.storage import join_study, open_storage
@@ -317,13 +318,15 @@ def open_sweep(spec: Optional[SweepSpec], storage: Optional[str] = None, study_n
             raise PlannerInputError("give the scenario axes: --model, --gpus and --gpu (or --storage of a sweep to join)")
         store = optuna.storages.InMemoryStorage()
     else:
-        store = open_storage(storage, stale_callback=requeue_stale)
+        store = open_storage(storage, stale_callback=requeue_stale, must_exist=report_only)
     name = study_name or "planner-sweep"
     if spec is None:
         spec = _stored_spec(store, name)
     sampler = _grid_sampler(spec)
     fingerprint = {**spec.to_dict(), "grid_order": _grid_order(sampler)}
-    study = join_study(store, name, SPEC_ATTR, fingerprint, sampler=sampler, directions=["maximize"])
+    if report_only and storage is not None:  # read what is there: create no study
+        _stored_spec(store, name)
+    study = join_study(store, name, SPEC_ATTR, fingerprint, sampler=sampler, directions=["maximize"], url=storage)
     stored_report = study.user_attrs.get(REPORT_ATTR)
     given = {k: v for k, v in (report or {}).items() if v}
     if stored_report is None and given:
@@ -386,6 +389,7 @@ def run_scenario(spec: SweepSpec, params: dict) -> dict:
     except PlannerInputError as err:
         out.update(status="invalid", reason=str(err))
     except Exception as err:  # a scenario that breaks the cost model must not stop the sweep
+        raise_if_interrupted()  # Ctrl-C turned into another exception: fail the trial, store nothing
         out.update(status="error", reason=f"{type(err).__name__}: {err}")
     else:
         out.update(gbs_used=res.stats["gbs"], seq_len_used=res.stats["seq_len"])
@@ -657,7 +661,8 @@ def run_sweep(spec: Optional[SweepSpec], *, storage: Optional[str] = None, study
     wait_s = WAIT.parse(wait_s)
     if wait_s < 0:
         raise PlannerInputError(f"--wait {wait_s}: must be >= 0 seconds")
-    study, spec, report = open_sweep(spec, storage, study_name, {"train_tokens": train_tokens, "prices": prices})
+    study, spec, report = open_sweep(spec, storage, study_name, {"train_tokens": train_tokens, "prices": prices},
+                                     report_only=report_only)
     if objective in ("time-to-train", "cost", "energy") and not report.get("train_tokens"):
         raise PlannerInputError(f"--objective {objective} prices the whole run: give --train-tokens (e.g. 15T)")
     worker = WorkerStats()
@@ -667,7 +672,9 @@ def run_sweep(spec: Optional[SweepSpec], *, storage: Optional[str] = None, study
         run_worker(study, spec, progress=progress, wait_s=wait_s, stats=worker)
     rows, stats = collect(study, spec)
     add_costs(rows, report.get("train_tokens"), report.get("prices") or {}, run)
-    stats.update(storage=storage or "memory", train_tokens=report.get("train_tokens"),
+    from search.storage import redact
+
+    stats.update(storage=redact(storage) if storage else "memory", train_tokens=report.get("train_tokens"),
                  prices=report.get("prices") or {})
     if report.get("train_tokens"):
         from costmodel.goodput import RunInputs

@@ -15,9 +15,10 @@ on its default cluster (``hardware_catalog.default_cluster_for_gpu``). ``cluster
 file or a ``ClusterSpec``) fixes the cluster and so the GPU type.
 
 ``method``: ``exhaustive`` enumerates everything (CP-SAT + numpy, see ``search.space``),
-``optuna`` samples (``search.optuna_search``), ``auto`` enumerates when the space's upper bound
-(product of the domain sizes, summed over GPU types and counts) is at most
-``AUTO_EXHAUSTIVE_MAX`` candidates, else uses optuna; ``stats["method"]`` says which ran.
+``optuna`` samples (``search.optuna_search``), ``auto`` enumerates when enumerating and pricing
+the real space (the valid layouts, counted by building it) is predicted to take at most
+``search.exhaustive.AUTO_SECONDS``, else uses optuna (``search.exhaustive.choose_method``);
+``stats["method"]`` says which ran, ``stats["auto"]`` why.
 """
 
 from __future__ import annotations
@@ -36,10 +37,6 @@ from search.exhaustive import Candidate, Objectives, run_exhaustive
 from search.request import SearchRequest
 from search.space import Problem, normalize_pins, raw_size
 
-AUTO_EXHAUSTIVE_MAX = 5_000_000
-"""``method="auto"`` enumerates when the space holds at most this many candidates (upper bound,
-before the rules): at >= 1e6 layouts/s for the cost model that is a few seconds at worst, and
-the real spaces are far smaller after the rules (405B on 16,384 H100s: 175k candidates, 33k valid)."""
 MAX_GPU_COUNTS = 64
 """Most GPU counts one search may sweep."""
 METHODS = ("auto", "exhaustive", "optuna")
@@ -310,6 +307,11 @@ def search(request: SearchRequest) -> SearchResult:
     if "recompute" in pins_n:
         settings["recompute"] = RECOMPUTE[pins_n["recompute"]]
     check_settings(model_spec, settings, {k: OPTIONS_BY_NAME[k].decode(c) for k, c in pins_n.items()})
+    from hardware_catalog.hardware import check_whole_nodes
+
+    for _, c in hardware:
+        for n in counts:
+            check_whole_nodes(c, n)
     problems = [
         Problem(model=model_spec, cluster=c, gpu=g, gpus=n, gbs=gbs_v, seq_len=seq_v, pins=pins_n,
                 allow_cross_node_tp=allow_cross_node_tp, stage_splits=stage_splits, implementation=impl,
@@ -329,11 +331,18 @@ def search(request: SearchRequest) -> SearchResult:
         chosen = "optuna"
     elif study_name is not None:
         raise _err(f"--study-name {study_name!r} needs --storage (the study lives there)")
+    auto = None
     if method == "auto" and storage is None:
-        chosen = "exhaustive" if size <= AUTO_EXHAUSTIVE_MAX else "optuna"
+        # From the real candidate count (the spaces built, rules applied), not the upper bound:
+        # enumerate whenever that takes seconds, so the default answer is the optimum.
+        from search.exhaustive import AUTO_SECONDS, choose_method
+
+        auto = choose_method(problems, engine)
+        chosen = auto.method
     if chosen == "exhaustive":
         pools, stats = run_exhaustive(problems, top=pool, memory_headroom=memory_headroom,
-                                      objectives=objectives, progress=progress, engine=engine, calib=calib)
+                                      objectives=objectives, progress=progress, engine=engine, calib=calib,
+                                      spaces=auto.spaces if auto is not None else None)
     else:
         from search.optuna_search import run_optuna
 
@@ -341,6 +350,8 @@ def search(request: SearchRequest) -> SearchResult:
                                   memory_headroom=memory_headroom, objectives=objectives,
                                   sampler=sampler, progress=progress, storage=storage, study_name=study_name,
                                   calib=calib)
+    if auto is not None:
+        stats["auto"] = {"layouts": auto.layouts, "predicted_seconds": auto.predicted_s, "limit_seconds": AUTO_SECONDS}
     results, chosen_c = _top_records(pools, objectives, top, rank_by)
     specs = [(c.problem.model, c.problem.cluster, c.problem.gpu) for c in chosen_c]
     stats.update({

@@ -289,15 +289,62 @@ def _evaluate(problem: Problem, batch, calib=None):
     return evaluate_batch(problem.model, problem.cluster, batch, gpu=problem.gpu, calib=calib or DEFAULT)
 
 
+AUTO_SECONDS = 15.0
+"""``method="auto"`` enumerates when enumerating and pricing every valid layout is predicted to
+take at most this long; else it samples with optuna (whose 300 trials take a few seconds). Over
+this, sampling saves time; under it, the exhaustive optimum is worth the wait."""
+PRICING_RATE = 150_000
+"""Valid layouts the cost model prices per second, at the slow end (measured on a shared 2-core
+machine: Llama 3 70B over 1,024..8,192 H100 and B200, 369,936 layouts priced in 2.3 s; a fast
+core does twice that)."""
+
+
+@dataclass
+class AutoChoice:
+    """What ``method="auto"`` chose, and why (from the real candidate count, not a bound)."""
+
+    method: str
+    spaces: Optional[list] = None
+    """The problems' spaces, built while counting (exhaustive reuses them)."""
+    layouts: int = 0
+    """Valid layouts counted (all problems when exhaustive; those built before giving up else)."""
+    predicted_s: float = 0.0
+    """Predicted seconds to enumerate and price everything."""
+
+
+def choose_method(problems: list[Problem], engine: str = "cpsat", seconds: float = AUTO_SECONDS) -> AutoChoice:
+    """Enumerate the problems' spaces one by one (the rules applied: the real candidate count),
+    predicting the whole enumeration's time from the part built so far (build time and layouts
+    per problem, extrapolated to the rest, priced at ``PRICING_RATE``); give up for optuna as
+    soon as the prediction passes ``seconds``."""
+    t0 = time.perf_counter()
+    spaces: list[Space] = []
+    layouts = 0
+    predicted = 0.0
+    for i, p in enumerate(problems, 1):
+        spaces.append(build_space(p, engine))
+        layouts += len(spaces[-1])
+        scale = len(problems) / i
+        predicted = (time.perf_counter() - t0) * scale + layouts * scale / PRICING_RATE
+        if predicted > seconds:
+            return AutoChoice("optuna", None, layouts, predicted)
+    return AutoChoice("exhaustive", spaces, layouts, predicted)
+
+
 def run_exhaustive(problems: list[Problem], *, top: int, memory_headroom: float,
                    objectives: Objectives = Objectives(), progress: bool = False,
-                   engine: str = "cpsat", chunk: int = CHUNK, calib=None) -> tuple[Pools, dict]:
+                   engine: str = "cpsat", chunk: int = CHUNK, calib=None,
+                   spaces: Optional[list] = None) -> tuple[Pools, dict]:
     """Enumerate and price every valid layout of every problem (``calib``: the constants, None =
-    the shipped ones). Returns the pools and stats."""
+    the shipped ones; ``spaces``: the problems' spaces when already built). Returns the pools
+    and stats."""
     t0 = time.perf_counter()
     pools = Pools(top=top, objectives=objectives)
-    spaces: list[Space] = [build_space(p, engine) for p in problems]
-    t_enum = time.perf_counter() - t0
+    if spaces is None:
+        spaces = [build_space(p, engine) for p in problems]
+        t_enum = time.perf_counter() - t0
+    else:
+        t_enum = sum(s.seconds for s in spaces)
     total = sum(len(s) for s in spaces)
     bar = Progress(total, "search", enabled=progress)
     if progress is True:  # smaller chunks so the bar moves (same results: the pools merge chunks exactly)

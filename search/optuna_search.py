@@ -157,7 +157,9 @@ def run_optuna(problems: list[Problem], *, trials: int, seed: int, top: int, mem
     then the study's total of complete trials, whichever processes run them."""
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # ERROR: a trial failed by Ctrl-C is logged by optuna as a WARNING with its traceback; planner
+    # says "interrupted" once (planner.cli.errors).
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     t0 = time.perf_counter()
     pools = Pools(top=top, objectives=objectives)
     cores = _Cores(problems, pools, objectives, memory_headroom, calib)
@@ -177,7 +179,9 @@ def run_optuna(problems: list[Problem], *, trials: int, seed: int, top: int, mem
     if storage is not None:  # bring the best cores found by other workers into this one's pools
         for params in _best_params(study, top, objectives.pareto, cores.decode):
             cores.value(params)
-        shared = {"storage": storage, "study_name": study.study_name, "study_trials": len(study.trials)}
+        from search.storage import redact
+
+        shared = {"storage": redact(storage), "study_name": study.study_name, "study_trials": len(study.trials)}
     counters = cores.counters
     stats = {
         "method": "optuna",
@@ -252,7 +256,7 @@ def _create_study(problems, sampler, directions, storage, study_name, memory_hea
         "sampler": sampler_name or "",
     }
     return join_study(open_storage(storage), study_name or "planner-search", "planner_search", fingerprint,
-                      sampler=sampler, directions=directions)
+                      sampler=sampler, directions=directions, url=storage)
 
 
 def _best_params(study, top: int, pareto: bool, decode) -> list[dict]:

@@ -46,7 +46,11 @@ from __future__ import annotations
 
 import itertools
 import math
+import signal
+import sys
+import threading
 import time
+import types
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -55,6 +59,7 @@ import numpy as np
 from costmodel.layout import LayoutBatch, implementation_columns
 from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE, SEARCHED
 from costmodel.pipeline import stage_layer_split
+from hardware_catalog.errors import mark_interrupted
 from search.rules import RULES, RuleContext, add_cpsat_constraints, removed_by_rule, where_settings_apply
 
 VPP_MAX = 8
@@ -354,9 +359,50 @@ def core_numpy(problem: Problem, dom: Optional[dict] = None) -> tuple[dict[str, 
     return {k: cols[k][alive] for k in CORE}, {k: cols[k] for k in CORE}, first
 
 
+class _LazyPandas(types.ModuleType):
+    """Stands for pandas in ortools' cp_model: the real one is imported on first use."""
+
+    def __getattr__(self, name):
+        import pandas
+
+        return getattr(pandas, name)
+
+
+def import_cp_model():
+    """``ortools.sat.python.cp_model`` without importing pandas up front. cp_model imports pandas
+    at module level (ortools 9.8+) for its ``*_series`` helpers and annotations only; pandas costs
+    about 0.2 s of CPU, a fifth of the main job's whole process, and planner never uses those
+    helpers. While cp_model loads, a stand-in with the two names its annotations read serves;
+    afterwards its ``pd`` imports real pandas when first touched. Any surprise (another ortools,
+    pandas already loaded) falls back to the plain import."""
+    name = "ortools.sat.python.cp_model"
+    if name in sys.modules or "pandas" in sys.modules:
+        from ortools.sat.python import cp_model
+
+        return cp_model
+    stand_in = types.ModuleType("pandas")
+    stand_in.Index = type("Index", (), {})
+    stand_in.Series = type("Series", (), {})
+    sys.modules["pandas"] = stand_in
+    try:
+        from ortools.sat.python import cp_model
+    except Exception:  # noqa: BLE001 - a cp_model needing more of pandas at import: load it for real
+        sys.modules.pop(name, None)
+        sys.modules.pop("pandas", None)
+        from ortools.sat.python import cp_model
+
+        return cp_model
+    finally:
+        if sys.modules.get("pandas") is stand_in:
+            del sys.modules["pandas"]
+    if getattr(cp_model, "pd", None) is stand_in:
+        cp_model.pd = _LazyPandas("pandas")
+    return cp_model
+
+
 def core_cpsat(problem: Problem, dom: Optional[dict] = None) -> dict[str, np.ndarray]:
     """Phase 1 by OR-tools CP-SAT: every (tp, cp, pp, dp, ep) obeying the rules over them."""
-    from ortools.sat.python import cp_model
+    cp_model = import_cp_model()
 
     dom = dom or domains(problem)
     const = _core_constants(problem, dom)
@@ -381,12 +427,41 @@ def core_cpsat(problem: Problem, dom: Optional[dict] = None) -> dict[str, np.nda
     solver.parameters.num_workers = 1
     solver.parameters.search_branching = cp_model.FIXED_SEARCH
     solver.parameters.cp_model_presolve = False
+    # planner owns SIGINT: CP-SAT's own handler (catch_sigint_signal, on by default) would stop the
+    # enumeration on Ctrl-C and return the solutions so far as FEASIBLE, a partial space.
+    solver.parameters.catch_sigint_signal = False
     cb = _Collect()
-    status = solver.solve(m, cb)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.INFEASIBLE):
-        raise RuntimeError(f"CP-SAT enumeration ended with status {solver.status_name(status)}")
+    status = _solve_interruptibly(solver, m, cb)
+    # A complete enumeration ends OPTIMAL (solutions found) or INFEASIBLE (none); FEASIBLE means it
+    # stopped early (a limit or a stop) and the rows are a part of the space: never a result.
+    if status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+        raise RuntimeError(f"CP-SAT enumeration ended with status {solver.status_name(status)} (incomplete)")
     rows = np.asarray(cb.rows, dtype=np.int64).reshape(-1, len(CORE))
     return {k: rows[:, i].copy() for i, k in enumerate(CORE)}
+
+
+def _solve_interruptibly(solver, model, callback):
+    """``solver.solve(model, callback)``; Ctrl-C during it stops the search (from the next
+    solution callback, where Python runs) and raises KeyboardInterrupt after the solver returned,
+    instead of raising inside OR-tools' C++ callback."""
+    if threading.current_thread() is not threading.main_thread():
+        return solver.solve(model, callback)
+    previous = signal.getsignal(signal.SIGINT)
+    stopped = []
+
+    def stop(signum, frame):
+        mark_interrupted()
+        stopped.append(signum)
+        solver.stop_search()
+
+    signal.signal(signal.SIGINT, stop)
+    try:
+        status = solver.solve(model, callback)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if stopped:
+        raise KeyboardInterrupt
+    return status
 
 
 def _expansion_counts(problem: Problem, dom: dict, core: dict) -> np.ndarray:

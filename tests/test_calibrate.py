@@ -93,6 +93,7 @@ def test_objective_weighs_the_prior_by_b_over_n():
     assert objective(p, w, off) == pytest.approx(data + 0.05 / 3 * 0.5)
 
 
+@pytest.mark.slow
 def test_profile_changes_predictions_only_through_its_constants(tmp_path):
     runs, profile = tmp_path / "runs.json", tmp_path / "ours.toml"
     runs.write_text(json.dumps(_runs(TRUTH)))

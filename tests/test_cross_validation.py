@@ -54,6 +54,7 @@ def test_prior_lies_inside_the_fitted_ranges():
         assert values.min() <= getattr(PRIOR, name) <= values.max(), name
 
 
+@pytest.mark.slow  # about a minute on 2 cores: run by `pytest -m slow` (CI runs it after the quick suite)
 def test_leave_one_source_out_on_the_reference_set():
     from planner.validate.crossval import prepared_rows
     from planner.validate.fit import Predictor, cross_validate

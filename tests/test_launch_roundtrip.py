@@ -165,6 +165,7 @@ def _check_file(path: Path, name: str, model, original: dict, record: dict) -> N
     assert back.record["memory_gib"]["peak"] == pytest.approx(record["memory_gib"]["peak"], rel=1e-9), name
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(layouts())
 def test_every_export_reads_back_as_the_same_layout(case):

@@ -109,6 +109,7 @@ def test_long_schedules_are_cut_in_the_steady_state():
     assert "cut" in fig.axes[0].get_title(loc="left")
 
 
+@pytest.mark.slow
 def test_evaluate_plot_png_and_svg_leave_the_output_unchanged(tmp_path):
     code, plain, _ = run(*EVALUATE)
     assert code == 0
@@ -140,6 +141,7 @@ def test_html_embeds_the_svg(tmp_path):
 # ------------------------------------------------------------------------------------------ search
 
 
+@pytest.mark.slow
 def test_search_plot_scatter_and_scaling(tmp_path):
     svg = tmp_path / "search.svg"
     args = ("search", "--model", "8b", "--gpus", "16..64", "--gpu", "h100", "--top", "3")
@@ -153,6 +155,7 @@ def test_search_plot_scatter_and_scaling(tmp_path):
         assert label in text, label
 
 
+@pytest.mark.slow
 def test_search_plot_png_with_price_is_step_time_vs_cost(tmp_path):
     png = tmp_path / "search.png"
     code, _, err = run("search", "--model", "8b", "--gpus", "64", "--gpu", "h100", "--top", "3",
@@ -176,6 +179,7 @@ def test_search_plot_without_asking_again_uses_the_results():
 # ---------------------------------------------------------------------------------------- validate
 
 
+@pytest.mark.slow
 def test_validate_plot(tmp_path):
     from planner.validate import load_runs
 

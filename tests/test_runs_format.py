@@ -205,7 +205,7 @@ def test_a_file_no_row_of_which_maps_exits_3(tmp_path):
 @pytest.mark.parametrize("content, needles", [
     (b"", ["empty"]),
     (b"\x89PNG\x00\x01\xff", ["not UTF-8"]),
-    (b"[1, 2, 3]", ["row 1", "expected an object", "and 2 more rows"]),
+    (b"[1, 2, 3]", ["3 of 3 rows invalid", "(row 1, row 2, row 3)", "expected an object"]),
     (b"[]", ["holds no runs"]),
     (b'{"gpu": "H100"}', ["expected a JSON list of runs"]),
     (b'[{"id": "x", "gpu": "H100", "num_gpus": "64", "model": "llama3-8b", "gbs": 8, "mfu": 0.3}]',
@@ -296,3 +296,52 @@ def test_a_row_no_layout_fits_names_the_rule():
     (res,) = validate_rows([row])
     # 72 GPUs / PP8 = DP9: EP8 does not divide it.
     assert res.error is None and "rule ep_divides_dp_cp" in res.reason
+
+
+def _runs_file(tmp_path, rows) -> Path:
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps(rows))
+    return path
+
+
+GOOD = {"gpu": "h100", "num_gpus": 8, "model": "llama3-8b", "tp": 1, "pp": 1, "gbs": 64, "seq_len": 8192,
+        "tokens_per_s_per_gpu": 9000}
+
+
+def test_every_bad_row_is_named_in_one_line_grouped_by_field_and_skip_invalid_validates_the_rest(tmp_path):
+    rows = [{**GOOD, "id": "ok"}, {**GOOD, "id": "lots", "gbs": "lots"}, {**GOOD, "id": "huge", "tokens_per_s_per_gpu": 1e308},
+            {**GOOD, "id": "ok"}, {**GOOD, "id": "many", "gbs": "many"}]
+    path = _runs_file(tmp_path, rows)
+    code, out, err = run_cli("validate", "--runs", str(path))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    line = err.strip()
+    assert "4 of 5 rows invalid" in line and "--skip-invalid" in line
+    # grouped by field: both text batches under one field, each bad row named
+    assert line.count("field layout.gbs") == 1 and "'lots'" in line and "(id 'many')" in line
+    assert "duplicate id 'ok'" in line and "at most 1e+08" in line
+    code, out, err = run_cli("validate", "--runs", str(path), "--skip-invalid")
+    assert code == 0, err
+    assert [line.split(":")[0] for line in err.strip().splitlines()] == [
+        "skipped row 2 (id 'lots')", "skipped row 3 (id 'huge')", "skipped row 4 (id 'ok')", "skipped row 5 (id 'many')"]
+    assert "Llama 3 405B" not in out  # the reference set's production check is not the user's
+
+
+@pytest.mark.parametrize("text", ["not stated", "unknown", "?", "interleaved (V not stated)"])
+def test_a_knob_said_unknown_is_searched(text):
+    from planner.validate.schema import parse_row
+
+    assert parse_row({**GOOD, "mbs": text}).layout.micro_batch_size == text
+
+
+def test_a_measurement_beyond_the_gpu_peak_is_refused_with_the_bound(tmp_path):
+    from hardware_catalog import get_gpu, get_model
+    from planner.validate.measure import tokens_per_s_per_gpu_limit
+
+    model, gpu = get_model("llama3-8b"), get_gpu("h100")
+    # H100 SXM: 1,979 dense FP8 TFLOP/s (NVIDIA H100 datasheet); Llama 3 8B: ~7.5e9 matmul weights
+    # active per token (32 layers x (4096^2 x (2 + 2 x 1024/4096) + 3 x 4096 x 14336) + LM head 4096 x 128256).
+    n = 32 * (4096 * 4096 * 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336) + 4096 * 128256
+    assert tokens_per_s_per_gpu_limit(model, gpu) == pytest.approx(1978.9e12 / (6 * n), rel=0.01)
+    path = _runs_file(tmp_path, [{**GOOD, "id": "fast", "tokens_per_s_per_gpu": 50_000}, {**GOOD, "id": "ok"}])
+    code, out, err = run_cli("validate", "--runs", str(path))
+    assert code == 0 and "not mapped: fast: 50,000 tokens/s/GPU is implausible" in out

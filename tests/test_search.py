@@ -132,6 +132,7 @@ def brute_force(model, gpus, gbs, seq, gpu=GPU, cluster=CLUSTER, fixed=None):
     return best, n
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "model,gpus,gbs,fixed",
     [
@@ -384,10 +385,10 @@ def test_domains_defaults():
 def _cli():
     import typer
 
-    from planner.cli.errors import PlannerGroup
-    from planner.cli.search import register
+    from planner.cli.main.errors import PlannerGroup
+    from planner.cli.main.search import register
 
-    # Errors are answered by planner's group (planner.cli.errors), as on the real command line.
+    # Errors are answered by planner's group (planner.cli.main.errors), as on the real command line.
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, cls=PlannerGroup)
 
     @app.callback()
@@ -439,3 +440,43 @@ def test_zero_2_under_a_pipeline_is_listed_only_when_asked_for():
     assert res.results and all(r["layout"]["zero"] != 2 for r in res.results)
     pinned = search(MID, 64, GPU, CLUSTER, gbs=128, pins={"pp": 2, "zero": 2}, method="exhaustive", top=3)
     assert pinned.results and all(r["layout"]["zero"] == 2 for r in pinned.results)
+
+
+@pytest.mark.slow
+def test_auto_returns_the_exhaustive_optimum_where_the_upper_bound_is_large():
+    # Issue 28: Mixtral 8x22B on 65,536 A100s bounds 8.8M candidates (auto used to sample it),
+    # but only ~210k are valid: auto must enumerate and so find the exhaustive optimum.
+    from search.api import search as run
+
+    auto = run("mixtral-8x22b", 65536, "a100", top=1)
+    full = run("mixtral-8x22b", 65536, "a100", top=1, method="exhaustive")
+    assert auto.stats["method"] == "exhaustive" and auto.stats["space_upper_bound"] > 5_000_000
+    assert auto.best["layout"] == full.best["layout"]
+    assert auto.best["step_time_s"] == full.best["step_time_s"]
+
+
+def test_auto_samples_only_when_enumerating_is_predicted_too_slow():
+    from hardware_catalog import get_model
+    from search.exhaustive import choose_method
+
+    problems = [Problem(model=get_model("llama3-8b"), cluster=CLUSTER, gpu=GPU, gpus=n, gbs=512, seq_len=8192)
+                for n in (64, 128)]
+    enumerate_all = choose_method(problems, seconds=1e9)
+    assert enumerate_all.method == "exhaustive"
+    assert enumerate_all.layouts == sum(len(build_space(p)) for p in problems) > 0
+    assert choose_method(problems, seconds=0.0).method == "optuna"
+
+
+def test_cp_model_loads_without_pandas_and_its_pandas_helpers_still_work():
+    # ortools' cp_model imports pandas (0.2 s CPU) for helpers planner never calls: the search
+    # enumerates without it, and the helpers load the real pandas when first used.
+    import subprocess
+    import sys
+
+    code = ("import sys; from search.space import import_cp_model; cp = import_cp_model(); "
+            "import search; search.search('8b', 8, 'h100', top=1, method='exhaustive'); "
+            "assert 'pandas' not in sys.modules; "
+            "x = cp.CpModel().new_int_var_series('x', cp.pd.Index(range(3)), 0, 5); "
+            "assert len(x) == 3 and 'pandas' in sys.modules")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr

@@ -163,6 +163,7 @@ def run_cli(*args, cwd=None):
                             stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
 
 
+@pytest.mark.slow
 def test_two_worker_processes_share_a_journal_study_each_scenario_once(tmp_path):
     args = ["--model", "8b,mcore-gpt-1.7b", "--gpus", "8..32", "--gpu", "h100,a100", "--storage",
             str(tmp_path / "sweep.log"), "--study-name", "two", "--json"]
@@ -200,7 +201,7 @@ def test_two_worker_processes_share_a_journal_study_each_scenario_once(tmp_path)
 def test_cli_bad_input_one_line_exit_2(args, needle):
     from typer.testing import CliRunner
 
-    from planner.cli.main import app
+    from planner.cli.main.main import app
 
     res = CliRunner().invoke(app, ["sweep", *args])
     assert res.exit_code == 2, res.output
@@ -232,3 +233,38 @@ def test_search_optuna_shares_a_study(tmp_path):
         search("8b", "32..64", "h100", **{**kw, "gbs": 512})
     with pytest.raises(PlannerInputError, match="--method optuna"):
         search("8b", "32", "h100", storage=url, method="exhaustive")
+
+
+@pytest.mark.slow
+def test_workers_starting_together_on_a_new_sqlite_store_all_join(tmp_path):
+    # Issue 28: Optuna's RDB set-up races on alembic_version (IntegrityError) when several
+    # workers create one new SQLite file at once (2 of 4 paired starts failed before the fix);
+    # each must join the one study, and the scenario is done once.
+    import optuna
+
+    db = tmp_path / "race.db"
+    command = [sys.executable, "-m", "planner", "sweep", "--model", "8b", "--gpus", "8", "--gpu", "h100",
+               "--storage", str(db), "--wait", "0"]
+    procs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in outs]
+    study = optuna.load_study(study_name="planner-sweep", storage=f"sqlite:///{db}")
+    assert len([t for t in study.trials if t.state.name == "COMPLETE" and sw.RESULT in t.user_attrs]) == 1
+
+
+def test_report_only_on_a_missing_store_creates_nothing(tmp_path):
+    for store in (tmp_path / "none.db", tmp_path / "none.log"):
+        with pytest.raises(PlannerInputError, match="nothing was created"):
+            sw.run_sweep(None, storage=str(store), report_only=True)
+        assert not store.exists()
+
+
+@pytest.mark.parametrize("url", ["postgresql://bob:s3cret@localhost:1/db", "mysql+pymysql://bob:s3cret@h/db",
+                                 "postgresql://h/db?user=bob&password=s3cret"])
+def test_a_storage_password_is_never_shown(url):
+    from search.storage import open_storage, redact
+
+    assert "s3cret" not in redact(url) and "***" in redact(url)
+    with pytest.raises(PlannerInputError) as err:
+        open_storage(url)
+    assert "s3cret" not in str(err.value)

@@ -1,6 +1,6 @@
 """The one error path of the ``planner`` command line: exit codes, one-line errors, stdout.
 
-Every command runs inside ``PlannerGroup`` (the typer group of ``planner.cli.main.app``), so a
+Every command runs inside ``PlannerGroup`` (the typer group of ``planner.cli.main.main.app``), so a
 failure anywhere ends the same way, whether planner runs as ``planner`` or in-process under
 typer's ``CliRunner``:
 
@@ -24,14 +24,16 @@ command line (or ``PLANNER_DEBUG=1``) prints an internal error's traceback as we
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
+import threading
 import traceback
 
 import typer
 from typer.core import TyperGroup
 
-from hardware_catalog.errors import PlannerInputError
+from hardware_catalog.errors import PlannerInputError, clear_interrupted, mark_interrupted, was_interrupted
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -65,7 +67,11 @@ def say(message: str) -> None:
 
 
 def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(str(text).split())
+    """``text`` on one line, each overlong word (a 100,000-character name or path) cut short
+    (``hardware_catalog.files.show``), the whole at most ``limit`` characters."""
+    from hardware_catalog.files import show
+
+    text = " ".join(show(word) for word in str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -93,8 +99,38 @@ def _save_traceback(err: BaseException) -> str:
         return f"the traceback could not be saved ({save_err.strerror or save_err})"
 
 
+INTERRUPTED_LINE = "interrupted (Ctrl-C)"
+
+
+def report_interrupt() -> int:
+    """Ctrl-C: one line, exit 130. Every file planner writes is renamed into place whole, and a
+    sweep's interrupted trial is failed (never stored as done), so nothing partial remains."""
+    say(INTERRUPTED_LINE)
+    silence_stdout()
+    return EXIT_INTERRUPTED
+
+
+def _on_sigint(signum, frame):
+    """planner's SIGINT handler: record it (an interrupt turned into another exception by an
+    extension still reads as one), then raise KeyboardInterrupt as Python's default does."""
+    mark_interrupted()
+    raise KeyboardInterrupt
+
+
+def _own_sigint():
+    """Install ``_on_sigint``; the handler it replaced (None off the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        return signal.signal(signal.SIGINT, _on_sigint)
+    except (ValueError, OSError):
+        return None
+
+
 def report_failure(err: BaseException) -> int:
     """Say what went wrong in one line; the exit code."""
+    if isinstance(err, KeyboardInterrupt) or was_interrupted():
+        return report_interrupt()
     if isinstance(err, PlannerInputError):
         say(f"error: {_one_line(err, 2000)}")
         return getattr(err, "exit_code", EXIT_BAD_INPUT)
@@ -102,7 +138,7 @@ def report_failure(err: BaseException) -> int:
         silence_stdout()
         return EXIT_OK
     if isinstance(err, OSError):
-        where = f"{err.filename}: " if err.filename else ""
+        where = f"{_one_line(err.filename)}: " if err.filename else ""
         say(f"error: {where}{err.strerror or _one_line(err)}" if where else
             f"error: cannot write to standard output ({err.strerror or _one_line(err)})")
         if not where:
@@ -157,18 +193,28 @@ class PlannerGroup(TyperGroup):
             return super().invoke(ctx)
         except _EXIT_TYPES:
             raise
+        except KeyboardInterrupt:
+            raise typer.Exit(report_interrupt()) from None
         except Exception as err:  # noqa: BLE001 - the one place every failure is answered
             raise typer.Exit(report_failure(err)) from None
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         _DEBUG["on"] = False
-        args = _take_debug(list(sys.argv[1:] if args is None else args))
-        _ARGS[:] = args
-        if sys.stdout is None:  # started with stdout closed (`planner ... >&-`)
-            say("error: standard output is closed; planner prints its results there (redirect it to a file or /dev/null)")
-            code = EXIT_BAD_INPUT
-        else:
-            code = self._run(args, prog_name, complete_var, **extra)
+        clear_interrupted()
+        previous = _own_sigint()
+        try:
+            args = _take_debug(list(sys.argv[1:] if args is None else args))
+            _ARGS[:] = args
+            if sys.stdout is None:  # started with stdout closed (`planner ... >&-`)
+                say("error: standard output is closed; planner prints its results there (redirect it to a file or /dev/null)")
+                code = EXIT_BAD_INPUT
+            else:
+                code = self._run(args, prog_name, complete_var, **extra)
+        except KeyboardInterrupt:
+            code = report_interrupt()
+        finally:
+            if previous is not None:  # give the handler back (in-process callers: CliRunner, tests)
+                signal.signal(signal.SIGINT, previous)
         if standalone_mode:
             sys.exit(code)
         return code
@@ -179,9 +225,10 @@ class PlannerGroup(TyperGroup):
             code = rv if isinstance(rv, int) and not isinstance(rv, bool) else EXIT_OK
         except _CLICK_EXCEPTION as err:
             code = _usage_error(err)
-        except typer.Abort:
-            say("Aborted!")
-            code = EXIT_INTERRUPTED
+        except typer.Abort:  # click's form of a KeyboardInterrupt outside a command
+            code = report_interrupt()
+        except KeyboardInterrupt:
+            code = report_interrupt()
         except Exception as err:  # noqa: BLE001 - raised outside a command (help, completion)
             code = report_failure(err)
         return _flush_stdout(code)

@@ -13,9 +13,9 @@ from typing import Optional
 import typer
 
 from hardware_catalog.errors import PlannerInputError
-from planner.cli.common import check_framework_use, planner_version, show_evaluation, typed_flags, write_export
-from planner.cli.errors import PlannerGroup, command_line, say
-from planner.cli.options import layout_options, run_options
+from planner.cli.main.main.main.common import check_framework_use, planner_version, show_evaluation, typed_flags, write_export
+from planner.cli.main.main.main.errors import PlannerGroup, command_line, say
+from planner.cli.main.main.main.options import layout_options, run_options
 from planner.from_launch.options import FromLaunchOpt, LaunchFormatOpt
 from planner.outputs import check_output_dir, check_output_file
 from planner.reports.plots import check_plot_path
@@ -24,15 +24,28 @@ app = typer.Typer(
     name="planner",
     help="Find and explain parallel layouts (DP/TP/PP/CP/EP, ZeRO, recompute) for LLM training.\n\n"
          "Exit status: 0 done, 2 bad input (one line on stderr), 3 nothing fits, 1 internal error "
-         "(--debug anywhere on the line prints its traceback). Existing files are replaced only with --force.",
+         "(--debug anywhere on the line prints its traceback), 130 interrupted. Existing files are replaced only "
+         "with --force.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     cls=PlannerGroup,
 )
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"planner {planner_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _planner(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                          help="Print planner's version and exit.")) -> None:
+    """Options before the command (``planner --version``)."""
+
 # Options shared by evaluate and export; the layout options come from their declarations
-# (costmodel.options) through planner.cli.options.layout_options.
+# (costmodel.options) through planner.cli.main.main.main.options.layout_options.
 ModelOpt = typer.Option(None, "--model", help="Model preset (e.g. 405b, llama3-70b, mixtral-8x7b) or a model / HF config.json file. Required unless --from or --from-launch.")
 GpusOpt = typer.Option(None, "--gpus", help="Total GPUs in the job. Required unless --from or --from-launch states it.")
 GpuOpt = typer.Option(None, "--gpu", help="GPU type (h100, a100, b200, ...); picks its default cluster.")
@@ -75,6 +88,41 @@ def _job(ctx: typer.Context, from_file, rank, typed: dict) -> tuple:
     return problem, layout, record, bool(notes) or from_csv
 
 
+def _record_calibration(record: dict, from_file) -> Optional[Path]:
+    """The calibration profile a record was priced with, when it names one that is still there."""
+    named = record.get("calibration")
+    if not named:
+        return None
+    path = Path(named)
+    if not path.is_absolute() and not path.exists():
+        path = Path(from_file).parent / named
+    if path.is_file():
+        return path
+    say(f"note: --from {from_file} was priced with calibration profile {named}, which is not there: "
+        f"priced again with the shipped constants")
+    return None
+
+
+def _note_repriced(stated: dict, record: dict, from_file) -> None:
+    """One note when what a --from file states differs from what planner prices for its layout."""
+    def num(rec, *keys):
+        for key in keys:
+            rec = rec.get(key) if isinstance(rec, dict) else None
+        return rec if isinstance(rec, (int, float)) and not isinstance(rec, bool) else None
+
+    changed = []
+    for label, keys in (("step time", ("step_time_s",)), ("tokens/s/GPU", ("tokens_per_s_per_gpu",)),
+                        ("peak memory", ("memory_gib", "peak"))):
+        old, new = num(stated, *keys), num(record, *keys)
+        if old is not None and new is not None and abs(old - new) > 1e-6 * max(abs(new), 1e-12):
+            changed.append(f"{label} {old:.4g} -> {new:.4g}")
+    if "fits" in stated and stated.get("fits") != record.get("fits"):
+        changed.append(f"fits {stated.get('fits')} -> {record.get('fits')}")
+    if changed:
+        say(f"note: --from {from_file} states other numbers than planner prices for its layout "
+            f"({'; '.join(changed)}): the files state planner's")
+
+
 def _pricing(ctx: typer.Context, calibration, framework, layout: dict):
     """The command's pricing request: calibration, framework and the layout flags typed."""
     from planner.job import Pricing
@@ -107,7 +155,7 @@ def evaluate(
 ):
     """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not (exit 3 if not);
     with --train-tokens, the whole run: failures, checkpoints, goodput, days, MWh, $."""
-    from planner.cli.options import run_inputs
+    from planner.cli.main.main.main.options import run_inputs
     from planner.job import Job, Outputs, price
 
     run_in = run_inputs(run)  # bad values fail before any work
@@ -254,16 +302,15 @@ def export(
     problem, values, record, price_again = _job(ctx, from_file, rank, dict(
         model=model, gpus=gpus, gpu=gpu, cluster=cluster, tokens_per_batch=tokens_per_batch,
         allow_cross_node_tp=allow_cross_node_tp, layout=layout))
-    if price_again:
-        priced = price(Job(problem, _pricing(ctx, calibration, framework, layout), outputs), values)
-        record, model_spec, cluster_spec = priced.record, priced.setup.model, priced.setup.cluster
-    else:  # the record as it is: its prediction is what the files' header states
-        from planner.common import resolve_hardware
-        from hardware_catalog import get_model
-
-        model_spec = get_model(problem.model)
-        record = {"planner_version": planner_version(), **record}  # a search record names no version: this one writes
-        cluster_spec = resolve_hardware(problem.gpu, problem.cluster)[1]
+    stated = None
+    if not price_again:
+        # A file's numbers are not trusted: the layout it names is priced again (with the profile
+        # it was priced with), so a hand-edited step time or "fits": true never reaches a header.
+        stated, calibration = record, _record_calibration(record, from_file)
+    priced = price(Job(problem, _pricing(ctx, calibration, framework, layout), outputs), values)
+    record, model_spec, cluster_spec = priced.record, priced.setup.model, priced.setup.cluster
+    if stated is not None:
+        _note_repriced(stated, record, from_file)
     write_export(target, record, model_spec, cluster_spec, outputs.command)
 
 
@@ -281,6 +328,7 @@ def validate(
     ranking: Optional[Path] = typer.Option(None, "--ranking", help="Ordering accuracy on a file of ablation groups (same model, cluster and batch under several layouts): per group Kendall tau, pairs > 3% apart ordered right, top-1; and overall."),
     write_uncertainty: Optional[Path] = typer.Option(None, "--write-uncertainty", help="With --cross-validate: write the folds' constants and held-out errors (the data of every interval) to FILE, e.g. search/data/uncertainty.json."),
     write_envelope: Optional[Path] = typer.Option(None, "--write-envelope", help="Write what the reference runs cover per mechanism (the validated envelope) to FILE, e.g. search/data/envelope.json."),
+    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="With --runs: leave out the rows the runs format refuses (listed on stderr) and validate the rest."),
 ):
     """Compare predictions with real training runs (throughput and peak memory): the shipped
     reference set, or your own (--runs). Exit 2: a bad runs file; 3: no row could be mapped."""
@@ -292,7 +340,7 @@ def validate(
     check_output_file(check_plot_path(plot), "--plot", force)
     with _reading_runs(runs):
         _validate(runs, as_json, confidence, cross_validate, bootstrap, plot, calibration, ranking, write_uncertainty,
-                  write_envelope)
+                  write_envelope, skip_invalid)
 
 
 @contextlib.contextmanager
@@ -311,7 +359,9 @@ def _reading_runs(runs: Optional[Path]):
 
 
 def _validate(runs, as_json, confidence, cross_validate, bootstrap, plot, calibration=None, ranking=None,
-              write_uncertainty=None, write_envelope=None) -> None:
+              write_uncertainty=None, write_envelope=None, skip_invalid=False) -> None:
+    if skip_invalid and (runs is None or cross_validate or ranking is not None or write_envelope is not None):
+        raise PlannerInputError("--skip-invalid goes with --runs FILE and the validate table")
     if cross_validate:
         if calibration is not None:
             raise PlannerInputError("--cross-validate fits its own constants; --calibration goes with the validate table")
@@ -339,7 +389,8 @@ def _validate(runs, as_json, confidence, cross_validate, bootstrap, plot, calibr
 
     from planner.calibration_profile import calibration_option
 
-    run_validate(runs, as_json=as_json, confidence=confidence, plot=plot, calib=calibration_option(calibration))
+    run_validate(runs, as_json=as_json, confidence=confidence, plot=plot, calib=calibration_option(calibration),
+                 skip_invalid=skip_invalid)
 
 
 _COMM_HELP = (
@@ -391,14 +442,14 @@ def comm(
 
 def _register_optional_commands() -> None:
     try:
-        from planner.cli.search import register
+        from planner.cli.main.main.main.search import register
     except ImportError:  # pragma: no cover - search module missing in a partial checkout
         return
     register(app)
-    from planner.cli.sweep import register as register_sweep
+    from planner.cli.main.main.main.sweep import register as register_sweep
 
     register_sweep(app)
-    from planner.cli.calibrate import register as register_calibrate
+    from planner.cli.main.main.main.calibrate import register as register_calibrate
 
     register_calibrate(app)
 
@@ -407,7 +458,7 @@ _register_optional_commands()
 
 
 def main() -> None:
-    """Console entry point. Every failure ends in ``PlannerGroup`` (planner.cli.errors): one line
+    """Console entry point. Every failure ends in ``PlannerGroup`` (planner.cli.main.main.main.errors): one line
     on stderr and the exit status of its kind, never a traceback."""
     app()
 

@@ -9,10 +9,8 @@ naming the rule the target framework would break. Nothing here writes outside
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Optional
@@ -346,29 +344,11 @@ def check_entrypoint(entrypoint: str) -> str:
 
 def write_atomically(files: dict[Path, tuple[str, int]]) -> list[Path]:
     """Write every file to a temporary sibling, then rename them all into place; on any error
-    remove the temporaries and leave existing files untouched."""
-    temps: list[tuple[Path, Path]] = []
-    try:
-        for path, (text, mode) in files.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            tmp_path = Path(tmp)
-            temps.append((tmp_path, path))
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp_path, mode)
-        for tmp_path, path in temps:
-            os.replace(tmp_path, path)
-    except BaseException:
-        for tmp_path, _ in temps:
-            try:
-                tmp_path.unlink()
-            except FileNotFoundError:
-                pass
-        raise
-    return [path for _, path in temps]
+    remove the temporaries and leave existing files untouched (``planner.outputs``, the one
+    writer: a special file at a path is refused, never replaced)."""
+    from planner.outputs import write_files_atomically
+
+    return write_files_atomically(files, "--out")
 
 
 def selective_modules(plan: "Plan") -> tuple:

@@ -159,8 +159,8 @@ def run_reference_search(launch, request, keep: str | None, calibration, outputs
     flags (its problem replaced by the file's), ``files`` what --csv / --export write."""
     from dataclasses import replace
 
-    from planner.cli.common import add_interval_and_envelope
-    from planner.cli.errors import EXIT_NOTHING_FITS
+    from planner.cli.main.main.main.common import add_interval_and_envelope
+    from planner.cli.main.main.main.errors import EXIT_NOTHING_FITS
     from planner.from_launch.commands import resolve_request
     from planner.job import Pricing
     from planner.reports.search import check_outputs
@@ -194,7 +194,7 @@ def run_reference_search(launch, request, keep: str | None, calibration, outputs
 
 def _write_files(top: int, checked: dict, result, ref: dict, request, outputs) -> list[str]:
     """--csv (the file's row first, as 'ref'), --export (the best layout) and --plot."""
-    from planner.cli.errors import say
+    from planner.cli.main.main.main.errors import say
     from planner.reports.search import write_csv
 
     lines = []
@@ -220,7 +220,7 @@ def _write_files(top: int, checked: dict, result, ref: dict, request, outputs) -
 def _outputs(top: int, as_json: bool, result, ref, rank, fits_ref, limit, r, keep) -> None:
     """The table (the file's row as 'ref' among the best) and what it would gain, or JSON."""
     from planner.from_launch.resolve import describe
-    from planner.reports.search import format_summary
+    from planner.reports.search import format_summary, sampled_note
 
     if as_json:
         out = result.to_dict()
@@ -235,7 +235,8 @@ def _outputs(top: int, as_json: bool, result, ref, rank, fits_ref, limit, r, kee
     stats = result.stats
     kept = f"; kept from the file: {', '.join(keep)}" if keep else ""
     typer.echo(f"{stats['model']}, gbs {stats['gbs']} x seq {stats['seq_len']} on {r.gpus} x {r.setup.gpu.name} -- "
-               f"top {min(top, len(result.results))} layouts by step time, and the file's (ref){kept}")
+               f"top {min(top, len(result.results))} layouts by step time, and the file's (ref){kept}"
+               f"{sampled_note(stats)}")
     splits = bool(stats.get("stage_splits") or r.layout.pp > 1)
     typer.echo(_table(result.results, ref, rank, top, splits, stats))
     if not result.results:

@@ -147,7 +147,15 @@ def resolve(launch: Launch, pricing: Pricing = Pricing(), outputs: Outputs = Out
     ``planner evaluate --json`` record with ``launch`` added."""
     problem, values, overrides, derived = launch_job(launch, **kw)
     launch_entry = {**launch.to_dict(), "overrides": overrides, "derived": derived}
-    priced = price(Job(problem, pricing, outputs), values, {"launch": launch_entry})
+    try:
+        priced = price(Job(problem, pricing, outputs), values, {"launch": launch_entry})
+    except PlannerInputError as err:
+        n = problem.gpus
+        if kw.get("gpus") is not None or f"--gpus={n}" not in str(err):
+            raise
+        # The count came from the file, not the command line: say so, and how to change it.
+        origin = derived[0] if derived and derived[0].startswith("GPUs ") else f"GPUs {n} from the file"
+        raise type(err)(str(err).replace(f"--gpus={n}", f"{origin}; pass --gpus N to price it on N GPUs")) from None
     return Resolved(launch, priced.setup, priced.layout, problem.gpus, priced.record, overrides, derived)
 
 

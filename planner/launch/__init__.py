@@ -29,11 +29,13 @@ _SUFFIXES = {".json": "deepspeed", ".toml": "torchtitan", ".yaml": "nemo", ".yml
 def read_text(path) -> str:
     from hardware_catalog.errors import PlannerInputError
 
+    from hardware_catalog.files import read_input_text, show
+
     p = Path(path)
     if p.is_dir():
-        raise PlannerInputError(f"--from-launch {path}: is a folder; give the launch file")
+        raise PlannerInputError(f"--from-launch {show(path)}: is a folder; give the launch file")
     try:
-        return p.read_text(encoding="utf-8")
+        return read_input_text(p, f"--from-launch {show(path)}")
     except FileNotFoundError:
         raise PlannerInputError(f"--from-launch {path}: no such file") from None
     except (OSError, UnicodeDecodeError) as err:

@@ -30,6 +30,9 @@ from dataclasses import dataclass, field
 _OPERATORS = ("&&", "||", ";;", ";", "&", "|", "(", ")", "\n")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?=)(.*)$", re.S)
+MAX_EXPANDED_CHARS = 64 * 2**20
+"""Text a walk may produce, all words together: a launch script expands to kilobytes; a variable
+that doubles itself line after line (``A=$A$A``) would reach gigabytes in thirty lines."""
 SUBSTITUTION = "<command-substitution>"
 """What ``$(...)`` and backquotes expand to: never run, never empty."""
 
@@ -49,6 +52,8 @@ class Script:
     """Words of the ``#SBATCH`` directives, in order."""
     notes: list[str] = field(default_factory=list)
     """What the walk could not evaluate."""
+    expanded_chars: int = 0
+    """Characters produced by expansion so far (bounded by ``MAX_EXPANDED_CHARS``)."""
 
 
 # ----------------------------------------------------------------------------------- tokens
@@ -237,14 +242,24 @@ class _Expander:
         return default
 
     def arithmetic(self, expr: str) -> str:
-        expanded = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: self.value(m.group(1)) or "0", expr)
-        expanded = re.sub(r"[A-Za-z_][A-Za-z0-9_]*", lambda m: self.value(m.group(0)) or "0", expanded)
-        if not re.fullmatch(r"[\d\s+\-*/%()]*", expanded):
-            self.s.notes.append(f"$(({expr})) not evaluated")
-            return "0"
+        """``$((expr))`` by ``planner.launch.arith`` (64-bit integers, bounded work); a value
+        beyond 64 bits or a division by zero is a one-line error, syntax outside the subset a
+        note (and 0, bash's value of an unset name)."""
+        from hardware_catalog.errors import PlannerInputError
+        from hardware_catalog.files import show
+        from planner.launch.arith import ArithmeticLimit, evaluate
+
+        def lookup(m) -> str:
+            value = self.value(m.group(1) or m.group(2))
+            return f"({value})" if value not in (None, "") else "0"
+
+        expanded = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?|(?<![0-9A-Za-z_#])([A-Za-z_][A-Za-z0-9_]*)", lookup, expr)
         try:
-            return str(int(eval(expanded.replace("/", "//"), {"__builtins__": {}}, {})))  # digits and + - * / % only
-        except (SyntaxError, ZeroDivisionError, ValueError):
+            return str(evaluate(expanded))
+        except ArithmeticLimit as err:
+            raise PlannerInputError(f"{show(self.s.path)}: $(({show(expr)})): {err} (bash would wrap around; "
+                                    f"a launch value is a small integer)") from None
+        except ValueError:
             self.s.notes.append(f"$(({expr})) not evaluated")
             return "0"
 
@@ -255,7 +270,7 @@ class _Expander:
     def fields(self, raw: str, split: bool = True) -> list[str]:
         """Expand one word to its fields (bash: expansion, then splitting of unquoted results,
         then quote removal). ``split=False``: as inside double quotes."""
-        out = _Fields()
+        out = _Fields(self.s)
         i = 0
         while i < len(raw):
             c = raw[i]
@@ -327,14 +342,32 @@ class _Expander:
 
 
 class _Fields:
-    """Fields being built for one word (a quoted empty string still makes a field)."""
+    """Fields being built for one word (a quoted empty string still makes a field). The field
+    being built is a list of pieces (joined once: a long word costs linear time)."""
 
-    def __init__(self):
+    def __init__(self, script: Script):
+        self.script = script
         self.fields: list[str] = []
-        self.current: str | None = None
+        self.current: list[str] | None = None
+
+    def _spend(self, n: int) -> None:
+        self.script.expanded_chars += n
+        if self.script.expanded_chars > MAX_EXPANDED_CHARS:
+            from hardware_catalog.errors import PlannerInputError
+            from hardware_catalog.files import show
+
+            raise PlannerInputError(f"{show(self.script.path)}: expands to more than {MAX_EXPANDED_CHARS:,} characters "
+                                    f"(a variable that doubles itself?); a launch script expands to kilobytes")
 
     def add(self, text: str, quoted: bool) -> None:
-        self.current = (self.current or "") + text
+        self._spend(len(text))
+        if self.current is None:
+            self.current = []
+        self.current.append(text)
+
+    def _close(self) -> None:
+        self.fields.append("".join(self.current))
+        self.current = None
 
     def expansion(self, value, split: bool) -> None:
         if isinstance(value, list):  # "${ARR[@]}": one field per element
@@ -343,8 +376,8 @@ class _Fields:
             if not split:
                 self.add(value[0], quoted=True)
                 for v in value[1:]:
-                    self.fields.append(self.current)
-                    self.current = v
+                    self._close()
+                    self.add(v, quoted=True)
                 return
             value = " ".join(value)
         if not split:
@@ -354,18 +387,16 @@ class _Fields:
         if not parts:
             return
         if value[:1].isspace() and self.current is not None:
-            self.fields.append(self.current)
-            self.current = None
+            self._close()
         self.add(parts[0], quoted=False)
         for part in parts[1:]:
-            self.fields.append(self.current)
-            self.current = part
+            self._close()
+            self.add(part, quoted=False)
         if value[-1:].isspace():
-            self.fields.append(self.current)
-            self.current = None
+            self._close()
 
     def result(self) -> list[str]:
-        return self.fields + ([self.current] if self.current is not None else [])
+        return self.fields + (["".join(self.current)] if self.current is not None else [])
 
 
 # ----------------------------------------------------------------------------------- statements

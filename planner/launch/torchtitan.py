@@ -30,6 +30,7 @@ import tomllib
 
 from hardware_catalog.errors import PlannerInputError
 from planner.frameworks.torchtitan import CONFIG_FUNCTIONS, FLAVORS, PER_OP_SAC_SHARE, TABLE, cli_settings, stage_split
+from hardware_catalog.files import read_input_text
 from planner.launch.spec import Launch, boolean, integer
 
 SOURCE = "torchtitan config dataclasses (0.1.0 config_manager.py, 0.2.x job_config.py, 0.3.0 configs.py)"
@@ -104,7 +105,7 @@ def _from_script(text: str, path: str, launch: Launch) -> dict:
         toml_path = Path(path).parent / str(config_file)
         if not toml_path.is_file():
             raise PlannerInputError(f"{path}: --job.config_file {config_file} is not at {toml_path}: give the TOML itself")
-        settings = {**_parse_toml(toml_path.read_text(encoding="utf-8"), str(toml_path)), **settings}
+        settings = {**_parse_toml(read_input_text(toml_path, str(toml_path)), str(toml_path)), **settings}
     return settings
 
 

@@ -103,6 +103,16 @@ def format_table(records: list[dict], multi_hw: bool = False, splits: bool = Fal
     return "\n".join(lines)
 
 
+def sampled_note(stats: dict) -> str:
+    """For the table's header: a sampled result is said to be one where it is read first."""
+    if stats.get("method") != "optuna":
+        return ""
+    auto = stats.get("auto")
+    why = (f" (about {auto['layouts']:,}+ layouts: enumerating would take over {auto['limit_seconds']:.0f} s)"
+           if auto else "")
+    return f"\nSAMPLED by optuna, not enumerated{why}: maybe not the optimum; --method exhaustive prices every layout"
+
+
 def format_summary(stats: dict) -> str:
     method = stats["method"]
     how = stats.get("engine", "")
@@ -201,7 +211,7 @@ def write_csv(path: Path, records: list[dict], flag: str = "--csv") -> None:
 
 def check_outputs(csv_file, export_dir, plot, force: bool) -> dict:
     """Every file the search will write, checked before it runs (``planner.outputs``)."""
-    from planner.outputs import check_output_dir, check_output_file
+    from planner.outputs import check_distinct, check_output_dir, check_output_file
     from planner.reports.plots import check_plot_path
 
     names = []
@@ -209,6 +219,7 @@ def check_outputs(csv_file, export_dir, plot, force: bool) -> dict:
         from planner.export import FILES
 
         names = [name for files in FILES.values() for name in files]
+    check_distinct(("--csv", csv_file), ("--plot", plot))
     return {"csv": check_output_file(csv_file, "--csv", force),
             "export": check_output_dir(export_dir, "--export", force, names),
             "plot": check_output_file(check_plot_path(plot), "--plot", force)}

@@ -279,23 +279,11 @@ def plot(path: Path, rows: list[dict], title: str = "", objective: Optional[str]
 
 
 def _save_atomically(fig, path: Path) -> None:
-    """``fig`` to ``path`` (format from its extension, PNG without one) through a temporary
-    sibling renamed into place."""
-    import os
-    import tempfile
+    """``fig`` to ``path`` (format from its extension, PNG without one) through the one writer
+    (``planner.outputs.write_atomically``)."""
+    from planner.outputs import write_atomically
 
-    from planner.outputs import file_mode
-
-    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format=path.suffix[1:].lower() or "png", dpi=110)
-        os.chmod(tmp, file_mode(path))
-        os.replace(tmp, path)
-        tmp = None
-    except (OSError, ValueError) as err:
-        raise PlannerInputError(f"--plot {path}: cannot write ({getattr(err, 'strerror', None) or err})") from None
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
+        write_atomically(path, lambda fh: fig.savefig(fh, format=path.suffix[1:].lower() or "png", dpi=110), "--plot")
+    except ValueError as err:  # matplotlib: an unknown format
+        raise PlannerInputError(f"--plot {path}: cannot write ({err})") from None

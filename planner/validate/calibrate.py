@@ -214,7 +214,9 @@ def held_out(predictor: Predictor, jobs: int | None = None) -> tuple[np.ndarray,
     _FOLDS = (predictor, keys)
     jobs = min(jobs or os.cpu_count() or 1, len(folds))
     if jobs > 1 and "fork" in multiprocessing.get_all_start_methods():
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        from planner.validate.fit import worker_ignores_sigint
+
+        with multiprocessing.get_context("fork").Pool(jobs, worker_ignores_sigint) as pool:
             constants = pool.map(_fold, folds, chunksize=1)
     else:
         constants = [_fold(k) for k in folds]

@@ -197,6 +197,15 @@ def _fit_weights(weights: np.ndarray) -> dict:
     return {name: getattr(fitted, name) for name in FIT_RANGES}
 
 
+def worker_ignores_sigint() -> None:
+    """Pool initializer: a forked worker leaves Ctrl-C to the parent (a terminal sends SIGINT to
+    the whole process group; each worker would print its own KeyboardInterrupt traceback). The
+    parent's interrupt ends the pool (its context manager terminates the workers)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _fits(predictor: Predictor, weight_sets: list, jobs: int | None = None) -> list[dict]:
     """The constants fitted (from ``PRIOR``) under each weight vector, spread over ``jobs``
     forked processes (each keeps its own memo)."""
@@ -207,7 +216,7 @@ def _fits(predictor: Predictor, weight_sets: list, jobs: int | None = None) -> l
     _FOLD_PREDICTOR = predictor
     jobs = jobs or os.cpu_count() or 1
     if jobs > 1 and len(weight_sets) > 1 and "fork" in multiprocessing.get_all_start_methods():
-        with multiprocessing.get_context("fork").Pool(min(jobs, len(weight_sets))) as pool:
+        with multiprocessing.get_context("fork").Pool(min(jobs, len(weight_sets)), worker_ignores_sigint) as pool:
             return pool.map(_fit_weights, weight_sets, chunksize=1)
     return [_fit_weights(w) for w in weight_sets]
 

@@ -75,9 +75,42 @@ def _convert(kind: str, measured, model, gpu, gpus: int, gbs: Optional[int], seq
     return v * peak * 1e12 / per_token, f"from MFU {v * 100:.1f}% x {peak:g} TFLOP/s ({whose}) / {flop}"
 
 
+MEMORY_SLACK = 1.1
+"""A measured peak may exceed the catalog's usable HBM by this factor (GB/GiB and driver
+reserve mix-ups) before it is refused as impossible."""
+
+
+def tokens_per_s_per_gpu_limit(model, gpu) -> float:
+    """The most tokens/s/GPU physics allows: every token costs at least 6N training FLOPs (N the
+    active matmul weights; Kaplan et al. 2020 Sec. 2.1), done at no more than the GPU's highest
+    dense tensor peak (FP8 where it has one, else BF16): implied MFU <= 100%."""
+    from costmodel.params import count_params
+
+    peak = max(gpu.bf16_tflops, gpu.fp8_tflops or 0.0)
+    return peak * 1e12 / (6.0 * count_params(model).matmul_active)
+
+
+def plausible(value: float, memory_gib: Optional[float], model, gpu) -> None:
+    """ValueError naming the bound when a row's measurement is impossible on its GPU."""
+    limit = tokens_per_s_per_gpu_limit(model, gpu)
+    if value > limit:
+        peak = max(gpu.bf16_tflops, gpu.fp8_tflops or 0.0)
+        raise ValueError(f"{value:,.0f} tokens/s/GPU is implausible: {gpu.name}'s dense peak of {peak:g} TFLOP/s "
+                         f"allows at most {limit:,.0f} for {model.name} (6N FLOPs per token; MFU <= 100%)")
+    if memory_gib is not None and memory_gib > gpu.memory_gib * MEMORY_SLACK:
+        raise ValueError(f"peak memory {memory_gib:,.1f} GiB is implausible: {gpu.name} has {gpu.memory_gib:g} GiB")
+
+
 def reported(row, model, gpu, gpus: int, gbs: Optional[int], seq: int) -> Reported:
     """The row's tokens/s/GPU (``reference`` first, else its first measurement converted), with
-    the notes saying how, and its peak memory in GiB."""
+    the notes saying how, and its peak memory in GiB; ValueError for an impossible measurement
+    (``plausible``)."""
+    out = _reported(row, model, gpu, gpus, gbs, seq)
+    plausible(out.tokens_per_s_per_gpu, out.memory_gib, model, gpu)
+    return out
+
+
+def _reported(row, model, gpu, gpus: int, gbs: Optional[int], seq: int) -> Reported:
     if row.reference is not None and row.reference.tokens_per_s_per_gpu:
         return Reported(row.reference.tokens_per_s_per_gpu, [], row.reference.peak_memory_gib)
     m = row.measured

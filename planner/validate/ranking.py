@@ -46,6 +46,7 @@ from typing import Optional
 import numpy as np
 
 from hardware_catalog.errors import PlannerInputError
+from hardware_catalog.files import read_input_text, show
 
 DECISIVE = 0.03
 """Pairs measured further apart than this (relative to the slower) count for ordering."""
@@ -54,7 +55,7 @@ DECISIVE = 0.03
 def load_groups(path: Path) -> list[dict]:
     """The groups of an ablation file; one-line errors."""
     try:
-        groups = json.loads(Path(path).read_text())
+        groups = json.loads(read_input_text(path, f"--ranking {show(path)}"))
     except OSError as err:
         raise PlannerInputError(f"--ranking {path}: cannot read ({err.strerror})") from None
     except json.JSONDecodeError as err:

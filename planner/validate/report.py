@@ -10,7 +10,7 @@ import numpy as np
 
 from hardware_catalog.errors import PlannerInputError
 from planner.validate.predict import RowResult, validate_rows
-from planner.validate.runs import load_runs
+from planner.validate.runs import read_runs
 
 NOTHING_MAPPED = 3
 """Exit status when a runs file is well formed but none of its rows could be mapped (a GPU or
@@ -145,7 +145,7 @@ def format_production_check(check: dict) -> str:
 
 
 def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = "high", plot: Optional[Path] = None,
-                 calib=None) -> None:
+                 calib=None, skip_invalid: bool = False) -> None:
     """The command. The shipped reference set's table is printed as published (its rows state
     their own notes); a user's runs file also gets each row's notes and the rows the confidence
     filter leaves out. Exit 3 when no row of the file could be mapped."""
@@ -157,7 +157,9 @@ def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = 
     if confidence not in ("high", "medium", "all"):
         raise PlannerInputError(f"--confidence={confidence}: allowed high, medium, all")
     plot = check_plot_path(plot)
-    rows = load_runs(runs)
+    rows, skipped = read_runs(runs, skip_invalid=skip_invalid)
+    for line in skipped:  # --skip-invalid: what was left out, and why (stderr: the table stays clean)
+        typer.echo(f"skipped {line}", err=True)
     results = validate_rows(rows, calib or DEFAULT, base_dir=Path(runs).parent if runs else None)
     users = runs is not None
     summary = summarize(results, confidence, state_filter=users)
@@ -166,17 +168,24 @@ def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = 
                    else format_table(results, summary))
         typer.echo(f"error: no row of {runs} could be mapped (the reasons are listed)", err=True)
         raise typer.Exit(NOTHING_MAPPED)
-    check = llama3_405b_production_check()
+    # The Llama 3 405B production check belongs to the shipped reference set; a user's runs file
+    # gets its own rows and notes only.
+    check = None if users else llama3_405b_production_check()
     if as_json:
-        typer.echo(json.dumps({"rows": [r.__dict__ for r in results], "summary": summary,
-                               "llama3_405b_production": check}, indent=2))
+        out = {"rows": [r.__dict__ for r in results], "summary": summary}
+        if check is not None:
+            out["llama3_405b_production"] = check
+        if skipped:
+            out["skipped"] = skipped
+        typer.echo(json.dumps(out, indent=2))
     else:
         typer.echo(format_table(results, summary))
         if users:
             typer.echo("")
             typer.echo(format_notes(results))
-        typer.echo("")
-        typer.echo(format_production_check(check))
+        if check is not None:
+            typer.echo("")
+            typer.echo(format_production_check(check))
     if plot is not None:
         from planner.reports.plots import plot_validation
 

@@ -22,9 +22,10 @@ from typing import Optional, Union
 
 from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE
 from hardware_catalog.errors import PlannerInputError
+from hardware_catalog.files import read_input_bytes, show
 from planner.validate.models import map_model, model_notes
 from planner.frameworks.profiles import RowFacts, apply_profiles, model_parts
-from planner.validate.schema import STATED_SETTINGS, RunRow, parse_row
+from planner.validate.schema import STATED_SETTINGS, RowError, RunRow, _label as _row_label, parse_row
 
 MBS_CHOICES = [1, 2, 4, 8]
 """Micro-batch sizes tried where a row does not state one."""
@@ -71,9 +72,9 @@ class MappedRun:
 def _read(path: Optional[Path]) -> tuple[str, str]:
     if path is None:
         return resources.files("planner").joinpath("data/published_runs.json").read_text(), "the shipped reference set"
-    where = f"runs file {path}"
+    where = f"runs file {show(path)}"
     try:
-        data = Path(path).read_bytes()
+        data = read_input_bytes(path, where)
     except OSError as err:
         raise PlannerInputError(f"{where}: cannot read ({err.strerror or type(err).__name__})") from None
     try:
@@ -87,7 +88,15 @@ def _read(path: Optional[Path]) -> tuple[str, str]:
 
 def load_runs(path: Optional[Path]) -> list[dict]:
     """The rows of a runs file (None: the shipped reference set), each checked against the runs
-    format; a bad file or row is one ``PlannerInputError`` naming the row and the field."""
+    format; a bad file, or any bad rows, is one ``PlannerInputError`` naming every bad row,
+    grouped by field (``read_runs``)."""
+    return read_runs(path)[0]
+
+
+def read_runs(path: Optional[Path], skip_invalid: bool = False) -> tuple[list[dict], list[str]]:
+    """(the valid rows, one line per invalid row skipped). Without ``skip_invalid`` any invalid
+    row (or a duplicate id) is a ``PlannerInputError`` naming them all, grouped by field; with
+    it they are left out and listed (a file with no valid row is still an error)."""
     text, where = _read(path)
     try:
         rows = json.loads(text)
@@ -101,16 +110,38 @@ def load_runs(path: Optional[Path]) -> list[dict]:
         raise PlannerInputError(f"{where}: expected a JSON list of runs (or {{\"runs\": [...]}}), got {type(rows).__name__}")
     if not rows:
         raise PlannerInputError(f"{where}: holds no runs (an empty list)")
-    errors = []
+    errors: list[RowError] = []
+    valid: list[dict] = []
+    first_of: dict = {}
     for i, raw in enumerate(rows, 1):
         try:
             parse_row(raw, i)
-        except PlannerInputError as err:
-            errors.append(str(err))
-    if errors:
-        more = f" (and {len(errors) - 1} more rows with errors)" if len(errors) > 1 else ""
-        raise PlannerInputError(f"{where}: {errors[0]}{more}")
-    return rows
+        except RowError as err:
+            errors.append(err)
+            continue
+        ident = raw.get("id")
+        if isinstance(ident, str) and ident in first_of:  # one run counted twice skews every summary
+            errors.append(RowError(_row_label(raw, i), "id", f"duplicate id {ident!r} (row {first_of[ident]} has it)"))
+            continue
+        if isinstance(ident, str):
+            first_of[ident] = i
+        valid.append(raw)
+    if errors and (not skip_invalid or not valid):
+        hint = "; --skip-invalid validates the other rows" if valid and not skip_invalid else ""
+        raise PlannerInputError(f"{where}: {len(errors)} of {len(rows)} rows invalid: {grouped(errors)}{hint}")
+    return valid, [str(err) for err in errors]
+
+
+def grouped(errors: list, shown: int = 8) -> str:
+    """Row errors grouped by field, on one line: 'field F (rows 3, 9, 12): reason of the first; ...'."""
+    by_field: dict = {}
+    for err in errors:
+        by_field.setdefault(err.field, []).append(err)
+    parts = []
+    for name, errs in by_field.items():
+        labels = [e.label for e in errs[:shown]] + ([f"{len(errs) - shown} more"] if len(errs) > shown else [])
+        parts.append(f"{'field ' + name if name else 'not a run'} ({', '.join(labels)}): {errs[0].reason}")
+    return "; ".join(parts)
 
 
 def _json_lines(text: str, where: str) -> list:

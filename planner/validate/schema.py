@@ -73,6 +73,26 @@ def _pos_float(value: Any) -> Optional[float]:
     return float(value)
 
 
+MEASURE_LIMITS = {
+    # No training run comes near these (a 125M model on a B200 at its FP8 peak: ~6M tokens/s/GPU);
+    # a value past one is a typo or a unit mistake. The GPU-specific bound (implied MFU <= 100%)
+    # is checked once the row's model and GPU are known (planner.validate.measure.plausible).
+    "tokens_per_s_per_gpu": 1e8, "tokens_per_s": 1e14, "samples_per_s": 1e12, "tflops_per_gpu": 1e5,
+    "step_time_s": 1e7, "peak_tflops": 1e5, "peak_memory_gib": 1e5, "peak_memory_gb": 1e5,
+}
+
+
+def _measure(name: str):
+    limit = MEASURE_LIMITS[name]
+
+    def check(value: Any) -> Optional[float]:
+        value = _pos_float(value)
+        if value is not None and value > limit:
+            raise ValueError(f"implausible: at most {limit:g} (got {value:g})")
+        return value
+    return check
+
+
 def _fraction(value: Any) -> Optional[float]:
     value = _pos_float(value)
     if value is not None and value > 1:
@@ -80,18 +100,22 @@ def _fraction(value: Any) -> Optional[float]:
     return value
 
 
-# Words with which a source says a value is unknown; text holding them reads as unknown even when it
-# names a schedule with digits ("interleaved 1F1B (V not stated)").
-_UNKNOWN_WORDS = re.compile(r"not (?:stated|known|published|given)|unstated|unknown|\?", re.I)
+# Words with which a source says a value is unknown; text holding them reads as unknown (then
+# searched), even when it names a schedule with digits ("interleaved 1F1B (V not stated)"). Other
+# text ("lots", "8 or 16") is an error: it is neither a value nor said to be unknown.
+_UNKNOWN_WORDS = re.compile(r"not (?:stated|known|published|given|reported)|unstated|unpublished|unspecified|"
+                            r"unknown|n/a|\?", re.I)
 
 
 def _knob(value: Any) -> Union[int, str, None]:
-    """A layout degree or batch: an integer, or unknown (null, or text such as "not stated", "?",
-    "interleaved 1F1B (V not stated)"); other text with a number is refused as ambiguous."""
+    """A layout degree or batch: an integer, or unknown (null, or text saying so: "not stated",
+    "?", "unknown", "interleaved 1F1B (V not stated)"); any other text is refused."""
     if isinstance(value, str):
-        if re.search(r"\d", value) and not _UNKNOWN_WORDS.search(value):
-            raise ValueError(f"expected an integer, or null / text saying it is not known, got {value!r} (text)")
-        return value.strip() or None
+        said = value.strip()
+        if said and said.lower() not in ("na", "none", "-") and not _UNKNOWN_WORDS.search(said):
+            raise ValueError(f"expected an integer, or null / text saying it is not known (\"not stated\", \"unknown\", "
+                             f"\"?\"), got {value!r} (text)")
+        return said or None
     return _pos_int(value)
 
 
@@ -147,6 +171,12 @@ Fraction = Annotated[Optional[float], BeforeValidator(_fraction),
 Knob = Annotated[Union[int, str, None], BeforeValidator(_knob), WithJsonSchema({"anyOf": [
     {"type": "integer", "minimum": 1}, {"type": "string", "pattern": "^[^0-9]*$", "description": "not known: searched"}, _NULL]})]
 Text = Annotated[Optional[str], BeforeValidator(_text)]
+
+
+def Measure(name: str):  # noqa: N802 - a type, as PosFloat
+    """A measured quantity > 0 and at most ``MEASURE_LIMITS[name]``."""
+    return Annotated[Optional[float], BeforeValidator(_measure(name)), WithJsonSchema(
+        {"anyOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": MEASURE_LIMITS[name]}, _NULL]})]
 
 
 def _f(*names: str, default: Any = None, description: str = "") -> Any:
@@ -246,18 +276,18 @@ class LayoutBlock(_Block):
 class Measured(_Block):
     INFO: ClassVar[tuple] = ("hfu", "other", "flops_definition")
 
-    tokens_per_s_per_gpu: PosFloat = _f("tokens_per_s_per_gpu", "tokens_per_sec_per_gpu", "tps_per_gpu")
-    tokens_per_s: PosFloat = _f("tokens_per_s", "tokens_per_s_total", "tokens_per_sec", "throughput_tokens_per_s")
-    step_time_s: PosFloat = _f("step_time_s", "iteration_time_s", "step_time", "iteration_time")
-    samples_per_s: PosFloat = _f("samples_per_s", "sequences_per_s")
-    tflops_per_gpu: PosFloat = _f("tflops_per_gpu", "tflops", "model_tflops_per_gpu")
+    tokens_per_s_per_gpu: Measure("tokens_per_s_per_gpu") = _f("tokens_per_s_per_gpu", "tokens_per_sec_per_gpu", "tps_per_gpu")
+    tokens_per_s: Measure("tokens_per_s") = _f("tokens_per_s", "tokens_per_s_total", "tokens_per_sec", "throughput_tokens_per_s")
+    step_time_s: Measure("step_time_s") = _f("step_time_s", "iteration_time_s", "step_time", "iteration_time")
+    samples_per_s: Measure("samples_per_s") = _f("samples_per_s", "sequences_per_s")
+    tflops_per_gpu: Measure("tflops_per_gpu") = _f("tflops_per_gpu", "tflops", "model_tflops_per_gpu")
     mfu: Fraction = _f("mfu")
     flops: Annotated[Optional[str], BeforeValidator(_flops),
                      WithJsonSchema({"anyOf": [{"enum": [*FLOP_CONVENTIONS, *FLOP_SYNONYMS]}, _NULL]})] = _f(
         "flops", "flops_convention", description="FLOP convention of tflops_per_gpu and mfu: " + ", ".join(FLOP_CONVENTIONS))
-    peak_tflops: PosFloat = _f("peak_tflops", "peak_tflops_assumed_by_source", description="MFU's denominator; default the GPU's dense BF16 peak.")
-    peak_memory_gib: PosFloat = _f("peak_memory_gib", "max_memory_gib", "memory_gib")
-    peak_memory_gb: PosFloat = _f("peak_memory_gb", description="In GB (1e9 bytes), instead of GiB.")
+    peak_tflops: Measure("peak_tflops") = _f("peak_tflops", "peak_tflops_assumed_by_source", description="MFU's denominator; default the GPU's dense BF16 peak.")
+    peak_memory_gib: Measure("peak_memory_gib") = _f("peak_memory_gib", "max_memory_gib", "memory_gib")
+    peak_memory_gb: Measure("peak_memory_gb") = _f("peak_memory_gb", description="In GB (1e9 bytes), instead of GiB.")
 
     def given(self) -> list[str]:
         names = ("tokens_per_s_per_gpu", "tokens_per_s", "step_time_s", "samples_per_s", "tflops_per_gpu", "mfu")
@@ -422,17 +452,26 @@ def _label(raw, index: Optional[int]) -> str:
     return f"{at} (id {ident!r})" if isinstance(ident, str) else at
 
 
+class RowError(PlannerInputError):
+    """A row the runs format refuses: which row (``label``), which field, and why."""
+
+    def __init__(self, label: str, field: str, reason: str):
+        self.label, self.field, self.reason = label, field, reason
+        super().__init__(f"{label}: field {field}: {reason}" if field else f"{label}: {reason}")
+
+
 def parse_row(raw, index: Optional[int] = None) -> RunRow:
-    """One row checked against the runs format; ``index`` (1-based) names it in errors."""
+    """One row checked against the runs format; ``index`` (1-based) names it in errors
+    (``RowError``)."""
     if isinstance(raw, RunRow):
         return raw
     if not isinstance(raw, dict):
-        raise PlannerInputError(f"{_label(raw, index)}: expected an object (one run), got {json.dumps(raw)[:40]} "
-                                f"({type(raw).__name__})")
+        raise RowError(_label(raw, index), "", f"expected an object (one run), got {json.dumps(raw)[:40]} "
+                                               f"({type(raw).__name__})")
     try:
         row = RunRow.model_validate(raw)
     except ValidationError as err:
-        raise PlannerInputError(f"{_label(raw, index)}: {validation_message(err)}") from None
+        raise RowError(_label(raw, index), *validation_parts(err)) from None
     if row.id is None:
         row.id = f"row {index}" if index else "row"
     return row
@@ -444,6 +483,12 @@ def _is_union_tag(part) -> bool:
 
 def validation_message(err: ValidationError) -> str:
     """The deepest error of a pydantic ValidationError as 'field a.b: what is wrong (got X)'."""
+    field, msg = validation_parts(err)
+    return f"field {field}: {msg}" if field else msg
+
+
+def validation_parts(err: ValidationError) -> tuple[str, str]:
+    """(the field 'a.b' or '', what is wrong) of the deepest error of a ValidationError."""
     items = [([str(p) for p in e["loc"] if not _is_union_tag(p)], e) for e in err.errors()]
     depth = max(len(loc) for loc, _ in items)
     deepest = [(loc, e) for loc, e in items if len(loc) == depth]
@@ -456,4 +501,4 @@ def validation_message(err: ValidationError) -> str:
         msg = f"expected text or an object, got {json.dumps(got)[:40]}"
     elif "got" not in msg and loc:
         msg = f"{msg} (got {json.dumps(got, default=str)[:40]})"
-    return f"field {'.'.join(loc)}: {msg}" if loc else msg
+    return ".".join(loc), msg

@@ -6,7 +6,7 @@ source, the rules that constrain it (``search.rules``), which commands take it a
 search treats it. From that one declaration come
 
 * ``LayoutBatch``'s columns (same names; enums as codes: the index in ``choices``),
-* the typer options of ``planner evaluate`` / ``export`` / ``search`` (``planner.cli.main.options``),
+* the typer options of ``planner evaluate`` / ``export`` / ``search`` (``planner.cli.options``),
 * the CSV / JSON keys of a layout (``Layout.to_dict``), the export plan (``planner.export``) and
   the settings a runs file may state (``planner.validate``),
 * input checking: ``parse_option`` turns what a user typed (or a JSON value) into a value,

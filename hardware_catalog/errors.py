@@ -9,7 +9,7 @@ class PlannerInputError(ValueError):
     """Bad user input. ``str(err)`` is one line naming the bad value and what is allowed."""
 
     exit_code = 2
-    """The command line's exit status for it (``planner.cli.main.errors``)."""
+    """The command line's exit status for it (``planner.cli.errors``)."""
 
 
 class DoesNotFit(PlannerInputError):

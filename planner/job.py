@@ -147,7 +147,7 @@ def stamp(record: dict, job: Job, framework: Optional[dict] = None) -> dict:
     the calibration profile, the framework profile (its share of layers stated as the record
     states it, layers per stage)."""
     if job.outputs.command is not None:
-        from planner.cli.main.common import planner_version
+        from planner.cli.common import planner_version
 
         record["planner_version"] = planner_version()
         record["command"] = job.outputs.command

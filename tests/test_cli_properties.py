@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from costmodel.options import AUTO_FLAG, CHOICE, FLAG, INT, MODULES, OPTIONAL_INT, options_for
-from planner.cli.main.main import app
+from planner.cli.main import app
 
 runner = CliRunner()
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))

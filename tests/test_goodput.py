@@ -170,7 +170,7 @@ _JOB = ["--model", "405b", "--gpus", "16384", "--gpu", "h100", "--tp", "8", "--p
 def _cli(*args):
     from typer.testing import CliRunner
 
-    from planner.cli.main.main import app
+    from planner.cli.main import app
 
     return CliRunner().invoke(app, list(args))
 

@@ -1,6 +1,6 @@
 """Issue 16: every input answered, every output reusable. One test per case a hostile tester hit.
 
-Exit codes (planner.cli.main.errors): 0 done, 2 bad input (one line on stderr), 3 nothing fits, 1 an
+Exit codes (planner.cli.errors): 0 done, 2 bad input (one line on stderr), 3 nothing fits, 1 an
 internal error (one line naming the saved traceback). In-process with typer's CliRunner where
 the case allows; as a real process where it is about the process (pipes, closed stdout).
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from planner.cli.main.main import app
+from planner.cli.main import app
 
 ROOT = Path(__file__).absolute().parents[1]
 runner = CliRunner()
@@ -264,7 +264,7 @@ def test_nothing_fits_is_exit_3_from_search_and_evaluate():
 
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("head") is None, reason="needs bash and head")
 def test_a_reader_that_stops_early_is_not_an_error():
-    # Exit 0, quietly: scripts under `set -o pipefail` keep working (planner.cli.main.errors says why).
+    # Exit 0, quietly: scripts under `set -o pipefail` keep working (planner.cli.errors says why).
     proc = shell("set -o pipefail; planner search --model 8b --gpus 64 --gpu h100 --json | head -1")
     assert proc.returncode == 0 and proc.stdout == "{\n" and proc.stderr == ""
 

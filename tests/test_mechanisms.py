@@ -130,7 +130,7 @@ def test_check_implementation_rejects_bad_values():
 
 
 def test_cli_implementation_flags():
-    from planner.cli.main.main import app
+    from planner.cli.main import app
 
     runner = CliRunner()
     ok = runner.invoke(app, ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100", "--tp", "2",
@@ -236,7 +236,7 @@ def test_ep_overlap_pairs_each_all_to_all_with_one_computation(dispatcher, group
 
 
 def test_cli_ep_overlap_needs_interleaving():
-    from planner.cli.main.main import app
+    from planner.cli.main import app
 
     runner = CliRunner()
     bad = runner.invoke(app, ["evaluate", "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "h100", "--tp", "2",
@@ -287,7 +287,7 @@ def test_bf16_gradients_halve_gradient_memory_and_reduce_bytes():
 
 
 def test_grad_dtype_round_trip_cli_and_bad_value():
-    from planner.cli.main.main import app
+    from planner.cli.main import app
 
     back = LayoutBatch.from_layouts([Layout(dp=8, grad_dtype="bf16")]).layout(0)
     assert back.grad_dtype == "bf16"

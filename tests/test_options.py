@@ -20,7 +20,7 @@ from costmodel.options import (
 )
 from hardware_catalog import get_model
 from hardware_catalog.errors import PlannerInputError
-from planner.cli.main.main import app
+from planner.cli.main import app
 from search.rules import RULES_BY_NAME, RuleContext, check_settings, where_settings_apply
 
 runner = CliRunner()

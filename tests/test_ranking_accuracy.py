@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from planner.cli.main.main import app
+from planner.cli.main import app
 from planner.validate.ranking import group_rows, kendall_tau, knob_bias, order_stats, overall, rank_group, tie_stats
 
 EXAMPLE = Path(__file__).parent / "data" / "ablations_example.json"

@@ -15,7 +15,7 @@ from costmodel.layout import RECOMPUTE_MODULES, recompute_modules_mask, recomput
 from costmodel.memory import recompute_module_savings_per_token
 from hardware_catalog import get_cluster, get_model
 from hardware_catalog.errors import PlannerInputError
-from planner.cli.main.main import app
+from planner.cli.main import app
 
 H100 = get_cluster("dgx-h100")
 LLAMA_8B = get_model("llama3-8b")

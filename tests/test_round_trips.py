@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from costmodel.options import RECORDED_OPTIONS
-from planner.cli.main.main import app
+from planner.cli.main import app
 
 runner = CliRunner()
 PREDICTION = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "fits")

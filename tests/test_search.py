@@ -385,10 +385,10 @@ def test_domains_defaults():
 def _cli():
     import typer
 
-    from planner.cli.main.errors import PlannerGroup
-    from planner.cli.main.search import register
+    from planner.cli.errors import PlannerGroup
+    from planner.cli.search import register
 
-    # Errors are answered by planner's group (planner.cli.main.errors), as on the real command line.
+    # Errors are answered by planner's group (planner.cli.errors), as on the real command line.
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, cls=PlannerGroup)
 
     @app.callback()

@@ -201,7 +201,7 @@ def test_two_worker_processes_share_a_journal_study_each_scenario_once(tmp_path)
 def test_cli_bad_input_one_line_exit_2(args, needle):
     from typer.testing import CliRunner
 
-    from planner.cli.main.main import app
+    from planner.cli.main import app
 
     res = CliRunner().invoke(app, ["sweep", *args])
     assert res.exit_code == 2, res.output

@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from planner.cli.main.main import app
+from planner.cli.main import app
 from planner.validate import llama3_405b_production_check, load_runs, summarize, validate_rows
 
 

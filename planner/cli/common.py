@@ -73,7 +73,7 @@ def show_evaluation(priced, outputs, before: str = "") -> None:
 
     import typer
 
-    from planner.cli.main.errors import EXIT_NOTHING_FITS, say
+    from planner.cli.errors import EXIT_NOTHING_FITS, say
 
     setup, record = priced.setup, priced.record
     if outputs.plot is not None:

@@ -1,6 +1,6 @@
 """The one error path of the ``planner`` command line: exit codes, one-line errors, stdout.
 
-Every command runs inside ``PlannerGroup`` (the typer group of ``planner.cli.main.main.app``), so a
+Every command runs inside ``PlannerGroup`` (the typer group of ``planner.cli.main.app``), so a
 failure anywhere ends the same way, whether planner runs as ``planner`` or in-process under
 typer's ``CliRunner``:
 

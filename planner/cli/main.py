@@ -13,9 +13,9 @@ from typing import Optional
 import typer
 
 from hardware_catalog.errors import PlannerInputError
-from planner.cli.main.main.main.common import check_framework_use, planner_version, show_evaluation, typed_flags, write_export
-from planner.cli.main.main.main.errors import PlannerGroup, command_line, say
-from planner.cli.main.main.main.options import layout_options, run_options
+from planner.cli.common import check_framework_use, planner_version, show_evaluation, typed_flags, write_export
+from planner.cli.errors import PlannerGroup, command_line, say
+from planner.cli.options import layout_options, run_options
 from planner.from_launch.options import FromLaunchOpt, LaunchFormatOpt
 from planner.outputs import check_output_dir, check_output_file
 from planner.reports.plots import check_plot_path
@@ -45,7 +45,7 @@ def _planner(version: bool = typer.Option(False, "--version", is_eager=True, cal
     """Options before the command (``planner --version``)."""
 
 # Options shared by evaluate and export; the layout options come from their declarations
-# (costmodel.options) through planner.cli.main.main.main.options.layout_options.
+# (costmodel.options) through planner.cli.options.layout_options.
 ModelOpt = typer.Option(None, "--model", help="Model preset (e.g. 405b, llama3-70b, mixtral-8x7b) or a model / HF config.json file. Required unless --from or --from-launch.")
 GpusOpt = typer.Option(None, "--gpus", help="Total GPUs in the job. Required unless --from or --from-launch states it.")
 GpuOpt = typer.Option(None, "--gpu", help="GPU type (h100, a100, b200, ...); picks its default cluster.")
@@ -155,7 +155,7 @@ def evaluate(
 ):
     """Explain one layout: step time, throughput, MFU, time and memory breakdown, fits or not (exit 3 if not);
     with --train-tokens, the whole run: failures, checkpoints, goodput, days, MWh, $."""
-    from planner.cli.main.main.main.options import run_inputs
+    from planner.cli.options import run_inputs
     from planner.job import Job, Outputs, price
 
     run_in = run_inputs(run)  # bad values fail before any work
@@ -442,14 +442,14 @@ def comm(
 
 def _register_optional_commands() -> None:
     try:
-        from planner.cli.main.main.main.search import register
+        from planner.cli.search import register
     except ImportError:  # pragma: no cover - search module missing in a partial checkout
         return
     register(app)
-    from planner.cli.main.main.main.sweep import register as register_sweep
+    from planner.cli.sweep import register as register_sweep
 
     register_sweep(app)
-    from planner.cli.main.main.main.calibrate import register as register_calibrate
+    from planner.cli.calibrate import register as register_calibrate
 
     register_calibrate(app)
 
@@ -458,7 +458,7 @@ _register_optional_commands()
 
 
 def main() -> None:
-    """Console entry point. Every failure ends in ``PlannerGroup`` (planner.cli.main.main.main.errors): one line
+    """Console entry point. Every failure ends in ``PlannerGroup`` (planner.cli.errors): one line
     on stderr and the exit status of its kind, never a traceback."""
     app()
 

@@ -1,6 +1,6 @@
 """``planner search``: the fastest layouts that fit, as an aligned table (or JSON / CSV).
 
-Registered on the main app by ``planner.cli.main.main.main.main`` through ``register(app)``. Imports stay lazy:
+Registered on the main app by ``planner.cli.main`` through ``register(app)``. Imports stay lazy:
 the search package (and through it ortools / optuna) loads only when the command runs.
 """
 
@@ -14,8 +14,8 @@ from typing import Optional
 
 import typer
 
-from planner.cli.main.main.main.errors import EXIT_NOTHING_FITS
-from planner.cli.main.main.main.options import layout_options, run_options
+from planner.cli.errors import EXIT_NOTHING_FITS
+from planner.cli.options import layout_options, run_options
 from planner.from_launch.options import FromLaunchOpt, KeepOpt, LaunchFormatOpt
 from planner.reports.search_notes import ranked_by, table_rows
 from planner.reports.search import (check_outputs, format_nothing_fits, format_summary, format_table, json_default,
@@ -65,9 +65,9 @@ def register(app: typer.Typer) -> None:
     ):
         """Find the fastest parallel layouts that fit in memory (exit 3 if none fits)."""
         from hardware_catalog.errors import PlannerInputError
-        from planner.cli.main.main.main.common import check_framework_use
-        from planner.cli.main.main.main.errors import command_line
-        from planner.cli.main.main.main.options import run_inputs
+        from planner.cli.common import check_framework_use
+        from planner.cli.errors import command_line
+        from planner.cli.options import run_inputs
         from planner.job import Outputs
 
         run_in = run_inputs(run)  # bad values fail before any work
@@ -177,7 +177,7 @@ def _apply_framework(ctx, framework, model, gpu, cluster, layout: dict):
     if framework is None:
         return None
     from hardware_catalog import get_gpu, get_model
-    from planner.cli.main.main.main.common import typed_flags
+    from planner.cli.common import typed_flags
     from planner.common import resolve_hardware
     from planner.frameworks import apply_framework, framework_settings
 
@@ -205,7 +205,7 @@ def _write_outputs(result, again, outputs: dict, force: bool, recipes: Optional[
     if outputs["csv"] is not None:
         write_csv(outputs["csv"], result.results or result.closest)
     if outputs["export"] is not None and result.results:
-        from planner.cli.main.main.main.errors import command_line
+        from planner.cli.errors import command_line
         from planner.export import export_layout
 
         m, c, _ = result.specs[0]
@@ -216,7 +216,7 @@ def _write_outputs(result, again, outputs: dict, force: bool, recipes: Optional[
     if outputs["csv"] is not None:
         lines.append(f"wrote {outputs['csv']}")
     if outputs["plot"] is not None:
-        from planner.cli.main.main.main.errors import say
+        from planner.cli.errors import say
         from planner.reports.plots import plot_search
 
         say(f"wrote {plot_search(result, outputs['plot'], again, recipes)}")

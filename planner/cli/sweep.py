@@ -1,6 +1,6 @@
 """``planner sweep``: the best layout, time to train and cost of every scenario of a grid.
 
-Registered on the main app by ``planner.cli.main.main.main.main`` through ``register(app)``; the work is in
+Registered on the main app by ``planner.cli.main`` through ``register(app)``; the work is in
 ``planner.sweep`` (study, workers, exactly-once claims) and ``planner.reports.sweep`` (output).
 """
 
@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from planner.cli.main.main.main.options import run_options
+from planner.cli.options import run_options
 
 SWEEP_HELP = """Best layout, time to train and cost for every scenario of a grid: models x GPU types x
 GPU counts x sequence lengths x batch sizes. Each scenario is one exhaustive search (a trial of an
@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
         min_scaling_efficiency: Optional[float] = typer.Option(None, "--min-scaling-efficiency", help="With --objective: a step up in GPU count stops paying when less than this share of the GPUs added turns into speed (default 0.8)."),
         run: dict = None,
     ):
-        from planner.cli.main.main.main.options import run_inputs
+        from planner.cli.options import run_inputs
         from planner.outputs import check_distinct, check_output_file
 
         check_distinct(("--csv", csv_file), ("--plot", plot))

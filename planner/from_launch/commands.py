@@ -94,7 +94,7 @@ def resolve_request(request: LaunchRequest, pricing, outputs, given: Optional[di
 
 def evaluate_from_launch(request: LaunchRequest, pricing, outputs) -> None:
     """``planner evaluate --from-launch FILE``: what was read, then the evaluation."""
-    from planner.cli.main.common import show_evaluation
+    from planner.cli.common import show_evaluation
     from planner.from_launch.resolve import describe
     from planner.outputs import check_output_file
     from planner.reports.plots import check_plot_path
@@ -109,7 +109,7 @@ def evaluate_from_launch(request: LaunchRequest, pricing, outputs) -> None:
 def export_from_launch(request: LaunchRequest, pricing, outputs, target) -> None:
     """``planner export --from-launch FILE --format F``: the file's layout in another launcher's
     files (with the refusals export has); what was read goes to stderr."""
-    from planner.cli.main.common import write_export
+    from planner.cli.common import write_export
     from planner.from_launch.resolve import describe
 
     r = resolve_request(request, pricing, outputs)

@@ -1,4 +1,4 @@
-"""The typer options ``--from-launch``, ``--launch-format`` and ``--keep`` (imported by planner.cli.main.main at
+"""The typer options ``--from-launch``, ``--launch-format`` and ``--keep`` (imported by planner.cli.main at
 start-up: typer only, nothing heavy)."""
 
 from __future__ import annotations

@@ -159,8 +159,8 @@ def run_reference_search(launch, request, keep: str | None, calibration, outputs
     flags (its problem replaced by the file's), ``files`` what --csv / --export write."""
     from dataclasses import replace
 
-    from planner.cli.main.main.main.common import add_interval_and_envelope
-    from planner.cli.main.main.main.errors import EXIT_NOTHING_FITS
+    from planner.cli.common import add_interval_and_envelope
+    from planner.cli.errors import EXIT_NOTHING_FITS
     from planner.from_launch.commands import resolve_request
     from planner.job import Pricing
     from planner.reports.search import check_outputs
@@ -194,7 +194,7 @@ def run_reference_search(launch, request, keep: str | None, calibration, outputs
 
 def _write_files(top: int, checked: dict, result, ref: dict, request, outputs) -> list[str]:
     """--csv (the file's row first, as 'ref'), --export (the best layout) and --plot."""
-    from planner.cli.main.main.main.errors import say
+    from planner.cli.errors import say
     from planner.reports.search import write_csv
 
     lines = []

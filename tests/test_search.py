@@ -474,7 +474,7 @@ def test_cp_model_loads_without_pandas_and_its_pandas_helpers_still_work():
     import sys
 
     code = ("import sys; from search.space import import_cp_model; cp = import_cp_model(); "
-            "import search; search.search('8b', 8, 'h100', top=1, method='exhaustive'); "
+            "import planner; planner.search('8b', 8, 'h100', top=1, method='exhaustive'); "
             "assert 'pandas' not in sys.modules; "
             "x = cp.CpModel().new_int_var_series('x', cp.pd.Index(range(3)), 0, 5); "
             "assert len(x) == 3 and 'pandas' in sys.modules")

@@ -332,19 +332,15 @@ def _dense_layer(model: ModelSpec, asm: _LayerAssembler, shared) -> LayerTimes:
     return dense
 
 
-def dense_and_moe_layer_times(
+def dense_layer_parts(
     model: ModelSpec, counts: ParamCounts, gpu: GPUSpec, batch: LayoutBatch, calib: Calibration
-) -> tuple[LayerTimes, LayerTimes]:
-    """Times of one dense layer and one MoE layer (the MoE one equals the dense one for dense models)."""
+):
+    """(one dense layer's times, the assembler, the modules dense and MoE layers share): what
+    ``costmodel.moe.dense_and_moe_layer_times`` builds a MoE layer from."""
     kern = _kernels(gpu, batch, calib)
     asm = _LayerAssembler(model, counts, gpu, batch, calib, kern)
     shared = _shared_modules(model, kern)
-    dense = _dense_layer(model, asm, shared)
-    if model.moe is None:
-        return dense, dense
-    from costmodel.moe import moe_layer  # MoE has its own module (it imports this one)
-
-    return dense, moe_layer(model, batch, gpu, calib, asm, shared)
+    return _dense_layer(model, asm, shared), asm, shared
 
 
 def _by_loss(batch: LayoutBatch, unfused, fused, eager):

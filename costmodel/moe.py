@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.compute import BF16_BYTES, LayerTimes, bf16_gemm_efficiency, gemm_time
+from costmodel.compute import BF16_BYTES, LayerTimes, bf16_gemm_efficiency, dense_layer_parts, gemm_time
 from costmodel.layout import LayoutBatch
 from hardware_catalog.schema import ModelSpec
 
@@ -240,3 +240,13 @@ def moe_layer(model: ModelSpec, batch: LayoutBatch, gpu, calib, asm, shared) -> 
     loop = batch.is_("moe_grouped_gemm", "loop")
     host_ops = kernels + np.where(loop, 2.0 * np.maximum(shape.local_experts - 1.0, 0.0), 0.0)
     return host_bound(layer, host_ops, syncs_host(batch))
+
+
+def dense_and_moe_layer_times(model: ModelSpec, counts, gpu, batch: LayoutBatch, calib) -> tuple[LayerTimes, LayerTimes]:
+    """Times of one dense layer and one MoE layer (the MoE one equals the dense one for dense
+    models): the dense layer from ``costmodel.compute``, the MoE layer built here on its shared
+    modules."""
+    dense, asm, shared = dense_layer_parts(model, counts, gpu, batch, calib)
+    if model.moe is None:
+        return dense, dense
+    return dense, moe_layer(model, batch, gpu, calib, asm, shared)

@@ -18,7 +18,8 @@ import numpy as np
 
 from costmodel import collectives, context_parallel, data_parallel, expert_parallel, recompute, tensor_parallel
 from costmodel.calibration import DEFAULT, Calibration
-from costmodel.compute import dense_and_moe_layer_times, lm_head_times
+from costmodel.compute import lm_head_times
+from costmodel.moe import dense_and_moe_layer_times
 from costmodel.context import chunk_context
 from costmodel.layout import Layout, LayoutBatch
 from costmodel.memory import peak_memory

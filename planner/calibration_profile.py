@@ -5,7 +5,7 @@ the ``shipped`` one, the ``interval`` and ``why``); ``[profile]`` and ``[fit]`` 
 came from, the date and the errors before and after. ``load_profile`` reads the values over
 ``costmodel.calibration.DEFAULT`` (the constants a profile leaves out keep their shipped
 values), so predictions with a profile differ from the defaults only through its constants.
-Only the fitted constants (``planner.validate.fit.FIT_RANGES``) may appear, each within its
+Only the fitted constants (``costmodel.calibration.FIT_RANGES``) may appear, each within its
 plausible range. ``write_profile`` writes atomically: a file is whole or absent.
 """
 
@@ -21,7 +21,7 @@ from hardware_catalog.files import read_input_text, show
 
 
 def _ranges() -> dict:
-    from planner.validate.fit import FIT_RANGES
+    from costmodel.calibration import FIT_RANGES
 
     return FIT_RANGES
 

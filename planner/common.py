@@ -74,3 +74,13 @@ def build_layout(setup: Setup, gpus: int, **values) -> Layout:
     model_parallel = layout.tp * layout.pp * layout.cp
     dp = max(gpus // model_parallel, 1)  # when it does not divide, the rule degrees_multiply_to_gpus says so
     return replace(layout, dp=dp, gbs=setup.gbs, seq_len=setup.seq_len)
+
+
+def planner_version() -> str:
+    """The installed planner's version (records and launch-file headers name it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("planner")
+    except PackageNotFoundError:
+        return "0+unknown"

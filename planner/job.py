@@ -10,7 +10,7 @@ prices a layout for it.
 (``planner.common.build_layout``), judges it with the rules (``search.rules.check_layout``),
 evaluates it (``costmodel.evaluate``), makes the record (``costmodel.record.result_record``) and
 stamps it (planner version, command, calibration, framework). ``planner evaluate``, ``export``,
-``--from-launch`` (``planner.from_launch``) and the Python API (``planner.evaluate``) go through
+``--from-launch`` (``planner.cli.from_launch``) and the Python API (``planner.evaluate``) go through
 it.
 """
 
@@ -147,7 +147,7 @@ def stamp(record: dict, job: Job, framework: Optional[dict] = None) -> dict:
     the calibration profile, the framework profile (its share of layers stated as the record
     states it, layers per stage)."""
     if job.outputs.command is not None:
-        from planner.cli.common import planner_version
+        from planner.common import planner_version
 
         record["planner_version"] = planner_version()
         record["command"] = job.outputs.command

@@ -20,7 +20,7 @@ from planner.export.common import CannotExpress, build_plan
 from planner.frameworks import bridge
 from planner.frameworks.megatron import known_flags
 from planner.launch import READERS, read_launch
-from planner.from_launch.resolve import resolve
+from planner.cli.from_launch.resolve import resolve
 
 GPU = get_gpu("h100")
 CLUSTER = default_cluster_for_gpu(GPU.name)

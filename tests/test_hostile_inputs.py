@@ -240,7 +240,7 @@ def test_from_launch_says_the_gpu_count_came_from_the_script(tmp_path):
 
 
 def test_version():
-    from planner.cli.common import planner_version
+    from planner.common import planner_version
 
     res = cli("--version")
     assert res.exit_code == 0 and res.stdout.strip() == f"planner {planner_version()}"

@@ -45,7 +45,7 @@ def test_a_search_request_takes_each_keyword_in_its_concern():
 
 
 def test_planner_launch_holds_readers_only():
-    # The command flows (typer, pricing, searching) live in planner/from_launch.
+    # The command flows (typer, pricing, searching) live in planner/cli/from_launch.
     for path in (ROOT / "planner" / "launch").glob("*.py"):
         tree = ast.parse(path.read_text())
         names = {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}

@@ -16,7 +16,7 @@ import pytest
 from hardware_catalog import get_model
 from hardware_catalog.errors import PlannerInputError
 from planner.launch import detect_format, read_launch
-from planner.from_launch.resolve import resolve
+from planner.cli.from_launch.resolve import resolve
 from planner.launch.shell import read_script
 
 DATA = Path(__file__).parent / "data" / "launch"

@@ -29,7 +29,7 @@ from hardware_catalog import default_cluster_for_gpu, get_gpu, get_model
 from planner.export import export_layout
 from planner.export.common import CannotExpress, build_plan, partial_recompute_per_chunk, selective_modules
 from planner.launch import read_launch
-from planner.from_launch.resolve import resolve
+from planner.cli.from_launch.resolve import resolve
 from search.rules import RuleContext, violations
 
 GPU = get_gpu("h100")

@@ -145,7 +145,8 @@ def test_context_parallel_ring_exposure_and_kv_bytes():
 def test_ring_attention_chunks_run_below_long_sequence_efficiency():
     # FlashAttention's efficiency e(L) = e_max L / (L + L0): splitting an 8K sequence over
     # cp = 2 runs 4K chunks, so the attention core takes (1 + 2 L0 / s) / (1 + L0 / s) as long.
-    from costmodel.compute import ATTENTION_L0, dense_and_moe_layer_times
+    from costmodel.compute import ATTENTION_L0
+    from costmodel.moe import dense_and_moe_layer_times
 
     counts = count_params(LLAMA_8B)
     gpu = get_gpu(H100.gpu)

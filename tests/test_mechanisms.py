@@ -64,7 +64,7 @@ def test_eager_rmsnorm_traffic_by_hand():
     # Extra HBM traffic of eager over fused kernels, one layer forward: 2 RMSNorms x 16 more
     # BF16 elements per hidden element, rotary 8 more per Q/K element, repeat_kv copies and the
     # contiguous attention output, SwiGLU 2F more; backward moves twice that.
-    from costmodel.compute import dense_and_moe_layer_times
+    from costmodel.moe import dense_and_moe_layer_times
     from costmodel.params import count_params
 
     m = LLAMA_8B
@@ -208,7 +208,7 @@ def test_ep_overlap_pairs_each_all_to_all_with_one_computation(dispatcher, group
     # the forward syncs the host before its dispatch (alltoall dispatcher, TE's per-expert loop:
     # Megatron-Core token_dispatcher.py), that dispatch has no partner (the backward MLP queued
     # before the sync runs first).
-    from costmodel.compute import dense_and_moe_layer_times
+    from costmodel.moe import dense_and_moe_layer_times
     from costmodel.params import count_params
 
     dsv3 = get_model("deepseek-v3")

@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Overwrite --out."),
     ):
         """Fit the global constants to your cluster's runs (the shipped values as a prior) and write a profile for --calibration."""
-        from planner.cli.common import planner_version
+        from planner.common import planner_version
         from planner.validate.calibrate_report import run_calibrate
 
         run_calibrate(runs, out, confidence=confidence, as_json=as_json, force=force, version=planner_version())

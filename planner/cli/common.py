@@ -19,16 +19,6 @@ def add_interval_and_envelope(setup, record: dict) -> None:
     annotate_batch(record, setup.model, setup.cluster, setup.gpu, LayoutBatch.from_layouts([lay]))
 
 
-def planner_version() -> str:
-    """The installed planner's version (records and launch-file headers name it)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("planner")
-    except PackageNotFoundError:
-        return "0+unknown"
-
-
 def cluster_line(setup) -> str:
     """The hardware line under evaluate's title: node, scale-up domain, NICs, network."""
     from hardware_catalog import get_interconnect

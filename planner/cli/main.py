@@ -13,10 +13,11 @@ from typing import Optional
 import typer
 
 from hardware_catalog.errors import PlannerInputError
-from planner.cli.common import check_framework_use, planner_version, show_evaluation, typed_flags, write_export
+from planner.cli.common import check_framework_use, show_evaluation, typed_flags, write_export
+from planner.common import planner_version
 from planner.cli.errors import PlannerGroup, command_line, say
 from planner.cli.options import layout_options, run_options
-from planner.from_launch.options import FromLaunchOpt, LaunchFormatOpt
+from planner.cli.from_launch.options import FromLaunchOpt, LaunchFormatOpt
 from planner.outputs import check_output_dir, check_output_file
 from planner.reports.plots import check_plot_path
 
@@ -162,7 +163,7 @@ def evaluate(
     check_framework_use(framework, from_file, from_launch)
     outputs = Outputs(command_line(), as_json, plot, force, run_in)
     if from_launch is not None:
-        from planner.from_launch.commands import LaunchRequest, evaluate_from_launch
+        from planner.cli.from_launch.commands import LaunchRequest, evaluate_from_launch
 
         return evaluate_from_launch(LaunchRequest.of(from_launch, launch_format, model, gpus, gpu, cluster,
                                                      tokens_per_batch, allow_cross_node_tp, layout),
@@ -289,7 +290,7 @@ def export(
     target = ExportTarget(fmt, Path(out), entrypoint, options, force)
     outputs = Outputs(command_line(), force=force)
     if from_launch is not None:
-        from planner.from_launch.commands import LaunchRequest, export_from_launch
+        from planner.cli.from_launch.commands import LaunchRequest, export_from_launch
 
         if from_file is not None:
             raise PlannerInputError("give --from (a planner JSON result) or --from-launch (a launch file), not both")

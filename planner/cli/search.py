@@ -16,7 +16,7 @@ import typer
 
 from planner.cli.errors import EXIT_NOTHING_FITS
 from planner.cli.options import layout_options, run_options
-from planner.from_launch.options import FromLaunchOpt, KeepOpt, LaunchFormatOpt
+from planner.cli.from_launch.options import FromLaunchOpt, KeepOpt, LaunchFormatOpt
 from planner.reports.search_notes import ranked_by, table_rows
 from planner.reports.search import (check_outputs, format_nothing_fits, format_summary, format_table, json_default,
                                    sampled_note, write_csv)
@@ -92,8 +92,8 @@ def register(app: typer.Typer) -> None:
                                         within_envelope=within_envelope),
                            calibration=calibration, from_launch=from_launch is not None)
         if from_launch is not None:
-            from planner.from_launch.commands import LaunchRequest
-            from planner.from_launch.reference import run_reference_search
+            from planner.cli.from_launch.commands import LaunchRequest
+            from planner.cli.from_launch.reference import run_reference_search
 
             launch = LaunchRequest.of(from_launch, launch_format, model, gpus, gpu, cluster, tokens_per_batch,
                                       allow_cross_node_tp, layout)
@@ -118,7 +118,7 @@ def _request(ctx, framework, layout: dict, model, gpus, gpu, cluster, tokens_per
     """(the stats' ``framework`` entry or None, the search request of the flags): the problem, the
     search's options (the profile of --framework applied to the layout flags first), the ranking
     and the constants (``search.request``). With --from-launch the file's problem replaces the
-    request's (``planner.from_launch.reference``)."""
+    request's (``planner.cli.from_launch.reference``)."""
     from costmodel.options import IMPLEMENTATION_OPTIONS, OPTIONS_BY_NAME, SEARCHED
     from planner.calibration_profile import calibration_option
     from search.request import ProblemRequest, Ranking, SearchOptions, SearchRequest

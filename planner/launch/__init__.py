@@ -13,7 +13,7 @@
 
 and returns a ``Launch`` (``planner.launch.spec``). This package holds the readers only: the
 commands that price a launch file, rank it in a search or export it in another format live in
-``planner.from_launch``.
+``planner.cli.from_launch``.
 Everything here imports lazily: ``planner --help`` does not load it.
 """
 

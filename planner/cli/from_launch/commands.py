@@ -1,4 +1,4 @@
-"""``--from-launch`` on ``planner evaluate`` and ``export`` (``search``: ``planner.from_launch.reference``).
+"""``--from-launch`` on ``planner evaluate`` and ``export`` (``search``: ``planner.cli.from_launch.reference``).
 
 The command hands over a ``LaunchRequest`` (the file, and the job flags given next to it), its
 ``Pricing`` and ``Outputs`` (``planner.job``). Layout flags the user typed (click's parameter
@@ -46,7 +46,7 @@ class LaunchRequest:
                    typed(layout))
 
     def job_keywords(self, given: Optional[dict] = None, gpus=None) -> dict:
-        """Keywords of ``planner.from_launch.resolve.launch_job`` (``given``: other overrides)."""
+        """Keywords of ``planner.cli.from_launch.resolve.launch_job`` (``given``: other overrides)."""
         return dict(gpus=gpus if gpus is not None else self.gpus, gpu=self.gpu, cluster=self.cluster,
                     tokens_per_batch=self.tokens_per_batch, given=self.given if given is None else given,
                     allow_cross_node_tp=self.allow_cross_node_tp)
@@ -85,8 +85,8 @@ def read(request: LaunchRequest):
 
 
 def resolve_request(request: LaunchRequest, pricing, outputs, given: Optional[dict] = None, gpus=None):
-    """The file read and priced (``planner.from_launch.resolve.resolve``)."""
-    from planner.from_launch.resolve import resolve
+    """The file read and priced (``planner.cli.from_launch.resolve.resolve``)."""
+    from planner.cli.from_launch.resolve import resolve
 
     launch, model = read(request)
     return resolve(launch, pricing, outputs, model=model, **request.job_keywords(given, gpus))
@@ -95,7 +95,7 @@ def resolve_request(request: LaunchRequest, pricing, outputs, given: Optional[di
 def evaluate_from_launch(request: LaunchRequest, pricing, outputs) -> None:
     """``planner evaluate --from-launch FILE``: what was read, then the evaluation."""
     from planner.cli.common import show_evaluation
-    from planner.from_launch.resolve import describe
+    from planner.cli.from_launch.resolve import describe
     from planner.outputs import check_output_file
     from planner.reports.plots import check_plot_path
 
@@ -110,7 +110,7 @@ def export_from_launch(request: LaunchRequest, pricing, outputs, target) -> None
     """``planner export --from-launch FILE --format F``: the file's layout in another launcher's
     files (with the refusals export has); what was read goes to stderr."""
     from planner.cli.common import write_export
-    from planner.from_launch.resolve import describe
+    from planner.cli.from_launch.resolve import describe
 
     r = resolve_request(request, pricing, outputs)
     typer.echo(describe(r), err=True)

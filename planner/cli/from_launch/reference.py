@@ -90,7 +90,7 @@ def _layers(v) -> str:
 
 
 def _show(v) -> str:
-    from planner.from_launch.resolve import show
+    from planner.cli.from_launch.resolve import show
 
     return "-" if v is None else show(v)
 
@@ -155,13 +155,13 @@ def summary_lines(ref: dict, rank: dict, fits_ref: bool, limit: float) -> list[s
 
 def run_reference_search(launch, request, keep: str | None, calibration, outputs, files, progress: bool) -> None:
     """The search command's work with ``--from-launch``: ``launch`` the file and the flags next to
-    it (``planner.from_launch.commands.LaunchRequest``), ``request`` the search request of the
+    it (``planner.cli.from_launch.commands.LaunchRequest``), ``request`` the search request of the
     flags (its problem replaced by the file's), ``files`` what --csv / --export write."""
     from dataclasses import replace
 
     from planner.cli.common import add_interval_and_envelope
     from planner.cli.errors import EXIT_NOTHING_FITS
-    from planner.from_launch.commands import resolve_request
+    from planner.cli.from_launch.commands import resolve_request
     from planner.job import Pricing
     from planner.reports.search import check_outputs
     from search.api import search
@@ -219,7 +219,7 @@ def _write_files(top: int, checked: dict, result, ref: dict, request, outputs) -
 
 def _outputs(top: int, as_json: bool, result, ref, rank, fits_ref, limit, r, keep) -> None:
     """The table (the file's row as 'ref' among the best) and what it would gain, or JSON."""
-    from planner.from_launch.resolve import describe
+    from planner.cli.from_launch.resolve import describe
     from planner.reports.search import format_summary, sampled_note
 
     if as_json:

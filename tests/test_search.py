@@ -446,7 +446,7 @@ def test_zero_2_under_a_pipeline_is_listed_only_when_asked_for():
 def test_auto_returns_the_exhaustive_optimum_where_the_upper_bound_is_large():
     # Issue 28: Mixtral 8x22B on 65,536 A100s bounds 8.8M candidates (auto used to sample it),
     # but only ~210k are valid: auto must enumerate and so find the exhaustive optimum.
-    from search.api import search as run
+    from planner import search as run
 
     auto = run("mixtral-8x22b", 65536, "a100", top=1)
     full = run("mixtral-8x22b", 65536, "a100", top=1, method="exhaustive")

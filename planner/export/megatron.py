@@ -329,7 +329,8 @@ def default_data_args(plan: Plan) -> list[tuple[str, list]]:
 
 def validate_flags(plan: Plan) -> None:
     unknown = sorted(set(emitted_flags(plan)) - megatron_flags())
-    newer = [(f, row) for f in unknown for row in TABLE.rows if row.releases and any(flag(d) == f for d, _ in row.sets)]
+    newer = [(f, row) for f in unknown for row in TABLE.rows if row.write and row.releases
+             and row.value == getattr(plan, row.option, None) and any(flag(d) == f for d, _ in row.sets)]
     if newer:  # a table row of a later release than the arguments planner targets: refused, not written
         f, row = newer[0]
         raise CannotExpress(f"megatron_release_{row.option}", f"{row.option} {row.value} needs {f} ({row.releases}), "

@@ -203,3 +203,85 @@ def test_megatron_header_names_the_dispatcher_it_writes(tmp_path):
     text = (tmp_path / "megatron_args.sh").read_text()
     assert "--moe-token-dispatcher-type flex" in text and "--moe-enable-deepep" in text
     assert "all-to-all" not in text and "flex dispatcher with DeepEP" in text
+
+
+def _megatron_file(tmp_path, layout, fmt="megatron"):
+    model = get_model("mixtral-8x7b")
+    record = _record(model, layout)
+    report = export_layout(record, model, CLUSTER, fmt, tmp_path, allow_unfit=True, force=True)
+    return model, record, report
+
+
+@pytest.mark.parametrize("dispatcher,gemm,words", [
+    # Megatron-LM arguments.py: --moe-token-dispatcher-type {allgather, alltoall, flex}; --moe-grouped-gemm builds
+    # TEGroupedMLP, with --moe-use-legacy-grouped-gemm the legacy GroupedMLP (one grouped_gemm launch).
+    ("allgather", "loop", ["--moe-token-dispatcher-type allgather", "--moe-grouped-gemm"]),
+    ("alltoall", "fused", ["--moe-token-dispatcher-type alltoall", "--moe-grouped-gemm", "--moe-use-legacy-grouped-gemm"]),
+])
+def test_megatron_writes_and_reads_the_moe_rows(tmp_path, dispatcher, gemm, words):
+    layout = Layout(tp=2, ep=8, dp=32, gbs=256, recompute="full", moe_dispatcher=dispatcher, moe_grouped_gemm=gemm)
+    model, record, _ = _megatron_file(tmp_path, layout)
+    text = (tmp_path / "megatron_args.sh").read_text()
+    for word in words:
+        assert f"  {word}\n" in text, word
+    assert ("--moe-use-legacy-grouped-gemm" in text) == (gemm == "fused")
+    launch, back = _read_back(tmp_path / "megatron_args.sh", 64)
+    assert not launch.unsupported and not launch.unknown
+    assert (back.layout.moe_dispatcher, back.layout.moe_grouped_gemm) == (dispatcher, gemm)
+    assert back.record["step_time_s"] == pytest.approx(record["step_time_s"], rel=1e-9)
+
+
+def test_megatron_default_dispatcher_is_allgather(tmp_path):
+    """A Megatron file that names no dispatcher runs Megatron's default, allgather (arguments.py)."""
+    _megatron_file(tmp_path, Layout(tp=2, ep=8, dp=32, gbs=256, recompute="full", moe_dispatcher="allgather"))
+    path = tmp_path / "megatron_args.sh"
+    path.write_text(path.read_text().replace("--moe-token-dispatcher-type' 'allgather'", "")
+                    .replace("--moe-token-dispatcher-type allgather", ""))
+    launch, back = _read_back(path, 64)
+    assert "moe_token_dispatcher_type" not in path.read_text().replace("-", "_")
+    assert back.layout.moe_dispatcher == "allgather" and not launch.unsupported
+
+
+def test_hybridep_is_refused_by_megatron_lm_and_written_by_bridge(tmp_path):
+    """--moe-flex-dispatcher-backend is newer than the pinned Megatron-LM: its export refuses HybridEP and
+    writes nothing; Megatron-Bridge 0.2.0 has model.moe_flex_dispatcher_backend and reads back the same."""
+    layout = Layout(tp=2, ep=8, dp=32, gbs=256, recompute="full", moe_dispatcher="hybridep")
+    with pytest.raises(Exception) as err:
+        _megatron_file(tmp_path, layout)
+    assert "megatron_release_moe_dispatcher" in str(err.value) and "moe-flex-dispatcher-backend" in str(err.value)
+    assert not list(tmp_path.iterdir())
+    model, record, report = _megatron_file(tmp_path, layout, "megatron-bridge")
+    assert ("model.moe_flex_dispatcher_backend", "hybridep") in overrides(build_plan(record, model, CLUSTER, allow_unfit=True))
+    launch, back = _read_back(report.written[0], 64)
+    assert not launch.unsupported and back.layout.moe_dispatcher == "hybridep"
+    assert back.record["step_time_s"] == pytest.approx(record["step_time_s"], rel=1e-9)
+
+
+def test_split_pipeline_sends_are_refused_where_the_framework_runs_otherwise():
+    """tp 2, pp 2, no SP: Megatron-Core and torch pipelining send whole tensors (split sends refused);
+    DeepSpeed's pipeline engine splits them whenever TP is on (whole sends refused). Moot at pp 1."""
+    from planner.frameworks import deepspeed, megatron, torchtitan
+
+    model = get_model("llama3-8b")
+    for p2p, table, refused in ((True, megatron.TABLE, True), (True, torchtitan.TABLE, True),
+                                (False, deepspeed.TABLE, True), (False, megatron.TABLE, False)):
+        for pp, applies in ((2, True), (1, False)):
+            layout = Layout(tp=2, pp=pp, dp=2, gbs=8, sequence_parallel=False, p2p_scatter_gather=p2p)
+            plan = build_plan(_record(model, layout), model, CLUSTER, allow_unfit=True)
+            if refused and applies:
+                with pytest.raises(CannotExpress, match="p2p_scatter_gather"):
+                    table.write("p2p_scatter_gather", p2p, plan)
+            else:
+                assert table.write("p2p_scatter_gather", p2p, plan) == []
+
+
+def test_moe_imbalance_is_priced_not_written(tmp_path):
+    """A workload property: no file states it and the reader gives the default, 1.0."""
+    layout = Layout(tp=2, ep=8, dp=32, gbs=256, recompute="full", moe_imbalance=1.5)
+    model, record, report = _megatron_file(tmp_path, layout, "all")
+    assert report.written
+    for path in report.written:
+        assert "imbalance" not in path.read_text().lower().replace("imbalance 1.5", ""), path.name
+    launch, back = _read_back(tmp_path / "megatron_args.sh", 64)
+    assert back.layout.moe_imbalance == 1.0
+    assert back.record["step_time_s"] < record["step_time_s"]  # the busiest rank sets the pace at 1.5

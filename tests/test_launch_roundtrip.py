@@ -7,10 +7,19 @@ DeepSpeed config, for instance, holds no tensor-parallel size. The options a fil
 are given back as command-line overrides (as a user would), and the prediction must then be the
 original's exactly, with nothing in planner's own file unknown to or unsupported by the reader.
 
-The draw covers every option (``dp_shard``, ``attention``, ``tp_overlap_kind``, ``zero3_gather``
-included); a third of the layouts are priced as torchtitan runs (its table's fixed values), so that
-its files are written too. A layout a format cannot run is refused by that format's table (the
-export reports it and writes nothing for it): refusals are tested in tests/test_frameworks_tables.py.
+The draw covers every option of ``costmodel.options``: the degrees, batch, pipeline and recompute
+options (and the constrained ``dp_shard``, ``tp_comm_overlap``, ``tp_overlap_kind``, ``zero3_gather``)
+by hand (``HAND_DRAWN``), every other implementation option from its declaration (its choices, a flag
+both ways, a number at its default and above), so a new option is drawn without a test edit; a new
+option of another group fails ``test_the_draw_covers_every_option`` until it is drawn, and an option a
+framework table does not declare fails ``test_every_table_declares_every_option``. A third of the
+layouts are priced as torchtitan runs (its table's fixed values), so that its files are written too.
+A layout a format cannot run is refused by that format's table (the export reports it and writes
+nothing for it): refusals are tested in tests/test_frameworks_tables.py.
+
+``moe_imbalance`` is a workload property (``planner.frameworks.table.WORKLOAD``): priced, never
+written, unknown to every reader; it is drawn freely and given back on the command line like every
+option a file does not state.
 """
 
 from __future__ import annotations
@@ -23,11 +32,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from costmodel import evaluate
-from costmodel.options import OPTIONS, Layout
+from costmodel.options import CHOICE, FLAG, FLOAT, IMPLEMENTATION, OPTIONS, Layout
 from costmodel.record import result_record
 from hardware_catalog import default_cluster_for_gpu, get_gpu, get_model
 from planner.export import export_layout
 from planner.export.common import CannotExpress, build_plan, partial_recompute_per_chunk, selective_modules
+from planner.frameworks import deepspeed, megatron, torchtitan
+from planner.frameworks.table import WORKLOAD
 from planner.launch import read_launch
 from planner.cli.from_launch.resolve import resolve
 from search.rules import RuleContext, violations
@@ -36,12 +47,9 @@ GPU = get_gpu("h100")
 CLUSTER = default_cluster_for_gpu(GPU.name)
 MODELS = ("llama3-8b", "llama3-70b", "mixtral-8x7b", "gpt3-175b")
 
-MEGATRON = {"tp", "pp", "cp", "ep", "etp", "vpp", "zero", "mbs", "gbs", "seq_len", "recompute", "per_chunk", "modules",
-            "sequence_parallel", "precision", "stage_layers", "tp_comm_overlap", "ep_comm_overlap", "moe_dispatcher",
-            "grad_dtype", "dp_comm_overlap", "loss", "attention", "kernels", "tp_overlap_kind", "dp_shard", "zero3_gather"}
-TITAN = {"tp", "pp", "cp", "dp", "vpp", "zero", "mbs", "gbs", "seq_len", "recompute", "per_chunk", "sequence_parallel",
-         "stage_layers", "precision", "loss", "attention", "grad_dtype", "dp_comm_overlap", "tp_comm_overlap",
-         "tp_overlap_kind", "dp_shard", "zero3_gather", "kernels"}
+MEGATRON = {"pp", "cp", "mbs", "gbs", "seq_len", "recompute", "per_chunk", "modules", "stage_layers"} | set(megatron.TABLE.options)
+TITAN = {"pp", "cp", "dp", "vpp", "mbs", "gbs", "seq_len", "recompute", "per_chunk", "stage_layers", "dp_shard"} \
+    | set(torchtitan.TABLE.options)
 EXPRESSES = {
     "megatron_args.sh": MEGATRON,
     "launch_torchrun.sh": MEGATRON | {"dp"},
@@ -70,14 +78,46 @@ def view(record: dict, model) -> dict:
                loss_fused=lay.loss == "fused", dp=lay.dp)
     if lay.dp * lay.cp == 1:  # one data-parallel rank: nothing to shard, every ZeRO stage runs as 0
         out.update(zero=0, dp_shard=None, zero3_gather="prefetch")
-    if model.moe is None:
-        out.update(ep=1, etp=1, ep_comm_overlap=False, moe_dispatcher="alltoall")
+    if model.moe is None:  # the MoE settings are moot for a dense model
+        out.update(ep=1, etp=1, ep_comm_overlap=False, moe_dispatcher="alltoall", moe_grouped_gemm="loop")
+    if not (lay.tp > 1 and lay.pp > 1 and not lay.sp):  # split sends are moot (costmodel.schedule)
+        out["p2p_scatter_gather"] = False
     return out
+
+
+HAND_DRAWN = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "dp_shard", "mbs", "gbs", "seq_len", "recompute",
+              "recompute_layers", "recompute_share", "recompute_modules", "sequence_parallel", "precision",
+              "tp_comm_overlap", "tp_overlap_kind", "zero3_gather", "pp_first_layers", "pp_last_layers"}
+"""Options ``layouts`` draws by hand (degrees, batch, pipeline split, recompute, and the implementation
+settings whose rules tie them to others); every other one is drawn from its declaration (``GENERIC``)."""
+GENERIC = tuple(o for o in OPTIONS if o.group == IMPLEMENTATION and o.name not in HAND_DRAWN)
+
+
+def _from_declaration(opt):
+    """A strategy over ``opt``'s values from its declaration alone."""
+    if opt.kind == CHOICE:
+        return st.sampled_from(opt.choices)
+    if opt.kind == FLAG:
+        return st.booleans()
+    if opt.kind == FLOAT:  # the default and a value above it, within the declared range
+        return st.sampled_from(sorted({opt.default, min(opt.maximum, opt.default * 1.25 + 0.25)}))
+    raise AssertionError(f"option {opt.name}: kind {opt.kind} has no generic draw; draw it by hand (HAND_DRAWN)")
+
+
+def _reset_broken(values: dict, model) -> dict:
+    """The generically drawn options whose rules the layout breaks, back at their defaults (e.g. an MoE
+    dispatcher on a dense model), so that few draws are thrown away."""
+    try:
+        broken = {name for name, _ in violations(RuleContext.build(model, Layout(**values).gpus, CLUSTER, GPU),
+                                                 Layout(**values))}
+    except Exception:  # a layout Layout() itself rejects: left to assume()
+        return values
+    return {**values, **{o.name: o.default for o in GENERIC if broken & set(o.rules)}}
 
 
 @st.composite
 def layouts(draw):
-    model = get_model(draw(st.sampled_from(MODELS)))
+    model = get_model(draw(st.sampled_from(MODELS + ("mixtral-8x7b",))))  # MoE twice: its options need it
     tp, pp, cp, dp = (draw(st.sampled_from(d)) for d in ((1, 2, 4, 8), (1, 2, 4), (1, 2), (1, 2, 4)))
     vpp = draw(st.sampled_from((1, 2))) if pp > 1 else 1
     mbs = draw(st.sampled_from((1, 2)))
@@ -86,9 +126,7 @@ def layouts(draw):
     values = dict(tp=tp, pp=pp, cp=cp, dp=dp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=draw(st.sampled_from((2048, 4096))),
                   zero=draw(st.integers(0, 3)), recompute=recompute, precision=draw(st.sampled_from(("bf16", "fp8"))),
                   sequence_parallel=draw(st.sampled_from((None, False))) if tp > 1 else None,
-                  attention=draw(st.sampled_from(("flash", "flash3", "unfused"))), loss=draw(st.sampled_from(("unfused", "fused", "eager"))),
-                  grad_dtype=draw(st.sampled_from(("fp32", "bf16"))), dp_comm_overlap=draw(st.booleans()),
-                  kernels=draw(st.sampled_from(("fused", "eager"))))
+                  **{opt.name: draw(_from_declaration(opt)) for opt in GENERIC})
     if recompute == "full":
         layers = draw(st.sampled_from((None, 1, 2, -1, -2)))  # -q: a share of q quarters
         values["recompute_share" if layers and layers < 0 else "recompute_layers"] = abs(layers) if layers else None
@@ -97,7 +135,7 @@ def layouts(draw):
     if pp > 1 and draw(st.booleans()):
         values["pp_first_layers"] = model.num_layers // pp - draw(st.sampled_from((1, 2))) * vpp
     if model.moe is not None:
-        values.update(ep=draw(st.sampled_from((1, 2, 4))), moe_dispatcher=draw(st.sampled_from(("alltoall", "deepep"))))
+        values["ep"] = draw(st.sampled_from((1, 2, 4)))
     values["tp_comm_overlap"] = tp > 1 and values["sequence_parallel"] is None and draw(st.booleans())
     if values["tp_comm_overlap"]:
         values["tp_overlap_kind"] = draw(st.sampled_from(("userbuffers", "asynctp")))
@@ -105,19 +143,37 @@ def layouts(draw):
         values["dp_shard"] = draw(st.sampled_from([d for d in (1, 2) if dp % d == 0 and d < dp] or [1]))
     if values["zero"] == 3:
         values["zero3_gather"] = draw(st.sampled_from(("prefetch", "blocking")))
-    if draw(st.integers(0, 2)) == 0:  # priced as torchtitan runs, so that its files are written and read too
+    target = draw(st.integers(0, 2))
+    if target == 0:  # priced as torchtitan runs, so that its files are written and read too
         model, values = _as_torchtitan(draw, values)
-    layout = Layout(**values)
+    elif target == 1:  # priced as Megatron runs (most free draws hold a value its table refuses)
+        values = _runnable(megatron.TABLE, values)
+    layout = Layout(**_reset_broken(values, model))
     assume(not violations(RuleContext.build(model, layout.gpus, CLUSTER, GPU), layout))
     return model, layout
+
+
+def _runnable(table, values: dict) -> dict:
+    """``values`` with each value ``table`` refuses (anywhere: its ``when`` ignored) replaced by the
+    option's first declared value it does not refuse."""
+    out = dict(values)
+    for refusal in table.refusals:
+        if out.get(refusal.option) in refusal.values:
+            opt = next(o for o in OPTIONS if o.name == refusal.option)
+            refused = {v for f in table.refusals if f.option == opt.name for v in f.values}
+            choices = opt.choices if opt.kind == CHOICE else (False, True) if opt.kind == FLAG else ()
+            out[opt.name] = next(v for v in choices if v not in refused)
+    return out
 
 
 def _as_torchtitan(draw, values: dict):
     """The layout with what torchtitan fixes (planner.frameworks.torchtitan.TABLE) on a llama3 flavor,
     on whole 8-GPU nodes."""
     model = get_model(draw(st.sampled_from(("llama3-8b", "llama3-70b"))))
-    values = {k: v for k, v in values.items() if k not in ("ep", "moe_dispatcher", "recompute_modules", "dp_shard")}
+    values = {k: v for k, v in values.items() if k not in ("ep", "moe_dispatcher", "recompute_modules", "dp_shard",
+                                                            "ep_comm_overlap", "moe_imbalance")}
     values.update(loss="eager", attention="flash", grad_dtype="fp32", dp_comm_overlap=True, zero3_gather="prefetch",
+                  p2p_scatter_gather=False,
                   zero=draw(st.sampled_from((0, 2, 3))), dp=draw(st.sampled_from((2, 4, 8))),
                   recompute=draw(st.sampled_from(("none", "full"))), recompute_layers=None, recompute_share=None,
                   pp_first_layers=None)
@@ -165,8 +221,25 @@ def _check_file(path: Path, name: str, model, original: dict, record: dict) -> N
     assert back.record["memory_gib"]["peak"] == pytest.approx(record["memory_gib"]["peak"], rel=1e-9), name
 
 
+def test_the_draw_covers_every_option():
+    """Every option of costmodel.options is drawn: by hand or from its declaration."""
+    missing = [o.name for o in OPTIONS if o.name not in HAND_DRAWN and o not in GENERIC]
+    assert not missing, f"options the round trip does not draw (add them to layouts / HAND_DRAWN): {missing}"
+    assert HAND_DRAWN <= {o.name for o in OPTIONS}, HAND_DRAWN - {o.name for o in OPTIONS}
+
+
+@pytest.mark.parametrize("table", [megatron.TABLE, torchtitan.TABLE, deepspeed.TABLE], ids=lambda t: t.framework)
+def test_every_table_declares_every_option(table):
+    """Each framework's table has a row, a refusal or an ``elsewhere`` entry (where its files state it,
+    or why they do not) for every option, or the option is a workload property (``WORKLOAD``). The
+    Megatron-Bridge exporter and reader use the Megatron table under Bridge's names."""
+    missing = [o.name for o in OPTIONS if not table.declares(o.name)]
+    assert not missing, f"{table.framework} table (planner/frameworks/) has no row, refusal or elsewhere for {missing}"
+    assert set(WORKLOAD) <= {o.name for o in OPTIONS}
+
+
 @pytest.mark.slow
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(layouts())
 def test_every_export_reads_back_as_the_same_layout(case):
     model, layout = case

@@ -20,13 +20,13 @@ from planner.frameworks.megatron import TABLE
 
 FILE_NAME = "megatron_bridge_overrides.yaml"
 _SKIPPED = {"bf16", "fp8_format", "fp8_recipe", "fp8_amax_history_len", "fp8_amax_compute_algo",
-            "group_query_attention", "max_position_embeddings", "moe_grouped_gemm", "moe_router_load_balancing_type",
+            "group_query_attention", "max_position_embeddings", "moe_router_load_balancing_type",
             "moe_aux_loss_coeff"}
 """Dests written otherwise (precision as a preset; GQA by num_query_groups; the position table is
 the model's seq_length in Bridge) or left to the recipe (router settings, not priced)."""
 
 
-_MOE_OPTIONS = frozenset({"ep", "etp", "ep_comm_overlap", "moe_dispatcher"})
+_MOE_OPTIONS = frozenset({"ep", "etp", "ep_comm_overlap", "moe_dispatcher", "moe_grouped_gemm"})
 """Options that exist only for a MoE model (left to the recipe for a dense one)."""
 
 

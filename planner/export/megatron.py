@@ -14,7 +14,7 @@ from planner.export.common import (
 )
 from planner.export.registry import EXECUTABLE, Exporter, one_file
 from planner.frameworks.megatron import ARGS_PY as _ARGS_PY
-from planner.frameworks.megatron import MEGATRON_COMMIT, TABLE, known_flags, words
+from planner.frameworks.megatron import MEGATRON_COMMIT, TABLE, flag, known_flags, words
 
 FILE_NAME = "megatron_args.sh"
 _TCFG = "Megatron-LM megatron/core/transformer/transformer_config.py (uneven pipeline checks)"
@@ -223,7 +223,7 @@ def _moe_args(plan: Plan) -> Args:
         ("--moe-aux-loss-coeff", ["1e-2"]),
     ]
     args += words(TABLE.write("moe_dispatcher", plan.moe_dispatcher))
-    return args + [("--moe-grouped-gemm", [])]
+    return args + words(TABLE.write("moe_grouped_gemm", plan.moe_grouped_gemm))
 
 
 def _parallel_args(plan: Plan) -> Args:
@@ -272,7 +272,8 @@ def _precision_args(plan: Plan) -> Args:
 
 
 _WRITTEN_IN_SECTIONS = frozenset({"tp", "pp", "cp", "ep", "etp", "sequence_parallel", "vpp", "zero", "dp_shard",
-                                  "dp_comm_overlap", "grad_dtype", "precision", "moe_dispatcher"})
+                                  "dp_comm_overlap", "grad_dtype", "precision", "moe_dispatcher",
+                                  "moe_grouped_gemm"})
 """Table options the sections above write (with the model's shape or the batch); every other option
 of the table is written by ``_overlap_args``, so a new Megatron setting is one row of the table."""
 
@@ -328,6 +329,13 @@ def default_data_args(plan: Plan) -> list[tuple[str, list]]:
 
 def validate_flags(plan: Plan) -> None:
     unknown = sorted(set(emitted_flags(plan)) - megatron_flags())
+    newer = [(f, row) for f in unknown for row in TABLE.rows if row.write and row.releases
+             and row.value == getattr(plan, row.option, None) and any(flag(d) == f for d, _ in row.sets)]
+    if newer:  # a table row of a later release than the arguments planner targets: refused, not written
+        f, row = newer[0]
+        raise CannotExpress(f"megatron_release_{row.option}", f"{row.option} {row.value} needs {f} ({row.releases}), "
+                            f"which Megatron-LM {MEGATRON_COMMIT[:12]} (the release this export targets) does not have: "
+                            "use --format megatron-bridge, or price another value", row.source)
     if unknown:  # a programming error: every flag must be checked against arguments.py first
         raise RuntimeError(f"Megatron flags not in megatron_arguments.txt: {', '.join(unknown)}")
 
@@ -359,7 +367,8 @@ def notes(plan: Plan) -> list[str]:
     if m.vocab_size % plan.tp:
         out.append(f"Vocabulary {m.vocab_size} is not divisible by TP={plan.tp}: Megatron pads it to a multiple of {plan.tp}.")
     if m.moe is not None:
-        dispatcher = {"deepep": "the flex dispatcher with DeepEP"}.get(plan.moe_dispatcher, "the all-to-all dispatcher")
+        dispatcher = {"deepep": "the flex dispatcher with DeepEP", "allgather": "the allgather dispatcher",
+                      "hybridep": "the flex dispatcher with HybridEP"}.get(plan.moe_dispatcher, "the all-to-all dispatcher")
         out.append(f"Router: aux-loss load balancing (coeff 1e-2) and {dispatcher}; adjust to your recipe.")
     if m.mla is not None:
         out.append("MLA: Megatron defaults rope_type to yarn for MLA; DeepSeek checkpoints also use --qk-layernorm.")

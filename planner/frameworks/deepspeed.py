@@ -13,6 +13,7 @@ from planner.frameworks.table import NUMBER, Refusal, Row, Table
 SOURCE = "DeepSpeed config (deepspeed 0.19.8 runtime/config.py, runtime/zero/config.py)"
 _ZERO = "deepspeed/runtime/zero/config.py"
 _CKPT = "deepspeed/runtime/activation_checkpointing/checkpointing.py"
+_PIPE = "deepspeed/runtime/pipe/engine.py (PipelineEngine.__init__)"
 
 TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
     Row("zero", NUMBER, (("zero_optimization.stage", 0),), source=_ZERO + " (default 0)"),
@@ -29,7 +30,21 @@ TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
     # (partition_activations: each rank keeps 1/tp of a layer's input, all-gathered for the backward),
     # which is how the plan keeps them with sequence parallelism.
     Row("partition_activations", True, (("activation_checkpointing.partition_activations", True),), source=_CKPT),
-), refusals=(
+    # Pipeline sends: the pipeline engine splits each send over the model-parallel ranks whenever TP is on
+    # (is_pipe_partitioned = is_model_parallel; Megatron-DeepSpeed turns it off with sequence parallelism).
+    # Not a config key: the table only refuses a plan priced the other way.
+    Row("p2p_scatter_gather", True, (), source=_PIPE + " is_pipe_partitioned = is_model_parallel"),
+    Row("p2p_scatter_gather", False, (), source="moot without a pipeline, at tp 1 or with SP (refused where it applies)"),
+), elsewhere=tuple((o, "not a DeepSpeed config key: Megatron-DeepSpeed's command line or model code states it, so a "
+                       "reader takes it from planner's command line") for o in (
+    "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "gbs", "seq_len", "recompute", "recompute_layers", "recompute_share",
+    "recompute_modules", "sequence_parallel", "attention", "kernels", "loss", "tp_comm_overlap", "tp_overlap_kind",
+    "ep_comm_overlap", "moe_dispatcher", "moe_grouped_gemm", "zero3_gather", "pp_first_layers", "pp_last_layers")),
+refusals=(
+    Refusal("p2p_scatter_gather", (False,), "deepspeed_p2p_scatter_gather", "p2p_scatter_gather off: DeepSpeed's "
+            "pipeline engine splits every pipeline send over the TP ranks when TP is on without sequence parallelism "
+            "(is_pipe_partitioned): price with --p2p-scatter-gather true", _PIPE,
+            when=lambda plan: plan.tp > 1 and plan.pp > 1 and not plan.sp),
     Refusal("precision", ("fp8",), "deepspeed_no_fp8", "precision fp8: a DeepSpeed config has bf16/fp16 sections only; "
             "FP8 GEMMs live in the model code (TransformerEngine), which this file cannot switch on",
             "deepspeed/runtime/config.py"),

@@ -118,6 +118,30 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
     Row("moe_dispatcher", "alltoall", (("moe_token_dispatcher_type", "alltoall"),), source=ARGS),
     Row("moe_dispatcher", "alltoall", (("moe_token_dispatcher_type", "flex"),), write=False,
         source=ARGS + " (flex without DeepEP: all-to-all)"),
+    Row("moe_dispatcher", "allgather", (("moe_token_dispatcher_type", "allgather"),), source=ARGS),
+    Row("moe_dispatcher", "allgather", (), default=True, write=False,
+        source=ARGS + " (--moe-token-dispatcher-type default: allgather)"),
+    # HybridEP: the flex dispatcher's second backend. Its flag is newer than MEGATRON_COMMIT, so the
+    # Megatron-LM export refuses it (export/megatron.py validate_flags); Megatron-Bridge writes it.
+    Row("moe_dispatcher", "hybridep", (("moe_token_dispatcher_type", "flex"), ("moe_flex_dispatcher_backend", "hybridep")),
+        releases="Megatron-Core v0.15+ (after 000c4ac24f61); Megatron-Bridge 0.2.0 model.moe_flex_dispatcher_backend",
+        source="Megatron-Core transformer_config.py moe_flex_dispatcher_backend; Megatron-Bridge migration guide"),
+    # Expert GEMMs: --moe-grouped-gemm builds TEGroupedMLP (TE GroupedLinear: one cuBLASLt GEMM per
+    # expert over streams, the loop); with --moe-use-legacy-grouped-gemm, GroupedMLP (the grouped_gemm
+    # package's single CUTLASS launch, fused); without --moe-grouped-gemm, SequentialMLP (a Python loop
+    # over the local experts), read as the loop. Megatron-Core transformer/moe/experts.py,
+    # models/gpt/gpt_layer_specs.py get_gpt_layer_with_transformer_engine_spec (r0.9+: legacy flag).
+    Row("moe_grouped_gemm", "loop", (("moe_grouped_gemm", True),), source=ARGS + " (TEGroupedMLP)"),
+    Row("moe_grouped_gemm", "loop", (), default=True, write=False, source=ARGS + " (SequentialMLP: per-expert loop)"),
+    Row("moe_grouped_gemm", "fused", (("moe_grouped_gemm", True), ("moe_use_legacy_grouped_gemm", True)),
+        releases="Megatron-Core r0.9+ (legacy GroupedMLP behind --moe-use-legacy-grouped-gemm)",
+        source=ARGS + " (GroupedMLP: grouped_gemm CUTLASS kernel, one launch)"),
+    # Pipeline sends: Megatron-Core sends the whole activation (or the SP shard) from every TP rank;
+    # scatter_gather_tensors_in_pipeline was Megatron-LM's p2p_communication.py before Megatron-Core.
+    Row("p2p_scatter_gather", False, (), default=True,
+        source="Megatron-Core pipeline_parallel/p2p_communication.py (whole tensors)"),
+    Row("p2p_scatter_gather", True, (), source="moot without a pipeline, at tp 1 or with SP (costmodel.schedule): "
+        "nothing to write (refused where it applies)"),
     # Attention: without --attention-backend, TransformerEngine picks at run time (auto): a
     # FlashAttention-class kernel, priced as flash; "fused" is cuDNN's (FlashAttention-3 class).
     Row("attention", "flash", (), default=True, source="Megatron-Core transformer/enums.py AttnBackend.auto"),
@@ -128,6 +152,14 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
     Row("attention", "unfused", (("attention_backend", "local"),), write=False, source=ARGS),
     Row("kernels", "fused", (), default=True, source="Megatron-Core fused kernels (bias-GeLU, RoPE, norm: always on)"),
     Row("zero3_gather", "prefetch", (), default=True, source=_FSDP + " (prefetching all-gathers)"),
+), elsewhere=(
+    *((o, "export/megatron.py and launch/mcore.py (--micro-batch-size, --global-batch-size, --seq-length; dp from "
+          "the GPU count)") for o in ("dp", "mbs", "gbs", "seq_len")),
+    *((o, "export/megatron.py _recompute_args and launch/mcore.py _recompute (--recompute-granularity, -method, "
+          "-num-layers, --recompute-modules)") for o in ("recompute", "recompute_layers", "recompute_share",
+                                                        "recompute_modules")),
+    *((o, "export/megatron.py _parallel_args (--decoder-first/last-pipeline-num-layers)")
+      for o in ("pp_first_layers", "pp_last_layers")),
 ), refusals=(
     Refusal("loss", ("eager",), "megatron_loss", "loss eager (F.cross_entropy on FP32 logits) is torchtitan's; Megatron "
             "runs its vocab-parallel cross entropy (unfused) or the fused kernel: price with --loss unfused or fused",
@@ -137,6 +169,12 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
     Refusal("tp_overlap_kind", ("asynctp",), "megatron_tp_overlap_kind", "tp_overlap_kind asynctp is PyTorch's "
             "micro-pipeline TP (torchtitan); Megatron's --tp-comm-overlap runs TransformerEngine userbuffers: price "
             "with --tp-overlap-kind userbuffers", "Megatron-Core 'Communication overlap' docs"),
+    Refusal("p2p_scatter_gather", (True,), "megatron_p2p_scatter_gather", "p2p_scatter_gather on prices Megatron-LM's "
+            "pre-Megatron-Core pipeline sends split over the TP ranks (scatter_gather_tensors_in_pipeline); the "
+            "Megatron-Core release planner writes for sends whole tensors (its --no-scatter-gather-tensors-in-pipeline "
+            "is a leftover with no effect): price with --p2p-scatter-gather false",
+            "Megatron-Core pipeline_parallel/p2p_communication.py; Megatron-LM v2 megatron/p2p_communication.py",
+            when=lambda plan: plan.tp > 1 and plan.pp > 1 and not plan.sp),
     Refusal("zero3_gather", ("blocking",), "megatron_zero3_gather", "zero3_gather blocking prices DeepSpeed 2021's "
             "per-tensor gathers; Megatron-FSDP prefetches its all-gathers", _FSDP),
 ))
@@ -180,7 +218,7 @@ QUIET_GROUPS = frozenset({
 NOT_PRICED = frozenset("""
 use_mcore_models transformer_impl apply_layernorm_1p rotary_base rotary_percent rotary_interleaved
 rotary_seq_len_interpolation_factor use_rope_scaling rope_scaling_factor norm_epsilon init_method_std
-moe_grouped_gemm moe_router_load_balancing_type moe_aux_loss_coeff moe_z_loss_coeff moe_router_pre_softmax
+moe_router_load_balancing_type moe_aux_loss_coeff moe_z_loss_coeff moe_router_pre_softmax
 moe_router_score_function moe_router_enable_expert_bias moe_router_topk_scaling_factor moe_router_bias_update_rate
 moe_router_dtype moe_permute_fusion moe_input_jitter_eps moe_token_drop_policy fp8_amax_history_len
 fp8_amax_compute_algo fp8_margin fp8_interval no_gradient_accumulation_fusion calculate_per_token_loss
@@ -198,7 +236,7 @@ no_manual_gc_eval tp_comm_bootstrap_backend nccl_communicator_config_path distri
 lazy_mpu_init disable_gloo_process_groups high_priority_stream_groups hysteresis initial_loss_scale loss_scale
 loss_scale_window min_loss_scale apply_query_key_layer_scaling rope_type mscale mscale_all_dim rotary_scaling_factor
 te_rng_tracker inference_rng_tracker moe_per_layer_logging moe_router_force_load_balancing moe_router_fusion
-moe_deepep_num_sms moe_use_legacy_grouped_gemm disable_symmetric_registration openai_gelu onnx_safe squared_relu
+moe_deepep_num_sms disable_symmetric_registration openai_gelu onnx_safe squared_relu
 use_te_activation_func no_async_tensor_model_parallel_allreduce no_clone_scatter_output_in_embedding no_pin_cpu_grads
 no_pin_cpu_params model_parallel_size ddp_num_buckets ddp_pad_buckets_for_high_nccl_busbw
 suggested_communication_unit_size no_gradient_reduce_div_fusion use_tp_pp_dp_mapping yaml_cfg no_rope_fusion

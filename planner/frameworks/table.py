@@ -82,6 +82,14 @@ def _same(stated, wanted) -> bool:
     return str(stated).strip() == str(wanted)
 
 
+WORKLOAD = {
+    "moe_imbalance": "a property of the router's load on the data (the busiest EP rank over the mean), not a "
+                     "framework setting: priced, never written; a reader cannot know it from a launch file, so it "
+                     "comes from the command line (--moe-imbalance, default 1.0: forced balance)",
+}
+"""Options that describe the workload, not the framework: no table writes or reads them."""
+
+
 @dataclass(frozen=True)
 class Table:
     framework: str
@@ -90,6 +98,9 @@ class Table:
     source: str = ""
     releases: str = ""
     """The releases every row holds for unless its own ``releases`` says otherwise."""
+    elsewhere: tuple = ()
+    """(option, where) pairs: options this framework's files state with code beside the table (the
+    pipeline split, the batch, recompute) or not at all (then given on the command line), and why."""
 
     def rows_for(self, option: str) -> list[Row]:
         return [r for r in self.rows if r.option == option]
@@ -97,6 +108,12 @@ class Table:
     @property
     def options(self) -> tuple:
         return tuple(dict.fromkeys(r.option for r in self.rows))
+
+    def declares(self, option: str) -> bool:
+        """The table says how ``option`` is written, refused, stated elsewhere, or that it is a
+        workload property (``WORKLOAD``): a new option declared nowhere fails the table tests."""
+        return (option in self.options or any(f.option == option for f in self.refusals)
+                or any(o == option for o, _ in self.elsewhere) or option in WORKLOAD)
 
     def keys(self) -> frozenset:
         """Every framework key a row reads or writes."""

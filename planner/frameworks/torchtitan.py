@@ -302,6 +302,25 @@ TABLE = Table("torchtitan",
     Row("zero3_gather", "prefetch", (), default=True, source=_FSDP),
     Row("moe_dispatcher", "alltoall", (), default=True, source="llama3 models are dense"),
     Row("ep_comm_overlap", False, (), default=True, source="llama3 models are dense"),
+    # MoE expert GEMMs: torchtitan's MoE runs torch._grouped_mm (one launch; models/moe use_grouped_mm,
+    # default True); the exported llama3 flavors are dense, so the loop is moot there (refused for MoE).
+    Row("moe_grouped_gemm", "fused", (), default=True, source="torchtitan models/moe/moe.py: torch._grouped_mm"),
+    Row("moe_grouped_gemm", "loop", (), source="moot for the dense llama3 flavors (refused for an MoE plan)"),
+    # Pipeline sends: torch.distributed.pipelining sends each stage's output tensor whole from every rank.
+    Row("p2p_scatter_gather", False, (), default=True, source="torch/distributed/pipelining/stage.py (whole tensors)"),
+    Row("p2p_scatter_gather", True, (), source="moot without a pipeline, at tp 1 or with SP (refused where it applies)"),
+), elsewhere=(
+    *((o, "export/torchtitan.py _dp_settings / _parallel_settings (parallelism.*_degree; dp_shard as replicate x "
+          "shard); launch/torchtitan.py reads them back") for o in ("pp", "dp", "cp", "vpp", "dp_shard")),
+    *((o, "no expert parallelism in the exported llama3 flavors (dense; MoE models are refused by flavor_for)")
+      for o in ("ep", "etp")),
+    *((o, "export/torchtitan.py _batch_settings (training.local_batch_size, global_batch_size, seq_len)")
+      for o in ("mbs", "gbs", "seq_len")),
+    *((o, "activation_checkpoint.mode / selective_ac_option (PER_OP_SAC_SHARE), written with the recompute row; "
+          "partial or per-module recompute is refused by export/torchtitan.py check")
+      for o in ("recompute_layers", "recompute_share", "recompute_modules")),
+    *((o, "export/torchtitan.py pipeline split (first/last-stage weights, stage_split)")
+      for o in ("pp_first_layers", "pp_last_layers")),
 ), refusals=(
     Refusal("zero", (1,), "torchtitan_no_zero1", "zero=1: torchtitan shards with FSDP2 (ZeRO-3, or ZeRO-2 with "
             "fsdp_reshard_after_forward never) or replicates (ZeRO-0); it has no optimizer-only sharding: price with "
@@ -322,6 +341,13 @@ TABLE = Table("torchtitan",
             "userbuffers; torchtitan's TP overlap is PyTorch async TP, which hides only the forward passes' "
             "collectives: price with --tp-overlap-kind asynctp (or --framework torchtitan-0.2)",
             "torch/_inductor/fx_passes/micro_pipeline_tp.py", when=lambda plan: bool(plan.tp_comm_overlap)),
+    Refusal("moe_grouped_gemm", ("loop",), "torchtitan_grouped_gemm", "moe_grouped_gemm loop prices TransformerEngine's "
+            "per-expert GEMMs; torchtitan's MoE runs torch._grouped_mm, one launch: price with --moe-grouped-gemm fused",
+            "torchtitan models/moe/moe.py", when=lambda plan: plan.is_moe),
+    Refusal("p2p_scatter_gather", (True,), "torchtitan_p2p_scatter_gather", "p2p_scatter_gather on prices pipeline "
+            "sends split over the TP ranks (Megatron-LM before Megatron-Core, DeepSpeed); torch.distributed.pipelining "
+            "sends whole tensors: price with --p2p-scatter-gather false", "torch/distributed/pipelining/stage.py",
+            when=lambda plan: plan.tp > 1 and plan.pp > 1 and not plan.sp),
     Refusal("recompute", ("selective",), "torchtitan_selective", "recompute selective prices Megatron's core-attention "
             "recompute; torchtitan's selective AC is per-op SAC, priced as full recompute of half the layers: price with "
             "--framework torchtitan-0.2 --recompute selective (or --recompute full --recompute-layers <half a stage>)",

@@ -206,7 +206,7 @@ def prune_defaults(launch: Launch) -> None:
     v = launch.values
     moot = set()
     if launch.model is not None and launch.model.moe is None:
-        moot |= {"ep", "etp", "ep_comm_overlap", "moe_dispatcher"}
+        moot |= {"ep", "etp", "ep_comm_overlap", "moe_dispatcher", "moe_grouped_gemm"}
     if v.get("tp", 1) == 1:
         moot |= {"tp_comm_overlap", "sequence_parallel"}
     if v.get("pp", 1) == 1:
@@ -365,14 +365,7 @@ def _implementation(s: Settings, launch: Launch) -> None:
     if launch.model.moe is None:
         launch.values["moe_dispatcher"] = "alltoall"
         return
-    value, keys = TABLE.read("moe_dispatcher", s.values)
-    if keys:
-        launch.state("moe_dispatcher", value)
-    else:
-        dispatcher = str(s.get("moe_token_dispatcher_type", "allgather"))
-        launch.values["moe_dispatcher"] = "alltoall"
-        launch.cannot(f"{s.label('moe_token_dispatcher_type')} {dispatcher}"
-                      + ("" if s.has("moe_token_dispatcher_type") else " (the default)"), "as the all-to-all dispatcher")
+    _read(s, launch, "moe_dispatcher", why="Megatron's default allgather dispatcher")
 
 
 def _attention(s: Settings, launch: Launch) -> None:

@@ -62,6 +62,8 @@ class GPUSpec(_Cited):
     """Dense FP16 tensor-core peak, TFLOP/s."""
     fp8_tflops: Optional[float] = Field(default=None, gt=0)
     """Dense FP8 tensor-core peak, TFLOP/s; None where the GPU has no FP8 tensor cores."""
+    fp4_tflops: Optional[float] = Field(default=None, gt=0)
+    """Dense FP4 (NVFP4 / MXFP4) tensor-core peak, TFLOP/s; None where absent (before Blackwell)."""
     tf32_tflops: Optional[float] = Field(default=None, gt=0)
     """Dense TF32 tensor-core peak, TFLOP/s; None where absent (V100)."""
     fp32_tflops: float = Field(gt=0)

@@ -204,9 +204,13 @@ def activation_bytes(ctx, selective) -> ActivationBytes:
         else 0.0
     )
     a_dense = activation_bytes_per_token(model, tp, sp, moe_layer=False, fp8=fp8) + scores
+    if model.hybrid_layers:  # the average Mamba / attention / MLP pattern layer (costmodel.ssm)
+        from costmodel import ssm
+
+        a_dense = ssm.layer_activation_bytes_per_token(model, tp, sp) + scores * ssm.attention_share(model)
     a_moe = activation_bytes_per_token(model, tp, sp, moe_layer=True, fp8=fp8) + scores
     modules = selective.modules
-    if np.any(modules > 1):
+    if np.any(modules > 1) and not model.hybrid_layers:
         a_dense = a_dense - recompute_module_savings_per_token(model, tp, sp, False, fp8, modules)
         a_moe = a_moe - recompute_module_savings_per_token(model, tp, sp, True, fp8, modules)
     return ActivationBytes(

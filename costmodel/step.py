@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel import collectives, context_parallel, data_parallel, expert_parallel, recompute, tensor_parallel
+from costmodel import collectives, context_parallel, data_parallel, expert_parallel, recompute, ssm, tensor_parallel
 from costmodel.calibration import DEFAULT, Calibration
 from costmodel.compute import dense_and_moe_layer_times, lm_head_times
 from costmodel.context import chunk_context
@@ -89,6 +89,8 @@ def _fill_result(out: BatchResult, part: BatchResult, rows: slice) -> None:
 def layer_costs(ctx, split: StageSplit) -> tuple[LayerCosts, recompute.SelectiveRecompute]:
     """Per-layer, per-micro-batch cost of every mechanism on the critical path."""
     dense, moe = dense_and_moe_layer_times(ctx.model, ctx.counts, ctx.gpu_clocked, ctx.batch, ctx.calib)
+    if ctx.model.hybrid_layers:  # Mamba / attention / MLP pattern: the average pattern layer
+        dense = moe = ssm.hybrid_layer_times(ctx.model, ctx.gpu_clocked, ctx.batch, ctx.calib, dense)
     head_fwd, head_bwd, _ = lm_head_times(ctx.model, ctx.gpu_clocked, ctx.batch, ctx.calib)
     tp = tensor_parallel.layer_comm(ctx, dense, moe)
     dense, moe = tp.dense_layer, tp.moe_layer  # forward + the SMs overlapped collectives hold

@@ -32,6 +32,7 @@ def run_cli(*args, cwd=None):
     ("H100 PCIe", "h100-pcie"), ("AMD Instinct MI300X", "mi300x"), ("h100-sxm5", "h100-sxm"),
     ("GB300", "gb300"), ("GB300 NVL72", "gb300"), ("NVIDIA GB300", "gb300"), ("B300", "b300"),
     ("NVIDIA B300 SXM6 AC", "b300"),  # nvidia-smi
+    ("GB200 (Grace-Blackwell, NVL72 rack)", "gb200"),  # 'Blackwell' names no part of its own
 ])
 def test_gpu_spellings(text, name):
     assert hc.get_gpu(text).name == name

@@ -40,6 +40,9 @@ _ARCHITECTURES = {
     "MPTForCausalLM": "mpt",
     "MptForCausalLM": "mpt",
     "NemotronHForCausalLM": "nemotron_h",
+    "GptOssForCausalLM": "gpt_oss",
+    "Llama4ForConditionalGeneration": "llama4",
+    "Llama4ForCausalLM": "llama4_text",
 }
 
 
@@ -278,6 +281,45 @@ def _nemotron_h(r: _Reader) -> dict:
     return spec
 
 
+def _gpt_oss(r: _Reader) -> dict:
+    """gpt-oss (transformers models/gpt_oss): every layer MoE, experts gated with biases
+    (gate_up_proj_bias, down_proj_bias), attention with biases (attention_bias) and sinks,
+    explicit head_dim; the sliding window of alternate layers is not modelled."""
+    spec = _llama_like(r, "gpt-oss")
+    spec["linear_bias"] = r.flag("attention_bias", True)
+    spec.pop("qkv_bias", None)
+    spec["moe"] = MoESpec(
+        num_experts=r.integer("num_local_experts"),
+        top_k=r.integer("num_experts_per_tok"),
+        expert_ffn_hidden_size=spec["ffn_hidden_size"],
+    )
+    return spec
+
+
+def _llama4_text(r: _Reader) -> dict:
+    """Llama 4 text model (transformers models/llama4, Llama4TextConfig): routed experts of
+    intermediate_size plus one shared expert, every interleave_moe_layer_step-th layer MoE, the
+    others dense of intermediate_size_mlp; chunked attention and NoPE layers not modelled."""
+    spec = _llama_like(r, "llama")
+    spec["ffn_hidden_size"] = r.integer("intermediate_size_mlp", default=spec["ffn_hidden_size"])
+    spec["moe"] = MoESpec(
+        num_experts=r.integer("num_local_experts"),
+        top_k=r.integer("num_experts_per_tok"),
+        expert_ffn_hidden_size=r.integer("intermediate_size"),
+        num_shared_experts=1,
+        moe_layer_frequency=r.integer("interleave_moe_layer_step", default=1),
+    )
+    return spec
+
+
+def _llama4(r: _Reader) -> dict:
+    """Llama 4 (Llama4ForConditionalGeneration): the text model of ``text_config``."""
+    text = r.get("text_config")
+    if not isinstance(text, dict):
+        raise PlannerInputError(f"{r.label} (llama4): missing 'text_config'")
+    return _llama4_text(_Reader(text, r.label, "llama4_text"))
+
+
 def _gpt2(r: _Reader) -> dict:
     """GPT-2: learned positions, LayerNorm, biases everywhere, 4h GeLU, LM head tied to wte."""
     hidden = r.integer("n_embd", "hidden_size")
@@ -422,6 +464,9 @@ _CONVERTERS: dict[str, Callable[[_Reader], dict]] = {
     "deepseek_v3": _deepseek,
     "mpt": _mpt,
     "nemotron_h": _nemotron_h,
+    "gpt_oss": _gpt_oss,
+    "llama4": _llama4,
+    "llama4_text": _llama4_text,
     "kimi_k2": _deepseek,  # Kimi K2 ships DeepseekV3ForCausalLM shapes (MLA, 384 experts, 1 dense layer)
 }
 

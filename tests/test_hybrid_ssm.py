@@ -142,3 +142,36 @@ def test_cli_evaluates_and_searches_a_hybrid_model():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "nemotron-h-8b on 72 x gb300 (gb300-nvl72" in out.stdout and "tokens/s/GPU" in out.stdout
+
+
+GPT_OSS_120B_CONFIG = {  # openai/gpt-oss-120b config.json, the fields read
+    "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 36,
+    "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880,
+    "num_local_experts": 128, "num_experts_per_tok": 4, "vocab_size": 201088, "attention_bias": True,
+    "tie_word_embeddings": False, "max_position_embeddings": 131072, "sliding_window": 128,
+}
+LLAMA4_SCOUT_CONFIG = {  # meta-llama/Llama-4-Scout-17B-16E config.json, text_config fields read
+    "architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
+    "text_config": {"model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": 48, "num_attention_heads": 40,
+                    "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+                    "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1,
+                    "vocab_size": 202048, "tie_word_embeddings": False, "max_position_embeddings": 10485760},
+}
+
+
+def test_2025_moe_presets_count_by_hand_and_import_from_config_json():
+    # gpt-oss-120b per layer: attention 2880·(64 + 16)·64 + 64·64·2880 + biases (5120 + 2880) =
+    # 26,550,080; 128 experts of 3·2880·2880 + biases 3·2880 = 24,891,840 each; router 2880·128;
+    # embeddings 2 x 201,088 x 2880; final norm 2880. Model card: 116.8B.
+    layer = 26_542_080 + 8_000 + 128 * 24_891_840 + 2880 * 128
+    assert count_params(get_model("gpt-oss-120b")).total == 36 * layer + 2 * 201_088 * 2880 + 2880 + 36 * 2 * 2880
+    spec = model_from_hf_config(GPT_OSS_120B_CONFIG, "oss")
+    assert count_params(spec).total == count_params(get_model("gpt-oss-120b")).total
+    # Llama 4 Scout text model: 48 x (attention 62,914,560 + norms 10,240 + 16 routed and 1 shared
+    # expert of 3·5120·8192 = 125,829,120 + router 81,920) + 2 x 202,048 x 5120 + 5120.
+    scout = 48 * (62_914_560 + 10_240 + 17 * 125_829_120 + 81_920) + 2 * 202_048 * 5120 + 5120
+    assert count_params(get_model("llama4-scout")).total == scout
+    assert count_params(model_from_hf_config(LLAMA4_SCOUT_CONFIG, "scout")).total == scout
+    # Kimi K2: "1T total, 32B activated" (model card).
+    kimi = count_params(get_model("kimi-k2"))
+    assert kimi.total == pytest.approx(1.03e12, rel=0.01) and kimi.active == pytest.approx(32.9e9, rel=0.01)

@@ -27,7 +27,7 @@ _FAMILY_BASE = (
 )
 # Rows whose architecture needs more than a family base (MLA, expert shapes): the preset itself.
 _PRESETS = {"deepseekv3": "deepseek-v3", "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b",
-            "llama3.1-405b": "llama3-405b"}
+            "llama3.1-405b": "llama3-405b", "gpt-oss-120b": "gpt-oss-120b", "gpt-oss-20b": "gpt-oss-20b"}
 
 FAMILIES = {
     "llama": "llama3-8b",

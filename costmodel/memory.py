@@ -234,6 +234,10 @@ def stage_activations(ctx, act: ActivationBytes, share, n_dense, n_moe, rank):
     else:
         kept = tokens_mb * (share * (n_dense + n_moe) * act.full + (1.0 - share) * (n_dense * act.dense + n_moe * act.moe))
         working = np.where(full, tokens_mb * np.maximum(act.dense, np.where(n_moe > 0, act.moe, 0.0)), 0.0)
+    if np.any(ctx.batch.cpu_offload_layers > 0):  # offloaded layers' activations wait in host memory
+        from costmodel import offload
+
+        kept = kept * offload.kept_fraction(ctx, n_dense + n_moe)
     inflight = inflight_microbatches(rank, ctx.pp, ctx.vpp, ctx.m)
     return kept * inflight + working
 

@@ -78,6 +78,9 @@ class GPUSpec(_Cited):
     """Name of the scale-up link, e.g. ``NVLink 4``."""
     tdp_watts: Optional[float] = Field(default=None, gt=0)
     """Board power, W (power-capped clusters scale clocks against it)."""
+    host_bandwidth_gbps: Optional[float] = Field(default=None, gt=0)
+    """GPU <-> host memory bandwidth per direction, GB/s (PCIe, or NVLink-C2C to a Grace CPU,
+    capped by the CPU memory's share per GPU): what CPU activation offload moves over."""
     gemm_efficiency_bf16: Optional[float] = Field(default=None, gt=0, le=1)
     """Achievable fraction of the dense BF16 peak for transformer-shaped GEMMs, where measured
     (benchmarks/device_kernels.py); None = the calibration's global value."""

@@ -146,6 +146,18 @@ _DEEPEP = Entry(
            "scripts keep the recipes' alltoall",
     when=(When(model=("moe", "mla"), year_min=2025, gpu="h100"),))
 
+_FP8_RECIPES_STATED = tuple(
+    Entry({"fp8_recipe": recipe}, f"FP8 {recipe} scaling (stated)",
+          source="TransformerEngine recipes (transformer_engine/common/recipe): the row's precision text names it "
+                 "(costmodel.quantize)",
+          when=(When(precision=word),))
+    for recipe, word in (("current", "current scaling"), ("current", "tensorwise"), ("blockwise", "blockwise"),
+                         ("mxfp8", "mxfp8"), ("delayed", "delayed scaling")))
+_FSDP2 = Entry(
+    {"fsdp": "fsdp2"}, "",  # no line: it holds for every torchtitan row
+    source="torchtitan parallelize_llama.py apply_fsdp: torch.distributed fully_shard (FSDP2, per-parameter "
+           "DTensor sharding) since 2024")
+
 _CORE_ATTN_ONLY = Entry(
     {"recompute_modules": ("core_attn",)}, "",  # no line: it holds for every row before 2025
     source="Megatron-LM added --recompute-modules (mlp, moe_act, layernorm, ...) on 2025-04-05 (ADLR/megatron-lm!2207, "
@@ -184,6 +196,7 @@ PROFILES: tuple[Profile, ...] = (
         Entry({"tp_overlap_kind": "asynctp"}, "",
               source="torchtitan parallelism.enable_async_tensor_parallel: torch.compile's micro-pipeline TP "
                      "(torch/_inductor/fx_passes/micro_pipeline_tp.py), not TransformerEngine userbuffers"),
+        _FSDP2,
     )),
     Profile("Composer/llm-foundry (2024)", r"composer|llm-foundry", (
         Entry({"kernels": "eager"}, _EAGER_STATED.assumption,
@@ -210,7 +223,7 @@ PROFILES: tuple[Profile, ...] = (
 )
 """Named framework profiles; a row gets the first whose pattern matches its framework text."""
 
-GENERIC = Profile("generic", "", (_BEFORE_FLASH, _EAGER_STATED, _TPO_STATED, _CORE_ATTN_ONLY))
+GENERIC = Profile("generic", "", (_BEFORE_FLASH, _EAGER_STATED, _TPO_STATED, _CORE_ATTN_ONLY, *_FP8_RECIPES_STATED))
 """Applied to every row after its framework's profile: what holds whatever the framework."""
 
 ROW_LABELS: tuple[tuple[str, Any, str], ...] = (("tp_comm_overlap", True, "tpo"), ("kernels", "eager", "eager"))

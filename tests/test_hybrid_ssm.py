@@ -175,3 +175,17 @@ def test_2025_moe_presets_count_by_hand_and_import_from_config_json():
     # Kimi K2: "1T total, 32B activated" (model card).
     kimi = count_params(get_model("kimi-k2"))
     assert kimi.total == pytest.approx(1.03e12, rel=0.01) and kimi.active == pytest.approx(32.9e9, rel=0.01)
+
+
+def test_the_runs_format_takes_a_hybrid_pattern():
+    from planner.validate import map_run, validate_rows
+
+    row = {"id": "h", "gpu": "GB300", "num_gpus": 72, "seq_len": 8192, "gbs": 576, "tp": 1, "pp": 1,
+           "tokens_per_s_per_gpu": 10_000,
+           "model": {"name": "my-hybrid", "family": "nemotron-h", "hidden_size": 4096, "num_attention_heads": 32,
+                     "num_kv_heads": 8, "ffn_hidden_size": 21504, "hybrid_override_pattern": "M-M*-M-M*-"}}
+    model = map_run(row).model
+    assert model.num_layers == 10 and model.hybrid_pattern == "M-M*-M-M*-"
+    assert model.mamba == get_model(H8).mamba  # the family's mixer, as the row gives none
+    (res,) = validate_rows([row])
+    assert res.predicted > 0

@@ -74,8 +74,8 @@ def test_search_applies_the_profile_to_every_candidate_and_keeps_what_it_cannot_
     assert all(r["layout"]["attention"] == "unfused" for r in data["results"])
     # torchtitan's selective needs layers per stage, which search does not take: not applied, said so.
     fw = framework_settings("torchtitan-0.2", get_model("llama3-8b"), "h100-sxm", "bf16", "selective",
-                            takes={"recompute", "loss", "attention", "tp_overlap_kind", "fsdp"})
-    assert fw.pinned == {"loss": "eager", "tp_overlap_kind": "asynctp", "fsdp": "fsdp2"}
+                            takes={"recompute", "loss", "attention", "tp_overlap_kind"})
+    assert fw.pinned == {"loss": "eager", "tp_overlap_kind": "asynctp"}
     assert fw.not_applied == ["recompute", "recompute_layers"]
 
 

@@ -153,10 +153,6 @@ _FP8_RECIPES_STATED = tuple(
           when=(When(precision=word),))
     for recipe, word in (("current", "current scaling"), ("current", "tensorwise"), ("blockwise", "blockwise"),
                          ("mxfp8", "mxfp8"), ("delayed", "delayed scaling")))
-_FSDP2 = Entry(
-    {"fsdp": "fsdp2"}, "",  # no line: it holds for every torchtitan row
-    source="torchtitan parallelize_llama.py apply_fsdp: torch.distributed fully_shard (FSDP2, per-parameter "
-           "DTensor sharding) since 2024")
 
 _CORE_ATTN_ONLY = Entry(
     {"recompute_modules": ("core_attn",)}, "",  # no line: it holds for every row before 2025
@@ -196,7 +192,6 @@ PROFILES: tuple[Profile, ...] = (
         Entry({"tp_overlap_kind": "asynctp"}, "",
               source="torchtitan parallelism.enable_async_tensor_parallel: torch.compile's micro-pipeline TP "
                      "(torch/_inductor/fx_passes/micro_pipeline_tp.py), not TransformerEngine userbuffers"),
-        _FSDP2,
     )),
     Profile("Composer/llm-foundry (2024)", r"composer|llm-foundry", (
         Entry({"kernels": "eager"}, _EAGER_STATED.assumption,

@@ -21,6 +21,12 @@ from costmodel.params import ParamCounts
 from hardware_catalog.schema import GPUSpec, ModelSpec
 
 BF16_BYTES = 2.0
+CUDA_GRAPH_SAVING_US = 0.4
+"""Per-kernel time CUDA graphs save on the GPU: NVIDIA's 'Getting Started with CUDA Graphs'
+(2019) measures a chain of short dependent kernels at 3.8 us per kernel when launched
+back-to-back from a stream and 3.4 us from a graph (the launch gap between dependent kernels),
+a 2.9 us kernel alone. Interval 0.2-1.0 us. What graphs save on the host (the CPU no longer
+issues each kernel) matters where the host is the bottleneck: the MoE host timeline."""
 EAGER_EXTRA_KERNELS_PER_LAYER = 22.0
 """Kernels an eager PyTorch transformer layer launches beyond a fused one (see the count in
 ``_LayerAssembler``)."""
@@ -263,7 +269,8 @@ class _LayerAssembler:
         # for Q and for K, repeat_kv and the contiguous copies (3), the separate SiLU product (1):
         # 22 more than the fused layer's.
         kernels = calib.kernels_per_layer + np.where(kern.eager, EAGER_EXTRA_KERNELS_PER_LAYER, 0.0)
-        self.launch = kernels * calib.kernel_overhead_us * 1e-6
+        self.per_kernel = (calib.kernel_overhead_us - np.where(batch.cuda_graphs, CUDA_GRAPH_SAVING_US, 0.0)) * 1e-6
+        self.launch = kernels * self.per_kernel
 
     def elementwise_time(self, rep, sharded, fp8_inputs, eager_sharded=0.0):
         """Seconds of the memory-bound kernels moving ``rep`` elements per token in the SP
@@ -284,7 +291,7 @@ class _LayerAssembler:
         ew = self.ew
         t_gemm = self.t_qkv + self.t_out + t_mlp_gemms
         t_elem = self.elementwise_time(ew.rep, ew.attn_tp + mlp_elems, ew.gemm_inputs + mlp_fp8_inputs, eager_mlp)
-        layer_launch = self.launch + extra_kernels * self.calib.kernel_overhead_us * 1e-6
+        layer_launch = self.launch + extra_kernels * self.per_kernel
         forward = t_gemm + self.t_core + t_elem + layer_launch
         # Backward: dgrad + wgrad GEMMs (2x forward FLOPs), the attention core as above,
         # elementwise backward ~2x traffic.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel import collectives
+from costmodel import collectives, ssm
 from costmodel.compute import LayerTimes
 from costmodel.context import BF16, ChunkContext
 from costmodel.placement import group_span
@@ -62,7 +62,7 @@ def ring_exposed(steps, kv_step, kv_step_bwd, attention_forward, cp):
 def layer_comm(ctx: ChunkContext, dense: LayerTimes, moe: LayerTimes) -> ContextParallelComm:
     """Exposed ring-attention communication per dense and per MoE layer."""
     # CP ranks stride the TP ranks (Megatron order tp-cp-ep-dp-pp).
-    _, cp_nodes = group_span(ctx.batch.cp, ctx.batch.tp, ctx.domain)
+    cp_local, cp_nodes = group_span(ctx.batch.cp, ctx.batch.tp, ctx.domain)
     kv = kv_bytes(ctx)
     if np.any(ctx.cp > 1):
         kv_step = collectives.p2p_time(kv, cp_nodes > 1, ctx.fabric)
@@ -70,7 +70,14 @@ def layer_comm(ctx: ChunkContext, dense: LayerTimes, moe: LayerTimes) -> Context
     else:
         kv_step = kv_step_bwd = np.zeros(ctx.n)
     steps = ctx.cp - 1.0
-    dense_f, dense_b = ring_exposed(steps, kv_step, kv_step_bwd, dense.attention_forward, ctx.cp)
+    # A hybrid model's average layer runs attention in a share of its layers (costmodel.ssm):
+    # the ring runs there, behind that layer's attention.
+    share = ssm.attention_share(ctx.model)
+    dense_f, dense_b = ring_exposed(steps, kv_step, kv_step_bwd, dense.attention_forward / max(share, 1e-9), ctx.cp)
+    dense_f, dense_b = share * dense_f, share * dense_b
+    if ctx.model.hybrid_layers and np.any(ctx.cp > 1):  # Mamba layers' CP all-to-alls
+        a2a = ssm.mamba_context_parallel_seconds(ctx, cp_local, cp_nodes)
+        dense_f, dense_b = dense_f + a2a, dense_b + a2a
     moe_f, moe_b = ring_exposed(steps, kv_step, kv_step_bwd, moe.attention_forward, ctx.cp)
     return ContextParallelComm(dense_f, dense_b, moe_f, moe_b)
 

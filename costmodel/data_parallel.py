@@ -6,8 +6,8 @@ over the data-parallel x context-parallel ranks; experts over their own expert-d
 group (Megatron-Core MoE parallel folding). With hybrid sharding (``dp_shard``: HSDP, MiCS,
 Megatron's distributed-optimizer instances) over dp_shard x cp ranks only, the shards
 all-reduced across the dp / dp_shard replicas. Priced on the stage holding the most parameters.
-The only module that reads ``batch.zero3_gather`` (early DeepSpeed's blocking ZeRO-3) and
-``batch.dp_shard``.
+The only module that reads ``batch.zero3_gather`` (early DeepSpeed's blocking ZeRO-3),
+``batch.fsdp`` (FSDP2's copy-out) and ``batch.dp_shard``.
 """
 
 from __future__ import annotations
@@ -219,6 +219,23 @@ def zero3_exposure(ctx: ChunkContext, sh: Sharding, tr: Traffic, windows, heavy:
     return z3, pipelined
 
 
+def fsdp2_copy_out(ctx: ChunkContext, sh: Sharding, heavy: HeaviestStage, pipelined):
+    """Seconds a step spends in FSDP2's all-gather copy-out: FSDP2 shards every parameter on dim 0
+    (DTensor), so each unit's all-gather lands in one flat buffer that foreach_all_gather_copy_out
+    splits into the parameters, on the compute stream before the unit runs (torch/distributed/
+    fsdp/_fully_shard/_fsdp_collectives.py): read + write the unit's BF16 weights, 4 bytes a
+    parameter, per gather. FSDP1 / DeepSpeed and Megatron-FSDP gather into the buffer the
+    parameters view: nothing to copy. (The reduce-scatter's copy-in, torch._chunk_cat, runs on
+    the reduce-scatter stream, hidden.)"""
+    fsdp2 = (sh.zero == 3) & (ctx.batch.fsdp == 1)
+    if not fsdp2.any():
+        return np.zeros(ctx.n)
+    bandwidth = ctx.gpu.memory_bandwidth_gbps * 1e9 * ctx.calib.memory_bound_efficiency
+    per_gather = 2.0 * PARAM_GATHER_BYTES * (heavy.dense + heavy.expert) / bandwidth
+    gathers = np.where(pipelined, 1.0 + ctx.m, 2.0 * ctx.m)  # as zero3_exposure's all-gathers
+    return np.where(fsdp2, gathers * per_gather, 0.0)
+
+
 @dataclass(frozen=True, slots=True)
 class DataParallelComm:
     """Data-parallel communication per step, seconds."""
@@ -252,6 +269,8 @@ def data_parallel_comm(ctx: ChunkContext, sh: Sharding, heavy: HeaviestStage, st
     z3_traffic = np.where(z3_pipelined, (1.0 + m) * ag + rs, (2.0 * ag + rs) * m) + ar
     z3_hidden = np.where(is_z3, np.maximum(z3_traffic - zero3_exposed, 0.0), 0.0)
     z3_hidden = np.where(sh.unreplicated, 0.0, z3_hidden)
+    # FSDP2's copy-out runs on the compute stream: exposed, and it hides nothing.
+    zero3_exposed = zero3_exposed + np.where(sh.unreplicated, 0.0, fsdp2_copy_out(ctx, sh, heavy, z3_pipelined))
     return DataParallelComm(
         terms={"dp_comm": dp_exposed, "zero3_comm": zero3_exposed},
         hidden=dp_hidden + z3_hidden,

@@ -42,5 +42,8 @@ def model_flops_per_token(model: ModelSpec, seq_len, counts: ParamCounts | None 
     matmul weights incl. the LM head; Kaplan et al. 2020 Sec. 2.1) plus the causal attention
     core, forward + backward = 3x forward."""
     counts = counts or count_params(model)
-    attention = 3.0 * model.num_layers * attention_core_flops_per_token(model, seq_len)
-    return 6.0 * counts.matmul_active + attention
+    from costmodel import ssm  # hybrid models: attention in the '*' layers only, and the scans
+
+    attention_layers = ssm.layer_kinds(model)["*"] if model.hybrid_layers else model.num_layers
+    attention = 3.0 * attention_layers * attention_core_flops_per_token(model, seq_len)
+    return 6.0 * counts.matmul_active + attention + ssm.scan_model_flops_per_token(model)

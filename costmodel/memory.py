@@ -205,10 +205,14 @@ def activation_bytes(ctx, selective) -> ActivationBytes:
         else 0.0
     )
     a_dense = activation_bytes_per_token(model, tp, sp, moe_layer=False, fp8=fp8) + scores
+    if model.hybrid_layers:  # the average Mamba / attention / MLP pattern layer (costmodel.ssm)
+        from costmodel import ssm
+
+        a_dense = ssm.layer_activation_bytes_per_token(model, tp, sp) + scores * ssm.attention_share(model)
     a_moe = activation_bytes_per_token(model, tp, sp, moe_layer=True, fp8=fp8,
                                        imbalance=np.asarray(batch.moe_imbalance, dtype=np.float64)) + scores
     modules = selective.modules
-    if np.any(modules > 1):
+    if np.any(modules > 1) and not model.hybrid_layers:
         a_dense = a_dense - recompute_module_savings_per_token(model, tp, sp, False, fp8, modules)
         a_moe = a_moe - recompute_module_savings_per_token(model, tp, sp, True, fp8, modules)
     return ActivationBytes(
@@ -232,6 +236,10 @@ def stage_activations(ctx, act: ActivationBytes, share, n_dense, n_moe, rank):
     else:
         kept = tokens_mb * (share * (n_dense + n_moe) * act.full + (1.0 - share) * (n_dense * act.dense + n_moe * act.moe))
         working = np.where(full, tokens_mb * np.maximum(act.dense, np.where(n_moe > 0, act.moe, 0.0)), 0.0)
+    if np.any(ctx.batch.cpu_offload_layers > 0):  # offloaded layers' activations wait in host memory
+        from costmodel import offload
+
+        kept = kept * offload.kept_fraction(ctx, n_dense + n_moe)
     inflight = inflight_microbatches(rank, ctx.pp, ctx.vpp, ctx.m)
     return kept * inflight + working
 

@@ -319,6 +319,10 @@ ZERO3_GATHERS = ("prefetch", "blocking")
 """How ZeRO-3 fetches parameters; codes 0, 1."""
 TP_OVERLAP_KINDS = ("userbuffers", "asynctp")
 """What implements TP communication overlap; codes 0, 1."""
+FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
+"""TransformerEngine FP8 scaling recipes; codes 0-3 (costmodel.quantize)."""
+FSDP_IMPLS = ("flat", "fsdp2", "megatron")
+"""ZeRO-3 implementations; codes 0-2 (costmodel.data_parallel)."""
 
 _EVAL_EXPORT = (EVALUATE, EXPORT)
 
@@ -554,6 +558,51 @@ class Layout:
     torch.cuda.synchronize(), again after a recomputed forward, and one gradient reduce-scatter
     per parameter tensor, all in PyTorch's list form built from per-rank slices and copies;
     nothing overlaps; see costmodel.zero3_blocking). Applies with zero = 3 only."""
+    fp8_recipe: str = option(
+        "delayed", "With --precision fp8, the TransformerEngine scaling recipe: delayed (amax history) | current "
+        "(tensorwise, amax of the tensor itself) | blockwise (1x128 / 128x128 scales, DeepSeek-V3) | mxfp8 (1x32 "
+        "E8M0 block scales; Blackwell).", kind=CHOICE, group=IMPLEMENTATION, choices=FP8_RECIPES, search=SETTING,
+        label="fp8-{value}", phrase="FP8 recipe {value}", phrase_when="set",
+        source="TransformerEngine transformer_engine/common/recipe (DelayedScaling, Float8CurrentScaling, "
+               "Float8BlockScaling, MXFP8BlockScaling); DeepSeek-V3 report Sec. 3.3.2; OCP MX spec v1.0",
+        rules=("mxfp8_needs_blackwell",))
+    """How FP8 GEMM inputs are scaled and quantised (costmodel.quantize): delayed (scale from the
+    amax history, amax taken in the cast kernel: one pass), current (tensorwise: the tensor's own
+    amax first, a second read), blockwise (per-block scales computed in the cast) or mxfp8
+    (OCP MX: 1x32 blocks with power-of-two scales, in Blackwell's tensor cores). Applies with
+    precision fp8."""
+    cuda_graphs: bool = option(
+        False, "Capture the step in CUDA graphs (Megatron --enable-cuda-graph / --cuda-graph-impl, TE "
+        "make_graphed_callables, torch.compile mode=reduce-overhead): no per-kernel launch. Default: off.",
+        kind=FLAG, group=IMPLEMENTATION, search=SETTING, label="CUDA-graphs", phrase="CUDA graphs {value}",
+        phrase_when="set", source="NVIDIA Developer Blog, 'Getting Started with CUDA Graphs' (2019); "
+        "Megatron-Core MoE README ('CPU overhead bottleneck', CUDA graphs)")
+    """Replay the layers' kernels from CUDA graphs: the host launches a graph instead of each
+    kernel, and dependent kernels start sooner (costmodel.compute prices the per-kernel gap; the
+    MoE host timeline reads this setting too). Off by default."""
+    cpu_offload_layers: Optional[int] = option(
+        None, "Offload the activations of this many layers to host memory during forward and bring them back for "
+        "backward (Megatron --cpu-offloading --cpu-offloading-num-layers; pp = 1). Default: none.",
+        kind=OPTIONAL_INT, group=MEMORY, minimum=1, maximum=MAX_LAYERS, unit="layers", search=SETTING,
+        label="offload-{value}", phrase="CPU activation offload {value} layers", phrase_when="set",
+        source="Megatron-Core TransformerConfig.cpu_offloading_num_layers; TransformerEngine get_cpu_offload_context",
+        rules=("cpu_offload_layers_valid",))
+    """Layers whose saved activations go to host memory in forward (copied out behind the next
+    layer's compute) and come back in backward (prefetched behind the previous layer's):
+    costmodel.offload. Megatron-Core allows it without pipeline parallelism only."""
+    fsdp: str = option(
+        "flat", "ZeRO-3 implementation: flat (FSDP1 / DeepSpeed flat parameter buffers) | fsdp2 (PyTorch per-parameter "
+        "DTensor sharding: copy-out after each all-gather) | megatron (Megatron-FSDP persistent buffers). Applies "
+        "with zero = 3.", kind=CHOICE, group=IMPLEMENTATION, choices=FSDP_IMPLS, search=SETTING, label="{value}-FSDP",
+        phrase="FSDP {value}", phrase_when="set",
+        source="PyTorch torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py (foreach_all_gather_copy_out, "
+               "foreach_reduce copy-in); Megatron-Core megatron/core/distributed/fsdp (Megatron-FSDP)")
+    """How ZeRO-3 lays out its shards (costmodel.data_parallel): flat (FSDP1 FlatParameter,
+    DeepSpeed: gathered straight into the unsharded buffer the layer reads), fsdp2 (FSDP2 shards
+    each parameter on dim 0: the gathered flat buffer is copied out to the parameters on the
+    compute stream, and gradients copied into the flat reduce-scatter input) or megatron
+    (Megatron-FSDP: gathers into persistent per-bucket buffers the parameters view, as flat).
+    Prefetching (one unit ahead, forward and backward) is the same in all three."""
     dp_comm_overlap: bool = option(
         True, "Overlap data-parallel gradient reductions and parameter all-gathers with compute (Megatron "
         "--overlap-grad-reduce --overlap-param-gather, DeepSpeed overlap_comm, FSDP prefetch). Default: on.",

@@ -6,7 +6,7 @@ Shapes follow the Megatron-LM GPT layer (Narayanan et al. 2021, Sec. 5.1: P = 12
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hardware_catalog.schema import ModelSpec
 
@@ -39,9 +39,13 @@ class ParamCounts:
     """Final normalization."""
     embedding_matrix: int
     """vocab x hidden: the matrix the LM head multiplies by (tied or not)."""
+    hybrid_layers_total: int = 0
+    """A hybrid model's Mamba, attention and MLP layers together (costmodel.ssm); 0 otherwise."""
 
     @property
-    def dense_layer(self) -> int:
+    def dense_layer(self) -> float:
+        if self.hybrid_layers_total:  # the average pattern layer
+            return self.hybrid_layers_total / self.num_dense_layers
         return self.attention_per_layer + self.dense_mlp_per_layer + self.norms_per_layer
 
     @property
@@ -86,6 +90,8 @@ class ParamCounts:
 
 def moe_layer_count(model: ModelSpec) -> int:
     """Layers that carry experts: after ``num_dense_layers``, every ``moe_layer_frequency``-th."""
+    if model.hybrid_layers:  # a hybrid pattern names its MoE layers 'E'
+        return model.hybrid_layers.count("E")
     if model.moe is None:
         return 0
     candidates = model.num_layers - model.moe.num_dense_layers
@@ -168,5 +174,10 @@ def count_params(model: ModelSpec) -> ParamCounts:
         final_norm=norm_params(model),
         embedding_matrix=embedding_matrix,
     )
+    if model.hybrid_layers:
+        from costmodel import ssm  # lazily: ssm builds on costmodel.compute, which reads ParamCounts
+
+        counts = replace(counts, hybrid_layers_total=ssm.layers_params_total(
+            model, counts.attention_per_layer, counts.dense_mlp_per_layer, norm_params(model)))
     return counts
 

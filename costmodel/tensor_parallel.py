@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from costmodel import collectives
+from costmodel import collectives, ssm
 from costmodel.compute import LayerTimes
 from costmodel.context import ChunkContext
 from costmodel.placement import group_span
@@ -83,7 +83,9 @@ def sm_margin_cost(overlap_on, layer: LayerTimes):
 def layer_comm(ctx: ChunkContext, dense: LayerTimes, moe: LayerTimes) -> TensorParallelComm:
     """Exposed TP communication per layer and pass, with --tp-comm-overlap where it runs."""
     pair, ag, ar = collective_pair(ctx)
-    tp_dense = 2.0 * pair
+    # Pairs per layer: 2 in attention + MLP, 1 in a hybrid model's pattern layer (costmodel.ssm).
+    pairs = ssm.collectives_per_layer(ctx.model)
+    tp_dense = pairs * pair
     moe_model = ctx.model.moe is not None
     tp_moe = (2.0 if ctx.shared_experts else 1.0) * pair if moe_model else tp_dense
     exposed_dense, exposed_moe = tp_dense, tp_moe
@@ -91,7 +93,7 @@ def layer_comm(ctx: ChunkContext, dense: LayerTimes, moe: LayerTimes) -> TensorP
     overlap_on = ctx.batch.tp_comm_overlap & ctx.sp & (ctx.tp > 1)
     if overlap_on.any():
         one = np.where(ctx.sp, ag, ar)  # one collective (AG ~ RS in time)
-        tp_dense = np.where(overlap_on, overlapped_exposure(one, ctx.tp, dense.tp_neighbour_gemms), tp_dense)
+        tp_dense = np.where(overlap_on, overlapped_exposure(one, ctx.tp, dense.tp_neighbour_gemms[: int(2 * pairs)]), tp_dense)
         dense = replace(dense, forward=dense.forward + sm_margin_cost(overlap_on, dense))
         if moe_model:
             # Without shared experts only the attention pair runs under TP.

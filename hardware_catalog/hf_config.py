@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 from pydantic import ValidationError
 
 from hardware_catalog.errors import PlannerInputError
-from hardware_catalog.schema import MLASpec, ModelSpec, MoESpec
+from hardware_catalog.schema import MambaSpec, MLASpec, ModelSpec, MoESpec
 
 # Sequence length / batch used when a config gives no training recipe: 4M tokens at <= 4096.
 _DEFAULT_SEQ = 4096
@@ -39,6 +39,10 @@ _ARCHITECTURES = {
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "MPTForCausalLM": "mpt",
     "MptForCausalLM": "mpt",
+    "NemotronHForCausalLM": "nemotron_h",
+    "GptOssForCausalLM": "gpt_oss",
+    "Llama4ForConditionalGeneration": "llama4",
+    "Llama4ForCausalLM": "llama4_text",
 }
 
 
@@ -244,6 +248,78 @@ def _deepseek(r: _Reader) -> dict:
     return spec
 
 
+def _nemotron_h(r: _Reader) -> dict:
+    """Nemotron-H (transformers models/nemotron_h): a hybrid_override_pattern of Mamba-2 ('M'),
+    attention-only ('*'), MLP-only ('-') and MoE ('E') layers; squared-ReLU MLP (relu2, not
+    gated), RMSNorm, no position embedding, untied embeddings by default."""
+    spec = _llama_like(r, "nemotron-h")
+    spec["head_dim"] = r.opt_integer("head_dim", "attention_head_dim")
+    spec["gated_mlp"] = str(r.get("mlp_hidden_act", default="relu2")) not in ("relu2", "squared_relu", "relu", "gelu")
+    spec["position_embedding"] = "none"
+    spec["hybrid_pattern"] = r.get("hybrid_override_pattern")
+    if not isinstance(spec["hybrid_pattern"], str):
+        raise PlannerInputError(f"{r.label} (nemotron_h): missing 'hybrid_override_pattern'")
+    hidden = spec["hidden_size"]
+    head_dim = r.integer("mamba_head_dim", default=64)
+    spec["mamba"] = MambaSpec(
+        state_dim=r.integer("ssm_state_size"),
+        head_dim=head_dim,
+        num_heads=r.integer("mamba_num_heads", default=r.integer("expand", default=2) * hidden // head_dim),
+        num_groups=r.integer("n_groups", "mamba_n_groups", default=8),
+        conv_kernel=r.integer("conv_kernel", default=4),
+        chunk_size=r.integer("chunk_size", default=128),
+    )
+    if "E" in spec["hybrid_pattern"]:  # Nemotron 3: routed + shared experts in the 'E' layers
+        shared = r.opt_integer("moe_shared_expert_intermediate_size")
+        spec["moe"] = MoESpec(
+            num_experts=r.integer("n_routed_experts"),
+            top_k=r.integer("num_experts_per_tok"),
+            expert_ffn_hidden_size=r.integer("moe_intermediate_size"),
+            num_shared_experts=1 if shared else 0,
+            shared_expert_ffn_hidden_size=shared,
+        )
+    return spec
+
+
+def _gpt_oss(r: _Reader) -> dict:
+    """gpt-oss (transformers models/gpt_oss): every layer MoE, experts gated with biases
+    (gate_up_proj_bias, down_proj_bias), attention with biases (attention_bias) and sinks,
+    explicit head_dim; the sliding window of alternate layers is not modelled."""
+    spec = _llama_like(r, "gpt-oss")
+    spec["linear_bias"] = r.flag("attention_bias", True)
+    spec.pop("qkv_bias", None)
+    spec["moe"] = MoESpec(
+        num_experts=r.integer("num_local_experts"),
+        top_k=r.integer("num_experts_per_tok"),
+        expert_ffn_hidden_size=spec["ffn_hidden_size"],
+    )
+    return spec
+
+
+def _llama4_text(r: _Reader) -> dict:
+    """Llama 4 text model (transformers models/llama4, Llama4TextConfig): routed experts of
+    intermediate_size plus one shared expert, every interleave_moe_layer_step-th layer MoE, the
+    others dense of intermediate_size_mlp; chunked attention and NoPE layers not modelled."""
+    spec = _llama_like(r, "llama")
+    spec["ffn_hidden_size"] = r.integer("intermediate_size_mlp", default=spec["ffn_hidden_size"])
+    spec["moe"] = MoESpec(
+        num_experts=r.integer("num_local_experts"),
+        top_k=r.integer("num_experts_per_tok"),
+        expert_ffn_hidden_size=r.integer("intermediate_size"),
+        num_shared_experts=1,
+        moe_layer_frequency=r.integer("interleave_moe_layer_step", default=1),
+    )
+    return spec
+
+
+def _llama4(r: _Reader) -> dict:
+    """Llama 4 (Llama4ForConditionalGeneration): the text model of ``text_config``."""
+    text = r.get("text_config")
+    if not isinstance(text, dict):
+        raise PlannerInputError(f"{r.label} (llama4): missing 'text_config'")
+    return _llama4_text(_Reader(text, r.label, "llama4_text"))
+
+
 def _gpt2(r: _Reader) -> dict:
     """GPT-2: learned positions, LayerNorm, biases everywhere, 4h GeLU, LM head tied to wte."""
     hidden = r.integer("n_embd", "hidden_size")
@@ -387,6 +463,11 @@ _CONVERTERS: dict[str, Callable[[_Reader], dict]] = {
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
     "mpt": _mpt,
+    "nemotron_h": _nemotron_h,
+    "gpt_oss": _gpt_oss,
+    "llama4": _llama4,
+    "llama4_text": _llama4_text,
+    "kimi_k2": _deepseek,  # Kimi K2 ships DeepseekV3ForCausalLM shapes (MLA, 384 experts, 1 dense layer)
 }
 
 SUPPORTED_MODEL_TYPES = tuple(sorted(_CONVERTERS))

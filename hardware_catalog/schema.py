@@ -66,6 +66,8 @@ class GPUSpec(_Cited):
     """Dense FP16 tensor-core peak, TFLOP/s."""
     fp8_tflops: Optional[float] = Field(default=None, ge=MIN_TFLOPS, le=MAX_TFLOPS)
     """Dense FP8 tensor-core peak, TFLOP/s; None where the GPU has no FP8 tensor cores."""
+    fp4_tflops: Optional[float] = Field(default=None, ge=MIN_TFLOPS, le=MAX_TFLOPS)
+    """Dense FP4 (NVFP4 / MXFP4) tensor-core peak, TFLOP/s; None where absent (before Blackwell)."""
     tf32_tflops: Optional[float] = Field(default=None, ge=MIN_TFLOPS, le=MAX_TFLOPS)
     """Dense TF32 tensor-core peak, TFLOP/s; None where absent (V100)."""
     fp32_tflops: float = Field(ge=MIN_TFLOPS, le=MAX_TFLOPS)
@@ -80,6 +82,9 @@ class GPUSpec(_Cited):
     """Name of the scale-up link, e.g. ``NVLink 4``."""
     tdp_watts: Optional[float] = Field(default=None, ge=MIN_WATTS, le=MAX_WATTS)
     """Board power, W (power-capped clusters scale clocks against it)."""
+    host_bandwidth_gbps: Optional[float] = Field(default=None, ge=MIN_BANDWIDTH_GBPS, le=MAX_BANDWIDTH_GBPS)
+    """GPU <-> host memory bandwidth per direction, GB/s (PCIe, or NVLink-C2C to a Grace CPU,
+    capped by the CPU memory's share per GPU): what CPU activation offload moves over."""
     gemm_efficiency_bf16: Optional[float] = Field(default=None, ge=MIN_EFFICIENCY, le=1)
     """Achievable fraction of the dense BF16 peak for transformer-shaped GEMMs, where measured
     (benchmarks/device_kernels.py); None = the calibration's global value."""
@@ -198,6 +203,36 @@ class MLASpec(BaseModel):
     """Per-head value dims."""
 
 
+HYBRID_SYMBOLS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+"""Megatron-Core hybrid_override_pattern symbols, one per layer (megatron/core/ssm/
+mamba_hybrid_layer_allocation.py Symbols: MAMBA 'M', ATTENTION '*', MLP '-', MOE 'E');
+'|' marks pipeline-stage boundaries in newer releases and is not a layer."""
+
+
+class MambaSpec(BaseModel):
+    """The Mamba-2 mixer of a hybrid model's 'M' layers (Dao & Gu 2024, 'Transformers are SSMs',
+    Sec. 7; Megatron-Core megatron/core/ssm/mamba_mixer.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    state_dim: int = Field(gt=0, le=_MAX_HIDDEN)
+    """SSM state size N (HF ssm_state_size, Megatron --mamba-state-dim)."""
+    head_dim: int = Field(default=64, gt=0, le=_MAX_HIDDEN)
+    """Head dim P (HF mamba_head_dim, Megatron --mamba-head-dim)."""
+    num_heads: int = Field(gt=0, le=_MAX_HIDDEN)
+    """SSM heads H; d_inner = H·P (HF mamba_num_heads, Megatron --mamba-num-heads)."""
+    num_groups: int = Field(default=8, gt=0, le=_MAX_HIDDEN)
+    """B/C groups G (HF n_groups, Megatron --mamba-num-groups)."""
+    conv_kernel: int = Field(default=4, gt=0, le=64)
+    """Depthwise causal conv1d width (HF conv_kernel, Megatron d_conv)."""
+    chunk_size: int = Field(default=128, gt=0, le=1 << 16)
+    """SSD chunk length Q (HF chunk_size; mamba_ssm's chunked scan)."""
+
+    @property
+    def d_inner(self) -> int:
+        return self.num_heads * self.head_dim
+
+
 class ModelSpec(BaseModel):
     """A decoder-only transformer, enough to count parameters, FLOPs and activations."""
 
@@ -243,6 +278,11 @@ class ModelSpec(BaseModel):
     """Mixture-of-experts settings; None = dense."""
     mla: Optional[MLASpec] = None
     """Multi-head latent attention; None = standard (GQA) attention."""
+    hybrid_pattern: Optional[str] = Field(default=None, max_length=MAX_LAYERS * 2)
+    """Megatron hybrid_override_pattern, one symbol per layer (M Mamba-2, * attention, - MLP,
+    E MoE; '|' stage marks ignored); None = every layer is attention + MLP."""
+    mamba: Optional[MambaSpec] = None
+    """The Mamba-2 mixer of the pattern's 'M' layers."""
     default_seq_len: int = Field(default=4096, gt=0, le=MAX_SEQ_LEN)
     """Sequence length used when --seq-len is not given."""
     default_tokens_per_batch: int = Field(default=4 * 1024 * 1024, gt=0, le=MAX_TOKENS_PER_BATCH)
@@ -259,6 +299,29 @@ class ModelSpec(BaseModel):
     @property
     def head_size(self) -> int:
         return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def hybrid_layers(self) -> Optional[str]:
+        """The hybrid pattern without stage marks: one symbol per layer, or None."""
+        return self.hybrid_pattern.replace("|", "") if self.hybrid_pattern else None
+
+    @model_validator(mode="after")
+    def _hybrid(self):
+        layers = self.hybrid_layers
+        if layers is None:
+            if self.mamba is not None:
+                raise ValueError("mamba is set but hybrid_pattern is not: give the layer pattern (e.g. 'M-M*-')")
+            return self
+        bad = sorted(set(layers) - set(HYBRID_SYMBOLS))
+        if bad:
+            raise ValueError(f"hybrid_pattern has {''.join(bad)!r}: allowed M (Mamba), * (attention), - (MLP), E (MoE), |")
+        if len(layers) != self.num_layers:
+            raise ValueError(f"hybrid_pattern has {len(layers)} layers but num_layers={self.num_layers}")
+        if "M" in layers and self.mamba is None:
+            raise ValueError("hybrid_pattern has Mamba layers (M): give mamba (state_dim, num_heads, ...)")
+        if "E" in layers and self.moe is None:
+            raise ValueError("hybrid_pattern has MoE layers (E): give moe")
+        return self
 
     @model_validator(mode="after")
     def _shapes(self):

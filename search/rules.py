@@ -39,7 +39,7 @@ import numpy as np
 
 from costmodel.layout import LayoutBatch
 from costmodel.options import (
-    DISPATCHERS, OPTIONS, OPTIONS_BY_NAME, PRECISIONS, RECOMPUTE, RECOMPUTE_MODULES, TP_OVERLAP_KINDS, ZERO3_GATHERS,
+    DISPATCHERS, FP8_RECIPES, OPTIONS, OPTIONS_BY_NAME, PRECISIONS, RECOMPUTE, RECOMPUTE_MODULES, TP_OVERLAP_KINDS, ZERO3_GATHERS,
     Layout,
 )
 from costmodel.pipeline import stage_layer_split, vpp_divides_stages
@@ -59,13 +59,16 @@ class RuleContext:
     """The GPU has FP8 tensor cores (``gpu.fp8_tflops is not None``)."""
     allow_cross_node_tp: bool = False
     """Allow tp larger than the scale-up domain."""
+    has_mx: bool = True
+    """The GPU's tensor cores take OCP MX block-scaled formats (Blackwell: those with FP4, ``gpu.fp4_tflops``)."""
 
     @classmethod
     def build(cls, model, gpus: int, cluster=None, gpu=None, allow_cross_node_tp: bool = False) -> "RuleContext":
         domain = cluster.scaleup_domain_size if cluster is not None else 8
         has_fp8 = True if gpu is None else gpu.fp8_tflops is not None
+        has_mx = True if gpu is None else getattr(gpu, "fp4_tflops", None) is not None
         return cls(model=model, gpus=int(gpus), scaleup_domain=int(domain), has_fp8=has_fp8,
-                   allow_cross_node_tp=bool(allow_cross_node_tp))
+                   allow_cross_node_tp=bool(allow_cross_node_tp), has_mx=has_mx)
 
     @property
     def heads(self) -> int:
@@ -459,6 +462,25 @@ def _x_tp_overlap_kind(ctx, v):
             "it needs tp_comm_overlap on")
 
 
+def _mxfp8(ctx, c):
+    mx = _a(c, "fp8_recipe", 0) == FP8_RECIPES.index("mxfp8")
+    return ~(mx & (_a(c, "precision", 0) == PRECISIONS.index("fp8"))) | ctx.has_mx
+
+
+def _x_mxfp8(ctx, v):
+    return "fp8_recipe=mxfp8 needs tensor cores with MX block scaling (Blackwell); use delayed, current or blockwise"
+
+
+def _cpu_offload(ctx, c):
+    n = _a(c, "cpu_offload_layers", 0)
+    return (n == 0) | ((_a(c, "pp", 1) == 1) & (n < ctx.num_layers))
+
+
+def _x_cpu_offload(ctx, v):
+    return (f"cpu_offload_layers={v.get('cpu_offload_layers')} needs pp = 1 (got pp={v.get('pp', 1)}) and fewer "
+            f"layers than the model's {ctx.num_layers}")
+
+
 def _zero3_gather(ctx, c):
     return (_a(c, "zero3_gather", 0) == 0) | (_a(c, "zero", 1) == 3)
 
@@ -664,6 +686,13 @@ RULES: tuple[Rule, ...] = (
     Rule("tp_overlap_kind_needs_tp_comm_overlap", "a TP overlap kind other than userbuffers needs TP comm overlap",
          ("tp_overlap_kind", "tp_comm_overlap"), _tp_overlap_kind, _x_tp_overlap_kind,
          source="torchtitan parallelism.enable_async_tensor_parallel (with compile and TP > 1)"),
+    Rule("mxfp8_needs_blackwell", "the mxfp8 FP8 recipe needs a GPU whose tensor cores take MX block scales",
+         ("fp8_recipe", "precision"), _mxfp8, _x_mxfp8,
+         source="OCP Microscaling (MX) spec v1.0; TransformerEngine MXFP8BlockScaling (Blackwell only)"),
+    Rule("cpu_offload_layers_valid", "CPU activation offload runs without pipeline parallelism, on fewer layers "
+         "than the model has", ("cpu_offload_layers", "pp"), _cpu_offload, _x_cpu_offload,
+         source="Megatron-Core TransformerConfig.__post_init__ (cpu_offloading with pipeline parallelism refused; "
+                "cpu_offloading_num_layers < num_layers)"),
     Rule("zero3_gather_needs_zero3", "a ZeRO-3 gather mode other than prefetch needs zero = 3",
          ("zero3_gather", "zero"), _zero3_gather, _x_zero3_gather, source="Rajbhandari et al. 2020, Sec. 5.3 (stage 3)"),
 )

@@ -27,14 +27,14 @@ from hardware_catalog.schema import ClusterSpec, GPUSpec, InterconnectSpec  # no
 
 REQUIRED_GPUS = {
     "v100", "a100-40gb", "a100-80gb", "h100-sxm", "h100-sxm-96gb", "h100-pcie",
-    "h800", "h200", "b200", "gb200", "mi300x",
+    "h800", "h200", "b200", "gb200", "b300", "gb300", "mi300x",
 }
 REQUIRED_INTERCONNECTS = {
     "ib-edr", "ib-hdr", "ib-ndr", "ib-xdr", "roce-100g", "roce-200g", "roce-400g", "roce-800g",
 }
 REQUIRED_CLUSTERS = {
     "dgx-h100", "dgx-a100", "dgx-a100-40gb", "dgx-v100", "hgx-h100-pcie", "dgx-h800",
-    "dgx-h200", "dgx-b200", "gb200-nvl72", "mi300x-8", "h100-96gb-500w",
+    "dgx-h200", "dgx-b200", "gb200-nvl72", "gb300-nvl72", "dgx-b300", "mi300x-8", "h100-96gb-500w",
 }
 
 GOOD_FIELDS = {
@@ -138,6 +138,14 @@ def test_datasheet_sample():
     assert hw.get_gpu("h200").memory_bandwidth_gbps == pytest.approx(4800)
     assert hw.get_gpu("b200").bf16_tflops == pytest.approx(2250)
     assert hw.get_gpu("gb200").bf16_tflops == pytest.approx(2500)
+    # Blackwell Ultra: dense BF16/FP8 as B200/GB200, dense FP4 1.5x (HGX page: HGX B300 FP4 108 PF dense / 8;
+    # GB300 NVL72 datasheet: 1,080 PF dense / 72), 288 GB HBM3e, GB300 at 576 TB/s / 72 = 8 TB/s.
+    assert hw.get_gpu("b300").bf16_tflops == pytest.approx(2250)
+    assert hw.get_gpu("b300").fp4_tflops == pytest.approx(108_000 / 8)
+    assert hw.get_gpu("gb300").fp8_tflops == pytest.approx(720_000 / 72 / 2)
+    assert hw.get_gpu("gb300").fp4_tflops == pytest.approx(1_080_000 / 72)
+    assert hw.get_gpu("gb300").memory_bandwidth_gbps == pytest.approx(576_000 / 72)
+    assert hw.get_gpu("gb300").scaleup_bandwidth_gbps == pytest.approx(1800 / 2)
     assert hw.get_gpu("mi300x").bf16_tflops == pytest.approx(1307.4)
     assert hw.get_gpu("mi300x").fp8_tflops == pytest.approx(2614.9)
     assert hw.get_gpu("v100").tf32_tflops is None
@@ -155,7 +163,7 @@ def test_driver_reported_memory_is_below_marketing_size():
     for g in hw.list_gpus():
         marketing_gb = {"v100": 32, "a100-40gb": 40, "a100-80gb": 80, "h100-sxm": 80,
                         "h100-sxm-96gb": 96, "h100-pcie": 80, "h800": 80, "h200": 141,
-                        "b200": 180, "gb200": 186, "mi300x": 192}.get(g.name)
+                        "b200": 180, "gb200": 186, "b300": 288, "gb300": 288, "mi300x": 192}.get(g.name)
         if marketing_gb:
             assert 0.9 * marketing_gb * 1e9 / 2**30 < g.memory_gib <= marketing_gb, g.name
 
@@ -167,6 +175,8 @@ def test_peaks_are_dense():
             assert g.fp8_tflops == pytest.approx(2 * g.bf16_tflops, rel=0.01), g.name
         if g.tf32_tflops is not None:
             assert g.tf32_tflops == pytest.approx(g.bf16_tflops / 2, rel=0.05), g.name
+        if g.fp4_tflops is not None:  # NVFP4 runs at 2x (Blackwell) to 3x (Blackwell Ultra) the FP8 rate
+            assert 2 * g.fp8_tflops <= g.fp4_tflops <= 3 * g.fp8_tflops, g.name
         if g.name == "v100":  # no bf16 tensor cores: bf16 capped at the FP32 rate
             assert g.bf16_tflops == g.fp32_tflops < g.fp16_tflops
         else:
@@ -210,6 +220,12 @@ def test_default_cluster_for_every_gpu():
 def test_cluster_shapes():
     nvl72 = hw.get_cluster("gb200-nvl72")
     assert (nvl72.gpus_per_node, nvl72.scaleup_domain_size, nvl72.nics_per_node) == (4, 72, 4)
+    gb300 = hw.get_cluster("gb300-nvl72")  # one ConnectX-8 800G per GPU (GB300 NVL72 datasheet)
+    assert (gb300.gpus_per_node, gb300.scaleup_domain_size, gb300.nics_per_node, gb300.nic) == (4, 72, 4, "ib-xdr")
+    b300 = hw.get_cluster("hgx-b300")
+    assert (b300.gpu, b300.gpus_per_node, b300.scaleup_domain_size, b300.nics_per_node, b300.nic) == ("b300", 8, 8, 8, "ib-xdr")
+    assert hw.default_cluster_for_gpu("GB300").name == "gb300-nvl72"
+    assert hw.default_cluster_for_gpu("B300").name == "dgx-b300"
     assert hw.get_cluster("mi300x-8").scaleup_topology == "fully_connected"
     dgx = hw.get_cluster("dgx-h100")
     assert (dgx.gpus_per_node, dgx.nic, dgx.nics_per_node, dgx.network_topology) == (8, "ib-ndr", 8, "switch")

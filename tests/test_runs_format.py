@@ -30,6 +30,9 @@ def run_cli(*args, cwd=None):
     ("A100-SXM-80GB", "a100-80gb"), ("Tesla V100-SXM2-32GB", "v100"), ("B200", "b200"), ("GB200 NVL72", "gb200"),
     ("H100 (96GB HBM2e, 500W; between SXM and NVL in peak)", "h100-sxm-96gb"), ("H200 141GB", "h200"),
     ("H100 PCIe", "h100-pcie"), ("AMD Instinct MI300X", "mi300x"), ("h100-sxm5", "h100-sxm"),
+    ("GB300", "gb300"), ("GB300 NVL72", "gb300"), ("NVIDIA GB300", "gb300"), ("B300", "b300"),
+    ("NVIDIA B300 SXM6 AC", "b300"),  # nvidia-smi
+    ("GB200 (Grace-Blackwell, NVL72 rack)", "gb200"),  # 'Blackwell' names no part of its own
 ])
 def test_gpu_spellings(text, name):
     assert hc.get_gpu(text).name == name
@@ -51,6 +54,7 @@ def test_gpu_names_the_catalog_lacks_are_refused_with_what_it_has(text, needles)
     (hc.get_interconnect, "400G NDR InfiniBand", "ib-ndr"), (hc.get_interconnect, "RoCE 200 Gb/s", "roce-200g"),
     (hc.get_interconnect, "HDR", "ib-hdr"), (hc.get_interconnect, "ConnectX-7 400G IB", "ib-ndr"),
     (hc.get_cluster, "DGX H100", "dgx-h100"), (hc.get_cluster, "GB200 NVL72", "gb200-nvl72"),
+    (hc.get_cluster, "GB300 NVL72", "gb300-nvl72"), (hc.get_cluster, "HGX B300", "dgx-b300"),
     (hc.get_model, "Llama-3.1-70B", "llama3-70b"), (hc.get_model, "Mixtral 8x7B", "mixtral-8x7b"),
     (hc.get_model, "llama 3 405b", "llama3-405b"), (hc.get_model, "meta-llama/Meta-Llama-3-8B-Instruct", "llama3-8b"),
     (hc.get_model, "Llama 405B", "llama3-405b"), (hc.get_model, "Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"),
@@ -345,3 +349,13 @@ def test_a_measurement_beyond_the_gpu_peak_is_refused_with_the_bound(tmp_path):
     path = _runs_file(tmp_path, [{**GOOD, "id": "fast", "tokens_per_s_per_gpu": 50_000}, {**GOOD, "id": "ok"}])
     code, out, err = run_cli("validate", "--runs", str(path))
     assert code == 0 and "not mapped: fast: 50,000 tokens/s/GPU is implausible" in out
+
+
+@pytest.mark.parametrize("gpu, cluster, domain", [("GB300", "gb300-nvl72", 72), ("B300", "dgx-b300", 8)])
+def test_a_blackwell_ultra_row_maps_to_its_preset_and_prices(gpu, cluster, domain):
+    row = {**BASE, "gpu": gpu, "tokens_per_s_per_gpu": 1000}
+    run = map_run(row)
+    assert run.cluster.name == cluster and run.cluster.scaleup_domain_size == domain
+    assert run.cluster.nic == "ib-xdr"  # ConnectX-8 800G per GPU (datasheets)
+    (res,) = validate_rows([row])
+    assert res.predicted > 0 and res.reason in (None, '')

@@ -229,10 +229,10 @@ def catalog(
                 f"{r['hidden']:>8}{r['heads']:>7}{r['kv_heads']:>5}{str(r['experts'] or '-'):>9}  {', '.join(r['aliases'])}"
             )
     elif what == "gpus":
-        typer.echo(f"{'name':<16}{'bf16 TF':>9}{'fp8 TF':>9}{'HBM GiB':>9}{'HBM GB/s':>10}{'link GB/s':>10}  aliases")
+        typer.echo(f"{'name':<16}{'bf16 TF':>9}{'fp8 TF':>9}{'fp4 TF':>9}{'HBM GiB':>9}{'HBM GB/s':>10}{'link GB/s':>10}  aliases")
         for r in rows:
             typer.echo(
-                f"{r['name']:<16}{r['bf16_tflops']:>9g}{str(r['fp8_tflops'] or '-'):>9}{r['memory_gib']:>9g}"
+                f"{r['name']:<16}{r['bf16_tflops']:>9g}{str(r['fp8_tflops'] or '-'):>9}{str(r.get('fp4_tflops') or '-'):>9}{r['memory_gib']:>9g}"
                 f"{r['memory_bandwidth_gbps']:>10g}{r['scaleup_bandwidth_gbps']:>10g}  {', '.join(r['aliases'])}"
             )
     elif what == "clusters":

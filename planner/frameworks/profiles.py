@@ -176,6 +176,13 @@ _TORCH_GROUPED_MM = Entry(
     {"moe_grouped_gemm": "fused"}, "expert GEMMs as torch._grouped_mm (one launch)",
     source="torchtitan models/moe GroupedExperts: torch._grouped_mm over the experts with device-side offsets",
     when=(When(model=("moe",)),))
+_FP8_RECIPES_STATED = tuple(
+    Entry({"fp8_recipe": recipe}, f"FP8 {recipe} scaling (stated)",
+          source="TransformerEngine recipes (transformer_engine/common/recipe): the row's precision text names it "
+                 "(costmodel.quantize)",
+          when=(When(precision=word),))
+    for recipe, word in (("current", "current scaling"), ("current", "tensorwise"), ("blockwise", "blockwise"),
+                         ("mxfp8", "mxfp8"), ("delayed", "delayed scaling")))
 
 _CORE_ATTN_ONLY = Entry(
     {"recompute_modules": ("core_attn",)}, "",  # no line: it holds for every row before 2025
@@ -254,7 +261,7 @@ PROFILES: tuple[Profile, ...] = (
 )
 """Named framework profiles; a row gets the first whose pattern matches its framework text."""
 
-GENERIC = Profile("generic", "", (_BEFORE_FLASH, _EAGER_STATED, _TPO_STATED, _CORE_ATTN_ONLY))
+GENERIC = Profile("generic", "", (_BEFORE_FLASH, _EAGER_STATED, _TPO_STATED, _CORE_ATTN_ONLY, *_FP8_RECIPES_STATED))
 """Applied to every row after its framework's profile: what holds whatever the framework."""
 
 ROW_LABELS: tuple[tuple[str, Any, str], ...] = (("tp_comm_overlap", True, "tpo"), ("kernels", "eager", "eager"))

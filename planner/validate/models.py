@@ -27,7 +27,7 @@ _FAMILY_BASE = (
 )
 # Rows whose architecture needs more than a family base (MLA, expert shapes): the preset itself.
 _PRESETS = {"deepseekv3": "deepseek-v3", "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b",
-            "llama3.1-405b": "llama3-405b"}
+            "llama3.1-405b": "llama3-405b", "gpt-oss-120b": "gpt-oss-120b", "gpt-oss-20b": "gpt-oss-20b"}
 
 FAMILIES = {
     "llama": "llama3-8b",
@@ -40,6 +40,7 @@ FAMILIES = {
     "mixtral": "mixtral-8x7b",
     "qwen3-moe": "qwen3-30b-a3b",
     "deepseek-v3": "deepseek-v3",
+    "nemotron-h": "nemotron-h-8b",
 }
 """``model.family`` -> the preset whose architecture (not shape) a shaped row takes
 (``family_description`` says what each means)."""
@@ -114,6 +115,11 @@ def _shaped(m, source_key: str):
         update.update({f: getattr(m, f) for f in _SHAPE[:5] if getattr(m, f) is not None})
     if m.vocab_size:
         update["vocab_size"] = m.vocab_size
+    if m.hybrid_pattern is not None:  # costmodel.ssm: one symbol a layer; the layers follow it
+        update["hybrid_pattern"] = m.hybrid_pattern
+        update["num_layers"] = len(m.hybrid_pattern.replace("|", ""))
+    if m.mamba:
+        update["mamba"] = {**(base.mamba.model_dump() if base.mamba else {}), **{k: v for k, v in m.mamba.items() if v is not None}}
     if m.moe:
         fields = {k: v for k, v in m.moe.items() if k in _MOE_FIELDS and v is not None}
         try:

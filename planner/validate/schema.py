@@ -241,9 +241,12 @@ class Model(_Block):
     vocab_size: PosInt = _f("vocab_size", "vocab")
     seq_length: PosInt = _f("seq_length", "seq_len", "sequence_length")
     moe: Optional[dict] = _f("moe", description="MoE shape (num_experts, top_k, expert_ffn_hidden_size, ...).")
+    hybrid_pattern: Text = _f("hybrid_pattern", "hybrid_override_pattern", "hybrid_layer_pattern",
+                              description="Megatron hybrid layer pattern, one symbol a layer: M Mamba-2, * attention, - MLP, E MoE.")
+    mamba: Optional[dict] = _f("mamba", description="Mamba-2 mixer (state_dim, head_dim, num_heads, num_groups, conv_kernel, chunk_size).")
 
     def shaped(self) -> bool:
-        return self.num_layers is not None
+        return self.num_layers is not None or self.hybrid_pattern is not None
 
 
 class LayoutBlock(_Block):

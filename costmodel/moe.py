@@ -239,7 +239,13 @@ def moe_layer(model: ModelSpec, batch: LayoutBatch, gpu, calib, asm, shared) -> 
     kernels = calib.kernels_per_layer + MOE_EXTRA_KERNELS_PER_LAYER
     loop = batch.is_("moe_grouped_gemm", "loop")
     host_ops = kernels + np.where(loop, 2.0 * np.maximum(shape.local_experts - 1.0, 0.0), 0.0)
-    return host_bound(layer, host_ops, syncs_host(batch))
+    synced = syncs_host(batch)
+    # CUDA graphs replay a captured layer from one host launch, so its operators cost the host
+    # nothing each; a graph cannot hold a host sync (TransformerEngine make_graphed_callables /
+    # Megatron-Core cuda_graphs.py capture no device-to-host copy), so a layer that syncs keeps
+    # issuing operator by operator.
+    graphed = np.asarray(batch.cuda_graphs, dtype=bool) & ~synced
+    return host_bound(layer, np.where(graphed, 0.0, host_ops), synced)
 
 
 def dense_and_moe_layer_times(model: ModelSpec, counts, gpu, batch: LayoutBatch, calib) -> tuple[LayerTimes, LayerTimes]:

@@ -12,7 +12,7 @@ import pytest
 
 from costmodel import ssm
 from costmodel.calibration import DEFAULT
-from costmodel.compute import dense_and_moe_layer_times
+from costmodel.moe import dense_and_moe_layer_times
 from costmodel.flops import attention_core_flops_per_token, model_flops_per_token
 from costmodel.layout import Layout, LayoutBatch
 from costmodel.params import count_params

@@ -88,7 +88,8 @@ def _fill_result(out: BatchResult, part: BatchResult, rows: slice) -> None:
 
 def layer_costs(ctx, split: StageSplit) -> tuple[LayerCosts, recompute.SelectiveRecompute]:
     """Per-layer, per-micro-batch cost of every mechanism on the critical path."""
-    dense, moe = dense_and_moe_layer_times(ctx.model, ctx.counts, ctx.gpu_clocked, ctx.batch, ctx.calib)
+    kernel_len = context_parallel.attention_kernel_length(ctx.batch, ctx.domain)
+    dense, moe = dense_and_moe_layer_times(ctx.model, ctx.counts, ctx.gpu_clocked, ctx.batch, ctx.calib, kernel_len)
     head_fwd, head_bwd, _ = lm_head_times(ctx.model, ctx.gpu_clocked, ctx.batch, ctx.calib)
     tp = tensor_parallel.layer_comm(ctx, dense, moe)
     dense, moe = tp.dense_layer, tp.moe_layer  # forward + the SMs overlapped collectives hold

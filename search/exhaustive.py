@@ -137,15 +137,6 @@ def _distinct_recompute(problem: Problem, batch) -> np.ndarray:
     return distinct | (batch.recompute != 2)
 
 
-def _distinct_zero(problem: Problem, batch) -> np.ndarray:
-    """False for ZeRO-2 under a pipeline unless the user asked for it: FSDP2 under
-    torch.distributed.pipelining keeps gradients unsharded for the whole step, so the cost model
-    prices it exactly as ZeRO-1 (costmodel.step), already in the pool."""
-    if "zero" in problem.pins:
-        return np.ones(len(batch), dtype=bool)
-    return ~((np.asarray(batch.zero) == 2) & (np.asarray(batch.pp) > 1))
-
-
 @dataclass
 class Pools:
     """Running best-K, closest-K and Pareto pools over chunks of evaluated layouts."""
@@ -170,7 +161,7 @@ class Pools:
         self.evaluated += n
         step = np.asarray(result.step_time_s, dtype=np.float64)
         peak = np.asarray(result.memory_gib["peak"], dtype=np.float64)
-        ok = (peak <= limit) & np.isfinite(step) & _distinct_recompute(problem, result.batch) & _distinct_zero(problem, result.batch)
+        ok = (peak <= limit) & np.isfinite(step) & _distinct_recompute(problem, result.batch)
         self.fits += int(ok.sum())
         if problem.within_envelope:
             ok = self._within_envelope(problem, result.batch, ok)

@@ -272,8 +272,9 @@ def test_data_parallel_zero_exposure():
     # backward window: ZeRO-1 max(0, 3 + 1 - 2.5) + 1 = 2.5.
     tr.grad_replica_all_reduce = np.array([1.0, 1.0])
     np.testing.assert_allclose(data_parallel.replicated_exposure(sh, tr, (1.0, 2.5), 1.0), [1.5, 2.5])
-    # ZeRO-2 reduce-scatters after every micro-batch, except pipelined (FSDP2, once a step).
-    sh = SimpleNamespace(zero=np.array([1, 2, 2]), pipelined_fsdp=np.array([False, False, True]))
+    # ZeRO-2 reduce-scatters after every micro-batch, with or without a pipeline (Llama 3's FSDP
+    # under PP 16); pipelined FSDP2 (ZeRO-3) once a step, ZeRO-1 once a step.
+    sh = SimpleNamespace(zero=np.array([1, 2, 3]), pipelined_fsdp=np.array([False, False, True]))
     np.testing.assert_array_equal(data_parallel.reduce_scatters_per_step(sh, 8.0), [1.0, 8.0, 1.0])
 
 

@@ -39,6 +39,13 @@ def test_each_profile_matches_the_shipped_rows_it_is_for():
         got = profiles_for(text)
         assert [p.name for p in got] == [_expected(text), GENERIC.name], text
         used.add(got[0].name)
+    # The released runs (planner/data/released_runs.json) bring MegaScale's Megatron-LM baseline.
+    from pathlib import Path
+
+    released = Path(__file__).resolve().parents[1] / "planner" / "data" / "released_runs.json"
+    for row in load_runs(released):
+        if row["layout"]["framework"].startswith("Megatron-LM commit 285068c8"):
+            used.add(profiles_for(row["layout"]["framework"])[0].name)
     assert used == {p.name for p in PROFILES}  # no profile without a shipped row
 
 

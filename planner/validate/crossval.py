@@ -42,6 +42,17 @@ def prepared_rows(runs_file: Optional[Path], confidence: str = "high"):
     return prepare(mapped)
 
 
+def cross_validation_families(predictor: Predictor, cv: dict) -> list[dict]:
+    """Per family (``planner.validate.families.FAMILIES``): in-sample and held-out error stats
+    over the rows it matches."""
+    from planner.validate.families import family_stats, row_traits
+
+    traits = [row_traits(r.run) for r in predictor.rows]
+    ins = family_stats(traits, [row["in_sample_error"] for row in cv["rows"]])
+    held = family_stats(traits, [row["held_out_error"] for row in cv["rows"]])
+    return [{"family": i["family"], "in_sample": i, "held_out": h} for i, h in zip(ins, held)]
+
+
 def _pct(stats: dict) -> str:
     if not stats["rows"]:
         return "-"
@@ -58,6 +69,11 @@ def format_cross_validation(cv: dict, intervals: Optional[dict] = None) -> str:
         lines.append(f"{source:<24}{h['rows']:>5}  {_pct(fold['in_sample']):>24}  {_pct(h):>24}  {h['mape'] * 100:>12.1f}%")
     s, h = cv["in_sample"], cv["held_out"]
     lines.append(f"{'all':<24}{h['rows']:>5}  {_pct(s):>24}  {_pct(h):>24}  {h['mape'] * 100:>12.1f}%")
+    if cv.get("families"):
+        lines += ["", "by family (rows of every source that stress one mechanism; held out = each row under its own source's fold):"]
+        for fam in cv["families"]:
+            ins, held = fam["in_sample"], fam["held_out"]
+            lines.append(f"{fam['family']:<24}{held['rows']:>5}  {_pct(ins):>24}  {_pct(held):>24}")
     lines += ["", "constants fitted without each source:",
               f"{'':<24}" + "".join(f"{SHORT[n]:>10}" for n in FIT_RANGES)]
     for source, fold in cv["per_source"].items():
@@ -85,6 +101,7 @@ def run_cross_validation(runs_file: Optional[Path], confidence: str = "high", re
     if len({r.source for r in predictor.rows}) < 2:
         raise PlannerInputError("--cross-validate needs rows from at least two sources")
     cv = cross_validate(predictor)
+    cv["families"] = cross_validation_families(predictor, cv)
     intervals = None
     if resamples:
         intervals = {"resamples": resamples, "seed": seed, "constants": bootstrap(predictor, resamples, seed)}

@@ -38,14 +38,20 @@ def summarize(results: list[RowResult], confidence: str = "high", state_filter: 
             "mean_signed_error": float(np.mean([r.error for r in rs])),
         }
 
+    def memory_stats(rs):
+        mem = [r for r in rs if r.memory_error is not None]
+        return {"rows": len(mem), "median_abs_error": float(np.median(np.abs([r.memory_error for r in mem]))) if mem else None}
+
+    from planner.validate.families import RowTraits, family_stats
+
     summary = stats(keep)
     summary["confidence"] = confidence
     summary["per_source"] = {src: stats([r for r in keep if r.source == src]) for src in sorted({r.source for r in keep})}
-    mem = [r for r in results if r.memory_error is not None]
-    summary["memory"] = {
-        "rows": len(mem),
-        "median_abs_error": float(np.median(np.abs([r.memory_error for r in mem]))) if mem else None,
-    }
+    for src, st in summary["per_source"].items():
+        st["memory"] = memory_stats([r for r in results if r.source == src])
+    summary["memory"] = memory_stats(results)
+    summary["families"] = family_stats([RowTraits(**r.traits) for r in keep if r.traits],
+                                       [r.error for r in keep if r.traits])
     summary["unmapped"] = [{"id": r.id, "reason": r.reason} for r in results if r.error is None]
     left_out = [{"id": r.id, "confidence": r.confidence} for r in results if r.error is not None and not _counted(r, confidence)]
     if state_filter and left_out:
@@ -95,11 +101,20 @@ def format_table(results: list[RowResult], summary: dict) -> str:
         return (f"{st['rows']} rows: median |err| {st['median_abs_error'] * 100:.1f}%, "
                 f"p90 {st['p90_abs_error'] * 100:.1f}%, MAPE {st['mape'] * 100:.1f}%, mean signed {st['mean_signed_error'] * 100:+.1f}%")
 
+    def fmt_memory(st):
+        mem = st.get("memory") or {}
+        return f"; peak memory {mem['rows']} rows, median |err| {mem['median_abs_error'] * 100:.1f}%" if mem.get("rows") else ""
+
     lines.append(f"summary ({_filter_text(s)}) {fmt(s)}")
     for src, st in s["per_source"].items():
-        lines.append(f"  {src:<24}{fmt(st)}")
+        lines.append(f"  {src:<24}{fmt(st)}{fmt_memory(st)}")
     if s["memory"]["rows"]:
         lines.append(f"peak memory: {s['memory']['rows']} rows with published peak, median |err| {s['memory']['median_abs_error'] * 100:.1f}%")
+    if s.get("families"):
+        from planner.validate.families import format_family_line
+
+        lines.append("by family (rows of every source that stress one mechanism):")
+        lines += [format_family_line(st) for st in s["families"]]
     for u in s["unmapped"]:
         lines.append(f"not mapped: {u['id']}: {u['reason']}")
     return "\n".join(lines)

@@ -122,7 +122,9 @@ def format_table(results: list[RowResult], summary: dict) -> str:
 
 def llama3_405b_production_check() -> dict:
     """The Llama 3 405B production layout (Llama 3 paper, Table 4: TP8 CP1 PP16 DP128 on
-    16,384 H100, 8K sequences, 16M-token batches): peak memory per recompute setting."""
+    16,384 H100, 8K sequences, 16M-token batches; Sec. 3.3.2: one layer fewer on the first and
+    last stages, optimizer states and gradients sharded over data parallel, no activation
+    checkpointing): peak memory per recompute setting, Megatron's ZeRO-1 and the paper's ZeRO-2."""
     from costmodel import Layout, evaluate
     from hardware_catalog import get_cluster, get_gpu, get_model
 
@@ -130,6 +132,7 @@ def llama3_405b_production_check() -> dict:
     gpu = get_gpu(cluster.gpu)
     out = {}
     variants = {
+        "none, ZeRO-2, 7/8/7 layers (the paper's)": ("none", None, 1, None),
         "none": ("none", None, 1, None),
         "selective": ("selective", None, 1, None),
         # Megatron-Core's fine-grained selective recompute of the MLP (--recompute-modules mlp).
@@ -139,8 +142,10 @@ def llama3_405b_production_check() -> dict:
         "full, half the layers, vpp 4": ("full", -2, 4, None),
     }
     for label, (rc, layers, vpp, modules) in variants.items():
-        lay = Layout(tp=8, cp=1, pp=16, dp=128, vpp=vpp, zero=1, mbs=1, gbs=2048, seq_len=8192, recompute=rc,
-                     recompute_layers=layers, recompute_modules=modules)
+        paper = label.startswith("none, ZeRO-2")
+        lay = Layout(tp=8, cp=1, pp=16, dp=128, vpp=vpp, zero=2 if paper else 1, mbs=1, gbs=2048, seq_len=8192,
+                     recompute=rc, recompute_layers=layers, recompute_modules=modules,
+                     pp_first_layers=7 if paper else None, pp_last_layers=7 if paper else None)
         r = evaluate(model, cluster, lay, gpu=gpu)
         out[label] = {
             "peak_gib": float(r.memory_gib["peak"][0]),
@@ -155,7 +160,7 @@ def format_production_check(check: dict) -> str:
     lines = ["Llama 3 405B production layout (TP8 CP1 PP16 DP128, 16,384 x H100 80GB, seq 8192, gbs 2048 = 16M tokens):"]
     for rc, v in check.items():
         verdict = "fits" if v["fits"] else "does not fit"
-        lines.append(f"  recompute {rc:<29} peak {v['peak_gib']:6.1f} of {v['capacity_gib']:.1f} GiB: {verdict:<13} "
+        lines.append(f"  recompute {rc:<42} peak {v['peak_gib']:6.1f} of {v['capacity_gib']:.1f} GiB: {verdict:<13} "
                      f"{v['tokens_per_s_per_gpu']:.0f} tokens/s/GPU")
     fitting = [rc for rc, v in check.items() if v["fits"]]
     lines.append(f"  -> fits an 80 GB H100 with recompute: {'; '.join(fitting) if fitting else 'none of them'}")

@@ -438,3 +438,16 @@ def test_zero_2_under_a_pipeline_is_listed_only_when_asked_for():
     assert res.results and all(r["layout"]["zero"] != 2 for r in res.results)
     pinned = search(MID, 64, GPU, CLUSTER, gbs=128, pins={"pp": 2, "zero": 2}, method="exhaustive", top=3)
     assert pinned.results and all(r["layout"]["zero"] == 2 for r in pinned.results)
+
+
+def test_zero_2_under_a_pipeline_offered_when_asked_or_when_nothing_else_fits():
+    # ZeRO-2 under PP (gradients sharded, Llama 3's FSDP) runs in none of the exported launchers:
+    # the search drops it unless --zero is pinned or the sharded-gradient retry is on.
+    from types import SimpleNamespace
+
+    from search.exhaustive import _offered_zero
+
+    batch = LayoutBatch.from_arrays(zero=np.array([1, 2, 2, 3]), pp=np.array([4, 4, 1, 4]))
+    free, pinned = SimpleNamespace(pins={}), SimpleNamespace(pins={"zero": 2})
+    np.testing.assert_array_equal(_offered_zero(free, batch, False), [True, False, True, True])
+    assert _offered_zero(free, batch, True).all() and _offered_zero(pinned, batch, False).all()

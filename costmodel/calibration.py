@@ -8,10 +8,7 @@ constant within the plausible range that public kernel benchmarks give, then mov
 constants at a time, minimising the mean absolute error of tokens/s/GPU with each row's error
 capped at 20% (rows whose mechanism the model lacks weigh like any 20% miss and cannot drag
 every constant). Fitted 2026-11-25 on 83 rows of 8 sources, after ring attention's chunking
-(costmodel.compute.ATTENTION_L0) was priced; refitted 2026-11-27 (gemm bf16 0.86 -> 0.82, FA3 x
-1.5 -> 1.4, hbm 0.90 -> 0.85, clock 0.86 -> 0.92) once attention was priced at the keys each
-kernel sees (costmodel.compute.attention_efficiency; the intervals below are the 2026-11-25
-bootstrap's, to be re-run); ``comm_sm_fraction``, ``dp_overlap``,
+(costmodel.compute.ATTENTION_L0) was priced; ``comm_sm_fraction``, ``dp_overlap``,
 ``kernels_per_layer`` and the memory constants are set from their sources, not fitted.
 
 The measured kernel numbers (benchmarks/results/h100_kernels.json, from a lent H100 SXM) come
@@ -32,7 +29,7 @@ from dataclasses import dataclass, replace
 class Calibration:
     """Global constants of the cost model."""
 
-    gemm_efficiency_bf16: float = 0.82
+    gemm_efficiency_bf16: float = 0.86
     """Achievable fraction of dense BF16 peak for large, compute-bound GEMMs.
     cuBLAS reaches ~750-800 of 989 TFLOP/s on H100 SXM and ~250-270 of 312 on A100 for large
     BF16 GEMMs (NVIDIA cuBLAS/Transformer Engine benchmarks; Narayanan et al. 2021 report up to
@@ -41,9 +38,9 @@ class Calibration:
     GEMM shapes, which fit e_max·K/(K+350) with e_max 0.71: the catalog carries that for GH100
     parts (GPUSpec.gemm_efficiency_bf16).
     This global value is the large-K limit for GPUs without a measurement (the per-tile cost,
-    costmodel.compute.GEMM_K_OVERHEAD, comes on top); fitted on their rows (A100): 0.82 (0.86 before 2026-11-27), in
+    costmodel.compute.GEMM_K_OVERHEAD, comes on top); fitted on their rows (A100): 0.86, in
     line with cuBLAS reaching ~75-85% of the A100's 312 TFLOP/s on large GEMMs at the sustained
-    clock this fit pairs it with (0.82 x 0.92 = 0.75 of the datasheet peak).
+    clock this fit pairs it with (0.86 x 0.86 = 0.74 of the datasheet peak).
     Interval: 0.79-0.88 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
     gemm_efficiency_fp8: float = 0.70
@@ -56,39 +53,35 @@ class Calibration:
     sits just above it: the FP8 rows come from four sources, and every fit that leaves one of
     them out (or draws it less often) lands at 0.66-0.68, the prior 0.65 when it draws none."""
     attention_efficiency: float = 0.25
-    """Long-kernel limit e_max of the FlashAttention-2 class (forward + backward) as a fraction
-    of BF16 peak on Ampere/Hopper; a kernel over L keys runs at e_max · L / (L + L0)
-    (costmodel.compute.attention_efficiency: L is what each kernel sees, the ring chunk s/c or
-    the whole sequence; L0 and the native kernels' gain per architecture there).
+    """Achievable fraction of BF16 peak for the FlashAttention kernels (forward + backward).
     FlashAttention-2 reaches 50-73% of A100 peak forward and less backward (Dao 2023, Fig. 4-6);
     FlashAttention-3 ~60-75% of H100 (Shah et al. 2024). Measured on a lent H100 SXM (PyTorch
-    SDPA flash backend, causal, fwd+bwd): 0.26-0.33 at 4K-32K tokens, e_max 0.341 with L0 1272.
-    Fitted 2026-11-27 (on the shipped set, after attention was priced by kernel length): 0.25,
-    with the sustained clock 0.23 of the datasheet peak in training.
+    SDPA flash backend, causal, fwd+bwd): 0.26-0.33 at 4K-32K tokens. Fitted: 0.25 (with the
+    sustained clock, 0.215 of the datasheet peak in training) for a kernel over the whole
+    sequence; kernels over fewer keys (ring attention's chunks) run below it by the kernel
+    benchmarks' curve e_max·L/(L+L0), per architecture (costmodel.compute.attention_efficiency).
     Interval: 0.22-0.28 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
-    native_attention_speedup: float = 1.4
+    native_attention_speedup: float = 1.5
     """Speed of the architecture-native fused attention (FlashAttention-3, cuDNN 9 fused
     attention under TransformerEngine; attention="flash3") over FlashAttention-2 on Hopper and
     newer: 1.5-2.0x forward, 1.5-1.75x backward at head dim 128 (Shah et al. 2024, Sec. 4.1).
-    cuDNN 9.19 on H200 (cuDNN-frontend SDPA training benchmark) reaches e_max 0.64 against the
-    lent H100's FlashAttention-2 0.34: 1.9. Fitted 2026-11-27: 1.4 (training reaches less of the
-    native kernels' benchmark speed than of FlashAttention-2's).
+    Fitted: 1.5 (the low end of the paper's range).
     Interval: 1.45-1.87 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
-    memory_bound_efficiency: float = 0.85
+    memory_bound_efficiency: float = 0.90
     """Achievable fraction of HBM bandwidth for elementwise/normalization kernels and the
     optimizer step (STREAM-like kernels reach 80-90%; unfused PyTorch ops less). Measured on a
     lent H100 SXM: a device copy 0.81, an eager (unfused) RMSNorm 0.09, which the eager kernel
-    model prices as 9 passes at this efficiency (0.85 / 9 = 0.094). Fitted: 0.85 (0.90 before 2026-11-27).
+    model prices as 9 passes at this efficiency (0.85 / 9 = 0.094). Fitted: 0.90.
     Interval: 0.87-0.90 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
-    sustained_clock_fraction: float = 0.92
+    sustained_clock_fraction: float = 0.86
     """Tensor-core clock that a GPU holds through hours of training, as a fraction of the clock
     its datasheet peak (and a seconds-long kernel benchmark) assumes: dense GEMMs at full
     occupancy hit the board power limit and the clock steps down (NVIDIA DVFS; H100 SXM boosts
     to 1980 MHz, its 989 TFLOP/s is quoted at 1830 MHz). Scales every tensor-core peak; HBM is
-    unaffected. Fitted: 0.92 (0.86 before 2026-11-27: 1574 of 1830 MHz; H100 SXM at its 700 W limit in long GEMM loops
+    unaffected. Fitted: 0.86 (1574 of 1830 MHz; H100 SXM at its 700 W limit in long GEMM loops
     typically holds 1.6-1.75 GHz).
     Interval: 0.85-0.91 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
@@ -132,7 +125,7 @@ DEFAULT = Calibration()
 PRIOR = Calibration(
     gemm_efficiency_bf16=0.80,  # cuBLAS large BF16 GEMMs: ~75-85% of A100 peak (NVIDIA benchmarks)
     gemm_efficiency_fp8=0.65,  # lent H100, torch._scaled_mm: large-K limit 0.65 (results/h100_kernels.json)
-    attention_efficiency=0.34,  # lent H100, SDPA flash backend fwd+bwd: long-kernel limit 0.341 of e_max L/(L+1272)
+    attention_efficiency=0.30,  # lent H100, SDPA flash backend fwd+bwd: 0.26-0.33 at 4K-32K tokens
     native_attention_speedup=1.5,  # FlashAttention-3 over -2: 1.5-2.0x fwd, 1.5-1.75x bwd (Shah et al. 2024 Sec. 4.1)
     memory_bound_efficiency=0.80,  # lent H100: device copy at 0.81 of HBM bandwidth
     kernel_overhead_us=5.0,  # 3-8 us per dependent kernel on recent GPUs/CUDA (middle of the range)

@@ -354,19 +354,24 @@ def test_utilization_counts_recompute_as_hardware_flops():
 
 
 def test_attention_efficiency_by_kernel_length_and_architecture():
-    # e(L) = e_max L / (L + L0): half of e_max at L = L0, for the FA2 class (e_max = the
-    # calibrated attention_efficiency, L0 1272 from the lent H100) and for Hopper's native
-    # kernels (e_max x native speedup, L0 1200 from cuDNN's H200 benchmark); FlashAttention-2
-    # on Blackwell keeps 0.48 of its Hopper fraction of peak (cuDNN-frontend's B200 artifact:
-    # 0.163 of 2250 against the lent H100's 0.341 of 989).
+    # Calibrated at a kernel over the whole sequence s; a kernel over L keys runs at
+    # e(L) / e(s) = (1 + L0/s) / (1 + L0/L): FA2 class L0 1272 (lent H100), Hopper's native
+    # kernels L0 1200 (cuDNN's H200 benchmark). FlashAttention-2 on Blackwell keeps 0.48 of its
+    # Hopper fraction of peak (cuDNN-frontend's B200 artifact: 0.163 of 2250 against the lent
+    # H100's 0.341 of 989).
     from costmodel.compute import ATTENTION_L0, NATIVE_ATTENTION_L0, attention_efficiency
 
     cal = DEFAULT.with_(attention_efficiency=0.4, native_attention_speedup=1.5)
-    flash, flash3 = LayoutBatch.from_arrays(attention=0), LayoutBatch.from_arrays(attention=2)
+    s = 8192.0
+    flash = LayoutBatch.from_arrays(attention=0, seq_len=8192)
+    flash3 = LayoutBatch.from_arrays(attention=2, seq_len=8192)
     h100, b200 = get_gpu("h100-sxm"), get_gpu("b200")
-    assert attention_efficiency(h100, flash, cal, ATTENTION_L0)[0] == pytest.approx(0.2)
-    assert attention_efficiency(h100, flash3, cal, NATIVE_ATTENTION_L0["hopper"])[0] == pytest.approx(0.3)
-    assert attention_efficiency(b200, flash, cal, 1e12)[0] == pytest.approx(0.4 * 0.48)
+    assert attention_efficiency(h100, flash, cal, s)[0] == pytest.approx(0.4)
+    L0 = ATTENTION_L0
+    assert attention_efficiency(h100, flash, cal, L0)[0] == pytest.approx(0.4 * (1 + L0 / s) / 2)
+    L0n = NATIVE_ATTENTION_L0["hopper"]
+    assert attention_efficiency(h100, flash3, cal, L0n)[0] == pytest.approx(0.6 * (1 + L0n / s) / 2)
+    assert attention_efficiency(b200, flash, cal, s)[0] == pytest.approx(0.4 * 0.48)
     # The cuDNN GB200 figures the Blackwell L0 comes from: 886 TFLOP/s at 2K, 1536 at 32K
     # (fwd+bwd) fit e_max L / (L + L0) with L0 = 1680 to within 1%.
     ratio = (32768 / (32768 + 1680)) / (2048 / (2048 + 1680))

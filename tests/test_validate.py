@@ -19,22 +19,19 @@ def results():
 
 def test_accuracy_on_reference_set_high_confidence(results):
     s = summarize(results, "high")
-    # The targets (median <= 5%, p90 <= 10%); measured: median 3.9%, p90 9.5%, MAPE
-    # 4.8% over 83 rows since attention is priced by kernel length (3.3% / 9.6% before; the
-    # held-out figures decide, see costmodel/calibration.py and the validate note).
+    # The targets (median <= 5%, p90 <= 10%); measured: median 3.3%, p90 9.6%, MAPE
+    # 4.8% over 83 rows (see costmodel/calibration.py and the validate note).
     assert s["rows"] >= 80
-    assert s["median_abs_error"] <= 0.04
+    assert s["median_abs_error"] <= 0.035
     assert s["p90_abs_error"] <= 0.10
     assert s["mape"] <= 0.05
     # Early DeepSpeed ZeRO-3 is priced from its code (costmodel.zero3_blocking): the
     # Narayanan et al. rows, which include it, stay close.
     assert s["per_source"]["narayanan2021"]["mape"] <= 0.06
     # Sources the model covers by mechanism stay tight.
-    # (torchtitan_bench 7.4% since attention is priced by kernel length: its FlashAttention-2
-    # kernels at 8K run at 8192 / (8192 + 1272) of e_max; 4.3% before.)
     for source in ("nemo_perf_2407", "nemo_longseq", "megatron_readme_2024", "korthikanti2022",
                    "torchtitan_bench", "llmfoundry_bench"):
-        assert s["per_source"][source]["median_abs_error"] <= 0.08, source
+        assert s["per_source"][source]["median_abs_error"] <= 0.07, source
     # Peak memory where published (torchtitan rows): eager loss and FSDP buffers priced.
     assert s["memory"]["rows"] >= 8
     assert s["memory"]["median_abs_error"] <= 0.05

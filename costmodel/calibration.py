@@ -59,8 +59,9 @@ class Calibration:
     FlashAttention-2 reaches 50-73% of A100 peak forward and less backward (Dao 2023, Fig. 4-6);
     FlashAttention-3 ~60-75% of H100 (Shah et al. 2024). Measured on a lent H100 SXM (PyTorch
     SDPA flash backend, causal, fwd+bwd): 0.26-0.33 at 4K-32K tokens. Fitted: 0.25 (with the
-    sustained clock, 0.215 of the datasheet peak in training) for a whole sequence; ring
-    attention's shorter chunks run below it (costmodel.compute.ATTENTION_L0).
+    sustained clock, 0.215 of the datasheet peak in training) for a kernel over the whole
+    sequence; kernels over fewer keys (ring attention's chunks) run below it by the kernel
+    benchmarks' curve e_max·L/(L+L0), per architecture (costmodel.compute.attention_efficiency).
     Interval: 0.22-0.28 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
     native_attention_speedup: float = 1.5

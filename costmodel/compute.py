@@ -168,19 +168,49 @@ def _kernels(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration) -> _Kernels:
     )
 
 
-def _attention_core(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: Calibration, kern: _Kernels):
-    """(forward seconds, backward / forward factor, FLOPs run) of the attention core, heads
-    split over TP (KV heads replicated when tp > g: Megatron allows it)."""
-    core_flops = kern.tokens * attention_core_flops_per_token(model, batch.seq_len) / kern.tp
-    # FlashAttention-3 / cuDNN's warp-specialized kernels use Hopper's wgmma and TMA: 1.5-2.0x
-    # FlashAttention-2 forward, 1.5-1.75x backward (Shah et al. 2024, Sec. 4.1).
+def attention_efficiency(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration, kernel_len):
+    """Fraction of the dense BF16 peak a FlashAttention-class kernel (forward + backward) runs at,
+    for keys of length ``kernel_len`` per kernel call (arrays over layouts).
+
+    A kernel over L keys runs at e(L) = e_max · L / (L + L0): every block of queries pays a
+    fixed prologue and epilogue against its loop over the keys (for a causal square of length L
+    the mean loop is L/2). L0 depends on the architecture and kernel library: cuDNN-frontend's
+    SDPA training benchmark (Llama 3.1 GQA shape, 64 query / 8 KV heads, head dim 128, causal,
+    BF16; benchmark/sdpa_benchmark_training/results/*_919_only_cudnn/llama3.1_*.csv, cuDNN 9.19)
+    gives fwd+bwd 397 -> 608 TFLOP/s from 2K to 32K on H200 (e_max 0.64 of 989, L0 1200) and
+    886 -> 1536 on GB200 (e_max 0.65 of 2500, L0 1680); its 2025 B200 run
+    (artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv) 998 at 8K, 1183 at 32K (L0 2150).
+
+    The calibrated efficiencies are those of a kernel over the whole sequence s, as the
+    reference runs measure it: ``calib.attention_efficiency`` for the FlashAttention-2 class on
+    Ampere/Hopper (the lent H100: 0.26-0.33 at 4K-32K), times ``native_attention_speedup`` for
+    the architecture-native kernels; a kernel over fewer keys (ring attention's s/c chunks) runs
+    lower by the benchmark curve, e(L) / e(s) = (1 + L0/s) / (1 + L0/L). Pricing every kernel
+    on the absolute curve from one e_max (so a 128K-token kernel runs faster than a 4K one)
+    fitted the NeMo B200 long-sequence runs but not the rest: leave one source out on the
+    shipped set went from 3.5% to 6.4% median error (2026-11-27), so the anchor stays at the
+    whole sequence. FlashAttention-2 on Blackwell keeps about Hopper's TFLOP/s against a 2.3x
+    higher peak (``FA2_FRACTION_BY_ARCH``).
+    """
     native = batch.is_("attention", "flash3") & (gpu.architecture in ("hopper", "blackwell"))
-    attn_eff = calib.attention_efficiency * np.where(native, calib.native_attention_speedup, 1.0)
-    # Ring attention splits each sequence into c chunks; FlashAttention runs short chunks below
-    # its long-sequence efficiency (e(L) = e_max L / (L + L0), ATTENTION_L0 below).
-    seq = batch.seq_len.astype(np.float64)
-    chunking = (1.0 + ATTENTION_L0 * batch.cp / seq) / (1.0 + ATTENTION_L0 / seq)
-    t_flash = core_flops / (kern.bf16_peak * attn_eff) * chunking
+    fa2 = FA2_FRACTION_BY_ARCH.get(gpu.architecture, 1.0)
+    e_seq = calib.attention_efficiency * np.where(native, calib.native_attention_speedup, fa2)
+    l0 = np.where(native, NATIVE_ATTENTION_L0.get(gpu.architecture, ATTENTION_L0), ATTENTION_L0)
+    length = np.asarray(kernel_len, dtype=np.float64)
+    seq = np.asarray(batch.seq_len, dtype=np.float64)
+    return e_seq * (1.0 + l0 / seq) / (1.0 + l0 / length)
+
+
+def _attention_core(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: Calibration, kern: _Kernels,
+                    kernel_len=None):
+    """(forward seconds, backward / forward factor, FLOPs run) of the attention core, heads
+    split over TP (KV heads replicated when tp > g: Megatron allows it). ``kernel_len``: the
+    keys each kernel call sees (costmodel.context_parallel.attention_kernel_length; default
+    the ring-attention chunk s / c)."""
+    core_flops = kern.tokens * attention_core_flops_per_token(model, batch.seq_len) / kern.tp
+    if kernel_len is None:
+        kernel_len = batch.seq_len / batch.cp.astype(np.float64)
+    t_flash = core_flops / (kern.bf16_peak * attention_efficiency(gpu, batch, calib, kernel_len))
     # Unfused attention (pre-FlashAttention Megatron): QK^T and AV as batched GEMMs over every
     # key (the causal mask is applied after, so no blocks are skipped), plus the a x s scores
     # per token through HBM: written by QK^T, read and written by the fused scale-mask-softmax,
@@ -201,10 +231,25 @@ def _attention_core(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: C
 
 
 ATTENTION_L0 = 1272.0
-"""Tokens per attention kernel call at which FlashAttention runs at half its long-sequence
+"""Keys per attention kernel call at which FlashAttention-2 runs at half its long-sequence
 efficiency, e(L) = e_max · L / (L + L0): fitted to the fwd+bwd efficiencies measured on a lent
 H100 (PyTorch SDPA flash backend, causal; benchmarks/results/h100_kernels.json): 0.260 at 4K,
 0.290-0.296 at 8K, 0.328 at 32K tokens give L0 = 1272, e_max = 0.341 (8K predicted 0.295)."""
+
+NATIVE_ATTENTION_L0 = {"hopper": 1200.0, "blackwell": 1680.0}
+"""L0 of the architecture-native kernels (cuDNN fused attention / FlashAttention-3 and -4),
+from cuDNN-frontend's SDPA training benchmark, Llama 3.1 shape, causal BF16, cuDNN 9.19
+(results/h200_919_only_cudnn and gb200_919_only_cudnn/llama3.1_*.csv): fwd+bwd TFLOP/s at 2K
+and 32K fitted to e_max L / (L + L0): H200 397 and 608 -> L0 1200; GB200 886 and 1536 -> 1680
+(2025's B200 run: 2150; the kernels' short-sequence cost fell release by release)."""
+
+FA2_FRACTION_BY_ARCH = {"blackwell": 0.48}
+"""FlashAttention-2's long-kernel efficiency on an architecture, relative to Ampere/Hopper's
+(the fraction of peak ``Calibration.attention_efficiency`` is): its mma.sync kernels do not use
+Blackwell's tcgen05 tensor cores, so they keep about Hopper's TFLOP/s against a 2.3x higher
+peak: cuDNN-frontend's B200 artifact (sdpa_bf16_benchmark_results_NVIDIA_B200.csv) measures
+flash_attention fwd+bwd at 368 TFLOP/s at 32K (0.163 of 2250), the lent H100 0.341 of 989:
+0.163 / 0.341 = 0.48."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +298,7 @@ class _LayerAssembler:
     core, memory-bound kernels and launches, forward and backward."""
 
     def __init__(self, model: ModelSpec, counts: ParamCounts, gpu: GPUSpec, batch: LayoutBatch, calib: Calibration,
-                 kern: _Kernels):
+                 kern: _Kernels, attention_kernel_len=None):
         h = float(model.hidden_size)
         a = float(model.num_attention_heads)
         d_v = float(attention_v_dim(model))
@@ -263,7 +308,8 @@ class _LayerAssembler:
         in_width = (counts.attention_per_layer - out_proj) / h  # all input-side projections, as one GEMM
         self.t_qkv, self.f_qkv = kern.gemm(kern.tokens, h, in_width / kern.tp)
         self.t_out, self.f_out = kern.gemm(kern.tokens, a * d_v / kern.tp, h)
-        self.t_core, self.core_backward_factor, self.core_flops = _attention_core(model, gpu, batch, calib, kern)
+        self.t_core, self.core_backward_factor, self.core_flops = _attention_core(model, gpu, batch, calib, kern,
+                                                                                 attention_kernel_len)
         self.ew = _elementwise(model)
         # Eager PyTorch launches one kernel per operator: the norms' 5 extra each, rotary's 4 extra
         # for Q and for K, repeat_kv and the contiguous copies (3), the separate SiLU product (1):
@@ -340,12 +386,14 @@ def _dense_layer(model: ModelSpec, asm: _LayerAssembler, shared) -> LayerTimes:
 
 
 def dense_layer_parts(
-    model: ModelSpec, counts: ParamCounts, gpu: GPUSpec, batch: LayoutBatch, calib: Calibration
+    model: ModelSpec, counts: ParamCounts, gpu: GPUSpec, batch: LayoutBatch, calib: Calibration,
+    attention_kernel_len=None,
 ):
     """(one dense layer's times, the assembler, the modules dense and MoE layers share): what
-    ``costmodel.moe.dense_and_moe_layer_times`` builds a MoE layer from."""
+    ``costmodel.moe.dense_and_moe_layer_times`` builds a MoE layer from. ``attention_kernel_len``:
+    keys per attention kernel call (default s / c, the ring chunk)."""
     kern = _kernels(gpu, batch, calib)
-    asm = _LayerAssembler(model, counts, gpu, batch, calib, kern)
+    asm = _LayerAssembler(model, counts, gpu, batch, calib, kern, attention_kernel_len)
     shared = _shared_modules(model, kern)
     return _dense_layer(model, asm, shared), asm, shared
 

@@ -43,16 +43,21 @@ class Sharding:
     expert_shard: np.ndarray
     """Ranks expert states are sharded over: the expert-data-parallel size t·c·dp / (ep·etp)."""
     pipelined_fsdp: np.ndarray
-    """ZeRO-2/3 under a pipeline: FSDP2 in torch.distributed.pipelining (torchtitan; DeepSpeed
+    """ZeRO-3 under a pipeline: FSDP2 in torch.distributed.pipelining (torchtitan; DeepSpeed
     and Megatron have no ZeRO-2/3 with PP), which keeps gradients unsharded until the last
-    micro-batch (stage.py backward_maybe_with_nosync) and reduce-scatters once a step."""
+    micro-batch (stage.py backward_maybe_with_nosync) and reduce-scatters once a step. ZeRO-2
+    under a pipeline keeps its own footprint: optimizer states and gradients sharded, weights
+    not resharded after forward, gradients reduce-scattered (in FP32) after every micro-batch
+    into the FP32 shard that accumulates them, as Llama 3 405B was trained with PP 16 (Llama 3
+    paper Sec. 3.3.2: FSDP shards the optimizer states and gradients but does not reshard the
+    model after forward; Sec. 3.3.4: gradients accumulated and reduce-scattered in FP32)."""
     unreplicated: np.ndarray
     """Neither dense nor expert states have a data-parallel replica: nothing to reduce."""
     grad_bytes: np.ndarray
     """Bytes per gradient element: 4 (FP32 main grads), 2 with BF16 gradient buffers
     (Megatron-Core grad_reduce_in_fp32=False, reduced in BF16 too)."""
     state_divisors: tuple
-    """``memory.zero_divisors`` of the footprint: under a pipeline FSDP2 keeps a stage's
+    """``memory.zero_divisors`` of the footprint: under a pipeline FSDP2 (ZeRO-3) keeps a stage's
     gradients (and, after a backward, its weights) unsharded for the whole step, ZeRO-1's."""
 
 
@@ -66,7 +71,7 @@ def sharding(ctx: ChunkContext) -> Sharding:
     replicas = ctx.dp / shard
     dense_shard = shard * ctx.cp
     expert_shard = np.maximum(ctx.tp * ctx.cp * ctx.dp / (ctx.ep * ctx.etp) / replicas, 1.0)
-    pipelined_fsdp = (ctx.pp > 1) & (zero >= 2)
+    pipelined_fsdp = (ctx.pp > 1) & (zero == 3)
     return Sharding(
         zero=zero,
         dense_shard=dense_shard,
@@ -167,8 +172,8 @@ def overlap_windows(ctx: ChunkContext, stage_compute):
 
 def reduce_scatters_per_step(sh: Sharding, m):
     """ZeRO-2 keeps only a shard of the gradients, so it reduce-scatters after every
-    micro-batch's backward (DeepSpeed stage 2 IPG buckets; FSDP SHARD_GRAD_OP without no_sync),
-    except under a pipeline (FSDP2 then syncs once a step); ZeRO-1 once a step."""
+    micro-batch's backward (DeepSpeed stage 2 IPG buckets; FSDP SHARD_GRAD_OP without no_sync;
+    Llama 3's FSDP under PP 16), ZeRO-1 once a step (``pipelined_fsdp`` is ZeRO-3 only)."""
     return np.where((sh.zero == 2) & ~sh.pipelined_fsdp, m, 1.0)
 
 
@@ -227,7 +232,7 @@ def fsdp2_copy_out(ctx: ChunkContext, sh: Sharding, heavy: HeaviestStage, pipeli
     parameter, per gather. FSDP1 / DeepSpeed and Megatron-FSDP gather into the buffer the
     parameters view: nothing to copy. (The reduce-scatter's copy-in, torch._chunk_cat, runs on
     the reduce-scatter stream, hidden.)"""
-    fsdp2 = (sh.zero == 3) & (ctx.batch.fsdp == 1)
+    fsdp2 = (sh.zero == 3) & ctx.batch.is_("fsdp", "fsdp2")
     if not fsdp2.any():
         return np.zeros(ctx.n)
     bandwidth = ctx.gpu.memory_bandwidth_gbps * 1e9 * ctx.calib.memory_bound_efficiency

@@ -248,11 +248,12 @@ def moe_layer(model: ModelSpec, batch: LayoutBatch, gpu, calib, asm, shared) -> 
     return host_bound(layer, np.where(graphed, 0.0, host_ops), synced)
 
 
-def dense_and_moe_layer_times(model: ModelSpec, counts, gpu, batch: LayoutBatch, calib) -> tuple[LayerTimes, LayerTimes]:
+def dense_and_moe_layer_times(model: ModelSpec, counts, gpu, batch: LayoutBatch, calib,
+                              attention_kernel_len=None) -> tuple[LayerTimes, LayerTimes]:
     """Times of one dense layer and one MoE layer (the MoE one equals the dense one for dense
     models): the dense layer from ``costmodel.compute``, the MoE layer built here on its shared
-    modules."""
-    dense, asm, shared = dense_layer_parts(model, counts, gpu, batch, calib)
+    modules. ``attention_kernel_len``: keys per attention kernel call (default s / c)."""
+    dense, asm, shared = dense_layer_parts(model, counts, gpu, batch, calib, attention_kernel_len)
     if model.moe is None:
         return dense, dense
     return dense, moe_layer(model, batch, gpu, calib, asm, shared)

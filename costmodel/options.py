@@ -317,6 +317,8 @@ GRAD_DTYPES = ("fp32", "bf16")
 """Gradient buffer / data-parallel reduction dtypes; codes 0, 1."""
 ZERO3_GATHERS = ("prefetch", "blocking")
 """How ZeRO-3 fetches parameters; codes 0, 1."""
+CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
+"""How context-parallel attention communicates (Megatron --cp-comm-type); codes 0-3."""
 TP_OVERLAP_KINDS = ("userbuffers", "asynctp")
 """What implements TP communication overlap; codes 0, 1."""
 FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
@@ -478,6 +480,24 @@ class Layout:
     """Overlap the tensor-parallel all-gathers / reduce-scatters with the GEMMs they feed
     (Megatron --tp-comm-overlap: TransformerEngine userbuffers, needs sequence parallelism).
     Off by default, as in Megatron. The search applies it where tp > 1 with SP."""
+    cp_comm_type: str = option(
+        "p2p", "With --cp > 1, how attention exchanges the sequence: p2p (ring of K/V chunks) | a2a (Ulysses: "
+        "all-to-all heads for sequence, each kernel sees the whole sequence; heads/tp divisible by cp) | allgather "
+        "(K/V all-gathered, each kernel sees the whole sequence) | a2a+p2p (all-to-all inside the scale-up "
+        "domain, ring across domains).",
+        kind=CHOICE, group=IMPLEMENTATION, choices=CP_COMM_TYPES, search=SETTING, label="cp-{value}",
+        source="Megatron-LM --cp-comm-type (megatron/training/arguments.py); TransformerEngine "
+               "attention/dot_product_attention/context_parallel.py (AttnFuncWithCPAndKVP2P, AttnFuncWithCPAndQKVOA2A, "
+               "AttnFuncWithCPAndKVAllGather); Jacobs et al. 2023 (DeepSpeed-Ulysses)",
+        rules=("cp_comm_type_needs_cp", "cp_a2a_divides_heads"))
+    """Context-parallel communication (Megatron-Core / TransformerEngine ``cp_comm_type``): p2p
+    runs ring attention (each of the c - 1 steps sends a K/V chunk behind one chunk's attention;
+    kernels see s/c keys); a2a (DeepSpeed-Ulysses) trades the sequence split for a head split
+    with all-to-alls of Q, K, V before and O after attention, exposed, and every kernel sees the
+    whole sequence; allgather gathers the K/V of the whole sequence before attention (and
+    reduce-scatters dK/dV after it) without overlap, kernels see the whole sequence; a2a+p2p
+    (hierarchical, LongVILA / USP) all-to-alls inside the CP ranks of one scale-up domain and
+    rings across domains. Default p2p, Megatron's."""
     tp_overlap_kind: str = option(
         "userbuffers", "With --tp-comm-overlap, what overlaps: userbuffers (TransformerEngine: every pass) | asynctp "
         "(PyTorch micro-pipeline TP, torchtitan: the forward passes; backward TP collectives stay exposed).",

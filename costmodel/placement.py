@@ -28,3 +28,17 @@ def pipeline_crosses_network(tp, cp, dp, pp, domain_size: int):
     as the whole pipeline does not fit in one domain."""
     stride = np.asarray(tp) * np.asarray(cp) * np.asarray(dp)
     return stride * np.asarray(pp) > domain_size
+
+
+def cp_a2a_ranks(cp_comm_type, cp, tp, domain_size: int):
+    """Ranks of the all-to-all (Ulysses) part of context parallelism, by ``cp_comm_type`` code
+    (costmodel.options.CP_COMM_TYPES): every CP rank for a2a; for a2a+p2p the CP ranks inside one
+    scale-up domain (CP ranks stride TP: min(cp, domain / tp); Megatron-LM
+    --hierarchical-context-parallel-sizes, all-to-all on NVLink and the ring over the network,
+    TransformerEngine PR #1209); 1 for p2p and allgather. The ring then runs over cp / these."""
+    from costmodel.options import CP_COMM_TYPES
+
+    kind = np.asarray(cp_comm_type)
+    cp = np.asarray(cp, dtype=np.int64)
+    inside = np.clip(domain_size // np.maximum(np.asarray(tp, dtype=np.int64), 1), 1, np.maximum(cp, 1))
+    return np.where(kind == CP_COMM_TYPES.index("a2a"), cp, np.where(kind == CP_COMM_TYPES.index("a2a+p2p"), inside, 1))

@@ -72,15 +72,14 @@ def recipe_cost(ctx, moe_layer: bool):
     elements again, and re-reads nothing else: 2x forward as compute's elementwise backward), and
     under current scaling the TP amax all-reduces of the sequence-parallel inputs."""
     batch = ctx.batch
-    fp8 = batch.precision == 1
-    recipe = batch.fp8_recipe
+    fp8 = batch.is_("precision", "fp8")
     extra = np.zeros(ctx.n)
-    for code, name in enumerate(FP8_RECIPES):
-        extra = np.where(recipe == code, EXTRA_BYTES_PER_ELEMENT[name], extra)
+    for name in FP8_RECIPES:
+        extra = np.where(batch.is_("fp8_recipe", name), EXTRA_BYTES_PER_ELEMENT[name], extra)
     bandwidth = ctx.gpu.memory_bandwidth_gbps * 1e9 * ctx.calib.memory_bound_efficiency
     elements = quantised_elements_per_token(ctx.model, moe_layer)
     fwd = np.where(fp8, ctx.tokens_mb * extra * elements / ctx.tp / bandwidth, 0.0)
-    current = fp8 & (recipe == FP8_RECIPES.index("current")) & ctx.sp & (ctx.tp > 1)
+    current = fp8 & batch.is_("fp8_recipe", "current") & ctx.sp & (ctx.tp > 1)
     if current.any():
         tp_local, tp_nodes = group_span(batch.tp, 1, ctx.domain)
         amax, _ = collectives.collective_time("all_reduce", 4.0, tp_local, tp_nodes, ctx.fabric)
@@ -91,7 +90,7 @@ def recipe_cost(ctx, moe_layer: bool):
 
 def with_recipe(ctx, dense: LayerTimes, moe: LayerTimes) -> tuple[LayerTimes, LayerTimes]:
     """The layer times with the recipe's quantisation added (unchanged under delayed scaling)."""
-    if not np.any((ctx.batch.precision == 1) & (ctx.batch.fp8_recipe != 0)):
+    if not np.any(ctx.batch.is_("precision", "fp8") & ~ctx.batch.is_("fp8_recipe", "delayed")):
         return dense, moe
     d_fwd, d_bwd = recipe_cost(ctx, False)
     dense2 = replace(dense, forward=dense.forward + d_fwd, backward=dense.backward + d_bwd)

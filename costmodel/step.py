@@ -90,7 +90,8 @@ def _fill_result(out: BatchResult, part: BatchResult, rows: slice) -> None:
 
 def layer_costs(ctx, split: StageSplit) -> tuple[LayerCosts, recompute.SelectiveRecompute]:
     """Per-layer, per-micro-batch cost of every mechanism on the critical path."""
-    dense, moe = dense_and_moe_layer_times(ctx.model, ctx.counts, ctx.gpu_clocked, ctx.batch, ctx.calib)
+    kernel_len = context_parallel.attention_kernel_length(ctx.batch, ctx.domain)
+    dense, moe = dense_and_moe_layer_times(ctx.model, ctx.counts, ctx.gpu_clocked, ctx.batch, ctx.calib, kernel_len)
     if ctx.model.hybrid_layers:  # Mamba / attention / MLP pattern: the average pattern layer
         dense = moe = ssm.hybrid_layer_times(ctx.model, ctx.gpu_clocked, ctx.batch, ctx.calib, dense)
     dense, moe = quantize.with_recipe(ctx, dense, moe)  # FP8 scaling recipes beyond delayed scaling

@@ -154,11 +154,14 @@ def _distinct_recompute(problem: Problem, batch) -> np.ndarray:
     return distinct | ~batch.is_("recompute", "full")
 
 
-def _distinct_zero(problem: Problem, batch) -> np.ndarray:
-    """False for ZeRO-2 under a pipeline unless the user asked for it: FSDP2 under
-    torch.distributed.pipelining keeps gradients unsharded for the whole step, so the cost model
-    prices it exactly as ZeRO-1 (costmodel.step), already in the pool."""
-    if "zero" in problem.pins:
+def _offered_zero(problem: Problem, batch, sharded_pipeline_grads: bool) -> np.ndarray:
+    """False for ZeRO-2 under a pipeline unless the user asked for it (``--zero``) or
+    ``sharded_pipeline_grads``: gradients sharded and reduce-scattered per micro-batch under PP
+    is how Llama 3 405B was trained (its paper, Sec. 3.3.2), but none of the launchers planner
+    exports runs it (Megatron-FSDP and DeepSpeed refuse PP with ZeRO-2/3; torchtitan's FSDP2
+    keeps gradients unsharded under torch.distributed.pipelining), so the search offers it only
+    where nothing else fits (``run_exhaustive``)."""
+    if sharded_pipeline_grads or "zero" in problem.pins:
         return np.ones(len(batch), dtype=bool)
     return ~((np.asarray(batch.zero) == 2) & (np.asarray(batch.pp) > 1))
 
@@ -177,6 +180,8 @@ class Pools:
     keys: list = field(default_factory=list)
     """Ranked quantity of every layout counted in ``fits`` (arrays): where a layout found
     elsewhere (a published recipe) would rank."""
+    sharded_pipeline_grads: bool = False
+    """Offer ZeRO-2 under a pipeline although the user did not ask (``_offered_zero``)."""
     outside_envelope: int = 0
     """Layouts counted in ``fits`` but left out by ``within_envelope``."""
 
@@ -187,7 +192,8 @@ class Pools:
         self.evaluated += n
         step = np.asarray(result.step_time_s, dtype=np.float64)
         peak = np.asarray(result.memory_gib["peak"], dtype=np.float64)
-        ok = (peak <= limit) & np.isfinite(step) & _distinct_recompute(problem, result.batch) & _distinct_zero(problem, result.batch)
+        ok = ((peak <= limit) & np.isfinite(step) & _distinct_recompute(problem, result.batch)
+              & _offered_zero(problem, result.batch, self.sharded_pipeline_grads))
         self.fits += int(ok.sum())
         if problem.within_envelope:
             ok = self._within_envelope(problem, result.batch, ok)
@@ -359,6 +365,14 @@ def run_exhaustive(problems: list[Problem], *, top: int, memory_headroom: float,
             done += len(batch)
             bar.update(done)
     bar.close()
+    if pools.fits == 0:
+        # Nothing fits: offer ZeRO-2 under a pipeline too (gradients sharded, as Llama 3 trained).
+        pools = Pools(top=top, objectives=objectives, sharded_pipeline_grads=True)
+        for space in spaces:
+            p = space.problem
+            limit = memory_limit_gib(p.gpu.memory_gib, memory_headroom)
+            for start in range(0, len(space), chunk):
+                pools.add(p, _evaluate(p, space.batch(start, start + chunk), calib), limit)
     removed: dict[str, int] = {}
     for s in spaces:
         for k, v in s.removed_by_rule.items():

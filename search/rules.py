@@ -39,10 +39,11 @@ import numpy as np
 
 from costmodel.layout import LayoutBatch
 from costmodel.options import (
-    DISPATCHERS, FP8_RECIPES, OPTIONS, OPTIONS_BY_NAME, PRECISIONS, RECOMPUTE, RECOMPUTE_MODULES, TP_OVERLAP_KINDS, ZERO3_GATHERS,
+    DISPATCHERS, FP8_RECIPES, OPTIONS, OPTIONS_BY_NAME, PRECISIONS, RECOMPUTE, RECOMPUTE_MODULES, TP_OVERLAP_KINDS, CP_COMM_TYPES, ZERO3_GATHERS,
     Layout,
 )
 from costmodel.pipeline import stage_layer_split, vpp_divides_stages
+from costmodel.placement import cp_a2a_ranks
 
 
 @dataclass(frozen=True)
@@ -452,6 +453,29 @@ def _x_dp_shard(ctx, v):
             f"(got zero={v['zero']})")
 
 
+def _cp_comm_type_cp(ctx, c):
+    return (_a(c, "cp_comm_type", 0) == 0) | (_a(c, "cp", 1) > 1)
+
+
+def _x_cp_comm_type_cp(ctx, v):
+    return (f"cp_comm_type={_name(CP_COMM_TYPES, v.get('cp_comm_type', 0))} says how context parallelism "
+            f"communicates: it needs cp > 1 (got cp={v.get('cp', 1)})")
+
+
+def _cp_a2a_heads(ctx, c):
+    tp = np.maximum(_a(c, "tp", 1), 1)
+    a2a = cp_a2a_ranks(_a(c, "cp_comm_type", 0), _a(c, "cp", 1), tp, ctx.scaleup_domain)
+    heads_per_tp = ctx.heads // tp
+    kv_per_tp = np.maximum(ctx.kv_heads // tp, 1)
+    return (heads_per_tp % a2a == 0) & (kv_per_tp % a2a == 0)
+
+
+def _x_cp_a2a_heads(ctx, v):
+    return (f"cp_comm_type={_name(CP_COMM_TYPES, v.get('cp_comm_type', 0))} splits the heads over its all-to-all "
+            f"ranks: the {ctx.heads} query and {ctx.kv_heads} KV heads per tp={v.get('tp', 1)} rank must divide "
+            f"by them (cp={v.get('cp', 1)})")
+
+
 def _tp_overlap_kind(ctx, c):
     on = np.asarray(c.get("tp_comm_overlap", False)).astype(bool)
     return (_a(c, "tp_overlap_kind", 0) == 0) | on
@@ -683,6 +707,12 @@ RULES: tuple[Rule, ...] = (
          ("dp_shard", "dp", "zero"), _dp_shard, _x_dp_shard,
          source="PyTorch FSDP2 HSDP mesh [replicate, shard]; Megatron-Core parallel_state.py (dp divisible by "
                 "num_distributed_optimizer_instances)"),
+    Rule("cp_comm_type_needs_cp", "a CP communication type other than p2p needs cp > 1",
+         ("cp_comm_type", "cp"), _cp_comm_type_cp, _x_cp_comm_type_cp,
+         source="Megatron-LM --cp-comm-type (applies to context-parallel attention only)"),
+    Rule("cp_a2a_divides_heads", "all-to-all CP (a2a, a2a+p2p) splits each TP rank's query and KV heads over its ranks",
+         ("cp_comm_type", "cp", "tp"), _cp_a2a_heads, _x_cp_a2a_heads,
+         source="TransformerEngine context_parallel.py AttnFuncWithCPAndQKVOA2A (heads divisible by the CP size)"),
     Rule("tp_overlap_kind_needs_tp_comm_overlap", "a TP overlap kind other than userbuffers needs TP comm overlap",
          ("tp_overlap_kind", "tp_comm_overlap"), _tp_overlap_kind, _x_tp_overlap_kind,
          source="torchtitan parallelism.enable_async_tensor_parallel (with compile and TP > 1)"),

@@ -160,8 +160,13 @@ def test_higher_zero_never_more_memory(h100):
     for z in range(4):
         out = evaluate_batch(LLAMA_405B, h100, LayoutBatch.from_arrays(zero=z, **base))
         peaks.append(out.memory_gib["peak"])
-    for lo, hi in zip(peaks, peaks[1:]):
+    for lo, hi in zip(peaks, peaks[1:-1]):
         assert np.all(hi <= lo + 1e-9)
+    # ZeRO-3 under a pipeline is FSDP2 in torch.distributed.pipelining, which keeps gradients
+    # unsharded for the step (ZeRO-1's footprint): above ZeRO-2's there, below it without PP.
+    flat = base["pp"] == 1
+    assert np.all(peaks[3][flat] <= peaks[2][flat] + 1e-9)
+    np.testing.assert_allclose(peaks[3][~flat], peaks[1][~flat])
 
 
 def test_smaller_shard_group_never_less_memory(h100):
@@ -175,16 +180,19 @@ def test_smaller_shard_group_never_less_memory(h100):
         assert np.all(hi >= lo - 1e-9)
 
 
-def test_zero_2_and_3_under_a_pipeline_keep_zero_1_footprint(h100):
+def test_zero_3_under_a_pipeline_keeps_zero_1_footprint_zero_2_shards_gradients(h100):
     # FSDP2 under torch.distributed.pipelining (stage.py backward_maybe_with_nosync) keeps
     # gradients, and after a backward the weights, unsharded until the step's last micro-batch:
-    # ZeRO-2 is priced as ZeRO-1; ZeRO-3 has the same memory and gathers again for each backward.
+    # ZeRO-3 has ZeRO-1's memory and gathers again for each backward. ZeRO-2 under a pipeline
+    # shards the FP32 gradients over dp = 16 (Llama 3 paper Sec. 3.3.2) and reduce-scatters them
+    # after each of the 16 micro-batches: 4 B x params / 16 instead of 4 B x params.
     kw = dict(tp=8, pp=8, dp=16, mbs=1, gbs=256, seq_len=8192, recompute="full")
     z1, z2, z3 = (evaluate(LLAMA_405B, h100, Layout(zero=z, **kw)) for z in (1, 2, 3))
-    for k in ("weights", "gradients", "optimizer", "peak"):
+    for k in ("weights", "optimizer"):
         assert z2.memory_gib[k][0] == pytest.approx(z1.memory_gib[k][0])
+    assert z2.memory_gib["gradients"][0] == pytest.approx(z1.memory_gib["gradients"][0] / 16)
     assert z3.memory_gib["peak"][0] == pytest.approx(z1.memory_gib["peak"][0])
-    assert z2.step_time_s[0] == pytest.approx(z1.step_time_s[0])
+    assert z2.step_time_s[0] >= z1.step_time_s[0]
     assert z3.step_time_s[0] >= z1.step_time_s[0]
     assert z3.overlapped_terms["dp_comm"][0] + z3.time_terms["zero3_comm"][0] > (
         z1.overlapped_terms["dp_comm"][0] + z1.time_terms["dp_comm"][0])

@@ -143,8 +143,9 @@ def test_context_parallel_ring_exposure_and_kv_bytes():
 
 
 def test_ring_attention_chunks_run_below_long_sequence_efficiency():
-    # FlashAttention's efficiency e(L) = e_max L / (L + L0): splitting an 8K sequence over
-    # cp = 2 runs 4K chunks, so the attention core takes (1 + 2 L0 / s) / (1 + L0 / s) as long.
+    # FlashAttention's efficiency e(L) = e_max L / (L + L0) at the keys L each kernel sees:
+    # splitting an 8K sequence over cp = 2 runs 4K chunks, so the attention core takes
+    # (1 + L0 / 4096) / (1 + L0 / 8192) = (1 + 2 L0 / s) / (1 + L0 / s) as long.
     from costmodel.compute import ATTENTION_L0
     from costmodel.moe import dense_and_moe_layer_times
 
@@ -294,8 +295,9 @@ def test_data_parallel_zero_exposure():
     # backward window: ZeRO-1 max(0, 3 + 1 - 2.5) + 1 = 2.5.
     tr.grad_replica_all_reduce = np.array([1.0, 1.0])
     np.testing.assert_allclose(data_parallel.replicated_exposure(sh, tr, (1.0, 2.5), 1.0), [1.5, 2.5])
-    # ZeRO-2 reduce-scatters after every micro-batch, except pipelined (FSDP2, once a step).
-    sh = SimpleNamespace(zero=np.array([1, 2, 2]), pipelined_fsdp=np.array([False, False, True]))
+    # ZeRO-2 reduce-scatters after every micro-batch, with or without a pipeline (Llama 3's FSDP
+    # under PP 16); pipelined FSDP2 (ZeRO-3) once a step, ZeRO-1 once a step.
+    sh = SimpleNamespace(zero=np.array([1, 2, 3]), pipelined_fsdp=np.array([False, False, True]))
     np.testing.assert_array_equal(data_parallel.reduce_scatters_per_step(sh, 8.0), [1.0, 8.0, 1.0])
 
 
@@ -372,3 +374,79 @@ def test_utilization_counts_recompute_as_hardware_flops():
     mfu, hfu = utilization(ctx, step, np.array([tokens]), extra)
     assert mfu[0] == pytest.approx(0.5)
     assert hfu[0] == pytest.approx(0.5 * (flops[0] + expected) / flops[0])
+
+
+def test_attention_efficiency_by_kernel_length_and_architecture():
+    # Calibrated at a kernel over the whole sequence s; a kernel over L keys runs at
+    # e(L) / e(s) = (1 + L0/s) / (1 + L0/L): FA2 class L0 1272 (lent H100), Hopper's native
+    # kernels L0 1200 (cuDNN's H200 benchmark). FlashAttention-2 on Blackwell keeps 0.48 of its
+    # Hopper fraction of peak (cuDNN-frontend's B200 artifact: 0.163 of 2250 against the lent
+    # H100's 0.341 of 989).
+    from costmodel.compute import ATTENTION_L0, NATIVE_ATTENTION_L0, attention_efficiency
+
+    cal = DEFAULT.with_(attention_efficiency=0.4, native_attention_speedup=1.5)
+    s = 8192.0
+    flash = LayoutBatch.from_arrays(attention=0, seq_len=8192)
+    flash3 = LayoutBatch.from_arrays(attention=2, seq_len=8192)
+    h100, b200 = get_gpu("h100-sxm"), get_gpu("b200")
+    assert attention_efficiency(h100, flash, cal, s)[0] == pytest.approx(0.4)
+    L0 = ATTENTION_L0
+    assert attention_efficiency(h100, flash, cal, L0)[0] == pytest.approx(0.4 * (1 + L0 / s) / 2)
+    L0n = NATIVE_ATTENTION_L0["hopper"]
+    assert attention_efficiency(h100, flash3, cal, L0n)[0] == pytest.approx(0.6 * (1 + L0n / s) / 2)
+    assert attention_efficiency(b200, flash, cal, s)[0] == pytest.approx(0.4 * 0.48)
+    # The cuDNN GB200 figures the Blackwell L0 comes from: 886 TFLOP/s at 2K, 1536 at 32K
+    # (fwd+bwd) fit e_max L / (L + L0) with L0 = 1680 to within 1%.
+    ratio = (32768 / (32768 + 1680)) / (2048 / (2048 + 1680))
+    assert ratio == pytest.approx(1536 / 886, rel=0.01)
+
+
+def test_attention_kernel_length_by_cp_comm_type():
+    # s = 64K over cp = 8 with tp 2 in 8-GPU domains: p2p chunks of s/c = 8K; a2a and allgather
+    # kernels see all 64K keys; a2a+p2p all-to-alls over the 8 / 2 = 4 CP ranks of a domain and
+    # rings over 8 / 4 = 2: chunks of 32K.
+    batch = LayoutBatch.from_arrays(tp=2, cp=8, seq_len=65536, cp_comm_type=[0, 1, 2, 3])
+    lengths = context_parallel.attention_kernel_length(batch, 8)
+    np.testing.assert_allclose(lengths, [8192, 65536, 65536, 32768])
+
+
+def test_context_parallel_a2a_and_allgather_are_exposed_collectives():
+    # Llama 3 8B, tp 1, cp 4 in one domain, 16K tokens: each rank holds 4096 tokens.
+    # a2a: Q, K, V, O of 32 + 8 + 8 + 32 heads x 128 per token, BF16, all-to-all over 4 ranks
+    # before and after attention (pairwise exchange on a switch: 3 alpha + 3/4 S / B), the same
+    # each way.
+    # allgather: K, V (2 x 8 x 128 per token) of all 4 ranks gathered, a ring (3 alpha +
+    # 3/4 S / B); backward gathers again and reduce-scatters dK, dV (the same time).
+    tokens = 4096
+    layer = _layer(attention=1.0)  # a ring would hide everything; these types do not overlap
+    a2a_bytes = tokens * (2 * 32 + 2 * 8) * 128 * 2.0
+    ctx = _ctx(LLAMA_8B, tp=1, cp=4, dp=2, mbs=1, seq_len=16384, cp_comm_type=1)
+    comm = context_parallel.layer_comm(ctx, layer, layer)
+    t_a2a = 3 * ALPHA_IN + 0.75 * a2a_bytes / B_IN
+    assert comm.dense_forward[0] == pytest.approx(t_a2a, rel=1e-9)
+    assert comm.dense_backward[0] == pytest.approx(t_a2a, rel=1e-9)
+    gathered = 4 * tokens * 2 * 8 * 128 * 2.0
+    ring = 3 * ALPHA_IN + 0.75 * gathered / B_IN
+    ctx = _ctx(LLAMA_8B, tp=1, cp=4, dp=2, mbs=1, seq_len=16384, cp_comm_type=2)
+    comm = context_parallel.layer_comm(ctx, layer, layer)
+    assert comm.dense_forward[0] == pytest.approx(ring, rel=1e-9)
+    assert comm.dense_backward[0] == pytest.approx(2 * ring, rel=1e-9)
+
+
+def test_cp_all_to_all_needs_heads_divisible():
+    # Ulysses splits each TP rank's heads over the all-to-all ranks: Llama 3 8B has 8 KV heads,
+    # so a2a over cp = 16 cannot run (8 / 16), cp = 4 can; a2a+p2p at tp 4 in 8-GPU domains
+    # all-to-alls over 8 / 4 = 2 ranks (2 KV heads per TP rank: fine); a type other than p2p
+    # needs cp > 1.
+    from costmodel.options import Layout
+    from search.rules import check_layout
+
+    gpu = get_gpu(H100.gpu)
+    for kind, cp, tp, ok in (("a2a", 4, 1, True), ("a2a", 16, 1, False), ("a2a+p2p", 16, 4, True),
+                             ("allgather", 1, 1, False)):
+        lay = Layout(tp=tp, cp=cp, dp=1, seq_len=65536, cp_comm_type=kind)
+        if ok:
+            check_layout(LLAMA_8B, H100, gpu, lay, gpus=tp * cp)
+        else:
+            with pytest.raises(Exception, match="cp_a2a_divides_heads|cp_comm_type_needs_cp"):
+                check_layout(LLAMA_8B, H100, gpu, lay, gpus=tp * cp)

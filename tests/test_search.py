@@ -480,3 +480,16 @@ def test_cp_model_loads_without_pandas_and_its_pandas_helpers_still_work():
             "assert len(x) == 3 and 'pandas' in sys.modules")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
+
+
+def test_zero_2_under_a_pipeline_offered_when_asked_or_when_nothing_else_fits():
+    # ZeRO-2 under PP (gradients sharded, Llama 3's FSDP) runs in none of the exported launchers:
+    # the search drops it unless --zero is pinned or the sharded-gradient retry is on.
+    from types import SimpleNamespace
+
+    from search.exhaustive import _offered_zero
+
+    batch = LayoutBatch.from_arrays(zero=np.array([1, 2, 2, 3]), pp=np.array([4, 4, 1, 4]))
+    free, pinned = SimpleNamespace(pins={}), SimpleNamespace(pins={"zero": 2})
+    np.testing.assert_array_equal(_offered_zero(free, batch, False), [True, False, True, True])
+    assert _offered_zero(free, batch, True).all() and _offered_zero(pinned, batch, False).all()

@@ -195,6 +195,17 @@ _CORE_ATTN_ONLY = Entry(
 
 # Order matters where texts overlap: NeMo / Megatron-Bridge texts also name "(Megatron-Core)".
 PROFILES: tuple[Profile, ...] = (
+    Profile("Megatron-LM mid-2023 (before DP overlap)", r"megatron-lm commit 285068c8", (
+        Entry({"dp_comm_overlap": False}, "Megatron-LM before --overlap-grad-reduce: data-parallel collectives exposed",
+              source="Megatron-LM gained --overlap-grad-reduce / --overlap-param-gather for the distributed "
+                     "optimizer at the end of September 2023 (NVIDIA/Megatron-LM issue #391, 2023-06-29: "
+                     "'not yet', answered 2023-09-30: 'now supported'); MegaScale (Jiang et al. 2024, Sec. 3.2, "
+                     "6.1) compares against commit 285068c8 on its Sept 2023 cluster and lists DP overlap among "
+                     "what it adds"),
+        Entry({"tp_comm_overlap": False}, "",
+              source="TransformerEngine userbuffers TP overlap reached Megatron-LM with --tp-comm-overlap later; "
+                     "MegaScale Sec. 3.2 lists TP/SP overlap among what it adds over this baseline"),
+    )),
     Profile("Megatron-LM 2021-22 (PTD-P)", r"megatron-lm", (_BEFORE_FLASH,)),
     Profile("NeMo 24.x / Megatron-Bridge 25.09", r"nemo|megatron-bridge", (
         _TE_ATTENTION,

@@ -25,24 +25,6 @@ SHORT = {
 """Column titles of the constants."""
 
 
-FAMILIES: tuple = (
-    ("MoE", lambda row: row.run.model.moe is not None),
-)
-"""Named row families the cross-validation also reports on their own: (name, predicate over a
-``fit.PreparedRow``). A new family is one more pair."""
-
-
-def family_stats(predictor: Predictor, cv: dict) -> dict:
-    """Family name -> in-sample and held-out error stats of its rows (``FAMILIES``)."""
-    out = {}
-    for name, member in FAMILIES:
-        keep = [member(r) for r in predictor.rows]
-        rows = [e for e, k in zip(cv["rows"], keep) if k]
-        out[name] = {"in_sample": error_stats([e["in_sample_error"] for e in rows]),
-                     "held_out": error_stats([e["held_out_error"] for e in rows])}
-    return out
-
-
 def prepared_rows(runs_file: Optional[Path], confidence: str = "high"):
     """The rows of a runs file at ``confidence`` (high, medium = high + medium, all), mapped and
     reduced to what a calibration changes."""
@@ -58,6 +40,17 @@ def prepared_rows(runs_file: Optional[Path], confidence: str = "high"):
         except (PlannerInputError, KeyError, TypeError, ValueError):
             continue  # `planner validate` lists unmapped rows with the reason
     return prepare(mapped)
+
+
+def cross_validation_families(predictor: Predictor, cv: dict) -> list[dict]:
+    """Per family (``planner.validate.families.FAMILIES``): in-sample and held-out error stats
+    over the rows it matches."""
+    from planner.validate.families import family_stats, row_traits
+
+    traits = [row_traits(r.run) for r in predictor.rows]
+    ins = family_stats(traits, [row["in_sample_error"] for row in cv["rows"]])
+    held = family_stats(traits, [row["held_out_error"] for row in cv["rows"]])
+    return [{"family": i["family"], "in_sample": i, "held_out": h} for i, h in zip(ins, held)]
 
 
 def _pct(stats: dict) -> str:
@@ -76,10 +69,11 @@ def format_cross_validation(cv: dict, intervals: Optional[dict] = None) -> str:
         lines.append(f"{source:<24}{h['rows']:>5}  {_pct(fold['in_sample']):>24}  {_pct(h):>24}  {h['mape'] * 100:>12.1f}%")
     s, h = cv["in_sample"], cv["held_out"]
     lines.append(f"{'all':<24}{h['rows']:>5}  {_pct(s):>24}  {_pct(h):>24}  {h['mape'] * 100:>12.1f}%")
-    for name, fam in cv.get("families", {}).items():
-        fh = fam["held_out"]
-        mape = f"{fh['mape'] * 100:>12.1f}%" if fh["rows"] else f"{'-':>13}"
-        lines.append(f"{'family: ' + name:<24}{fh['rows']:>5}  {_pct(fam['in_sample']):>24}  {_pct(fh):>24}  {mape}")
+    if cv.get("families"):
+        lines += ["", "by family (rows of every source that stress one mechanism; held out = each row under its own source's fold):"]
+        for fam in cv["families"]:
+            ins, held = fam["in_sample"], fam["held_out"]
+            lines.append(f"{fam['family']:<24}{held['rows']:>5}  {_pct(ins):>24}  {_pct(held):>24}")
     lines += ["", "constants fitted without each source:",
               f"{'':<24}" + "".join(f"{SHORT[n]:>10}" for n in FIT_RANGES)]
     for source, fold in cv["per_source"].items():
@@ -107,7 +101,7 @@ def run_cross_validation(runs_file: Optional[Path], confidence: str = "high", re
     if len({r.source for r in predictor.rows}) < 2:
         raise PlannerInputError("--cross-validate needs rows from at least two sources")
     cv = cross_validate(predictor)
-    cv["families"] = family_stats(predictor, cv)
+    cv["families"] = cross_validation_families(predictor, cv)
     intervals = None
     if resamples:
         intervals = {"resamples": resamples, "seed": seed, "constants": bootstrap(predictor, resamples, seed)}

@@ -39,6 +39,8 @@ class RowResult:
     assumptions: list = field(default_factory=list)
     values: dict = field(default_factory=dict)
     """The predicted layout, every option (``Layout.to_dict``)."""
+    traits: dict = field(default_factory=dict)
+    """What the row states that families test (``planner.validate.families.RowTraits``)."""
 
 
 def _layout_known(run: MappedRun) -> bool:
@@ -124,9 +126,14 @@ def predict_run(run: MappedRun, calib: Calibration = DEFAULT) -> RowResult:
     from costmodel import evaluate_batch
     from costmodel.record import recorded_layout
 
+    from dataclasses import asdict
+
+    from planner.validate.families import row_traits
+
     res = RowResult(
         id=run.id, source=run.source, confidence=run.confidence, gpus=run.gpus, reported=float(run.reported),
         reported_memory_gib=run.reported_memory_gib, assumptions=list(run.assumptions),
+        traits=asdict(row_traits(run)),
     )
     batch = candidates(run)
     if len(batch) == 0:

@@ -38,14 +38,20 @@ def summarize(results: list[RowResult], confidence: str = "high", state_filter: 
             "mean_signed_error": float(np.mean([r.error for r in rs])),
         }
 
+    def memory_stats(rs):
+        mem = [r for r in rs if r.memory_error is not None]
+        return {"rows": len(mem), "median_abs_error": float(np.median(np.abs([r.memory_error for r in mem]))) if mem else None}
+
+    from planner.validate.families import RowTraits, family_stats
+
     summary = stats(keep)
     summary["confidence"] = confidence
     summary["per_source"] = {src: stats([r for r in keep if r.source == src]) for src in sorted({r.source for r in keep})}
-    mem = [r for r in results if r.memory_error is not None]
-    summary["memory"] = {
-        "rows": len(mem),
-        "median_abs_error": float(np.median(np.abs([r.memory_error for r in mem]))) if mem else None,
-    }
+    for src, st in summary["per_source"].items():
+        st["memory"] = memory_stats([r for r in results if r.source == src])
+    summary["memory"] = memory_stats(results)
+    summary["families"] = family_stats([RowTraits(**r.traits) for r in keep if r.traits],
+                                       [r.error for r in keep if r.traits])
     summary["unmapped"] = [{"id": r.id, "reason": r.reason} for r in results if r.error is None]
     left_out = [{"id": r.id, "confidence": r.confidence} for r in results if r.error is not None and not _counted(r, confidence)]
     if state_filter and left_out:
@@ -95,11 +101,20 @@ def format_table(results: list[RowResult], summary: dict) -> str:
         return (f"{st['rows']} rows: median |err| {st['median_abs_error'] * 100:.1f}%, "
                 f"p90 {st['p90_abs_error'] * 100:.1f}%, MAPE {st['mape'] * 100:.1f}%, mean signed {st['mean_signed_error'] * 100:+.1f}%")
 
+    def fmt_memory(st):
+        mem = st.get("memory") or {}
+        return f"; peak memory {mem['rows']} rows, median |err| {mem['median_abs_error'] * 100:.1f}%" if mem.get("rows") else ""
+
     lines.append(f"summary ({_filter_text(s)}) {fmt(s)}")
     for src, st in s["per_source"].items():
-        lines.append(f"  {src:<24}{fmt(st)}")
+        lines.append(f"  {src:<24}{fmt(st)}{fmt_memory(st)}")
     if s["memory"]["rows"]:
         lines.append(f"peak memory: {s['memory']['rows']} rows with published peak, median |err| {s['memory']['median_abs_error'] * 100:.1f}%")
+    if s.get("families"):
+        from planner.validate.families import format_family_line
+
+        lines.append("by family (rows of every source that stress one mechanism):")
+        lines += [format_family_line(st) for st in s["families"]]
     for u in s["unmapped"]:
         lines.append(f"not mapped: {u['id']}: {u['reason']}")
     return "\n".join(lines)
@@ -107,12 +122,15 @@ def format_table(results: list[RowResult], summary: dict) -> str:
 
 def llama3_405b_production_check() -> dict:
     """The Llama 3 405B production layout (Llama 3 paper, Table 4: TP8 CP1 PP16 DP128 on
-    16,384 H100, 8K sequences, 16M-token batches): peak memory per recompute setting."""
+    16,384 H100, 8K sequences, 16M-token batches; Sec. 3.3.2: one layer fewer on the first and
+    last stages, optimizer states and gradients sharded over data parallel, no activation
+    checkpointing): peak memory per recompute setting, Megatron's ZeRO-1 and the paper's ZeRO-2."""
     from planner.job import Job, ProblemRequest, price
 
     job = Job(ProblemRequest("llama3-405b", 16384, cluster="dgx-h100", gbs=2048, seq_len=8192))
     out = {}
     variants = {
+        "none, ZeRO-2, 7/8/7 layers (the paper's)": ("none", None, 1, None),
         "none": ("none", None, 1, None),
         "selective": ("selective", None, 1, None),
         # Megatron-Core's fine-grained selective recompute of the MLP (--recompute-modules mlp).
@@ -122,8 +140,10 @@ def llama3_405b_production_check() -> dict:
         "full, half the layers, vpp 4": ("full", 2, 4, None),
     }
     for label, (rc, quarters, vpp, modules) in variants.items():
-        record = price(job, dict(tp=8, cp=1, pp=16, vpp=vpp, zero=1, mbs=1, recompute=rc, recompute_share=quarters,
-                                 recompute_modules=modules)).record
+        paper = label.startswith("none, ZeRO-2")
+        record = price(job, dict(tp=8, cp=1, pp=16, vpp=vpp, zero=2 if paper else 1, mbs=1, recompute=rc,
+                                 recompute_share=quarters, recompute_modules=modules,
+                                 pp_first_layers=7 if paper else None, pp_last_layers=7 if paper else None)).record
         out[label] = {
             "peak_gib": record["memory_gib"]["peak"],
             "capacity_gib": record["memory_gib"]["capacity"],
@@ -137,7 +157,7 @@ def format_production_check(check: dict) -> str:
     lines = ["Llama 3 405B production layout (TP8 CP1 PP16 DP128, 16,384 x H100 80GB, seq 8192, gbs 2048 = 16M tokens):"]
     for rc, v in check.items():
         verdict = "fits" if v["fits"] else "does not fit"
-        lines.append(f"  recompute {rc:<29} peak {v['peak_gib']:6.1f} of {v['capacity_gib']:.1f} GiB: {verdict:<13} "
+        lines.append(f"  recompute {rc:<42} peak {v['peak_gib']:6.1f} of {v['capacity_gib']:.1f} GiB: {verdict:<13} "
                      f"{v['tokens_per_s_per_gpu']:.0f} tokens/s/GPU")
     fitting = [rc for rc, v in check.items() if v["fits"]]
     lines.append(f"  -> fits an 80 GB H100 with recompute: {'; '.join(fitting) if fitting else 'none of them'}")

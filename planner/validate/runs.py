@@ -252,7 +252,10 @@ def _zero_from_row(lay) -> Optional[list[int]]:
         return [2]
     if "FULL_SHARD" in text or "FSDP2" in text or "Megatron-FSDP" in text:
         return [3]
-    if "distributed optimizer" in text or lay.distributed_optimizer is True:
+    if "distributed optimizer" in text or lay.distributed_optimizer is True or "per model chunk" in text:
+        # Megatron's distributed optimizer (and MegaScale's "ZeRO-2-style" DP, which reduce-scatters
+        # gradients and all-gathers weights per model chunk, Jiang et al. 2024 Sec. 3.2) keeps the
+        # whole gradient buffer through the step and reduce-scatters it once: ZeRO-1 here.
         return [1]
     low = text.lower()
     stage = re.search(r"zero[\s_-]*(?:stage[\s_-]*)?([0-3])\b|\bstage[\s_-]*([0-3])\b", low)

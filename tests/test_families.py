@@ -13,8 +13,10 @@ def _traits(gpus=64, seq_len=4096, zero=1, net=50.0):
 
 def test_family_predicates():
     names = [f.name for f in FAMILIES]
-    assert names == ["> 4,096 GPUs", "long context >= 32K", "ZeRO-3 on thin networks"]
-    big, long_ctx, thin = FAMILIES
+    assert names == ["MoE", "> 4,096 GPUs", "long context >= 32K", "ZeRO-3 on thin networks"]
+    moe, big, long_ctx, thin = FAMILIES
+    assert moe.predicate(RowTraits(gpus=8, seq_len=4096, zero=1, network_gbps_per_gpu=50.0, moe=True))
+    assert not moe.predicate(_traits())
     assert big.predicate(_traits(gpus=8192)) and not big.predicate(_traits(gpus=4096))
     assert long_ctx.predicate(_traits(seq_len=32768)) and not long_ctx.predicate(_traits(seq_len=16384))
     # AWS p4d: 4 x 100 Gb/s EFA for 8 GPUs = 6.25 GB/s per GPU; a DGX A100 rail gives 25 GB/s.

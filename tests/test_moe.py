@@ -199,9 +199,10 @@ def test_cross_validation_prints_families():
 
     st = {"rows": 2, "median_abs_error": 0.05, "p90_abs_error": 0.1, "mape": 0.06, "mean_signed_error": 0.0}
     cv = {"per_source": {"a": {"in_sample": st, "held_out": st, "constants": dict(DEFAULT.__dict__)}},
-          "in_sample": st, "held_out": st, "families": {"MoE": {"in_sample": st, "held_out": st}}}
+          "in_sample": st, "held_out": st, "families": [{"family": "MoE", "in_sample": st, "held_out": st}]}
     text = format_cross_validation(cv)
-    assert "family: MoE" in text and "5.0% / 10.0%" in text
+    line = next(line for line in text.splitlines() if line.startswith("MoE"))
+    assert line.split()[1] == "2" and line.count("5.0% / 10.0%") == 2
 
 
 def test_profiles_set_the_grouped_gemm_and_search_hybridep_by_release():

@@ -45,8 +45,6 @@ def test_each_profile_matches_the_shipped_rows_it_is_for():
     ablations = json.loads((Path(__file__).parents[1] / "planner" / "data" / "ablations.json").read_text())
     used |= {profiles_for(g["framework"])[0].name for g in ablations if len(profiles_for(g["framework"])) > 1}
     # The released runs (planner/data/released_runs.json) bring MegaScale's Megatron-LM baseline.
-    from pathlib import Path
-
     released = Path(__file__).resolve().parents[1] / "planner" / "data" / "released_runs.json"
     for row in load_runs(released):
         if row["layout"]["framework"].startswith("Megatron-LM commit 285068c8"):

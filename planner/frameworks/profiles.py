@@ -248,7 +248,7 @@ PROFILES: tuple[Profile, ...] = (
               source="Composer FSDP mixed_precision PURE: parameters, gradient reduction and buffers in BF16",
               when=(When(precision="pure"),)),
     )),
-    Profile("Megatron-DeepSpeed (DeepSpeed pipeline engine)", r"megatron-deepspeed|deepspeed pipeline", (
+    Profile("Megatron-DeepSpeed (DeepSpeed pipeline engine)", r"megatron-deepspeed|deepspeed pipeline|gpt-neox", (
         _BEFORE_FLASH,
         _DS_PIPE_SCATTER,
         _DS_PIPE_GRADS_AFTER,

@@ -61,7 +61,7 @@ def _pct(stats: dict) -> str:
 
 def format_cross_validation(cv: dict, intervals: Optional[dict] = None) -> str:
     lines = ["leave one source out: the constants are fitted from PRIOR on every other source (costmodel/calibration.py),",
-             "then that source is predicted; in-sample = the shipped constants, fitted on every source",
+             "then that source is predicted; in-sample = the shipped constants (costmodel/calibration.py)",
              "",
              f"{'source':<24}{'rows':>5}  {'in-sample median / p90':>24}  {'held-out median / p90':>24}  {'held-out MAPE':>13}"]
     for source, fold in cv["per_source"].items():

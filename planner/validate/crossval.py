@@ -78,7 +78,7 @@ def format_cross_validation(cv: dict, intervals: Optional[dict] = None) -> str:
               f"{'':<24}" + "".join(f"{SHORT[n]:>10}" for n in FIT_RANGES)]
     for source, fold in cv["per_source"].items():
         lines.append(f"{source:<24}" + "".join(f"{fold['constants'][n]:>10g}" for n in FIT_RANGES))
-    lines.append(f"{'shipped (all sources)':<24}" + "".join(f"{getattr(DEFAULT, n):>10g}" for n in FIT_RANGES))
+    lines.append(f"{'shipped':<24}" + "".join(f"{getattr(DEFAULT, n):>10g}" for n in FIT_RANGES))
     lines.append(f"{'prior (before any fit)':<24}" + "".join(f"{getattr(PRIOR, n):>10g}" for n in FIT_RANGES))
     if intervals:
         lines += ["", f"bootstrap over sources ({intervals['resamples']} resamples): 5th-95th percentile of each constant",

@@ -51,3 +51,25 @@ def test_planner_launch_holds_readers_only():
         names = {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
         modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         assert "typer" not in names and not modules & {"planner.job", "search.api", "costmodel", "planner.cli.main"}, path.name
+
+
+def test_evaluate_without_layout_flags_takes_the_search_best_when_the_default_breaks_a_rule():
+    # 2048 sequences cannot be split over 16,384 data-parallel replicas (gbs_divisible_by_dp_mbs):
+    # with no layout flag typed, evaluate explains the layout the search ranks first and says so;
+    # a typed flag is the user's choice, and a broken one stays an error.
+    import json
+
+    from typer.testing import CliRunner
+
+    from planner.cli.main import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["evaluate", "--model", "405b", "--gpus", "16384", "--gpu", "h100", "--json"])
+    assert res.exit_code == 0, res.output
+    record = json.loads(res.stdout)
+    best = planner.search("405b", 16384, "h100", top=1).best
+    assert {k: record["layout"][k] for k in ("tp", "pp", "cp", "vpp", "dp", "mbs")} == \
+        {k: best["layout"][k] for k in ("tp", "pp", "cp", "vpp", "dp", "mbs")}
+    assert "no layout flags given" in res.stderr
+    typed = runner.invoke(app, ["evaluate", "--model", "405b", "--gpus", "16384", "--gpu", "h100", "--tp", "1"])
+    assert typed.exit_code == 2 and "gbs" in typed.output

@@ -172,8 +172,41 @@ def evaluate(
     problem, values, _, _ = _job(ctx, from_file, rank, dict(
         model=model, gpus=gpus, gpu=gpu, cluster=cluster, tokens_per_batch=tokens_per_batch,
         allow_cross_node_tp=allow_cross_node_tp, layout=layout))
-    priced = price(Job(problem, _pricing(ctx, calibration, framework, layout), outputs), values)
+    job = Job(problem, _pricing(ctx, calibration, framework, layout), outputs)
+    try:
+        priced = price(job, values)
+    except PlannerInputError:
+        if from_file is not None or typed_flags(ctx, _LAYOUT_CHOICES):
+            raise
+        values = _searched_layout(ctx, problem, values, layout, calibration, framework)
+        priced = price(job, values)
     show_evaluation(priced, outputs)
+
+
+_LAYOUT_CHOICES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "dp_shard", "mbs", "recompute",
+                   "recompute_layers", "pp_first_layers", "pp_last_layers")
+"""The flags that choose a layout; with none of them typed, evaluate may take the search's best."""
+
+
+def _searched_layout(ctx, problem, values: dict, layout: dict, calibration, framework) -> dict:
+    """No layout flag given and the default layout (all data parallel) breaks a rule (a batch too
+    small for every GPU, a model too large for one): the layout ``planner search`` ranks first
+    for the same job, said in one line; nothing fits: exit 3 with the search's answer."""
+    from planner.cli.search import _request
+    from planner.reports.evaluate import layout_summary
+    from search.api import search
+
+    typed = typed_flags(ctx, tuple(layout))  # evaluate's defaults are not pins: the search chooses those
+    _, request = _request(ctx, framework, {k: (v if k in typed else None) for k, v in layout.items()}, problem.model, problem.gpus, problem.gpu, problem.cluster,
+                          problem.tokens_per_batch, problem.allow_cross_node_tp, options={}, ranking=dict(top=1),
+                          calibration=calibration, from_launch=False)
+    best = search(request).best
+    if best is None:
+        raise PlannerInputError(f"no layout flags given, the default layout (all data parallel) breaks a rule and "
+                                f"no layout fits {problem.gpus} GPUs: run planner search for the closest ones")
+    say(f"note: no layout flags given and the all-data-parallel default breaks a rule: evaluating planner search's "
+        f"best layout ({layout_summary(best['layout'])})")
+    return {**values, **{k: v for k, v in best["layout"].items() if k in values}}
 
 
 @app.command()

@@ -73,3 +73,21 @@ def test_evaluate_without_layout_flags_takes_the_search_best_when_the_default_br
     assert "no layout flags given" in res.stderr
     typed = runner.invoke(app, ["evaluate", "--model", "405b", "--gpus", "16384", "--gpu", "h100", "--tp", "1"])
     assert typed.exit_code == 2 and "gbs" in typed.output
+
+
+def test_the_root_holds_what_the_readme_names_and_planner_groups_its_files_by_concern():
+    # Issue 23: no committed command output at the root; planner/'s top level keeps only the
+    # package's own entry points and the modules every command shares.
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True)
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout")
+    top = {p.split("/")[0] for p in tracked.stdout.split()}
+    assert top <= {".ci", ".gitignore", "ARCHITECTURE.md", "README.md", "pyproject.toml", "benchmarks", "costmodel",
+                   "docs", "hardware_catalog", "planner", "search", "tests"}, top
+    modules = {p.name for p in (root / "planner").glob("*.py")}
+    assert not {m for m in modules if m.startswith(("cli", "report", "search_", "sweep_", "plots", "timeline"))}
+    for package in ("cli", "reports", "frameworks", "launch", "export", "validate"):
+        assert (root / "planner" / package / "__init__.py").exists(), package

@@ -12,7 +12,7 @@ import pytest
 from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE
 from hardware_catalog import get_cluster, get_gpu, get_model
 from planner.validate import GENERIC, PROFILES, RowFacts, apply_profiles, load_runs, map_run, profiles_for
-from planner.frameworks.profiles import row_label_suffix
+from planner.frameworks.profiles import LOOPED_TWO_CHUNKS, PP_STAGES_MICROBATCHES, row_label_suffix
 from search.grid import candidate_grid, expand_recompute_modules, recompute_module_masks
 
 ROWS = {r["id"]: r for r in load_runs(None)}
@@ -75,6 +75,8 @@ def test_profile_entries_name_real_options_and_valid_values_with_a_source():
                         assert v in opt.choices, (name, v)
                     elif opt.kind == "modules":  # a set of recompute modules, parsed as the flag parses it
                         assert opt.parse(",".join(v)) == v, (name, v)
+                    elif v in (PP_STAGES_MICROBATCHES, LOOPED_TWO_CHUNKS):  # named policies the runs mapping resolves
+                        assert name in ("mbs", "vpp"), (name, v)
                     else:  # flags are bools; counts (recompute_layers: -q = q quarters) ints
                         assert isinstance(v, bool) == (opt.kind == "flag") and isinstance(v, int), (name, v)
 
@@ -229,3 +231,20 @@ def test_deepspeed_pipeline_engine_partitions_sends_and_reduces_after_the_last_m
     # Megatron-Core sends whole tensors and overlaps gradient reduction when told: neither is set.
     settings, _ = apply_profiles(RowFacts(framework="megatron-core r0.8.0", year=2024, precision="bf16"))
     assert "p2p_scatter_gather" not in settings and "dp_comm_overlap" not in settings
+
+
+def test_torchtitan_2024_pipelines_one_microbatch_per_stage_and_two_chunks_when_looped():
+    # torchtitan (2024): n_microbatches = pipeline_parallel_microbatches or pp, and a looped schedule
+    # without split points runs 2 stages per rank. A 256-sequence batch on DP 8 x PP 8: each DP
+    # rank's 32 sequences in 8 micro-batches of 4. "1F1B" alone is one chunk per stage.
+    from planner.validate.runs import map_run
+
+    row = {"id": "tt", "gpu": "h100", "num_gpus": 512, "model": "llama3-405b", "tp": 8, "pp": 8, "dp": 8, "cp": 1,
+           "gbs": 256, "seq_len": 8192, "tokens_per_s_per_gpu": 100, "framework": "torchtitan (Dec 2024)",
+           "layout": {"pipeline_schedule": "1F1B"}}
+    plain = map_run(row)
+    assert plain.pins["mbs"] == 256 // (8 * 8) and plain.pins["vpp"] == 1
+    looped = map_run({**row, "layout": {"pipeline_schedule": "Interleaved 1F1B"}})
+    assert looped.pins["mbs"] == 4 and looped.pins["vpp"] == 2
+    stated = map_run({**row, "mbs": 1})
+    assert stated.pins["mbs"] == 1  # a stated micro-batch wins

@@ -184,6 +184,24 @@ _FP8_RECIPES_STATED = tuple(
     for recipe, word in (("current", "current scaling"), ("current", "tensorwise"), ("blockwise", "blockwise"),
                          ("mxfp8", "mxfp8"), ("delayed", "delayed scaling")))
 
+PP_STAGES_MICROBATCHES = "one micro-batch per pipeline stage"
+"""An ``mbs`` entry value: the framework splits each data-parallel rank's batch into as many
+micro-batches as there are pipeline stages, so mbs = gbs / (dp x pp) where the row states them
+(``planner.validate.runs``)."""
+LOOPED_TWO_CHUNKS = "two chunks per stage when interleaved"
+"""A ``vpp`` entry value: a row whose schedule is interleaved (looped) and whose chunk count is
+unstated runs two model chunks per pipeline rank (``planner.validate.runs``)."""
+_TT_TWO_CHUNKS = Entry(
+    {"vpp": LOOPED_TWO_CHUNKS}, "",
+    source="torchtitan (2024) parallelisms/pipelining_utils.py generate_split_points: without split points a "
+           "multi-stage (looped) schedule gets num_stages_per_rank = 2, a single-stage one 1")
+_TT_STAGE_MICROBATCHES = Entry(
+    {"mbs": PP_STAGES_MICROBATCHES}, "as many pipeline micro-batches as stages (torchtitan's default then)",
+    source="torchtitan (2024) parallelisms/pipelining_utils.py build_pipeline_schedule: n_microbatches = "
+           "experimental.pipeline_parallel_microbatches, None -> pipeline_parallel_degree (its help: 'The default value "
+           "will be the number of pipeline stages'); torchtitan 0.1.0 replaced it by pipeline_parallel_microbatch_size "
+           "(default 1, config_manager.py)")
+
 _CORE_ATTN_ONLY = Entry(
     {"recompute_modules": ("core_attn",)}, "",  # no line: it holds for every row before 2025
     source="Megatron-LM added --recompute-modules (mlp, moe_act, layernorm, ...) on 2025-04-05 (ADLR/megatron-lm!2207, "
@@ -223,6 +241,8 @@ PROFILES: tuple[Profile, ...] = (
     Profile("Megatron-Core r0.8", r"megatron-core", (_TE_ATTENTION, _TPO_STATED, _TPO_SEARCHED, _DEEPEP,
                                                      _CUTLASS_GROUPED_GEMM)),
     Profile("torchtitan (Dec 2024)", r"torchtitan", (
+        _TT_STAGE_MICROBATCHES,
+        _TT_TWO_CHUNKS,
         Entry({"recompute": "full", "recompute_share": PER_OP_SAC_SHARE},
               "torchtitan selective (per-op SAC) priced as full recompute of half the layers",
               source="torchtitan distributed/activation_checkpoint.py _custom_policy: per-op SAC saves the outputs "

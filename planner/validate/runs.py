@@ -24,7 +24,7 @@ from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE
 from hardware_catalog.errors import PlannerInputError
 from hardware_catalog.files import read_input_bytes, show
 from planner.validate.models import map_model, model_notes
-from planner.frameworks.profiles import RowFacts, apply_profiles, model_parts
+from planner.frameworks.profiles import LOOPED_TWO_CHUNKS, PP_STAGES_MICROBATCHES, RowFacts, apply_profiles, model_parts
 from planner.validate.schema import STATED_SETTINGS, RowError, RunRow, _label as _row_label, parse_row
 
 MBS_CHOICES = [1, 2, 4, 8]
@@ -313,12 +313,19 @@ def _layout_from_row(lay, model, gpus: int, pins: dict, notes: list[str]) -> dic
         searched["mbs"] = list(MBS_CHOICES)
     else:
         pins["mbs"] = lay.micro_batch_size
+    schedule = str(getattr(lay, "pipeline_schedule", None) or "").lower()
     if not _unknown(lay, "vp", notes):
         pins["vpp"] = lay.vp
+    elif "1f1b" in schedule and "interleav" not in schedule and "interleav" not in str(lay.vp or "").lower():
+        # The source names plain 1F1B (PipeDream-Flush, Narayanan et al. 2021 Sec. 2.2): one model
+        # chunk per stage, not interleaved.
+        pins["vpp"] = 1
+        notes.append(f"pipeline_schedule {lay.pipeline_schedule!r}: one chunk per stage (vpp 1)")
     else:
         # Every chunk count a stage's layers allow (the rules keep the ones that split stages);
-        # text saying "interleaved" rules out one chunk.
-        first = 2 if "interleav" in str(lay.vp or "").lower() else 1
+        # text saying "interleaved" (and not "1F1B / interleaved", either of them) rules out one chunk.
+        interleaved = "interleav" in str(lay.vp or "").lower() or ("interleav" in schedule and "/" not in schedule)
+        first = 2 if interleaved else 1
         searched["vpp"] = list(range(first, model.num_layers + 1))
     zero = _zero_from_row(lay)
     if zero is None:
@@ -379,6 +386,16 @@ def map_run(row: Union[dict, RunRow], base_dir: Optional[Path] = None) -> Mapped
     settings, profile_notes = apply_profiles(_row_facts(row, model, gpu))
     assumptions += profile_notes
     for name, value in settings.items():
+        if value == PP_STAGES_MICROBATCHES:
+            value = _one_microbatch_per_stage(pins, gbs)
+            if value is None:  # no pipeline, a stated micro-batch, or degrees left to search
+                continue
+        if value == LOOPED_TWO_CHUNKS:
+            # only where the row says interleaved and not how many chunks (searched from 2)
+            if "vpp" not in searched or searched["vpp"][0] < 2:
+                continue
+            value = 2
+            assumptions.append("two model chunks per pipeline rank (torchtitan's default for a looped schedule)")
         if isinstance(value, list):
             searched[name] = list(value)
             pins.pop(name, None)
@@ -402,6 +419,16 @@ def map_run(row: Union[dict, RunRow], base_dir: Optional[Path] = None) -> Mapped
     notes += [f"ignored field {f} (not part of the runs format{hint})" for f, hint in row.ignored_fields()]
     return MappedRun(row, model, cluster, gpu, gpus, pins, searched, assumptions + measured.notes + notes,
                      measured.tokens_per_s_per_gpu, measured.memory_gib)
+
+
+def _one_microbatch_per_stage(pins: dict, gbs) -> Optional[int]:
+    """The micro-batch size of a framework that splits each data-parallel rank's batch into as
+    many micro-batches as pipeline stages (``PP_STAGES_MICROBATCHES``): gbs / (dp x pp), where
+    the row states pp > 1 and dp and no micro-batch, and that divides."""
+    pp, dp = pins.get("pp"), pins.get("dp")
+    if "mbs" in pins or not isinstance(gbs, int) or not pp or pp <= 1 or not dp or gbs % (dp * pp):
+        return None
+    return gbs // (dp * pp)
 
 
 def _measured(row, model, gpu, gpus, gbs, seq):

@@ -61,7 +61,7 @@ CASES = [
                             recompute="full", seq_len=4096, ep_comm_overlap=True)),
     ("llama3-70b", Layout(tp=8, pp=4, vpp=5, dp=2, gbs=64, seq_len=4096, precision="fp8", grad_dtype="bf16",
                           tp_comm_overlap=True, loss="fused", attention="flash3", recompute="selective")),
-    ("llama3-8b", Layout(tp=2, cp=2, dp=4, zero=3, gbs=32, seq_len=8192, pp=1, recompute="none")),
+    ("llama3-8b", Layout(tp=2, cp=2, dp=4, zero=3, fsdp="megatron", gbs=32, seq_len=8192, pp=1, recompute="none")),
 ]
 
 
@@ -71,7 +71,7 @@ def test_bridge_overrides_are_megatron_bridge_fields(name, layout):
     plan = build_plan(_record(model, layout), model, CLUSTER, allow_unfit=True)
     fields = set().union(*(_class_fields(VENDORED / f) for f in ("config.py", "comm_overlap.py", "gpt_provider.py")))
     guide = _guide_paths()
-    sections = {"model", "train", "ddp", "optimizer", "dataset", "comm_overlap", "checkpoint"}
+    sections = {"model", "train", "ddp", "optimizer", "dataset", "comm_overlap", "checkpoint", "dist"}
     for key, value in overrides(plan):
         if key == "mixed_precision":
             assert value in _presets(), value
@@ -189,7 +189,7 @@ def test_one_release_name_picks_the_profile_and_the_files(tmp_path):
     assert release_for("torchtitan-0.2").version == release_for("0.2").version == "0.2.2"
     assert get_release("torchtitan-0.2.1").name == "torchtitan-0.2"
     model = get_model("llama3-8b")
-    record = _record(model, Layout(tp=2, dp=8, zero=3, gbs=64, recompute="full", loss="eager"))
+    record = _record(model, Layout(tp=2, dp=8, zero=3, fsdp="fsdp2", gbs=64, recompute="full", loss="eager"))
     record["framework"] = {"name": "torchtitan-0.2"}
     report = export_layout(record, model, CLUSTER, "torchtitan", tmp_path, allow_unfit=True)
     assert [p.name for p in report.written] == ["torchtitan.toml"]

@@ -68,6 +68,10 @@ def check_megatron(plan: Plan) -> None:
     if plan.zero >= 2 and pp > 1:
         raise CannotExpress("megatron_fsdp_no_pp", f"zero={plan.zero} maps to Megatron-FSDP, which does not run with pp={pp}", _FSDP)
     TABLE.write("fsdp", plan.fsdp, plan)  # the ZeRO-3 flavour's refusal before the zero rows' generic one
+    if plan.zero == 3 and plan.fsdp == "fsdp2" and (plan.ep > 1 or plan.shard_replicas > 1):
+        raise CannotExpress("megatron_fsdp2_ep_hsdp", f"fsdp2 with ep={plan.ep}, dp_shard={plan.dp_shard}: validate_args "
+                            "runs --use-torch-fsdp2 without expert parallelism and without the distributed optimizer "
+                            "(whose instances shard hybrid): price with --fsdp megatron", _ARGS_PY)
     _check_offload_graphs(plan)
     TABLE.check(plan)  # a value Megatron cannot run (the table's refusals)
     _check_pipeline(plan)

@@ -108,8 +108,9 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
     Row("dp_shard", NUMBER, (("num_distributed_optimizer_instances", 0),),
         source=_DDP + " num_distributed_optimizer_instances"),
     # Overlaps: --overlap-param-gather needs the distributed optimizer (validate_args).
+    # (... or Megatron-FSDP: not with FSDP2, which prefetches by itself.)
     Row("dp_comm_overlap", True, (("overlap_grad_reduce", True),), also=(("overlap_param_gather", True),),
-        when=lambda plan: plan.zero >= 1, source=_DDP),
+        when=lambda plan: plan.zero >= 1 and not (plan.zero == 3 and plan.fsdp == "fsdp2"), source=_DDP),
     *_on("dp_comm_overlap", "overlap_grad_reduce", _DDP),
     Row("grad_dtype", "bf16", (("grad_reduce_in_bf16", True),), source=ARGS + " (FP32 main grads by default)"),
     Row("grad_dtype", "fp32", (), default=True, source=ARGS),

@@ -450,6 +450,9 @@ def test_megatron_zero3_by_fsdp_flavour(tmp_path, fsdp, present, absent):
         assert word not in text, word
     launch, back = _read_back(tmp_path / "megatron_args.sh", 8)
     _same_run(launch, back, record, fsdp=fsdp, zero=3)
+    _export(tmp_path, model, Layout(tp=2, dp=4, gbs=8, zero=3, fsdp=fsdp), "megatron-bridge")
+    launch, back = _read_back(tmp_path / "megatron_bridge_overrides.yaml", 8, model)  # dist.use_torch_fsdp2
+    _same_run(launch, back, record, fsdp=fsdp, zero=3)
 
 
 @pytest.mark.parametrize("fmt,fsdp,rule", [

@@ -148,8 +148,8 @@ def layouts(draw):
         values["dp_shard"] = draw(st.sampled_from([d for d in (1, 2) if dp % d == 0 and d < dp] or [1]))
     if values["zero"] == 3:
         values["zero3_gather"] = draw(st.sampled_from(("prefetch", "blocking")))
-    if pp == 1:  # CPU activation offload runs without a pipeline (rule cpu_offload_layers_valid)
-        values["cpu_offload_layers"] = draw(st.sampled_from((None, 1, 2)))
+    if pp == 1 and recompute == "none":  # offload runs without a pipeline (rule cpu_offload_layers_valid) and,
+        values["cpu_offload_layers"] = draw(st.sampled_from((None, 1, 2)))  # in Megatron-Core, without recompute
     target = draw(st.integers(0, 2))
     if target == 0:  # priced as torchtitan runs, so that its files are written and read too
         model, values = _as_torchtitan(draw, values)

@@ -36,7 +36,7 @@ RENAMED = {**reading_renames(), "num_layers_in_first_pipeline_stage": "decoder_f
 """Megatron-Core / NeMo field -> Megatron-LM argument dest, where they differ (``planner.frameworks.bridge``,
 checked against Megatron-Bridge docs/megatron-lm-to-megatron-bridge.md; NeMo 2 also says sequence_length)."""
 PREFIXES = ("trainer.strategy.ddp.", "trainer.strategy.", "trainer.plugins.", "model.config.", "data.", "optim.config.",
-            "model.", "train.", "dataset.", "ddp.", "optimizer.", "mixed_precision.", "comm_overlap.")
+            "model.", "train.", "dataset.", "ddp.", "optimizer.", "mixed_precision.", "comm_overlap.", "dist.")
 """Where Megatron-Core fields live in a NeMo 2 / Megatron-Bridge config, most specific first."""
 QUIET_PREFIXES = ("log.", "resume.", "logger.", "checkpoint.", "scheduler.", "rng.", "tokenizer.", "validation.",
                   "profiling.", "dist.", "ft.", "straggler.", "nvrx_straggler.", "inprocess_restart.", "peft.",

@@ -309,7 +309,7 @@ def test_cli_torchtitan_version(tmp_path):
     """The user's command from issue 18, with and without --torchtitan-version."""
     base = [sys.executable, "-m", "planner", "export", "--format", "torchtitan", "--model", "llama3-8b", "--gpus", "16",
             "--gpu", "h100", "--tp", "2", "--pp", "1", "--cp", "1", "--zero", "3", "--mbs", "1", "--gbs", "64",
-            "--seq-len", "8192", "--recompute", "full", "--framework", "torchtitan-0.2"]
+            "--seq-len", "8192", "--recompute", "full", "--fsdp", "fsdp2", "--framework", "torchtitan-0.2"]
     runs = {}
     for name, extra in (("default", []), ("v01", ["--torchtitan-version", "0.1"]), ("v03", ["--torchtitan-version", "0.3"]),
                         ("bad", ["--torchtitan-version", "1.0"])):

@@ -166,7 +166,7 @@ def test_torchtitan_per_op_sac_is_priced_one_way(tmp_path):
     from planner.frameworks import apply_framework, framework_settings
 
     model = get_model("llama3-70b")
-    values = dict(tp=8, dp=8, zero=3, mbs=1, gbs=64, seq_len=8192, recompute="selective")
+    values = dict(tp=8, dp=8, zero=3, fsdp="fsdp2", mbs=1, gbs=64, seq_len=8192, recompute="selective")
     fw = framework_settings("torchtitan-0.2", model, "h100-sxm", recompute="selective")
     apply_framework(fw, values, given=set(values))
     assert values["recompute"] == "full" and values["recompute_share"] == 2  # two quarters of each stage

@@ -238,10 +238,6 @@ PROFILES: tuple[Profile, ...] = (
         Entry({"tp_overlap_kind": "asynctp"}, "",
               source="torchtitan parallelism.enable_async_tensor_parallel: torch.compile's micro-pipeline TP "
                      "(torch/_inductor/fx_passes/micro_pipeline_tp.py), not TransformerEngine userbuffers"),
-        Entry({"fsdp": "fsdp2"}, "", source="torchtitan distributed/fsdp.py: FSDP2 fully_shard (per-parameter DTensor "
-                                            "shards), the table's ZeRO-3 (planner.frameworks.torchtitan)"),
-        Entry({"fp8_recipe": "current"}, "", source="torchtitan float8 converter: torchao Float8Linear, tensorwise "
-                                                    "dynamic scaling (recipe_name None / tensorwise)"),
     )),
     Profile("Composer/llm-foundry (2024)", r"composer|llm-foundry", (
         Entry({"kernels": "eager"}, _EAGER_STATED.assumption,

@@ -80,8 +80,9 @@ def record(model: ModelSpec, **layout) -> dict:
 
 def titan(model: ModelSpec, **layout) -> dict:
     """A record torchtitan runs as priced (what it fixes, planner.frameworks.torchtitan.TABLE: eager loss,
-    FSDP2 rather than ZeRO-1, full or no recompute)."""
-    return record(model, **{"zero": 3, "recompute": "full", "loss": "eager", **layout})
+    FSDP2 rather than ZeRO-1, full or no recompute, tensorwise FP8 scaling)."""
+    return record(model, **{"zero": 3, "recompute": "full", "loss": "eager", "fsdp": "fsdp2", "fp8_recipe": "current",
+                            **layout})
 
 
 def dense_405b() -> dict:
@@ -254,7 +255,7 @@ def _layouts_for_flag_check():
         (dense_405b(), LLAMA3_405B),
         (moe_mixtral(), MIXTRAL),
         (record(DEEPSEEK_LIKE, tp=2, pp=1, dp=32, ep=32, etp=1, gbs=256, precision="fp8", recompute="full"), DEEPSEEK_LIKE),
-        (record(LLAMA3_8B, tp=1, dp=64, zero=3, gbs=128, recompute="none"), LLAMA3_8B),
+        (record(LLAMA3_8B, tp=1, dp=64, zero=3, fsdp="megatron", gbs=128, recompute="none"), LLAMA3_8B),
         (record(LLAMA3_8B, tp=2, cp=4, dp=2, zero=2, gbs=16, seq_len=32768), LLAMA3_8B),
         (record(LLAMA3_8B, tp=1, dp=8, zero=0, gbs=64), LLAMA3_8B),
     ]

@@ -45,8 +45,9 @@ TOML_RELEASES = [v for v, r in RELEASES.items() if r.reads_toml]
 # The exports of issue 18 (8B TP2 with compile, 405B FP8, uneven pipelines) and the other layouts.
 def titan(model, **layout) -> dict:
     """A record torchtitan runs as priced (what it fixes, planner.frameworks.torchtitan.TABLE: eager loss,
-    FSDP2 rather than ZeRO-1, full or no recompute)."""
-    return record(model, **{"zero": 3, "recompute": "full", "loss": "eager", **layout})
+    FSDP2 rather than ZeRO-1, full or no recompute, tensorwise FP8 scaling)."""
+    return record(model, **{"zero": 3, "recompute": "full", "loss": "eager", "fsdp": "fsdp2", "fp8_recipe": "current",
+                            **layout})
 
 
 CASES = {
@@ -58,7 +59,8 @@ CASES = {
                                pp_last_layers=7), LLAMA3_405B),
     "8b_interleaved": (titan(LLAMA3_8B, tp=2, pp=4, dp=2, vpp=2, gbs=32), LLAMA3_8B),
     "8b_fsdp_zero3": (titan(LLAMA3_8B, tp=1, dp=16, zero=3, gbs=64), LLAMA3_8B),
-    "8b_cp": (titan(LLAMA3_8B, tp=2, cp=4, dp=2, gbs=16, seq_len=32768, recompute="none"), LLAMA3_8B),
+    "8b_cp": (titan(LLAMA3_8B, tp=2, cp=4, dp=2, gbs=16, seq_len=32768, recompute="none", cp_comm_type="allgather"),
+              LLAMA3_8B),
 }
 
 
@@ -307,7 +309,7 @@ def test_cli_torchtitan_version(tmp_path):
     """The user's command from issue 18, with and without --torchtitan-version."""
     base = [sys.executable, "-m", "planner", "export", "--format", "torchtitan", "--model", "llama3-8b", "--gpus", "16",
             "--gpu", "h100", "--tp", "2", "--pp", "1", "--cp", "1", "--zero", "3", "--mbs", "1", "--gbs", "64",
-            "--seq-len", "8192", "--recompute", "full", "--framework", "torchtitan-0.2"]
+            "--seq-len", "8192", "--recompute", "full", "--fsdp", "fsdp2", "--framework", "torchtitan-0.2"]
     runs = {}
     for name, extra in (("default", []), ("v01", ["--torchtitan-version", "0.1"]), ("v03", ["--torchtitan-version", "0.3"]),
                         ("bad", ["--torchtitan-version", "1.0"])):

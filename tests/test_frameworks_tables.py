@@ -61,7 +61,7 @@ CASES = [
                             recompute="full", seq_len=4096, ep_comm_overlap=True)),
     ("llama3-70b", Layout(tp=8, pp=4, vpp=5, dp=2, gbs=64, seq_len=4096, precision="fp8", grad_dtype="bf16",
                           tp_comm_overlap=True, loss="fused", attention="flash3", recompute="selective")),
-    ("llama3-8b", Layout(tp=2, cp=2, dp=4, zero=3, gbs=32, seq_len=8192, pp=1, recompute="none")),
+    ("llama3-8b", Layout(tp=2, cp=2, dp=4, zero=3, fsdp="megatron", gbs=32, seq_len=8192, pp=1, recompute="none")),
 ]
 
 
@@ -71,7 +71,7 @@ def test_bridge_overrides_are_megatron_bridge_fields(name, layout):
     plan = build_plan(_record(model, layout), model, CLUSTER, allow_unfit=True)
     fields = set().union(*(_class_fields(VENDORED / f) for f in ("config.py", "comm_overlap.py", "gpt_provider.py")))
     guide = _guide_paths()
-    sections = {"model", "train", "ddp", "optimizer", "dataset", "comm_overlap", "checkpoint"}
+    sections = {"model", "train", "ddp", "optimizer", "dataset", "comm_overlap", "checkpoint", "dist"}
     for key, value in overrides(plan):
         if key == "mixed_precision":
             assert value in _presets(), value
@@ -166,7 +166,7 @@ def test_torchtitan_per_op_sac_is_priced_one_way(tmp_path):
     from planner.frameworks import apply_framework, framework_settings
 
     model = get_model("llama3-70b")
-    values = dict(tp=8, dp=8, zero=3, mbs=1, gbs=64, seq_len=8192, recompute="selective")
+    values = dict(tp=8, dp=8, zero=3, fsdp="fsdp2", mbs=1, gbs=64, seq_len=8192, recompute="selective")
     fw = framework_settings("torchtitan-0.2", model, "h100-sxm", recompute="selective")
     apply_framework(fw, values, given=set(values))
     assert values["recompute"] == "full" and values["recompute_share"] == 2  # two quarters of each stage
@@ -189,7 +189,7 @@ def test_one_release_name_picks_the_profile_and_the_files(tmp_path):
     assert release_for("torchtitan-0.2").version == release_for("0.2").version == "0.2.2"
     assert get_release("torchtitan-0.2.1").name == "torchtitan-0.2"
     model = get_model("llama3-8b")
-    record = _record(model, Layout(tp=2, dp=8, zero=3, gbs=64, recompute="full", loss="eager"))
+    record = _record(model, Layout(tp=2, dp=8, zero=3, fsdp="fsdp2", gbs=64, recompute="full", loss="eager"))
     record["framework"] = {"name": "torchtitan-0.2"}
     report = export_layout(record, model, CLUSTER, "torchtitan", tmp_path, allow_unfit=True)
     assert [p.name for p in report.written] == ["torchtitan.toml"]
@@ -285,3 +285,184 @@ def test_moe_imbalance_is_priced_not_written(tmp_path):
     launch, back = _read_back(tmp_path / "megatron_args.sh", 64)
     assert back.layout.moe_imbalance == 1.0
     assert back.record["step_time_s"] < record["step_time_s"]  # the busiest rank sets the pace at 1.5
+
+
+# ------------------------------------------------------------- CP type, FP8 recipe, CUDA graphs, offload, FSDP
+
+
+def _export(tmp_path, model, layout, fmt):
+    record = _record(model, layout)
+    report = export_layout(record, model, CLUSTER, fmt, tmp_path, allow_unfit=True, force=True)
+    return record, report
+
+
+def _same_run(launch, back, record, **options):
+    assert not launch.unsupported and not launch.unknown, (launch.unsupported, launch.unknown)
+    for name, value in options.items():
+        assert getattr(back.layout, name) == value, name
+    assert back.record["step_time_s"] == pytest.approx(record["step_time_s"], rel=1e-9)
+    assert back.record["memory_gib"]["peak"] == pytest.approx(record["memory_gib"]["peak"], rel=1e-9)
+
+
+@pytest.mark.parametrize("kind,cp,words", [
+    # Megatron-LM --cp-comm-type takes TransformerEngine's names (p2p, all_gather, a2a, a2a+p2p); p2p is the default.
+    # a2a+p2p at tp 2, cp 8 on 8-GPU H100 nodes: 8 / 2 = 4 CP ranks share a node, so the all-to-all spans 4 ranks
+    # and the ring 8 / 4 = 2: --hierarchical-context-parallel-sizes 4 2 (llama3-8b: 4 KV heads per TP rank, / 4).
+    ("p2p", 4, []),
+    ("a2a", 4, ["--cp-comm-type a2a"]),
+    ("allgather", 4, ["--cp-comm-type all_gather"]),
+    ("a2a+p2p", 8, ["--cp-comm-type a2a+p2p", "--hierarchical-context-parallel-sizes 4 2"]),
+])
+def test_megatron_writes_and_reads_the_cp_comm_type(tmp_path, kind, cp, words):
+    model = get_model("llama3-8b")
+    layout = Layout(tp=2, cp=cp, dp=1, gbs=4, seq_len=32768, cp_comm_type=kind)
+    record, _ = _export(tmp_path, model, layout, "megatron")
+    text = (tmp_path / "megatron_args.sh").read_text()
+    for word in words:
+        assert f"  {word}\n" in text, word
+    assert ("--cp-comm-type" in text) == bool(words)
+    launch, back = _read_back(tmp_path / "megatron_args.sh", 2 * cp)
+    _same_run(launch, back, record, cp_comm_type=kind)
+
+
+def test_hierarchical_cp_sizes_must_multiply_to_cp(tmp_path):
+    model = get_model("llama3-8b")
+    _export(tmp_path, model, Layout(tp=2, cp=8, dp=1, gbs=4, seq_len=32768, cp_comm_type="a2a+p2p"), "megatron")
+    path = tmp_path / "megatron_args.sh"
+    path.write_text(path.read_text().replace("--hierarchical-context-parallel-sizes 4 2", "--hierarchical-context-parallel-sizes 4 1"))
+    assert any("hierarchical" in u.name for u in read_launch(path).unsupported)
+
+
+def test_torchtitan_cp_rotation_per_release(tmp_path):
+    """torchtitan 0.1-0.2 parallelism.context_parallel_rotate_method: "alltoall" rotates K/V shards round the ring
+    (p2p), "allgather" is the default; 0.3.0 has no such field (ring refused there); Ulysses is refused."""
+    model = get_model("llama3-8b")
+    base = dict(tp=2, cp=4, dp=2, gbs=16, seq_len=16384, zero=3, fsdp="fsdp2", recompute="none", loss="eager")
+    record, report = _export(tmp_path / "p2p", model, Layout(**base, cp_comm_type="p2p"), "torchtitan")
+    toml = (tmp_path / "p2p" / "torchtitan.toml").read_text()
+    assert 'context_parallel_rotate_method = "alltoall"' in toml
+    assert "torchtitan_release_field" in report.skipped["torchtitan:torchtitan_overrides.sh"]
+    launch, back = _read_back(tmp_path / "p2p" / "torchtitan.toml", 16)
+    _same_run(launch, back, record, cp_comm_type="p2p")
+    record, report = _export(tmp_path / "ag", model, Layout(**base, cp_comm_type="allgather"), "torchtitan")
+    assert {p.name for p in report.written} == {"torchtitan.toml", "torchtitan_overrides.sh"}
+    assert "rotate_method" not in (tmp_path / "ag" / "torchtitan_overrides.sh").read_text()
+    launch, back = _read_back(tmp_path / "ag" / "torchtitan_overrides.sh", 16)
+    _same_run(launch, back, record, cp_comm_type="allgather")
+    with pytest.raises(Exception, match="torchtitan_cp_comm_type"):
+        _export(tmp_path / "a2a", model, Layout(**base, cp_comm_type="a2a"), "torchtitan")
+
+
+@pytest.mark.parametrize("recipe,word,preset", [
+    # Megatron-LM --fp8-recipe {delayed, tensorwise, blockwise, mxfp8}; Megatron-Bridge presets of mixed_precision.py.
+    ("delayed", "--fp8-recipe delayed", "bf16_with_fp8_delayed_scaling_mixed"),
+    ("current", "--fp8-recipe tensorwise", "bf16_with_fp8_current_scaling_mixed"),
+    ("blockwise", "--fp8-recipe blockwise", "bf16_with_fp8_subchannel_scaling_mixed"),
+])
+def test_fp8_recipe_in_megatron_and_bridge(tmp_path, recipe, word, preset):
+    model = get_model("llama3-8b")
+    record, _ = _export(tmp_path, model, Layout(tp=2, dp=4, gbs=8, precision="fp8", fp8_recipe=recipe), "megatron")
+    text = (tmp_path / "megatron_args.sh").read_text()
+    assert f"  {word}\n" in text and text.count("--fp8-recipe") == 1
+    assert ("--fp8-amax-history-len" in text) == (recipe == "delayed")  # amax history: delayed scaling only
+    launch, back = _read_back(tmp_path / "megatron_args.sh", 8)
+    _same_run(launch, back, record, fp8_recipe=recipe)
+    _export(tmp_path, model, Layout(tp=2, dp=4, gbs=8, precision="fp8", fp8_recipe=recipe), "megatron-bridge")
+    assert dict(overrides(build_plan(record, model, CLUSTER, allow_unfit=True)))["mixed_precision"] == preset
+    assert preset in _presets()
+    launch, back = _read_back(tmp_path / "megatron_bridge_overrides.yaml", 8, model)
+    _same_run(launch, back, record, fp8_recipe=recipe)
+
+
+def test_fp8_recipe_is_moot_without_fp8_and_torchtitan_scales_tensorwise(tmp_path):
+    model = get_model("llama3-8b")
+    _export(tmp_path / "bf16", model, Layout(tp=2, dp=4, gbs=8, fp8_recipe="blockwise"), "megatron")
+    assert "--fp8" not in (tmp_path / "bf16" / "megatron_args.sh").read_text()
+    titan = dict(tp=2, dp=4, gbs=8, zero=3, fsdp="fsdp2", recompute="full", loss="eager", precision="fp8")
+    with pytest.raises(Exception, match="torchtitan_fp8_recipe"):
+        _export(tmp_path / "d", model, Layout(**titan, fp8_recipe="delayed"), "torchtitan")
+    record, report = _export(tmp_path / "c", model, Layout(**titan, fp8_recipe="current"), "torchtitan")
+    launch, back = _read_back(tmp_path / "c" / "torchtitan.toml", 8)
+    _same_run(launch, back, record, fp8_recipe="current", precision="fp8")
+
+
+def test_cuda_graphs_rows(tmp_path):
+    model = get_model("llama3-8b")
+    record, _ = _export(tmp_path / "m", model, Layout(tp=2, dp=4, gbs=8, cuda_graphs=True), "megatron")
+    text = (tmp_path / "m" / "megatron_args.sh").read_text()
+    assert "  --cuda-graph-impl local\n" in text
+    launch, back = _read_back(tmp_path / "m" / "megatron_args.sh", 8)
+    _same_run(launch, back, record, cuda_graphs=True)
+    # --enable-cuda-graph: the deprecated spelling of --cuda-graph-impl local (validate_args)
+    path = tmp_path / "m" / "megatron_args.sh"
+    path.write_text(text.replace("--cuda-graph-impl local", "--enable-cuda-graph"))
+    assert read_launch(path).values["cuda_graphs"] is True
+    for fmt, layout, rule in (
+            ("megatron", Layout(tp=2, dp=4, gbs=8, cuda_graphs=True, recompute="full"), "megatron_cuda_graphs_full_recompute"),
+            ("deepspeed", Layout(dp=8, gbs=8, cuda_graphs=True), "deepspeed_cuda_graphs")):
+        with pytest.raises(Exception, match=rule):
+            _export(tmp_path / rule, model, layout, fmt)
+    # torchtitan 0.3.0 captures the step unless --training.disable_cuda_graphs; 0.1 and 0.2 cannot capture.
+    titan = dict(tp=2, dp=4, gbs=8, zero=3, fsdp="fsdp2", recompute="full", loss="eager")
+    record, report = _export(tmp_path / "t", model, Layout(**titan, cuda_graphs=True), "torchtitan")
+    assert "torchtitan_cuda_graphs_release" in report.skipped["torchtitan:torchtitan.toml"]
+    assert "disable_cuda_graphs" not in (tmp_path / "t" / "torchtitan_overrides.sh").read_text()
+    launch, back = _read_back(tmp_path / "t" / "torchtitan_overrides.sh", 8)
+    _same_run(launch, back, record, cuda_graphs=True)
+    _export(tmp_path / "f", model, Layout(**titan), "torchtitan")
+    assert "--training.disable_cuda_graphs" in (tmp_path / "f" / "torchtitan_overrides.sh").read_text()
+
+
+def test_cpu_offload_rows(tmp_path):
+    """--cpu-offloading-num-layers N (validate_args turns cpu_offloading on for N > 0); Megatron-Core refuses it
+    with recompute; torchtitan and DeepSpeed offload no layer activations."""
+    model = get_model("llama3-8b")
+    layout = Layout(tp=2, dp=4, gbs=8, cpu_offload_layers=3, recompute="none")
+    record, _ = _export(tmp_path / "m", model, layout, "megatron")
+    assert "  --cpu-offloading-num-layers 3\n" in (tmp_path / "m" / "megatron_args.sh").read_text()
+    launch, back = _read_back(tmp_path / "m" / "megatron_args.sh", 8)
+    _same_run(launch, back, record, cpu_offload_layers=3)
+    _export(tmp_path / "b", model, layout, "megatron-bridge")
+    pairs = dict(overrides(build_plan(record, model, CLUSTER, allow_unfit=True)))
+    assert pairs["model.cpu_offloading_num_layers"] == 3 and pairs["model.cpu_offloading"] is True
+    launch, back = _read_back(tmp_path / "b" / "megatron_bridge_overrides.yaml", 8, model)
+    _same_run(launch, back, record, cpu_offload_layers=3)
+    for fmt, lay, rule in (
+            ("megatron", Layout(tp=2, dp=4, gbs=8, cpu_offload_layers=3, recompute="selective"), "megatron_cpu_offload_recompute"),
+            ("torchtitan", Layout(tp=2, dp=4, gbs=8, zero=3, fsdp="fsdp2", loss="eager", recompute="none",
+                                  cpu_offload_layers=3), "torchtitan_cpu_offload"),
+            ("deepspeed", Layout(dp=8, gbs=8, cpu_offload_layers=3, recompute="none"), "deepspeed_cpu_offload")):
+        with pytest.raises(Exception, match=rule):
+            _export(tmp_path / rule, model, lay, fmt)
+
+
+@pytest.mark.parametrize("fsdp,present,absent", [
+    ("megatron", ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"], ["--use-torch-fsdp2"]),
+    ("fsdp2", ["--use-torch-fsdp2"], ["--use-megatron-fsdp", "--use-distributed-optimizer", "--overlap-param-gather"]),
+])
+def test_megatron_zero3_by_fsdp_flavour(tmp_path, fsdp, present, absent):
+    model = get_model("llama3-8b")
+    record, _ = _export(tmp_path, model, Layout(tp=2, dp=4, gbs=8, zero=3, fsdp=fsdp), "megatron")
+    text = (tmp_path / "megatron_args.sh").read_text()
+    for word in present:
+        assert f"  {word}\n" in text, word
+    for word in absent:
+        assert word not in text, word
+    launch, back = _read_back(tmp_path / "megatron_args.sh", 8)
+    _same_run(launch, back, record, fsdp=fsdp, zero=3)
+    _export(tmp_path, model, Layout(tp=2, dp=4, gbs=8, zero=3, fsdp=fsdp), "megatron-bridge")
+    launch, back = _read_back(tmp_path / "megatron_bridge_overrides.yaml", 8, model)  # dist.use_torch_fsdp2
+    _same_run(launch, back, record, fsdp=fsdp, zero=3)
+
+
+@pytest.mark.parametrize("fmt,fsdp,rule", [
+    ("megatron", "flat", "megatron_fsdp_flat"), ("torchtitan", "flat", "torchtitan_fsdp"),
+    ("torchtitan", "megatron", "torchtitan_fsdp"), ("deepspeed", "fsdp2", "deepspeed_fsdp"),
+])
+def test_zero3_flavour_refusals(tmp_path, fmt, fsdp, rule):
+    model = get_model("llama3-8b")
+    layout = Layout(tp=1 if fmt == "deepspeed" else 2, dp=4, gbs=8, zero=3, fsdp=fsdp, loss="eager" if fmt == "torchtitan"
+                    else "unfused", recompute="full" if fmt == "torchtitan" else "none")
+    with pytest.raises(Exception, match=rule):
+        _export(tmp_path, model, layout, fmt)
+    assert not list(tmp_path.iterdir())

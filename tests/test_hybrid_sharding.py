@@ -26,13 +26,17 @@ JOB = ("--model", "llama3-70b", "--gpus", "256", "--gpu", "h100", "--tp", "8", "
 def test_export_writes_the_shard_group_for_every_launcher(tmp_path):
     code, out, err = run("export", *JOB, "--zero", "3", "--out", str(tmp_path))
     assert code == 0, err
-    # torchtitan runs its own loss (eager): the torchtitan-0.2 profile prices it so.
-    code, out, err = run("export", *JOB, "--zero", "3", "--framework", "torchtitan-0.2", "--format", "torchtitan",
-                         "--out", str(tmp_path / "titan"))
+    # Megatron's ZeRO-3 is Megatron-FSDP or FSDP2, not the flat buffers DeepSpeed's is (--fsdp, the tables' refusals).
+    code, out, err = run("export", *JOB, "--zero", "3", "--fsdp", "megatron", "--format", "megatron", "--out",
+                         str(tmp_path / "mcore"))
+    assert code == 0, err
+    # torchtitan runs its own loss (eager): the torchtitan-0.2 profile prices it so; its ZeRO-3 is FSDP2.
+    code, out, err = run("export", *JOB, "--zero", "3", "--fsdp", "fsdp2", "--framework", "torchtitan-0.2", "--format",
+                         "torchtitan", "--out", str(tmp_path / "titan"))
     assert code == 0, err
     toml = (tmp_path / "titan" / "torchtitan.toml").read_text()
     assert "data_parallel_replicate_degree = 4" in toml and "data_parallel_shard_degree = 8" in toml
-    assert "--num-distributed-optimizer-instances 4" in (tmp_path / "megatron_args.sh").read_text()
+    assert "--num-distributed-optimizer-instances 4" in (tmp_path / "mcore" / "megatron_args.sh").read_text()
     ds = json.loads((tmp_path / "deepspeed_config.json").read_text())
     assert ds["zero_optimization"]["mics_shard_size"] == 8
 

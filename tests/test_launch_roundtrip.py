@@ -82,12 +82,17 @@ def view(record: dict, model) -> dict:
         out.update(ep=1, etp=1, ep_comm_overlap=False, moe_dispatcher="alltoall", moe_grouped_gemm="loop")
     if not (lay.tp > 1 and lay.pp > 1 and not lay.sp):  # split sends are moot (costmodel.schedule)
         out["p2p_scatter_gather"] = False
+    if lay.precision != "fp8":  # the FP8 recipe is moot without FP8 (costmodel.quantize)
+        out["fp8_recipe"] = "delayed"
+    if out["zero"] != 3:  # the ZeRO-3 flavour is moot below ZeRO-3 (costmodel.data_parallel)
+        out["fsdp"] = "flat"
     return out
 
 
 HAND_DRAWN = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "dp_shard", "mbs", "gbs", "seq_len", "recompute",
               "recompute_layers", "recompute_share", "recompute_modules", "sequence_parallel", "precision",
-              "tp_comm_overlap", "tp_overlap_kind", "zero3_gather", "pp_first_layers", "pp_last_layers"}
+              "tp_comm_overlap", "tp_overlap_kind", "zero3_gather", "pp_first_layers", "pp_last_layers",
+              "cpu_offload_layers"}
 """Options ``layouts`` draws by hand (degrees, batch, pipeline split, recompute, and the implementation
 settings whose rules tie them to others); every other one is drawn from its declaration (``GENERIC``)."""
 GENERIC = tuple(o for o in OPTIONS if o.group == IMPLEMENTATION and o.name not in HAND_DRAWN)
@@ -143,6 +148,8 @@ def layouts(draw):
         values["dp_shard"] = draw(st.sampled_from([d for d in (1, 2) if dp % d == 0 and d < dp] or [1]))
     if values["zero"] == 3:
         values["zero3_gather"] = draw(st.sampled_from(("prefetch", "blocking")))
+    if pp == 1 and recompute == "none":  # offload runs without a pipeline (rule cpu_offload_layers_valid) and,
+        values["cpu_offload_layers"] = draw(st.sampled_from((None, 1, 2)))  # in Megatron-Core, without recompute
     target = draw(st.integers(0, 2))
     if target == 0:  # priced as torchtitan runs, so that its files are written and read too
         model, values = _as_torchtitan(draw, values)
@@ -176,7 +183,8 @@ def _as_torchtitan(draw, values: dict):
                   p2p_scatter_gather=False,
                   zero=draw(st.sampled_from((0, 2, 3))), dp=draw(st.sampled_from((2, 4, 8))),
                   recompute=draw(st.sampled_from(("none", "full"))), recompute_layers=None, recompute_share=None,
-                  pp_first_layers=None)
+                  pp_first_layers=None, cpu_offload_layers=None, fsdp="fsdp2", fp8_recipe="current",
+                  cp_comm_type=draw(st.sampled_from(("p2p", "allgather"))) if values["cp"] > 1 else "p2p")
     if values["recompute"] == "full":
         values["recompute_share"] = draw(st.sampled_from((None, 2)))  # 2 quarters: per-op SAC
     if values["tp_comm_overlap"]:
@@ -258,7 +266,7 @@ def test_every_export_reads_back_as_the_same_layout(case):
 @pytest.mark.parametrize("first_last", [(None, None), (18, 18)])
 def test_torchtitan_releases_read_back(tmp_path, version, first_last):
     model = get_model("llama3-70b")
-    layout = Layout(tp=8, pp=4, vpp=2, dp=2, mbs=1, gbs=32, seq_len=4096, zero=3, recompute="full", loss="eager",
+    layout = Layout(tp=8, pp=4, vpp=2, dp=2, mbs=1, gbs=32, seq_len=4096, zero=3, fsdp="fsdp2", recompute="full", loss="eager",
                     pp_first_layers=first_last[0], pp_last_layers=first_last[1])
     record = record_of(model, layout)
     report = export_layout(record, model, CLUSTER, "torchtitan", tmp_path, allow_unfit=True,

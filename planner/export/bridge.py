@@ -67,7 +67,16 @@ def _explicit_off(plan: Plan, written: set) -> list[tuple[str, object]]:
                 if value is True and dest not in written and dest not in _SKIPPED and not moved:
                     written.add(dest)
                     out.append((dest, False))
+    for dest, off in _OFF_VALUES.items():  # settings whose "off" is a value, not false
+        if dest not in written:
+            written.add(dest)
+            out.append((dest, off))
     return out
+
+
+_OFF_VALUES = {"cuda_graph_impl": "none", "cp_comm_type": "p2p"}
+"""Dests written at Megatron-Core's default when the plan leaves them there (a recipe may set CUDA
+graphs or another CP communication type)."""
 
 
 def overrides(plan: Plan) -> list[tuple[str, object]]:
@@ -90,7 +99,7 @@ def overrides(plan: Plan) -> list[tuple[str, object]]:
             written.add(dest)
             pairs.append((dest, value))
     pairs += _explicit_off(plan, written)
-    out = [("mixed_precision", bridge.PRECISION_PRESETS[plan.precision]),
+    out = [("mixed_precision", bridge.precision_preset(plan.precision, plan.fp8_recipe)),
            ("model.vocab_size", plan.model.vocab_size)]
     for dest, value in pairs:
         out += bridge.settings(dest, value)

@@ -21,6 +21,7 @@ _TCFG = "Megatron-LM megatron/core/transformer/transformer_config.py (uneven pip
 _SCHED = "Megatron-LM megatron/core/pipeline_parallel/schedules.py (interleaved 1F1B)"
 _ATTN = "Megatron-LM megatron/core/transformer/attention.py (divide(num_query_groups, TP))"
 _MPCFG = "Megatron-LM megatron/core/model_parallel_config.py"
+_TCFG_OFFLOAD = "Megatron-LM megatron/core/transformer/transformer_config.py __post_init__ (cpu_offloading)"
 _FSDP = "Megatron-FSDP supports TP/EP/CP but not PP (Megatron-LM docs; issue NVIDIA/Megatron-LM#1455)"
 
 def megatron_flags() -> frozenset[str]:
@@ -66,8 +67,29 @@ def check_megatron(plan: Plan) -> None:
             raise CannotExpress("megatron_moe_bias_etp", f"MoE with linear biases requires etp=1 (got etp={plan.etp})", _TCFG)
     if plan.zero >= 2 and pp > 1:
         raise CannotExpress("megatron_fsdp_no_pp", f"zero={plan.zero} maps to Megatron-FSDP, which does not run with pp={pp}", _FSDP)
+    TABLE.write("fsdp", plan.fsdp, plan)  # the ZeRO-3 flavour's refusal before the zero rows' generic one
+    if plan.zero == 3 and plan.fsdp == "fsdp2" and (plan.ep > 1 or plan.shard_replicas > 1):
+        raise CannotExpress("megatron_fsdp2_ep_hsdp", f"fsdp2 with ep={plan.ep}, dp_shard={plan.dp_shard}: validate_args "
+                            "runs --use-torch-fsdp2 without expert parallelism and without the distributed optimizer "
+                            "(whose instances shard hybrid): price with --fsdp megatron", _ARGS_PY)
+    _check_offload_graphs(plan)
     TABLE.check(plan)  # a value Megatron cannot run (the table's refusals)
     _check_pipeline(plan)
+
+
+def _check_offload_graphs(plan: Plan) -> None:
+    """CUDA graphs and CPU activation offload against recompute and each other, as Megatron refuses them."""
+    if plan.cuda_graphs and plan.recompute == "full":
+        raise CannotExpress("megatron_cuda_graphs_full_recompute", "cuda_graphs with recompute full: validate_args "
+                            "asserts 'recompute_granularity must not be full when CUDA Graphs are enabled'", _ARGS_PY)
+    if plan.cpu_offload_layers:
+        if plan.recompute != "none":
+            raise CannotExpress("megatron_cpu_offload_recompute", f"cpu_offload_layers={plan.cpu_offload_layers} with "
+                                f"recompute {plan.recompute}: TransformerConfig raises 'CPU offloading does not work "
+                                "when activation recomputation is enabled'", _TCFG_OFFLOAD)
+        if plan.cuda_graphs:
+            raise CannotExpress("megatron_cpu_offload_cuda_graphs", "cpu_offload_layers with cuda_graphs: "
+                                "TransformerConfig raises 'CUDA graphs not supported with CPU offloading'", _TCFG_OFFLOAD)
 
 
 def _embedding_loss_split(plan: Plan) -> bool:
@@ -240,7 +262,22 @@ def _parallel_args(plan: Plan) -> Args:
                  ("--decoder-last-pipeline-num-layers", [plan.last_layers])]
     if plan.vpp > 1:
         args += words(TABLE.write("vpp", plan.vpp))
+    args += words(TABLE.write("cp_comm_type", plan.cp_comm_type, plan))
+    if plan.cp_comm_type == "a2a+p2p":  # all-to-all inside the scale-up domain, ring across (as priced)
+        a2a, ring = hierarchical_cp_sizes(plan)
+        args += [("--hierarchical-context-parallel-sizes", [a2a, ring])]
     return args
+
+
+def hierarchical_cp_sizes(plan: Plan) -> tuple[int, int]:
+    """(all-to-all ranks, ring ranks) of a2a+p2p context parallelism: the CP ranks of one scale-up
+    domain all-to-all (costmodel.placement.cp_a2a_ranks), the ring spans cp over them; Megatron-LM
+    --hierarchical-context-parallel-sizes takes them innermost first (their product is cp)."""
+    from costmodel.options import CP_COMM_TYPES
+    from costmodel.placement import cp_a2a_ranks
+
+    a2a = int(cp_a2a_ranks(CP_COMM_TYPES.index("a2a+p2p"), plan.cp, plan.tp, plan.cluster.scaleup_domain_size))
+    return a2a, plan.cp // a2a
 
 
 def _data_parallel_args(plan: Plan) -> Args:
@@ -268,12 +305,13 @@ def _recompute_args(plan: Plan) -> Args:
 
 def _precision_args(plan: Plan) -> Args:
     """--bf16 parameters, the gradient-reduction dtype and FP8 GEMMs, from the table."""
-    return [("--bf16", [])] + words(TABLE.write("grad_dtype", plan.grad_dtype) + TABLE.write("precision", plan.precision))
+    return [("--bf16", [])] + words(TABLE.write("grad_dtype", plan.grad_dtype) + TABLE.write("precision", plan.precision)
+                                    + TABLE.write("fp8_recipe", plan.fp8_recipe, plan))
 
 
 _WRITTEN_IN_SECTIONS = frozenset({"tp", "pp", "cp", "ep", "etp", "sequence_parallel", "vpp", "zero", "dp_shard",
                                   "dp_comm_overlap", "grad_dtype", "precision", "moe_dispatcher",
-                                  "moe_grouped_gemm"})
+                                  "moe_grouped_gemm", "cp_comm_type", "fp8_recipe", "fsdp"})
 """Table options the sections above write (with the model's shape or the batch); every other option
 of the table is written by ``_overlap_args``, so a new Megatron setting is one row of the table."""
 

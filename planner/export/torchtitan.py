@@ -215,6 +215,10 @@ def check_cli(plan: Plan, release: Release) -> None:
         raise CannotExpress("torchtitan_cli_release", f"{OVERRIDES_FILE} is torchtitan 0.3's --module/--config command "
                             f"line; torchtitan {release.version} takes its settings from a job config file "
                             f"(--job.config_file {TOML_FILE})", release.manager)
+    if plan.cuda_graphs and plan.pp > 1:
+        raise CannotExpress("torchtitan_cuda_graphs_pp", f"cuda_graphs with pp={plan.pp}: torchtitan {release.version} "
+                            "raises 'CUDA graphs do not support pipeline parallelism yet'",
+                            f"torchtitan {release.version} trainer.py _validate_cuda_graphs")
     check_common(plan)
     config_function(plan)
 
@@ -225,6 +229,9 @@ def check_toml(plan: Plan, release: Release) -> None:
                             f"(--job.config_file is gone; configs are Python functions chosen with --module/--config): "
                             f"use {OVERRIDES_FILE}", release.manager)
     check_common(plan)
+    if plan.cuda_graphs:
+        raise CannotExpress("torchtitan_cuda_graphs_release", f"cuda_graphs: torchtitan {release.version} has no "
+                            f"CUDA-graph capture of the training step (0.3.0 has: use {OVERRIDES_FILE})", release.source)
     if plan.zero == 0 and max(plan.tp, plan.pp, plan.cp) > 1:
         raise CannotExpress("torchtitan_ddp_1d", f"zero=0 maps to DDP, which torchtitan {release.version} refuses with "
                             "TP/PP/CP ('DDP has not supported > 1D parallelism')", _PARALLELIZE)
@@ -279,7 +286,7 @@ def _parallel_settings(plan: Plan, release: Release, section: str) -> list[tuple
 
 
 _WRITTEN_HERE = frozenset({"tp", "sequence_parallel", "zero", "tp_comm_overlap", "tp_overlap_kind", "kernels",
-                           "recompute", "precision"})
+                           "recompute", "precision", "cuda_graphs"})
 """Table options the settings above write (with the data-parallel degrees, compile, the converters
 and the AC mode, which depend on more than one option)."""
 
@@ -307,7 +314,8 @@ def cli_words(plan: Plan, release: Release | None = None) -> tuple[list[tuple[st
     items: list[tuple[str, list]] = [("--module", ["llama3"]), ("--config", [config_function(plan)])]
     settings = _batch_settings(plan) + _parallel_settings(plan, release, "cli")
     items += [cli_word(key, value) for key, value in settings]
-    extra = [("training.disable_cuda_graphs", [])] if plan.pp > 1 else []
+    # 0.3.0 captures the step in CUDA graphs unless disabled (and refuses them with PP: check_cli).
+    extra = [] if plan.cuda_graphs else [("training.disable_cuda_graphs", [])]
     # torch.compile on for fused kernels (and async TP, which runs only under compile), off for eager:
     # the config function's own choice is overridden either way (llama3_405b compiles).
     extra.append(("compile.enable" if plan.kernels == "fused" or async_tp(plan) else "compile.no_enable", []))

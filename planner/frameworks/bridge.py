@@ -38,6 +38,7 @@ SECTIONS = {
     "use_distributed_optimizer": "ddp", "overlap_grad_reduce": "ddp", "overlap_param_gather": "ddp",
     "use_megatron_fsdp": "ddp", "data_parallel_sharding_strategy": "ddp",
     "num_distributed_optimizer_instances": "ddp", "grad_reduce_in_bf16": "ddp",
+    "use_torch_fsdp2": "dist",
     "tp_comm_overlap": "comm_overlap", "overlap_moe_expert_parallel_comm": "comm_overlap",
     "delay_wgrad_compute": "comm_overlap", "ckpt_format": "checkpoint",
 }
@@ -46,11 +47,27 @@ SECTIONS = {
 ALSO = {"use_distributed_optimizer": ("optimizer.use_distributed_optimizer",)}
 """Fields Megatron-Bridge keeps in step with another (the guide: "settings are synchronized")."""
 
+IMPLIED = {"cpu_offloading_num_layers": (("model.cpu_offloading", True), ("model.cpu_offloading_activations", True),
+                                         ("model.cpu_offloading_weights", False))}
+"""Fields Megatron-LM's validate_args sets from a dest (--cpu-offloading-num-layers > 0 turns
+cpu_offloading on) that a Bridge config states itself (TransformerConfig.cpu_offloading*; weights
+stay on the GPU, as planner prices activation offload only)."""
+
 MOVED_VALUES = {("moe_enable_deepep", True): ("model.moe_flex_dispatcher_backend", "deepep")}
 """Megatron-LM settings Bridge spells with another field and value (DeepEP as the flex backend)."""
 
 PRECISION_PRESETS = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed"}
 """planner precision -> Bridge mixed_precision preset (training/mixed_precision.py, @register)."""
+
+FP8_PRESETS = {"delayed": "bf16_with_fp8_delayed_scaling_mixed", "current": "bf16_with_fp8_current_scaling_mixed",
+               "blockwise": "bf16_with_fp8_subchannel_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed"}
+"""planner fp8_recipe -> Bridge preset (training/mixed_precision.py: fp8_recipe delayed, tensorwise,
+blockwise, mxfp8; tests/data/megatron_bridge/0.2.0/mixed_precision.py)."""
+
+
+def precision_preset(precision: str, fp8_recipe: str) -> str:
+    """The mixed_precision preset a plan runs with."""
+    return FP8_PRESETS[fp8_recipe] if precision == "fp8" else PRECISION_PRESETS[precision]
 
 
 def key(dest: str) -> str:
@@ -65,7 +82,8 @@ def settings(dest: str, value) -> list[tuple[str, object]]:
         return [MOVED_VALUES[(dest, value)]]
     if dest in NEGATED:
         return [(key(dest), not value)]
-    return [(key(dest), value)] + [(k, value) for k in ALSO.get(dest, ())]
+    implied = list(IMPLIED.get(dest, ())) if value not in (None, 0, False) else []
+    return [(key(dest), value)] + [(k, value) for k in ALSO.get(dest, ())] + implied
 
 
 def reading_renames() -> dict:

@@ -8,7 +8,7 @@ are Megatron-DeepSpeed command-line arguments, not config keys: a config states 
 
 from __future__ import annotations
 
-from planner.frameworks.table import NUMBER, Refusal, Row, Table
+from planner.frameworks.table import NUMBER, Above, Refusal, Row, Table
 
 SOURCE = "DeepSpeed config (deepspeed 0.19.8 runtime/config.py, runtime/zero/config.py)"
 _ZERO = "deepspeed/runtime/zero/config.py"
@@ -35,16 +35,40 @@ TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
     # Not a config key: the table only refuses a plan priced the other way.
     Row("p2p_scatter_gather", True, (), source=_PIPE + " is_pipe_partitioned = is_model_parallel"),
     Row("p2p_scatter_gather", False, (), source="moot without a pipeline, at tp 1 or with SP (refused where it applies)"),
+    # Context parallelism: DeepSpeed's is Ulysses (sequence_parallel_size: the head all-to-all, a2a), which the
+    # export refuses with every cp > 1 (deepspeed_no_context_parallel); the type is moot at cp 1.
+    Row("cp_comm_type", "a2a", (), source="DeepSpeed-Ulysses (Jacobs et al. 2023): sequence_parallel_size"),
+    Row("cp_comm_type", "p2p", (), default=True, when=lambda plan: plan.cp == 1, source="moot without CP"),
+    Row("cuda_graphs", False, (), default=True, source="no CUDA-graph capture of the training step"),
+    Row("cpu_offload_layers", None, (), default=True, source="no layer activation offload"),
+    # ZeRO-3 keeps flat parameter buffers (partition_parameters.py); the flavour is moot below ZeRO-3.
+    Row("fsdp", "flat", (), default=True, source=_ZERO + "; runtime/zero/partition_parameters.py"),
+    *(Row("fsdp", f, (), when=lambda plan: plan.zero != 3, source="moot below ZeRO-3") for f in ("fsdp2", "megatron")),
 ), elsewhere=tuple((o, "not a DeepSpeed config key: Megatron-DeepSpeed's command line or model code states it, so a "
                        "reader takes it from planner's command line") for o in (
     "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "gbs", "seq_len", "recompute", "recompute_layers", "recompute_share",
     "recompute_modules", "sequence_parallel", "attention", "kernels", "loss", "tp_comm_overlap", "tp_overlap_kind",
-    "ep_comm_overlap", "moe_dispatcher", "moe_grouped_gemm", "zero3_gather", "pp_first_layers", "pp_last_layers")),
+    "ep_comm_overlap", "moe_dispatcher", "moe_grouped_gemm", "zero3_gather", "pp_first_layers", "pp_last_layers")) + (
+    ("fp8_recipe", "moot: a DeepSpeed config has no FP8 (precision fp8 is refused, rule deepspeed_no_fp8), so no "
+                   "FP8 scaling recipe either"),),
 refusals=(
     Refusal("p2p_scatter_gather", (False,), "deepspeed_p2p_scatter_gather", "p2p_scatter_gather off: DeepSpeed's "
             "pipeline engine splits every pipeline send over the TP ranks when TP is on without sequence parallelism "
             "(is_pipe_partitioned): price with --p2p-scatter-gather true", _PIPE,
             when=lambda plan: plan.tp > 1 and plan.pp > 1 and not plan.sp),
+    Refusal("cp_comm_type", ("p2p", "allgather", "a2a+p2p"), "deepspeed_cp_comm_type", "DeepSpeed's context "
+            "parallelism is Ulysses (sequence_parallel_size: the head all-to-all, cp_comm_type a2a); it has no ring "
+            "or all-gather attention", "DeepSpeed-Ulysses (Jacobs et al. 2023); deepspeed/sequence/layer.py",
+            when=lambda plan: plan.cp > 1),
+    Refusal("cuda_graphs", (True,), "deepspeed_cuda_graphs", "cuda_graphs: a DeepSpeed training config has no setting "
+            "that captures the layers' forward and backward in CUDA graphs: price with --cuda-graphs false",
+            "deepspeed/runtime/config.py"),
+    Refusal("cpu_offload_layers", Above(0), "deepspeed_cpu_offload", "cpu_offload_layers: DeepSpeed offloads layer "
+            "activations only as activation_checkpointing.cpu_checkpointing, the checkpoints of full recompute, which "
+            "is not what planner prices for offload (ZeRO-Offload moves optimizer states and parameters)", _CKPT),
+    Refusal("fsdp", ("fsdp2", "megatron"), "deepspeed_fsdp", "DeepSpeed ZeRO-3 partitions parameters into flat "
+            "buffers (FSDP1-like): price with --fsdp flat", _ZERO + "; runtime/zero/partition_parameters.py",
+            when=lambda plan: plan.zero == 3),
     Refusal("precision", ("fp8",), "deepspeed_no_fp8", "precision fp8: a DeepSpeed config has bf16/fp16 sections only; "
             "FP8 GEMMs live in the model code (TransformerEngine), which this file cannot switch on",
             "deepspeed/runtime/config.py"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+from costmodel.options import FP8_RECIPES
 from planner.frameworks.table import NUMBER, Refusal, Row, Table
 
 MEGATRON_COMMIT = "000c4ac24f61159c138b0975def722c65245983c"
@@ -23,6 +24,17 @@ ARGS = f"Megatron-LM arguments.py@{MEGATRON_COMMIT[:12]}"
 ARGS_PY = f"Megatron-LM megatron/training/arguments.py@{MEGATRON_COMMIT[:12]}"
 _DDP = "Megatron-Core distributed/distributed_data_parallel_config.py"
 _FSDP = "Megatron-Core distributed/fsdp (Megatron-FSDP, data_parallel_sharding_strategy)"
+_TE_CP = "TransformerEngine attention/dot_product_attention/context_parallel.py (cp_comm_type)"
+_TCFG = "Megatron-Core transformer/transformer_config.py"
+
+
+def _fp8(plan) -> bool:
+    return plan.precision == "fp8"
+
+
+def _zero3(fsdp: str):
+    """Written for ZeRO-3 plans of this FSDP flavour (``fsdp`` applies with zero = 3 only)."""
+    return lambda plan: plan.zero != 3 or plan.fsdp == fsdp
 
 
 @lru_cache(maxsize=1)
@@ -63,10 +75,10 @@ def _on(option: str, dest: str, source: str = ARGS, also: tuple = ()) -> tuple:
             Row(option, False, (), default=True, source=source))
 
 
-def _fsdp(zero: int, strategy: str) -> Row:
+def _fsdp(zero: int, strategy: str, when=None) -> Row:
     return Row("zero", zero, (("use_megatron_fsdp", True), ("data_parallel_sharding_strategy", strategy)),
                also=(("use_distributed_optimizer", True), ("no_gradient_accumulation_fusion", True),
-                     ("ckpt_format", "fsdp_dtensor")), source=_FSDP)
+                     ("ckpt_format", "fsdp_dtensor")), source=_FSDP, when=when)
 
 
 TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMIT[:12]} (megatron_arguments.txt)", rows=(
@@ -83,8 +95,11 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
     Row("zero", 1, (("use_distributed_optimizer", True),), source=ARGS + " (distributed optimizer)"),
     Row("zero", 1, (("use_megatron_fsdp", True), ("data_parallel_sharding_strategy", "optim")), write=False, source=_FSDP),
     _fsdp(2, "optim_grads"),
-    _fsdp(3, "optim_grads_params"),
-    Row("zero", 3, (("use_torch_fsdp2", True),), write=False, source=ARGS + " (FSDP2, full sharding)"),
+    # ZeRO-3 by flavour (the fsdp option): Megatron-FSDP, or PyTorch FSDP2 (--use-torch-fsdp2, which
+    # validate_args runs without the distributed optimizer); Megatron has no flat-parameter ZeRO-3 (refused).
+    _fsdp(3, "optim_grads_params", when=_zero3("megatron")),
+    Row("zero", 3, (("use_torch_fsdp2", True),), also=(("no_gradient_accumulation_fusion", True),),
+        when=_zero3("fsdp2"), source=ARGS + " (FSDP2, full sharding)"),
     Row("zero", 2, (("use_torch_fsdp2", True), ("torch_fsdp2_no_reshard_after_forward", True)), write=False,
         source=ARGS + " (FSDP2 keeps weights gathered from forward to backward)"),
     # Hybrid sharding: dp / dp_shard distributed-optimizer instances, each sharding over dp_shard ranks
@@ -93,14 +108,13 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
     Row("dp_shard", NUMBER, (("num_distributed_optimizer_instances", 0),),
         source=_DDP + " num_distributed_optimizer_instances"),
     # Overlaps: --overlap-param-gather needs the distributed optimizer (validate_args).
+    # (... or Megatron-FSDP: not with FSDP2, which prefetches by itself.)
     Row("dp_comm_overlap", True, (("overlap_grad_reduce", True),), also=(("overlap_param_gather", True),),
-        when=lambda plan: plan.zero >= 1, source=_DDP),
+        when=lambda plan: plan.zero >= 1 and not (plan.zero == 3 and plan.fsdp == "fsdp2"), source=_DDP),
     *_on("dp_comm_overlap", "overlap_grad_reduce", _DDP),
     Row("grad_dtype", "bf16", (("grad_reduce_in_bf16", True),), source=ARGS + " (FP32 main grads by default)"),
     Row("grad_dtype", "fp32", (), default=True, source=ARGS),
-    Row("precision", "fp8", (("fp8_format", "hybrid"),), also=(("fp8_recipe", "delayed"), ("fp8_amax_history_len", 1024),
-                                                                ("fp8_amax_compute_algo", "max")),
-        source=ARGS + " _add_transformer_engine_args"),
+    Row("precision", "fp8", (("fp8_format", "hybrid"),), source=ARGS + " _add_transformer_engine_args"),
     Row("precision", "bf16", (), default=True, source=ARGS + " (--bf16 parameters, written beside every precision)"),
     Row("tp_comm_overlap", True, (("tp_comm_overlap", True),), source="Megatron-Core 'Communication overlap' docs"),
     Row("tp_comm_overlap", False, (), default=True, source=ARGS),
@@ -152,6 +166,47 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
     Row("attention", "unfused", (("attention_backend", "local"),), write=False, source=ARGS),
     Row("kernels", "fused", (), default=True, source="Megatron-Core fused kernels (bias-GeLU, RoPE, norm: always on)"),
     Row("zero3_gather", "prefetch", (), default=True, source=_FSDP + " (prefetching all-gathers)"),
+    # ZeRO-3 flavour: which of the zero rows above runs (moot below ZeRO-3, where nothing is written for it).
+    Row("fsdp", "megatron", (("use_megatron_fsdp", True),), source=_FSDP, when=lambda plan: plan.zero == 3),
+    Row("fsdp", "fsdp2", (("use_torch_fsdp2", True),), source=ARGS + " --use-torch-fsdp2",
+        when=lambda plan: plan.zero == 3),
+    Row("fsdp", "flat", (), default=True, source="moot below ZeRO-3 (the distributed optimizer's flat buffers)"),
+    *(Row("fsdp", f, (), source="moot below ZeRO-3: nothing to write", when=lambda plan: plan.zero != 3)
+      for f in ("fsdp2", "megatron")),
+    # Context-parallel communication (--cp-comm-type, nargs='+': one value for every layer). a2a+p2p
+    # also needs --hierarchical-context-parallel-sizes A P (export/megatron.py _parallel_args, A from
+    # costmodel.placement.cp_a2a_ranks; launch/mcore.py checks A * P = cp).
+    Row("cp_comm_type", "p2p", (), default=True, source=ARGS + " --cp-comm-type (default ['p2p'])"),
+    Row("cp_comm_type", "p2p", (("cp_comm_type", "p2p"),), write=False, source=ARGS + " --cp-comm-type"),
+    Row("cp_comm_type", "a2a", (("cp_comm_type", "a2a"),), source=ARGS + " --cp-comm-type; " + _TE_CP),
+    Row("cp_comm_type", "allgather", (("cp_comm_type", "all_gather"),), source=ARGS + " --cp-comm-type; " + _TE_CP),
+    Row("cp_comm_type", "a2a+p2p", (("cp_comm_type", "a2a+p2p"),),
+        source=ARGS + " --cp-comm-type with --hierarchical-context-parallel-sizes; " + _TE_CP),
+    # FP8 scaling recipe (--fp8-recipe; "current" is TransformerEngine's Float8CurrentScaling, Megatron's
+    # tensorwise); written with --precision fp8 only, moot (nothing written) without it.
+    Row("fp8_recipe", "delayed", (("fp8_recipe", "delayed"),), also=(("fp8_amax_history_len", 1024),
+                                                                    ("fp8_amax_compute_algo", "max")),
+        when=_fp8, source=ARGS + " _add_transformer_engine_args (--fp8-recipe delayed, amax history)"),
+    Row("fp8_recipe", "current", (("fp8_recipe", "tensorwise"),), when=_fp8, source=ARGS + " --fp8-recipe tensorwise"),
+    Row("fp8_recipe", "blockwise", (("fp8_recipe", "blockwise"),), when=_fp8, source=ARGS + " --fp8-recipe blockwise"),
+    Row("fp8_recipe", "mxfp8", (("fp8_recipe", "mxfp8"),), when=_fp8, source=ARGS + " --fp8-recipe mxfp8"),
+    Row("fp8_recipe", "delayed", (), default=True, write=False, source=ARGS + " (--fp8-recipe default delayed)"),
+    *(Row("fp8_recipe", r, (), when=lambda plan: not _fp8(plan), source="moot without --precision fp8: nothing written")
+      for r in FP8_RECIPES),
+    # CUDA graphs: --cuda-graph-impl local (Megatron-Core per-layer graphs); --enable-cuda-graph and
+    # --external-cuda-graph are its deprecated spellings (validate_args maps them to local / transformer_engine).
+    Row("cuda_graphs", True, (("cuda_graph_impl", "local"),), source=ARGS_PY + " --cuda-graph-impl (validate_args)"),
+    Row("cuda_graphs", True, (("cuda_graph_impl", "transformer_engine"),), write=False,
+        source=ARGS_PY + " --cuda-graph-impl transformer_engine (TE make_graphed_callables)"),
+    Row("cuda_graphs", True, (("enable_cuda_graph", True),), write=False, source=ARGS_PY + " (deprecated: = local)"),
+    Row("cuda_graphs", True, (("external_cuda_graph", True),), write=False,
+        source=ARGS_PY + " (deprecated: = transformer_engine)"),
+    Row("cuda_graphs", False, (("cuda_graph_impl", "none"),), write=False, source=ARGS_PY + " --cuda-graph-impl none"),
+    Row("cuda_graphs", False, (), default=True, source=ARGS_PY + " (--cuda-graph-impl default none)"),
+    # CPU activation offload: validate_args turns --cpu-offloading on when --cpu-offloading-num-layers > 0
+    # (the pinned arguments.py has no --cpu-offloading flag); TransformerConfig refuses it with PP.
+    Row("cpu_offload_layers", NUMBER, (("cpu_offloading_num_layers", 0),),
+        source=ARGS_PY + " --cpu-offloading-num-layers (> 0 sets cpu_offloading); " + _TCFG),
 ), elsewhere=(
     *((o, "export/megatron.py and launch/mcore.py (--micro-batch-size, --global-batch-size, --seq-length; dp from "
           "the GPU count)") for o in ("dp", "mbs", "gbs", "seq_len")),
@@ -177,6 +232,9 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
             when=lambda plan: plan.tp > 1 and plan.pp > 1 and not plan.sp),
     Refusal("zero3_gather", ("blocking",), "megatron_zero3_gather", "zero3_gather blocking prices DeepSpeed 2021's "
             "per-tensor gathers; Megatron-FSDP prefetches its all-gathers", _FSDP),
+    Refusal("fsdp", ("flat",), "megatron_fsdp_flat", "fsdp flat prices FSDP1 / DeepSpeed flat-parameter ZeRO-3, which "
+            "Megatron does not have: its ZeRO-3 is Megatron-FSDP (price with --fsdp megatron) or PyTorch FSDP2 "
+            "(--fsdp fsdp2)", _FSDP + "; " + ARGS + " --use-torch-fsdp2", when=lambda plan: plan.zero == 3),
 ))
 """planner option <-> Megatron-LM argument dests, both ways."""
 
@@ -191,11 +249,11 @@ add_qkv_bias attention_dropout hidden_dropout max_position_embeddings
 """Dests the reader maps onto the model's shape (``planner.launch.mcore.model_fields``)."""
 
 LAYOUT_DESTS = frozenset("""
-pipeline_model_parallel_layout hierarchical_context_parallel_sizes cp_comm_type
+pipeline_model_parallel_layout hierarchical_context_parallel_sizes
 account_for_embedding_in_pipeline_split account_for_loss_in_pipeline_split num_layers_per_virtual_pipeline_stage
 decoder_first_pipeline_num_layers decoder_last_pipeline_num_layers micro_batch_size global_batch_size
 recompute_granularity recompute_activations recompute_method recompute_num_layers recompute_modules
-data_parallel_sharding_strategy fp8_recipe bf16 fp16 fp4_format fp8_param_gather
+data_parallel_sharding_strategy bf16 fp16 fp4_format fp8_param_gather
 """.split())
 """Dests of layout settings the reader maps with code beside the table (pipeline split, batch, recompute)."""
 

@@ -62,11 +62,22 @@ class Row:
 
 
 @dataclass(frozen=True)
+class Above:
+    """``Refusal.values`` for a number option: every number above ``bound`` (e.g. any layer count > 0)."""
+
+    bound: int
+
+    def __contains__(self, value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value > self.bound
+
+
+@dataclass(frozen=True)
 class Refusal:
     """A value of an option the framework cannot run: the export names this rule and reason."""
 
     option: str
     values: tuple
+    """The refused values (a tuple, or ``Above(n)`` for every number above n)."""
     rule: str
     reason: str
     source: str

@@ -29,7 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from hardware_catalog.errors import PlannerInputError
-from planner.frameworks.table import NUMBER, Refusal, Row, Table
+from planner.frameworks.table import NUMBER, Above, Refusal, Row, Table
 
 @dataclass(frozen=True)
 class Release:
@@ -77,6 +77,8 @@ TOML_NAMES = {
 # What in a plan needs a field, for the refusal when a release lacks it.
 FIELD_NEEDED_FOR = {
     "parallelism.enable_sequence_parallel": "tensor parallelism without sequence parallelism (sequence_parallel off)",
+    "parallelism.context_parallel_rotate_method": "ring context parallelism (cp_comm_type p2p: the alltoall "
+                                                  "rotation; 0.3.0 all-gathers, price with --cp-comm-type allgather)",
 }
 LLAMA3_VOCAB = 128256
 PIPE_SOURCE = "torchtitan torchtitan/distributed/pipeline_parallel.py (generate_llm_fqn_per_model_part)"
@@ -272,6 +274,9 @@ the opposite trade (it recomputes the attention kernel and keeps every matmul ou
 used for torchtitan. ``--framework torchtitan-0.2 --recompute selective`` prices the same
 (planner.frameworks.profiles)."""
 _FSDP = "torchtitan torchtitan/distributed/fsdp.py + parallelize.py (FSDP2 fully_shard)"
+_CP = "torchtitan parallelism.context_parallel_rotate_method (0.1.0 config_manager.py, 0.2.x job_config.py)"
+_FLOAT8 = "torchtitan float8 / quantize.linear.float8 recipe_name (None: torchao Float8LinearConfig tensorwise)"
+_GRAPHS = "torchtitan 0.3.0 configs.py training.disable_cuda_graphs; trainer.py _validate_cuda_graphs"
 
 TABLE = Table("torchtitan",
               source="torchtitan config dataclasses (0.1.0 config_manager.py, 0.2.x job_config.py, 0.3.0 configs.py)",
@@ -309,6 +314,28 @@ TABLE = Table("torchtitan",
     # Pipeline sends: torch.distributed.pipelining sends each stage's output tensor whole from every rank.
     Row("p2p_scatter_gather", False, (), default=True, source="torch/distributed/pipelining/stage.py (whole tensors)"),
     Row("p2p_scatter_gather", True, (), source="moot without a pipeline, at tp 1 or with SP (refused where it applies)"),
+    # Context parallelism (PyTorch context_parallel SDPA): parallelism.context_parallel_rotate_method
+    # "allgather" (default: K/V all-gathered) or "alltoall" (K/V shards rotated round the ring, priced as
+    # p2p); the field is in 0.1.0-0.2.2 only (0.3.0 keeps PyTorch's default, allgather).
+    Row("cp_comm_type", "allgather", (), default=True, source=_CP + " (default allgather)"),
+    Row("cp_comm_type", "allgather", (("parallelism.context_parallel_rotate_method", "allgather"),), write=False,
+        releases="0.1.0-0.2.2", source=_CP),
+    Row("cp_comm_type", "p2p", (("parallelism.context_parallel_rotate_method", "alltoall"),), releases="0.1.0-0.2.2",
+        when=lambda plan: plan.cp > 1, source=_CP + " (alltoall: the ring rotation)"),
+    Row("cp_comm_type", "p2p", (), when=lambda plan: plan.cp == 1, source="moot without context parallelism"),
+    # FP8: torchao Float8Linear with tensorwise dynamic scaling, the amax of the tensor itself (float8.recipe_name
+    # None or "tensorwise"): the current recipe; the config's other recipes are rowwise (not priced).
+    Row("fp8_recipe", "current", (), default=True, source=_FLOAT8),
+    *(Row("fp8_recipe", r, (), when=lambda plan: plan.precision != "fp8", source="moot without FP8")
+      for r in ("delayed", "blockwise", "mxfp8")),
+    # CUDA graphs: 0.3.0 captures the forward+backward step unless training.disable_cuda_graphs (and
+    # refuses them with PP); 0.1, 0.2 have no capture. export/torchtitan.py writes and checks it per release.
+    Row("cuda_graphs", False, (("training.disable_cuda_graphs", True),), releases="0.3.0", source=_GRAPHS),
+    Row("cuda_graphs", True, (), releases="0.3.0 (captured by default; pp = 1)", source=_GRAPHS),
+    Row("cpu_offload_layers", None, (), default=True, source="no activation offload to host memory"),
+    # ZeRO-3 flavour: torchtitan shards with FSDP2 (fully_shard); moot below ZeRO-3.
+    Row("fsdp", "fsdp2", (), default=True, source=_FSDP),
+    *(Row("fsdp", f, (), when=lambda plan: plan.zero != 3, source="moot below ZeRO-3") for f in ("flat", "megatron")),
 ), elsewhere=(
     *((o, "export/torchtitan.py _dp_settings / _parallel_settings (parallelism.*_degree; dp_shard as replicate x "
           "shard); launch/torchtitan.py reads them back") for o in ("pp", "dp", "cp", "vpp", "dp_shard")),
@@ -348,6 +375,17 @@ TABLE = Table("torchtitan",
             "sends split over the TP ranks (Megatron-LM before Megatron-Core, DeepSpeed); torch.distributed.pipelining "
             "sends whole tensors: price with --p2p-scatter-gather false", "torch/distributed/pipelining/stage.py",
             when=lambda plan: plan.tp > 1 and plan.pp > 1 and not plan.sp),
+    Refusal("cp_comm_type", ("a2a", "a2a+p2p"), "torchtitan_cp_comm_type", "torchtitan's context parallelism "
+            "splits the sequence and exchanges K/V shards (allgather, or the alltoall ring rotation = p2p); it has no "
+            "Ulysses head all-to-all: price with --cp-comm-type p2p or allgather", _CP),
+    Refusal("fp8_recipe", ("delayed", "blockwise", "mxfp8"), "torchtitan_fp8_recipe", "torchtitan's float8 converter "
+            "scales tensorwise from the tensor's own amax (torchao Float8Linear; its other recipes are rowwise): price "
+            "with --fp8-recipe current", _FLOAT8, when=lambda plan: plan.precision == "fp8"),
+    Refusal("cpu_offload_layers", Above(0), "torchtitan_cpu_offload", "cpu_offload_layers: torchtitan offloads no "
+            "activations to host memory (training.enable_cpu_offload moves FSDP parameters and optimizer states, "
+            "which planner does not price)", "torchtitan config Training.enable_cpu_offload"),
+    Refusal("fsdp", ("flat", "megatron"), "torchtitan_fsdp", "torchtitan's ZeRO-3 is FSDP2 (per-parameter DTensor "
+            "shards): price with --fsdp fsdp2", _FSDP, when=lambda plan: plan.zero == 3),
     Refusal("recompute", ("selective",), "torchtitan_selective", "recompute selective prices Megatron's core-attention "
             "recompute; torchtitan's selective AC is per-op SAC, priced as full recompute of half the layers: price with "
             "--framework torchtitan-0.2 --recompute selective (or --recompute full --recompute-layers <half a stage>)",

@@ -211,6 +211,12 @@ def prune_defaults(launch: Launch) -> None:
         moot |= {"tp_comm_overlap", "sequence_parallel"}
     if v.get("pp", 1) == 1:
         moot |= {"vpp"}
+    if v.get("cp", 1) == 1:
+        moot |= {"cp_comm_type"}
+    if v.get("precision") != "fp8":
+        moot |= {"fp8_recipe"}
+    if v.get("zero") != 3:
+        moot |= {"fsdp"}
     launch.defaults = [d for d in launch.defaults if d.option not in moot]
 
 
@@ -234,11 +240,45 @@ def _degrees(s: Settings, launch: Launch) -> None:
     if _read(s, launch, "etp", integer) is None:
         launch.default("etp", tp, f"no {s.label('expert_tensor_parallel_size')}, = TP")
     _read(s, launch, "sequence_parallel", lambda v, where: boolean(v, where))
-    for dest in ("pipeline_model_parallel_layout", "hierarchical_context_parallel_sizes"):
-        if s.get(dest) not in (None, "", []):
-            launch.cannot(s.label(dest), "planner's own pipeline / ring layout")
-    if str(s.get("cp_comm_type", "p2p")) not in ("p2p", "['p2p']"):
-        launch.cannot(s.label("cp_comm_type"), "ring attention (p2p)")
+    if s.get("pipeline_model_parallel_layout") not in (None, "", []):
+        launch.cannot(s.label("pipeline_model_parallel_layout"), "planner's own pipeline layout")
+    _cp_comm_type(s, launch)
+
+
+def _words(value) -> list[str]:
+    """A list-valued (nargs) setting as its words: "a2a", ["a2a"], "a2a a2a" or "[a2a, a2a]"."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(v).strip() for v in value]
+    return [w for w in str(value).strip("[]").replace(",", " ").replace("'", " ").split() if w]
+
+
+def _cp_comm_type(s: Settings, launch: Launch) -> None:
+    """--cp-comm-type (one value per layer; planner prices one for all) through the table, and
+    --hierarchical-context-parallel-sizes A P, which a2a+p2p needs (A * P = cp)."""
+    kinds = _words(s.get("cp_comm_type"))
+    sizes = _words(s.get("hierarchical_context_parallel_sizes"))
+    value, keys = TABLE.read("cp_comm_type", {"cp_comm_type": kinds[0]} if kinds else {})
+    if kinds and (len(set(kinds)) > 1 or not keys):
+        launch.cannot(f"{s.label('cp_comm_type')} {' '.join(kinds)}", "one CP communication type for every layer "
+                      "(p2p, a2a, all_gather or a2a+p2p)")
+        value, keys = "p2p", ()
+    if keys:
+        launch.state("cp_comm_type", value)
+    else:
+        launch.default("cp_comm_type", value, f"no {s.label('cp_comm_type')}")
+    if value == "a2a+p2p":
+        cp = launch.values.get("cp", 1)
+        if len(sizes) != 2 or not all(w.isdigit() for w in sizes) or int(sizes[0]) * int(sizes[1]) != cp:
+            launch.cannot(f"{s.label('hierarchical_context_parallel_sizes')} {' '.join(sizes) or '(none)'}",
+                          f"all-to-all inside the scale-up domain, ring across (two sizes whose product is cp={cp})")
+        else:
+            launch.notes.append(f"{s.label('hierarchical_context_parallel_sizes')} {sizes[0]} {sizes[1]}: priced with "
+                                "the all-to-all over the CP ranks of one scale-up domain (costmodel.placement)")
+    elif sizes:
+        launch.cannot(s.label("hierarchical_context_parallel_sizes"), "without hierarchical CP (it needs "
+                      "--cp-comm-type a2a+p2p)")
 
 
 def _pipeline(s: Settings, launch: Launch) -> None:
@@ -329,9 +369,9 @@ def _precision(s: Settings, launch: Launch) -> None:
     fp8 = s.get("fp8_format") or s.get("fp8")
     if fp8 not in (None, "", False, "None"):
         launch.state("precision", "fp8")
-        recipe = s.get("fp8_recipe")
-        if recipe not in (None, "delayed", "tensorwise"):
-            launch.cannot(f"{s.label('fp8_recipe')} {recipe}", "FP8 GEMMs with per-tensor scaling")
+        recipe = _read(s, launch, "fp8_recipe", why="Megatron's default delayed scaling")
+        if s.has("fp8_recipe") and not TABLE.read("fp8_recipe", s.values)[1]:
+            launch.cannot(f"{s.label('fp8_recipe')} {s.get('fp8_recipe')}", f"as {recipe} scaling")
     elif s.flag("bf16"):
         launch.state("precision", "bf16")
     elif s.flag("fp16"):
@@ -340,6 +380,8 @@ def _precision(s: Settings, launch: Launch) -> None:
     else:
         launch.default("precision", "bf16", f"neither {s.label('bf16')} nor {s.label('fp16')}")
         launch.cannot(f"fp32 parameters (no {s.label('bf16')} / {s.label('fp16')})", "as bf16")
+    if launch.values.get("precision") != "fp8":
+        launch.values["fp8_recipe"] = TABLE.read("fp8_recipe", {})[0]  # moot without FP8
     if s.get("fp4") not in (None, "", False):
         launch.cannot(s.label("fp4"), "as fp8")
     if s.flag("fp8_param_gather"):
@@ -348,7 +390,8 @@ def _precision(s: Settings, launch: Launch) -> None:
 
 
 _READ_ELSEWHERE = frozenset({"tp", "pp", "cp", "ep", "etp", "sequence_parallel", "vpp", "zero", "dp_shard",
-                             "dp_comm_overlap", "grad_dtype", "precision", "moe_dispatcher", "attention"})
+                             "dp_comm_overlap", "grad_dtype", "precision", "moe_dispatcher", "attention",
+                             "cp_comm_type", "fp8_recipe", "cpu_offload_layers"})
 """Table options read with the degrees, pipeline, data parallelism and precision; ``_implementation``
 reads every other option of the table, so a new Megatron setting is one row of the table."""
 
@@ -361,6 +404,12 @@ def _implementation(s: Settings, launch: Launch) -> None:
             launch.values[option] = TABLE.read(option, {})[0]
         else:
             _read(s, launch, option)
+    if s.has("cuda_graph_impl") and not TABLE.read("cuda_graphs", s.values)[1]:
+        launch.cannot(f"{s.label('cuda_graph_impl')} {s.get('cuda_graph_impl')}", "as per-layer CUDA graphs")
+    # --cpu-offloading-num-layers N (0: off, Megatron's default)
+    offload = s.int("cpu_offloading_num_layers", minimum=0)
+    if offload:
+        launch.state("cpu_offload_layers", offload)
     _attention(s, launch)
     if launch.model.moe is None:
         launch.values["moe_dispatcher"] = "alltoall"

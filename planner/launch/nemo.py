@@ -36,7 +36,7 @@ RENAMED = {**reading_renames(), "num_layers_in_first_pipeline_stage": "decoder_f
 """Megatron-Core / NeMo field -> Megatron-LM argument dest, where they differ (``planner.frameworks.bridge``,
 checked against Megatron-Bridge docs/megatron-lm-to-megatron-bridge.md; NeMo 2 also says sequence_length)."""
 PREFIXES = ("trainer.strategy.ddp.", "trainer.strategy.", "trainer.plugins.", "model.config.", "data.", "optim.config.",
-            "model.", "train.", "dataset.", "ddp.", "optimizer.", "mixed_precision.", "comm_overlap.")
+            "model.", "train.", "dataset.", "ddp.", "optimizer.", "mixed_precision.", "comm_overlap.", "dist.")
 """Where Megatron-Core fields live in a NeMo 2 / Megatron-Bridge config, most specific first."""
 QUIET_PREFIXES = ("log.", "resume.", "logger.", "checkpoint.", "scheduler.", "rng.", "tokenizer.", "validation.",
                   "profiling.", "dist.", "ft.", "straggler.", "nvrx_straggler.", "inprocess_restart.", "peft.",
@@ -172,6 +172,8 @@ def _translate(s: Settings) -> None:
 def _precision(flat: dict, s: Settings) -> None:
     """NeMo's trainer.plugins (precision "bf16-mixed", fp8 "hybrid") and Bridge's mixed_precision
     (a preset name like bf16_mixed / bf16_with_fp8_delayed_scaling_mixed, or its fields)."""
+    from planner.frameworks.bridge import FP8_PRESETS
+
     v = s.values
     names = [str(flat.get(k)) for k in _PRECISION_KEYS if flat.get(k)]
     for name in names:
@@ -182,8 +184,12 @@ def _precision(flat: dict, s: Settings) -> None:
         if "fp8" in name:
             v["fp8_format"] = "hybrid"
             s.where["fp8_format"] = name
+        recipe = next((r for r, preset in FP8_PRESETS.items() if preset == name), None)
         if "mxfp8" in name:
-            v["fp8_recipe"] = "mxfp8"
+            recipe = "mxfp8"
+        if recipe is not None and "fp8_recipe" not in v:  # the preset's recipe, in Megatron's word
+            v["fp8_recipe"] = {"current": "tensorwise"}.get(recipe, recipe)
+            s.where["fp8_recipe"] = name
     fp8 = v.pop("fp8", None)
     if fp8 not in (None, False, "None", ""):
         v["fp8_format"] = fp8

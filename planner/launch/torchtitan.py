@@ -57,8 +57,8 @@ PRICED = set(DEFAULTS) | {
 QUIET_KEYS = {"model.tokenizer_path", "model.hf_assets_path", "model.print_after_conversion", "training.dataset",
               "training.dataset_path", "training.max_norm", "training.steps", "training.gc_freq", "training.gc_debug",
               "training.seed", "training.deterministic", "training.dtype", "training.mixed_precision_reduce",
-              "training.disable_cuda_graphs", "compile.components", "compile.backend", "parallelism.spmd_backend",
-              "parallelism.context_parallel_rotate_method", "parallelism.context_parallel_load_balancer",
+              "compile.components", "compile.backend", "parallelism.spmd_backend",
+              "parallelism.context_parallel_load_balancer",
               "parallelism.enable_compiled_autograd", "parallelism.pipeline_parallel_schedule_csv",
               "activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns", "activation_checkpoint.early_stop",
               "activation_checkpoint.preserve_rng_state", "activation_checkpoint.determinism_check",
@@ -324,7 +324,24 @@ def _kernels_precision(c: _Config) -> None:
         launch.cannot("training.mixed_precision_param float32", "as bf16")
     if c.get("training.enable_cpu_offload"):
         launch.cannot("training.enable_cpu_offload", "with everything in GPU memory")
+    for key in ("float8.recipe_name", "quantize.linear.float8.recipe_name"):
+        if fp8 and c.get(key) not in (None, "tensorwise"):
+            launch.cannot(f"{key} {c.get(key)}", "as tensorwise (current) scaling")
+    _cuda_graphs(c)
     _table_options(c)
+    if launch.values.get("cp", 1) == 1:  # the CP exchange is moot without CP
+        launch.values["cp_comm_type"] = "p2p"
+
+
+def _cuda_graphs(c: _Config) -> None:
+    """0.3.0 (its command line) captures the step in CUDA graphs unless training.disable_cuda_graphs
+    (trainer.py); the job-config releases (0.1, 0.2: TOML) have no capture."""
+    launch = c.launch
+    if c.launch.launcher == "TOML job config":
+        launch.values["cuda_graphs"] = False
+        return
+    disabled = boolean(c.get("training.disable_cuda_graphs") or False, "training.disable_cuda_graphs")
+    _put(c, "cuda_graphs", not disabled, "training.disable_cuda_graphs")
 
 
 def _table_options(c: _Config) -> None:

@@ -78,8 +78,10 @@ def test_tokens_per_batch_must_hold_whole_sequences_and_errors_blame_what_was_ty
     refused(cli(*EVAL_8B, "--seq-len", "10000000"), "--seq-len=10,000,000", "give --gbs")
     refused(cli(*EVAL_8B, "--seq-len", "100000000"), "--seq-len=100000000", "16,777,216")
     # A global batch the user never typed is explained when a rule breaks on it: 8B's default is
-    # 4,194,304 tokens / 8,192 = 512 sequences, which 48 GPUs do not divide.
-    refused(cli("evaluate", "--model", "8b", "--gpus", "48", "--gpu", "h100"), "gbs=512", "default batch of 4,194,304")
+    # 4,194,304 tokens / 8,192 = 512 sequences, which 48 data-parallel GPUs do not divide. (With
+    # no layout flag at all, evaluate explains the search's best layout instead: tests/test_job.py.)
+    refused(cli("evaluate", "--model", "8b", "--gpus", "48", "--gpu", "h100", "--tp", "1"), "gbs=512",
+            "default batch of 4,194,304")
 
 
 def test_model_files_outside_what_the_catalog_can_mean_name_every_error(tmp_path):

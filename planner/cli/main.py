@@ -176,20 +176,15 @@ def evaluate(
     try:
         priced = price(job, values)
     except PlannerInputError:
-        if from_file is not None or typed_flags(ctx, _LAYOUT_CHOICES):
+        if from_file is not None or typed_flags(ctx, tuple(layout) + ("tokens_per_batch",)):
             raise
         values = _searched_layout(ctx, problem, values, layout, calibration, framework)
         priced = price(job, values)
     show_evaluation(priced, outputs)
 
 
-_LAYOUT_CHOICES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "zero", "dp_shard", "mbs", "recompute",
-                   "recompute_layers", "pp_first_layers", "pp_last_layers")
-"""The flags that choose a layout; with none of them typed, evaluate may take the search's best."""
-
-
 def _searched_layout(ctx, problem, values: dict, layout: dict, calibration, framework) -> dict:
-    """No layout flag given and the default layout (all data parallel) breaks a rule (a batch too
+    """No layout or batch flag given and the default layout (all data parallel) breaks a rule (a batch too
     small for every GPU, a model too large for one): the layout ``planner search`` ranks first
     for the same job, said in one line; nothing fits: exit 3 with the search's answer."""
     from planner.cli.search import _request

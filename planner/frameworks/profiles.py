@@ -191,6 +191,8 @@ micro-batches as there are pipeline stages, so mbs = gbs / (dp x pp) where the r
 LOOPED_TWO_CHUNKS = "two chunks per stage when interleaved"
 """A ``vpp`` entry value: a row whose schedule is interleaved (looped) and whose chunk count is
 unstated runs two model chunks per pipeline rank (``planner.validate.runs``)."""
+_POLICIES = (PP_STAGES_MICROBATCHES, LOOPED_TWO_CHUNKS)
+
 _TT_TWO_CHUNKS = Entry(
     {"vpp": LOOPED_TWO_CHUNKS}, "",
     source="torchtitan (2024) parallelisms/pipelining_utils.py generate_split_points: without split points a "
@@ -306,15 +308,19 @@ def profiles_for(framework: str) -> list[Profile]:
     return named + [GENERIC]
 
 
-def apply_profiles(facts: RowFacts) -> tuple[dict, list[str]]:
+def apply_profiles(facts: RowFacts, policies: bool = False) -> tuple[dict, list[str]]:
     """Option -> value (pinned) or list (searched) from the row's profiles, and the assumption
     lines, in entry order; an entry is skipped when an earlier one set any of its options or
-    its condition fails."""
+    its condition fails. ``policies``: also the entries whose value is a rule the runs mapping
+    resolves from a row's stated degrees (``PP_STAGES_MICROBATCHES``, ``LOOPED_TWO_CHUNKS``);
+    a command's flags choose those knobs themselves."""
     settings: dict = {}
     assumptions: list[str] = []
     for profile in profiles_for(facts.framework):
         for entry in profile.entries:
             if any(k in settings for k in entry.values) or not entry.applies(facts):
+                continue
+            if not policies and any(isinstance(v, str) and v in _POLICIES for v in entry.values.values()):
                 continue
             settings.update(entry.values)
             if entry.assumption:

@@ -383,7 +383,7 @@ def map_run(row: Union[dict, RunRow], base_dir: Optional[Path] = None) -> Mapped
     notes = hw_notes + model_notes(row, model, from_preset) + notes + batch_notes
     pins: dict = {"seq_len": seq, "gbs": gbs}
     searched = _layout_from_row(row.layout, model, gpus, pins, notes)
-    settings, profile_notes = apply_profiles(_row_facts(row, model, gpu))
+    settings, profile_notes = apply_profiles(_row_facts(row, model, gpu), policies=True)
     assumptions += profile_notes
     for name, value in settings.items():
         if value == PP_STAGES_MICROBATCHES:

@@ -131,6 +131,8 @@ def format_summary(stats: dict) -> str:
     from costmodel.layout import IMPLEMENTATION_DEFAULTS
 
     impl = {k: v for k, v in (stats.get("implementation") or {}).items() if v != IMPLEMENTATION_DEFAULTS.get(k)}
+    if impl and stats.get("model") and not _is_moe(stats["model"]):
+        impl = {k: v for k, v in impl.items() if not k.startswith("moe_")}  # moot on a dense model
     if stats.get("recompute_modules"):
         impl["recompute_modules"] = "+".join(stats["recompute_modules"])
     if impl:
@@ -262,3 +264,14 @@ def more_points(request, result) -> Optional[dict]:
         per[(g, n)] = search(replace(request, problem=problem, options=options, ranking=ranking)).results
     front = search(replace(request, options=options, ranking=replace(request.ranking, pareto=True, top=FRONT_TOP)))
     return {"per_series": per, "front": front.results}
+
+
+def _is_moe(name: str) -> bool:
+    """Whether the searched model (a catalog name, as the stats name it) has MoE layers."""
+    from hardware_catalog import get_model
+    from hardware_catalog.errors import PlannerInputError
+
+    try:
+        return get_model(name).moe is not None
+    except (PlannerInputError, KeyError, ValueError):
+        return True  # a model file: keep every setting shown

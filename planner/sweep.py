@@ -467,6 +467,23 @@ def snapshot(study, n: int) -> Snapshot:
     return Snapshot(done=done, held=held - done, waiting=waiting, total=len(trials))
 
 
+def _optimize_one(study, objective) -> None:
+    """One trial. optuna marks a trial FAIL when its objective raises, but a Ctrl-C that lands
+    after optuna created the trial and before the objective runs (or while the result is being
+    stored) would leave it RUNNING, held by nobody: such a trial of this call is failed on the
+    way out, so a later run takes its scenario again (issue 28: no partial trial is stored)."""
+    from optuna.trial import TrialState
+
+    before = {t._trial_id for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    try:
+        study.optimize(objective, n_trials=1)
+    except BaseException:
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if t._trial_id not in before:
+                study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        raise
+
+
 def run_worker(study, spec: SweepSpec, *, progress: bool = False, wait_s: float = DEFAULT_WAIT_S,
                stats: Optional[WorkerStats] = None) -> WorkerStats:
     """Work on the sweep until every scenario is done (by anyone), or until nothing completed
@@ -484,7 +501,7 @@ def run_worker(study, spec: SweepSpec, *, progress: bool = False, wait_s: float 
     while True:
         if -1 < last[0] < n - 1:  # trials 0..N-1 do not all exist yet: start the next one
             bar.update(last[0])
-            study.optimize(objective, n_trials=1)
+            _optimize_one(study, objective)
             continue
         snap = snapshot(study, n)
         bar.update(len(snap.done))
@@ -493,7 +510,7 @@ def run_worker(study, spec: SweepSpec, *, progress: bool = False, wait_s: float 
         if len(snap.done) >= n:
             break
         if snap.waiting or snap.total < n:
-            study.optimize(objective, n_trials=1)
+            _optimize_one(study, objective)
             continue
         last[0] = n  # from now on, decide from a snapshot each time
         missing = sorted(set(range(n)) - snap.done - snap.held)

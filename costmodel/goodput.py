@@ -92,12 +92,6 @@ PUE = 1.10
 """Power usage effectiveness: Google data centers' fleet-wide trailing-twelve-month PUE
 1.10 (google.com/about/datacenters/efficiency, 2023). Industry average is higher (Uptime
 Institute Global Data Center Survey 2023: 1.58); set --pue for your facility."""
-HOST_LINK_GBPS = {"volta": 16.0, "ampere": 32.0, "hopper": 64.0, "blackwell": 64.0, "cdna3": 64.0, "other": 32.0}
-"""GPU-to-host copy bandwidth per direction, GB/s, by generation: PCIe Gen3 / Gen4 / Gen5 x16
-(PCI-SIG: 16 / 32 / 64 GB/s per direction; V100 SXM2 Gen3, A100 Gen4, H100/H200/B200 and
-MI300X Gen5 per their datasheets). The async snapshot is bounded by it."""
-HOST_LINK_GBPS_BY_GPU = {"gb200": 450.0}
-"""GB200: NVLink-C2C to the Grace CPU, 900 GB/s bidirectional (NVIDIA GB200 NVL72 datasheet)."""
 NODE_OVERHEAD = 10_200.0 / (8 * 700.0)
 """Node power per watt of GPU TDP where a cluster's catalog entry has no node power: DGX
 H100 datasheet, system power ~10.2 kW max for 8 x 700 W H100 (CPUs, NICs, fans, NVSwitch)."""
@@ -333,7 +327,9 @@ class Hardware:
             node_w = NODE_OVERHEAD * gpu_w * cluster.gpus_per_node
             source = (f"estimated: {cluster.gpus_per_node} x {gpu_w:g} W GPUs x {NODE_OVERHEAD:.2f} "
                       f"(DGX H100 system/GPU power ratio)")
-        link = HOST_LINK_GBPS_BY_GPU.get(gpu.name, HOST_LINK_GBPS.get(gpu.architecture, 32.0))
+        from costmodel.offload import host_bandwidth  # the catalog's cited GPU <-> host link, one place
+
+        link = host_bandwidth(gpu) / 1e9
         return cls(int(cluster.gpus_per_node), float(link), gpu_w, float(node_w), source)
 
 

@@ -734,9 +734,9 @@ def test_megatron_implementation_flags(tmp_path):
     args = megatron_arg_list(tmp_path / "megatron_args.sh")
     pairs = dict(zip(args, args[1:]))
     for flag in ("--tp-comm-overlap", "--cross-entropy-loss-fusion", "--overlap-moe-expert-parallel-comm",
-                 "--delay-wgrad-compute", "--moe-enable-deepep", "--grad-reduce-in-bf16"):
+                 "--delay-wgrad-compute", "--grad-reduce-in-bf16"):
         assert flag in args, flag
-    assert pairs["--moe-token-dispatcher-type"] == "flex"
+    assert pairs["--moe-token-dispatcher-type"] == "flex" and pairs["--moe-flex-dispatcher-backend"] == "deepep"
     assert pairs["--moe-router-num-groups"] == "8" and pairs["--moe-router-group-topk"] == "4"
     assert set(a for a in args if a.startswith("--")) <= megatron.megatron_flags()
     # Defaults: none of them.

@@ -5,6 +5,7 @@ issue 23 measured (each read back as written)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import pytest
 from costmodel import evaluate
 from costmodel.options import Layout
 from costmodel.record import result_record
-from hardware_catalog import default_cluster_for_gpu, get_gpu, get_model
+from hardware_catalog import default_cluster_for_gpu, get_cluster, get_gpu, get_model
+from hardware_catalog.errors import PlannerInputError
 from planner.export import EXPORTERS, export_layout
 from planner.export.bridge import overrides
 from planner.export.common import CannotExpress, build_plan
@@ -201,7 +203,10 @@ def test_megatron_header_names_the_dispatcher_it_writes(tmp_path):
     record = _record(model, Layout(tp=2, ep=8, dp=32, moe_dispatcher="deepep", gbs=256, recompute="full"))
     export_layout(record, model, CLUSTER, "megatron", tmp_path, allow_unfit=True)
     text = (tmp_path / "megatron_args.sh").read_text()
-    assert "--moe-token-dispatcher-type flex" in text and "--moe-enable-deepep" in text
+    # Megatron-LM arguments.py at the pin: --moe-flex-dispatcher-backend {deepep, hybridep, ncclep};
+    # --moe-enable-deepep is its deprecated spelling (TransformerConfig.__post_init__ warns).
+    assert "--moe-token-dispatcher-type flex" in text and "--moe-flex-dispatcher-backend deepep" in text
+    assert "--moe-enable-deepep" not in text
     assert "all-to-all" not in text and "flex dispatcher with DeepEP" in text
 
 
@@ -213,10 +218,12 @@ def _megatron_file(tmp_path, layout, fmt="megatron"):
 
 
 @pytest.mark.parametrize("dispatcher,gemm,words", [
-    # Megatron-LM arguments.py: --moe-token-dispatcher-type {allgather, alltoall, flex}; --moe-grouped-gemm builds
-    # TEGroupedMLP, with --moe-use-legacy-grouped-gemm the legacy GroupedMLP (one grouped_gemm launch).
+    # Megatron-LM arguments.py: --moe-token-dispatcher-type {allgather, alltoall, flex}, the flex backend
+    # --moe-flex-dispatcher-backend {deepep, hybridep, ncclep}; --moe-grouped-gemm builds TEGroupedMLP.
     ("allgather", "loop", ["--moe-token-dispatcher-type allgather", "--moe-grouped-gemm"]),
-    ("alltoall", "fused", ["--moe-token-dispatcher-type alltoall", "--moe-grouped-gemm", "--moe-use-legacy-grouped-gemm"]),
+    ("alltoall", "loop", ["--moe-token-dispatcher-type alltoall", "--moe-grouped-gemm"]),
+    ("deepep", "loop", ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"]),
+    ("hybridep", "loop", ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend hybridep"]),
 ])
 def test_megatron_writes_and_reads_the_moe_rows(tmp_path, dispatcher, gemm, words):
     layout = Layout(tp=2, ep=8, dp=32, gbs=256, recompute="full", moe_dispatcher=dispatcher, moe_grouped_gemm=gemm)
@@ -224,11 +231,47 @@ def test_megatron_writes_and_reads_the_moe_rows(tmp_path, dispatcher, gemm, word
     text = (tmp_path / "megatron_args.sh").read_text()
     for word in words:
         assert f"  {word}\n" in text, word
-    assert ("--moe-use-legacy-grouped-gemm" in text) == (gemm == "fused")
     launch, back = _read_back(tmp_path / "megatron_args.sh", 64)
     assert not launch.unsupported and not launch.unknown
     assert (back.layout.moe_dispatcher, back.layout.moe_grouped_gemm) == (dispatcher, gemm)
     assert back.record["step_time_s"] == pytest.approx(record["step_time_s"], rel=1e-9)
+
+
+def test_legacy_grouped_gemm_is_refused_at_the_pin_and_read_from_older_scripts(tmp_path):
+    """GroupedMLP (--moe-use-legacy-grouped-gemm) left Megatron-LM in 2caa681a1d (2026-03-04): the export
+    refuses it, naming the flag; Megatron-Bridge 0.2.0 still has it; an older script still reads back."""
+    layout = Layout(tp=2, ep=8, dp=32, gbs=256, recompute="full", moe_grouped_gemm="fused")
+    with pytest.raises(PlannerInputError) as err:
+        _megatron_file(tmp_path, layout)
+    assert "megatron_release_moe_grouped_gemm" in str(err.value) and "--moe-use-legacy-grouped-gemm" in str(err.value)
+    assert "no longer has" in str(err.value) and not list(tmp_path.iterdir())
+    _megatron_file(tmp_path / "bridge", layout, "megatron-bridge")
+    _megatron_file(tmp_path / "plain", dataclasses.replace(layout, moe_grouped_gemm="loop"))
+    path = tmp_path / "plain" / "megatron_args.sh"
+    path.write_text(path.read_text().replace("  --moe-grouped-gemm\n", "  --moe-grouped-gemm\n  --moe-use-legacy-grouped-gemm\n"))
+    launch, back = _read_back(path, 64)
+    assert not launch.unsupported and not launch.unknown and back.layout.moe_grouped_gemm == "fused"
+
+
+@pytest.mark.parametrize("words,dispatcher", [
+    # Before 3df200905e DeepEP was --moe-enable-deepep; since, the flex backend defaults to deepep.
+    (["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"], "deepep"),
+    (["--moe-token-dispatcher-type", "flex"], "deepep"),
+])
+def test_megatron_reads_older_and_default_deepep_spellings(tmp_path, words, dispatcher):
+    _megatron_file(tmp_path, Layout(tp=2, ep=8, dp=32, gbs=256, recompute="full", moe_dispatcher="alltoall"))
+    path = tmp_path / "megatron_args.sh"
+    path.write_text(path.read_text().replace("  --moe-token-dispatcher-type alltoall\n", "  " + " ".join(words) + "\n"))
+    launch, back = _read_back(path, 64)
+    assert not launch.unsupported and not launch.unknown and back.layout.moe_dispatcher == dispatcher
+
+
+def test_ncclep_backend_is_read_as_not_expressible(tmp_path):
+    _megatron_file(tmp_path, Layout(tp=2, ep=8, dp=32, gbs=256, recompute="full", moe_dispatcher="deepep"))
+    path = tmp_path / "megatron_args.sh"
+    path.write_text(path.read_text().replace("--moe-flex-dispatcher-backend deepep", "--moe-flex-dispatcher-backend ncclep"))
+    launch = read_launch(path)
+    assert any("ncclep" in str(u) for u in launch.unsupported)
 
 
 def test_megatron_default_dispatcher_is_allgather(tmp_path):
@@ -242,18 +285,29 @@ def test_megatron_default_dispatcher_is_allgather(tmp_path):
     assert back.layout.moe_dispatcher == "allgather" and not launch.unsupported
 
 
-def test_hybridep_is_refused_by_megatron_lm_and_written_by_bridge(tmp_path):
-    """--moe-flex-dispatcher-backend is newer than the pinned Megatron-LM: its export refuses HybridEP and
-    writes nothing; Megatron-Bridge 0.2.0 has model.moe_flex_dispatcher_backend and reads back the same."""
+@pytest.mark.parametrize("fmt", ["megatron", "megatron-bridge"])
+def test_hybridep_on_an_nvl72_rack_round_trips(tmp_path, fmt):
+    """HybridEP (Megatron-LM 3df200905e on: --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend
+    hybridep; Megatron-Bridge 0.2.0 model.moe_flex_dispatcher_backend) on GB200 NVL72: EP 8 inside the
+    72-GPU NVLink domain. Written, and read back to the same layout and step time."""
+    cluster = get_cluster("gb200-nvl72")
+    gpu = get_gpu(cluster.gpu)
+    model = get_model("mixtral-8x7b")
     layout = Layout(tp=2, ep=8, dp=32, gbs=256, recompute="full", moe_dispatcher="hybridep")
-    with pytest.raises(Exception) as err:
-        _megatron_file(tmp_path, layout)
-    assert "megatron_release_moe_dispatcher" in str(err.value) and "moe-flex-dispatcher-backend" in str(err.value)
-    assert not list(tmp_path.iterdir())
-    model, record, report = _megatron_file(tmp_path, layout, "megatron-bridge")
-    assert ("model.moe_flex_dispatcher_backend", "hybridep") in overrides(build_plan(record, model, CLUSTER, allow_unfit=True))
-    launch, back = _read_back(report.written[0], 64)
-    assert not launch.unsupported and back.layout.moe_dispatcher == "hybridep"
+    record = result_record(model, cluster, gpu, evaluate(model, cluster, layout, gpu=gpu), 0)
+    record["planner_version"] = "test"
+    report = export_layout(record, model, cluster, fmt, tmp_path, allow_unfit=True)
+    text = report.written[0].read_text()
+    if fmt == "megatron":
+        assert "  --moe-token-dispatcher-type flex\n" in text and "  --moe-flex-dispatcher-backend hybridep\n" in text
+    else:
+        assert ("model.moe_flex_dispatcher_backend", "hybridep") in overrides(build_plan(record, model, cluster,
+                                                                                          allow_unfit=True))
+    launch = read_launch(report.written[0])
+    back = resolve(launch, gpu=gpu.name, cluster=cluster.name, gpus=64, allow_cross_node_tp=True)
+    assert not launch.unsupported and not launch.unknown
+    assert back.layout == build_plan(record, model, cluster, allow_unfit=True).layout
+    assert back.layout.moe_dispatcher == "hybridep"
     assert back.record["step_time_s"] == pytest.approx(record["step_time_s"], rel=1e-9)
 
 

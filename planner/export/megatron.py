@@ -14,7 +14,7 @@ from planner.export.common import (
 )
 from planner.export.registry import EXECUTABLE, Exporter, one_file
 from planner.frameworks.megatron import ARGS_PY as _ARGS_PY
-from planner.frameworks.megatron import MEGATRON_COMMIT, TABLE, flag, known_flags, words
+from planner.frameworks.megatron import MEGATRON_COMMIT, TABLE, flag, known_flags, removed_flags, words
 
 FILE_NAME = "megatron_args.sh"
 _TCFG = "Megatron-LM megatron/core/transformer/transformer_config.py (uneven pipeline checks)"
@@ -25,8 +25,9 @@ _TCFG_OFFLOAD = "Megatron-LM megatron/core/transformer/transformer_config.py __p
 _FSDP = "Megatron-FSDP supports TP/EP/CP but not PP (Megatron-LM docs; issue NVIDIA/Megatron-LM#1455)"
 
 def megatron_flags() -> frozenset[str]:
-    """Every flag of Megatron-LM's arguments.py at ``MEGATRON_COMMIT`` (``megatron_arguments.txt``)."""
-    return frozenset(known_flags())
+    """Every flag of Megatron-LM's arguments.py at ``MEGATRON_COMMIT`` (``megatron_arguments.txt``,
+    less the flags marked removed: an older commit's, which the export never writes)."""
+    return frozenset(known_flags()) - removed_flags()
 
 
 # ----------------------------------------------------------------------------------- checks
@@ -369,10 +370,11 @@ def validate_flags(plan: Plan) -> None:
     unknown = sorted(set(emitted_flags(plan)) - megatron_flags())
     newer = [(f, row) for f in unknown for row in TABLE.rows if row.write and row.releases
              and row.value == getattr(plan, row.option, None) and any(flag(d) == f for d, _ in row.sets)]
-    if newer:  # a table row of a later release than the arguments planner targets: refused, not written
+    if newer:  # a table row of another release than the arguments planner targets: refused, not written
         f, row = newer[0]
+        gone = "no longer has" if f in removed_flags() else "does not have"
         raise CannotExpress(f"megatron_release_{row.option}", f"{row.option} {row.value} needs {f} ({row.releases}), "
-                            f"which Megatron-LM {MEGATRON_COMMIT[:12]} (the release this export targets) does not have: "
+                            f"which Megatron-LM {MEGATRON_COMMIT[:12]} (the release this export targets) {gone}: "
                             "use --format megatron-bridge, or price another value", row.source)
     if unknown:  # a programming error: every flag must be checked against arguments.py first
         raise RuntimeError(f"Megatron flags not in megatron_arguments.txt: {', '.join(unknown)}")

@@ -19,7 +19,9 @@ from pathlib import Path
 from costmodel.options import FP8_RECIPES
 from planner.frameworks.table import NUMBER, Refusal, Row, Table
 
-MEGATRON_COMMIT = "000c4ac24f61159c138b0975def722c65245983c"
+MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
+"""Megatron-LM main of 2026-08-22 (the list before it: 000c4ac24f61, 2025-11-13, whose flags this
+commit no longer has are kept in megatron_arguments.txt marked ``removed``)."""
 ARGS = f"Megatron-LM arguments.py@{MEGATRON_COMMIT[:12]}"
 ARGS_PY = f"Megatron-LM megatron/training/arguments.py@{MEGATRON_COMMIT[:12]}"
 _DDP = "Megatron-Core distributed/distributed_data_parallel_config.py"
@@ -38,14 +40,27 @@ def _zero3(fsdp: str):
 
 
 @lru_cache(maxsize=1)
-def known_flags() -> dict[str, tuple[str, str]]:
-    """flag -> (kind: switch | value | list, arguments.py group), from megatron_arguments.txt."""
-    out = {}
+def _flag_list() -> tuple[dict[str, tuple[str, str]], frozenset[str]]:
+    known, removed = {}, set()
     for line in Path(__file__).with_name("megatron_arguments.txt").read_text(encoding="utf-8").splitlines():
         if line.startswith("--"):
-            flag, kind, group = line.split()[:3]
-            out[flag] = (kind, group)
-    return out
+            flag, kind, group, *mark = line.split()
+            known[flag] = (kind, group)
+            if mark == ["removed"]:
+                removed.add(flag)
+    return known, frozenset(removed)
+
+
+def known_flags() -> dict[str, tuple[str, str]]:
+    """flag -> (kind: switch | value | list, arguments.py group), from megatron_arguments.txt: the
+    flags of ``MEGATRON_COMMIT`` and those an earlier pinned commit had (``removed_flags``), so the
+    reader still parses an older script."""
+    return _flag_list()[0]
+
+
+def removed_flags() -> frozenset[str]:
+    """Flags of an earlier pinned commit that ``MEGATRON_COMMIT`` no longer has (never written)."""
+    return _flag_list()[1]
 
 
 def flag(dest: str) -> str:
@@ -124,32 +139,38 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
     Row("ep_comm_overlap", False, (), default=True, source=ARGS),
     Row("loss", "fused", (("cross_entropy_loss_fusion", True),), source=ARGS),
     Row("loss", "unfused", (), default=True, source="Megatron-Core tensor_parallel/cross_entropy.py"),
-    Row("moe_dispatcher", "deepep", (("moe_token_dispatcher_type", "flex"), ("moe_enable_deepep", True)),
-        source=ARGS + " (flex dispatcher, DeepEP backend)"),
+    # The flex dispatcher runs one backend, --moe-flex-dispatcher-backend {deepep, hybridep, ncclep} (default
+    # deepep), since Megatron-LM 3df200905e (2025-11-18, "Add the Hybrid-EP backend to the Flex Dispatcher"),
+    # which also deprecated --moe-enable-deepep (TransformerConfig.__post_init__ maps it to the deepep backend).
     Row("moe_dispatcher", "deepep", (("moe_token_dispatcher_type", "flex"), ("moe_flex_dispatcher_backend", "deepep")),
-        write=False, releases="after 000c4ac24f61 (replaces --moe-enable-deepep)",
-        source="Megatron-Core transformer_config.py moe_flex_dispatcher_backend"),
+        source=ARGS + " (flex dispatcher, DeepEP backend); " + _TCFG + " moe_flex_dispatcher_backend"),
+    Row("moe_dispatcher", "deepep", (("moe_token_dispatcher_type", "flex"), ("moe_enable_deepep", True)),
+        write=False, releases="000c4ac24f61 and before (deprecated since 3df200905e)",
+        source=ARGS + " --moe-enable-deepep (deprecated: = --moe-flex-dispatcher-backend deepep)"),
+    Row("moe_dispatcher", "deepep", (("moe_token_dispatcher_type", "flex"),), write=False,
+        source=_TCFG + " (moe_flex_dispatcher_backend default: deepep)"),
     Row("moe_dispatcher", "alltoall", (("moe_token_dispatcher_type", "alltoall"),), source=ARGS),
-    Row("moe_dispatcher", "alltoall", (("moe_token_dispatcher_type", "flex"),), write=False,
-        source=ARGS + " (flex without DeepEP: all-to-all)"),
     Row("moe_dispatcher", "allgather", (("moe_token_dispatcher_type", "allgather"),), source=ARGS),
     Row("moe_dispatcher", "allgather", (), default=True, write=False,
         source=ARGS + " (--moe-token-dispatcher-type default: allgather)"),
-    # HybridEP: the flex dispatcher's second backend. Its flag is newer than MEGATRON_COMMIT, so the
-    # Megatron-LM export refuses it (export/megatron.py validate_flags); Megatron-Bridge writes it.
+    # HybridEP: the flex dispatcher's hybridep backend (Megatron-Bridge 0.2.0: model.moe_flex_dispatcher_backend).
     Row("moe_dispatcher", "hybridep", (("moe_token_dispatcher_type", "flex"), ("moe_flex_dispatcher_backend", "hybridep")),
-        releases="Megatron-Core v0.15+ (after 000c4ac24f61); Megatron-Bridge 0.2.0 model.moe_flex_dispatcher_backend",
-        source="Megatron-Core transformer_config.py moe_flex_dispatcher_backend; Megatron-Bridge migration guide"),
+        releases="Megatron-LM 3df200905e (2025-11-18, Megatron-Core v0.15) and later; Megatron-Bridge 0.2.0",
+        source=ARGS + " --moe-flex-dispatcher-backend; " + _TCFG + " moe_flex_dispatcher_backend; "
+               "Megatron-Bridge migration guide"),
     # Expert GEMMs: --moe-grouped-gemm builds TEGroupedMLP (TE GroupedLinear: one cuBLASLt GEMM per
-    # expert over streams, the loop); with --moe-use-legacy-grouped-gemm, GroupedMLP (the grouped_gemm
-    # package's single CUTLASS launch, fused); without --moe-grouped-gemm, SequentialMLP (a Python loop
-    # over the local experts), read as the loop. Megatron-Core transformer/moe/experts.py,
-    # models/gpt/gpt_layer_specs.py get_gpt_layer_with_transformer_engine_spec (r0.9+: legacy flag).
+    # expert over streams, the loop); without it, SequentialMLP (a Python loop over the local experts),
+    # read as the loop. GroupedMLP (the grouped_gemm package's single CUTLASS launch, fused) sat behind
+    # --moe-use-legacy-grouped-gemm from r0.9 until Megatron-LM 2caa681a1d (2026-03-04, "Remove the
+    # deprecated GroupedMLP"): read from older scripts, refused by the export (export/megatron.py
+    # validate_flags: the flag is marked removed in megatron_arguments.txt). Megatron-Core
+    # transformer/moe/experts.py, models/gpt/moe_module_specs.py.
     Row("moe_grouped_gemm", "loop", (("moe_grouped_gemm", True),), source=ARGS + " (TEGroupedMLP)"),
     Row("moe_grouped_gemm", "loop", (), default=True, write=False, source=ARGS + " (SequentialMLP: per-expert loop)"),
     Row("moe_grouped_gemm", "fused", (("moe_grouped_gemm", True), ("moe_use_legacy_grouped_gemm", True)),
-        releases="Megatron-Core r0.9+ (legacy GroupedMLP behind --moe-use-legacy-grouped-gemm)",
-        source=ARGS + " (GroupedMLP: grouped_gemm CUTLASS kernel, one launch)"),
+        releases="Megatron-Core r0.9 to Megatron-LM 2caa681a1d (2026-03-04), which removed GroupedMLP",
+        source="Megatron-LM arguments.py@000c4ac24f61 --moe-use-legacy-grouped-gemm (GroupedMLP: grouped_gemm "
+               "CUTLASS kernel, one launch)"),
     # Pipeline sends: Megatron-Core sends the whole activation (or the SP shard) from every TP rank;
     # scatter_gather_tensors_in_pipeline was Megatron-LM's p2p_communication.py before Megatron-Core.
     Row("p2p_scatter_gather", False, (), default=True,
@@ -299,6 +320,10 @@ use_te_activation_func no_async_tensor_model_parallel_allreduce no_clone_scatter
 no_pin_cpu_params model_parallel_size ddp_num_buckets ddp_pad_buckets_for_high_nccl_busbw
 suggested_communication_unit_size no_gradient_reduce_div_fusion use_tp_pp_dp_mapping yaml_cfg no_rope_fusion
 optimizer
+config_logger_dir cuda_graph_warmup_steps embedding_init_method_std flash_decode mlp_chunks_for_prefill
+nccl_all_reduce_for_prefill no_initialization qk_l2_norm symmetric_ar_type
 """.split())
-"""Known flags outside the quiet groups that planner's model does not price either way."""
+"""Known flags outside the quiet groups that planner's model does not price either way (the last
+line: TransformerConfig fields a quiet group used to add, which ArgumentGroupFactory now adds in
+_add_network_size_args)."""
 

@@ -7,7 +7,7 @@ A reader turns its file into ``Settings``: Megatron-LM argument names (the ``des
 model. The layout settings are read through the Megatron table (``planner.frameworks.megatron.TABLE``),
 the one the exporter writes them with, whose rows cite the upstream declarations; the shape, the
 pipeline split, the batch and recompute are mapped here. Unless a comment names another file, the
-flag and its default are those of arguments.py at commit 000c4ac24f61 (``ARGS``).
+flag and its default are those of arguments.py at ``MEGATRON_COMMIT`` (``ARGS``).
 """
 
 from __future__ import annotations
@@ -414,6 +414,10 @@ def _implementation(s: Settings, launch: Launch) -> None:
     if launch.model.moe is None:
         launch.values["moe_dispatcher"] = "alltoall"
         return
+    backend = s.get("moe_flex_dispatcher_backend")
+    if s.get("moe_token_dispatcher_type") == "flex" and backend not in (None, "deepep", "hybridep"):
+        # ncclep (TransformerEngine's NCCL EP): a flex backend planner has no price for.
+        launch.cannot(f"{s.label('moe_flex_dispatcher_backend')} {backend}", "as DeepEP (--moe-dispatcher deepep)")
     _read(s, launch, "moe_dispatcher", why="Megatron's default allgather dispatcher")
 
 

@@ -152,7 +152,7 @@ def _versions_of_stand_ins() -> None:
 
 
 def parser_flags(root: str) -> list[tuple[str, str, str]]:
-    """(flag, switch | value | list, _add_*_args function) for every option string of the parser."""
+    """(flag, switch | value | list, _add_*_args function, choices) for every option string of the parser."""
     sys.path.insert(0, root)
     sys.meta_path.insert(0, _StandIns())
     _versions_of_stand_ins()
@@ -184,15 +184,26 @@ def parser_flags(root: str) -> list[tuple[str, str, str]]:
             kind = "list"
         else:
             kind = "value"
-        rows += [(option, kind, added_by.get(id(action), "?")) for option in action.option_strings]
+        rows += [(option, kind, added_by.get(id(action), "?"), _choices(action)) for option in action.option_strings]
     return sorted(rows)
 
 
-def previous_flags(path: Path) -> list[tuple[str, str, str]]:
+def _choices(action) -> str:
+    """``choices=a,b,c`` as the command line spells them (an enum choice by its name, as
+    ArgumentGroupFactory's enum type reads it), or "" without choices."""
+    if not action.choices:
+        return ""
+    words = [getattr(c, "name", c) for c in action.choices if c is not None]
+    return "choices=" + ",".join(str(w) for w in words)
+
+
+def previous_flags(path: Path) -> list[tuple[str, str, str, str]]:
     out = []
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.startswith("--"):
-            out.append(tuple(line.split()[:3]))
+            words = line.split()
+            choices = next((w for w in words[3:] if w.startswith("choices=")), "")
+            out.append((*words[:3], choices))
     return out
 
 
@@ -202,11 +213,12 @@ HEADER = """\
 #   (planner.frameworks.megatron.MEGATRON_COMMIT: the exporter checks every flag it writes against this list),
 # listed from the parser add_megatron_arguments builds, its add_argument calls and the flags
 # ArgumentGroupFactory makes from config dataclass fields (benchmarks/megatron_arguments.py): the flag,
-# how it takes values, the arguments.py function that adds it:
+# how it takes values, the arguments.py function that adds it, then its choices where argparse has them:
 #   switch  store_true / store_false / store_const / BooleanOptionalAction: no value
 #   value   one value
 #   list    nargs '*' or '+': the words up to the next flag
-# A fourth word, removed, marks a flag of an earlier pinned commit (first pinned: 000c4ac24f61) that this
+#   choices=a,b,c  the values argparse accepts (an enum's by name); the exporter checks what it writes
+# A last word, removed, marks a flag of an earlier pinned commit (first pinned: 000c4ac24f61) that this
 # commit no longer has: the reader still parses old scripts with it, the exporter never writes it.
 # planner.launch.megatron reads a launch script with this list: a flag in it that the reader does not
 # map is known to Megatron-LM (listed as not priced or not expressible), a flag outside it is unknown
@@ -221,13 +233,13 @@ def main(argv: list[str]) -> None:
     args = ap.parse_args(argv)
     old = previous_flags(args.previous) if args.previous.exists() else []
     rows = parser_flags(args.root)
-    now = {flag for flag, _, _ in rows}
+    now = {row[0] for row in rows}
     removed = sorted({row for row in old if row[0] not in now})
     print(HEADER.format(commit=args.commit))
-    for flag, kind, group in rows:
-        print(f"{flag:<52} {kind:<7} {group}")
-    for flag, kind, group in removed:
-        print(f"{flag:<52} {kind:<7} {group:<30} removed")
+    for flag, kind, group, choices in rows:
+        print(f"{flag:<52} {kind:<7} {group:<30} {choices}".rstrip())
+    for flag, kind, group, choices in removed:
+        print(f"{flag:<52} {kind:<7} {group:<30} {choices + ' ' if choices else ''}removed")
 
 
 if __name__ == "__main__":

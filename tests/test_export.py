@@ -267,6 +267,29 @@ def test_flag_list_names_the_checked_commit():
     assert len(megatron.megatron_flags()) > 60
 
 
+def test_flag_list_has_the_moe_dispatcher_choices():
+    """Megatron-LM d98e8a64ddf3 transformer_config.py: moe_token_dispatcher_type: Literal['allgather',
+    'alltoall', 'flex'] (line 891), moe_flex_dispatcher_backend: Literal['deepep', 'hybridep', 'ncclep']
+    (line 898), flags made by ArgumentGroupFactory; attention_backend: AttnBackend, read by name."""
+    from planner.frameworks.megatron import flag_choices, known_flags, removed_flags
+
+    choices = flag_choices()
+    assert choices["--moe-token-dispatcher-type"] == ("allgather", "alltoall", "flex")
+    assert choices["--moe-flex-dispatcher-backend"] == ("deepep", "hybridep", "ncclep")
+    assert set(choices["--attention-backend"]) == {"flash", "fused", "unfused", "local", "auto"}
+    assert known_flags()["--moe-flex-dispatcher-backend"][0] == "value"
+    # GroupedMLP's flag left in 2caa681a1d: still known to the reader, never written.
+    assert "--moe-use-legacy-grouped-gemm" in removed_flags() and "--moe-use-legacy-grouped-gemm" in known_flags()
+    assert "--moe-use-legacy-grouped-gemm" not in megatron.megatron_flags()
+
+
+def test_a_value_outside_the_argparse_choices_is_never_written(tmp_path, monkeypatch):
+    monkeypatch.setattr(megatron, "flag_choices", lambda: {"--moe-token-dispatcher-type": ("allgather", "flex")})
+    with pytest.raises(RuntimeError, match="--moe-token-dispatcher-type alltoall"):
+        export(moe_mixtral(), MIXTRAL, tmp_path, formats="megatron")
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("index", range(6))
 def test_every_emitted_megatron_flag_is_checked(tmp_path, index):
     rec, model = _layouts_for_flag_check()[index]

@@ -14,7 +14,7 @@ from planner.export.common import (
 )
 from planner.export.registry import EXECUTABLE, Exporter, one_file
 from planner.frameworks.megatron import ARGS_PY as _ARGS_PY
-from planner.frameworks.megatron import MEGATRON_COMMIT, TABLE, flag, known_flags, removed_flags, words
+from planner.frameworks.megatron import MEGATRON_COMMIT, TABLE, flag, flag_choices, known_flags, removed_flags, words
 
 FILE_NAME = "megatron_args.sh"
 _TCFG = "Megatron-LM megatron/core/transformer/transformer_config.py (uneven pipeline checks)"
@@ -378,6 +378,11 @@ def validate_flags(plan: Plan) -> None:
                             "use --format megatron-bridge, or price another value", row.source)
     if unknown:  # a programming error: every flag must be checked against arguments.py first
         raise RuntimeError(f"Megatron flags not in megatron_arguments.txt: {', '.join(unknown)}")
+    choices = flag_choices()
+    wrong = [f"{f} {v}" for _, items in megatron_sections(plan) for f, values in items
+             for v in values if f in choices and str(v) not in choices[f]]
+    if wrong:  # a programming error too: a value argparse would reject (the table needs a row or a refusal)
+        raise RuntimeError(f"Megatron values outside their argparse choices: {', '.join(wrong)}")
 
 
 def env_lines(plan: Plan) -> list[str]:

@@ -40,15 +40,18 @@ def _zero3(fsdp: str):
 
 
 @lru_cache(maxsize=1)
-def _flag_list() -> tuple[dict[str, tuple[str, str]], frozenset[str]]:
-    known, removed = {}, set()
+def _flag_list() -> tuple[dict[str, tuple[str, str]], frozenset[str], dict[str, tuple[str, ...]]]:
+    known, removed, choices = {}, set(), {}
     for line in Path(__file__).with_name("megatron_arguments.txt").read_text(encoding="utf-8").splitlines():
         if line.startswith("--"):
-            flag, kind, group, *mark = line.split()
+            flag, kind, group, *rest = line.split()
             known[flag] = (kind, group)
-            if mark == ["removed"]:
-                removed.add(flag)
-    return known, frozenset(removed)
+            for word in rest:
+                if word == "removed":
+                    removed.add(flag)
+                elif word.startswith("choices="):
+                    choices[flag] = tuple(word[len("choices="):].split(","))
+    return known, frozenset(removed), choices
 
 
 def known_flags() -> dict[str, tuple[str, str]]:
@@ -61,6 +64,11 @@ def known_flags() -> dict[str, tuple[str, str]]:
 def removed_flags() -> frozenset[str]:
     """Flags of an earlier pinned commit that ``MEGATRON_COMMIT`` no longer has (never written)."""
     return _flag_list()[1]
+
+
+def flag_choices() -> dict[str, tuple[str, ...]]:
+    """flag -> the values argparse accepts for it (its ``choices``), for the flags that have them."""
+    return _flag_list()[2]
 
 
 def flag(dest: str) -> str:

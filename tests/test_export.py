@@ -551,7 +551,12 @@ def test_deepspeed_accepts_the_file(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("model,layout,rule,extra", [
     (LLAMA3_8B, dict(tp=4, pp=2, dp=4, zero=2, gbs=64), "deepspeed_zero_pp", "ZeRO-2 and ZeRO-3"),
-    (LLAMA3_8B, dict(tp=2, cp=2, dp=2, gbs=16, seq_len=8192), "deepspeed_no_context_parallel", "Ulysses"),
+    # Ulysses is DeepSpeed's only CP (all-to-all), and Megatron-DeepSpeed runs it without TP or PP.
+    (LLAMA3_8B, dict(tp=1, cp=2, dp=4, gbs=16, seq_len=8192), "deepspeed_cp_comm_type", "--cp-comm-type a2a"),
+    (LLAMA3_8B, dict(tp=2, cp=2, dp=2, gbs=16, seq_len=8192, cp_comm_type="a2a"), "deepspeed_ulysses_tp_pp",
+     "incompatible with Megatron-LM's tensor or pipeline parallelism"),
+    (LLAMA3_8B, dict(pp=2, cp=2, dp=2, gbs=16, seq_len=8192, cp_comm_type="a2a", zero=1), "deepspeed_ulysses_tp_pp",
+     "examples_deepspeed/sequence_parallel/README.md"),
     (MIXTRAL, dict(tp=1, dp=8, ep=8, zero=3, gbs=64), "deepspeed_moe_zero3", "Stage 3"),
     (LLAMA3_8B, dict(tp=2, dp=4, gbs=16, precision="fp8"), "deepspeed_no_fp8", "fp8"),
     (LLAMA3_8B, dict(tp=2, pp=4, dp=1, vpp=2, gbs=8), "deepspeed_no_interleaving", "vpp=2"),

@@ -520,3 +520,62 @@ def test_zero3_flavour_refusals(tmp_path, fmt, fsdp, rule):
     with pytest.raises(Exception, match=rule):
         _export(tmp_path, model, layout, fmt)
     assert not list(tmp_path.iterdir())
+
+
+# ----------------------------------------------------------------------------------- DeepSpeed Ulysses
+
+
+def test_deepspeed_writes_ulysses_as_a2a_cp_and_reads_it_back(tmp_path):
+    """cp 4 with the head all-to-all (cp_comm_type a2a) is DeepSpeed-Ulysses: the config's
+    sequence_parallel_size 4, Megatron-DeepSpeed's --ds-sequence-parallel-size 4 named beside it;
+    64 GPUs = dp 16 x cp 4 (megatron/arguments.py: data_parallel_size = world / (tp * pp * sp)), so
+    train_batch_size 64 = micro-batch 1 x 4 accumulation steps x dp 16 (runtime/config.py _batch_assertion)."""
+    import json
+
+    model = get_model("llama3-8b")  # 32 heads, 8 KV heads: 4 ranks take 8 and 2 each
+    layout = Layout(tp=1, cp=4, dp=16, gbs=64, seq_len=32768, recompute="full", cp_comm_type="a2a")
+    record = _record(model, layout)
+    report = export_layout(record, model, CLUSTER, "deepspeed", tmp_path, allow_unfit=True)
+    cfg = json.loads(report.written[0].read_text())
+    assert cfg["sequence_parallel_size"] == 4
+    assert (cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]) == (64, 1, 4)
+    assert any("--ds-sequence-parallel-size 4" in line for line in cfg["_comment"])
+    launch = read_launch(report.written[0], model=model)
+    assert not launch.unknown and not launch.unsupported
+    assert (launch.values["cp"], launch.values["cp_comm_type"]) == (4, "a2a")
+    back = resolve(launch, gpu=GPU.name, given={"seq_len": 32768}, allow_cross_node_tp=True)  # not a config key
+    assert back.gpus == 64 and back.layout == build_plan(record, model, CLUSTER, allow_unfit=True).layout
+    assert back.record["step_time_s"] == pytest.approx(record["step_time_s"], rel=1e-9)
+    # without CP nothing is written for it, and the reader takes cp 1
+    plain = export_layout(_record(model, Layout(tp=1, dp=64, gbs=64)), model, CLUSTER, "deepspeed", tmp_path / "p",
+                          allow_unfit=True)
+    assert "sequence_parallel_size" not in json.loads(plain.written[0].read_text())
+    assert read_launch(plain.written[0], model=model).values["cp"] == 1
+
+
+@pytest.mark.parametrize("cp_comm_type", ["p2p", "allgather", "a2a+p2p"])
+def test_deepspeed_refuses_cp_other_than_ulysses(tmp_path, cp_comm_type):
+    model = get_model("llama3-8b")
+    layout = Layout(tp=1, cp=4, dp=16, gbs=64, seq_len=32768, recompute="full", cp_comm_type=cp_comm_type)
+    with pytest.raises(PlannerInputError) as err:
+        export_layout(_record(model, layout), model, CLUSTER, "deepspeed", tmp_path, allow_unfit=True)
+    assert "deepspeed_cp_comm_type" in str(err.value) and "deepspeed/sequence/layer.py" in str(err.value)
+    assert not list(tmp_path.iterdir())
+
+
+def test_deepspeed_ulysses_heads_must_divide():
+    """Megatron-DeepSpeed megatron/model/transformer.py asserts num_attention_heads % sp == 0: 32 heads run
+    on 4 or 8 Ulysses ranks, not on 3 or 6 (search.rules refuses those layouts before any export; the
+    DeepSpeed table says why on its own)."""
+    from types import SimpleNamespace
+
+    from planner.frameworks.deepspeed import TABLE
+
+    def plan(cp):
+        return SimpleNamespace(cp=cp, tp=1, pp=1, model=SimpleNamespace(num_attention_heads=32))
+
+    for cp in (4, 8):
+        assert TABLE.write("cp", cp, plan(cp)) == [("sequence_parallel_size", cp)]
+    for cp in (3, 6):
+        with pytest.raises(CannotExpress, match="deepspeed_ulysses_heads"):
+            TABLE.write("cp", cp, plan(cp))

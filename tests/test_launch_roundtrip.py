@@ -54,7 +54,7 @@ EXPRESSES = {
     "megatron_args.sh": MEGATRON,
     "launch_torchrun.sh": MEGATRON | {"dp"},
     "launch.sbatch": MEGATRON | {"dp"},
-    "deepspeed_config.json": {"dp", "pp", "zero", "mbs", "gbs", "dp_comm_overlap", "grad_dtype", "recompute_full",
+    "deepspeed_config.json": {"dp", "pp", "cp", "zero", "mbs", "gbs", "dp_comm_overlap", "grad_dtype", "recompute_full",
                               "dp_shard"},
     "torchtitan_overrides.sh": TITAN,
     "torchtitan.toml": TITAN,

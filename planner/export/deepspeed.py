@@ -3,7 +3,8 @@
 DeepSpeed reads only the keys it knows from the config dict (``deepspeed/runtime/config.py``
 ``DeepSpeedConfig._initialize_params``), so the header goes into a ``"_comment"`` list, which it
 ignores (checked with deepspeed 0.19.8: ``DeepSpeedConfig`` accepts the file unchanged).
-Tensor/pipeline/expert sizes are Megatron-DeepSpeed command-line arguments, not config keys.
+Tensor/pipeline/expert sizes are Megatron-DeepSpeed command-line arguments, not config keys; the
+Ulysses degree (cp, all-to-all) is both: ``--ds-sequence-parallel-size`` and ``sequence_parallel_size``.
 """
 
 from __future__ import annotations
@@ -30,10 +31,9 @@ def check(plan: Plan) -> None:
         raise CannotExpress("deepspeed_recompute_modules", f"recomputing the submodules {', '.join(selective_modules(plan))} "
                             "is Megatron-Core's --recompute-modules; a DeepSpeed config has no such setting", "planner.export")
     TABLE.write("precision", plan.precision)  # refuses fp8
-    if plan.cp > 1:
-        raise CannotExpress("deepspeed_no_context_parallel", f"cp={plan.cp}: DeepSpeed has no ring-attention context parallelism; "
-                            "its Ulysses sequence parallelism (sequence_parallel_size) splits attention heads with "
-                            "all-to-all, a different scheme with different memory and communication", "deepspeed/sequence/layer.py")
+    # cp > 1 runs as Ulysses (the table's cp rows; its refusals: other cp_comm_types, TP/PP, heads % cp).
+    TABLE.write("cp", plan.cp, plan)
+    TABLE.write("cp_comm_type", plan.cp_comm_type, plan)
     if plan.shard_replicas > 1 and plan.zero < 3:
         raise CannotExpress("deepspeed_hybrid_shard_zero3", f"dp_shard={plan.dp_shard} with zero={plan.zero}: DeepSpeed "
                             "shards ZeRO-1/2 over every data-parallel rank; its hybrid sharding (MiCS, "
@@ -60,6 +60,8 @@ def config_dict(plan: Plan) -> dict:
             f"Pass the same layout to Megatron-DeepSpeed on its command line: tensor parallel {plan.tp}, pipeline {plan.pp}, "
             f"micro-batch {plan.mbs}, global batch {plan.gbs}"
             + (f", {plan.model.moe.num_experts} experts with expert parallel {plan.ep}" if plan.is_moe else "")
+            + (f", Ulysses sequence parallel {plan.cp} (--ds-sequence-parallel-size {plan.cp}, as sequence_parallel_size "
+               "below)" if plan.cp > 1 else "")
             + ", plus --deepspeed --deepspeed_config deepspeed_config.json.",
             f"train_batch_size = micro-batch {plan.mbs} x gradient_accumulation_steps {plan.grad_accum} x data-parallel {plan.dp}"
             " (DeepSpeed asserts this identity with its data-parallel world size).",

@@ -3,7 +3,8 @@ JSON), for the exporter (``planner/export/deepspeed.py``) and the reader (``plan
 
 Keys and defaults as DeepSpeed declares them (deepspeed 0.19.8 runtime/config.py, runtime/zero/config.py,
 runtime/activation_checkpointing/config.py; DeepSpeed config-json docs). Tensor/pipeline/expert sizes
-are Megatron-DeepSpeed command-line arguments, not config keys: a config states only what is here.
+are Megatron-DeepSpeed command-line arguments, not config keys: a config states only what is here
+(the Ulysses degree is both: --ds-sequence-parallel-size and sequence_parallel_size).
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ SOURCE = "DeepSpeed config (deepspeed 0.19.8 runtime/config.py, runtime/zero/con
 _ZERO = "deepspeed/runtime/zero/config.py"
 _CKPT = "deepspeed/runtime/activation_checkpointing/checkpointing.py"
 _PIPE = "deepspeed/runtime/pipe/engine.py (PipelineEngine.__init__)"
+_ULYSSES = ("DeepSpeed-Ulysses (Jacobs et al. 2023); deepspeed/sequence/layer.py DistributedAttention; "
+            "Megatron-DeepSpeed megatron/arguments.py --ds-sequence-parallel-size")
+_MDS = "microsoft/Megatron-DeepSpeed@f4157bea69f3"
 
 TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
     Row("zero", NUMBER, (("zero_optimization.stage", 0),), source=_ZERO + " (default 0)"),
@@ -35,9 +39,16 @@ TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
     # Not a config key: the table only refuses a plan priced the other way.
     Row("p2p_scatter_gather", True, (), source=_PIPE + " is_pipe_partitioned = is_model_parallel"),
     Row("p2p_scatter_gather", False, (), source="moot without a pipeline, at tp 1 or with SP (refused where it applies)"),
-    # Context parallelism: DeepSpeed's is Ulysses (sequence_parallel_size: the head all-to-all, a2a), which the
-    # export refuses with every cp > 1 (deepspeed_no_context_parallel); the type is moot at cp 1.
-    Row("cp_comm_type", "a2a", (), source="DeepSpeed-Ulysses (Jacobs et al. 2023): sequence_parallel_size"),
+    # Context parallelism: DeepSpeed's is Ulysses (Jacobs et al. 2023, Sec. 3): each attention input is
+    # split by sequence, an all-to-all regroups it by head, attention runs on whole sequences, and a second
+    # all-to-all splits it back: Megatron's --cp-comm-type a2a, the one cp_comm_type it runs. Its degree is
+    # Megatron-DeepSpeed's --ds-sequence-parallel-size (the mpu's sequence-parallel group; the data-parallel
+    # size is world / (tp * pp * sp), megatron/arguments.py) and the config's sequence_parallel_size (the
+    # data-parallel world DeepSpeed checks the batch against without an mpu: world / sequence_parallel_size,
+    # runtime/config.py); the reader states cp_comm_type a2a from it (launch/deepspeed.py).
+    Row("cp", NUMBER, (("sequence_parallel_size", 0),), when=lambda plan: plan.cp > 1, source=_ULYSSES),
+    Row("cp", 1, (), default=True, source="no sequence parallelism (sequence_parallel_size absent: 1)"),
+    Row("cp_comm_type", "a2a", (), source=_ULYSSES + " (the head all-to-all, stated by sequence_parallel_size)"),
     Row("cp_comm_type", "p2p", (), default=True, when=lambda plan: plan.cp == 1, source="moot without CP"),
     Row("cuda_graphs", False, (), default=True, source="no CUDA-graph capture of the training step"),
     Row("cpu_offload_layers", None, (), default=True, source="no layer activation offload"),
@@ -46,7 +57,7 @@ TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
     *(Row("fsdp", f, (), when=lambda plan: plan.zero != 3, source="moot below ZeRO-3") for f in ("fsdp2", "megatron")),
 ), elsewhere=tuple((o, "not a DeepSpeed config key: Megatron-DeepSpeed's command line or model code states it, so a "
                        "reader takes it from planner's command line") for o in (
-    "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "gbs", "seq_len", "recompute", "recompute_layers", "recompute_share",
+    "tp", "pp", "dp", "ep", "etp", "vpp", "mbs", "gbs", "seq_len", "recompute", "recompute_layers", "recompute_share",
     "recompute_modules", "sequence_parallel", "attention", "kernels", "loss", "tp_comm_overlap", "tp_overlap_kind",
     "ep_comm_overlap", "moe_dispatcher", "moe_grouped_gemm", "zero3_gather", "pp_first_layers", "pp_last_layers")) + (
     ("fp8_recipe", "moot: a DeepSpeed config has no FP8 (precision fp8 is refused, rule deepspeed_no_fp8), so no "
@@ -57,9 +68,17 @@ refusals=(
             "(is_pipe_partitioned): price with --p2p-scatter-gather true", _PIPE,
             when=lambda plan: plan.tp > 1 and plan.pp > 1 and not plan.sp),
     Refusal("cp_comm_type", ("p2p", "allgather", "a2a+p2p"), "deepspeed_cp_comm_type", "DeepSpeed's context "
-            "parallelism is Ulysses (sequence_parallel_size: the head all-to-all, cp_comm_type a2a); it has no ring "
-            "or all-gather attention", "DeepSpeed-Ulysses (Jacobs et al. 2023); deepspeed/sequence/layer.py",
+            "parallelism is Ulysses (--ds-sequence-parallel-size: the head all-to-all, cp_comm_type a2a); it has no "
+            "ring, all-gather or hierarchical attention: price with --cp-comm-type a2a", _ULYSSES,
             when=lambda plan: plan.cp > 1),
+    Refusal("cp", Above(1), "deepspeed_ulysses_tp_pp", "Ulysses sequence parallelism in Megatron-DeepSpeed "
+            "'is currently incompatible with Megatron-LM's tensor or pipeline parallelism': price cp > 1 with "
+            "tp 1 and pp 1", _MDS + " examples_deepspeed/sequence_parallel/README.md",
+            when=lambda plan: plan.tp > 1 or plan.pp > 1),
+    Refusal("cp", Above(1), "deepspeed_ulysses_heads", "Ulysses splits the attention heads over the sequence-"
+            "parallel ranks: the head count must be divisible by cp", _MDS + " megatron/model/transformer.py "
+            "(assert num_attention_heads % sequence-parallel world size == 0); deepspeed/sequence/layer.py",
+            when=lambda plan: plan.model.num_attention_heads % plan.cp != 0),
     Refusal("cuda_graphs", (True,), "deepspeed_cuda_graphs", "cuda_graphs: a DeepSpeed training config has no setting "
             "that captures the layers' forward and backward in CUDA graphs: price with --cuda-graphs false",
             "deepspeed/runtime/config.py"),

@@ -12,8 +12,8 @@ Keys and defaults as DeepSpeed declares them (deepspeed 0.19.8; DeepSpeed config
 * ``pipeline.stages`` and ``pipeline.activation_checkpoint_interval`` (PipelineEngine), the
   ``activation_checkpointing`` section (deepspeed.checkpointing: whether the model checkpoints is
   its own flag, so it is read as full recompute and said so);
-* ``tensor_parallel.autotp_size`` (AutoTP training); ``sequence_parallel_size`` (Ulysses) cannot be
-  expressed.
+* ``tensor_parallel.autotp_size`` (AutoTP training); ``sequence_parallel_size`` (Ulysses: cp with
+  cp_comm_type a2a, Megatron-DeepSpeed's ``--ds-sequence-parallel-size``).
 """
 
 from __future__ import annotations
@@ -124,8 +124,14 @@ def _pipeline_recompute(cfg: dict, launch: Launch) -> None:
     tp = _get(cfg, "tensor_parallel.autotp_size")
     if tp is not None:
         launch.state("tp", integer(tp, "tensor_parallel.autotp_size"))
-    if _get(cfg, "sequence_parallel_size") not in (None, 1):
-        launch.cannot(f"sequence_parallel_size {cfg['sequence_parallel_size']} (Ulysses)", "without it")
+    sp = _get(cfg, "sequence_parallel_size")
+    if sp is not None:  # Ulysses: the head all-to-all (planner.frameworks.deepspeed's cp rows)
+        sp = integer(sp, "sequence_parallel_size", 1)
+        launch.state("cp", sp)
+        if sp > 1:
+            launch.state("cp_comm_type", "a2a")
+    else:
+        launch.default("cp", 1, "no sequence_parallel_size (Megatron-DeepSpeed --ds-sequence-parallel-size)")
 
 
 def read(text: str, path: str, model=None) -> Launch:
@@ -167,7 +173,7 @@ def _table_options(cfg: dict, launch: Launch) -> None:
 def _fixed(launch: Launch) -> None:
     """What a DeepSpeed config cannot state: the model code's and the launcher's part."""
     why = "not a DeepSpeed config key (Megatron-DeepSpeed takes it on its command line)"
-    for option, value in (("tp", 1), ("pp", 1), ("cp", 1), ("vpp", 1), ("sequence_parallel", False)):
+    for option, value in (("tp", 1), ("pp", 1), ("vpp", 1), ("sequence_parallel", False)):
         if option not in launch.values:
             launch.default(option, value, why)
     launch.values.setdefault("ep", 1)

@@ -255,8 +255,8 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
             "with --tp-overlap-kind userbuffers", "Megatron-Core 'Communication overlap' docs"),
     Refusal("p2p_scatter_gather", (True,), "megatron_p2p_scatter_gather", "p2p_scatter_gather on prices Megatron-LM's "
             "pre-Megatron-Core pipeline sends split over the TP ranks (scatter_gather_tensors_in_pipeline); the "
-            "Megatron-Core release planner writes for sends whole tensors (its --no-scatter-gather-tensors-in-pipeline "
-            "is a leftover with no effect): price with --p2p-scatter-gather false",
+            "Megatron-Core release planner writes for sends whole tensors (--no-scatter-gather-tensors-in-pipeline, a "
+            "leftover with no effect, left arguments.py in 10e7b74597): price with --p2p-scatter-gather false",
             "Megatron-Core pipeline_parallel/p2p_communication.py; Megatron-LM v2 megatron/p2p_communication.py",
             when=lambda plan: plan.tp > 1 and plan.pp > 1 and not plan.sp),
     Refusal("zero3_gather", ("blocking",), "megatron_zero3_gather", "zero3_gather blocking prices DeepSpeed 2021's "

@@ -253,8 +253,11 @@ def pipeline_runtime_bytes(ctx, sh, rank, first_stage, last_stage):
     activation receive buffer for every one of the ``m`` micro-batches of a non-first stage, and
     ``_prepare_backward_infra`` a gradient receive buffer for every micro-batch of a non-last
     stage, both kept for the whole step; ``forward_one_chunk`` keeps each micro-batch's stage
-    output in ``fwd_cache`` until its backward, and the last stage appends every micro-batch's
-    output (the BF16 logits) to ``output_chunks``, cleared only by the next step. A boundary
+    output in ``fwd_cache`` until its backward: on the last stage the BF16 logits of the
+    micro-batch at the loss, which an unpipelined loop drops before backward (torchtitan
+    train.py: ``del pred``). (PyTorch releases of 2024 also kept every micro-batch's logits in
+    ``output_chunks`` to return them; torchtitan now steps with ``return_outputs=False``, so
+    they are not counted.) A boundary
     tensor is [mbs, seq/cp, h] BF16, split by TP under sequence parallelism (torchtitan's
     TransformerBlock output is a sequence shard). The receive buffers of the micro-batches in
     flight are the first layer's saved input, counted with the activations already. With ``v``
@@ -272,10 +275,10 @@ def pipeline_runtime_bytes(ctx, sh, rank, first_stage, last_stage):
     receiving = v - first  # chunks fed by another stage
     sending = v - last  # chunks whose output goes to another stage
     buffers = (m - inflight) * receiving + m * sending + inflight * sending
-    # output_chunks: every micro-batch's BF16 logits; a fused loss counts the current one already.
+    # fwd_cache: the BF16 logits of the micro-batch at the loss (a fused loss counts them already).
     from costmodel.compute import _by_loss
 
-    kept_logits = 2.0 * m - _by_loss(ctx.batch, 0.0, 2.0, 0.0)
+    kept_logits = 2.0 - _by_loss(ctx.batch, 0.0, 2.0, 0.0)
     logits = last * kept_logits * ctx.tokens_mb * ctx.model.vocab_size / ctx.tp
     return np.where(on, boundary * buffers, 0.0), np.where(on, logits, 0.0)
 

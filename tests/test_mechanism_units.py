@@ -359,6 +359,17 @@ def test_memory_inflight_and_full_recompute_activations():
     assert (first - last)[0] == pytest.approx(3 * 8 * 4096 * 4096.0)
 
 
+def test_logit_bytes_by_loss_kernel_and_vocab_sharding():
+    # Per logit alive at the loss: fused 2 (BF16, gradient in place), unfused 4 (FP32 copy), eager
+    # 12 (saved FP32 log-softmax + NLL gradient + log-softmax gradient); eager on a vocab shard
+    # (TP > 1, PyTorch loss_parallel) 16: the saved log-softmax, zeros_like, exp and their sum,
+    # all FP32 (torch/distributed/tensor/parallel/loss.py _nll_loss_and_log_softmax_backward).
+    from costmodel.compute import logit_bytes
+
+    batch = LayoutBatch.from_arrays(loss=np.array([1, 0, 2, 2, 0]), tp=np.array([8, 8, 1, 8, 1]))
+    np.testing.assert_array_equal(logit_bytes(batch), [2.0, 4.0, 12.0, 16.0, 4.0])
+
+
 def test_memory_pipelining_runtime_buffers():
     # torch.distributed.pipelining (ZeRO-3 under PP: FSDP2 + PP, torchtitan): a boundary tensor
     # is [b, s, h] BF16 split by TP under SP: 1 x 4096 x 4096 x 2 / 2 = 16 MiB. m = 8, p = 4.

@@ -407,8 +407,14 @@ def logit_bytes(batch: LayoutBatch):
     """Bytes per logit alive at the loss, by loss kernel: a fused cross entropy keeps the BF16
     logits and writes the gradient over them (2); Megatron's unfused loss an FP32 copy (4);
     eager F.cross_entropy(logits.float()) holds at the start of backward the FP32 log-softmax
-    it saved, the dense FP32 NLL gradient and the FP32 log-softmax gradient (12)."""
-    return _by_loss(batch, 4.0, 2.0, 12.0)
+    it saved, the dense FP32 NLL gradient and the FP32 log-softmax gradient (12).
+
+    Eager on vocab-sharded logits (TP > 1: torchtitan's loss_parallel) runs PyTorch's
+    decomposition instead of the fused ATen kernels (torch/distributed/tensor/parallel/loss.py
+    ``_nll_loss_and_log_softmax_backward``: ``grad_input = zeros_like(x)``, then
+    ``(grad_input + exp(x)) * grad_output``): beside the saved FP32 log-softmax, the zeros, exp(x)
+    and their sum, then the sum and the product, are FP32 tensors of the shard at once (16)."""
+    return _by_loss(batch, 4.0, 2.0, np.where(batch.tp > 1, 16.0, 12.0))
 
 
 def unfused_attention(batch: LayoutBatch):

@@ -244,6 +244,45 @@ def stage_activations(ctx, act: ActivationBytes, share, n_dense, n_moe, rank):
     return kept * inflight + working
 
 
+def pipeline_runtime_bytes(ctx, sh, rank, first_stage, last_stage):
+    """(activation-like, logit) bytes that torch.distributed.pipelining's ``PipelineStage``
+    holds on pipeline rank ``rank`` beyond what the layers save for backward, where a layout
+    runs on it: ZeRO-3 under a pipeline (``Sharding.pipelined_fsdp``, torchtitan's FSDP2 + PP).
+
+    From torch/distributed/pipelining/stage.py: ``_prepare_forward_infra`` allocates an
+    activation receive buffer for every one of the ``m`` micro-batches of a non-first stage, and
+    ``_prepare_backward_infra`` a gradient receive buffer for every micro-batch of a non-last
+    stage, both kept for the whole step; ``forward_one_chunk`` keeps each micro-batch's stage
+    output in ``fwd_cache`` until its backward: on the last stage the BF16 logits of the
+    micro-batch at the loss, which an unpipelined loop drops before backward (torchtitan
+    train.py: ``del pred``). (PyTorch releases of 2024 also kept every micro-batch's logits in
+    ``output_chunks`` to return them; torchtitan now steps with ``return_outputs=False``, so
+    they are not counted.) A boundary
+    tensor is [mbs, seq/cp, h] BF16, split by TP under sequence parallelism (torchtitan's
+    TransformerBlock output is a sequence shard). The receive buffers of the micro-batches in
+    flight are the first layer's saved input, counted with the activations already. With ``v``
+    chunks per rank every chunk has its own buffers; the rank's in-flight micro-batches
+    (``inflight_microbatches``, in whole stages) are ``inflight * v`` chunks.
+    """
+    zero_bytes = np.zeros_like(ctx.tokens_mb, dtype=np.float64)
+    on = np.asarray(sh.pipelined_fsdp)
+    if not on.any():
+        return zero_bytes, zero_bytes
+    boundary = ctx.act_bytes / np.where(ctx.sp, ctx.tp, 1.0)
+    m, v = ctx.m, ctx.vpp
+    inflight = inflight_microbatches(rank, ctx.pp, v, m)
+    first, last = (np.asarray(f, dtype=np.float64) for f in (first_stage, last_stage))
+    receiving = v - first  # chunks fed by another stage
+    sending = v - last  # chunks whose output goes to another stage
+    buffers = (m - inflight) * receiving + m * sending + inflight * sending
+    # fwd_cache: the BF16 logits of the micro-batch at the loss (a fused loss counts them already).
+    from costmodel.compute import _by_loss
+
+    kept_logits = 2.0 - _by_loss(ctx.batch, 0.0, 2.0, 0.0)
+    logits = last * kept_logits * ctx.tokens_mb * ctx.model.vocab_size / ctx.tp
+    return np.where(on, boundary * buffers, 0.0), np.where(on, logits, 0.0)
+
+
 def stage_model_states(ctx, sh, per_layer, params, n_moe):
     """(weights, gradients, optimizer) bytes of a stage holding ``params`` (dense, expert)
     under ``sh`` (``data_parallel.Sharding``); ``per_layer``: ``stage_params.LayerParams``."""
@@ -265,6 +304,9 @@ def stage_memory(ctx, act, share, sh, per_layer, n_layers, params, rank, first_s
     # Logits on the last stage, [s, b, V/t] at ``act.logit`` bytes each: FP32 for Megatron's
     # unfused loss (Korthikanti Sec. 4.3, 4sbv/t).
     logits = np.where(last_stage, act.logit * ctx.tokens_mb * ctx.model.vocab_size / ctx.tp, 0.0)
+    buffers, kept_logits = pipeline_runtime_bytes(ctx, sh, rank, first_stage, last_stage)
+    activations = activations + buffers
+    logits = logits + kept_logits
     weights, grads, optim = stage_model_states(ctx, sh, per_layer, params, nm)
     mem = {
         "weights": weights / GIB,

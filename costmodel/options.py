@@ -650,6 +650,18 @@ class Layout:
     engine (is_pipe_partitioned whenever model parallelism is on) run this way; Megatron-Core
     sends the whole tensor from every rank. Off by default; framework profiles set it."""
 
+    p2p_comm_overlap: bool = option(
+        True, "Overlap the interleaved schedule's steady-state pipeline sends with compute (Megatron "
+        "overlap_p2p_comm; off: --no-overlap-p2p-communication, or Megatron-LM before it existed). Default: on.",
+        kind=FLAG, group=IMPLEMENTATION, search=SETTING, label="no-PP-overlap",
+        source="Megatron-Core pipeline_parallel/schedules.py (forward_backward_pipelining_with_interleaving, "
+        "config.overlap_p2p_comm); Megatron-LM PR #331 (May 2023) ported it from Apex PR #1616")
+    """Overlap the interleaved (virtual-stage) schedule's steady-state sends and receives with the
+    next chunk's compute; warm-up and flush stay blocking either way. On by default, as
+    Megatron-Core runs it (and Megatron-Bridge's CommOverlapConfig sets it whenever vpp > 1); off
+    prices every chunk step blocking on its send/recv, as Megatron-LM did before May 2023 and as
+    ``--no-overlap-p2p-communication`` runs. The non-interleaved 1F1B schedule blocks in any case."""
+
     # ---------------------------------------------------------------- pipeline split
     pp_first_layers: Optional[int] = option(
         None, "Layers on the first pipeline stage (uneven pipelines). Default: planner's split.", kind=OPTIONAL_INT,

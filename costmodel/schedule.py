@@ -142,14 +142,18 @@ def pipeline_time(ctx: ChunkContext, split: StageSplit, costs: LayerCosts) -> Pi
     )
 
 
-def p2p_count(pp, vpp, m):
+def p2p_count(pp, vpp, m, overlap=True):
     """Blocking P2P sends/receives per step on the first stage. Non-interleaved 1F1B waits on
     each of its 2 per micro-batch step, 2(m + p - 1). The interleaved schedule overlaps the
     steady state (Megatron overlap_p2p_comm, on by default) but not warm-up and flush
     (--overlap-p2p-communication-warmup-flush is off by default): 2 x the min(m·v, 2(p-1) +
-    (v-1)·p) warm-up chunk steps (Megatron-Core schedules.py, get_num_warmup_microbatches)."""
+    (v-1)·p) warm-up chunk steps (Megatron-Core schedules.py, get_num_warmup_microbatches).
+    Without that overlap (``overlap`` False: Megatron-LM before May 2023) every chunk step blocks,
+    as 1F1B's micro-batch steps do, over v times as many steps (Narayanan et al. 2021 Sec. 2.2.2:
+    the interleaved schedule's communication grows by v): 2(m·v + p - 1)."""
     warmup_steps = np.minimum(2.0 * (pp - 1.0) + (vpp - 1.0) * pp, m * vpp)
-    return np.where(vpp > 1, 2.0 * warmup_steps, 2.0 * (m + pp - 1.0))
+    interleaved = np.where(overlap, 2.0 * warmup_steps, 2.0 * (m * vpp + pp - 1.0))
+    return np.where(vpp > 1, interleaved, 2.0 * (m + pp - 1.0))
 
 
 def p2p_exposed(ctx: ChunkContext, split: StageSplit):
@@ -169,4 +173,4 @@ def p2p_exposed(ctx: ChunkContext, split: StageSplit):
         tp_local, tp_nodes = group_span(batch.tp, 1, ctx.domain)
         gather, _ = collectives.collective_time("all_gather", ctx.act_bytes, tp_local, tp_nodes, ctx.fabric)
         one = one + np.where(scatter, gather, 0.0)
-    return np.where(split.single, 0.0, p2p_count(ctx.pp, ctx.vpp, ctx.m) * one)
+    return np.where(split.single, 0.0, p2p_count(ctx.pp, ctx.vpp, ctx.m, batch.p2p_comm_overlap) * one)

@@ -163,10 +163,15 @@ def test_higher_zero_never_more_memory(h100):
     for lo, hi in zip(peaks, peaks[1:-1]):
         assert np.all(hi <= lo + 1e-9)
     # ZeRO-3 under a pipeline is FSDP2 in torch.distributed.pipelining, which keeps gradients
-    # unsharded for the step (ZeRO-1's footprint): above ZeRO-2's there, below it without PP.
+    # unsharded for the step (ZeRO-1's footprint) and, per micro-batch, a gradient receive
+    # buffer and (in flight) the stage output, [1, 2048, h] BF16 split by TP under SP, on the first stage: above
+    # ZeRO-2's there, below it without PP. m = 256 / 16 = 16 micro-batches on both pipelines.
     flat = base["pp"] == 1
     assert np.all(peaks[3][flat] <= peaks[2][flat] + 1e-9)
-    np.testing.assert_allclose(peaks[3][~flat], peaks[1][~flat])
+    assert np.all(peaks[3][~flat] >= peaks[1][~flat])
+    # tp 2 (SP), pp 2: 16 + 2 in flight = 18 buffers of 2048 x 16384 x 2 B / 2 = 32 MiB; tp 1,
+    # pp 4: 16 + 4 = 20 of 64 MiB; each plus the 10% fragmentation allowance on activations.
+    np.testing.assert_allclose(peaks[3][~flat] - peaks[1][~flat], [18 * 32 / 1024 * 1.1, 20 * 64 / 1024 * 1.1])
 
 
 def test_smaller_shard_group_never_less_memory(h100):
@@ -191,7 +196,13 @@ def test_zero_3_under_a_pipeline_keeps_zero_1_footprint_zero_2_shards_gradients(
     for k in ("weights", "optimizer"):
         assert z2.memory_gib[k][0] == pytest.approx(z1.memory_gib[k][0])
     assert z2.memory_gib["gradients"][0] == pytest.approx(z1.memory_gib["gradients"][0] / 16)
-    assert z3.memory_gib["peak"][0] == pytest.approx(z1.memory_gib["peak"][0])
+    for k in ("weights", "gradients", "optimizer"):
+        assert z3.memory_gib[k][0] == pytest.approx(z1.memory_gib[k][0])
+    # ... plus torch.distributed.pipelining's buffers on the fullest (a middle) stage: for each
+    # of m = 16 micro-batches an activation and a gradient receive buffer (the in-flight ones'
+    # inputs are the first layer's saved input) and the in-flight outputs: 2m = 32 boundaries
+    # of 8192 x 16384 x 2 B / 8 (SP) = 32 MiB, 1 GiB.
+    assert z3.memory_gib["activations"][0] - z1.memory_gib["activations"][0] == pytest.approx(32 * 32 / 1024)
     assert z2.step_time_s[0] >= z1.step_time_s[0]
     assert z3.step_time_s[0] >= z1.step_time_s[0]
     assert z3.overlapped_terms["dp_comm"][0] + z3.time_terms["zero3_comm"][0] > (

@@ -15,7 +15,7 @@ from costmodel.collectives import Fabric, LinkLevel
 from costmodel.compute import LayerTimes
 from costmodel.context import chunk_context
 from costmodel.layout import LayoutBatch, recompute_modules_mask
-from costmodel.memory import activation_bytes, inflight_microbatches, stage_activations
+from costmodel.memory import activation_bytes, inflight_microbatches, pipeline_runtime_bytes, stage_activations
 from costmodel.optimizer import optimizer_time, owned_params
 from costmodel.params import count_params
 from costmodel.pipeline import StageSplit
@@ -239,6 +239,12 @@ def test_schedule_bubble_and_p2p_count():
     # (v 2) only in warm-up and flush: 2 x min(2(p-1) + (v-1)p, m·v) = 2 x min(10, 16) = 20.
     assert schedule.p2p_count(4.0, 1.0, 8.0) == 22.0
     assert schedule.p2p_count(4.0, 2.0, 8.0) == 20.0
+    # Without the steady-state overlap (Megatron-LM before May 2023) every chunk step blocks:
+    # 2(m·v + p - 1) = 2(16 + 3) = 38; 1F1B is blocking either way (22). Never fewer than with it.
+    assert schedule.p2p_count(4.0, 2.0, 8.0, overlap=False) == 38.0
+    assert schedule.p2p_count(4.0, 1.0, 8.0, overlap=False) == 22.0
+    p, v, m = np.meshgrid([2.0, 4.0, 8.0, 16.0], [1.0, 2.0, 3.0, 6.0], [1.0, 4.0, 16.0, 64.0])
+    assert np.all(schedule.p2p_count(p, v, m, overlap=False) >= schedule.p2p_count(p, v, m))
 
 
 def test_schedule_p2p_inside_one_domain():
@@ -351,6 +357,55 @@ def test_memory_inflight_and_full_recompute_activations():
     first = stage_activations(ctx, act, one, n, 0.0 * n, 0.0)
     last = stage_activations(ctx, act, one, n, 0.0 * n, 3.0)
     assert (first - last)[0] == pytest.approx(3 * 8 * 4096 * 4096.0)
+
+
+def test_logit_bytes_by_loss_kernel_and_vocab_sharding():
+    # Per logit alive at the loss: fused 2 (BF16, gradient in place), unfused 4 (FP32 copy), eager
+    # 12 (saved FP32 log-softmax + NLL gradient + log-softmax gradient); eager on a vocab shard
+    # (TP > 1, PyTorch loss_parallel) 16: the saved log-softmax, zeros_like, exp and their sum,
+    # all FP32 (torch/distributed/tensor/parallel/loss.py _nll_loss_and_log_softmax_backward).
+    from costmodel.compute import logit_bytes
+
+    batch = LayoutBatch.from_arrays(loss=np.array([1, 0, 2, 2, 0]), tp=np.array([8, 8, 1, 8, 1]))
+    np.testing.assert_array_equal(logit_bytes(batch), [2.0, 4.0, 12.0, 16.0, 4.0])
+
+
+def test_memory_pipelining_runtime_buffers():
+    # torch.distributed.pipelining (ZeRO-3 under PP: FSDP2 + PP, torchtitan): a boundary tensor
+    # is [b, s, h] BF16 split by TP under SP: 1 x 4096 x 4096 x 2 / 2 = 16 MiB. m = 8, p = 4.
+    boundary = 4096 * 4096 * 2 / 2
+    ctx = _ctx(LLAMA_8B, "full", tp=2, pp=4, dp=1, zero=3, mbs=1, gbs=8, sequence_parallel=True)
+    sh = data_parallel.sharding(ctx)
+    # Stage 0 (4 in flight): 8 gradient receive buffers + 4 outputs kept until their backward.
+    first, logits = pipeline_runtime_bytes(ctx, sh, 0.0, True, False)
+    assert first[0] == pytest.approx(12 * boundary) and logits[0] == 0.0
+    # Stage 1 (3 in flight): 8 - 3 activation receive buffers beyond the 3 that the first
+    # layer saves anyway, 8 gradient receive buffers, 3 outputs.
+    middle, _ = pipeline_runtime_bytes(ctx, sh, 1.0, False, False)
+    assert middle[0] == pytest.approx(16 * boundary)
+    # Last stage (1 in flight): 7 receive buffers, and fwd_cache keeps the BF16 logits
+    # [b, s, V/t] of the micro-batch at the loss: 2 B x 4096 x 128256 / 2 (the unfused loss
+    # counts its FP32 copy only).
+    last, logits = pipeline_runtime_bytes(ctx, sh, 3.0, False, True)
+    assert last[0] == pytest.approx(7 * boundary)
+    assert logits[0] == pytest.approx(2.0 * 4096 * 128256 / 2)
+    # Interleaved, 2 chunks per rank: stage 0 holds min(m v, 2(p-1) + (v-1)p + 1) = 11 chunks in
+    # flight (5.5 stages); its second chunk receives (8 - 5.5 buffers beyond the saved ones),
+    # both chunks send (2 x 8) and 11 outputs wait for backward: 2.5 + 16 + 11 = 29.5.
+    ctx_v = _ctx(LLAMA_8B, "full", tp=2, pp=4, dp=1, zero=3, mbs=1, gbs=8, vpp=2, sequence_parallel=True)
+    first_v, _ = pipeline_runtime_bytes(ctx_v, data_parallel.sharding(ctx_v), 0.0, True, False)
+    assert first_v[0] == pytest.approx(29.5 * boundary)
+    # Megatron's and DeepSpeed's pipelines (ZeRO-1 here) allocate per transfer: nothing kept.
+    ctx1 = _ctx(LLAMA_8B, "full", tp=2, pp=4, dp=1, zero=1, mbs=1, gbs=8, sequence_parallel=True)
+    none, no_logits = pipeline_runtime_bytes(ctx1, data_parallel.sharding(ctx1), 3.0, False, True)
+    assert none[0] == 0.0 and no_logits[0] == 0.0
+    # More micro-batches never hold less.
+    ctx16 = _ctx(LLAMA_8B, "full", tp=2, pp=4, dp=1, zero=3, mbs=1, gbs=16, sequence_parallel=True)
+    sh16 = data_parallel.sharding(ctx16)
+    for rank, is_first, is_last in ((0.0, True, False), (1.0, False, False), (3.0, False, True)):
+        a, la = pipeline_runtime_bytes(ctx, sh, rank, is_first, is_last)
+        b, lb = pipeline_runtime_bytes(ctx16, sh16, rank, is_first, is_last)
+        assert b[0] >= a[0] and lb[0] >= la[0]
 
 
 def test_utilization_counts_recompute_as_hardware_flops():

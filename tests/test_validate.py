@@ -35,11 +35,13 @@ def test_accuracy_on_reference_set_high_confidence(results):
         assert s["per_source"][source]["median_abs_error"] <= 0.07, source
     # torchtitan: its 2024 8B/70B rows stay close, its 405B pipeline runs do not (median 9.2%).
     assert s["per_source"]["torchtitan_bench"]["median_abs_error"] <= 0.10
-    # Peak memory where published (torchtitan rows): eager loss and FSDP buffers priced; issue
-    # 25's goal is a median <= 8%: measured 8.1% over 16 rows (the 405B 1F1B rows with four
-    # sequences a micro-batch are under-counted), held here so that it cannot get worse.
+    # Peak memory where published (torchtitan rows): eager loss (on a vocab shard, PyTorch's
+    # loss_parallel decomposition), FSDP buffers and the buffers torch.distributed.pipelining
+    # keeps per micro-batch priced; issue 25's goal is a median <= 8%: measured 4.7% over 16 rows
+    # (the 405B 1F1B and CP rows are still under-counted by 13-23%), held here so that it cannot
+    # get worse.
     assert s["memory"]["rows"] >= 16
-    assert s["memory"]["median_abs_error"] <= 0.082
+    assert s["memory"]["median_abs_error"] <= 0.048
 
 
 def test_every_row_is_predicted_or_listed_with_reason(results):

@@ -248,3 +248,15 @@ def test_torchtitan_2024_pipelines_one_microbatch_per_stage_and_two_chunks_when_
     assert looped.pins["mbs"] == 4 and looped.pins["vpp"] == 2
     stated = map_run({**row, "mbs": 1})
     assert stated.pins["mbs"] == 1  # a stated micro-batch wins
+
+
+def test_megatron_2023_baseline_runs_without_any_communication_overlap():
+    # MegaScale's Megatron-LM baseline (commit 285068c8, Sept 2023 cluster): no DP overlap
+    # (Megatron-LM issue #391), no TP overlap and no pipeline send overlap (opt-in since PR #331,
+    # May 2023; MegaScale Sec. 3.2 lists all three among what it adds).
+    pins, _ = apply_profiles(RowFacts(framework="megatron-lm commit 285068c8 (baseline)", year=2024, source="megascale"))
+    assert pins["dp_comm_overlap"] is False and pins["tp_comm_overlap"] is False
+    assert pins["p2p_comm_overlap"] is False
+    # Later Megatron-Core runs keep Megatron-Core's default (overlapped interleaved sends).
+    pins, _ = apply_profiles(RowFacts(framework="megatron-core r0.8", year=2024))
+    assert "p2p_comm_overlap" not in pins

@@ -30,6 +30,7 @@ NEGATED = {
     "disable_bias_linear": "add_bias_linear",
     "grad_reduce_in_bf16": "grad_reduce_in_fp32",
     "no_gradient_accumulation_fusion": "gradient_accumulation_fusion",
+    "no_overlap_p2p_communication": "overlap_p2p_comm",
 }
 """Megatron-LM switch -> the Bridge field it sets to false."""
 
@@ -40,7 +41,8 @@ SECTIONS = {
     "num_distributed_optimizer_instances": "ddp", "grad_reduce_in_bf16": "ddp",
     "use_torch_fsdp2": "dist",
     "tp_comm_overlap": "comm_overlap", "overlap_moe_expert_parallel_comm": "comm_overlap",
-    "delay_wgrad_compute": "comm_overlap", "ckpt_format": "checkpoint",
+    "delay_wgrad_compute": "comm_overlap", "no_overlap_p2p_communication": "comm_overlap",
+    "ckpt_format": "checkpoint",
 }
 """Megatron-LM dest -> the ConfigContainer section holding it (``model`` where not listed)."""
 

@@ -39,6 +39,9 @@ TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
     # Not a config key: the table only refuses a plan priced the other way.
     Row("p2p_scatter_gather", True, (), source=_PIPE + " is_pipe_partitioned = is_model_parallel"),
     Row("p2p_scatter_gather", False, (), source="moot without a pipeline, at tp 1 or with SP (refused where it applies)"),
+    # The pipeline engine runs no interleaved schedule (one chunk per stage): the overlap is moot.
+    Row("p2p_comm_overlap", True, (), default=True, source=_PIPE + " (no virtual stages: moot)"),
+    Row("p2p_comm_overlap", False, (), source=_PIPE + " (no virtual stages: moot)"),
     # Context parallelism: DeepSpeed's is Ulysses (Jacobs et al. 2023, Sec. 3): each attention input is
     # split by sequence, an all-to-all regroups it by head, attention runs on whole sequences, and a second
     # all-to-all splits it back: Megatron's --cp-comm-type a2a, the one cp_comm_type it runs. Its degree is

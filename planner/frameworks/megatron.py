@@ -185,6 +185,11 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
         source="Megatron-Core pipeline_parallel/p2p_communication.py (whole tensors)"),
     Row("p2p_scatter_gather", True, (), source="moot without a pipeline, at tp 1 or with SP (costmodel.schedule): "
         "nothing to write (refused where it applies)"),
+    # Interleaved schedule: steady-state sends overlapped by default (dest overlap_p2p_comm, store_false).
+    Row("p2p_comm_overlap", True, (), default=True,
+        source=ARGS + " (--no-overlap-p2p-communication, dest overlap_p2p_comm); Megatron-Core pipeline_parallel/schedules.py"),
+    Row("p2p_comm_overlap", False, (("no_overlap_p2p_communication", True),),
+        source=ARGS + " (--no-overlap-p2p-communication)"),
     # Attention: without --attention-backend, TransformerEngine picks at run time (auto): a
     # FlashAttention-class kernel, priced as flash; "fused" is cuDNN's (FlashAttention-3 class).
     Row("attention", "flash", (), default=True, source="Megatron-Core transformer/enums.py AttnBackend.auto"),

@@ -225,6 +225,10 @@ PROFILES: tuple[Profile, ...] = (
         Entry({"tp_comm_overlap": False}, "",
               source="TransformerEngine userbuffers TP overlap reached Megatron-LM with --tp-comm-overlap later; "
                      "MegaScale Sec. 3.2 lists TP/SP overlap among what it adds over this baseline"),
+        Entry({"p2p_comm_overlap": False}, "interleaved pipeline sends blocking (no P2P overlap in this baseline)",
+              source="Megatron-LM took overlap_p2p_comm from Apex (PR #331, May 2023), opt-in then "
+                     "(--overlap-p2p-communication); MegaScale Sec. 3.2 lists pipeline send/receive overlap among "
+                     "what it adds over this baseline"),
     )),
     Profile("Megatron-LM 2021-22 (PTD-P)", r"megatron-lm", (_BEFORE_FLASH,)),
     Profile("NeMo 24.x / Megatron-Bridge 25.09", r"nemo|megatron-bridge", (

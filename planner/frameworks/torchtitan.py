@@ -314,6 +314,10 @@ TABLE = Table("torchtitan",
     # Pipeline sends: torch.distributed.pipelining sends each stage's output tensor whole from every rank.
     Row("p2p_scatter_gather", False, (), default=True, source="torch/distributed/pipelining/stage.py (whole tensors)"),
     Row("p2p_scatter_gather", True, (), source="moot without a pipeline, at tp 1 or with SP (refused where it applies)"),
+    # torch.distributed.pipelining's interleaved schedules post their sends and receives asynchronously
+    # (schedules.py: the sends of one action are waited on only before the buffers are reused).
+    Row("p2p_comm_overlap", True, (), default=True, source="torch/distributed/pipelining/schedules.py"),
+    Row("p2p_comm_overlap", False, (), source="moot without an interleaved pipeline (refused where it applies)"),
     # Context parallelism (PyTorch context_parallel SDPA): parallelism.context_parallel_rotate_method
     # "allgather" (default: K/V all-gathered) or "alltoall" (K/V shards rotated round the ring, priced as
     # p2p); the field is in 0.1.0-0.2.2 only (0.3.0 keeps PyTorch's default, allgather).
@@ -375,6 +379,10 @@ TABLE = Table("torchtitan",
             "sends split over the TP ranks (Megatron-LM before Megatron-Core, DeepSpeed); torch.distributed.pipelining "
             "sends whole tensors: price with --p2p-scatter-gather false", "torch/distributed/pipelining/stage.py",
             when=lambda plan: plan.tp > 1 and plan.pp > 1 and not plan.sp),
+    Refusal("p2p_comm_overlap", (False,), "torchtitan_p2p_comm_overlap", "p2p_comm_overlap off prices blocking "
+            "steady-state pipeline sends (Megatron-LM before May 2023); torch.distributed.pipelining posts them "
+            "asynchronously: price with --p2p-comm-overlap true", "torch/distributed/pipelining/schedules.py",
+            when=lambda plan: plan.pp > 1 and plan.vpp > 1),
     Refusal("cp_comm_type", ("a2a", "a2a+p2p"), "torchtitan_cp_comm_type", "torchtitan's context parallelism "
             "splits the sequence and exchanges K/V shards (allgather, or the alltoall ring rotation = p2p); it has no "
             "Ulysses head all-to-all: price with --cp-comm-type p2p or allgather", _CP),

@@ -82,6 +82,8 @@ def view(record: dict, model) -> dict:
         out.update(ep=1, etp=1, ep_comm_overlap=False, moe_dispatcher="alltoall", moe_grouped_gemm="loop")
     if not (lay.tp > 1 and lay.pp > 1 and not lay.sp):  # split sends are moot (costmodel.schedule)
         out["p2p_scatter_gather"] = False
+    if lay.vpp == 1 or lay.pp == 1:  # sends of the interleaved schedule only (costmodel.schedule)
+        out["p2p_comm_overlap"] = True
     if lay.precision != "fp8":  # the FP8 recipe is moot without FP8 (costmodel.quantize)
         out["fp8_recipe"] = "delayed"
     if out["zero"] != 3:  # the ZeRO-3 flavour is moot below ZeRO-3 (costmodel.data_parallel)

@@ -151,7 +151,7 @@ def to_settings(flat: dict, launch: Launch) -> Settings:
 
 _PRECISION_KEYS = ("mixed_precision", "trainer.plugins.precision", "trainer.precision")
 _SPECIAL = {"gated_linear_unit", "share_embeddings_and_output_weights", "add_bias_linear", "grad_reduce_in_fp32",
-            "precision", "fp8", "tensor_model_parallel_size", "use_megatron_fsdp", "overlap_param_gather",
+            "overlap_p2p_comm", "precision", "fp8", "tensor_model_parallel_size", "use_megatron_fsdp", "overlap_param_gather",
             "num_nodes", "devices", "fp8_recipe"}
 
 
@@ -165,6 +165,8 @@ def _translate(s: Settings) -> None:
         v["group_query_attention"] = True
     if v.pop("grad_reduce_in_fp32", True) is False:
         v["grad_reduce_in_bf16"] = True
+    if "overlap_p2p_comm" in v:  # Megatron-LM's store_false --no-overlap-p2p-communication (bridge.NEGATED)
+        v["no_overlap_p2p_communication"] = not v.pop("overlap_p2p_comm")
     for dest in ("num_nodes", "devices", "overlap_param_gather"):
         v.pop(dest, None)
 

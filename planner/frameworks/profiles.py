@@ -191,7 +191,14 @@ micro-batches as there are pipeline stages, so mbs = gbs / (dp x pp) where the r
 LOOPED_TWO_CHUNKS = "two chunks per stage when interleaved"
 """A ``vpp`` entry value: a row whose schedule is interleaved (looped) and whose chunk count is
 unstated runs two model chunks per pipeline rank (``planner.validate.runs``)."""
-_POLICIES = (PP_STAGES_MICROBATCHES, LOOPED_TWO_CHUNKS)
+LAYOUT_SLOTS = "embedding, loss and MTP layers as pipeline-layout slots"
+"""A ``pp_first_layers`` / ``pp_last_layers`` entry value: the framework's pipeline layout gives
+the embedding, the loss and each multi-token-prediction layer a layer's slot (Megatron-Core
+pipeline_model_parallel_layout, e.g. "Et|(tt|)*30mL": E embedding, t a decoder layer, m an MTP
+layer, L the loss). Over pp stages of L + 2 + mtp slots (where pp divides them) the first stage
+holds one decoder layer fewer than a middle one and the last 1 + mtp fewer
+(``planner.validate.runs``)."""
+_POLICIES = (PP_STAGES_MICROBATCHES, LOOPED_TWO_CHUNKS, LAYOUT_SLOTS)
 
 _TT_TWO_CHUNKS = Entry(
     {"vpp": LOOPED_TWO_CHUNKS}, "",
@@ -210,6 +217,31 @@ _CORE_ATTN_ONLY = Entry(
            "commit 3b141a2); core_r0.11.0 (Feb 2025) has no such argument, core_v0.12.0 (May 2025) has it. "
            "Before, selective recompute was core attention (Korthikanti et al. 2022 Sec. 4.2)",
     when=(When(year_max=2024),))
+
+_RUN_SCRIPT_2509 = ("Megatron-Bridge 25.09 (commit 6307e8a37, 2025-10-10) scripts/performance/run_script.py, "
+                    "DeepSeek-V3 branch")
+_BRIDGE_2509_DEEPSEEK_V3 = (
+    Entry({"pp_first_layers": LAYOUT_SLOTS, "pp_last_layers": LAYOUT_SLOTS},
+          "pipeline layout Et|(tt|)*30mL: embedding, loss and the MTP layer take layer slots",
+          source=_RUN_SCRIPT_2509 + ": deepseek_v3_pretrain_config(..., layout=\"Et|(tt|)*30mL\") for every GPU; "
+                 "the recipe keeps mtp_num_layers=1 (recipes/deepseek/deepseek_v3.py)",
+          when=(When(text="25.09", model=("moe", "mla")),)),
+    Entry({"recompute": "selective", "recompute_modules": ("mla_up_proj", "mlp")},
+          "selective recompute of mla_up_proj and mlp (Megatron-Bridge 25.09 DeepSeek-V3 on H100)",
+          source=_RUN_SCRIPT_2509 + ": recipe.model.recompute_modules = ['mla_up_proj', 'mlp'] for h100",
+          when=(When(text="25.09", model=("moe", "mla"), gpu="h100"),)),
+    Entry({"recompute": "selective", "recompute_modules": ("mla_up_proj", "mlp", "moe_act")},
+          "selective recompute of mla_up_proj, mlp and moe_act (Megatron-Bridge 25.09 DeepSeek-V3 on GB200)",
+          source=_RUN_SCRIPT_2509 + ": recipe.model.recompute_modules = ['mla_up_proj', 'mlp', 'moe_act'] for gb200",
+          when=(When(text="25.09", model=("moe", "mla"), gpu="gb200"),)),
+    Entry({"recompute": "selective", "recompute_modules": ("core_attn",)},
+          "selective recompute of core attention (Megatron-Bridge 25.09 DeepSeek-V3 on B200)",
+          source=_RUN_SCRIPT_2509 + ": no module override for b200, so the recipe's recompute_granularity "
+                 "'selective' (configs/deepseek/deepseek_v3_llm_pretrain.yaml) with Megatron-Core's default "
+                 "recompute_modules ['core_attn']",
+          when=(When(text="25.09", model=("moe", "mla"), gpu="b200"),)),
+)
+"""What Megatron-Bridge 25.09's performance script fixes for DeepSeek-V3 beyond the table."""
 
 # ------------------------------------------------------------------------------------- the table
 
@@ -237,6 +269,7 @@ PROFILES: tuple[Profile, ...] = (
               when=(When(precision="fp8"),)),
         _TPO_STATED,
         _TPO_SEARCHED,
+        *_BRIDGE_2509_DEEPSEEK_V3,
         _DEEPEP,
         _HYBRIDEP_SEARCHED,
     )),
@@ -312,7 +345,8 @@ def apply_profiles(facts: RowFacts, policies: bool = False) -> tuple[dict, list[
     """Option -> value (pinned) or list (searched) from the row's profiles, and the assumption
     lines, in entry order; an entry is skipped when an earlier one set any of its options or
     its condition fails. ``policies``: also the entries whose value is a rule the runs mapping
-    resolves from a row's stated degrees (``PP_STAGES_MICROBATCHES``, ``LOOPED_TWO_CHUNKS``);
+    resolves from a row's stated degrees (``PP_STAGES_MICROBATCHES``, ``LOOPED_TWO_CHUNKS``,
+    ``LAYOUT_SLOTS``);
     a command's flags choose those knobs themselves."""
     settings: dict = {}
     assumptions: list[str] = []

@@ -12,7 +12,7 @@ import pytest
 from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE
 from hardware_catalog import get_cluster, get_gpu, get_model
 from planner.validate import GENERIC, PROFILES, RowFacts, apply_profiles, load_runs, map_run, profiles_for
-from planner.frameworks.profiles import LOOPED_TWO_CHUNKS, PP_STAGES_MICROBATCHES, row_label_suffix
+from planner.frameworks.profiles import LAYOUT_SLOTS, LOOPED_TWO_CHUNKS, PP_STAGES_MICROBATCHES, row_label_suffix
 from search.grid import candidate_grid, expand_recompute_modules, recompute_module_masks
 
 ROWS = {r["id"]: r for r in load_runs(None)}
@@ -75,8 +75,8 @@ def test_profile_entries_name_real_options_and_valid_values_with_a_source():
                         assert v in opt.choices, (name, v)
                     elif opt.kind == "modules":  # a set of recompute modules, parsed as the flag parses it
                         assert opt.parse(",".join(v)) == v, (name, v)
-                    elif v in (PP_STAGES_MICROBATCHES, LOOPED_TWO_CHUNKS):  # named policies the runs mapping resolves
-                        assert name in ("mbs", "vpp"), (name, v)
+                    elif v in (PP_STAGES_MICROBATCHES, LOOPED_TWO_CHUNKS, LAYOUT_SLOTS):  # policies the runs mapping resolves
+                        assert name in ("mbs", "vpp", "pp_first_layers", "pp_last_layers"), (name, v)
                     else:  # flags are bools; counts (recompute_layers: -q = q quarters) ints
                         assert isinstance(v, bool) == (opt.kind == "flag") and isinstance(v, int), (name, v)
 
@@ -93,9 +93,20 @@ def test_shipped_rows_get_their_framework_assumptions_in_order():
         "TransformerEngine cuDNN attention (flash3 on Hopper)",
         "fused cross entropy (framework default)",
         "BF16 gradient reduction (NeMo FP8 recipes)",
+        "pipeline layout Et|(tt|)*30mL: embedding, loss and the MTP layer take layer slots",
+        "selective recompute of mla_up_proj and mlp (Megatron-Bridge 25.09 DeepSeek-V3 on H100)",
         "DeepEP dispatcher (NeMo performance script for DeepSeek-V3 on H100)",
     ]
     assert bridge.searched["tp_comm_overlap"] == [False, True]
+    # 61 decoder layers + embedding + loss + 1 MTP layer = 64 slots, 8 a stage at PP 8: the
+    # first stage holds 8 - 1 decoder layers, the last 8 - 2.
+    assert (bridge.pins["pp_first_layers"], bridge.pins["pp_last_layers"]) == (7, 6)
+    assert bridge.pins["recompute_modules"] == ("mla_up_proj", "mlp")
+    b200 = map_run(ROWS["mbridge2509_b200_deepseekv3_256gpu"])  # PP 16: 4 slots a stage
+    assert (b200.pins["pp_first_layers"], b200.pins["pp_last_layers"]) == (3, 2)
+    assert b200.pins["recompute"] == "selective" and b200.pins["recompute_modules"] == ("core_attn",)
+    later = map_run(ROWS["mbridge2511_h100_qwen3_235b_a22b_256gpu"])  # not DeepSeek-V3, not 25.09
+    assert "pp_first_layers" not in later.pins and "recompute" not in later.pins
     titan = map_run(ROWS["torchtitan_h100_8b_fsdp_8gpu"])
     assert titan.pins["recompute"] == "full" and titan.pins["recompute_share"] == 2
     assert titan.assumptions[-2:] == ["eager PyTorch kernels (no torch.compile: unfused norms, rotary, SwiGLU)",

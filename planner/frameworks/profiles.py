@@ -40,6 +40,8 @@ class RowFacts:
     """Catalog GPU name (e.g. "h100-sxm")."""
     model_parts: frozenset = frozenset()
     """Parts the model has: "moe", "mla"."""
+    model_name: str = ""
+    """Catalog model name (e.g. "qwen3-235b-a22b"; "" when unknown)."""
 
 
 def model_parts(model) -> frozenset:
@@ -69,6 +71,8 @@ class When:
     """The GPU's catalog name starts with this."""
     model: tuple = ()
     """The model has all these parts ("moe", "mla")."""
+    model_name: str = ""
+    """The model's catalog name starts with this (a performance recipe written for one model)."""
 
     def holds(self, f: RowFacts) -> bool:
         return all((
@@ -81,6 +85,7 @@ class When:
             not self.recompute or f.recompute == self.recompute,
             not self.gpu or f.gpu.startswith(self.gpu),
             set(self.model) <= f.model_parts,
+            not self.model_name or f.model_name.startswith(self.model_name),
         ))
 
 
@@ -243,6 +248,40 @@ _BRIDGE_2509_DEEPSEEK_V3 = (
 )
 """What Megatron-Bridge 25.09's performance script fixes for DeepSeek-V3 beyond the table."""
 
+_BRIDGE_2511 = "Megatron-Bridge v0.2.0 (25.11, 2025-11-26) scripts/performance/configs/"
+_BRIDGE_2604 = "Megatron-Bridge 26.04-alpha branch (406d3be77) scripts/performance/configs/"
+_BRIDGE_H100_MOE = (
+    Entry({"moe_dispatcher": "alltoall", "ep_comm_overlap": True},
+          "alltoall dispatcher, EP all-to-alls overlapped (Megatron-Bridge H100 Qwen3-235B-A22B recipe)",
+          source=_BRIDGE_2511 + "qwen3/workload_base_configs.py QWEN3_235B_A22B_H100_*_BASE_CONFIG and " + _BRIDGE_2604
+                 + "qwen/qwen3_workload_base_configs.py QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*: moe_a2a_overlap=True "
+                 "(overlap_moe_expert_parallel_comm), no moe_flex_dispatcher_backend (the recipe's alltoall)",
+          when=(When(text="25.11", gpu="h100", model_name="qwen3-235b"), When(text="26.", gpu="h100", model_name="qwen3-235b"))),
+    Entry({"moe_dispatcher": "alltoall", "ep_comm_overlap": True},
+          "alltoall dispatcher, EP all-to-alls overlapped (Megatron-Bridge 25.11 H100 Qwen3-30B-A3B recipe)",
+          source=_BRIDGE_2511 + "qwen3/workload_base_configs.py QWEN3_30B_A3B_H100_*_BASE_CONFIG: moe_a2a_overlap=True, "
+                 "no moe_flex_dispatcher_backend",
+          when=(When(text="25.11", gpu="h100", model_name="qwen3-30b"),)),
+    Entry({"moe_dispatcher": "hybridep", "ep_comm_overlap": False},
+          "HybridEP dispatcher (Megatron-Bridge 26.x H100 Qwen3-30B-A3B recipe)",
+          source=_BRIDGE_2604 + "qwen/qwen3_workload_base_configs.py QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_*_V1: "
+                 "moe_flex_dispatcher_backend='hybridep', moe_a2a_overlap=False",
+          when=(When(text="26.", gpu="h100", model_name="qwen3-30b"),)),
+    Entry({"recompute": "selective", "recompute_modules": ("layernorm", "moe_act"), "vpp": 1},
+          "selective recompute of layernorm and moe_act, no interleaving (Megatron-Bridge 26.x H100 GPT-OSS-120B recipe)",
+          source=_BRIDGE_2604 + "gpt_oss/gpt_oss_workload_base_configs.py GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1/V2: "
+                 "pipeline_model_parallel_size=4, no virtual pipeline, recompute_modules=['layernorm', 'moe_act'], "
+                 "micro_batch_size=1, GBS 1280 (V2). 25.11's preset (v0.2.0) differs from its table's MBS 4, so "
+                 "only 26.x is pinned",
+          when=(When(text="26.", gpu="h100", model_name="gpt-oss-120b"),)),
+)
+"""What Megatron-Bridge 25.11 and 26.x performance configs fix for MoE models on H100 beyond the table."""
+_BRIDGE_H100_FP8_CURRENT = Entry(
+    {"fp8_recipe": "current"}, "FP8 current scaling (Megatron-Bridge's only H100 FP8 preset)",
+    source=_BRIDGE_2511 + "*/workload_base_configs.py and " + _BRIDGE_2604 + "*_workload_base_configs.py: every H100 "
+           "FP8 preset is *_H100_FP8_CS_* (per-tensor current scaling); there is no delayed-scaling preset",
+    when=(When(text="25.11", gpu="h100", precision="fp8"), When(text="26.", gpu="h100", precision="fp8")))
+
 # ------------------------------------------------------------------------------------- the table
 
 # Order matters where texts overlap: NeMo / Megatron-Bridge texts also name "(Megatron-Core)".
@@ -270,6 +309,8 @@ PROFILES: tuple[Profile, ...] = (
         _TPO_STATED,
         _TPO_SEARCHED,
         *_BRIDGE_2509_DEEPSEEK_V3,
+        *_BRIDGE_H100_MOE,
+        _BRIDGE_H100_FP8_CURRENT,
         _DEEPEP,
         _HYBRIDEP_SEARCHED,
     )),

@@ -347,7 +347,7 @@ def _row_facts(row: RunRow, model, gpu) -> RowFacts:
     key = (row.source.key or "") if not isinstance(row.source, (str, type(None))) else (row.source or "")
     return RowFacts(framework=row.framework_text().lower(), year=row.source_year(), source=key,
                     precision=str(lay.precision or "").lower(), recompute=rc[0] if rc else None, gpu=gpu.name,
-                    model_parts=model_parts(model))
+                    model_parts=model_parts(model), model_name=model.name)
 
 
 def _apply_stated(stated: dict, pins: dict, searched: dict, assumptions: list[str]) -> None:

@@ -259,3 +259,26 @@ def test_torchtitan_2024_pipelines_one_microbatch_per_stage_and_two_chunks_when_
     assert looped.pins["mbs"] == 4 and looped.pins["vpp"] == 2
     stated = map_run({**row, "mbs": 1})
     assert stated.pins["mbs"] == 1  # a stated micro-batch wins
+
+
+def test_bridge_h100_moe_presets_pin_what_the_release_configs_set():
+    # Megatron-Bridge v0.2.0 (25.11) / 26.04 H100 presets: Qwen3-235B-A22B keeps the recipe's
+    # alltoall dispatcher with moe_a2a_overlap=True; Qwen3-30B-A3B 26.x runs HybridEP without
+    # the overlap; GPT-OSS-120B 26.x recomputes layernorm and moe_act, PP 4 without interleaving;
+    # every H100 FP8 preset is current scaling (FP8_CS).
+    big = map_run(ROWS["mbridge2511_h100_qwen3_235b_a22b_256gpu"])
+    assert big.pins["moe_dispatcher"] == "alltoall" and big.pins["ep_comm_overlap"] is True
+    assert "moe_dispatcher" not in big.searched
+    small = map_run(ROWS["mbridge260401_h100_qwen3_30b_a3b_16gpu"])
+    assert small.pins["moe_dispatcher"] == "hybridep" and small.pins["ep_comm_overlap"] is False
+    assert small.pins["fp8_recipe"] == "current"
+    oss = map_run(ROWS["mbridge260401_h100_gpt_oss_120b_64gpu"])
+    assert oss.pins["recompute_modules"] == ("layernorm", "moe_act") and oss.pins["vpp"] == 1
+    dense = map_run(ROWS["mbridge260401_h100_llama3_70b_64gpu"])
+    assert dense.pins["fp8_recipe"] == "current" and "moe_dispatcher" not in dense.pins
+    # The condition on the model's name: another model or GPU keeps the searched dispatcher.
+    facts = dict(framework="megatron-bridge / nemo 26.04.01", year=2026, gpu="h100-sxm",
+                 model_parts=frozenset({"moe"}), model_name="qwen3-30b-a3b")
+    assert apply_profiles(RowFacts(**facts))[0]["moe_dispatcher"] == "hybridep"
+    for change in (dict(gpu="b200"), dict(model_name="mixtral-8x7b")):
+        assert apply_profiles(RowFacts(**{**facts, **change}))[0]["moe_dispatcher"] == ["alltoall", "hybridep"]

@@ -230,21 +230,21 @@ _BRIDGE_2509_DEEPSEEK_V3 = (
           "pipeline layout Et|(tt|)*30mL: embedding, loss and the MTP layer take layer slots",
           source=_RUN_SCRIPT_2509 + ": deepseek_v3_pretrain_config(..., layout=\"Et|(tt|)*30mL\") for every GPU; "
                  "the recipe keeps mtp_num_layers=1 (recipes/deepseek/deepseek_v3.py)",
-          when=(When(text="25.09", model=("moe", "mla")),)),
+          when=(When(text="25.09", model_name="deepseek-v3"),)),
     Entry({"recompute": "selective", "recompute_modules": ("mla_up_proj", "mlp")},
           "selective recompute of mla_up_proj and mlp (Megatron-Bridge 25.09 DeepSeek-V3 on H100)",
           source=_RUN_SCRIPT_2509 + ": recipe.model.recompute_modules = ['mla_up_proj', 'mlp'] for h100",
-          when=(When(text="25.09", model=("moe", "mla"), gpu="h100"),)),
+          when=(When(text="25.09", model_name="deepseek-v3", gpu="h100"),)),
     Entry({"recompute": "selective", "recompute_modules": ("mla_up_proj", "mlp", "moe_act")},
           "selective recompute of mla_up_proj, mlp and moe_act (Megatron-Bridge 25.09 DeepSeek-V3 on GB200)",
           source=_RUN_SCRIPT_2509 + ": recipe.model.recompute_modules = ['mla_up_proj', 'mlp', 'moe_act'] for gb200",
-          when=(When(text="25.09", model=("moe", "mla"), gpu="gb200"),)),
+          when=(When(text="25.09", model_name="deepseek-v3", gpu="gb200"),)),
     Entry({"recompute": "selective", "recompute_modules": ("core_attn",)},
           "selective recompute of core attention (Megatron-Bridge 25.09 DeepSeek-V3 on B200)",
           source=_RUN_SCRIPT_2509 + ": no module override for b200, so the recipe's recompute_granularity "
                  "'selective' (configs/deepseek/deepseek_v3_llm_pretrain.yaml) with Megatron-Core's default "
                  "recompute_modules ['core_attn']",
-          when=(When(text="25.09", model=("moe", "mla"), gpu="b200"),)),
+          when=(When(text="25.09", model_name="deepseek-v3", gpu="b200"),)),
 )
 """What Megatron-Bridge 25.09's performance script fixes for DeepSeek-V3 beyond the table."""
 

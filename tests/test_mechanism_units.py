@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from costmodel import context_parallel, data_parallel, expert_parallel, mtp, recompute, schedule, tensor_parallel
+from costmodel import context_parallel, data_parallel, expert_parallel, mtp, quantize, recompute, schedule, tensor_parallel
 from costmodel.calibration import DEFAULT
 from costmodel.collectives import Fabric, LinkLevel
 from costmodel.compute import LayerTimes
@@ -478,3 +478,21 @@ def test_mtp_adds_one_layer_projection_and_head_on_the_last_stage():
     ctx = SimpleNamespace(model=MIXTRAL, n=1)
     fwd, bwd = mtp.last_stage_time(ctx, _layer(), moe, 1e-3, 2e-3, 4e-3)
     assert fwd[0] == bwd[0] == 0.0
+
+
+def test_per_expert_quantise_kernels_by_recipe():
+    # Qwen3-30B-A3B at EP 8: 128 / 8 = 16 experts a rank, each its own tensor in TransformerEngine's
+    # GroupedLinear. Two grouped quantisations a pass: delayed scaling casts the 16 in one fused
+    # launch (0 more); current scaling runs amax, scale and cast for each, 2 x (3·16 - 1) = 94
+    # more; MXFP8 one cast each, 2 x (16 - 1) = 30; a fused grouped kernel quantises one tensor,
+    # 2 x (3 - 1) = 4 under current scaling; BF16 none.
+    qwen = get_model("qwen3-30b-a3b")
+    recipes = {"delayed": 0, "current": 1, "blockwise": 2, "mxfp8": 3}
+    def kernels(recipe, precision=1, grouped=0):
+        ctx = _ctx(qwen, ep=8, dp=8, precision=precision, fp8_recipe=recipes[recipe], moe_grouped_gemm=grouped)
+        return quantize.per_expert_kernels(ctx)[0]
+    assert kernels("delayed") == 0.0
+    assert kernels("current") == 94.0
+    assert kernels("mxfp8") == kernels("blockwise") == 30.0
+    assert kernels("current", grouped=1) == 4.0
+    assert kernels("current", precision=0) == 0.0

@@ -12,7 +12,8 @@ import pytest
 from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE
 from hardware_catalog import get_cluster, get_gpu, get_model
 from planner.validate import GENERIC, PROFILES, RowFacts, apply_profiles, load_runs, map_run, profiles_for
-from planner.frameworks.profiles import LAYOUT_SLOTS, LOOPED_TWO_CHUNKS, PP_STAGES_MICROBATCHES, row_label_suffix
+from planner.frameworks.profiles import (LAYOUT_HEAD_SLOTS, LAYOUT_SLOTS, LOOPED_TWO_CHUNKS, PP_STAGES_MICROBATCHES,
+                                         row_label_suffix)
 from search.grid import candidate_grid, expand_recompute_modules, recompute_module_masks
 
 ROWS = {r["id"]: r for r in load_runs(None)}
@@ -75,7 +76,7 @@ def test_profile_entries_name_real_options_and_valid_values_with_a_source():
                         assert v in opt.choices, (name, v)
                     elif opt.kind == "modules":  # a set of recompute modules, parsed as the flag parses it
                         assert opt.parse(",".join(v)) == v, (name, v)
-                    elif v in (PP_STAGES_MICROBATCHES, LOOPED_TWO_CHUNKS, LAYOUT_SLOTS):  # policies the runs mapping resolves
+                    elif v in (PP_STAGES_MICROBATCHES, LOOPED_TWO_CHUNKS, LAYOUT_SLOTS, LAYOUT_HEAD_SLOTS):  # policies
                         assert name in ("mbs", "vpp", "pp_first_layers", "pp_last_layers"), (name, v)
                     else:  # flags are bools; counts (recompute_layers: -q = q quarters) ints
                         assert isinstance(v, bool) == (opt.kind == "flag") and isinstance(v, int), (name, v)
@@ -282,3 +283,26 @@ def test_bridge_h100_moe_presets_pin_what_the_release_configs_set():
     assert apply_profiles(RowFacts(**facts))[0]["moe_dispatcher"] == "hybridep"
     for change in (dict(gpu="b200"), dict(model_name="mixtral-8x7b")):
         assert apply_profiles(RowFacts(**{**facts, **change}))[0]["moe_dispatcher"] == ["alltoall", "hybridep"]
+
+
+def test_bridge_later_deepseek_v3_layouts_and_blackwell_presets():
+    # 25.11 / 26.x on Blackwell: the recipe table's layout, e.g. PP 16 = [E + 4 t], 14 x [4 t],
+    # [t, mtp, loss]: 61 + 3 = 64 slots, 4 a stage, the last holding 4 - 3 = 1 decoder layer. On
+    # H100 "Et|(tt|)*30mL" as in 25.09 (8 slots a stage at PP 8: 7 and 6).
+    import copy
+
+    b200 = copy.deepcopy(ROWS["mbridge2509_b200_deepseekv3_256gpu"])
+    b200["layout"]["framework"] = "Megatron-Bridge / NeMo 25.11"
+    run = map_run(b200)
+    assert (run.pins["pp_first_layers"], run.pins["pp_last_layers"]) == (4, 1)
+    # v0.2.0's B200 preset: the recipe's alltoall dispatcher, selective recompute of mla_up_proj.
+    assert run.pins["moe_dispatcher"] == "alltoall" and run.pins["recompute_modules"] == ("mla_up_proj",)
+    gb200 = copy.deepcopy(ROWS["mbridge2509_gb200_deepseekv3_256gpu"])  # PP 4: 16 a stage, 13 last
+    gb200["layout"]["framework"] = "Megatron-Bridge / NeMo 26.04.01"
+    run = map_run(gb200)
+    assert (run.pins["pp_first_layers"], run.pins["pp_last_layers"]) == (16, 13)
+    assert "recompute_modules" not in run.pins  # 26.x presets vary by version and precision
+    h100 = copy.deepcopy(ROWS["mbridge2509_h100_deepseekv3_1024gpu"])
+    h100["layout"]["framework"] = "Megatron-Bridge / NeMo 25.11"
+    run = map_run(h100)
+    assert (run.pins["pp_first_layers"], run.pins["pp_last_layers"]) == (7, 6)

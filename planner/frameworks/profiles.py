@@ -203,7 +203,14 @@ pipeline_model_parallel_layout, e.g. "Et|(tt|)*30mL": E embedding, t a decoder l
 layer, L the loss). Over pp stages of L + 2 + mtp slots (where pp divides them) the first stage
 holds one decoder layer fewer than a middle one and the last 1 + mtp fewer
 (``planner.validate.runs``)."""
-_POLICIES = (PP_STAGES_MICROBATCHES, LOOPED_TWO_CHUNKS, LAYOUT_SLOTS)
+LAYOUT_HEAD_SLOTS = "MTP layers and loss as three layer slots of the last stage"
+"""A ``pp_first_layers`` / ``pp_last_layers`` entry value: the pipeline layout of Megatron-Bridge's
+DeepSeek-V3 recipe table (recipes/deepseek/deepseek_v3.py map_pp_vp_to_layout, e.g. 16 chunks
+[E t t t t | (t t t t |) x 14 | t m L], "Et*4|(t*4|)*14tmL"): the embedding rides along with a
+full chunk and the MTP layer and the loss take the place of three decoder layers in the last.
+Over pp stages of L + 3 slots (where pp divides them) the first stage holds as many decoder
+layers as a middle one and the last three fewer (``planner.validate.runs``)."""
+_POLICIES = (PP_STAGES_MICROBATCHES, LOOPED_TWO_CHUNKS, LAYOUT_SLOTS, LAYOUT_HEAD_SLOTS)
 
 _TT_TWO_CHUNKS = Entry(
     {"vpp": LOOPED_TWO_CHUNKS}, "",
@@ -247,6 +254,46 @@ _BRIDGE_2509_DEEPSEEK_V3 = (
           when=(When(text="25.09", model_name="deepseek-v3", gpu="b200"),)),
 )
 """What Megatron-Bridge 25.09's performance script fixes for DeepSeek-V3 beyond the table."""
+
+_BRIDGE_LATER_DEEPSEEK_V3 = (
+    Entry({"pp_first_layers": LAYOUT_SLOTS, "pp_last_layers": LAYOUT_SLOTS},
+          "pipeline layout Et|(tt|)*30mL: embedding, loss and the MTP layer take layer slots",
+          source="Megatron-Bridge v0.2.0 (25.11) scripts/performance/configs/deepseek/deepseek_llm_pretrain.py "
+                 "deepseek_v3_h100_config: layout=\"Et|(tt|)*30mL\"; 26.04-alpha deepseek_workload_base_configs.py "
+                 "DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1/V2: pp_layout=\"Et|(tt|)*30mL\"",
+          when=(When(text="25.11", gpu="h100", model_name="deepseek-v3"),
+                When(text="26.", gpu="h100", model_name="deepseek-v3"))),
+    Entry({"pp_first_layers": LAYOUT_HEAD_SLOTS, "pp_last_layers": LAYOUT_HEAD_SLOTS},
+          "pipeline layout of the DeepSeek-V3 recipe table: MTP layer and loss in the last chunk's place of three layers",
+          source="Megatron-Bridge v0.2.0 (25.11) deepseek_llm_pretrain.py: layout=None on GB300, GB200 and B200, so "
+                 "recipes/deepseek/deepseek_v3.py map_pp_vp_to_layout (e.g. (4, 4) and (16, 1): [E + 4 t], 14 x [4 t], "
+                 "[t, mtp, loss]); 26.04-alpha deepseek_workload_base_configs.py: pp_layout \"Et*4|(t*4|)*14tmL\" "
+                 "or the same table (set_deepseek_v3_pipeline_model_parallel_layout)",
+          when=(When(text="25.11", gpu="b", model_name="deepseek-v3"), When(text="25.11", gpu="gb", model_name="deepseek-v3"),
+                When(text="26.", gpu="b", model_name="deepseek-v3"), When(text="26.", gpu="gb", model_name="deepseek-v3"))),
+)
+"""The pipeline layouts Megatron-Bridge 25.11 and 26.x give DeepSeek-V3 (its MTP layer on the last stage)."""
+
+_BRIDGE_2511_DSV3 = ("Megatron-Bridge v0.2.0 (25.11) scripts/performance/configs/deepseek/workload_base_configs.py "
+                     "DEEPSEEK_V3_{GPU}_BASE_CONFIG (every precision)")
+_BRIDGE_2511_DEEPSEEK_V3_BLACKWELL = (
+    Entry({"moe_dispatcher": "hybridep", "recompute": "selective", "recompute_modules": ("moe_act",)},
+          "HybridEP dispatcher, selective recompute of moe_act (Megatron-Bridge 25.11 DeepSeek-V3 on GB300)",
+          source=_BRIDGE_2511_DSV3.replace("{GPU}", "GB300") + ": moe_flex_dispatcher_backend='hybridep', "
+                 "recompute_modules=['moe_act'], moe_a2a_overlap=False",
+          when=(When(text="25.11", gpu="gb300", model_name="deepseek-v3"),)),
+    Entry({"moe_dispatcher": "hybridep", "recompute": "selective", "recompute_modules": ("mla_up_proj",)},
+          "HybridEP dispatcher, selective recompute of mla_up_proj (Megatron-Bridge 25.11 DeepSeek-V3 on GB200)",
+          source=_BRIDGE_2511_DSV3.replace("{GPU}", "GB200") + ": moe_flex_dispatcher_backend='hybridep', "
+                 "recompute_modules=['mla_up_proj'], moe_a2a_overlap=False",
+          when=(When(text="25.11", gpu="gb200", model_name="deepseek-v3"),)),
+    Entry({"moe_dispatcher": "alltoall", "recompute": "selective", "recompute_modules": ("mla_up_proj",)},
+          "alltoall dispatcher, selective recompute of mla_up_proj (Megatron-Bridge 25.11 DeepSeek-V3 on B200)",
+          source=_BRIDGE_2511_DSV3.replace("{GPU}", "B200") + ": no moe_flex_dispatcher_backend (the recipe's "
+                 "alltoall), recompute_modules=['mla_up_proj'], moe_a2a_overlap=False",
+          when=(When(text="25.11", gpu="b200", model_name="deepseek-v3"),)),
+)
+"""What Megatron-Bridge 25.11's presets fix for DeepSeek-V3 on Blackwell beyond its tables."""
 
 _BRIDGE_2511 = "Megatron-Bridge v0.2.0 (25.11, 2025-11-26) scripts/performance/configs/"
 _BRIDGE_2604 = "Megatron-Bridge 26.04-alpha branch (406d3be77) scripts/performance/configs/"
@@ -309,6 +356,8 @@ PROFILES: tuple[Profile, ...] = (
         _TPO_STATED,
         _TPO_SEARCHED,
         *_BRIDGE_2509_DEEPSEEK_V3,
+        *_BRIDGE_LATER_DEEPSEEK_V3,
+        *_BRIDGE_2511_DEEPSEEK_V3_BLACKWELL,
         *_BRIDGE_H100_MOE,
         _BRIDGE_H100_FP8_CURRENT,
         _DEEPEP,

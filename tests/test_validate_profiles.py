@@ -306,3 +306,13 @@ def test_bridge_later_deepseek_v3_layouts_and_blackwell_presets():
     h100["layout"]["framework"] = "Megatron-Bridge / NeMo 25.11"
     run = map_run(h100)
     assert (run.pins["pp_first_layers"], run.pins["pp_last_layers"]) == (7, 6)
+
+
+def test_bridge_gpt_oss_blackwell_recompute():
+    # GPT-OSS-120B presets on B200 / GB200 (25.11 and 26.x) recompute layernorm and moe_act; on
+    # GB300 they recompute nothing, so it stays searched there.
+    facts = dict(framework="megatron-bridge / nemo 25.11", year=2025, gpu="gb200",
+                 model_parts=frozenset({"moe"}), model_name="gpt-oss-120b")
+    settings = apply_profiles(RowFacts(**facts))[0]
+    assert settings["recompute"] == "selective" and settings["recompute_modules"] == ("layernorm", "moe_act")
+    assert "recompute" not in apply_profiles(RowFacts(**{**facts, "gpu": "gb300"}))[0]

@@ -323,6 +323,13 @@ _BRIDGE_H100_MOE = (
           when=(When(text="26.", gpu="h100", model_name="gpt-oss-120b"),)),
 )
 """What Megatron-Bridge 25.11 and 26.x performance configs fix for MoE models on H100 beyond the table."""
+_BRIDGE_GPT_OSS_B200_GB200 = Entry(
+    {"recompute": "selective", "recompute_modules": ("layernorm", "moe_act")},
+    "selective recompute of layernorm and moe_act (Megatron-Bridge GPT-OSS-120B recipe on B200 / GB200)",
+    source=_BRIDGE_2511 + "gpt_oss/workload_base_configs.py GPT_OSS_120B_{GB200,B200}_BF16_BASE_CONFIG and "
+           + _BRIDGE_2604 + "gpt_oss/gpt_oss_workload_base_configs.py GPT_OSS_120B_PRETRAIN_CONFIG_{GB200,B200}_BF16_V1: "
+           "recompute_modules=['layernorm', 'moe_act'] (their GB300 / B300 presets recompute nothing)",
+    when=tuple(When(text=t, gpu=g, model_name="gpt-oss-120b") for t in ("25.11", "26.") for g in ("b200", "gb200")))
 _BRIDGE_H100_FP8_CURRENT = Entry(
     {"fp8_recipe": "current"}, "FP8 current scaling (Megatron-Bridge's only H100 FP8 preset)",
     source=_BRIDGE_2511 + "*/workload_base_configs.py and " + _BRIDGE_2604 + "*_workload_base_configs.py: every H100 "
@@ -359,6 +366,7 @@ PROFILES: tuple[Profile, ...] = (
         *_BRIDGE_LATER_DEEPSEEK_V3,
         *_BRIDGE_2511_DEEPSEEK_V3_BLACKWELL,
         *_BRIDGE_H100_MOE,
+        _BRIDGE_GPT_OSS_B200_GB200,
         _BRIDGE_H100_FP8_CURRENT,
         _DEEPEP,
         _HYBRIDEP_SEARCHED,

@@ -316,3 +316,17 @@ def test_bridge_gpt_oss_blackwell_recompute():
     settings = apply_profiles(RowFacts(**facts))[0]
     assert settings["recompute"] == "selective" and settings["recompute_modules"] == ("layernorm", "moe_act")
     assert "recompute" not in apply_profiles(RowFacts(**{**facts, "gpu": "gb300"}))[0]
+
+
+def test_bridge_2511_qwen3_blackwell_dispatchers():
+    # v0.2.0 presets: Qwen3-235B-A22B on B200 alltoall with moe_a2a_overlap, Qwen3-30B-A3B on B200
+    # alltoall, both on GB200 / GB300 HybridEP; 26.x keeps the search.
+    base = dict(framework="megatron-bridge / nemo 25.11", year=2025, model_parts=frozenset({"moe"}))
+    big_b200 = apply_profiles(RowFacts(**base, gpu="b200", model_name="qwen3-235b-a22b"))[0]
+    assert big_b200["moe_dispatcher"] == "alltoall" and big_b200["ep_comm_overlap"] is True
+    small_b200 = apply_profiles(RowFacts(**base, gpu="b200", model_name="qwen3-30b-a3b"))[0]
+    assert small_b200["moe_dispatcher"] == "alltoall" and "ep_comm_overlap" not in small_b200
+    assert apply_profiles(RowFacts(**base, gpu="gb300", model_name="qwen3-30b-a3b"))[0]["moe_dispatcher"] == "hybridep"
+    later = dict(base, framework="megatron-bridge / nemo 26.04.01")
+    assert apply_profiles(RowFacts(**later, gpu="gb200", model_name="qwen3-30b-a3b"))[0]["moe_dispatcher"] == [
+        "alltoall", "hybridep"]

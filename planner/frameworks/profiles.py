@@ -323,6 +323,22 @@ _BRIDGE_H100_MOE = (
           when=(When(text="26.", gpu="h100", model_name="gpt-oss-120b"),)),
 )
 """What Megatron-Bridge 25.11 and 26.x performance configs fix for MoE models on H100 beyond the table."""
+_BRIDGE_2511_QWEN3_BLACKWELL = (
+    Entry({"moe_dispatcher": "alltoall", "ep_comm_overlap": True},
+          "alltoall dispatcher, EP all-to-alls overlapped (Megatron-Bridge 25.11 B200 Qwen3-235B-A22B preset)",
+          source=_BRIDGE_2511 + "qwen3/workload_base_configs.py QWEN3_235B_A22B_B200_*_BASE_CONFIG: moe_a2a_overlap=True, "
+                 "no moe_flex_dispatcher_backend",
+          when=(When(text="25.11", gpu="b200", model_name="qwen3-235b"),)),
+    Entry({"moe_dispatcher": "alltoall"}, "alltoall dispatcher (Megatron-Bridge 25.11 B200 Qwen3-30B-A3B preset)",
+          source=_BRIDGE_2511 + "qwen3/workload_base_configs.py QWEN3_30B_A3B_B200_*_BASE_CONFIG: no "
+                 "moe_flex_dispatcher_backend (the recipe's alltoall)",
+          when=(When(text="25.11", gpu="b200", model_name="qwen3-30b"),)),
+    Entry({"moe_dispatcher": "hybridep"}, "HybridEP dispatcher (Megatron-Bridge 25.11 GB200 / GB300 Qwen3 presets)",
+          source=_BRIDGE_2511 + "qwen3/workload_base_configs.py QWEN3_{235B_A22B,30B_A3B}_{GB200,GB300}_*_BASE_CONFIG: "
+                 "moe_flex_dispatcher_backend='hybridep'",
+          when=(When(text="25.11", gpu="gb", model_name="qwen3-235b"), When(text="25.11", gpu="gb", model_name="qwen3-30b"))),
+)
+"""What Megatron-Bridge 25.11's Blackwell presets fix for Qwen3 MoE models beyond its tables."""
 _BRIDGE_GPT_OSS_B200_GB200 = Entry(
     {"recompute": "selective", "recompute_modules": ("layernorm", "moe_act")},
     "selective recompute of layernorm and moe_act (Megatron-Bridge GPT-OSS-120B recipe on B200 / GB200)",
@@ -367,6 +383,7 @@ PROFILES: tuple[Profile, ...] = (
         *_BRIDGE_2511_DEEPSEEK_V3_BLACKWELL,
         *_BRIDGE_H100_MOE,
         _BRIDGE_GPT_OSS_B200_GB200,
+        *_BRIDGE_2511_QWEN3_BLACKWELL,
         _BRIDGE_H100_FP8_CURRENT,
         _DEEPEP,
         _HYBRIDEP_SEARCHED,

@@ -18,6 +18,10 @@ tensor/) move more:
   cast kernel, one byte per 32 elements for each of the two copies: +2/32 bytes per element.
 The GEMMs themselves run at the FP8 rate in every recipe (MX scales are applied in Blackwell's
 tensor cores; blockwise scales in the GEMM's epilogue promotion, DeepGEMM).
+
+In an MoE layer the recipe also sets how many kernels quantise the experts' inputs: TE's
+GroupedLinear quantises each local expert's slice as its own tensor, in one fused launch under
+delayed scaling only (``KERNELS_PER_TENSOR``, ``per_expert_kernels``).
 """
 
 from __future__ import annotations

@@ -152,6 +152,15 @@ def expert_gemms(model: ModelSpec, batch: LayoutBatch, shape: MoeShape, kern) ->
     )
 
 
+def quantised_groups(model: ModelSpec, batch: LayoutBatch) -> np.ndarray:
+    """Tensors each grouped quantisation of an MoE layer splits into: TransformerEngine's
+    GroupedLinear (the ``loop``) quantises every local expert's slice as its own tensor
+    (transformer_engine/pytorch/module/grouped_linear.py: tex.split_quantize with one quantizer
+    per GEMM), E / ep of them; a fused grouped kernel takes the routed tokens as one."""
+    local = float(model.moe.num_experts) / batch.ep.astype(np.float64)
+    return np.where(batch.is_("moe_grouped_gemm", "loop"), local, 1.0)
+
+
 def syncs_host(batch: LayoutBatch) -> np.ndarray:
     """Where an MoE forward syncs the host: the alltoall and allgather dispatchers copy the
     per-expert token counts to the host for their all-to-all splits and for the grouped GEMM's

@@ -18,6 +18,10 @@ tensor/) move more:
   cast kernel, one byte per 32 elements for each of the two copies: +2/32 bytes per element.
 The GEMMs themselves run at the FP8 rate in every recipe (MX scales are applied in Blackwell's
 tensor cores; blockwise scales in the GEMM's epilogue promotion, DeepGEMM).
+
+In an MoE layer the recipe also sets how many kernels quantise the experts' inputs: TE's
+GroupedLinear quantises each local expert's slice as its own tensor, in one fused launch under
+delayed scaling only (``KERNELS_PER_TENSOR``, ``per_expert_kernels``).
 """
 
 from __future__ import annotations
@@ -39,6 +43,25 @@ EXTRA_BYTES_PER_ELEMENT = {
     "mxfp8": 2.0 * 1.0 / 32.0,
 }
 """Bytes per quantised element beyond the delayed recipe's 3 (see the module docstring)."""
+
+KERNELS_PER_TENSOR = {
+    "delayed": 0.0,
+    "current": 3.0,
+    "blockwise": 1.0,
+    "mxfp8": 1.0,
+}
+"""Kernels a recipe launches per tensor when a list of tensors is quantised one by one
+(TransformerEngine pytorch/csrc/extensions/cast.cpp multi_tensor_quantize_impl: "only have fused
+kernel for FP8 delayed scaling", one nvte_multi_cast_transpose over the whole list; every other
+quantizer runs per tensor): current scaling computes the amax, then the scale, then casts
+(quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl: nvte_compute_amax_with_config,
+nvte_compute_scale_from_amax, nvte_quantize_v2); blockwise and MXFP8 compute their scales in
+the cast. Delayed: 0 beyond the one fused launch the layer already counts."""
+
+MOE_GROUPED_QUANTISATIONS = 2.0
+"""Grouped quantisations of an MoE layer per pass: forward, the fc1 and fc2 inputs; backward,
+the gradients of the fc2 and fc1 outputs (TransformerEngine _GroupedLinear forward / backward:
+tex.split_quantize of the input and of grad_output; weights are cast once per step)."""
 
 SP_QUANTISED_INPUTS_PER_LAYER = 2.0
 """GEMM inputs quantised after a sequence-parallel all-gather in an attention + MLP layer (the
@@ -88,6 +111,21 @@ def recipe_cost(ctx, moe_layer: bool):
     return fwd, 2.0 * fwd
 
 
+def per_expert_kernels(ctx):
+    """Kernels per pass one MoE layer's grouped quantisations launch beyond the fused one that
+    delayed scaling runs (``KERNELS_PER_TENSOR`` for each of the ``costmodel.moe.quantised_groups``
+    expert slices, less that one launch), where the layer runs FP8."""
+    from costmodel.moe import quantised_groups
+
+    batch = ctx.batch
+    per_tensor = np.zeros(ctx.n)
+    for name in FP8_RECIPES:
+        per_tensor = np.where(batch.is_("fp8_recipe", name), KERNELS_PER_TENSOR[name], per_tensor)
+    groups = quantised_groups(ctx.model, batch)
+    extra = np.maximum(per_tensor * groups - 1.0, 0.0)
+    return np.where(batch.is_("precision", "fp8"), MOE_GROUPED_QUANTISATIONS * extra, 0.0)
+
+
 def with_recipe(ctx, dense: LayerTimes, moe: LayerTimes) -> tuple[LayerTimes, LayerTimes]:
     """The layer times with the recipe's quantisation added (unchanged under delayed scaling)."""
     if not np.any(ctx.batch.is_("precision", "fp8") & ~ctx.batch.is_("fp8_recipe", "delayed")):
@@ -97,4 +135,16 @@ def with_recipe(ctx, dense: LayerTimes, moe: LayerTimes) -> tuple[LayerTimes, La
     if moe is dense:
         return dense2, dense2
     m_fwd, m_bwd = recipe_cost(ctx, True)
-    return dense2, replace(moe, forward=moe.forward + m_fwd, backward=moe.backward + m_bwd)
+    # Each per-expert kernel costs a launch gap on the GPU (calib.kernel_overhead_us, less what
+    # CUDA graphs save: costmodel.compute's per-kernel cost); the backward's two grouped
+    # quantisations launch as many as the forward's.
+    launches = per_expert_kernels(ctx) * _per_kernel_seconds(ctx)
+    return dense2, replace(moe, forward=moe.forward + m_fwd + launches, backward=moe.backward + m_bwd + launches)
+
+
+def _per_kernel_seconds(ctx):
+    """Seconds per kernel launch, as costmodel.compute prices its layers' kernels."""
+    from costmodel.compute import CUDA_GRAPH_SAVING_US
+
+    saving = np.where(np.asarray(ctx.batch.cuda_graphs, dtype=bool), CUDA_GRAPH_SAVING_US, 0.0)
+    return (ctx.calib.kernel_overhead_us - saving) * 1e-6

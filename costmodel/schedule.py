@@ -28,7 +28,8 @@ class LayerCosts:
     moe: LayerTimes
     """An MoE layer's compute (the dense one again for dense models)."""
     head_forward: np.ndarray
-    """LM head GEMM + loss, forward, on the last stage."""
+    """LM head GEMM + loss, forward, on the last stage (with the model's multi-token-prediction
+    modules, ``costmodel.mtp``)."""
     head_backward: np.ndarray
     """The same, backward."""
     tp: tensor_parallel.TensorParallelComm

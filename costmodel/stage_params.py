@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from costmodel import mtp
 from costmodel.context import ChunkContext
 from costmodel.pipeline import StageSplit, argmax3, select3, stage_layer_mix
 
@@ -49,10 +50,14 @@ def stage_params(ctx: ChunkContext, per_layer: LayerParams, n_layers, first_stag
         dense = dense + counts.embedding / ctx.tp
     tied_copy = counts.embedding_matrix if counts.lm_head == 0 else counts.lm_head
     head = np.where(single, counts.lm_head, tied_copy) / ctx.tp + counts.final_norm
+    # Multi-token-prediction modules sit on the last stage with the head (costmodel.mtp).
+    mtp_dense, mtp_expert = mtp.last_stage_params(ctx, per_layer.moe_dense, per_layer.moe_expert,
+                                                  per_layer.dense_layer)
     if last_stage is True:
-        dense = dense + head
+        dense, expert = dense + head + mtp_dense, expert + mtp_expert
     elif last_stage is not False:
-        dense = dense + np.where(last_stage, head, 0.0)
+        dense = dense + np.where(last_stage, head + mtp_dense, 0.0)
+        expert = expert + np.where(last_stage, mtp_expert, 0.0)
     return dense, expert
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel import (collectives, context_parallel, data_parallel, expert_parallel, offload, quantize, recompute, ssm,
-                       tensor_parallel)
+from costmodel import (collectives, context_parallel, data_parallel, expert_parallel, mtp, offload, quantize, recompute,
+                       ssm, tensor_parallel)
 from costmodel.calibration import DEFAULT, Calibration
 from costmodel.compute import lm_head_times
 from costmodel.moe import dense_and_moe_layer_times
@@ -101,14 +101,17 @@ def layer_costs(ctx, split: StageSplit) -> tuple[LayerCosts, recompute.Selective
     tp = tensor_parallel.layer_comm(ctx, dense, moe)
     dense, moe = tp.dense_layer, tp.moe_layer  # forward + the SMs overlapped collectives hold
     selective = recompute.SelectiveRecompute(ctx)
+    ep = expert_parallel.layer_comm(ctx, moe)
+    # Multi-token-prediction modules run on the last stage beside the LM head.
+    mtp_fwd, mtp_bwd = mtp.last_stage_time(ctx, dense, moe, ep.per_pass, head_fwd, head_bwd)
     costs = LayerCosts(
         dense=dense,
         moe=moe,
-        head_forward=head_fwd,
-        head_backward=head_bwd,
+        head_forward=head_fwd + mtp_fwd,
+        head_backward=head_bwd + mtp_bwd,
         tp=tp,
         cp=context_parallel.layer_comm(ctx, dense, moe),
-        ep=expert_parallel.layer_comm(ctx, moe),
+        ep=ep,
         full=recompute.FullRecompute(ctx, split.middle),
         selective=recompute.selective_cost(selective, dense, moe, tp.dense, tp.moe, ctx.shared_experts),
     )

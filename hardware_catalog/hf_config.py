@@ -217,9 +217,11 @@ def _qwen3_moe(r: _Reader) -> dict:
 def _deepseek(r: _Reader) -> dict:
     """DeepSeek-V2/V3: MLA attention, leading dense layers, routed + shared experts.
 
-    V3's multi-token-prediction layer (``num_nextn_predict_layers``) is a training-time extra
-    block that is not modelled (the 671B/37B counts exclude it)."""
+    V3's multi-token-prediction layers (``num_nextn_predict_layers``) are training-time extra
+    blocks: priced on the last stage (``ModelSpec.mtp_layers``, costmodel.mtp), kept out of the
+    parameter counts (the 671B/37B exclude them)."""
     spec = _llama_like(r, "deepseek")
+    spec["mtp_layers"] = r.integer("num_nextn_predict_layers", default=0)
     spec["num_kv_heads"] = None  # MLA: K/V come from a shared latent; heads = query heads
     spec["head_dim"] = None
     spec["mla"] = MLASpec(

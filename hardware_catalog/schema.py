@@ -278,6 +278,11 @@ class ModelSpec(BaseModel):
     """Mixture-of-experts settings; None = dense."""
     mla: Optional[MLASpec] = None
     """Multi-head latent attention; None = standard (GQA) attention."""
+    mtp_layers: int = Field(default=0, ge=0, le=8)
+    """Multi-token-prediction modules trained beside the main model (DeepSeek-V3 report Sec.
+    2.2; HF config num_nextn_predict_layers; Megatron-Core --mtp-num-layers): each one more
+    transformer block, a 2h -> h projection and another pass through the shared LM head and
+    loss, on the last pipeline stage (costmodel.mtp). Not in the parameter counts."""
     hybrid_pattern: Optional[str] = Field(default=None, max_length=MAX_LAYERS * 2)
     """Megatron hybrid_override_pattern, one symbol per layer (M Mamba-2, * attention, - MLP,
     E MoE; '|' stage marks ignored); None = every layer is attention + MLP."""

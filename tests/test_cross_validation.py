@@ -62,12 +62,13 @@ def test_leave_one_source_out_on_the_reference_set():
     cv = cross_validate(Predictor(prepared_rows(None)))
     held, inside = cv["held_out"], cv["in_sample"]
     assert held["rows"] == inside["rows"] >= 117
-    # In-sample (the shipped constants), on the set enlarged on 2026-11-27: median 3.8%, p90 13.6%.
-    assert inside["median_abs_error"] <= 0.04 and inside["p90_abs_error"] <= 0.14
+    # In-sample (the shipped constants), on the set enlarged on 2026-11-27: median 3.6%, p90 11.0%.
+    assert inside["median_abs_error"] <= 0.04 and inside["p90_abs_error"] <= 0.115
     # Held out (constants fitted without the row's source): the goal is median <= 5%, p90 <= 12%;
-    # measured 4.7% and 14.7% (2026-11-27: the p90 is the MoE rows, issue 24), held here so that
-    # neither gets worse.
-    assert held["median_abs_error"] <= 0.05 and held["p90_abs_error"] <= 0.15
+    # measured 4.1% and 11.8% (4.7% and 14.7% before DeepSeek-V3's MTP module, the
+    # Megatron-Bridge MoE presets and the per-expert quantise kernels, issue 24), held here so
+    # that neither gets worse.
+    assert held["median_abs_error"] <= 0.05 and held["p90_abs_error"] <= 0.12
     # Every source of three rows or more (one-row sources: BLOOM 176B) within 12% median.
     assert max(f["held_out"]["median_abs_error"] for f in cv["per_source"].values() if f["held_out"]["rows"] >= 3) <= 0.12
     # The intervals' data (search/data/uncertainty.json) is this cross-validation: regenerate it

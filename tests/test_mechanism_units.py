@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from costmodel import context_parallel, data_parallel, expert_parallel, recompute, schedule, tensor_parallel
+from costmodel import context_parallel, data_parallel, expert_parallel, mtp, quantize, recompute, schedule, tensor_parallel
 from costmodel.calibration import DEFAULT
 from costmodel.collectives import Fabric, LinkLevel
 from costmodel.compute import LayerTimes
@@ -505,3 +505,49 @@ def test_cp_all_to_all_needs_heads_divisible():
         else:
             with pytest.raises(Exception, match="cp_a2a_divides_heads|cp_comm_type_needs_cp"):
                 check_layout(LLAMA_8B, H100, gpu, lay, gpus=tp * cp)
+
+
+def test_mtp_adds_one_layer_projection_and_head_on_the_last_stage():
+    # DeepSeek-V3 trains one MTP module (report Sec. 2.2): one more MoE layer (forward 5 ms,
+    # backward 10 ms) with its all-to-alls (1 ms a pass), the [4096 x 2h] @ [2h x h/t] projection
+    # and the head again (2 ms forward, 4 ms backward). The projection on a 1000 TFLOP/s GPU at
+    # efficiency 0.5, t = 2, h = 7168: 2·4096·14336·3584 FLOPs / 5e14 · (1 + 350/14336), above its
+    # traffic (4096·14336 + 14336·3584 + 4096·3584)·2 B / 2 TB/s = 0.12 ms.
+    assert DEEPSEEK_V3.mtp_layers == 1
+    h = 7168
+    gpu = SimpleNamespace(bf16_tflops=1000.0, memory_bandwidth_gbps=2000.0, gemm_efficiency_bf16=0.5)
+    ctx = SimpleNamespace(model=DEEPSEEK_V3, n=1, tokens_mb=4096.0, tp=np.array([2.0]), gpu_clocked=gpu, calib=DEFAULT)
+    moe = _layer(forward=5e-3, backward=10e-3)
+    proj = 2 * 4096 * 2 * h * (h / 2) / 5e14 * (1 + 350 / (2 * h))
+    fwd, bwd = mtp.last_stage_time(ctx, _layer(), moe, 1e-3, 2e-3, 4e-3)
+    assert fwd[0] == pytest.approx(5e-3 + 1e-3 + proj + 2e-3)
+    assert bwd[0] == pytest.approx(10e-3 + 1e-3 + 2 * proj + 4e-3)
+    # Its parameters: the layer's non-expert part and 2h·h/t of projection, an embedding copy
+    # over t, the experts over ep x etp as passed.
+    counts = SimpleNamespace(embedding=129280 * h)
+    ctx = SimpleNamespace(model=DEEPSEEK_V3, counts=counts, tp=2.0)
+    dense, expert = mtp.last_stage_params(ctx, moe_dense=1e8, moe_expert=3e8, dense_layer=0.0)
+    assert dense == pytest.approx(1e8 + 2 * h * h / 2 + 129280 * h / 2)
+    assert expert == 3e8
+    # A model without MTP adds nothing.
+    ctx = SimpleNamespace(model=MIXTRAL, n=1)
+    fwd, bwd = mtp.last_stage_time(ctx, _layer(), moe, 1e-3, 2e-3, 4e-3)
+    assert fwd[0] == bwd[0] == 0.0
+
+
+def test_per_expert_quantise_kernels_by_recipe():
+    # Qwen3-30B-A3B at EP 8: 128 / 8 = 16 experts a rank, each its own tensor in TransformerEngine's
+    # GroupedLinear. Two grouped quantisations a pass: delayed scaling casts the 16 in one fused
+    # launch (0 more); current scaling runs amax, scale and cast for each, 2 x (3·16 - 1) = 94
+    # more; MXFP8 one cast each, 2 x (16 - 1) = 30; a fused grouped kernel quantises one tensor,
+    # 2 x (3 - 1) = 4 under current scaling; BF16 none.
+    qwen = get_model("qwen3-30b-a3b")
+    recipes = {"delayed": 0, "current": 1, "blockwise": 2, "mxfp8": 3}
+    def kernels(recipe, precision=1, grouped=0):
+        ctx = _ctx(qwen, ep=8, dp=8, precision=precision, fp8_recipe=recipes[recipe], moe_grouped_gemm=grouped)
+        return quantize.per_expert_kernels(ctx)[0]
+    assert kernels("delayed") == 0.0
+    assert kernels("current") == 94.0
+    assert kernels("mxfp8") == kernels("blockwise") == 30.0
+    assert kernels("current", grouped=1) == 4.0
+    assert kernels("current", precision=0) == 0.0

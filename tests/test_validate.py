@@ -19,13 +19,14 @@ def results():
 
 def test_accuracy_on_reference_set_high_confidence(results):
     s = summarize(results, "high")
-    # 117 high-confidence rows since the 2026-11-27 release (83 before it): measured median 3.8%,
-    # p90 13.6%, MAPE 6.3% with the shipped constants; the tail is the MoE rows (issue 24), held
-    # here so that it cannot get worse.
+    # 117 high-confidence rows since the 2026-11-27 release (83 before it): measured median 3.6%,
+    # p90 11.0%, MAPE 5.8% with the shipped constants (13.6% p90 before DeepSeek-V3's MTP module,
+    # the Megatron-Bridge MoE presets and the per-expert quantise kernels, issue 24), held here so
+    # that it cannot get worse.
     assert s["rows"] >= 117
     assert s["median_abs_error"] <= 0.04
-    assert s["p90_abs_error"] <= 0.14
-    assert s["mape"] <= 0.065
+    assert s["p90_abs_error"] <= 0.115
+    assert s["mape"] <= 0.06
     # Early DeepSpeed ZeRO-3 is priced from its code (costmodel.zero3_blocking): the
     # Narayanan et al. rows, which include it, stay close.
     assert s["per_source"]["narayanan2021"]["mape"] <= 0.06
@@ -135,6 +136,8 @@ def test_deepseek_v3_on_h100_uses_deepep_as_nemo_performance_scripts_do():
     run = map_run(rows["mbridge2509_h100_deepseekv3_1024gpu"])
     assert run.pins["moe_dispatcher"] == "deepep"
     assert "moe_dispatcher" not in map_run(rows["mbridge2509_h100_qwen3_235b_a22b_256gpu"]).pins  # alltoall
+    # Its recompute is the 25.09 run_script's for H100, pinned (not searched).
+    assert run.pins["recompute"] == "selective" and run.pins["recompute_modules"] == ("mla_up_proj", "mlp")
     res = predict_run(run)
-    assert res.chosen["recompute"] == "selective" and "recompute_modules" in res.chosen
+    assert "recompute" not in res.chosen
     assert abs(res.error) < 0.10

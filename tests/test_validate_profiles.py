@@ -12,7 +12,8 @@ import pytest
 from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE
 from hardware_catalog import get_cluster, get_gpu, get_model
 from planner.validate import GENERIC, PROFILES, RowFacts, apply_profiles, load_runs, map_run, profiles_for
-from planner.frameworks.profiles import LOOPED_TWO_CHUNKS, PP_STAGES_MICROBATCHES, row_label_suffix
+from planner.frameworks.profiles import (LAYOUT_HEAD_SLOTS, LAYOUT_SLOTS, LOOPED_TWO_CHUNKS, PP_STAGES_MICROBATCHES,
+                                         row_label_suffix)
 from search.grid import candidate_grid, expand_recompute_modules, recompute_module_masks
 
 ROWS = {r["id"]: r for r in load_runs(None)}
@@ -75,8 +76,8 @@ def test_profile_entries_name_real_options_and_valid_values_with_a_source():
                         assert v in opt.choices, (name, v)
                     elif opt.kind == "modules":  # a set of recompute modules, parsed as the flag parses it
                         assert opt.parse(",".join(v)) == v, (name, v)
-                    elif v in (PP_STAGES_MICROBATCHES, LOOPED_TWO_CHUNKS):  # named policies the runs mapping resolves
-                        assert name in ("mbs", "vpp"), (name, v)
+                    elif v in (PP_STAGES_MICROBATCHES, LOOPED_TWO_CHUNKS, LAYOUT_SLOTS, LAYOUT_HEAD_SLOTS):  # policies
+                        assert name in ("mbs", "vpp", "pp_first_layers", "pp_last_layers"), (name, v)
                     else:  # flags are bools; counts (recompute_layers: -q = q quarters) ints
                         assert isinstance(v, bool) == (opt.kind == "flag") and isinstance(v, int), (name, v)
 
@@ -93,9 +94,20 @@ def test_shipped_rows_get_their_framework_assumptions_in_order():
         "TransformerEngine cuDNN attention (flash3 on Hopper)",
         "fused cross entropy (framework default)",
         "BF16 gradient reduction (NeMo FP8 recipes)",
+        "pipeline layout Et|(tt|)*30mL: embedding, loss and the MTP layer take layer slots",
+        "selective recompute of mla_up_proj and mlp (Megatron-Bridge 25.09 DeepSeek-V3 on H100)",
         "DeepEP dispatcher (NeMo performance script for DeepSeek-V3 on H100)",
     ]
     assert bridge.searched["tp_comm_overlap"] == [False, True]
+    # 61 decoder layers + embedding + loss + 1 MTP layer = 64 slots, 8 a stage at PP 8: the
+    # first stage holds 8 - 1 decoder layers, the last 8 - 2.
+    assert (bridge.pins["pp_first_layers"], bridge.pins["pp_last_layers"]) == (7, 6)
+    assert bridge.pins["recompute_modules"] == ("mla_up_proj", "mlp")
+    b200 = map_run(ROWS["mbridge2509_b200_deepseekv3_256gpu"])  # PP 16: 4 slots a stage
+    assert (b200.pins["pp_first_layers"], b200.pins["pp_last_layers"]) == (3, 2)
+    assert b200.pins["recompute"] == "selective" and b200.pins["recompute_modules"] == ("core_attn",)
+    later = map_run(ROWS["mbridge2511_h100_qwen3_235b_a22b_256gpu"])  # not DeepSeek-V3, not 25.09
+    assert "pp_first_layers" not in later.pins and "recompute" not in later.pins
     titan = map_run(ROWS["torchtitan_h100_8b_fsdp_8gpu"])
     assert titan.pins["recompute"] == "full" and titan.pins["recompute_share"] == 2
     assert titan.assumptions[-2:] == ["eager PyTorch kernels (no torch.compile: unfused norms, rotary, SwiGLU)",
@@ -260,3 +272,73 @@ def test_megatron_2023_baseline_runs_without_any_communication_overlap():
     # Later Megatron-Core runs keep Megatron-Core's default (overlapped interleaved sends).
     pins, _ = apply_profiles(RowFacts(framework="megatron-core r0.8", year=2024))
     assert "p2p_comm_overlap" not in pins
+
+
+def test_bridge_h100_moe_presets_pin_what_the_release_configs_set():
+    # Megatron-Bridge v0.2.0 (25.11) / 26.04 H100 presets: Qwen3-235B-A22B keeps the recipe's
+    # alltoall dispatcher with moe_a2a_overlap=True; Qwen3-30B-A3B 26.x runs HybridEP without
+    # the overlap; GPT-OSS-120B 26.x recomputes layernorm and moe_act, PP 4 without interleaving;
+    # every H100 FP8 preset is current scaling (FP8_CS).
+    big = map_run(ROWS["mbridge2511_h100_qwen3_235b_a22b_256gpu"])
+    assert big.pins["moe_dispatcher"] == "alltoall" and big.pins["ep_comm_overlap"] is True
+    assert "moe_dispatcher" not in big.searched
+    small = map_run(ROWS["mbridge260401_h100_qwen3_30b_a3b_16gpu"])
+    assert small.pins["moe_dispatcher"] == "hybridep" and small.pins["ep_comm_overlap"] is False
+    assert small.pins["fp8_recipe"] == "current"
+    oss = map_run(ROWS["mbridge260401_h100_gpt_oss_120b_64gpu"])
+    assert oss.pins["recompute_modules"] == ("layernorm", "moe_act") and oss.pins["vpp"] == 1
+    dense = map_run(ROWS["mbridge260401_h100_llama3_70b_64gpu"])
+    assert dense.pins["fp8_recipe"] == "current" and "moe_dispatcher" not in dense.pins
+    # The condition on the model's name: another model or GPU keeps the searched dispatcher.
+    facts = dict(framework="megatron-bridge / nemo 26.04.01", year=2026, gpu="h100-sxm",
+                 model_parts=frozenset({"moe"}), model_name="qwen3-30b-a3b")
+    assert apply_profiles(RowFacts(**facts))[0]["moe_dispatcher"] == "hybridep"
+    for change in (dict(gpu="b200"), dict(model_name="mixtral-8x7b")):
+        assert apply_profiles(RowFacts(**{**facts, **change}))[0]["moe_dispatcher"] == ["alltoall", "hybridep"]
+
+
+def test_bridge_later_deepseek_v3_layouts_and_blackwell_presets():
+    # 25.11 / 26.x on Blackwell: the recipe table's layout, e.g. PP 16 = [E + 4 t], 14 x [4 t],
+    # [t, mtp, loss]: 61 + 3 = 64 slots, 4 a stage, the last holding 4 - 3 = 1 decoder layer. On
+    # H100 "Et|(tt|)*30mL" as in 25.09 (8 slots a stage at PP 8: 7 and 6).
+    import copy
+
+    b200 = copy.deepcopy(ROWS["mbridge2509_b200_deepseekv3_256gpu"])
+    b200["layout"]["framework"] = "Megatron-Bridge / NeMo 25.11"
+    run = map_run(b200)
+    assert (run.pins["pp_first_layers"], run.pins["pp_last_layers"]) == (4, 1)
+    # v0.2.0's B200 preset: the recipe's alltoall dispatcher, selective recompute of mla_up_proj.
+    assert run.pins["moe_dispatcher"] == "alltoall" and run.pins["recompute_modules"] == ("mla_up_proj",)
+    gb200 = copy.deepcopy(ROWS["mbridge2509_gb200_deepseekv3_256gpu"])  # PP 4: 16 a stage, 13 last
+    gb200["layout"]["framework"] = "Megatron-Bridge / NeMo 26.04.01"
+    run = map_run(gb200)
+    assert (run.pins["pp_first_layers"], run.pins["pp_last_layers"]) == (16, 13)
+    assert "recompute_modules" not in run.pins  # 26.x presets vary by version and precision
+    h100 = copy.deepcopy(ROWS["mbridge2509_h100_deepseekv3_1024gpu"])
+    h100["layout"]["framework"] = "Megatron-Bridge / NeMo 25.11"
+    run = map_run(h100)
+    assert (run.pins["pp_first_layers"], run.pins["pp_last_layers"]) == (7, 6)
+
+
+def test_bridge_gpt_oss_blackwell_recompute():
+    # GPT-OSS-120B presets on B200 / GB200 (25.11 and 26.x) recompute layernorm and moe_act; on
+    # GB300 they recompute nothing, so it stays searched there.
+    facts = dict(framework="megatron-bridge / nemo 25.11", year=2025, gpu="gb200",
+                 model_parts=frozenset({"moe"}), model_name="gpt-oss-120b")
+    settings = apply_profiles(RowFacts(**facts))[0]
+    assert settings["recompute"] == "selective" and settings["recompute_modules"] == ("layernorm", "moe_act")
+    assert "recompute" not in apply_profiles(RowFacts(**{**facts, "gpu": "gb300"}))[0]
+
+
+def test_bridge_2511_qwen3_blackwell_dispatchers():
+    # v0.2.0 presets: Qwen3-235B-A22B on B200 alltoall with moe_a2a_overlap, Qwen3-30B-A3B on B200
+    # alltoall, both on GB200 / GB300 HybridEP; 26.x keeps the search.
+    base = dict(framework="megatron-bridge / nemo 25.11", year=2025, model_parts=frozenset({"moe"}))
+    big_b200 = apply_profiles(RowFacts(**base, gpu="b200", model_name="qwen3-235b-a22b"))[0]
+    assert big_b200["moe_dispatcher"] == "alltoall" and big_b200["ep_comm_overlap"] is True
+    small_b200 = apply_profiles(RowFacts(**base, gpu="b200", model_name="qwen3-30b-a3b"))[0]
+    assert small_b200["moe_dispatcher"] == "alltoall" and "ep_comm_overlap" not in small_b200
+    assert apply_profiles(RowFacts(**base, gpu="gb300", model_name="qwen3-30b-a3b"))[0]["moe_dispatcher"] == "hybridep"
+    later = dict(base, framework="megatron-bridge / nemo 26.04.01")
+    assert apply_profiles(RowFacts(**later, gpu="gb200", model_name="qwen3-30b-a3b"))[0]["moe_dispatcher"] == [
+        "alltoall", "hybridep"]

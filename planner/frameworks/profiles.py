@@ -40,6 +40,8 @@ class RowFacts:
     """Catalog GPU name (e.g. "h100-sxm")."""
     model_parts: frozenset = frozenset()
     """Parts the model has: "moe", "mla"."""
+    model_name: str = ""
+    """Catalog model name (e.g. "qwen3-235b-a22b"; "" when unknown)."""
 
 
 def model_parts(model) -> frozenset:
@@ -69,6 +71,8 @@ class When:
     """The GPU's catalog name starts with this."""
     model: tuple = ()
     """The model has all these parts ("moe", "mla")."""
+    model_name: str = ""
+    """The model's catalog name starts with this (a performance recipe written for one model)."""
 
     def holds(self, f: RowFacts) -> bool:
         return all((
@@ -81,6 +85,7 @@ class When:
             not self.recompute or f.recompute == self.recompute,
             not self.gpu or f.gpu.startswith(self.gpu),
             set(self.model) <= f.model_parts,
+            not self.model_name or f.model_name.startswith(self.model_name),
         ))
 
 
@@ -191,7 +196,21 @@ micro-batches as there are pipeline stages, so mbs = gbs / (dp x pp) where the r
 LOOPED_TWO_CHUNKS = "two chunks per stage when interleaved"
 """A ``vpp`` entry value: a row whose schedule is interleaved (looped) and whose chunk count is
 unstated runs two model chunks per pipeline rank (``planner.validate.runs``)."""
-_POLICIES = (PP_STAGES_MICROBATCHES, LOOPED_TWO_CHUNKS)
+LAYOUT_SLOTS = "embedding, loss and MTP layers as pipeline-layout slots"
+"""A ``pp_first_layers`` / ``pp_last_layers`` entry value: the framework's pipeline layout gives
+the embedding, the loss and each multi-token-prediction layer a layer's slot (Megatron-Core
+pipeline_model_parallel_layout, e.g. "Et|(tt|)*30mL": E embedding, t a decoder layer, m an MTP
+layer, L the loss). Over pp stages of L + 2 + mtp slots (where pp divides them) the first stage
+holds one decoder layer fewer than a middle one and the last 1 + mtp fewer
+(``planner.validate.runs``)."""
+LAYOUT_HEAD_SLOTS = "MTP layers and loss as three layer slots of the last stage"
+"""A ``pp_first_layers`` / ``pp_last_layers`` entry value: the pipeline layout of Megatron-Bridge's
+DeepSeek-V3 recipe table (recipes/deepseek/deepseek_v3.py map_pp_vp_to_layout, e.g. 16 chunks
+[E t t t t | (t t t t |) x 14 | t m L], "Et*4|(t*4|)*14tmL"): the embedding rides along with a
+full chunk and the MTP layer and the loss take the place of three decoder layers in the last.
+Over pp stages of L + 3 slots (where pp divides them) the first stage holds as many decoder
+layers as a middle one and the last three fewer (``planner.validate.runs``)."""
+_POLICIES = (PP_STAGES_MICROBATCHES, LOOPED_TWO_CHUNKS, LAYOUT_SLOTS, LAYOUT_HEAD_SLOTS)
 
 _TT_TWO_CHUNKS = Entry(
     {"vpp": LOOPED_TWO_CHUNKS}, "",
@@ -210,6 +229,128 @@ _CORE_ATTN_ONLY = Entry(
            "commit 3b141a2); core_r0.11.0 (Feb 2025) has no such argument, core_v0.12.0 (May 2025) has it. "
            "Before, selective recompute was core attention (Korthikanti et al. 2022 Sec. 4.2)",
     when=(When(year_max=2024),))
+
+_RUN_SCRIPT_2509 = ("Megatron-Bridge 25.09 (commit 6307e8a37, 2025-10-10) scripts/performance/run_script.py, "
+                    "DeepSeek-V3 branch")
+_BRIDGE_2509_DEEPSEEK_V3 = (
+    Entry({"pp_first_layers": LAYOUT_SLOTS, "pp_last_layers": LAYOUT_SLOTS},
+          "pipeline layout Et|(tt|)*30mL: embedding, loss and the MTP layer take layer slots",
+          source=_RUN_SCRIPT_2509 + ": deepseek_v3_pretrain_config(..., layout=\"Et|(tt|)*30mL\") for every GPU; "
+                 "the recipe keeps mtp_num_layers=1 (recipes/deepseek/deepseek_v3.py)",
+          when=(When(text="25.09", model_name="deepseek-v3"),)),
+    Entry({"recompute": "selective", "recompute_modules": ("mla_up_proj", "mlp")},
+          "selective recompute of mla_up_proj and mlp (Megatron-Bridge 25.09 DeepSeek-V3 on H100)",
+          source=_RUN_SCRIPT_2509 + ": recipe.model.recompute_modules = ['mla_up_proj', 'mlp'] for h100",
+          when=(When(text="25.09", model_name="deepseek-v3", gpu="h100"),)),
+    Entry({"recompute": "selective", "recompute_modules": ("mla_up_proj", "mlp", "moe_act")},
+          "selective recompute of mla_up_proj, mlp and moe_act (Megatron-Bridge 25.09 DeepSeek-V3 on GB200)",
+          source=_RUN_SCRIPT_2509 + ": recipe.model.recompute_modules = ['mla_up_proj', 'mlp', 'moe_act'] for gb200",
+          when=(When(text="25.09", model_name="deepseek-v3", gpu="gb200"),)),
+    Entry({"recompute": "selective", "recompute_modules": ("core_attn",)},
+          "selective recompute of core attention (Megatron-Bridge 25.09 DeepSeek-V3 on B200)",
+          source=_RUN_SCRIPT_2509 + ": no module override for b200, so the recipe's recompute_granularity "
+                 "'selective' (configs/deepseek/deepseek_v3_llm_pretrain.yaml) with Megatron-Core's default "
+                 "recompute_modules ['core_attn']",
+          when=(When(text="25.09", model_name="deepseek-v3", gpu="b200"),)),
+)
+"""What Megatron-Bridge 25.09's performance script fixes for DeepSeek-V3 beyond the table."""
+
+_BRIDGE_LATER_DEEPSEEK_V3 = (
+    Entry({"pp_first_layers": LAYOUT_SLOTS, "pp_last_layers": LAYOUT_SLOTS},
+          "pipeline layout Et|(tt|)*30mL: embedding, loss and the MTP layer take layer slots",
+          source="Megatron-Bridge v0.2.0 (25.11) scripts/performance/configs/deepseek/deepseek_llm_pretrain.py "
+                 "deepseek_v3_h100_config: layout=\"Et|(tt|)*30mL\"; 26.04-alpha deepseek_workload_base_configs.py "
+                 "DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1/V2: pp_layout=\"Et|(tt|)*30mL\"",
+          when=(When(text="25.11", gpu="h100", model_name="deepseek-v3"),
+                When(text="26.", gpu="h100", model_name="deepseek-v3"))),
+    Entry({"pp_first_layers": LAYOUT_HEAD_SLOTS, "pp_last_layers": LAYOUT_HEAD_SLOTS},
+          "pipeline layout of the DeepSeek-V3 recipe table: MTP layer and loss in the last chunk's place of three layers",
+          source="Megatron-Bridge v0.2.0 (25.11) deepseek_llm_pretrain.py: layout=None on GB300, GB200 and B200, so "
+                 "recipes/deepseek/deepseek_v3.py map_pp_vp_to_layout (e.g. (4, 4) and (16, 1): [E + 4 t], 14 x [4 t], "
+                 "[t, mtp, loss]); 26.04-alpha deepseek_workload_base_configs.py: pp_layout \"Et*4|(t*4|)*14tmL\" "
+                 "or the same table (set_deepseek_v3_pipeline_model_parallel_layout)",
+          when=(When(text="25.11", gpu="b", model_name="deepseek-v3"), When(text="25.11", gpu="gb", model_name="deepseek-v3"),
+                When(text="26.", gpu="b", model_name="deepseek-v3"), When(text="26.", gpu="gb", model_name="deepseek-v3"))),
+)
+"""The pipeline layouts Megatron-Bridge 25.11 and 26.x give DeepSeek-V3 (its MTP layer on the last stage)."""
+
+_BRIDGE_2511_DSV3 = ("Megatron-Bridge v0.2.0 (25.11) scripts/performance/configs/deepseek/workload_base_configs.py "
+                     "DEEPSEEK_V3_{GPU}_BASE_CONFIG (every precision)")
+_BRIDGE_2511_DEEPSEEK_V3_BLACKWELL = (
+    Entry({"moe_dispatcher": "hybridep", "recompute": "selective", "recompute_modules": ("moe_act",)},
+          "HybridEP dispatcher, selective recompute of moe_act (Megatron-Bridge 25.11 DeepSeek-V3 on GB300)",
+          source=_BRIDGE_2511_DSV3.replace("{GPU}", "GB300") + ": moe_flex_dispatcher_backend='hybridep', "
+                 "recompute_modules=['moe_act'], moe_a2a_overlap=False",
+          when=(When(text="25.11", gpu="gb300", model_name="deepseek-v3"),)),
+    Entry({"moe_dispatcher": "hybridep", "recompute": "selective", "recompute_modules": ("mla_up_proj",)},
+          "HybridEP dispatcher, selective recompute of mla_up_proj (Megatron-Bridge 25.11 DeepSeek-V3 on GB200)",
+          source=_BRIDGE_2511_DSV3.replace("{GPU}", "GB200") + ": moe_flex_dispatcher_backend='hybridep', "
+                 "recompute_modules=['mla_up_proj'], moe_a2a_overlap=False",
+          when=(When(text="25.11", gpu="gb200", model_name="deepseek-v3"),)),
+    Entry({"moe_dispatcher": "alltoall", "recompute": "selective", "recompute_modules": ("mla_up_proj",)},
+          "alltoall dispatcher, selective recompute of mla_up_proj (Megatron-Bridge 25.11 DeepSeek-V3 on B200)",
+          source=_BRIDGE_2511_DSV3.replace("{GPU}", "B200") + ": no moe_flex_dispatcher_backend (the recipe's "
+                 "alltoall), recompute_modules=['mla_up_proj'], moe_a2a_overlap=False",
+          when=(When(text="25.11", gpu="b200", model_name="deepseek-v3"),)),
+)
+"""What Megatron-Bridge 25.11's presets fix for DeepSeek-V3 on Blackwell beyond its tables."""
+
+_BRIDGE_2511 = "Megatron-Bridge v0.2.0 (25.11, 2025-11-26) scripts/performance/configs/"
+_BRIDGE_2604 = "Megatron-Bridge 26.04-alpha branch (406d3be77) scripts/performance/configs/"
+_BRIDGE_H100_MOE = (
+    Entry({"moe_dispatcher": "alltoall", "ep_comm_overlap": True},
+          "alltoall dispatcher, EP all-to-alls overlapped (Megatron-Bridge H100 Qwen3-235B-A22B recipe)",
+          source=_BRIDGE_2511 + "qwen3/workload_base_configs.py QWEN3_235B_A22B_H100_*_BASE_CONFIG and " + _BRIDGE_2604
+                 + "qwen/qwen3_workload_base_configs.py QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*: moe_a2a_overlap=True "
+                 "(overlap_moe_expert_parallel_comm), no moe_flex_dispatcher_backend (the recipe's alltoall)",
+          when=(When(text="25.11", gpu="h100", model_name="qwen3-235b"), When(text="26.", gpu="h100", model_name="qwen3-235b"))),
+    Entry({"moe_dispatcher": "alltoall", "ep_comm_overlap": True},
+          "alltoall dispatcher, EP all-to-alls overlapped (Megatron-Bridge 25.11 H100 Qwen3-30B-A3B recipe)",
+          source=_BRIDGE_2511 + "qwen3/workload_base_configs.py QWEN3_30B_A3B_H100_*_BASE_CONFIG: moe_a2a_overlap=True, "
+                 "no moe_flex_dispatcher_backend",
+          when=(When(text="25.11", gpu="h100", model_name="qwen3-30b"),)),
+    Entry({"moe_dispatcher": "hybridep", "ep_comm_overlap": False},
+          "HybridEP dispatcher (Megatron-Bridge 26.x H100 Qwen3-30B-A3B recipe)",
+          source=_BRIDGE_2604 + "qwen/qwen3_workload_base_configs.py QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_*_V1: "
+                 "moe_flex_dispatcher_backend='hybridep', moe_a2a_overlap=False",
+          when=(When(text="26.", gpu="h100", model_name="qwen3-30b"),)),
+    Entry({"recompute": "selective", "recompute_modules": ("layernorm", "moe_act"), "vpp": 1},
+          "selective recompute of layernorm and moe_act, no interleaving (Megatron-Bridge 26.x H100 GPT-OSS-120B recipe)",
+          source=_BRIDGE_2604 + "gpt_oss/gpt_oss_workload_base_configs.py GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1/V2: "
+                 "pipeline_model_parallel_size=4, no virtual pipeline, recompute_modules=['layernorm', 'moe_act'], "
+                 "micro_batch_size=1, GBS 1280 (V2). 25.11's preset (v0.2.0) differs from its table's MBS 4, so "
+                 "only 26.x is pinned",
+          when=(When(text="26.", gpu="h100", model_name="gpt-oss-120b"),)),
+)
+"""What Megatron-Bridge 25.11 and 26.x performance configs fix for MoE models on H100 beyond the table."""
+_BRIDGE_2511_QWEN3_BLACKWELL = (
+    Entry({"moe_dispatcher": "alltoall", "ep_comm_overlap": True},
+          "alltoall dispatcher, EP all-to-alls overlapped (Megatron-Bridge 25.11 B200 Qwen3-235B-A22B preset)",
+          source=_BRIDGE_2511 + "qwen3/workload_base_configs.py QWEN3_235B_A22B_B200_*_BASE_CONFIG: moe_a2a_overlap=True, "
+                 "no moe_flex_dispatcher_backend",
+          when=(When(text="25.11", gpu="b200", model_name="qwen3-235b"),)),
+    Entry({"moe_dispatcher": "alltoall"}, "alltoall dispatcher (Megatron-Bridge 25.11 B200 Qwen3-30B-A3B preset)",
+          source=_BRIDGE_2511 + "qwen3/workload_base_configs.py QWEN3_30B_A3B_B200_*_BASE_CONFIG: no "
+                 "moe_flex_dispatcher_backend (the recipe's alltoall)",
+          when=(When(text="25.11", gpu="b200", model_name="qwen3-30b"),)),
+    Entry({"moe_dispatcher": "hybridep"}, "HybridEP dispatcher (Megatron-Bridge 25.11 GB200 / GB300 Qwen3 presets)",
+          source=_BRIDGE_2511 + "qwen3/workload_base_configs.py QWEN3_{235B_A22B,30B_A3B}_{GB200,GB300}_*_BASE_CONFIG: "
+                 "moe_flex_dispatcher_backend='hybridep'",
+          when=(When(text="25.11", gpu="gb", model_name="qwen3-235b"), When(text="25.11", gpu="gb", model_name="qwen3-30b"))),
+)
+"""What Megatron-Bridge 25.11's Blackwell presets fix for Qwen3 MoE models beyond its tables."""
+_BRIDGE_GPT_OSS_B200_GB200 = Entry(
+    {"recompute": "selective", "recompute_modules": ("layernorm", "moe_act")},
+    "selective recompute of layernorm and moe_act (Megatron-Bridge GPT-OSS-120B recipe on B200 / GB200)",
+    source=_BRIDGE_2511 + "gpt_oss/workload_base_configs.py GPT_OSS_120B_{GB200,B200}_BF16_BASE_CONFIG and "
+           + _BRIDGE_2604 + "gpt_oss/gpt_oss_workload_base_configs.py GPT_OSS_120B_PRETRAIN_CONFIG_{GB200,B200}_BF16_V1: "
+           "recompute_modules=['layernorm', 'moe_act'] (their GB300 / B300 presets recompute nothing)",
+    when=tuple(When(text=t, gpu=g, model_name="gpt-oss-120b") for t in ("25.11", "26.") for g in ("b200", "gb200")))
+_BRIDGE_H100_FP8_CURRENT = Entry(
+    {"fp8_recipe": "current"}, "FP8 current scaling (Megatron-Bridge's only H100 FP8 preset)",
+    source=_BRIDGE_2511 + "*/workload_base_configs.py and " + _BRIDGE_2604 + "*_workload_base_configs.py: every H100 "
+           "FP8 preset is *_H100_FP8_CS_* (per-tensor current scaling); there is no delayed-scaling preset",
+    when=(When(text="25.11", gpu="h100", precision="fp8"), When(text="26.", gpu="h100", precision="fp8")))
 
 # ------------------------------------------------------------------------------------- the table
 
@@ -241,6 +382,13 @@ PROFILES: tuple[Profile, ...] = (
               when=(When(precision="fp8"),)),
         _TPO_STATED,
         _TPO_SEARCHED,
+        *_BRIDGE_2509_DEEPSEEK_V3,
+        *_BRIDGE_LATER_DEEPSEEK_V3,
+        *_BRIDGE_2511_DEEPSEEK_V3_BLACKWELL,
+        *_BRIDGE_H100_MOE,
+        _BRIDGE_GPT_OSS_B200_GB200,
+        *_BRIDGE_2511_QWEN3_BLACKWELL,
+        _BRIDGE_H100_FP8_CURRENT,
         _DEEPEP,
         _HYBRIDEP_SEARCHED,
     )),
@@ -316,7 +464,8 @@ def apply_profiles(facts: RowFacts, policies: bool = False) -> tuple[dict, list[
     """Option -> value (pinned) or list (searched) from the row's profiles, and the assumption
     lines, in entry order; an entry is skipped when an earlier one set any of its options or
     its condition fails. ``policies``: also the entries whose value is a rule the runs mapping
-    resolves from a row's stated degrees (``PP_STAGES_MICROBATCHES``, ``LOOPED_TWO_CHUNKS``);
+    resolves from a row's stated degrees (``PP_STAGES_MICROBATCHES``, ``LOOPED_TWO_CHUNKS``,
+    ``LAYOUT_SLOTS``);
     a command's flags choose those knobs themselves."""
     settings: dict = {}
     assumptions: list[str] = []

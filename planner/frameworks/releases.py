@@ -113,7 +113,8 @@ def framework_settings(name: str, model, gpu_name: str = "", precision: str = "b
     if takes is not None and "recompute_layers" in takes:
         takes = set(takes) | {"recompute_share"}  # a share of layers: records state it as recompute_layers
     facts = RowFacts(framework=release.text.lower(), year=release.year, precision=str(precision or "").lower(),
-                     recompute=recompute, gpu=gpu_name or "", model_parts=model_parts(model))
+                     recompute=recompute, gpu=gpu_name or "", model_parts=model_parts(model),
+                     model_name=getattr(model, "name", "") or "")
     values, assumptions = apply_profiles(facts)
     without, without_notes = apply_profiles(replace(facts, recompute=None))
     translated = frozenset(k for k in values if without.get(k) != values[k])

@@ -24,7 +24,8 @@ from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE
 from hardware_catalog.errors import PlannerInputError
 from hardware_catalog.files import read_input_bytes, show
 from planner.validate.models import map_model, model_notes
-from planner.frameworks.profiles import LOOPED_TWO_CHUNKS, PP_STAGES_MICROBATCHES, RowFacts, apply_profiles, model_parts
+from planner.frameworks.profiles import (LAYOUT_HEAD_SLOTS, LAYOUT_SLOTS, LOOPED_TWO_CHUNKS, PP_STAGES_MICROBATCHES, RowFacts, apply_profiles,
+                                         model_parts)
 from planner.validate.schema import STATED_SETTINGS, RowError, RunRow, _label as _row_label, parse_row
 
 MBS_CHOICES = [1, 2, 4, 8]
@@ -346,7 +347,7 @@ def _row_facts(row: RunRow, model, gpu) -> RowFacts:
     key = (row.source.key or "") if not isinstance(row.source, (str, type(None))) else (row.source or "")
     return RowFacts(framework=row.framework_text().lower(), year=row.source_year(), source=key,
                     precision=str(lay.precision or "").lower(), recompute=rc[0] if rc else None, gpu=gpu.name,
-                    model_parts=model_parts(model))
+                    model_parts=model_parts(model), model_name=model.name)
 
 
 def _apply_stated(stated: dict, pins: dict, searched: dict, assumptions: list[str]) -> None:
@@ -390,6 +391,10 @@ def map_run(row: Union[dict, RunRow], base_dir: Optional[Path] = None) -> Mapped
             value = _one_microbatch_per_stage(pins, gbs)
             if value is None:  # no pipeline, a stated micro-batch, or degrees left to search
                 continue
+        if value in (LAYOUT_SLOTS, LAYOUT_HEAD_SLOTS):
+            value = _layout_slots(pins, model, name, head_only=value == LAYOUT_HEAD_SLOTS)
+            if value is None:  # no pipeline stated, or the slots do not split over it
+                continue
         if value == LOOPED_TWO_CHUNKS:
             # only where the row says interleaved and not how many chunks (searched from 2)
             if "vpp" not in searched or searched["vpp"][0] < 2:
@@ -419,6 +424,24 @@ def map_run(row: Union[dict, RunRow], base_dir: Optional[Path] = None) -> Mapped
     notes += [f"ignored field {f} (not part of the runs format{hint})" for f, hint in row.ignored_fields()]
     return MappedRun(row, model, cluster, gpu, gpus, pins, searched, assumptions + measured.notes + notes,
                      measured.tokens_per_s_per_gpu, measured.memory_gib)
+
+
+def _layout_slots(pins: dict, model, name: str, head_only: bool = False) -> Optional[int]:
+    """Decoder layers on the first (``name`` pp_first_layers) or last stage when the pipeline
+    layout gives the embedding, the loss and each MTP layer a layer's slot (``LAYOUT_SLOTS``):
+    (L + 2 + mtp) / pp slots a stage, one taken by the embedding on the first stage and 1 + mtp
+    by the loss and the MTP layers on the last; ``head_only`` (``LAYOUT_HEAD_SLOTS``): L + 3
+    slots, none for the embedding, three for the MTP layers and the loss. None where the row
+    states no pipeline or the slots do not divide over it."""
+    pp = pins.get("pp")
+    if head_only:
+        slots, first, last = model.num_layers + 3, 0, 3
+    else:
+        slots, first, last = model.num_layers + 2 + model.mtp_layers, 1, 1 + model.mtp_layers
+    if not pp or pp <= 1 or slots % pp:
+        return None
+    taken = first if name == "pp_first_layers" else last
+    return slots // pp - taken if slots // pp > taken else None
 
 
 def _one_microbatch_per_stage(pins: dict, gbs) -> Optional[int]:

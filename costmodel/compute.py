@@ -27,6 +27,18 @@ CUDA_GRAPH_SAVING_US = 0.4
 back-to-back from a stream and 3.4 us from a graph (the launch gap between dependent kernels),
 a 2.9 us kernel alone. Interval 0.2-1.0 us. What graphs save on the host (the CPU no longer
 issues each kernel) matters where the host is the bottleneck: the MoE host timeline."""
+LAUNCH_BLOCKING_US = 30.0
+"""Idle GPU time per kernel when every launch blocks (CUDA_LAUNCH_BLOCKING=1, ``Layout.launch_blocking``):
+the host issues the next operator only after the last kernel ends. From BigScience's own A/B
+(bigscience train/tr11-176B-ml/chronicles-prequel.md, 'dealing with JZ hanging on the large
+model'; 200B, 80 layers, hidden 14400, TP 8, PP 10, 80 GPUs, GBS 512): 97.20 TFLOP/s async,
+91.04 blocking, so blocking takes 97.20 / 91.04 - 1 = 6.77% longer. One layer's forward,
+recomputed forward and backward of a 2048-token sequence is 96·s·h²·(1 + s/6h) / 8 = 5.22 TFLOP
+per GPU (Megatron's formula, as that table counts), 53.7 ms at 97.2 TFLOP/s; 6.77% of it is
+3.63 ms over the 4 x 30 kernels priced per layer (``Calibration.kernels_per_layer``: forward,
+recomputed forward, backward twice): 30 us a kernel. Interval 12-30 us: 12 us is the host's own
+issue time per operator (costmodel.moe.HOST_US_PER_OP), and their 160-GPU A/B at GBS 2048
+measured no difference."""
 EAGER_EXTRA_KERNELS_PER_LAYER = 22.0
 """Kernels an eager PyTorch transformer layer launches beyond a fused one (see the count in
 ``_LayerAssembler``)."""
@@ -315,7 +327,10 @@ class _LayerAssembler:
         # for Q and for K, repeat_kv and the contiguous copies (3), the separate SiLU product (1):
         # 22 more than the fused layer's.
         kernels = calib.kernels_per_layer + np.where(kern.eager, EAGER_EXTRA_KERNELS_PER_LAYER, 0.0)
-        self.per_kernel = (calib.kernel_overhead_us - np.where(batch.cuda_graphs, CUDA_GRAPH_SAVING_US, 0.0)) * 1e-6
+        # A captured graph replays its kernels with no host between them: blocking launches add nothing there.
+        blocking = np.where(batch.launch_blocking & ~batch.cuda_graphs, LAUNCH_BLOCKING_US, 0.0)
+        self.per_kernel = (calib.kernel_overhead_us - np.where(batch.cuda_graphs, CUDA_GRAPH_SAVING_US, 0.0)
+                           + blocking) * 1e-6
         self.launch = kernels * self.per_kernel
 
     def elementwise_time(self, rep, sharded, fp8_inputs, eager_sharded=0.0):

@@ -662,6 +662,18 @@ class Layout:
     prices every chunk step blocking on its send/recv, as Megatron-LM did before May 2023 and as
     ``--no-overlap-p2p-communication`` runs. The non-interleaved 1F1B schedule blocks in any case."""
 
+    launch_blocking: bool = option(
+        False, "Every kernel launch blocks the host until the kernel ends (CUDA_LAUNCH_BLOCKING=1, as BigScience ran "
+        "BLOOM on Jean Zay to avoid hangs): the GPU idles while the host issues each next operator. Default: off.",
+        kind=FLAG, group=IMPLEMENTATION, search=SETTING, label="launch-blocking",
+        source="CUDA Programming Guide, CUDA_LAUNCH_BLOCKING; bigscience train/tr11-176B-ml/tr11-176B-ml.slurm "
+        "(export CUDA_LAUNCH_BLOCKING=1) and chronicles-prequel.md ('dealing with JZ hanging on the large model')")
+    """Run with CUDA_LAUNCH_BLOCKING=1: each launch returns only when its kernel has finished, so
+    the host no longer runs ahead and the GPU waits, between every two kernels, for the host to
+    issue the next operator (costmodel.compute.LAUNCH_BLOCKING_US per kernel, on top of the
+    launch gap every kernel pays). A debugging switch; BigScience kept it on for BLOOM because it
+    stopped the Jean Zay hangs. Off by default; a framework profile sets it for those runs."""
+
     # ---------------------------------------------------------------- pipeline split
     pp_first_layers: Optional[int] = option(
         None, "Layers on the first pipeline stage (uneven pipelines). Default: planner's split.", kind=OPTIONAL_INT,

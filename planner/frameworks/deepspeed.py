@@ -64,7 +64,8 @@ TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
     "recompute_modules", "sequence_parallel", "attention", "kernels", "loss", "tp_comm_overlap", "tp_overlap_kind",
     "ep_comm_overlap", "moe_dispatcher", "moe_grouped_gemm", "zero3_gather", "pp_first_layers", "pp_last_layers")) + (
     ("fp8_recipe", "moot: a DeepSpeed config has no FP8 (precision fp8 is refused, rule deepspeed_no_fp8), so no "
-                   "FP8 scaling recipe either"),),
+                   "FP8 scaling recipe either"),
+    ("launch_blocking", "an environment variable of the launch (CUDA_LAUNCH_BLOCKING=1), no DeepSpeed config setting: a reader takes it from planner's command line"),),
 refusals=(
     Refusal("p2p_scatter_gather", (False,), "deepspeed_p2p_scatter_gather", "p2p_scatter_gather off: DeepSpeed's "
             "pipeline engine splits every pipeline send over the TP ranks when TP is on without sequence parallelism "

@@ -249,6 +249,7 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
                                                         "recompute_modules")),
     *((o, "export/megatron.py _parallel_args (--decoder-first/last-pipeline-num-layers)")
       for o in ("pp_first_layers", "pp_last_layers")),
+    ("launch_blocking", "an environment variable of the launch (CUDA_LAUNCH_BLOCKING=1), no Megatron setting: a reader takes it from planner's command line"),
 ), refusals=(
     Refusal("loss", ("eager",), "megatron_loss", "loss eager (F.cross_entropy on FP32 logits) is torchtitan's; Megatron "
             "runs its vocab-parallel cross entropy (unfused) or the fused kernel: price with --loss unfused or fused",

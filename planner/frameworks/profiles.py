@@ -162,6 +162,12 @@ _DS_PIPE_GRADS_AFTER = Entry(
     {"dp_comm_overlap": False}, "data-parallel gradient reduction after the last micro-batch (DeepSpeed pipeline engine)",
     source="DeepSpeed runtime/pipe/schedule.py TrainSchedule: ReduceTiedGrads and ReduceGrads are issued after the "
            "last micro-batch's BackwardPass; engine._exec_reduce_grads then all-reduces (no overlap with backward)")
+_BIGSCIENCE_LAUNCH_BLOCKING = Entry(
+    {"launch_blocking": True}, "blocking kernel launches (CUDA_LAUNCH_BLOCKING=1, BigScience on Jean Zay)",
+    source="bigscience train/tr11-176B-ml/tr11-176B-ml.slurm: 'export CUDA_LAUNCH_BLOCKING=1' ('do not remove or the "
+           "training will hang'); chronicles-prequel.md adopts it before the topology search ('dealing with JZ "
+           "hanging on the large model': 320 GPUs without it 'always hangs')",
+    when=(When(text="bigscience"), When(source="bloom_tr11")))
 _RELEASES_WITH_HYBRIDEP = (When(model=("moe",), text="25.11"), When(model=("moe",), text="26."))
 """Megatron-Bridge / NeMo releases from 25.11 on: Megatron-Core v0.15 and later."""
 _HYBRIDEP_SEARCHED = Entry(
@@ -426,6 +432,7 @@ PROFILES: tuple[Profile, ...] = (
         _BEFORE_FLASH,
         _DS_PIPE_SCATTER,
         _DS_PIPE_GRADS_AFTER,
+        _BIGSCIENCE_LAUNCH_BLOCKING,
         Entry({"grad_dtype": "bf16"}, "16-bit gradient reduction (DeepSpeed fp16 / bf16)",
               source="DeepSpeed docs/_pages/config-json.md: communication_data_type defaults to the training "
                      "dtype; the fp16 and bf16 engines keep and reduce 16-bit gradients"),

@@ -352,6 +352,7 @@ TABLE = Table("torchtitan",
       for o in ("recompute_layers", "recompute_share", "recompute_modules")),
     *((o, "export/torchtitan.py pipeline split (first/last-stage weights, stage_split)")
       for o in ("pp_first_layers", "pp_last_layers")),
+    ("launch_blocking", "an environment variable of the launch (CUDA_LAUNCH_BLOCKING=1), no torchtitan setting: a reader takes it from planner's command line"),
 ), refusals=(
     Refusal("zero", (1,), "torchtitan_no_zero1", "zero=1: torchtitan shards with FSDP2 (ZeRO-3, or ZeRO-2 with "
             "fsdp_reshard_after_forward never) or replicates (ZeRO-0); it has no optimizer-only sharding: price with "

@@ -551,3 +551,25 @@ def test_per_expert_quantise_kernels_by_recipe():
     assert kernels("mxfp8") == kernels("blockwise") == 30.0
     assert kernels("current", grouped=1) == 4.0
     assert kernels("current", precision=0) == 0.0
+
+
+def test_blocking_launches_add_their_idle_time_per_kernel():
+    # CUDA_LAUNCH_BLOCKING=1: 30 us more per kernel (costmodel.compute.LAUNCH_BLOCKING_US, from
+    # BigScience's 97.20 vs 91.04 TFLOP/s A/B). A layer launches 30 kernels forward and twice as
+    # many backward (Calibration.kernels_per_layer): 30 x 30 us = 0.9 ms more forward, 1.8 ms
+    # backward, whatever the layer's size; nothing under a CUDA graph (one launch replays them).
+    from costmodel.compute import LAUNCH_BLOCKING_US, dense_layer_parts
+    from costmodel.options import Layout
+
+    model, gpu = get_model("llama3-8b"), get_gpu("h100")
+
+    def layer(**kw):
+        batch = LayoutBatch.from_layouts([Layout(tp=1, pp=1, dp=1, mbs=1, gbs=1, seq_len=4096, **kw)])
+        return dense_layer_parts(model, count_params(model), gpu, batch, DEFAULT)[0]
+
+    plain, blocking = layer(), layer(launch_blocking=True)
+    assert LAUNCH_BLOCKING_US == pytest.approx(30.0)
+    assert float(blocking.forward[0] - plain.forward[0]) == pytest.approx(30 * 30e-6)
+    assert float(blocking.backward[0] - plain.backward[0]) == pytest.approx(2 * 30 * 30e-6)
+    graphed, both = layer(cuda_graphs=True), layer(cuda_graphs=True, launch_blocking=True)
+    assert float(both.forward[0]) == pytest.approx(float(graphed.forward[0]))

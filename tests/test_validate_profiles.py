@@ -245,6 +245,18 @@ def test_deepspeed_pipeline_engine_partitions_sends_and_reduces_after_the_last_m
     assert "p2p_scatter_gather" not in settings and "dp_comm_overlap" not in settings
 
 
+def test_bigscience_runs_launch_kernels_blocking():
+    # bigscience tr11-176B-ml.slurm exports CUDA_LAUNCH_BLOCKING=1; the topology search (the
+    # ablation groups, framework text naming the BigScience fork) and the production row
+    # (source bloom_tr11) get it, another DeepSpeed pipeline run (GPT-NeoX) does not.
+    ablation = "megatron-deepspeed (bigscience fork, feb 2022), deepspeed zero-1"
+    assert apply_profiles(RowFacts(framework=ablation, year=2022))[0]["launch_blocking"] is True
+    production = RowFacts(framework="megatron-deepspeed + deepspeed", year=2022, source="bloom_tr11")
+    assert apply_profiles(production)[0]["launch_blocking"] is True
+    neox = RowFacts(framework="gpt-neox (megatron + deepspeed)", year=2022, source="neox")
+    assert "launch_blocking" not in apply_profiles(neox)[0]
+
+
 def test_torchtitan_2024_pipelines_one_microbatch_per_stage_and_two_chunks_when_looped():
     # torchtitan (2024): n_microbatches = pipeline_parallel_microbatches or pp, and a looped schedule
     # without split points runs 2 stages per rank. A 256-sequence batch on DP 8 x PP 8: each DP

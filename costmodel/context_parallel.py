@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel import collectives, ssm
+from costmodel import collectives, ssm, ssm_layer
 from costmodel.compute import LayerTimes
 from costmodel.context import BF16, ChunkContext
 from costmodel.placement import cp_a2a_ranks, group_span
@@ -130,7 +130,7 @@ def layer_comm(ctx: ChunkContext, dense: LayerTimes, moe: LayerTimes) -> Context
     extra_b = t_a2a + np.where(allgather, t_ag + t_rs, 0.0)
     mamba = 0.0
     if ctx.model.hybrid_layers:  # Mamba layers' CP all-to-alls
-        mamba = ssm.mamba_context_parallel_seconds(ctx, cp_local, cp_nodes)
+        mamba = ssm_layer.mamba_context_parallel_seconds(ctx, cp_local, cp_nodes)
     # The Ulysses / all-gather passes run with attention, so in its share of a hybrid layer.
     return ContextParallelComm(dense_f + share * extra_f + mamba, dense_b + share * extra_b + mamba,
                                moe_f + extra_f, moe_b + extra_b)

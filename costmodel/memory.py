@@ -337,3 +337,19 @@ def peak_memory(ctx, split, full_recompute, selective, sh, per_layer, params):
     ]
     fullest = argmax3(*split.present(*(mem["peak"] for mem in mems)))
     return {k: select3(fullest, *(mem[k] for mem in mems)) for k in list(MEMORY_TERMS) + ["peak"]}, fullest
+
+
+def layer_bytes_per_token(ctx):
+    """(dense, MoE) bytes one layer keeps per token for backward, before selective recompute
+    (a hybrid model's average pattern layer; full recompute: its input): what activation
+    offload copies to the host and back (costmodel.offload)."""
+    from costmodel import ssm
+
+    model, tp, sp = ctx.model, ctx.tp, ctx.sp
+    if model.hybrid_layers:
+        dense = moe = ssm.layer_activation_bytes_per_token(model, tp, sp)
+    else:
+        dense = activation_bytes_per_token(model, tp, sp, moe_layer=False, fp8=ctx.fp8)
+        moe = activation_bytes_per_token(model, tp, sp, moe_layer=True, fp8=ctx.fp8)
+    full = full_recompute_bytes_per_token(model, tp, sp)
+    return np.where(ctx.full, full, dense), np.where(ctx.full, full, moe)

@@ -68,18 +68,3 @@ def with_offload(ctx, dense: LayerTimes, moe: LayerTimes, bytes_per_token_dense,
 
     dense2 = one(dense, bytes_per_token_dense)
     return dense2, (dense2 if moe is dense else one(moe, bytes_per_token_moe))
-
-
-def layer_bytes_per_token(ctx):
-    """(dense, MoE) bytes one layer keeps per token for backward, before selective recompute
-    (costmodel.memory; a hybrid model's average pattern layer; full recompute: its input)."""
-    from costmodel import memory, ssm
-
-    model, tp, sp = ctx.model, ctx.tp, ctx.sp
-    if model.hybrid_layers:
-        dense = moe = ssm.layer_activation_bytes_per_token(model, tp, sp)
-    else:
-        dense = memory.activation_bytes_per_token(model, tp, sp, moe_layer=False, fp8=ctx.fp8)
-        moe = memory.activation_bytes_per_token(model, tp, sp, moe_layer=True, fp8=ctx.fp8)
-    full = memory.full_recompute_bytes_per_token(model, tp, sp)
-    return np.where(ctx.full, full, dense), np.where(ctx.full, full, moe)

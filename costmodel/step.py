@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel import (collectives, context_parallel, data_parallel, expert_parallel, mtp, offload, quantize, recompute,
-                       ssm, tensor_parallel)
+from costmodel import (collectives, context_parallel, data_parallel, expert_parallel, memory, mtp, offload, quantize,
+                       recompute, ssm_layer, tensor_parallel)
 from costmodel.calibration import DEFAULT, Calibration
 from costmodel.compute import lm_head_times
 from costmodel.moe import dense_and_moe_layer_times
@@ -93,10 +93,10 @@ def layer_costs(ctx, split: StageSplit) -> tuple[LayerCosts, recompute.Selective
     kernel_len = context_parallel.attention_kernel_length(ctx.batch, ctx.domain)
     dense, moe = dense_and_moe_layer_times(ctx.model, ctx.counts, ctx.gpu_clocked, ctx.batch, ctx.calib, kernel_len)
     if ctx.model.hybrid_layers:  # Mamba / attention / MLP pattern: the average pattern layer
-        dense = moe = ssm.hybrid_layer_times(ctx.model, ctx.gpu_clocked, ctx.batch, ctx.calib, dense)
+        dense = moe = ssm_layer.hybrid_layer_times(ctx.model, ctx.gpu_clocked, ctx.batch, ctx.calib, dense)
     dense, moe = quantize.with_recipe(ctx, dense, moe)  # FP8 scaling recipes beyond delayed scaling
     if np.any(ctx.batch.cpu_offload_layers > 0):  # activation copies to host memory and back
-        dense, moe = offload.with_offload(ctx, dense, moe, *offload.layer_bytes_per_token(ctx))
+        dense, moe = offload.with_offload(ctx, dense, moe, *memory.layer_bytes_per_token(ctx))
     head_fwd, head_bwd, _ = lm_head_times(ctx.model, ctx.gpu_clocked, ctx.batch, ctx.calib)
     tp = tensor_parallel.layer_comm(ctx, dense, moe)
     dense, moe = tp.dense_layer, tp.moe_layer  # forward + the SMs overlapped collectives hold

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from costmodel import ssm
+from costmodel import ssm, ssm_layer
 from costmodel.calibration import DEFAULT
 from costmodel.moe import dense_and_moe_layer_times
 from costmodel.flops import attention_core_flops_per_token, model_flops_per_token
@@ -72,7 +72,7 @@ def test_an_attention_and_an_mlp_layer_price_as_one_transformer_layer():
     gpu = get_gpu("h100")
     batch = LayoutBatch.from_layouts([Layout(tp=2, pp=1, dp=4, mbs=1, seq_len=4096, gbs=64)])
     dense, _ = dense_and_moe_layer_times(base, count_params(base), gpu, batch, DEFAULT)
-    avg = ssm.hybrid_layer_times(split, gpu, batch, DEFAULT, dense)
+    avg = ssm_layer.hybrid_layer_times(split, gpu, batch, DEFAULT, dense)
     np.testing.assert_allclose(2 * avg.forward, dense.forward)
     np.testing.assert_allclose(2 * avg.backward, dense.backward)
     np.testing.assert_allclose(2 * avg.flops_forward, dense.flops_forward)
@@ -86,7 +86,7 @@ def test_a_mamba_layer_is_its_gemms_and_scan_by_roofline():
     gpu = get_gpu("h100")
     batch = LayoutBatch.from_layouts([Layout(tp=1, pp=1, dp=8, mbs=1, seq_len=8192, gbs=64)])
     dense, _ = dense_and_moe_layer_times(only_mamba, count_params(only_mamba), gpu, batch, DEFAULT)
-    layer = ssm.hybrid_layer_times(only_mamba, gpu, batch, DEFAULT, dense)
+    layer = ssm_layer.hybrid_layer_times(only_mamba, gpu, batch, DEFAULT, dense)
     per_token = 2 * 4096 * 18_560 + 2 * 8192 * 4096 + ssm.ssd_flops_per_token(m)
     np.testing.assert_allclose(layer.flops_forward, 8192 * per_token)
     assert layer.attention_forward[0] == 0.0

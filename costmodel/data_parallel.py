@@ -7,7 +7,7 @@ group (Megatron-Core MoE parallel folding). With hybrid sharding (``dp_shard``: 
 Megatron's distributed-optimizer instances) over dp_shard x cp ranks only, the shards
 all-reduced across the dp / dp_shard replicas. Priced on the stage holding the most parameters.
 The only module that reads ``batch.zero3_gather`` (early DeepSpeed's blocking ZeRO-3),
-``batch.fsdp`` (FSDP2's copy-out) and ``batch.dp_shard``.
+``batch.fsdp`` (FSDP2's copy-out), ``batch.dp_shard`` and ``batch.nccl_ub``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,13 @@ from costmodel.zero3_blocking import blocking_zero3_time, parameter_tensors_per_
 
 GRAD_REDUCE_BYTES = 4.0  # Megatron accumulates and reduces main grads in FP32 under BF16 (arguments.py)
 PARAM_GATHER_BYTES = 2.0  # updated BF16 weights all-gathered after the sharded optimizer step
+NCCL_UB_NVL_SM_SHARE = 5.0 / 16.0
+"""SMs a data-parallel all-gather / reduce-scatter holds with NCCL user buffers (``Layout.nccl_ub``)
+inside one NVLink domain, over those it holds without: Megatron-Core
+distributed/distributed_data_parallel_config.py (nccl_ub) lists 4 / 5 SMs for AG / RS on NVL
+against 16 / 16 on NVL+IB without SHARP, the 16 channels ``Calibration.comm_sm_fraction`` assumes
+(16 of an H100's 132 SMs); the reduce-scatter's 5 is taken for both. Across domains (no SHARP
+modelled) the share stays 1."""
 BUCKET_PARAMS = 4e7
 """Parameters per DDP / distributed-optimizer bucket, at least (Megatron-Core DDP bucket_size
 default max(40M, 1M x dp); PyTorch DDP's 25 MB buckets are of the same order)."""
@@ -276,9 +283,11 @@ def data_parallel_comm(ctx: ChunkContext, sh: Sharding, heavy: HeaviestStage, st
     z3_hidden = np.where(sh.unreplicated, 0.0, z3_hidden)
     # FSDP2's copy-out runs on the compute stream: exposed, and it hides nothing.
     zero3_exposed = zero3_exposed + np.where(sh.unreplicated, 0.0, fsdp2_copy_out(ctx, sh, heavy, z3_pipelined))
+    # NCCL user buffers: SM-light collectives, where the whole sharding group sits in one NVLink domain.
+    sm_share = np.where(ctx.batch.nccl_ub & (tr.dp_nodes <= 1) & (sh.replicas <= 1), NCCL_UB_NVL_SM_SHARE, 1.0)
     return DataParallelComm(
         terms={"dp_comm": dp_exposed, "zero3_comm": zero3_exposed},
         hidden=dp_hidden + z3_hidden,
-        contention=ctx.calib.comm_sm_fraction * np.maximum(dp_hidden + z3_hidden, 0.0),
+        contention=ctx.calib.comm_sm_fraction * sm_share * np.maximum(dp_hidden + z3_hidden, 0.0),
         algorithm=tr.algorithm,
     )

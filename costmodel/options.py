@@ -634,6 +634,20 @@ class Layout:
     gathers behind the previous layer's compute). On by default, as planner's Megatron export
     sets it; off prices what runs without those flags (Megatron before they existed, or with
     them left at their default): every data-parallel collective exposed."""
+    nccl_ub: bool = option(
+        False, "Data-parallel / FSDP buffers registered as NCCL user buffers (Megatron --use-nccl-ub, Megatron-Bridge "
+        "ddp.nccl_ub): inside one NVLink domain the all-gathers and reduce-scatters run on 4-5 SMs instead of 16 "
+        "channels, so hidden DP traffic slows compute less. Default: off.",
+        kind=FLAG, group=IMPLEMENTATION, search=SETTING, label="nccl-ub",
+        source="Megatron-Core distributed/distributed_data_parallel_config.py nccl_ub (SM usage of AG/RS: NVL 4 / 5, "
+               "NVL+IB without SHARP 16 / 16)")
+    """NCCL user-buffer registration of the parameter and gradient buffers (Megatron-Core
+    DistributedDataParallelConfig.nccl_ub): NCCL's zero-copy, SM-light algorithms for the
+    data-parallel collectives. Megatron-Core's table of SM usage: 4 (all-gather) / 5
+    (reduce-scatter) SMs inside an NVLink domain, 16 / 16 over NVLink + InfiniBand without SHARP,
+    so only a data-parallel group within one scale-up domain gains (costmodel.data_parallel:
+    its hidden traffic slows compute by 5/16 of ``comm_sm_fraction``). Off by default; the
+    Megatron-Bridge presets that run Megatron-FSDP on one H100 node set it."""
 
     p2p_scatter_gather: bool = option(
         False, "Pipeline sends split over the TP ranks: each sends 1/t of the activation to the next stage and the "

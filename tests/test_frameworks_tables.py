@@ -83,7 +83,7 @@ def test_bridge_overrides_are_megatron_bridge_fields(name, layout):
         # A key is one the guide names, or a field Megatron-Bridge declares (its own config classes), or,
         # in model / ddp (Megatron-Core's TransformerConfig / DistributedDataParallelConfig, not vendored
         # here), a Megatron-LM dest, which Megatron-Core uses as its field name.
-        dests = [d for d in bridge.NEGATED if bridge.key(d) == key] or [field]
+        dests = [d for d in (*bridge.NEGATED, *bridge.RENAMES) if bridge.key(d) == key] or [field]
         core = section in ("model", "ddp") and all("--" + d.replace("_", "-") in known_flags() for d in dests)
         assert key in guide or field in fields or f"model.{field}" in guide or core, key
 

@@ -323,6 +323,25 @@ def test_data_parallel_overlap_off_exposes_every_collective():
     np.testing.assert_allclose(data_parallel.replicated_exposure(sh, tr, (fwd, bwd), 1.0), [5.0])
 
 
+def test_nccl_user_buffers_cut_the_sm_cost_of_hidden_dp_traffic_inside_one_domain():
+    # Megatron-Core DistributedDataParallelConfig.nccl_ub: with NCCL user buffers an all-gather /
+    # reduce-scatter inside one NVLink domain holds 4 / 5 SMs, against 16 / 16 over NVLink + IB
+    # without SHARP (the 16 channels comm_sm_fraction = 0.12 stands for). So FSDP (ZeRO-3) over
+    # the 8 GPUs of one DGX-H100 slows compute by 0.12 x 5/16 = 0.0375 of its hidden traffic, not
+    # 0.12; the hidden traffic itself is unchanged. Over two domains (dp 16) it stays 0.12.
+    def dp_comm(dp, nccl_ub):
+        ctx = _ctx(LLAMA_8B, tp=1, dp=dp, zero=3, mbs=1, gbs=8 * dp, nccl_ub=nccl_ub)
+        split = StageSplit(LLAMA_8B, ctx.batch, ctx.pp)
+        heavy = heaviest_stage(ctx, split, params_per_stage(ctx, split, layer_params(ctx)))
+        return data_parallel.data_parallel_comm(ctx, data_parallel.sharding(ctx), heavy, np.array([10.0]))
+
+    for dp, share in ((8, 5.0 / 16.0), (16, 1.0)):
+        off, on = dp_comm(dp, False), dp_comm(dp, True)
+        assert on.hidden[0] == pytest.approx(off.hidden[0], rel=1e-12) and off.hidden[0] > 0
+        assert off.contention[0] == pytest.approx(0.12 * off.hidden[0], rel=1e-12)
+        assert on.contention[0] == pytest.approx(0.12 * share * off.hidden[0], rel=1e-12)
+
+
 def test_data_parallel_sharding_groups():
     # Dense states shard over dp·c = 8; experts over t·c·dp / (ep·etp) = 2·2·4 / (4·1) = 4.
     ctx = _ctx(MIXTRAL, tp=2, cp=2, dp=4, ep=4, etp=1, zero=1)

@@ -22,6 +22,7 @@ RENAMES = {
     "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage",
     "num_virtual_stages_per_pipeline_rank": "virtual_pipeline_model_parallel_size",
     "swiglu": "gated_linear_unit",
+    "use_nccl_ub": "nccl_ub",
 }
 """Megatron-LM dest -> Megatron-Core / Bridge field, where they differ (same value)."""
 
@@ -38,7 +39,7 @@ SECTIONS = {
     "micro_batch_size": "train", "global_batch_size": "train",
     "use_distributed_optimizer": "ddp", "overlap_grad_reduce": "ddp", "overlap_param_gather": "ddp",
     "use_megatron_fsdp": "ddp", "data_parallel_sharding_strategy": "ddp",
-    "num_distributed_optimizer_instances": "ddp", "grad_reduce_in_bf16": "ddp",
+    "num_distributed_optimizer_instances": "ddp", "grad_reduce_in_bf16": "ddp", "use_nccl_ub": "ddp",
     "use_torch_fsdp2": "dist",
     "tp_comm_overlap": "comm_overlap", "overlap_moe_expert_parallel_comm": "comm_overlap",
     "delay_wgrad_compute": "comm_overlap", "no_overlap_p2p_communication": "comm_overlap",

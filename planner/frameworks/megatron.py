@@ -132,6 +132,9 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
         source=_DDP + " num_distributed_optimizer_instances"),
     # Overlaps: --overlap-param-gather needs the distributed optimizer (validate_args).
     # (... or Megatron-FSDP: not with FSDP2, which prefetches by itself.)
+    # NCCL user buffers: --use-nccl-ub sets DistributedDataParallelConfig.nccl_ub (argparse dest nccl_ub; the
+    # table keys by the flag's own name, use_nccl_ub, which Megatron-Bridge renames to ddp.nccl_ub).
+    *_on("nccl_ub", "use_nccl_ub", ARGS + " --use-nccl-ub (dest nccl_ub); " + _DDP + " nccl_ub"),
     Row("dp_comm_overlap", True, (("overlap_grad_reduce", True),), also=(("overlap_param_gather", True),),
         when=lambda plan: plan.zero >= 1 and not (plan.zero == 3 and plan.fsdp == "fsdp2"), source=_DDP),
     *_on("dp_comm_overlap", "overlap_grad_reduce", _DDP),

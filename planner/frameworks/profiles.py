@@ -357,6 +357,13 @@ _BRIDGE_H100_FP8_CURRENT = Entry(
     source=_BRIDGE_2511 + "*/workload_base_configs.py and " + _BRIDGE_2604 + "*_workload_base_configs.py: every H100 "
            "FP8 preset is *_H100_FP8_CS_* (per-tensor current scaling); there is no delayed-scaling preset",
     when=(When(text="25.11", gpu="h100", precision="fp8"), When(text="26.", gpu="h100", precision="fp8")))
+_BRIDGE_H100_LLAMA3_8B_NCCL_UB = Entry(
+    {"nccl_ub": True}, "NCCL user buffers for the Megatron-FSDP collectives (Megatron-Bridge H100 Llama 3 8B FP8 preset)",
+    source="Megatron-Bridge 25.09 (6307e8a37) scripts/performance/configs/llama3/llama3_8b_llm_pretrain.yaml "
+           "perf_matrix.h100.num_gpus_8.fp8_ds / fp8_cs: use_megatron_fsdp true, nccl_ub true; " + _BRIDGE_2511 +
+           "llama3/llama3_llm_pretrain.py llama3_8b_h100_config: 'if cfg.ddp.use_megatron_fsdp: cfg.ddp.nccl_ub = True'",
+    when=(When(text="25.09", gpu="h100", model_name="llama3-8b", precision="fp8"),
+          When(text="25.11", gpu="h100", model_name="llama3-8b", precision="fp8")))
 
 # ------------------------------------------------------------------------------------- the table
 
@@ -395,6 +402,7 @@ PROFILES: tuple[Profile, ...] = (
         _BRIDGE_GPT_OSS_B200_GB200,
         *_BRIDGE_2511_QWEN3_BLACKWELL,
         _BRIDGE_H100_FP8_CURRENT,
+        _BRIDGE_H100_LLAMA3_8B_NCCL_UB,
         _DEEPEP,
         _HYBRIDEP_SEARCHED,
     )),

@@ -304,6 +304,7 @@ TABLE = Table("torchtitan",
     Row("attention", "flash", (), default=True, source="torchtitan models/attention.py: F.scaled_dot_product_attention"),
     Row("grad_dtype", "fp32", (), default=True, source="training.mixed_precision_reduce: float32 only"),
     Row("dp_comm_overlap", True, (), default=True, source=_FSDP + " (prefetch, overlapped reduce-scatter)"),
+    Row("nccl_ub", False, (), default=True, source=_FSDP + " (collectives on PyTorch-allocated buffers)"),
     Row("zero3_gather", "prefetch", (), default=True, source=_FSDP),
     Row("moe_dispatcher", "alltoall", (), default=True, source="llama3 models are dense"),
     Row("ep_comm_overlap", False, (), default=True, source="llama3 models are dense"),
@@ -393,6 +394,8 @@ TABLE = Table("torchtitan",
     Refusal("cpu_offload_layers", Above(0), "torchtitan_cpu_offload", "cpu_offload_layers: torchtitan offloads no "
             "activations to host memory (training.enable_cpu_offload moves FSDP parameters and optimizer states, "
             "which planner does not price)", "torchtitan config Training.enable_cpu_offload"),
+    Refusal("nccl_ub", (True,), "torchtitan_nccl_ub", "nccl_ub: torchtitan's FSDP2 does not register its buffers as "
+            "NCCL user buffers (Megatron-Core's --use-nccl-ub): price with --nccl-ub false", _FSDP),
     Refusal("fsdp", ("flat", "megatron"), "torchtitan_fsdp", "torchtitan's ZeRO-3 is FSDP2 (per-parameter DTensor "
             "shards): price with --fsdp fsdp2", _FSDP, when=lambda plan: plan.zero == 3),
     Refusal("recompute", ("selective",), "torchtitan_selective", "recompute selective prices Megatron's core-attention "

@@ -354,3 +354,30 @@ def test_bridge_2511_qwen3_blackwell_dispatchers():
     later = dict(base, framework="megatron-bridge / nemo 26.04.01")
     assert apply_profiles(RowFacts(**later, gpu="gb200", model_name="qwen3-30b-a3b"))[0]["moe_dispatcher"] == [
         "alltoall", "hybridep"]
+
+
+def test_bridge_2511_to_2604_moe_experts_loop_and_no_whole_layer_graphs():
+    # NeMo 25.11 / 26.02 / 26.04 ship TransformerEngine 2.9 / 2.12 / 2.14 (Megatron-Bridge
+    # docs/releases/software-versions.md). Their GroupedLinear reaches nvte_multi_tensor_gemm,
+    # which loops cuBLASLt over the experts unless NVTE_USE_CUTLASS_GROUPED_GEMM=1 on SM90 with
+    # BF16 operands; the Bridge performance scripts set no such variable and switch the
+    # Megatron-Core 0.17 op-fuser path off (overrides.py), so Hopper and Blackwell, BF16 and FP8,
+    # all loop. Their MoE presets graph only attn / moe_router / moe_preprocess, which the
+    # whole-layer cuda_graphs option does not describe, so it stays unpinned.
+    for text, gpu, name in (("megatron-bridge / nemo 25.11", "gb200", "qwen3-30b-a3b"),
+                            ("megatron-bridge / nemo 26.02", "b200", "deepseek-v3"),
+                            ("megatron-bridge / nemo 26.04.01", "gb300", "gpt-oss-120b")):
+        settings, assumptions = apply_profiles(RowFacts(framework=text, year=2026, gpu=gpu, precision="fp8",
+                                                        model_parts=frozenset({"moe"}), model_name=name))
+        assert settings["moe_grouped_gemm"] == "loop"
+        assert "cuda_graphs" not in settings
+        assert any("per-expert cuBLAS loop" in line for line in assumptions)
+    for row_id in ("mbridge2511_h100_qwen3_30b_a3b_16gpu", "mbridge260401_h100_qwen3_235b_a22b_256gpu"):
+        run = map_run(ROWS[row_id])
+        assert run.pins["moe_grouped_gemm"] == "loop" and "moe_grouped_gemm" not in run.searched
+        assert run.pins.get("cuda_graphs") is not True
+    # Dense models get no MoE pin; Megatron-Core r0.8's legacy GroupedMLP stays one grouped launch.
+    dense = apply_profiles(RowFacts(framework="megatron-bridge / nemo 26.04.01", gpu="b200", model_name="llama3-70b"))
+    assert "moe_grouped_gemm" not in dense[0]
+    legacy = apply_profiles(RowFacts(framework="megatron-core r0.8", model_parts=frozenset({"moe"})))
+    assert legacy[0]["moe_grouped_gemm"] == "fused"

@@ -177,6 +177,27 @@ _HYBRIDEP_SEARCHED = Entry(
            "moe_flex_dispatcher_backend='hybridep' for some models and GPUs (Qwen3-30B-A3B on H100, B200, GB200) "
            "and the alltoall dispatcher for others (Qwen3-235B-A22B on H100, B200): unstated, so searched",
     when=_RELEASES_WITH_HYBRIDEP)
+_BRIDGE_TE_GROUPED_LINEAR_LOOP = Entry(
+    {"moe_grouped_gemm": "loop"},
+    "expert GEMMs as TransformerEngine GroupedLinear's per-expert cuBLAS loop (NeMo 25.11-26.04, TE 2.9-2.14)",
+    source="Megatron-Bridge docs/releases/software-versions.md (26.04-alpha): NeMo 25.11 ships TE 2.9 / Megatron "
+           "Core dev 0.15, 26.02 TE 2.12 / 0.16, 26.04 TE 2.14+71bbefb / 0.17 (uv.lock: release_v2.9 70f53666, "
+           "5671fd36, 71bbefbf). Megatron-Core TEGroupedMLP wraps te.pytorch.GroupedLinear, whose forward and "
+           "backward call general_grouped_gemm -> tex.te_general_grouped_gemm -> nvte_multi_tensor_gemm "
+           "(TE 2.9-2.14 common/gemm/cublaslt_gemm.cu): one cuBLASLt GEMM per expert over the compute streams, the "
+           "CUTLASS grouped kernel only on SM90 with NVTE_USE_CUTLASS_GROUPED_GEMM=1 (default off) and BF16/FP16 "
+           "operands, so never for FP8 nor on Blackwell; no Bridge performance script sets that variable. The "
+           "single-launch path of Megatron-Core 0.17 (use_transformer_engine_op_fuser: te.pytorch.ops "
+           "GroupedLinear, TE >= 2.14) is switched off by scripts/performance/utils/overrides.py "
+           "_set_common_perf_overrides (v0.3.0, v0.4.0, 26.04-alpha)",
+    when=_RELEASES_WITH_HYBRIDEP)
+"""Megatron-Bridge's performance configs of 25.11-26.04 set cuda_graph_impl='transformer_engine'
+with cuda_graph_scope ['moe_router', 'moe_preprocess'] or ['attn', 'moe_router', 'moe_preprocess']
+(Nemotron 3 adds 'mamba') for MoE models, never 'moe' nor 'full_iteration' (deepseek, qwen, gpt_oss,
+kimi and nemotron_3 *_workload_base_configs.py), so the expert GEMMs and the token dispatch run
+eagerly. The ``cuda_graphs`` option models a whole captured layer (CUDA_GRAPH_SAVING_US on every
+kernel, no host issue in the MoE host timeline), which would overstate those partial scopes, so no
+Bridge profile pins it."""
 _CUTLASS_GROUPED_GEMM = Entry(
     {"moe_grouped_gemm": "fused"}, "expert GEMMs as one grouped kernel (legacy GroupedMLP, grouped_gemm package)",
     source="Megatron-Core r0.8 --moe-grouped-gemm runs GroupedMLP (megatron/core/transformer/moe/experts.py: "
@@ -405,6 +426,7 @@ PROFILES: tuple[Profile, ...] = (
         _BRIDGE_H100_LLAMA3_8B_NCCL_UB,
         _DEEPEP,
         _HYBRIDEP_SEARCHED,
+        _BRIDGE_TE_GROUPED_LINEAR_LOOP,
     )),
     Profile("Megatron-Core r0.8", r"megatron-core", (_TE_ATTENTION, _TPO_STATED, _TPO_SEARCHED, _DEEPEP,
                                                      _CUTLASS_GROUPED_GEMM)),

@@ -11,6 +11,7 @@ import pytest
 
 from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE
 from hardware_catalog import get_cluster, get_gpu, get_model
+from hardware_catalog.errors import PlannerInputError
 from planner.validate import GENERIC, PROFILES, RowFacts, apply_profiles, load_runs, map_run, profiles_for
 from planner.frameworks.profiles import (LAYOUT_HEAD_SLOTS, LAYOUT_SLOTS, LOOPED_TWO_CHUNKS, PP_STAGES_MICROBATCHES,
                                          row_label_suffix)
@@ -381,3 +382,21 @@ def test_bridge_2511_to_2604_moe_experts_loop_and_no_whole_layer_graphs():
     assert "moe_grouped_gemm" not in dense[0]
     legacy = apply_profiles(RowFacts(framework="megatron-core r0.8", model_parts=frozenset({"moe"})))
     assert legacy[0]["moe_grouped_gemm"] == "fused"
+
+
+def test_a_4bit_row_is_priced_as_mxfp8_and_says_so():
+    # NVFP4 is not among planner's precisions (bf16, fp8): a Blackwell row trained in it is
+    # priced as MXFP8, the block-scaled FP8 recipe on the same tensor cores, with the assumption
+    # stated (a floor on its speed), never silently as BF16; the run's FP8 recipe text loses.
+    row = copy.deepcopy(ROWS["mbridge2509_gb200_qwen3_235b_a22b_64gpu"])
+    row["layout"]["precision"] = "NVFP4 (current scaling for the BF16 layers)"
+    run = map_run(row)
+    assert run.pins["precision"] == "fp8" and run.pins["fp8_recipe"] == "mxfp8"
+    assert "fp8_recipe" not in run.searched
+    said = [a for a in run.assumptions if "4-bit GEMMs are not modelled" in a]
+    assert len(said) == 1 and "floor" in said[0]
+    # H100 has no FP4 tensor cores: one line naming the value and the GPU.
+    h100 = copy.deepcopy(ROWS["mbridge2509_h100_qwen3_30b_a3b_16gpu"])
+    h100["layout"]["precision"] = "nvfp4"
+    with pytest.raises(PlannerInputError, match=r"precision 'nvfp4': .*Blackwell.*h100"):
+        map_run(h100)

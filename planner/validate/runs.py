@@ -410,6 +410,8 @@ def map_run(row: Union[dict, RunRow], base_dir: Optional[Path] = None) -> Mapped
     _apply_stated(row.stated_settings(), pins, searched, assumptions)
     precision = str(row.layout.precision or "").lower()
     pins["precision"] = "fp8" if ("fp8" in precision or "float8" in precision) else "bf16"
+    if "fp4" in precision:  # NVFP4 / MXFP4: not a precision planner prices (costmodel.options.PRECISIONS)
+        _price_fp4_as_mxfp8(row.layout.precision, gpu, pins, searched, assumptions)
     if row.layout.sequence_parallel is False:
         pins["sequence_parallel"] = False
     try:
@@ -442,6 +444,21 @@ def _layout_slots(pins: dict, model, name: str, head_only: bool = False) -> Opti
         return None
     taken = first if name == "pp_first_layers" else last
     return slots // pp - taken if slots // pp > taken else None
+
+
+def _price_fp4_as_mxfp8(text, gpu, pins: dict, searched: dict, assumptions: list[str]) -> None:
+    """A row trained in 4-bit (NVFP4: E2M1 values in 16-element blocks with E4M3 scales,
+    TransformerEngine NVFP4BlockScaling; MXFP4) is priced as MXFP8, the nearest recipe planner
+    models: block-scaled FP8 GEMMs on the same Blackwell tensor cores at half the FP4 rate, so
+    the prediction is a floor on the row's speed, said as such. FP4 GEMMs need Blackwell's
+    tensor cores (the GPU's ``fp4_tflops``); on another GPU the row is refused."""
+    if getattr(gpu, "fp4_tflops", None) is None:
+        raise PlannerInputError(f"precision {text!r}: 4-bit training needs FP4 tensor cores (Blackwell); "
+                                f"{gpu.name} has none")
+    pins["precision"], pins["fp8_recipe"] = "fp8", "mxfp8"
+    searched.pop("fp8_recipe", None)
+    assumptions.append(f"precision {text!r}: 4-bit GEMMs are not modelled; priced as MXFP8 (FP8 GEMMs "
+                       "with 32-element block scales), a floor on its speed")
 
 
 def _one_microbatch_per_stage(pins: dict, gbs) -> Optional[int]:

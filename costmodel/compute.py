@@ -78,6 +78,12 @@ BF16 and FP8 GEMMs measured on a lent H100 (benchmarks/results/h100_kernels.json
 300 to 400 fits equally, median error 5-7%); the same tile pipeline serves other GPUs."""
 
 
+def launch_gap_seconds(batch: LayoutBatch, calib: Calibration):
+    """Seconds each kernel costs beyond its own work: the gap between dependent launches
+    (``Calibration.kernel_overhead_us``), less what a CUDA graph saves (``CUDA_GRAPH_SAVING_US``)."""
+    return (calib.kernel_overhead_us - np.where(batch.cuda_graphs, CUDA_GRAPH_SAVING_US, 0.0)) * 1e-6
+
+
 def gemm_time(m, k, n, peak_flops, efficiency, hbm_bytes_per_s, bytes_per_element):
     """Roofline time of an (m x k) @ (k x n) GEMM: compute-bound or HBM-bound, whichever is
     slower. Operands read once and the output written once (ideal tiling). ``efficiency`` is
@@ -329,8 +335,7 @@ class _LayerAssembler:
         kernels = calib.kernels_per_layer + np.where(kern.eager, EAGER_EXTRA_KERNELS_PER_LAYER, 0.0)
         # A captured graph replays its kernels with no host between them: blocking launches add nothing there.
         blocking = np.where(batch.launch_blocking & ~batch.cuda_graphs, LAUNCH_BLOCKING_US, 0.0)
-        self.per_kernel = (calib.kernel_overhead_us - np.where(batch.cuda_graphs, CUDA_GRAPH_SAVING_US, 0.0)
-                           + blocking) * 1e-6
+        self.per_kernel = launch_gap_seconds(batch, calib) + blocking * 1e-6
         self.launch = kernels * self.per_kernel
 
     def elementwise_time(self, rep, sharded, fp8_inputs, eager_sharded=0.0):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.compute import logit_bytes, unfused_attention
+from costmodel.compute import BF16_BYTES, _by_loss, logit_bytes, unfused_attention
 from costmodel.flops import attention_v_dim
 from costmodel.pipeline import argmax3, select3, stage_layer_mix
 from costmodel.result import MEMORY_TERMS
@@ -276,9 +276,7 @@ def pipeline_runtime_bytes(ctx, sh, rank, first_stage, last_stage):
     sending = v - last  # chunks whose output goes to another stage
     buffers = (m - inflight) * receiving + m * sending + inflight * sending
     # fwd_cache: the BF16 logits of the micro-batch at the loss (a fused loss counts them already).
-    from costmodel.compute import _by_loss
-
-    kept_logits = 2.0 - _by_loss(ctx.batch, 0.0, 2.0, 0.0)
+    kept_logits = BF16_BYTES - _by_loss(ctx.batch, 0.0, BF16_BYTES, 0.0)
     logits = last * kept_logits * ctx.tokens_mb * ctx.model.vocab_size / ctx.tp
     return np.where(on, boundary * buffers, 0.0), np.where(on, logits, 0.0)
 

@@ -31,7 +31,7 @@ from dataclasses import replace
 import numpy as np
 
 from costmodel import collectives
-from costmodel.compute import BF16_BYTES, LayerTimes
+from costmodel.compute import BF16_BYTES, LayerTimes, launch_gap_seconds
 from costmodel.flops import attention_v_dim
 from costmodel.options import FP8_RECIPES
 from costmodel.placement import group_span
@@ -135,16 +135,7 @@ def with_recipe(ctx, dense: LayerTimes, moe: LayerTimes) -> tuple[LayerTimes, La
     if moe is dense:
         return dense2, dense2
     m_fwd, m_bwd = recipe_cost(ctx, True)
-    # Each per-expert kernel costs a launch gap on the GPU (calib.kernel_overhead_us, less what
-    # CUDA graphs save: costmodel.compute's per-kernel cost); the backward's two grouped
-    # quantisations launch as many as the forward's.
-    launches = per_expert_kernels(ctx) * _per_kernel_seconds(ctx)
+    # Each per-expert kernel costs a launch gap on the GPU (costmodel.compute.launch_gap_seconds);
+    # the backward's two grouped quantisations launch as many as the forward's.
+    launches = per_expert_kernels(ctx) * launch_gap_seconds(ctx.batch, ctx.calib)
     return dense2, replace(moe, forward=moe.forward + m_fwd + launches, backward=moe.backward + m_bwd + launches)
-
-
-def _per_kernel_seconds(ctx):
-    """Seconds per kernel launch, as costmodel.compute prices its layers' kernels."""
-    from costmodel.compute import CUDA_GRAPH_SAVING_US
-
-    saving = np.where(np.asarray(ctx.batch.cuda_graphs, dtype=bool), CUDA_GRAPH_SAVING_US, 0.0)
-    return (ctx.calib.kernel_overhead_us - saving) * 1e-6

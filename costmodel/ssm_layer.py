@@ -30,6 +30,12 @@ SSD_BACKWARD_FACTOR = 2.5
 x, B, C, dt and the states, as FlashAttention recomputes its scores (Dao 2023 Sec. 3.1: 2.5x)."""
 
 
+def _half_layer_launches(calib) -> float:
+    """Launch seconds of one pass of a pattern layer: half a transformer layer's kernels
+    (``Calibration.kernels_per_layer``), each at the launch gap."""
+    return 0.5 * calib.kernels_per_layer * calib.kernel_overhead_us * 1e-6
+
+
 def _mamba_layer(model: ModelSpec, gpu, batch, calib, kern) -> tuple:
     """(forward s, backward s, forward FLOPs, TP-neighbour GEMMs) of one Mamba-2 layer."""
     m = model.mamba
@@ -47,8 +53,7 @@ def _mamba_layer(model: ModelSpec, gpu, batch, calib, kern) -> tuple:
     # (2 reads + 1 write) in the sequence-parallel region.
     sharded = 2.0 * mamba_conv_dim(model) + 3.0 * m.d_inner
     t_elem = kern.tokens * BF16_BYTES * (sharded / kern.tp + 5.0 * h / kern.rep_div) / kern.mem_bw
-    # Launches: a pattern layer is half a transformer layer's (Calibration.kernels_per_layer).
-    launch = 0.5 * calib.kernels_per_layer * calib.kernel_overhead_us * 1e-6
+    launch = _half_layer_launches(calib)
     gemms = t_in + t_out
     forward = gemms + t_scan + t_elem + launch
     backward = 2.0 * gemms + SSD_BACKWARD_FACTOR * t_scan + 2.0 * t_elem + 2.0 * launch
@@ -63,7 +68,7 @@ def hybrid_layer_times(model: ModelSpec, gpu, batch, calib, dense: LayerTimes) -
     n = float(sum(kinds.values()))
     w_m, w_a, w_f = kinds["M"] / n, kinds["*"] / n, kinds["-"] / n
     kern = _kernels(gpu, batch, calib)
-    half_launch = 0.5 * calib.kernels_per_layer * calib.kernel_overhead_us * 1e-6
+    half_launch = _half_layer_launches(calib)
     # The MLP half: its GEMMs and activation (module_forward['mlp']) and half the launches;
     # backward doubles it (dgrad + wgrad). The attention half is the rest of the layer.
     mlp_fwd = dense.module_forward["mlp"] + half_launch

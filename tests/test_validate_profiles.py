@@ -29,7 +29,7 @@ EXPECTED = {
     "Composer": "Composer/llm-foundry (2024)",
     "DeepSpeed ZeRO-3": "DeepSpeed ZeRO-3 (2021)",
     # The runs released on 2026-11-27:
-    "Megatron-LM commit 285068c8": "Megatron-LM mid-2023 (before DP overlap)",
+    "Megatron-LM commit 285068c8": "Megatron-LM January 2023 (before DP overlap)",
     "MegaScale": "Megatron-LM 2021-22 (PTD-P)",
     "Megatron-Bridge / NeMo 2": "NeMo 24.x / Megatron-Bridge 25.09",
     "NeMo 25.": "NeMo 24.x / Megatron-Bridge 25.09",

@@ -390,7 +390,7 @@ _BRIDGE_H100_LLAMA3_8B_NCCL_UB = Entry(
 
 # Order matters where texts overlap: NeMo / Megatron-Bridge texts also name "(Megatron-Core)".
 PROFILES: tuple[Profile, ...] = (
-    Profile("Megatron-LM mid-2023 (before DP overlap)", r"megatron-lm commit 285068c8", (
+    Profile("Megatron-LM January 2023 (before DP overlap)", r"megatron-lm commit 285068c8", (
         Entry({"dp_comm_overlap": False}, "Megatron-LM before --overlap-grad-reduce: data-parallel collectives exposed",
               source="Megatron-LM gained --overlap-grad-reduce / --overlap-param-gather for the distributed "
                      "optimizer at the end of September 2023 (NVIDIA/Megatron-LM issue #391, 2023-06-29: "
@@ -401,7 +401,9 @@ PROFILES: tuple[Profile, ...] = (
               source="TransformerEngine userbuffers TP overlap reached Megatron-LM with --tp-comm-overlap later; "
                      "MegaScale Sec. 3.2 lists TP/SP overlap among what it adds over this baseline"),
         Entry({"p2p_comm_overlap": False}, "interleaved pipeline sends blocking (no P2P overlap in this baseline)",
-              source="Megatron-LM took overlap_p2p_comm from Apex (PR #331, May 2023), opt-in then "
+              source="Megatron-LM 285068c8 (2023-01-11) megatron/p2p_communication.py _communicate: "
+                     "batch_isend_irecv, req.wait() and torch.cuda.synchronize() after every send/receive; "
+                     "overlap_p2p_comm came from Apex later (PR #331, May 2023), opt-in then "
                      "(--overlap-p2p-communication); MegaScale Sec. 3.2 lists pipeline send/receive overlap among "
                      "what it adds over this baseline"),
     )),

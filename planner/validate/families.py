@@ -31,6 +31,9 @@ class RowTraits:
     network_gbps_per_gpu: float
     """Network bandwidth per GPU of the row's cluster, GB/s per direction (line rate)."""
     moe: bool
+    series: str = ""
+    """The job the row belongs to apart from its size: source, model and framework text
+    (``planner.validate.trend`` follows one series across GPU counts)."""
 
 
 def row_traits(run) -> RowTraits:
@@ -46,7 +49,15 @@ def row_traits(run) -> RowTraits:
         zero=run.pins.get("zero"),
         network_gbps_per_gpu=float(per_gpu),
         moe=run.model.moe is not None,
+        series=" | ".join((run.source, _model_text(run), run.row.framework_text())),
     )
+
+
+def _model_text(run) -> str:
+    """The model as the row names it (a preset name, or the block's name), else planner's name."""
+    stated = run.row.model
+    name = stated if isinstance(stated, str) else getattr(stated, "name", None)
+    return str(name or getattr(run.model, "name", "") or "")
 
 
 @dataclass(frozen=True)

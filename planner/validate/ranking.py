@@ -118,9 +118,11 @@ def rank_group(group: dict, with_intervals: bool = False) -> dict:
     missing = [r for r in rows if not r["reference"]["tokens_per_s_per_gpu"]]
     results = validate_rows([r for r in rows if r not in missing])
     done = [r for r in results if r.error is not None]
-    out = {"id": group.get("id", "?"), "confidence": group.get("confidence"),
+    stated = {row["id"]: stated_knobs(row) for row in rows}
+    out = {"id": group.get("id", "?"), "confidence": group.get("confidence"), "job": job_key(group),
            "layouts": [{"id": r.id, "layout": r.layout, "measured": r.reported, "predicted": r.predicted,
-                        "error": r.error, "fits": r.fits, "values": {k: r.values.get(k) for k in KNOBS}}
+                        "error": r.error, "fits": r.fits, "values": {k: r.values.get(k) for k in KNOBS},
+                        "stated": stated[r.id]}
                        for r in done],
            "unmapped": [{"id": r.id, "reason": r.reason} for r in results if r.error is None]
            + [{"id": r["id"], "reason": "no measured.tokens_per_s_per_gpu"} for r in missing]}
@@ -131,6 +133,62 @@ def rank_group(group: dict, with_intervals: bool = False) -> dict:
     out.update(stats or {"kendall_tau": None, "pairs": 0, "pairs_right": 0, "top1": None, "top1_strict": None,
                          "misordered": []})
     return out
+
+
+STATED_KNOBS = ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch_size", "activation_recompute", "zero_stage",
+                "sequence_parallel", "precision")
+"""The layout fields that make two measured layouts the same layout (``replicated_pairs``); the
+framework and kernel texts are left out: groups of one study often differ only in those."""
+
+
+def job_key(group: dict) -> str:
+    """What a group's layouts share: model shape, GPU, GPU count, sequence and batch."""
+    model, hw = group.get("model") or {}, group.get("hardware") or {}
+    return json.dumps([{k: v for k, v in model.items() if k != "name"}, hw.get("gpu"), hw.get("num_gpus"),
+                       group.get("seq_length"), group.get("global_batch_size")], sort_keys=True, default=str)
+
+
+def stated_knobs(row: dict) -> str:
+    """A runs-file row's layout as stated, on ``STATED_KNOBS`` only."""
+    lay = row.get("layout") or {}
+    return json.dumps([str(lay.get(k)) for k in STATED_KNOBS])
+
+
+def replicated_pairs(groups: list[dict], decisive: float = DECISIVE) -> dict:
+    """Layout pairs measured in more than one group of the same job (groups of one study that
+    differ in a kernel or framework setting, or a layout measured again): how often their
+    measured order agrees, and the most decisive pairs any ranking could get right if it ordered
+    a pair the same way in every group (per pair, the larger of its two vote counts; pairs of one
+    layout measured twice count as lost). ``groups``: ``rank_group`` outputs."""
+    votes: dict = {}
+    same_layout = 0
+    for g in groups:
+        lays = g["layouts"]
+        for a in range(len(lays)):
+            for b in range(a + 1, len(lays)):
+                la, lb = lays[a], lays[b]
+                if abs(la["measured"] - lb["measured"]) / min(la["measured"], lb["measured"]) <= decisive:
+                    continue
+                if la["stated"] == lb["stated"]:
+                    same_layout += 1  # one layout, two decisive measurements: no order to get right
+                    continue
+                lo, hi = sorted((la, lb), key=lambda x: x["stated"])
+                key = (g.get("job"), lo["stated"], hi["stated"])
+                votes.setdefault(key, [0, 0])[0 if lo["measured"] > hi["measured"] else 1] += 1
+    decisive_pairs = sum(sum(v) for v in votes.values()) + same_layout
+    repeated = [v for v in votes.values() if sum(v) > 1]
+    return {"decisive": decisive_pairs, "reachable": sum(max(v) for v in votes.values()),
+            "repeated_pairs": len(repeated), "repeated_measurements": sum(sum(v) for v in repeated),
+            "repeated_agreeing": sum(max(v) for v in repeated)}
+
+
+def format_replicated(r: dict) -> list[str]:
+    return ["measured order across groups (the same two layouts measured in more than one group of one job, "
+            "e.g. under another kernel setting):",
+            f"  {r['repeated_pairs']} layout pairs, {r['repeated_measurements']} decisive measurements; "
+            f"{_share(r['repeated_agreeing'], r['repeated_measurements'])} agree with their pair's majority order",
+            f"  a ranking that orders each pair the same way in every group gets at most "
+            f"{_share(r['reachable'], r['decisive'])} of the decisive pairs right"]
 
 
 KNOBS = ("tp", "pp", "dp", "mbs", "cp", "vpp")
@@ -261,7 +319,8 @@ def _overall_line(label: str, total: dict) -> str:
 
 
 def format_ranking(groups: list[dict], total: dict, path: str, same_release: Optional[dict] = None,
-                   high: Optional[dict] = None, bias: Optional[dict] = None, ties: Optional[dict] = None) -> str:
+                   high: Optional[dict] = None, bias: Optional[dict] = None, ties: Optional[dict] = None,
+                   replicated: Optional[dict] = None) -> str:
     lines = [f"ordering accuracy on ablation groups ({path}): each group's layouts as measured vs as predicted",
              f"(pairs: measured more than {DECISIVE * 100:g}% apart; top-1: the predicted fastest is measured fastest "
              f"or within {DECISIVE * 100:g}% of it)",
@@ -280,6 +339,8 @@ def format_ranking(groups: list[dict], total: dict, path: str, same_release: Opt
         lines += [""] + format_bias(bias)
     if ties is not None:
         lines += [""] + format_ties(ties)
+    if replicated is not None and replicated["repeated_pairs"]:
+        lines += [""] + format_replicated(replicated)
     lines += ["", f"{'group / layout (as planner validate predicts a row)':<64}{'measured':>10}{'predicted':>11}{'error':>8}"]
     for g in groups:
         lines.append(g["id"])
@@ -303,9 +364,9 @@ def run_ranking(path: Path, as_json: bool = False) -> None:
 
     groups = [rank_group(g, with_intervals=True) for g in load_groups(path)]
     total, same, high = overall(groups), overall(groups, SAME_RELEASE), overall(groups, ("high",))
-    bias, ties = knob_bias(groups), tie_stats(groups)
+    bias, ties, replicated = knob_bias(groups), tie_stats(groups), replicated_pairs(groups)
     if as_json:
         typer.echo(json.dumps({"groups": groups, "overall": total, "one_release": same, "high": high,
-                               "knob_bias": bias, "ties": ties}, indent=2))
+                               "knob_bias": bias, "ties": ties, "replicated": replicated}, indent=2))
     else:
-        typer.echo(format_ranking(groups, total, str(path), same, high, bias, ties))
+        typer.echo(format_ranking(groups, total, str(path), same, high, bias, ties, replicated))

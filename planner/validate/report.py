@@ -52,6 +52,9 @@ def summarize(results: list[RowResult], confidence: str = "high", state_filter: 
     summary["memory"] = memory_stats(results)
     summary["families"] = family_stats([RowTraits(**r.traits) for r in keep if r.traits],
                                        [r.error for r in keep if r.traits])
+    from planner.validate.trend import scale_trends
+
+    summary["scale_trends"] = scale_trends([r for r in results if r.error is not None])
     summary["unmapped"] = [{"id": r.id, "reason": r.reason} for r in results if r.error is None]
     left_out = [{"id": r.id, "confidence": r.confidence} for r in results if r.error is not None and not _counted(r, confidence)]
     if state_filter and left_out:
@@ -115,6 +118,13 @@ def format_table(results: list[RowResult], summary: dict) -> str:
 
         lines.append("by family (rows of every source that stress one mechanism):")
         lines += [format_family_line(st) for st in s["families"]]
+    if s.get("scale_trends"):
+        from planner.validate.trend import MIN_GPU_COUNTS, MIN_SPAN, format_trend_line
+
+        lines.append(f"error trend with GPU count (one source, model and framework at >= {MIN_GPU_COUNTS} GPU counts "
+                     f"spanning >= {MIN_SPAN:g}x; rows of every confidence; slope of the signed error per tenfold GPUs, "
+                     "least squares, +/- one standard error; a trend = over two):")
+        lines += [format_trend_line(t) for t in s["scale_trends"]]
     for u in s["unmapped"]:
         lines.append(f"not mapped: {u['id']}: {u['reason']}")
     return "\n".join(lines)

@@ -1,0 +1,69 @@
+"""Error trend with GPU count (planner.validate.trend) and the measured-order ceiling of
+ablation groups (planner.validate.ranking.replicated_pairs), on values worked by hand."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from planner.validate.ranking import replicated_pairs
+from planner.validate.trend import format_trend_line, scale_trends, slope_per_decade
+
+
+def _row(gpus, error, series="src | model | fw", confidence="medium"):
+    return SimpleNamespace(gpus=gpus, error=error, confidence=confidence, traits={"series": series})
+
+
+def test_slope_per_decade_by_hand():
+    # log10 GPUs 1, 2, 3 with errors 0, +5%, +10%: 5 points per tenfold GPUs, no residual.
+    slope, se = slope_per_decade([10, 100, 1000], [0.0, 0.05, 0.10])
+    assert slope == pytest.approx(0.05) and se == pytest.approx(0.0, abs=1e-12)
+    # Errors 0, +10%, 0: no slope. Residuals -1/30, +2/30, -1/30 (SSE 6/900); x deviations -1, 0, 1
+    # (Sxx 2); se = sqrt(SSE / (3 - 2) / Sxx) = sqrt(1/300).
+    slope, se = slope_per_decade([10, 100, 1000], [0.0, 0.10, 0.0])
+    assert slope == pytest.approx(0.0, abs=1e-12) and se == pytest.approx(math.sqrt(1 / 300))
+    assert math.isnan(slope_per_decade([10, 100], [0.0, 0.1])[1])
+
+
+def test_scale_trends_keep_series_that_scale_out():
+    rows = [_row(256, 0.04), _row(1024, 0.09), _row(4096, 0.14),          # a trend: +8.3 pts per decade
+            _row(8, 0.0, "a | m | f"), _row(16, 0.1, "a | m | f"), _row(24, 0.0, "a | m | f"),  # spans 3x only
+            _row(64, 0.0, "b | m | f"), _row(512, 0.1, "b | m | f"),      # two GPU counts only
+            _row(64, None, "c | m | f")]
+    trends = scale_trends(rows)
+    assert [t["series"] for t in trends] == ["src | model | fw"]
+    t = trends[0]
+    # log10 GPUs steps by log10(4) = 0.602 per row while the error steps by 0.05: 0.05 / 0.602 per decade.
+    assert t["slope_per_decade"] == pytest.approx(0.05 / math.log10(4))
+    assert t["trend"] and (t["gpus_min"], t["gpus_max"], t["rows"]) == (256, 4096, 3)
+    assert "src: model, fw" in format_trend_line(t) and "+8.3" in format_trend_line(t)
+
+
+def test_a_noisy_series_is_no_clear_trend():
+    t = scale_trends([_row(10, 0.0), _row(100, 0.10), _row(1000, 0.0), _row(10000, 0.10)])[0]
+    # x deviations -1.5, -0.5, 0.5, 1.5 (Sxx 5); slope = (0.05 + 0.15 ... ) : sum(dx*dy) = 0.1 x (-0.5 + 1.5) = 0.1.
+    assert t["slope_per_decade"] == pytest.approx(0.1 / 5)
+    assert not t["trend"]
+
+
+def _lay(stated, measured):
+    return {"stated": stated, "measured": measured}
+
+
+def test_replicated_pairs_by_hand():
+    # Two groups of one job (e.g. two kernel settings) measure layouts A and B. Group 1: A 110, B 100
+    # (A faster, decisive); group 2: A 100, B 120 (B faster). Group 3 (another job) measures A and C.
+    # The A-B pair has one vote each way: a ranking that orders it one way gets one of the two.
+    g1 = {"id": "g1", "job": "j", "layouts": [_lay("A", 110), _lay("B", 100)]}
+    g2 = {"id": "g2", "job": "j", "layouts": [_lay("A", 100), _lay("B", 120), _lay("C", 101)]}
+    g3 = {"id": "g3", "job": "k", "layouts": [_lay("A", 100), _lay("C", 150)]}
+    r = replicated_pairs([g1, g2, g3])
+    # Decisive pairs: g1 A-B; g2 A-B, B-C (120 vs 101); A-C in g2 is 1% apart; g3 A-C. Four in all.
+    assert r["decisive"] == 4
+    assert (r["repeated_pairs"], r["repeated_measurements"], r["repeated_agreeing"]) == (1, 2, 1)
+    assert r["reachable"] == 3
+    # The same layout measured twice, decisively apart: a pair no ranking can order.
+    same = {"id": "g4", "job": "j", "layouts": [_lay("A", 100), _lay("A", 110)]}
+    assert replicated_pairs([same])["reachable"] == 0 and replicated_pairs([same])["decisive"] == 1

@@ -475,6 +475,24 @@ def test_attention_efficiency_by_kernel_length_and_architecture():
     assert ratio == pytest.approx(1536 / 886, rel=0.01)
 
 
+def test_blackwell_native_attention_beyond_its_reference_length():
+    # Blackwell's native kernels: the whole-sequence anchor stops at 8K (the longest Blackwell
+    # reference row). A 1M-token sequence over CP 16 runs 64K-key kernels at
+    # e_seq (1 + L0/8192) / (1 + L0/65536) with L0 = 1680: 0.6 x 1.2051 / 1.0256 = 0.7050, 17.5%
+    # above an 8K kernel; a 4K sequence is unchanged (its own length, 0.6); Hopper keeps the
+    # whole-sequence anchor: 0.6 x (1 + 1200/2^20) / (1 + 1200/65536) = 0.5899.
+    from costmodel.compute import attention_efficiency
+
+    cal = DEFAULT.with_(attention_efficiency=0.4, native_attention_speedup=1.5)
+    long_seq = LayoutBatch.from_arrays(attention=2, seq_len=1048576)
+    short = LayoutBatch.from_arrays(attention=2, seq_len=4096)
+    h100, b200 = get_gpu("h100-sxm"), get_gpu("b200")
+    assert attention_efficiency(b200, long_seq, cal, 65536.0)[0] == pytest.approx(0.6 * (1 + 1680 / 8192) / (1 + 1680 / 65536))
+    assert attention_efficiency(b200, long_seq, cal, 65536.0)[0] == pytest.approx(0.7050, abs=1e-4)
+    assert attention_efficiency(b200, short, cal, 4096.0)[0] == pytest.approx(0.6)
+    assert attention_efficiency(h100, long_seq, cal, 65536.0)[0] == pytest.approx(0.5899, abs=1e-4)
+
+
 def test_attention_kernel_length_by_cp_comm_type():
     # s = 64K over cp = 8 with tp 2 in 8-GPU domains: p2p chunks of s/c = 8K; a2a and allgather
     # kernels see all 64K keys; a2a+p2p all-to-alls over the 8 / 2 = 4 CP ranks of a domain and

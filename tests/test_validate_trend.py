@@ -48,22 +48,26 @@ def test_a_noisy_series_is_no_clear_trend():
     assert not t["trend"]
 
 
-def _lay(stated, measured):
-    return {"stated": stated, "measured": measured}
+def _lay(stated, measured, predicted=None):
+    return {"stated": stated, "measured": measured, "predicted": measured if predicted is None else predicted}
 
 
 def test_replicated_pairs_by_hand():
     # Two groups of one job (e.g. two kernel settings) measure layouts A and B. Group 1: A 110, B 100
     # (A faster, decisive); group 2: A 100, B 120 (B faster). Group 3 (another job) measures A and C.
     # The A-B pair has one vote each way: a ranking that orders it one way gets one of the two.
+    # Predictions follow the measurements except in g2, where A is predicted faster than B.
     g1 = {"id": "g1", "job": "j", "layouts": [_lay("A", 110), _lay("B", 100)]}
-    g2 = {"id": "g2", "job": "j", "layouts": [_lay("A", 100), _lay("B", 120), _lay("C", 101)]}
+    g2 = {"id": "g2", "job": "j", "layouts": [_lay("A", 100, 130), _lay("B", 120), _lay("C", 101)]}
     g3 = {"id": "g3", "job": "k", "layouts": [_lay("A", 100), _lay("C", 150)]}
     r = replicated_pairs([g1, g2, g3])
     # Decisive pairs: g1 A-B; g2 A-B, B-C (120 vs 101); A-C in g2 is 1% apart; g3 A-C. Four in all.
     assert r["decisive"] == 4
     assert (r["repeated_pairs"], r["repeated_measurements"], r["repeated_agreeing"]) == (1, 2, 1)
     assert r["reachable"] == 3
+    # Contested: the A-B pair (measured both ways), two instances, planner right in g1 only.
+    # Uncontested: B-C in g2 (predicted 120 > 101, right) and A-C in g3 (predicted 100 < 150, right).
+    assert (r["contested"], r["contested_right"], r["uncontested"], r["uncontested_right"]) == (2, 1, 2, 2)
     # The same layout measured twice, decisively apart: a pair no ranking can order.
     same = {"id": "g4", "job": "j", "layouts": [_lay("A", 100), _lay("A", 110)]}
     assert replicated_pairs([same])["reachable"] == 0 and replicated_pairs([same])["decisive"] == 1

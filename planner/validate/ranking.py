@@ -159,8 +159,12 @@ def replicated_pairs(groups: list[dict], decisive: float = DECISIVE) -> dict:
     differ in a kernel or framework setting, or a layout measured again): how often their
     measured order agrees, and the most decisive pairs any ranking could get right if it ordered
     a pair the same way in every group (per pair, the larger of its two vote counts; pairs of one
-    layout measured twice count as lost). ``groups``: ``rank_group`` outputs."""
+    layout measured twice count as lost). Also the planner's share right on the decisive pairs no
+    other group contradicts (``uncontested``: measured once, or always in the same order) and on
+    those another group measures the other way round (``contested``). ``groups``: ``rank_group``
+    outputs."""
     votes: dict = {}
+    instances = []  # (key, planner right)
     same_layout = 0
     for g in groups:
         lays = g["layouts"]
@@ -175,11 +179,17 @@ def replicated_pairs(groups: list[dict], decisive: float = DECISIVE) -> dict:
                 lo, hi = sorted((la, lb), key=lambda x: x["stated"])
                 key = (g.get("job"), lo["stated"], hi["stated"])
                 votes.setdefault(key, [0, 0])[0 if lo["measured"] > hi["measured"] else 1] += 1
+                right = (la["measured"] > lb["measured"]) == (la["predicted"] > lb["predicted"])
+                instances.append((key, right))
     decisive_pairs = sum(sum(v) for v in votes.values()) + same_layout
     repeated = [v for v in votes.values() if sum(v) > 1]
+    contested = [right for key, right in instances if min(votes[key]) > 0]
+    uncontested = [right for key, right in instances if min(votes[key]) == 0]
     return {"decisive": decisive_pairs, "reachable": sum(max(v) for v in votes.values()),
             "repeated_pairs": len(repeated), "repeated_measurements": sum(sum(v) for v in repeated),
-            "repeated_agreeing": sum(max(v) for v in repeated)}
+            "repeated_agreeing": sum(max(v) for v in repeated),
+            "uncontested": len(uncontested), "uncontested_right": sum(uncontested),
+            "contested": len(contested), "contested_right": sum(contested)}
 
 
 def format_replicated(r: dict) -> list[str]:
@@ -188,7 +198,9 @@ def format_replicated(r: dict) -> list[str]:
             f"  {r['repeated_pairs']} layout pairs, {r['repeated_measurements']} decisive measurements; "
             f"{_share(r['repeated_agreeing'], r['repeated_measurements'])} agree with their pair's majority order",
             f"  a ranking that orders each pair the same way in every group gets at most "
-            f"{_share(r['reachable'], r['decisive'])} of the decisive pairs right"]
+            f"{_share(r['reachable'], r['decisive'])} of the decisive pairs right",
+            f"  planner: {_share(r['uncontested_right'], r['uncontested'])} of the pairs no group contradicts, "
+            f"{_share(r['contested_right'], r['contested'])} of those another group measures the other way round"]
 
 
 KNOBS = ("tp", "pp", "dp", "mbs", "cp", "vpp")

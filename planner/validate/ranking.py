@@ -148,10 +148,10 @@ def job_key(group: dict) -> str:
                        group.get("seq_length"), group.get("global_batch_size")], sort_keys=True, default=str)
 
 
-def stated_knobs(row: dict) -> str:
-    """A runs-file row's layout as stated, on ``STATED_KNOBS`` only."""
+def stated_knobs(row: dict) -> tuple:
+    """A runs-file row's layout as stated, on ``STATED_KNOBS`` only (text, in that order)."""
     lay = row.get("layout") or {}
-    return json.dumps([str(lay.get(k)) for k in STATED_KNOBS])
+    return tuple(str(lay.get(k)) for k in STATED_KNOBS)
 
 
 def replicated_pairs(groups: list[dict], decisive: float = DECISIVE) -> dict:

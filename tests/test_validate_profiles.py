@@ -310,6 +310,17 @@ def test_bridge_h100_moe_presets_pin_what_the_release_configs_set():
         assert apply_profiles(RowFacts(**{**facts, **change}))[0]["moe_dispatcher"] == ["alltoall", "hybridep"]
 
 
+def test_bridge_2511_h100_llama3_8b_fp8_recomputes_five_layers():
+    # Megatron-Bridge v0.2.0 (25.11) LLAMA3_8B_H100_FP8_CS_BASE_CONFIG: recompute_num_layers=5, which
+    # set_recompute_overrides turns into full recompute of 5 layers (block method); 25.09's YAML
+    # preset for the same row sets no recompute.
+    later = map_run(ROWS["mbridge2511_h100_llama3_8b_8gpu"])
+    assert later.pins["recompute"] == "full" and later.pins["recompute_layers"] == 5
+    assert "recompute" not in later.searched
+    earlier = map_run(ROWS["mbridge2509_h100_llama3_8b_8gpu"])
+    assert "recompute_layers" not in earlier.pins
+
+
 def test_bridge_later_deepseek_v3_layouts_and_blackwell_presets():
     # 25.11 / 26.x on Blackwell: the recipe table's layout, e.g. PP 16 = [E + 4 t], 14 x [4 t],
     # [t, mtp, loss]: 61 + 3 = 64 slots, 4 a stage, the last holding 4 - 3 = 1 decoder layer. On

@@ -378,6 +378,11 @@ _BRIDGE_H100_FP8_CURRENT = Entry(
     source=_BRIDGE_2511 + "*/workload_base_configs.py and " + _BRIDGE_2604 + "*_workload_base_configs.py: every H100 "
            "FP8 preset is *_H100_FP8_CS_* (per-tensor current scaling); there is no delayed-scaling preset",
     when=(When(text="25.11", gpu="h100", precision="fp8"), When(text="26.", gpu="h100", precision="fp8")))
+_BRIDGE_2511_H100_LLAMA3_8B_RECOMPUTE = Entry(
+    {"recompute": "full", "recompute_layers": 5}, "full recompute of 5 of the 32 layers (Megatron-Bridge 25.11 H100 Llama 3 8B FP8 preset)",
+    source=_BRIDGE_2511 + "llama3/workload_base_configs.py LLAMA3_8B_H100_FP8_CS_BASE_CONFIG: recompute_num_layers=5; "
+           "utils/helpers.py set_recompute_overrides: recompute_granularity 'full', recompute_method 'block'",
+    when=(When(text="25.11", gpu="h100", model_name="llama3-8b", precision="fp8"),))
 _BRIDGE_H100_LLAMA3_8B_NCCL_UB = Entry(
     {"nccl_ub": True}, "NCCL user buffers for the Megatron-FSDP collectives (Megatron-Bridge H100 Llama 3 8B FP8 preset)",
     source="Megatron-Bridge 25.09 (6307e8a37) scripts/performance/configs/llama3/llama3_8b_llm_pretrain.yaml "
@@ -426,6 +431,7 @@ PROFILES: tuple[Profile, ...] = (
         *_BRIDGE_2511_QWEN3_BLACKWELL,
         _BRIDGE_H100_FP8_CURRENT,
         _BRIDGE_H100_LLAMA3_8B_NCCL_UB,
+        _BRIDGE_2511_H100_LLAMA3_8B_RECOMPUTE,
         _DEEPEP,
         _HYBRIDEP_SEARCHED,
         _BRIDGE_TE_GROUPED_LINEAR_LOOP,

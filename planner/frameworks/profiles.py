@@ -453,6 +453,12 @@ PROFILES: tuple[Profile, ...] = (
               source="torchtitan train.py: F.cross_entropy(pred.flatten(0, 1).float(), ...) outside the compiled "
                      "blocks (compiling the loss is disabled there)"),
         _TORCH_GROUPED_MM,
+        Entry({"fp8_recipe": "current"}, "torchao Float8 with dynamic (tensorwise) scaling, torchtitan's default",
+              source="torchtitan config_manager.py (Dec 2024, 9dec370): --float8.scaling_type_input / _weight / "
+                     "_grad_output default 'dynamic' (delayed opt-in); 2025: float8.recipe_name None = tensorwise "
+                     "(torchao Float8Linear scales from the tensor's own amax); the torchtitan framework table prices "
+                     "the same (planner.frameworks.torchtitan: fp8_recipe current)",
+              when=(When(precision="fp8"), When(precision="float8"))),
         Entry({"tp_overlap_kind": "asynctp"}, "",
               source="torchtitan parallelism.enable_async_tensor_parallel: torch.compile's micro-pipeline TP "
                      "(torch/_inductor/fx_passes/micro_pipeline_tp.py), not TransformerEngine userbuffers"),

@@ -310,6 +310,18 @@ def test_bridge_h100_moe_presets_pin_what_the_release_configs_set():
         assert apply_profiles(RowFacts(**{**facts, **change}))[0]["moe_dispatcher"] == ["alltoall", "hybridep"]
 
 
+def test_torchtitan_fp8_rows_get_torchtitans_own_recipe():
+    # torchtitan's Float8 (torchao Float8Linear) scales dynamically from each tensor's own amax:
+    # config_manager.py (Dec 2024) --float8.scaling_type_* default 'dynamic'; planner's torchtitan
+    # framework table prices the same (current), so a runs-file row must too. BF16 rows get none.
+    fp8, _ = apply_profiles(RowFacts(framework="torchtitan (dec 2024): fsdp + tp + torch.compile + float8", year=2024,
+                                     precision="fp8"))
+    assert fp8["fp8_recipe"] == "current"
+    bf16, _ = apply_profiles(RowFacts(framework="torchtitan (dec 2024): fsdp", year=2024, precision="bf16"))
+    assert "fp8_recipe" not in bf16
+    assert map_run(ROWS["torchtitan_h100_8b_cp1_32k"]).pins["fp8_recipe"] == "current"
+
+
 def test_bridge_2511_h100_llama3_8b_fp8_recomputes_five_layers():
     # Megatron-Bridge v0.2.0 (25.11) LLAMA3_8B_H100_FP8_CS_BASE_CONFIG: recompute_num_layers=5, which
     # set_recompute_overrides turns into full recompute of 5 layers (block method); 25.09's YAML

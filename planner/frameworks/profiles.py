@@ -453,7 +453,8 @@ PROFILES: tuple[Profile, ...] = (
               source="torchtitan train.py: F.cross_entropy(pred.flatten(0, 1).float(), ...) outside the compiled "
                      "blocks (compiling the loss is disabled there)"),
         _TORCH_GROUPED_MM,
-        Entry({"fp8_recipe": "current"}, "torchao Float8 with dynamic (tensorwise) scaling, torchtitan's default",
+        Entry({"fp8_recipe": "current"}, "torchao Float8 with dynamic scaling, torchtitan's default, priced as current "
+              "tensorwise scaling (rowwise is not modelled)",
               source="torchtitan config_manager.py (Dec 2024, 9dec370): --float8.scaling_type_input / _weight / "
                      "_grad_output default 'dynamic' (delayed opt-in); 2025: float8.recipe_name None = tensorwise "
                      "(torchao Float8Linear scales from the tensor's own amax); the torchtitan framework table prices "

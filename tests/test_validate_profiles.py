@@ -310,6 +310,18 @@ def test_bridge_h100_moe_presets_pin_what_the_release_configs_set():
         assert apply_profiles(RowFacts(**{**facts, **change}))[0]["moe_dispatcher"] == ["alltoall", "hybridep"]
 
 
+def test_deepspeed_pipeline_engine_rows_run_one_stage_per_rank():
+    # DeepSpeed's pipeline engine has no interleaved schedule (runtime/pipe/schedule.py TrainSchedule),
+    # and planner's DeepSpeed exporter refuses vpp > 1: a row on it is priced with vpp 1, not a searched
+    # chunk count (GPT-NeoX 20B was priced with 11 chunks a stage before).
+    pins, _ = apply_profiles(RowFacts(framework="gpt-neox (megatron + deepspeed)", year=2022))
+    assert pins["vpp"] == 1
+    run = map_run(ROWS["gpt_neox_20b_96gpu"])
+    assert run.pins["vpp"] == 1 and "vpp" not in run.searched
+    # The row's own hardware text: four ConnectX-6 HDR HCAs for eight GPUs.
+    assert run.cluster.nics_per_node == 4
+
+
 def test_torchtitan_fp8_rows_get_torchtitans_own_recipe():
     # torchtitan's Float8 (torchao Float8Linear) scales dynamically from each tensor's own amax:
     # config_manager.py (Dec 2024) --float8.scaling_type_* default 'dynamic'; planner's torchtitan

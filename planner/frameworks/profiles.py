@@ -477,6 +477,10 @@ PROFILES: tuple[Profile, ...] = (
         _BEFORE_FLASH,
         _DS_PIPE_SCATTER,
         _DS_PIPE_GRADS_AFTER,
+        Entry({"vpp": 1}, "",
+              source="DeepSpeed runtime/pipe/schedule.py: TrainSchedule is 1F1B over one stage per rank (no "
+                     "interleaved chunks); planner's DeepSpeed exporter refuses vpp > 1 for the same reason "
+                     "(deepspeed_no_interleaving)"),
         _BIGSCIENCE_LAUNCH_BLOCKING,
         Entry({"grad_dtype": "bf16"}, "16-bit gradient reduction (DeepSpeed fp16 / bf16)",
               source="DeepSpeed docs/_pages/config-json.md: communication_data_type defaults to the training "

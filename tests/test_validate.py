@@ -25,9 +25,11 @@ def test_accuracy_on_reference_set_high_confidence(results):
     # quantise kernels, issue 24), held here so that it cannot get worse. 10.9% p90 since torchtitan's
     # FP8 rows are priced with its own default recipe (dynamic tensorwise = current scaling, as the
     # torchtitan framework table says), not delayed scaling; held out the p90 went 11.7% -> 11.3%.
+    # 11.0% since torchtitan's rows are priced with FSDP2's copy-out (the table's fsdp2 too; held
+    # out unchanged at 4.5% / 11.3%).
     assert s["rows"] >= 117
     assert s["median_abs_error"] <= 0.04
-    assert s["p90_abs_error"] <= 0.11
+    assert s["p90_abs_error"] <= 0.111
     assert s["mape"] <= 0.06
     # Early DeepSpeed ZeRO-3 is priced from its code (costmodel.zero3_blocking): the
     # Narayanan et al. rows, which include it, stay close.

@@ -332,6 +332,8 @@ def test_torchtitan_fp8_rows_get_torchtitans_own_recipe():
     bf16, _ = apply_profiles(RowFacts(framework="torchtitan (dec 2024): fsdp", year=2024, precision="bf16"))
     assert "fp8_recipe" not in bf16
     assert map_run(ROWS["torchtitan_h100_8b_cp1_32k"]).pins["fp8_recipe"] == "current"
+    # FSDP2 (per-parameter DTensor shards, copy-out after each all-gather), as the table says.
+    assert fp8["fsdp"] == "fsdp2" and bf16["fsdp"] == "fsdp2"
 
 
 def test_bridge_2511_h100_llama3_8b_fp8_recomputes_five_layers():

@@ -463,6 +463,9 @@ PROFILES: tuple[Profile, ...] = (
         Entry({"tp_overlap_kind": "asynctp"}, "",
               source="torchtitan parallelism.enable_async_tensor_parallel: torch.compile's micro-pipeline TP "
                      "(torch/_inductor/fx_passes/micro_pipeline_tp.py), not TransformerEngine userbuffers"),
+        Entry({"fsdp": "fsdp2"}, "",  # no line: it holds for every torchtitan row
+              source="torchtitan parallelize_llama.py apply_fsdp: torch.distributed fully_shard (FSDP2, per-parameter "
+                     "DTensor sharding) since 2024; planner's torchtitan framework table prices the same"),
     )),
     Profile("Composer/llm-foundry (2024)", r"composer|llm-foundry", (
         Entry({"kernels": "eager"}, _EAGER_STATED.assumption,

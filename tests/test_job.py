@@ -24,7 +24,8 @@ def test_price_states_a_profiles_share_of_layers_in_layers_per_stage():
     assert rec["framework"]["settings"]["recompute_layers"] == 40
     assert "recompute_share" not in rec["layout"] and "recompute_share" not in rec["framework"]["settings"]
     # The same layout stated in layers per stage prices the same.
-    again = price(Job(job.problem), dict(tp=8, zero=3, mbs=8, recompute="full", recompute_layers=40, loss="eager"))
+    again = price(Job(job.problem), dict(tp=8, zero=3, mbs=8, recompute="full", recompute_layers=40, loss="eager",
+                                         fsdp="fsdp2"))
     assert again.record["step_time_s"] == rec["step_time_s"]
 
 

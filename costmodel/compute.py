@@ -215,11 +215,11 @@ def attention_efficiency(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration, k
     e_seq = calib.attention_efficiency * np.where(native, calib.native_attention_speedup, fa2)
     l0 = np.where(native, NATIVE_ATTENTION_L0.get(gpu.architecture, ATTENTION_L0), ATTENTION_L0)
     length = np.asarray(kernel_len, dtype=np.float64)
-    anchor = np.asarray(batch.seq_len, dtype=np.float64)
-    if gpu.architecture == "blackwell":
-        # No Blackwell reference row is longer than 8K: beyond it, a kernel gains on the
-        # benchmark curve over an 8K one (BLACKWELL_ATTENTION_ANCHOR_LEN).
-        anchor = np.where(native, np.minimum(anchor, BLACKWELL_ATTENTION_ANCHOR_LEN), anchor)
+    seq = np.asarray(batch.seq_len, dtype=np.float64)
+    # The calibrated level holds for a kernel over the whole sequence up to the longest reference
+    # sequence of the architecture's native kernels; beyond it a longer kernel gains on the curve.
+    cap = NATIVE_ATTENTION_ANCHOR_CAP.get(gpu.architecture, np.inf)
+    anchor = np.where(native, np.minimum(seq, cap), seq)
     return e_seq * (1.0 + l0 / anchor) / (1.0 + l0 / length)
 
 
@@ -265,8 +265,9 @@ from cuDNN-frontend's SDPA training benchmark, Llama 3.1 shape, causal BF16, cuD
 and 32K fitted to e_max L / (L + L0): H200 397 and 608 -> L0 1200; GB200 886 and 1536 -> 1680
 (2025's B200 run: 2150; the kernels' short-sequence cost fell release by release)."""
 
-BLACKWELL_ATTENTION_ANCHOR_LEN = 8192.0
-"""The longest sequence of the Blackwell reference rows (Megatron-Bridge 25.09's Llama 3 8B, 70B
+NATIVE_ATTENTION_ANCHOR_CAP = {"blackwell": 8192.0}
+"""Per architecture, the longest sequence at which its native kernels' calibrated level is anchored.
+Blackwell: the longest sequence of the Blackwell reference rows (Megatron-Bridge 25.09's Llama 3 8B, 70B
 and 405B presets on B200 and GB200: 8,192 tokens; its MoE presets run 4,096). Up to it, a
 Blackwell native kernel runs at the calibrated whole-sequence level (``calib.attention_efficiency``
 x ``native_attention_speedup``, the level those rows set); on a longer sequence, the whole-sequence

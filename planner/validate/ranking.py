@@ -154,6 +154,20 @@ def stated_knobs(row: dict) -> tuple:
     return tuple(str(lay.get(k)) for k in STATED_KNOBS)
 
 
+def measured_gap(la: dict, lb: dict) -> float:
+    """How far apart two layouts were measured, relative to the slower (``order_stats``' test)."""
+    return abs(la["measured"] - lb["measured"]) / min(la["measured"], lb["measured"])
+
+
+def decisive_pairs(layouts: list[dict], decisive: float = DECISIVE):
+    """(a, b, planner right) for each pair of ``layouts`` measured more than ``decisive`` apart."""
+    for a in range(len(layouts)):
+        for b in range(a + 1, len(layouts)):
+            la, lb = layouts[a], layouts[b]
+            if measured_gap(la, lb) > decisive:
+                yield la, lb, (la["measured"] > lb["measured"]) == (la["predicted"] > lb["predicted"])
+
+
 def replicated_pairs(groups: list[dict], decisive: float = DECISIVE) -> dict:
     """Layout pairs measured in more than one group of the same job (groups of one study that
     differ in a kernel or framework setting, or a layout measured again): how often their
@@ -167,25 +181,19 @@ def replicated_pairs(groups: list[dict], decisive: float = DECISIVE) -> dict:
     instances = []  # (key, planner right)
     same_layout = 0
     for g in groups:
-        lays = g["layouts"]
-        for a in range(len(lays)):
-            for b in range(a + 1, len(lays)):
-                la, lb = lays[a], lays[b]
-                if abs(la["measured"] - lb["measured"]) / min(la["measured"], lb["measured"]) <= decisive:
-                    continue
-                if la["stated"] == lb["stated"]:
-                    same_layout += 1  # one layout, two decisive measurements: no order to get right
-                    continue
-                lo, hi = sorted((la, lb), key=lambda x: x["stated"])
-                key = (g.get("job"), lo["stated"], hi["stated"])
-                votes.setdefault(key, [0, 0])[0 if lo["measured"] > hi["measured"] else 1] += 1
-                right = (la["measured"] > lb["measured"]) == (la["predicted"] > lb["predicted"])
-                instances.append((key, right))
-    decisive_pairs = sum(sum(v) for v in votes.values()) + same_layout
+        for la, lb, right in decisive_pairs(g["layouts"], decisive):
+            if la["stated"] == lb["stated"]:
+                same_layout += 1  # one layout, two decisive measurements: no order to get right
+                continue
+            lo, hi = sorted((la, lb), key=lambda x: x["stated"])
+            key = (g.get("job"), lo["stated"], hi["stated"])
+            votes.setdefault(key, [0, 0])[0 if lo["measured"] > hi["measured"] else 1] += 1
+            instances.append((key, right))
+    n_decisive = sum(sum(v) for v in votes.values()) + same_layout
     repeated = [v for v in votes.values() if sum(v) > 1]
     contested = [right for key, right in instances if min(votes[key]) > 0]
     uncontested = [right for key, right in instances if min(votes[key]) == 0]
-    return {"decisive": decisive_pairs, "reachable": sum(max(v) for v in votes.values()),
+    return {"decisive": n_decisive, "reachable": sum(max(v) for v in votes.values()),
             "repeated_pairs": len(repeated), "repeated_measurements": sum(sum(v) for v in repeated),
             "repeated_agreeing": sum(max(v) for v in repeated),
             "uncontested": len(uncontested), "uncontested_right": sum(uncontested),
@@ -233,23 +241,16 @@ def knob_bias(groups: list[dict], decisive: float = DECISIVE) -> dict:
     larger value more than the measurements do (e.g. TP +5%: it over-rates larger TP)."""
     table = {k: {"pairs": 0, "pairs_right": 0, "log_bias": []} for k in KNOBS}
     for g in groups:
-        lays = g["layouts"]
-        for a in range(len(lays)):
-            for b in range(a + 1, len(lays)):
-                la, lb = lays[a], lays[b]
-                ma, mb, pa, pb = la["measured"], lb["measured"], la["predicted"], lb["predicted"]
-                if abs(ma - mb) / min(ma, mb) <= decisive:
+        for la, lb, right in decisive_pairs(g["layouts"], decisive):
+            for k in KNOBS:
+                va, vb = (la.get("values") or {}).get(k), (lb.get("values") or {}).get(k)
+                if va is None or vb is None or va == vb:
                     continue
-                right = (ma > mb) == (pa > pb)
-                for k in KNOBS:
-                    va, vb = (la.get("values") or {}).get(k), (lb.get("values") or {}).get(k)
-                    if va is None or vb is None or va == vb:
-                        continue
-                    hi, lo = (la, lb) if va > vb else (lb, la)
-                    t = table[k]
-                    t["pairs"] += 1
-                    t["pairs_right"] += int(right)
-                    t["log_bias"].append(np.log(hi["predicted"] / lo["predicted"]) - np.log(hi["measured"] / lo["measured"]))
+                hi, lo = (la, lb) if va > vb else (lb, la)
+                t = table[k]
+                t["pairs"] += 1
+                t["pairs_right"] += int(right)
+                t["log_bias"].append(np.log(hi["predicted"] / lo["predicted"]) - np.log(hi["measured"] / lo["measured"]))
     return {k: {"pairs": t["pairs"], "pairs_right": t["pairs_right"],
                 "share_right": t["pairs_right"] / t["pairs"] if t["pairs"] else None,
                 "mean_log_bias": float(np.mean(t["log_bias"])) if t["log_bias"] else None} for k, t in table.items()}
@@ -260,7 +261,7 @@ def tie_stats(groups: list[dict], decisive: float = DECISIVE) -> dict:
     tie when the two intervals overlap (``planner search`` marks such rows ``≈``). Pairs measured
     within the stated uncertainty (their measured gap below the larger relative half-width of the
     two intervals) should be called ties; decisive pairs beyond it should not."""
-    inside = inside_tied = beyond = beyond_tied = decisive_pairs = decisive_tied = 0
+    inside = inside_tied = beyond = beyond_tied = n_decisive = decisive_tied = 0
     for g in groups:
         lays = [lay for lay in g["layouts"] if lay.get("interval")]
         for a in range(len(lays)):
@@ -269,15 +270,15 @@ def tie_stats(groups: list[dict], decisive: float = DECISIVE) -> dict:
                 (lo_a, hi_a), (lo_b, hi_b) = la["interval"], lb["interval"]
                 tied = lo_a <= hi_b and lo_b <= hi_a
                 half = max((hi_a - lo_a) / (2 * la["predicted"]), (hi_b - lo_b) / (2 * lb["predicted"]))
-                gap = abs(la["measured"] - lb["measured"]) / min(la["measured"], lb["measured"])
+                gap = measured_gap(la, lb)
                 if gap <= half:
                     inside, inside_tied = inside + 1, inside_tied + int(tied)
                 else:
                     beyond, beyond_tied = beyond + 1, beyond_tied + int(tied)
                 if gap > decisive:
-                    decisive_pairs, decisive_tied = decisive_pairs + 1, decisive_tied + int(tied)
+                    n_decisive, decisive_tied = n_decisive + 1, decisive_tied + int(tied)
     return {"inside": inside, "inside_tied": inside_tied, "beyond": beyond, "beyond_tied": beyond_tied,
-            "decisive": decisive_pairs, "decisive_tied": decisive_tied}
+            "decisive": n_decisive, "decisive_tied": decisive_tied}
 
 
 def format_bias(bias: dict) -> list[str]:

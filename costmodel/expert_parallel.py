@@ -17,6 +17,7 @@ import numpy as np
 from costmodel import collectives
 from costmodel.compute import LayerTimes
 from costmodel.context import BF16, ChunkContext
+from costmodel.moe import expert_load
 from costmodel.placement import group_span
 
 
@@ -79,7 +80,7 @@ def all_to_all_per_pass(ctx: ChunkContext):
     if moe is None or not np.any(ctx.ep > 1):
         return np.zeros(ctx.n)
     ep_local, ep_nodes = group_span(batch.ep, batch.etp, ctx.domain)
-    imbalance = np.asarray(batch.moe_imbalance, dtype=np.float64)
+    imbalance = expert_load(batch)
     tokens = ctx.tokens_mb / np.where(ctx.sp, ctx.tp, 1.0)
     routed = tokens * moe.top_k * ctx.h * imbalance
     dedup = batch.is_("moe_dispatcher", "deepep") | batch.is_("moe_dispatcher", "hybridep")

@@ -17,6 +17,7 @@ import numpy as np
 
 from costmodel.compute import BF16_BYTES, _by_loss, logit_bytes, unfused_attention
 from costmodel.flops import attention_v_dim
+from costmodel.moe import expert_load
 from costmodel.pipeline import argmax3, select3, stage_layer_mix
 from costmodel.result import MEMORY_TERMS
 from hardware_catalog.schema import ModelSpec
@@ -210,7 +211,7 @@ def activation_bytes(ctx, selective) -> ActivationBytes:
 
         a_dense = ssm.layer_activation_bytes_per_token(model, tp, sp) + scores * ssm.attention_share(model)
     a_moe = activation_bytes_per_token(model, tp, sp, moe_layer=True, fp8=fp8,
-                                       imbalance=np.asarray(batch.moe_imbalance, dtype=np.float64)) + scores
+                                       imbalance=expert_load(batch)) + scores
     modules = selective.modules
     if np.any(modules > 1) and not model.hybrid_layers:
         a_dense = a_dense - recompute_module_savings_per_token(model, tp, sp, False, fp8, modules)

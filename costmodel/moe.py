@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.compute import BF16_BYTES, LayerTimes, bf16_gemm_efficiency, dense_layer_parts, gemm_time
+from costmodel.compute import (BF16_BYTES, LayerTimes, bf16_gemm_efficiency, dense_layer_parts, gemm_time,
+                               launch_gap_seconds)
 from costmodel.layout import LayoutBatch
 from hardware_catalog.schema import ModelSpec
 
@@ -76,7 +77,7 @@ class MoeShape:
     routed_tokens: np.ndarray
     """Routed token copies the busiest rank holds: local experts x tokens per expert."""
     imbalance: np.ndarray
-    """Busiest rank over the mean (``moe_imbalance``)."""
+    """Busiest rank's routed rows over the balanced mean (``expert_load``)."""
 
 
 def moe_shape(model: ModelSpec, batch: LayoutBatch, tokens, tp) -> MoeShape:
@@ -88,10 +89,23 @@ def moe_shape(model: ModelSpec, batch: LayoutBatch, tokens, tp) -> MoeShape:
     moe = model.moe
     ep = batch.ep.astype(np.float64)
     etp = batch.etp.astype(np.float64)
-    imbalance = np.asarray(batch.moe_imbalance, dtype=np.float64)
+    load = expert_load(batch)
     local = float(moe.num_experts) / ep
-    per_expert = tokens * float(moe.top_k) * ep * etp / (tp * float(moe.num_experts)) * imbalance
-    return MoeShape(local, per_expert, local * per_expert, imbalance)
+    per_expert = tokens * float(moe.top_k) * ep * etp / (tp * float(moe.num_experts)) * load
+    return MoeShape(local, per_expert, local * per_expert, load)
+
+
+def expert_load(batch: LayoutBatch) -> np.ndarray:
+    """Routed rows the busiest expert-parallel rank runs, over the balanced mean: the router's
+    ``moe_imbalance`` when dropless; at most the capacity factor F when tokens past capacity are
+    dropped (Megatron-Core moe_utils.get_capacity: F x tokens x top_k / experts per expert); F
+    exactly when every expert is padded to its capacity (token_dispatcher.py drop_and_pad), a
+    rank loaded below capacity running padding rows too."""
+    imbalance = np.asarray(batch.moe_imbalance, dtype=np.float64)
+    factor = np.asarray(batch.moe_capacity_factor, dtype=np.float64)
+    padded = np.asarray(batch.moe_pad_to_capacity, dtype=bool) & (factor > 0.0)
+    capped = np.where(factor > 0.0, np.minimum(imbalance, np.where(factor > 0.0, factor, 1.0)), imbalance)
+    return np.where(padded, factor, capped)
 
 
 def expert_gemm_efficiency(tokens_per_expert, efficiency):
@@ -122,7 +136,7 @@ class ExpertGemms:
     """Seconds the per-expert calls of the loop add over one fused launch (forward + backward)."""
 
 
-def expert_gemms(model: ModelSpec, batch: LayoutBatch, shape: MoeShape, kern) -> ExpertGemms:
+def expert_gemms(model: ModelSpec, batch: LayoutBatch, shape: MoeShape, kern, calib) -> ExpertGemms:
     """The routed experts' GEMMs: fc1 (h -> up, gated: 2·Fe) and fc2 (Fe -> h) per local expert,
     each split over etp, with M = tokens per expert."""
     h = float(model.hidden_size)
@@ -142,7 +156,10 @@ def expert_gemms(model: ModelSpec, batch: LayoutBatch, shape: MoeShape, kern) ->
     w_fc2, _ = wgrad_time(down_in, m, h, kern.peak, kern.eff, kern.hbm, kern.elem)
     local = shape.local_experts
     loop = batch.is_("moe_grouped_gemm", "loop")
-    per_call = np.where(loop, np.maximum(local - 1.0, 0.0) * EXPERT_CALL_US * 1e-6, 0.0)
+    # The loop's per-expert cost is host work (cuBLASLt setup, scales, stream hand-offs: an eager
+    # benchmark, EXPERT_CALL_US); replayed from a CUDA graph, each GEMM costs its launch gap.
+    per_gemm = np.where(layer_graphed(batch), launch_gap_seconds(batch, calib), EXPERT_CALL_US * 1e-6)
+    per_call = np.where(loop, np.maximum(local - 1.0, 0.0) * per_gemm, 0.0)
     calls_fwd, calls_bwd = 2.0 * per_call, (GROUPED_GEMM_CALLS - 2.0) * per_call
     return ExpertGemms(
         forward=local * (t_fc1 + t_fc2) + calls_fwd,
@@ -165,12 +182,25 @@ def syncs_host(batch: LayoutBatch) -> np.ndarray:
     """Where an MoE forward syncs the host: the alltoall and allgather dispatchers copy the
     per-expert token counts to the host for their all-to-all splits and for the grouped GEMM's
     splits (Megatron-Core token_dispatcher.py: cuda_sync_point 'before_ep_alltoall' when
-    dropless with EP, 'before_finish' without), and TransformerEngine's per-expert loop needs
-    the splits on the host whatever the dispatcher. DeepEP / HybridEP with a fused grouped GEMM
-    keep the counts on the device."""
+    dropless with EP, 'before_finish' without, 'before_permutation_1' when dropping without
+    padding), and TransformerEngine's per-expert loop needs the splits on the host whatever the
+    dispatcher. DeepEP / HybridEP with a fused grouped GEMM keep the counts on the device.
+    Padded to capacity, the alltoall dispatcher builds its counts on the host from the
+    capacity (torch.full, cuda_sync_point 'no_sync'; so does HybridEP), and the loop's splits
+    are those; the allgather dispatcher copies its counts back in every mode."""
     device_side = (batch.is_("moe_dispatcher", "deepep") | batch.is_("moe_dispatcher", "hybridep"))
     fused = batch.is_("moe_grouped_gemm", "fused")
-    return ~(device_side & fused)
+    padded = (np.asarray(batch.moe_pad_to_capacity, dtype=bool) & (np.asarray(batch.moe_capacity_factor) > 0.0)
+              & ~batch.is_("moe_dispatcher", "allgather"))
+    return ~(device_side & fused) & ~padded
+
+
+def layer_graphed(batch: LayoutBatch) -> np.ndarray:
+    """Where CUDA graphs hold the whole MoE layer: graphs on and no host sync in it (a graph
+    cannot hold a device-to-host copy: TransformerEngine make_graphed_callables, Megatron-Core
+    cuda_graphs.py; Megatron-Core v0.16 asserts 'moe cuda graph is only supported with
+    drop-padding MoE')."""
+    return np.asarray(batch.cuda_graphs, dtype=bool) & ~syncs_host(batch)
 
 
 def host_bound(layer: LayerTimes, host_ops_forward, synced) -> LayerTimes:
@@ -206,7 +236,7 @@ def moe_layer(model: ModelSpec, batch: LayoutBatch, gpu, calib, asm, shared) -> 
     Fe = float(moe.expert_ffn_hidden_size)
     Fs = float(moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size))
     shape = moe_shape(model, batch, kern.tokens, kern.tp)
-    experts = expert_gemms(model, batch, shape, kern)
+    experts = expert_gemms(model, batch, shape, kern, calib)
     t_shared = f_shared = t_su = t_sd = 0.0
     if Fs:
         t_su, f_su = kern.gemm(kern.tokens, h, (2.0 if model.gated_mlp else 1.0) * Fs / kern.tp)
@@ -248,13 +278,9 @@ def moe_layer(model: ModelSpec, batch: LayoutBatch, gpu, calib, asm, shared) -> 
     kernels = calib.kernels_per_layer + MOE_EXTRA_KERNELS_PER_LAYER
     loop = batch.is_("moe_grouped_gemm", "loop")
     host_ops = kernels + np.where(loop, 2.0 * np.maximum(shape.local_experts - 1.0, 0.0), 0.0)
-    synced = syncs_host(batch)
     # CUDA graphs replay a captured layer from one host launch, so its operators cost the host
-    # nothing each; a graph cannot hold a host sync (TransformerEngine make_graphed_callables /
-    # Megatron-Core cuda_graphs.py capture no device-to-host copy), so a layer that syncs keeps
-    # issuing operator by operator.
-    graphed = np.asarray(batch.cuda_graphs, dtype=bool) & ~synced
-    return host_bound(layer, np.where(graphed, 0.0, host_ops), synced)
+    # nothing each; a layer that syncs cannot be captured and keeps issuing operator by operator.
+    return host_bound(layer, np.where(layer_graphed(batch), 0.0, host_ops), syncs_host(batch))
 
 
 def dense_and_moe_layer_times(model: ModelSpec, counts, gpu, batch: LayoutBatch, calib,

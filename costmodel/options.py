@@ -527,7 +527,7 @@ class Layout:
         "allgather (every EP rank gathers all tokens) | hybridep (NVLink-domain dispatch, e.g. NVL72).",
         kind=CHOICE, group=IMPLEMENTATION, choices=DISPATCHERS, search=SETTING, label="{value}", phrase="{value} dispatcher", phrase_when="moe",
         source="DeepSeek-V3 report Sec. 3.2.2 (DeepEP); Megatron --moe-token-dispatcher-type",
-        rules=("moe_dispatcher_needs_moe",))
+        rules=("moe_dispatcher_needs_moe", "moe_pad_needs_capacity"))
     """MoE token dispatcher: alltoall (Megatron-Core's all-to-all, one copy per routed expert),
     deepep (DeepEP via --moe-token-dispatcher-type flex: one network copy per destination
     node, forwarded over NVLink), allgather (Megatron-Core's allgather dispatcher: every EP
@@ -556,6 +556,27 @@ class Layout:
     its received all-to-all bytes and its expert activations set the pace (costmodel.moe).
     1.0 is the forced balance of published MoE benchmarks (Megatron
     --moe-router-force-load-balancing)."""
+    moe_capacity_factor: float = option(
+        0.0, "Expert capacity as a multiple of each expert's balanced share of routed tokens; tokens past it are "
+        "dropped (Megatron --moe-expert-capacity-factor). 0 = dropless, Megatron's default.", kind=FLOAT,
+        group=IMPLEMENTATION, minimum=0.0, maximum=64.0, search=SETTING, label="capacity {value:g}",
+        phrase="capacity factor {value:g}", phrase_when="set",
+        source="Megatron-Core transformer/moe/moe_utils.py get_capacity; GShard (Lepikhin et al. 2020) Sec. 2.2 "
+               "expert capacity", rules=("moe_capacity_needs_moe", "moe_pad_needs_capacity"))
+    """Token drop: each expert takes at most ``capacity = factor x tokens x top_k / experts`` of a
+    micro-batch's routed copies (Megatron-Core moe_utils.get_capacity). Without padding it only
+    caps the busiest rank at ``factor`` times the mean (a rank loaded less runs what it got);
+    with ``moe_pad_to_capacity`` every expert runs exactly its capacity. 0 (default): dropless."""
+    moe_pad_to_capacity: bool = option(
+        False, "With a capacity factor, pad every expert's input to its capacity (Megatron "
+        "--moe-pad-expert-input-to-capacity): static shapes, so the token counts never go to the host.",
+        kind=FLAG, group=IMPLEMENTATION, search=SETTING, label="padded", phrase="padded to capacity {value}",
+        phrase_when="set", source="Megatron-Core transformer/moe/token_dispatcher.py (drop_and_pad)",
+        rules=("moe_pad_needs_capacity",))
+    """Pad each expert's rows to its capacity: every expert GEMM and every all-to-all carries
+    ``moe_capacity_factor`` times the balanced share, whatever the router did, and the
+    dispatcher knows its splits without reading the token counts back (no host sync; a CUDA
+    graph can capture the whole MoE layer). Needs ``moe_capacity_factor`` > 0."""
     grad_dtype: str = option(
         "fp32", "Gradient buffers and their data-parallel reduction: fp32 (Megatron main grads, FSDP reduce_dtype "
         "fp32) | bf16 (NeMo grad_sync_dtype bf16, Megatron-Core grad_reduce_in_fp32=False).", kind=CHOICE,

@@ -432,6 +432,28 @@ def _x_imbalance_moe(ctx, v):
             f"{ctx.model.name} is dense (only 1, the default, applies)")
 
 
+def _capacity_moe(ctx, c):
+    return (_f(c, "moe_capacity_factor", 0.0) == 0.0) | (ctx.num_experts > 0)
+
+
+def _x_capacity_moe(ctx, v):
+    return (f"moe_capacity_factor={float(v.get('moe_capacity_factor', 0.0)):g} caps what each expert takes, and "
+            f"{ctx.model.name} is dense (only 0, dropless, applies)")
+
+
+def _pad_capacity(ctx, c):
+    on = np.asarray(c.get("moe_pad_to_capacity", False)).astype(bool)
+    return ~on | ((_f(c, "moe_capacity_factor", 0.0) > 0.0) & (_a(c, "moe_dispatcher", 0) != DISPATCHERS.index("deepep")))
+
+
+def _x_pad_capacity(ctx, v):
+    if _name(DISPATCHERS, v.get("moe_dispatcher", 0)) == "deepep":
+        return ("moe_pad_to_capacity with moe_dispatcher=deepep: the flex dispatcher's DeepEP backend does not pad "
+                "to capacity (use alltoall or hybridep)")
+    return ("moe_pad_to_capacity pads each expert's input to its capacity, and there is none: set "
+            f"moe_capacity_factor > 0 (got {float(v.get('moe_capacity_factor', 0.0)):g}, dropless)")
+
+
 def _modules_selective(ctx, c):
     default = OPTIONS_BY_NAME["recompute_modules"].default_code
     return (_a(c, "recompute_modules", default) == default) | (_a(c, "recompute", 1) == RECOMPUTE.index("selective"))
@@ -703,6 +725,14 @@ RULES: tuple[Rule, ...] = (
     Rule("moe_imbalance_needs_moe", "an MoE load imbalance other than 1 needs an MoE model",
          ("moe_imbalance",), _imbalance_moe, _x_imbalance_moe,
          source="Megatron-Core MoE router (--moe-router-force-load-balancing); dense layers route nothing"),
+    Rule("moe_capacity_needs_moe", "an expert capacity factor needs an MoE model",
+         ("moe_capacity_factor",), _capacity_moe, _x_capacity_moe,
+         source="Megatron-LM --moe-expert-capacity-factor (MoE layers only)"),
+    Rule("moe_pad_needs_capacity", "padding experts to capacity needs a capacity factor, and not DeepEP",
+         ("moe_pad_to_capacity", "moe_capacity_factor", "moe_dispatcher"), _pad_capacity, _x_pad_capacity,
+         source="Megatron-Core transformer_config.py __post_init__ (moe_pad_expert_input_to_capacity requires "
+                "moe_expert_capacity_factor; 'Flex token dispatcher does not support "
+                "--moe-pad-expert-input-to-capacity', v0.16: the DeepEP backend)"),
     Rule("dp_shard_divides_dp", "the ZeRO sharding group (dp_shard) divides dp, with zero >= 1",
          ("dp_shard", "dp", "zero"), _dp_shard, _x_dp_shard,
          source="PyTorch FSDP2 HSDP mesh [replicate, shard]; Megatron-Core parallel_state.py (dp divisible by "

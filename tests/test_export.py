@@ -223,6 +223,27 @@ def test_moe_mixtral_all_formats(tmp_path):
     assert "--moe-layer-freq" not in meg  # every layer is MoE: Megatron's default 1
 
 
+def test_token_drop_written_and_read_back(tmp_path):
+    """Capacity-factor token drop padded to capacity: Megatron-LM --moe-expert-capacity-factor 1.25
+    --moe-pad-expert-input-to-capacity, Megatron-Bridge model.moe_expert_capacity_factor /
+    model.moe_pad_expert_input_to_capacity; each reads back as the same two options."""
+    from planner.launch import read_launch
+
+    rec = record(MIXTRAL, tp=2, pp=4, dp=8, ep=8, etp=2, vpp=2, gbs=256, seq_len=4096, moe_capacity_factor=1.25,
+                 moe_pad_to_capacity=True)
+    export(rec, MIXTRAL, tmp_path, formats="megatron,megatron-bridge")
+    meg = (tmp_path / "megatron_args.sh").read_text()
+    assert "--moe-expert-capacity-factor 1.25" in meg and "--moe-pad-expert-input-to-capacity" in meg
+    bridge = (tmp_path / "megatron_bridge_overrides.yaml").read_text()
+    assert "moe_expert_capacity_factor: 1.25" in bridge and "moe_pad_expert_input_to_capacity: true" in bridge
+    for name in ("megatron_args.sh", "megatron_bridge_overrides.yaml"):
+        launch = read_launch(tmp_path / name, model=MIXTRAL)
+        assert (launch.values["moe_capacity_factor"], launch.values["moe_pad_to_capacity"]) == (1.25, True), name
+    # Dropless (the default) writes neither.
+    export(moe_mixtral(), MIXTRAL, tmp_path / "dropless", formats="megatron")
+    assert "capacity" not in (tmp_path / "dropless" / "megatron_args.sh").read_text()
+
+
 def test_single_named_format_that_cannot_express_raises(tmp_path):
     with pytest.raises(PlannerInputError) as err:
         export(dense_405b(), LLAMA3_405B, tmp_path, formats="deepspeed")

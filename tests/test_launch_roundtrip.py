@@ -79,7 +79,8 @@ def view(record: dict, model) -> dict:
     if lay.dp * lay.cp == 1:  # one data-parallel rank: nothing to shard, every ZeRO stage runs as 0
         out.update(zero=0, dp_shard=None, zero3_gather="prefetch")
     if model.moe is None:  # the MoE settings are moot for a dense model
-        out.update(ep=1, etp=1, ep_comm_overlap=False, moe_dispatcher="alltoall", moe_grouped_gemm="loop")
+        out.update(ep=1, etp=1, ep_comm_overlap=False, moe_dispatcher="alltoall", moe_grouped_gemm="loop",
+                   moe_capacity_factor=0.0, moe_pad_to_capacity=False)
     if not (lay.tp > 1 and lay.pp > 1 and not lay.sp):  # split sends are moot (costmodel.schedule)
         out["p2p_scatter_gather"] = False
     if lay.vpp == 1 or lay.pp == 1:  # sends of the interleaved schedule only (costmodel.schedule)

@@ -80,15 +80,60 @@ def test_loop_adds_a_call_per_extra_expert():
     # beyond the first, per call: forward 2 calls · 15 · 28 us = 840 us, backward 4 · 15 · 28
     # = 1680 us more than one fused launch (TE PR #3134: (0.267 - 0.069) ms / 7 = 28 us).
     shape = moe.moe_shape(QWEN3_30B, _batch(ep=8, dp=8), 4096.0, 1.0)
-    loop = moe.expert_gemms(QWEN3_30B, _batch(ep=8, dp=8), shape, _kern())
+    loop = moe.expert_gemms(QWEN3_30B, _batch(ep=8, dp=8), shape, _kern(), DEFAULT)
     fused = moe.expert_gemms(QWEN3_30B, _batch(ep=8, dp=8, moe_grouped_gemm=GROUPED_GEMMS.index("fused")), shape,
-                             _kern())
+                             _kern(), DEFAULT)
     assert loop.forward[0] - fused.forward[0] == pytest.approx(840e-6)
     assert loop.backward[0] - fused.backward[0] == pytest.approx(1680e-6)
     assert loop.calls[0] == pytest.approx(2520e-6)
     # One local expert (Mixtral at ep 8): the loop is one call, nothing added.
     one = moe.moe_shape(MIXTRAL, _batch(ep=8, dp=8), 4096.0, 1.0)
-    assert moe.expert_gemms(MIXTRAL, _batch(ep=8, dp=8), one, _kern()).calls[0] == 0.0
+    assert moe.expert_gemms(MIXTRAL, _batch(ep=8, dp=8), one, _kern(), DEFAULT).calls[0] == 0.0
+
+
+def test_capacity_caps_or_pads_the_busiest_rank():
+    # Megatron-Core get_capacity: each expert takes at most F x its balanced share. Qwen3-30B
+    # at ep 8 (2048 rows per expert when balanced): dropless at imbalance 1.5 -> 3072; capacity
+    # factor 1.25 caps it at 1.25 x 2048 = 2560; a rank loaded below capacity (imbalance 1.0)
+    # runs its 2048 unless padded, when every expert runs exactly 2560.
+    rows = {}
+    for name, cols in {"dropless": dict(moe_imbalance=1.5),
+                       "capped": dict(moe_imbalance=1.5, moe_capacity_factor=1.25),
+                       "under": dict(moe_imbalance=1.0, moe_capacity_factor=1.25),
+                       "padded": dict(moe_imbalance=1.0, moe_capacity_factor=1.25, moe_pad_to_capacity=True),
+                       "padded_drop": dict(moe_imbalance=1.5, moe_capacity_factor=1.25, moe_pad_to_capacity=True)}.items():
+        rows[name] = moe.moe_shape(QWEN3_30B, _batch(ep=8, dp=8, **cols), 4096.0, 1.0).tokens_per_expert[0]
+    assert rows == {"dropless": 3072.0, "capped": 2560.0, "under": 2048.0, "padded": 2560.0, "padded_drop": 2560.0}
+
+
+def test_padded_all_to_all_carries_capacity_rows():
+    # Mixtral ep 8, alltoall, BF16 both ways: padded to capacity 1.5 the dispatch and combine carry
+    # 1.5x the balanced copies (C x E rows per rank, token_dispatcher.py drop_and_pad) whatever the
+    # router did: the same bytes as dropless at imbalance 1.5.
+    padded = _ctx(MIXTRAL, tp=1, dp=8, ep=8, mbs=1, moe_capacity_factor=1.5, moe_pad_to_capacity=True)
+    skewed = _ctx(MIXTRAL, tp=1, dp=8, ep=8, mbs=1, moe_imbalance=1.5)
+    elems = 4096 * 2 * 4096 * 1.5
+    expected = 2 * (7 * ALPHA_IN + 7 / 8 * elems * 2 / B_IN)
+    assert expert_parallel.all_to_all_per_pass(padded)[0] == pytest.approx(expected, rel=1e-12)
+    assert expert_parallel.all_to_all_per_pass(skewed)[0] == pytest.approx(expected, rel=1e-12)
+
+
+def test_graphed_loop_pays_a_launch_gap_per_expert():
+    # Padded to capacity the alltoall dispatcher never syncs, so a CUDA graph holds the whole
+    # layer and TransformerEngine's loop costs each extra expert its launch gap (8 - 0.4 us at
+    # the shipped kernel overhead less the graph saving) instead of 28 us of host setup: Qwen3-30B
+    # at ep 8, forward 2 calls x 15 x 7.6 us = 228 us over one fused launch.
+    cols = dict(ep=8, dp=8, moe_capacity_factor=1.0, moe_pad_to_capacity=True, cuda_graphs=True)
+    b = _batch(**cols)
+    shape = moe.moe_shape(QWEN3_30B, b, 4096.0, 1.0)
+    graphed = moe.expert_gemms(QWEN3_30B, b, shape, _kern(), DEFAULT)
+    fused = moe.expert_gemms(QWEN3_30B, _batch(**cols, moe_grouped_gemm=GROUPED_GEMMS.index("fused")), shape,
+                             _kern(), DEFAULT)
+    gap = (DEFAULT.kernel_overhead_us - 0.4) * 1e-6
+    assert graphed.forward[0] - fused.forward[0] == pytest.approx(2 * 15 * gap)
+    # Without padding the dispatcher syncs, the layer cannot be captured: 28 us each again.
+    eager = _batch(ep=8, dp=8, moe_capacity_factor=1.0, cuda_graphs=True)
+    assert moe.expert_gemms(QWEN3_30B, eager, shape, _kern(), DEFAULT).calls[0] == pytest.approx(6 * 15 * 28e-6)
 
 
 def test_backward_is_dgrad_plus_wgrad_not_twice_forward():
@@ -96,7 +141,7 @@ def test_backward_is_dgrad_plus_wgrad_not_twice_forward():
     # pays 1 + 350/256 = 2.37x per tile, so backward > 2 x forward.
     b = _batch(moe_grouped_gemm=GROUPED_GEMMS.index("fused"))
     shape = moe.moe_shape(QWEN3_30B, b, 4096.0, 1.0)
-    g = moe.expert_gemms(QWEN3_30B, b, shape, _kern())
+    g = moe.expert_gemms(QWEN3_30B, b, shape, _kern(), DEFAULT)
     assert shape.tokens_per_expert[0] == 256.0
     assert g.backward[0] > 2.0 * g.forward[0]
 
@@ -110,6 +155,13 @@ def test_host_sync_by_dispatcher_and_grouped_gemm():
                                                     d["hybridep"], d["allgather"]],
                                     moe_grouped_gemm=[loop, fused, fused, fused, loop, fused])
     assert moe.syncs_host(batch).tolist() == [True, True, False, False, True, True]
+    # Padded to capacity (token_dispatcher.py drop_and_pad: counts built on the host from the
+    # capacity, cuda_sync_point 'no_sync') alltoall and HybridEP never sync, even with the loop;
+    # allgather copies its counts back in every mode; dropping without padding still syncs.
+    pad = LayoutBatch.from_arrays(moe_dispatcher=[d["alltoall"], d["hybridep"], d["allgather"], d["alltoall"]],
+                                  moe_grouped_gemm=[loop, loop, fused, loop], moe_capacity_factor=[1.0, 1.0, 1.0, 1.0],
+                                  moe_pad_to_capacity=[True, True, True, False])
+    assert moe.syncs_host(pad).tolist() == [False, False, True, True]
 
 
 def test_host_bound_layer():
@@ -257,3 +309,15 @@ def test_cuda_graphs_lift_the_host_timeline_only_where_the_layer_does_not_sync()
 
     assert saving("deepep", 256) > 1.5 * saving("deepep", 4096) > 0
     assert saving("alltoall", 256) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_token_drop_never_runs_more_than_dropless_or_padded():
+    # Properties of expert_load over a grid: dropping caps the busiest rank (never above dropless),
+    # padding runs exactly the capacity (never below what dropping without padding runs).
+    imb, cap = np.meshgrid(np.linspace(1.0, 3.0, 9), np.linspace(0.5, 2.5, 9))
+    imb, cap = imb.ravel(), cap.ravel()
+    dropless = moe.expert_load(LayoutBatch.from_arrays(moe_imbalance=imb))
+    capped = moe.expert_load(LayoutBatch.from_arrays(moe_imbalance=imb, moe_capacity_factor=cap))
+    padded = moe.expert_load(LayoutBatch.from_arrays(moe_imbalance=imb, moe_capacity_factor=cap,
+                                                     moe_pad_to_capacity=np.ones(imb.size, dtype=bool)))
+    assert np.all(capped <= dropless) and np.all(capped <= padded) and np.all(padded == cap)

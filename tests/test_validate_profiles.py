@@ -79,6 +79,8 @@ def test_profile_entries_name_real_options_and_valid_values_with_a_source():
                         assert opt.parse(",".join(v)) == v, (name, v)
                     elif v in (PP_STAGES_MICROBATCHES, LOOPED_TWO_CHUNKS, LAYOUT_SLOTS, LAYOUT_HEAD_SLOTS):  # policies
                         assert name in ("mbs", "vpp", "pp_first_layers", "pp_last_layers"), (name, v)
+                    elif opt.kind == "float":  # a real number within its declared range
+                        assert not isinstance(v, bool) and opt.minimum <= v <= opt.maximum, (name, v)
                     else:  # flags are bools; counts (recompute_layers: -q = q quarters) ints
                         assert isinstance(v, bool) == (opt.kind == "flag") and isinstance(v, int), (name, v)
 
@@ -437,3 +439,20 @@ def test_a_4bit_row_is_priced_as_mxfp8_and_says_so():
     h100["layout"]["precision"] = "nvfp4"
     with pytest.raises(PlannerInputError, match=r"precision 'nvfp4': .*Blackwell.*h100"):
         map_run(h100)
+
+
+def test_bridge_2509_moe_token_drop_and_qwen3_blackwell_graphs():
+    # Megatron-Bridge 25.09 run_script.py: apply_moe_token_drop (capacity factor 1.0, padded) for
+    # every Qwen3 MoE run and for DeepSeek-V3 on B200 / GB200 (DeepEP only on H100); the Qwen3-30B
+    # YAML sets cuda_graphs true on B200 and GB200 (whole layer: cuda_graph_scope 'full').
+    for row_id, graphs in (("mbridge2509_b200_qwen3_30b_a3b_8gpu", True), ("mbridge2509_gb200_qwen3_30b_a3b_8gpu", True),
+                           ("mbridge2509_h100_qwen3_30b_a3b_16gpu", False),
+                           ("mbridge2509_b200_qwen3_235b_a22b_64gpu", False),
+                           ("mbridge2509_gb200_deepseekv3_256gpu", False)):
+        run = map_run(ROWS[row_id])
+        assert (run.pins["moe_capacity_factor"], run.pins["moe_pad_to_capacity"]) == (1.0, True), row_id
+        assert run.pins["moe_dispatcher"] == "alltoall", row_id
+        assert bool(run.pins.get("cuda_graphs")) is graphs, row_id
+    # DeepSeek-V3 on H100 runs dropless with DeepEP; 25.11 presets are dropless (token drop opt-in).
+    for row_id in ("mbridge2509_h100_deepseekv3_1024gpu", "mbridge2511_h100_qwen3_30b_a3b_16gpu"):
+        assert "moe_capacity_factor" not in map_run(ROWS[row_id]).pins, row_id

@@ -26,7 +26,8 @@ _SKIPPED = {"bf16", "fp8_format", "fp8_recipe", "fp8_amax_history_len", "fp8_ama
 the model's seq_length in Bridge) or left to the recipe (router settings, not priced)."""
 
 
-_MOE_OPTIONS = frozenset({"ep", "etp", "ep_comm_overlap", "moe_dispatcher", "moe_grouped_gemm"})
+_MOE_OPTIONS = frozenset({"ep", "etp", "ep_comm_overlap", "moe_dispatcher", "moe_grouped_gemm", "moe_capacity_factor",
+                          "moe_pad_to_capacity"})
 """Options that exist only for a MoE model (left to the recipe for a dense one)."""
 
 

@@ -63,7 +63,7 @@ TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
                        "reader takes it from planner's command line") for o in (
     "tp", "pp", "dp", "ep", "etp", "vpp", "mbs", "gbs", "seq_len", "recompute", "recompute_layers", "recompute_share",
     "recompute_modules", "sequence_parallel", "attention", "kernels", "loss", "tp_comm_overlap", "tp_overlap_kind",
-    "ep_comm_overlap", "moe_dispatcher", "moe_grouped_gemm", "zero3_gather", "pp_first_layers", "pp_last_layers")) + (
+    "ep_comm_overlap", "moe_dispatcher", "moe_grouped_gemm", "moe_capacity_factor", "moe_pad_to_capacity", "zero3_gather", "pp_first_layers", "pp_last_layers")) + (
     ("fp8_recipe", "moot: a DeepSpeed config has no FP8 (precision fp8 is refused, rule deepspeed_no_fp8), so no "
                    "FP8 scaling recipe either"),
     ("launch_blocking", "an environment variable of the launch (CUDA_LAUNCH_BLOCKING=1), no DeepSpeed config setting: a reader takes it from planner's command line"),),

@@ -182,6 +182,13 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
         releases="Megatron-Core r0.9 to Megatron-LM 2caa681a1d (2026-03-04), which removed GroupedMLP",
         source="Megatron-LM arguments.py@000c4ac24f61 --moe-use-legacy-grouped-gemm (GroupedMLP: grouped_gemm "
                "CUTLASS kernel, one launch)"),
+    # Token drop: --moe-expert-capacity-factor (default None: dropless) caps each expert's tokens;
+    # --moe-pad-expert-input-to-capacity pads every expert to it (TransformerConfig requires the factor).
+    Row("moe_capacity_factor", 0.0, (), default=True, source=ARGS + " --moe-expert-capacity-factor (default None: dropless)"),
+    Row("moe_capacity_factor", NUMBER, (("moe_expert_capacity_factor", 0),),
+        source=ARGS + " --moe-expert-capacity-factor; Megatron-Core transformer/moe/moe_utils.py get_capacity"),
+    *_on("moe_pad_to_capacity", "moe_pad_expert_input_to_capacity",
+         ARGS + " --moe-pad-expert-input-to-capacity; " + _TCFG + " (needs moe_expert_capacity_factor)"),
     # Pipeline sends: Megatron-Core sends the whole activation (or the SP shard) from every TP rank;
     # scatter_gather_tensors_in_pipeline was Megatron-LM's p2p_communication.py before Megatron-Core.
     Row("p2p_scatter_gather", False, (), default=True,

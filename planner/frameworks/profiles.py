@@ -282,6 +282,22 @@ _BRIDGE_2509_DEEPSEEK_V3 = (
 )
 """What Megatron-Bridge 25.09's performance script fixes for DeepSeek-V3 beyond the table."""
 
+_TOKEN_DROP_2509 = ("Megatron-Bridge 25.09 (commits 6307e8a37 and 47ff48829) scripts/performance/run_script.py: "
+                    "apply_moe_token_drop (src/megatron/bridge/training/utils/moe_token_drop.py: "
+                    "moe_expert_capacity_factor 1.0, moe_pad_expert_input_to_capacity True)")
+_BRIDGE_2509_TOKEN_DROP = Entry(
+    {"moe_capacity_factor": 1.0, "moe_pad_to_capacity": True, "moe_dispatcher": "alltoall"},
+    "token drop at capacity factor 1.0, padded to capacity (Megatron-Bridge 25.09 MoE performance scripts)",
+    source=_TOKEN_DROP_2509 + " for every Qwen3 MoE run and for DeepSeek-V3 on B200 / GB200 (use_tokendrop = gpu in "
+           "['b200', 'gb200'], which also leaves DeepEP off: the helper asserts the alltoall dispatcher)",
+    when=(When(text="25.09", model_name="qwen3-30b"), When(text="25.09", model_name="qwen3-235b"),
+          When(text="25.09", model_name="deepseek-v3", gpu="b200"), When(text="25.09", model_name="deepseek-v3", gpu="gb200")))
+_BRIDGE_2509_QWEN3_30B_GRAPHS = Entry(
+    {"cuda_graphs": True}, "whole-layer CUDA graphs (Megatron-Bridge 25.09 Qwen3-30B-A3B on B200 / GB200)",
+    source="Megatron-Bridge 25.09 scripts/performance/configs/qwen3/qwen3_30b_a3b_llm_pretrain.yaml: cuda_graphs true "
+           "for b200 and gb200 (commits 6307e8a37 and 47ff48829); utils/helpers.py set_cuda_graph_overrides: "
+           "enable_cuda_graph, cuda_graph_scope left at Megatron-Core's 'full' (the whole layer)",
+    when=(When(text="25.09", model_name="qwen3-30b", gpu="b200"), When(text="25.09", model_name="qwen3-30b", gpu="gb200")))
 _BRIDGE_LATER_DEEPSEEK_V3 = (
     Entry({"pp_first_layers": LAYOUT_SLOTS, "pp_last_layers": LAYOUT_SLOTS},
           "pipeline layout Et|(tt|)*30mL: embedding, loss and the MTP layer take layer slots",
@@ -424,6 +440,8 @@ PROFILES: tuple[Profile, ...] = (
         _TPO_STATED,
         _TPO_SEARCHED,
         *_BRIDGE_2509_DEEPSEEK_V3,
+        _BRIDGE_2509_TOKEN_DROP,
+        _BRIDGE_2509_QWEN3_30B_GRAPHS,
         *_BRIDGE_LATER_DEEPSEEK_V3,
         *_BRIDGE_2511_DEEPSEEK_V3_BLACKWELL,
         *_BRIDGE_H100_MOE,

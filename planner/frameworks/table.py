@@ -65,10 +65,10 @@ class Row:
 class Above:
     """``Refusal.values`` for a number option: every number above ``bound`` (e.g. any layer count > 0)."""
 
-    bound: int
+    bound: float
 
     def __contains__(self, value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value > self.bound
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value > self.bound
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ class Table:
         for row in self.rows_for(option):
             if not row.write or (row.when is not None and plan is not None and not row.when(plan)):
                 continue
-            if row.value == NUMBER and not isinstance(value, bool) and isinstance(value, int):
+            if row.value == NUMBER and not isinstance(value, bool) and isinstance(value, (int, float)):
                 return [(key, value) for key, _ in row.sets] + list(row.also)
             if row.value == value:
                 return list(row.sets) + list(row.also)

@@ -312,6 +312,9 @@ TABLE = Table("torchtitan",
     # default True); the exported llama3 flavors are dense, so the loop is moot there (refused for MoE).
     Row("moe_grouped_gemm", "fused", (), default=True, source="torchtitan models/moe/moe.py: torch._grouped_mm"),
     Row("moe_grouped_gemm", "loop", (), source="moot for the dense llama3 flavors (refused for an MoE plan)"),
+    # torchtitan's MoE routes token-choice top-k without a capacity (dropless, no padding).
+    Row("moe_capacity_factor", 0.0, (), default=True, source="torchtitan models/moe/moe.py (dropless routing)"),
+    Row("moe_pad_to_capacity", False, (), default=True, source="torchtitan models/moe/moe.py (dropless routing)"),
     # Pipeline sends: torch.distributed.pipelining sends each stage's output tensor whole from every rank.
     Row("p2p_scatter_gather", False, (), default=True, source="torch/distributed/pipelining/stage.py (whole tensors)"),
     Row("p2p_scatter_gather", True, (), source="moot without a pipeline, at tp 1 or with SP (refused where it applies)"),
@@ -377,6 +380,10 @@ TABLE = Table("torchtitan",
     Refusal("moe_grouped_gemm", ("loop",), "torchtitan_grouped_gemm", "moe_grouped_gemm loop prices TransformerEngine's "
             "per-expert GEMMs; torchtitan's MoE runs torch._grouped_mm, one launch: price with --moe-grouped-gemm fused",
             "torchtitan models/moe/moe.py", when=lambda plan: plan.is_moe),
+    Refusal("moe_capacity_factor", Above(0), "torchtitan_token_drop", "a capacity factor prices token drop; "
+            "torchtitan's MoE is dropless: price with --moe-capacity-factor 0", "torchtitan models/moe/moe.py"),
+    Refusal("moe_pad_to_capacity", (True,), "torchtitan_token_drop", "padding experts to capacity prices token drop; "
+            "torchtitan's MoE is dropless: price with --moe-pad-to-capacity false", "torchtitan models/moe/moe.py"),
     Refusal("p2p_scatter_gather", (True,), "torchtitan_p2p_scatter_gather", "p2p_scatter_gather on prices pipeline "
             "sends split over the TP ranks (Megatron-LM before Megatron-Core, DeepSpeed); torch.distributed.pipelining "
             "sends whole tensors: price with --p2p-scatter-gather false", "torch/distributed/pipelining/stage.py",

@@ -206,7 +206,8 @@ def prune_defaults(launch: Launch) -> None:
     v = launch.values
     moot = set()
     if launch.model is not None and launch.model.moe is None:
-        moot |= {"ep", "etp", "ep_comm_overlap", "moe_dispatcher", "moe_grouped_gemm"}
+        moot |= {"ep", "etp", "ep_comm_overlap", "moe_dispatcher", "moe_grouped_gemm", "moe_capacity_factor",
+                 "moe_pad_to_capacity"}
     if v.get("tp", 1) == 1:
         moot |= {"tp_comm_overlap", "sequence_parallel"}
     if v.get("pp", 1) == 1:
@@ -391,7 +392,7 @@ def _precision(s: Settings, launch: Launch) -> None:
 
 _READ_ELSEWHERE = frozenset({"tp", "pp", "cp", "ep", "etp", "sequence_parallel", "vpp", "zero", "dp_shard",
                              "dp_comm_overlap", "grad_dtype", "precision", "moe_dispatcher", "attention",
-                             "cp_comm_type", "fp8_recipe", "cpu_offload_layers"})
+                             "cp_comm_type", "fp8_recipe", "cpu_offload_layers", "moe_capacity_factor"})
 """Table options read with the degrees, pipeline, data parallelism and precision; ``_implementation``
 reads every other option of the table, so a new Megatron setting is one row of the table."""
 
@@ -419,6 +420,8 @@ def _implementation(s: Settings, launch: Launch) -> None:
         # ncclep (TransformerEngine's NCCL EP): a flex backend planner has no price for.
         launch.cannot(f"{s.label('moe_flex_dispatcher_backend')} {backend}", "as DeepEP (--moe-dispatcher deepep)")
     _read(s, launch, "moe_dispatcher", why="Megatron's default allgather dispatcher")
+    # --moe-expert-capacity-factor F (None: dropless)
+    _read(s, launch, "moe_capacity_factor", number, why="dropless")
 
 
 def _attention(s: Settings, launch: Launch) -> None:

@@ -456,3 +456,12 @@ def test_bridge_2509_moe_token_drop_and_qwen3_blackwell_graphs():
     # DeepSeek-V3 on H100 runs dropless with DeepEP; 25.11 presets are dropless (token drop opt-in).
     for row_id in ("mbridge2509_h100_deepseekv3_1024gpu", "mbridge2511_h100_qwen3_30b_a3b_16gpu"):
         assert "moe_capacity_factor" not in map_run(ROWS[row_id]).pins, row_id
+
+
+def test_2022_megatron_deepspeed_and_gpt_neox_attention_is_unfused():
+    # BLOOM (ALiBi, before FlashAttention took additive biases) and GPT-NeoX 20B (fused upper-triangular
+    # softmax in configs/20B.yml) stored their attention scores; later DeepSpeed pipeline-engine rows keep the search.
+    for row_id in ("bloom_176b_384gpu", "gpt_neox_20b_96gpu"):
+        assert map_run(ROWS[row_id]).pins["attention"] == "unfused", row_id
+    later = apply_profiles(RowFacts(framework="megatron-deepspeed", year=2023))[0]
+    assert "attention" not in later

@@ -496,6 +496,14 @@ PROFILES: tuple[Profile, ...] = (
     )),
     Profile("Megatron-DeepSpeed (DeepSpeed pipeline engine)", r"megatron-deepspeed|deepspeed pipeline|gpt-neox", (
         _BEFORE_FLASH,
+        Entry({"attention": "unfused"}, "unfused attention (2022 Megatron-DeepSpeed / GPT-NeoX: fused softmax over "
+              "stored scores)",
+              source="BigScience tr11-176B-ml slurm: --position-embedding-type alibi, an additive bias FlashAttention "
+                     "took only from FlashAttention-2 v2.4 (Dec 2023), so Megatron-DeepSpeed's ParallelAttention "
+                     "(megatron/model/transformer.py) materialised the scores for its FusedScaleMaskSoftmax; GPT-NeoX "
+                     "20B's configs/20B.yml: scaled-upper-triang-masked-softmax-fusion (Black et al. 2022), before "
+                     "GPT-NeoX took FlashAttention in 2023",
+              when=(When(year_max=2022),)),
         _DS_PIPE_SCATTER,
         _DS_PIPE_GRADS_AFTER,
         Entry({"vpp": 1}, "",

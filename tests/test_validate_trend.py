@@ -9,11 +9,12 @@ from types import SimpleNamespace
 import pytest
 
 from planner.validate.ranking import replicated_pairs
-from planner.validate.trend import format_trend_line, scale_trends, slope_per_decade
+from planner.validate.trend import format_trend_line, held_choice_slopes, scale_trends, slope_per_decade
 
 
-def _row(gpus, error, series="src | model | fw", confidence="medium"):
-    return SimpleNamespace(gpus=gpus, error=error, confidence=confidence, traits={"series": series})
+def _row(gpus, error, series="src | model | fw", confidence="medium", alternatives=None):
+    return SimpleNamespace(gpus=gpus, error=error, confidence=confidence, traits={"series": series},
+                           reported=100.0, alternatives=alternatives or {})
 
 
 def test_slope_per_decade_by_hand():
@@ -71,3 +72,24 @@ def test_replicated_pairs_by_hand():
     # The same layout measured twice, decisively apart: a pair no ranking can order.
     same = {"id": "g4", "job": "j", "layouts": [_lay("A", 100), _lay("A", 110)]}
     assert replicated_pairs([same])["reachable"] == 0 and replicated_pairs([same])["decisive"] == 1
+
+
+def test_a_trend_held_at_one_unstated_choice():
+    # Three rows at 10, 100, 1000 GPUs, each measured at 100 tokens/s/GPU. The search took the
+    # fastest virtual-stage count: errors 0, +5%, +10% (5 points per decade, a trend). Held at
+    # vpp 2 every row predicts 100 (slope 0, no trend); at vpp 4, 100 / 102 / 104 (+2 points per
+    # decade, residual-free: a trend). A choice only some rows can run (vpp 8) is not tried.
+    alts = [{(("vpp", 2),): 100.0, (("vpp", 4),): 100.0},
+            {(("vpp", 2),): 100.0, (("vpp", 4),): 102.0, (("vpp", 8),): 105.0},
+            {(("vpp", 2),): 100.0, (("vpp", 4),): 104.0, (("vpp", 8),): 110.0}]
+    rows = [_row(g, e, alternatives=a) for g, e, a in zip((10, 100, 1000), (0.0, 0.05, 0.10), alts)]
+    t = scale_trends(rows)[0]
+    assert t["trend"] and t["slope_per_decade"] == pytest.approx(0.05)
+    held = t["held"]
+    assert (held["knobs"], held["choices"], held["without_trend"]) == (["vpp"], 2, 1)
+    assert held["slope_min"] == pytest.approx(0.0, abs=1e-12) and held["slope_max"] == pytest.approx(0.02)
+    assert held["flattest"]["choice"] == {"vpp": 2}
+    assert "held at one value in every row" in format_trend_line(t) and "vpp 2" in format_trend_line(t)
+    # One shared choice that every row ran anyway says nothing new: not reported.
+    same = [_row(g, e, alternatives={(("vpp", 1),): 100.0 * (1 + e)}) for g, e in zip((10, 100, 1000), (0.0, 0.05, 0.10))]
+    assert held_choice_slopes(same, 0.05) is None

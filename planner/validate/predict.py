@@ -41,6 +41,31 @@ class RowResult:
     """The predicted layout, every option (``Layout.to_dict``)."""
     traits: dict = field(default_factory=dict)
     """What the row states that families test (``planner.validate.families.RowTraits``)."""
+    alternatives: dict = field(default_factory=dict)
+    """Where the row leaves the schedule knobs (``ALTERNATIVE_KNOBS``) to the search: for each
+    value of them, e.g. ``(("vpp", 2), ("mbs", 1))``, the fastest fitting prediction with it
+    (tokens/s/GPU); the trend report holds them fixed across a series (not in --json)."""
+
+
+ALTERNATIVE_KNOBS = ("vpp", "mbs")
+"""Searched knobs whose choice the trend report varies (``planner.validate.trend``): the
+virtual-stage count and the micro-batch size set the pipeline bubble's share of a step, which
+grows as a strong-scaling study spreads one batch over more GPUs."""
+
+
+def fastest_by_choice(batch, out, knobs) -> dict:
+    """{((knob, value), ...): the fastest fitting tokens/s/GPU among the candidates with those values}."""
+    fits = np.nonzero(out.fits)[0]
+    if not knobs or len(fits) == 0:
+        return {}
+    cols = np.stack([np.asarray(getattr(batch, k))[fits] for k in knobs], axis=1)
+    speed = out.tokens_per_s_per_gpu[fits]
+    best: dict = {}
+    for row, value in zip(map(tuple, cols.tolist()), speed.tolist()):
+        key = tuple(zip(knobs, row))
+        if value > best.get(key, -1.0):
+            best[key] = value
+    return best
 
 
 def _layout_known(run: MappedRun) -> bool:
@@ -156,6 +181,7 @@ def predict_run(run: MappedRun, calib: Calibration = DEFAULT) -> RowResult:
         res.chosen["recompute_modules"] = list(lay.recompute_modules or ("core_attn",))
     res.layout = layout_label(lay)
     res.values = recorded_layout(run.model, lay)  # partial recompute in layers per stage
+    res.alternatives = fastest_by_choice(batch, out, [k for k in ALTERNATIVE_KNOBS if k in run.searched])
     res.predicted_memory_gib = float(out.memory_gib["peak"][best])
     if res.reported_memory_gib:
         res.memory_error = (res.predicted_memory_gib - res.reported_memory_gib) / res.reported_memory_gib

@@ -174,6 +174,11 @@ def format_production_check(check: dict) -> str:
     return "\n".join(lines)
 
 
+def _row_json(r) -> dict:
+    """A row of --json: the result without the per-choice alternatives the trend report uses."""
+    return {k: v for k, v in r.__dict__.items() if k != "alternatives"}
+
+
 def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = "high", plot: Optional[Path] = None,
                  calib=None, skip_invalid: bool = False) -> None:
     """The command. The shipped reference set's table is printed as published (its rows state
@@ -194,7 +199,7 @@ def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = 
     users = runs is not None
     summary = summarize(results, confidence, state_filter=users)
     if not any(r.error is not None for r in results):
-        typer.echo(json.dumps({"rows": [r.__dict__ for r in results], "summary": summary}, indent=2) if as_json
+        typer.echo(json.dumps({"rows": [_row_json(r) for r in results], "summary": summary}, indent=2) if as_json
                    else format_table(results, summary))
         typer.echo(f"error: no row of {runs} could be mapped (the reasons are listed)", err=True)
         raise typer.Exit(NOTHING_MAPPED)
@@ -202,7 +207,7 @@ def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = 
     # gets its own rows and notes only.
     check = None if users else llama3_405b_production_check()
     if as_json:
-        out = {"rows": [r.__dict__ for r in results], "summary": summary}
+        out = {"rows": [_row_json(r) for r in results], "summary": summary}
         if check is not None:
             out["llama3_405b_production"] = check
         if skipped:

@@ -93,3 +93,6 @@ def test_a_trend_held_at_one_unstated_choice():
     # One shared choice that every row ran anyway says nothing new: not reported.
     same = [_row(g, e, alternatives={(("vpp", 1),): 100.0 * (1 + e)}) for g, e in zip((10, 100, 1000), (0.0, 0.05, 0.10))]
     assert held_choice_slopes(same, 0.05) is None
+    # One shared choice other than what the rows ran is reported (its slope differs from the series').
+    other = [_row(g, e, alternatives={(("vpp", 1),): 100.0}) for g, e in zip((10, 100, 1000), (0.0, 0.05, 0.10))]
+    assert held_choice_slopes(other, 0.05)["slope_min"] == pytest.approx(0.0, abs=1e-12)

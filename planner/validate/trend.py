@@ -77,8 +77,7 @@ def held_choice_slopes(rows, slope: float | None = None) -> dict | None:
     gpus = [r.gpus for r in rows]
     fits = []
     for key in sorted(keys):
-        slope, se = slope_per_decade(gpus, [r.alternatives[key] / r.reported - 1.0 for r in rows])
-        fits.append((key, slope, se))
+        fits.append((key, *slope_per_decade(gpus, [r.alternatives[key] / r.reported - 1.0 for r in rows])))
     if len(fits) == 1 and slope is not None and abs(fits[0][1] - slope) < 1e-9:
         return None
     flat = [(k, s, e) for k, s, e in fits if not abs(s) > 2 * e]

@@ -65,7 +65,8 @@ def power_limited(gpu: GPUSpec, power_limit_watts: float | None, sustained_clock
         scale *= (power_limit_watts / gpu.tdp_watts) ** (1.0 / 3.0)
     if scale == 1.0:
         return gpu
-    update = {k: getattr(gpu, k) * scale for k in ("bf16_tflops", "fp16_tflops", "fp8_tflops", "tf32_tflops", "fp32_tflops")
+    update = {k: getattr(gpu, k) * scale for k in ("bf16_tflops", "fp16_tflops", "fp8_tflops", "fp4_tflops", "tf32_tflops",
+                                                   "fp32_tflops")
               if getattr(gpu, k) is not None}
     return gpu.model_copy(update=update)
 
@@ -118,14 +119,37 @@ class LayerTimes:
     """Forward FLOPs of the same submodules."""
 
 
+NVFP4_GEMM_SPEEDUP = 1.9
+"""How much faster a linear layer's NVFP4 GEMM runs than its FP8 one, on the same shapes:
+TransformerEngine docs/examples/gemm_profiling/gemm_profiling.rst (B300, cuBLASLt, one layer of a
+5B model at 15,872 tokens, pre-quantized operands): fprop + dgrad + wgrad 3.764 ms in NVFP4
+against 7.161 ms in MXFP8 (1.90x) and 6.812 ms in FP8 current scaling (1.81x). Capped by the
+GPU's FP4-to-FP8 peak ratio (B200 2x: pytorch/ao PR #2427 measures cuBLAS NVFP4 at 5.4-5.5
+PFLOP/s at 6-8K cubes, 0.60 of its 9 PFLOP/s). Interval 1.4-2.0 (the same doc's per-shape fprop
+ratios run 1.05x for a 4096-square projection to 1.66x for the MLP down projection)."""
+NVFP4_OPERAND_BYTES = 0.5625
+"""Bytes per element of an NVFP4 operand: 4-bit E2M1 values plus one E4M3 scale per 16
+(TransformerEngine docs/features/low_precision_training/nvfp4/nvfp4.rst)."""
+
+
+def nvfp4_speedup(gpu: GPUSpec) -> float:
+    """``NVFP4_GEMM_SPEEDUP``, at most the GPU's FP4-to-FP8 peak ratio (1 without FP4 tensor cores)."""
+    if not gpu.fp4_tflops or not gpu.fp8_tflops:
+        return 1.0
+    return min(NVFP4_GEMM_SPEEDUP, gpu.fp4_tflops / gpu.fp8_tflops)
+
+
 def _precision_gemm(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration):
-    """Peak FLOP/s, efficiency and operand bytes for the linear layers of each layout."""
+    """Peak FLOP/s, efficiency and operand bytes for the linear layers of each layout. NVFP4
+    GEMMs are priced as the FP8 GEMM of the same shape sped up by ``nvfp4_speedup``."""
     fp8 = batch.is_("precision", "fp8")
+    nvfp4 = fp8 & batch.is_("fp8_recipe", "nvfp4")
     fp8_peak = (gpu.fp8_tflops or gpu.bf16_tflops) * 1e12
-    peak = np.where(fp8, fp8_peak, gpu.bf16_tflops * 1e12)
+    peak = np.where(fp8, fp8_peak * np.where(nvfp4, nvfp4_speedup(gpu), 1.0), gpu.bf16_tflops * 1e12)
     eff = np.where(fp8, calib.gemm_efficiency_fp8, bf16_gemm_efficiency(gpu, calib))
-    # FP8 GEMMs read 1-byte operands but write BF16 outputs: 1.5 bytes on average.
-    elem = np.where(fp8, 1.5, BF16_BYTES)
+    # FP8 GEMMs read 1-byte operands but write BF16 outputs: 1.5 bytes on average; NVFP4's
+    # operands take 0.5625.
+    elem = np.where(nvfp4, (NVFP4_OPERAND_BYTES + BF16_BYTES) / 2.0, np.where(fp8, 1.5, BF16_BYTES))
     return peak, eff, elem
 
 

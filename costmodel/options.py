@@ -321,8 +321,9 @@ CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
 """How context-parallel attention communicates (Megatron --cp-comm-type); codes 0-3."""
 TP_OVERLAP_KINDS = ("userbuffers", "asynctp")
 """What implements TP communication overlap; codes 0, 1."""
-FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
-"""TransformerEngine FP8 scaling recipes; codes 0-3 (costmodel.quantize)."""
+FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8", "nvfp4")
+"""TransformerEngine low-precision recipes; codes 0-4 (costmodel.quantize). nvfp4 is TE's
+NVFP4BlockScaling, which TE runs through the same autocast as its FP8 recipes: 4-bit GEMMs."""
 FSDP_IMPLS = ("flat", "fsdp2", "megatron")
 """ZeRO-3 implementations; codes 0-2 (costmodel.data_parallel)."""
 
@@ -602,16 +603,20 @@ class Layout:
     fp8_recipe: str = option(
         "delayed", "With --precision fp8, the TransformerEngine scaling recipe: delayed (amax history) | current "
         "(tensorwise, amax of the tensor itself) | blockwise (1x128 / 128x128 scales, DeepSeek-V3) | mxfp8 (1x32 "
-        "E8M0 block scales; Blackwell).", kind=CHOICE, group=IMPLEMENTATION, choices=FP8_RECIPES, search=SETTING,
+        "E8M0 block scales; Blackwell) | nvfp4 (4-bit E2M1 GEMMs, 1x16 E4M3 block scales; Blackwell).", kind=CHOICE,
+        group=IMPLEMENTATION, choices=FP8_RECIPES, search=SETTING,
         label="fp8-{value}", phrase="FP8 recipe {value}", phrase_when="set",
         source="TransformerEngine transformer_engine/common/recipe (DelayedScaling, Float8CurrentScaling, "
-               "Float8BlockScaling, MXFP8BlockScaling); DeepSeek-V3 report Sec. 3.3.2; OCP MX spec v1.0",
-        rules=("mxfp8_needs_blackwell",))
+               "Float8BlockScaling, MXFP8BlockScaling, NVFP4BlockScaling); DeepSeek-V3 report Sec. 3.3.2; OCP MX "
+               "spec v1.0", rules=("block_scaling_needs_blackwell",))
     """How FP8 GEMM inputs are scaled and quantised (costmodel.quantize): delayed (scale from the
     amax history, amax taken in the cast kernel: one pass), current (tensorwise: the tensor's own
     amax first, a second read), blockwise (per-block scales computed in the cast) or mxfp8
-    (OCP MX: 1x32 blocks with power-of-two scales, in Blackwell's tensor cores). Applies with
-    precision fp8."""
+    (OCP MX: 1x32 blocks with power-of-two scales, in Blackwell's tensor cores) or nvfp4 (the
+    linear layers' GEMMs in 4-bit E2M1 with 1x16 E4M3 block scales and a per-tensor FP32 scale,
+    wgrad inputs through a random Hadamard transform: costmodel.compute.NVFP4_GEMM_SPEEDUP and
+    costmodel.quantize; attention, the LM head and the router stay BF16 as under FP8). Applies
+    with precision fp8."""
     cuda_graphs: bool = option(
         False, "Capture the step in CUDA graphs (Megatron --enable-cuda-graph / --cuda-graph-impl, TE "
         "make_graphed_callables, torch.compile mode=reduce-overhead): no per-kernel launch. Default: off.",

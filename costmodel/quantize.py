@@ -16,7 +16,13 @@ tensor/) move more:
   and the column-wise copy: +2·4/128 bytes per element.
 * mxfp8 (MXFP8BlockScaling, OCP MX v1.0: 1x32 blocks, E8M0 scales): scales computed in the
   cast kernel, one byte per 32 elements for each of the two copies: +2/32 bytes per element.
-The GEMMs themselves run at the FP8 rate in every recipe (MX scales are applied in Blackwell's
+* nvfp4 (NVFP4BlockScaling; TE pytorch/csrc/quantizer.cpp NVFP4Quantizer::quantize_impl):
+  an amax kernel reads the BF16 tensor (nvte_hadamard_transform_amax: the amax and that of its
+  Hadamard transform), then one kernel reads it again and writes the row-wise and the
+  Hadamard-transformed column-wise 4-bit copies with their 1x16 E4M3 scales, 2 x 0.5625 bytes:
+  2 + 2 + 1.125 = 5.125 bytes against delayed's 3, +2.125. Sequence-parallel inputs reduce
+  their amax over TP as under current scaling.
+The GEMMs themselves run at the FP8 rate in every FP8 recipe (MX scales are applied in Blackwell's
 tensor cores; blockwise scales in the GEMM's epilogue promotion, DeepGEMM).
 
 In an MoE layer the recipe also sets how many kernels quantise the experts' inputs: TE's
@@ -31,7 +37,7 @@ from dataclasses import replace
 import numpy as np
 
 from costmodel import collectives
-from costmodel.compute import BF16_BYTES, LayerTimes, launch_gap_seconds
+from costmodel.compute import BF16_BYTES, NVFP4_OPERAND_BYTES, LayerTimes, launch_gap_seconds
 from costmodel.flops import attention_v_dim
 from costmodel.options import FP8_RECIPES
 from costmodel.placement import group_span
@@ -41,6 +47,7 @@ EXTRA_BYTES_PER_ELEMENT = {
     "current": BF16_BYTES,
     "blockwise": 2.0 * 4.0 / 128.0,
     "mxfp8": 2.0 * 1.0 / 32.0,
+    "nvfp4": BF16_BYTES + 2.0 * NVFP4_OPERAND_BYTES - 1.0,
 }
 """Bytes per quantised element beyond the delayed recipe's 3 (see the module docstring)."""
 
@@ -49,6 +56,7 @@ KERNELS_PER_TENSOR = {
     "current": 3.0,
     "blockwise": 1.0,
     "mxfp8": 1.0,
+    "nvfp4": 2.0,
 }
 """Kernels a recipe launches per tensor when a list of tensors is quantised one by one
 (TransformerEngine pytorch/csrc/extensions/cast.cpp multi_tensor_quantize_impl: "only have fused
@@ -56,7 +64,7 @@ kernel for FP8 delayed scaling", one nvte_multi_cast_transpose over the whole li
 quantizer runs per tensor): current scaling computes the amax, then the scale, then casts
 (quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl: nvte_compute_amax_with_config,
 nvte_compute_scale_from_amax, nvte_quantize_v2); blockwise and MXFP8 compute their scales in
-the cast. Delayed: 0 beyond the one fused launch the layer already counts."""
+the cast; NVFP4 runs its amax (with the Hadamard one) and one fused cast. Delayed: 0 beyond the one fused launch the layer already counts."""
 
 MOE_GROUPED_QUANTISATIONS = 2.0
 """Grouped quantisations of an MoE layer per pass: forward, the fc1 and fc2 inputs; backward,
@@ -102,7 +110,7 @@ def recipe_cost(ctx, moe_layer: bool):
     bandwidth = ctx.gpu.memory_bandwidth_gbps * 1e9 * ctx.calib.memory_bound_efficiency
     elements = quantised_elements_per_token(ctx.model, moe_layer)
     fwd = np.where(fp8, ctx.tokens_mb * extra * elements / ctx.tp / bandwidth, 0.0)
-    current = fp8 & batch.is_("fp8_recipe", "current") & ctx.sp & (ctx.tp > 1)
+    current = fp8 & (batch.is_("fp8_recipe", "current") | batch.is_("fp8_recipe", "nvfp4")) & ctx.sp & (ctx.tp > 1)
     if current.any():
         tp_local, tp_nodes = group_span(batch.tp, 1, ctx.domain)
         amax, _ = collectives.collective_time("all_reduce", 4.0, tp_local, tp_nodes, ctx.fabric)

@@ -509,12 +509,15 @@ def _x_tp_overlap_kind(ctx, v):
 
 
 def _mxfp8(ctx, c):
-    mx = _a(c, "fp8_recipe", 0) == FP8_RECIPES.index("mxfp8")
-    return ~(mx & (_a(c, "precision", 0) == PRECISIONS.index("fp8"))) | ctx.has_mx
+    recipe = _a(c, "fp8_recipe", 0)
+    block = (recipe == FP8_RECIPES.index("mxfp8")) | (recipe == FP8_RECIPES.index("nvfp4"))
+    return ~(block & (_a(c, "precision", 0) == PRECISIONS.index("fp8"))) | ctx.has_mx
 
 
 def _x_mxfp8(ctx, v):
-    return "fp8_recipe=mxfp8 needs tensor cores with MX block scaling (Blackwell); use delayed, current or blockwise"
+    name = _name(FP8_RECIPES, v.get("fp8_recipe", 0))
+    return (f"fp8_recipe={name} needs tensor cores that apply block scales (MXFP8, NVFP4: Blackwell); "
+            "use delayed, current or blockwise")
 
 
 def _cpu_offload(ctx, c):
@@ -746,9 +749,10 @@ RULES: tuple[Rule, ...] = (
     Rule("tp_overlap_kind_needs_tp_comm_overlap", "a TP overlap kind other than userbuffers needs TP comm overlap",
          ("tp_overlap_kind", "tp_comm_overlap"), _tp_overlap_kind, _x_tp_overlap_kind,
          source="torchtitan parallelism.enable_async_tensor_parallel (with compile and TP > 1)"),
-    Rule("mxfp8_needs_blackwell", "the mxfp8 FP8 recipe needs a GPU whose tensor cores take MX block scales",
+    Rule("block_scaling_needs_blackwell", "the mxfp8 and nvfp4 recipes need a GPU whose tensor cores take block scales",
          ("fp8_recipe", "precision"), _mxfp8, _x_mxfp8,
-         source="OCP Microscaling (MX) spec v1.0; TransformerEngine MXFP8BlockScaling (Blackwell only)"),
+         source="OCP Microscaling (MX) spec v1.0; TransformerEngine MXFP8BlockScaling and NVFP4BlockScaling "
+                "(Blackwell only)"),
     Rule("cpu_offload_layers_valid", "CPU activation offload runs without pipeline parallelism, on fewer layers "
          "than the model has", ("cpu_offload_layers", "pp"), _cpu_offload, _x_cpu_offload,
          source="Megatron-Core TransformerConfig.__post_init__ (cpu_offloading with pipeline parallelism refused; "

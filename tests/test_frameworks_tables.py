@@ -579,3 +579,27 @@ def test_deepspeed_ulysses_heads_must_divide():
     for cp in (3, 6):
         with pytest.raises(CannotExpress, match="deepspeed_ulysses_heads"):
             TABLE.write("cp", cp, plan(cp))
+
+
+def test_nvfp4_in_megatron_and_bridge(tmp_path):
+    # Megatron-LM --fp4-format e2m1 --fp4-recipe nvfp4, never beside --fp8-format (validate_args refuses
+    # both); Megatron-Bridge's bf16_with_nvfp4_mixed preset (training/mixed_precision.py). Both read back
+    # as the fp8_recipe nvfp4, priced the same. On B200 (FP4 tensor cores).
+    b200 = get_gpu("b200")
+    cluster = default_cluster_for_gpu(b200.name)
+    model = get_model("llama3-8b")
+    layout = Layout(tp=2, dp=4, gbs=8, precision="fp8", fp8_recipe="nvfp4")
+    record = result_record(model, cluster, b200, evaluate(model, cluster, layout, gpu=b200), 0)
+    record["planner_version"] = "test"
+    for fmt, name in (("megatron", "megatron_args.sh"), ("megatron-bridge", "megatron_bridge_overrides.yaml")):
+        export_layout(record, model, cluster, fmt, tmp_path, allow_unfit=True, force=True)
+        text = (tmp_path / name).read_text()
+        if fmt == "megatron":
+            assert "--fp4-format e2m1" in text and "--fp4-recipe nvfp4" in text and "--fp8" not in text
+        else:
+            body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+            assert "bf16_with_nvfp4_mixed" in body and "fp4" not in body.replace("bf16_with_nvfp4_mixed", "")
+        launch = read_launch(tmp_path / name, model=model)
+        back = resolve(launch, gpu=b200.name, gpus=8, allow_cross_node_tp=True)
+        _same_run(launch, back, record, precision="fp8", fp8_recipe="nvfp4")
+    assert "bf16_with_nvfp4_mixed" in _presets()

@@ -32,27 +32,33 @@ def _compute(cluster, **kw):
     ("current", "dgx-h100", 2.0),        # a second read of the BF16 tensor for its amax
     ("blockwise", "dgx-h100", 2 * 4 / 128),  # an FP32 scale per 128 elements, row- and column-wise copies
     ("mxfp8", "dgx-b200", 2 * 1 / 32),   # an E8M0 scale per 32 elements, both copies
+    # NVFP4: an amax read (2 B) and a fused cast reading 2 B, writing two 4-bit copies with an E4M3 scale
+    # per 16 (2 x 0.5625 B): 5.125 against delayed's 3.
+    ("nvfp4", "dgx-b200", 2 + 2 * 0.5625 - 1),
 ])
-def test_fp8_recipe_costs_its_extra_quantise_bytes(recipe, cluster, extra_bytes):
+def test_fp8_recipe_costs_its_extra_quantise_bytes(recipe, cluster, extra_bytes, monkeypatch):
     # FP8 GEMM inputs per token per layer: QKV h + output projection a·d_v + MLP up h + down F
     # = 4096 + 4096 + 4096 + 14336 = 26,624 elements; forward + backward (gradients, 2x) = 3 passes,
     # 32 layers, 2 micro-batches of 4096 tokens, at the memory-bound efficiency of HBM.
     assert quantize.quantised_elements_per_token(get_model(LLAMA), False) == 26_624
     hbm = get_gpu(get_cluster(cluster).gpu).memory_bandwidth_gbps * 1e9 * DEFAULT.memory_bound_efficiency
     expected = 3 * 32 * 2 * 4096 * extra_bytes * 26_624 / hbm
+    from costmodel import compute
+    monkeypatch.setattr(compute, "NVFP4_GEMM_SPEEDUP", 1.0)  # the GEMMs at the FP8 rate: only the casts differ
+    monkeypatch.setattr(compute, "NVFP4_OPERAND_BYTES", 1.0)
     diff = _compute(cluster, precision="fp8", fp8_recipe=recipe) - _compute(cluster, precision="fp8")
     assert diff == pytest.approx(expected, rel=1e-6)
     # No cost without FP8.
     assert _compute(cluster, fp8_recipe=recipe) == pytest.approx(_compute(cluster))
 
 
-def test_mxfp8_needs_blackwell_tensor_cores():
+def test_block_scaling_needs_blackwell_tensor_cores():
     model = get_model(LLAMA)
     layout = Layout(**{**BASE, "precision": "fp8", "fp8_recipe": "mxfp8"})
     hopper = RuleContext.build(model, 8, get_cluster("dgx-h100"), get_gpu("h100"))
     blackwell = RuleContext.build(model, 8, get_cluster("dgx-b300"), get_gpu("b300"))
-    assert "mxfp8_needs_blackwell" in _broken(layout, hopper)
-    assert "mxfp8_needs_blackwell" not in _broken(layout, blackwell)
+    assert "block_scaling_needs_blackwell" in _broken(layout, hopper)
+    assert "block_scaling_needs_blackwell" not in _broken(layout, blackwell)
 
 
 def test_cuda_graphs_save_the_per_kernel_gap():
@@ -111,3 +117,28 @@ def test_fsdp2_copy_out_by_hand():
     # Not ZeRO-3: nothing to copy.
     z1 = evaluate(model, cluster, Layout(**BASE, fsdp="fsdp2"))
     assert z1.step_time_s[0] == pytest.approx(evaluate(model, cluster, Layout(**BASE)).step_time_s[0])
+
+
+def test_nvfp4_gemms_run_at_the_measured_speedup_over_fp8():
+    # TE gemm_profiling (B300): NVFP4 1.90x MXFP8 on a layer's GEMMs. B200: FP4 9 PFLOP/s, FP8 4.5,
+    # so the cap 2.0 leaves 1.9; B300: 13.5 / 4.5 = 3 leaves 1.9; H100 has no FP4 tensor cores: 1.
+    from costmodel.compute import nvfp4_speedup
+    assert nvfp4_speedup(get_gpu("b200")) == pytest.approx(1.9)
+    assert nvfp4_speedup(get_gpu("b300")) == pytest.approx(1.9)
+    assert nvfp4_speedup(get_gpu("h100")) == 1.0
+    # The clock derate keeps the ratio (both peaks scale together).
+    from costmodel.compute import power_limited
+    derated = power_limited(get_gpu("b200"), None, sustained_clock=0.86)
+    assert derated.fp4_tflops / derated.fp8_tflops == pytest.approx(2.0)
+
+
+def test_nvfp4_is_faster_than_fp8_and_slower_than_its_gemm_ratio():
+    # The linear layers' GEMMs 1.9x faster, the casts dearer (+2.125 B/element), attention and
+    # everything else unchanged: compute falls, by less than 1 - 1/1.9.
+    fp8 = _compute("dgx-b200", precision="fp8", fp8_recipe="mxfp8")
+    fp4 = _compute("dgx-b200", precision="fp8", fp8_recipe="nvfp4")
+    assert fp4 < fp8 and fp4 > fp8 / 1.9
+    model = get_model(LLAMA)
+    hopper = RuleContext.build(model, 8, get_cluster("dgx-h100"), get_gpu("h100"))
+    assert "block_scaling_needs_blackwell" in _broken(Layout(**{**BASE, "precision": "fp8", "fp8_recipe": "nvfp4"}),
+                                                      hopper)

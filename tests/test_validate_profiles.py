@@ -423,16 +423,20 @@ def test_bridge_2511_to_2604_moe_experts_loop_and_no_whole_layer_graphs():
     assert legacy[0]["moe_grouped_gemm"] == "fused"
 
 
-def test_a_4bit_row_is_priced_as_mxfp8_and_says_so():
-    # NVFP4 is not among planner's precisions (bf16, fp8): a Blackwell row trained in it is
-    # priced as MXFP8, the block-scaled FP8 recipe on the same tensor cores, with the assumption
-    # stated (a floor on its speed), never silently as BF16; the run's FP8 recipe text loses.
+def test_a_4bit_row_is_priced_with_the_nvfp4_recipe_and_says_so():
+    # TransformerEngine runs NVFP4 as one of its autocast recipes (NVFP4BlockScaling): a Blackwell
+    # row trained in it is priced with the nvfp4 recipe, never silently as BF16, and the run's FP8
+    # recipe text loses. MXFP4 has no training recipe in TE or Megatron: MXFP8, a floor, said so.
     row = copy.deepcopy(ROWS["mbridge2509_gb200_qwen3_235b_a22b_64gpu"])
     row["layout"]["precision"] = "NVFP4 (current scaling for the BF16 layers)"
     run = map_run(row)
-    assert run.pins["precision"] == "fp8" and run.pins["fp8_recipe"] == "mxfp8"
+    assert run.pins["precision"] == "fp8" and run.pins["fp8_recipe"] == "nvfp4"
     assert "fp8_recipe" not in run.searched
-    said = [a for a in run.assumptions if "4-bit GEMMs are not modelled" in a]
+    assert sum("NVFP4 GEMMs" in a for a in run.assumptions) == 1
+    row["layout"]["precision"] = "MXFP4"
+    run = map_run(row)
+    assert run.pins["fp8_recipe"] == "mxfp8"
+    said = [a for a in run.assumptions if "MXFP4 training is not modelled" in a]
     assert len(said) == 1 and "floor" in said[0]
     # H100 has no FP4 tensor cores: one line naming the value and the GPU.
     h100 = copy.deepcopy(ROWS["mbridge2509_h100_qwen3_30b_a3b_16gpu"])

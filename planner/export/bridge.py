@@ -19,7 +19,7 @@ from planner.frameworks import bridge
 from planner.frameworks.megatron import TABLE
 
 FILE_NAME = "megatron_bridge_overrides.yaml"
-_SKIPPED = {"bf16", "fp8_format", "fp8_recipe", "fp8_amax_history_len", "fp8_amax_compute_algo",
+_SKIPPED = {"bf16", "fp8_format", "fp8_recipe", "fp8_amax_history_len", "fp8_amax_compute_algo", "fp4_format", "fp4_recipe",
             "group_query_attention", "max_position_embeddings", "moe_router_load_balancing_type",
             "moe_aux_loss_coeff"}
 """Dests written otherwise (precision as a preset; GQA by num_query_groups; the position table is

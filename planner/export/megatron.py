@@ -306,7 +306,7 @@ def _recompute_args(plan: Plan) -> Args:
 
 def _precision_args(plan: Plan) -> Args:
     """--bf16 parameters, the gradient-reduction dtype and FP8 GEMMs, from the table."""
-    return [("--bf16", [])] + words(TABLE.write("grad_dtype", plan.grad_dtype) + TABLE.write("precision", plan.precision)
+    return [("--bf16", [])] + words(TABLE.write("grad_dtype", plan.grad_dtype) + TABLE.write("precision", plan.precision, plan)
                                     + TABLE.write("fp8_recipe", plan.fp8_recipe, plan))
 
 

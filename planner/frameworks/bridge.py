@@ -63,7 +63,8 @@ PRECISION_PRESETS = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling
 """planner precision -> Bridge mixed_precision preset (training/mixed_precision.py, @register)."""
 
 FP8_PRESETS = {"delayed": "bf16_with_fp8_delayed_scaling_mixed", "current": "bf16_with_fp8_current_scaling_mixed",
-               "blockwise": "bf16_with_fp8_subchannel_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed"}
+               "blockwise": "bf16_with_fp8_subchannel_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed",
+               "nvfp4": "bf16_with_nvfp4_mixed"}
 """planner fp8_recipe -> Bridge preset (training/mixed_precision.py: fp8_recipe delayed, tensorwise,
 blockwise, mxfp8; tests/data/megatron_bridge/0.2.0/mixed_precision.py)."""
 

@@ -140,7 +140,11 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
     *_on("dp_comm_overlap", "overlap_grad_reduce", _DDP),
     Row("grad_dtype", "bf16", (("grad_reduce_in_bf16", True),), source=ARGS + " (FP32 main grads by default)"),
     Row("grad_dtype", "fp32", (), default=True, source=ARGS),
-    Row("precision", "fp8", (("fp8_format", "hybrid"),), source=ARGS + " _add_transformer_engine_args"),
+    Row("precision", "fp8", (("fp8_format", "hybrid"),), when=lambda plan: plan.fp8_recipe != "nvfp4",
+        source=ARGS + " _add_transformer_engine_args"),
+    # NVFP4 is --fp4-format e2m1, which Megatron refuses beside --fp8-format (arguments.py validate_args).
+    Row("precision", "fp8", (("fp4_format", "e2m1"),), when=lambda plan: plan.fp8_recipe == "nvfp4",
+        source=ARGS + " --fp4-format e2m1 (TransformerEngine NVFP4BlockScaling; exclusive with --fp8-format)"),
     Row("precision", "bf16", (), default=True, source=ARGS + " (--bf16 parameters, written beside every precision)"),
     Row("tp_comm_overlap", True, (("tp_comm_overlap", True),), source="Megatron-Core 'Communication overlap' docs"),
     Row("tp_comm_overlap", False, (), default=True, source=ARGS),
@@ -234,6 +238,9 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
     Row("fp8_recipe", "current", (("fp8_recipe", "tensorwise"),), when=_fp8, source=ARGS + " --fp8-recipe tensorwise"),
     Row("fp8_recipe", "blockwise", (("fp8_recipe", "blockwise"),), when=_fp8, source=ARGS + " --fp8-recipe blockwise"),
     Row("fp8_recipe", "mxfp8", (("fp8_recipe", "mxfp8"),), when=_fp8, source=ARGS + " --fp8-recipe mxfp8"),
+    Row("fp8_recipe", "nvfp4", (("fp4_recipe", "nvfp4"),), when=_fp8,
+        source=ARGS + " --fp4-recipe nvfp4 (with --fp4-format e2m1); Megatron-Core fp4_utils.py"),
+    Row("fp8_recipe", "nvfp4", (("fp4_format", "e2m1"),), write=False, source=ARGS + " (--fp4-recipe default nvfp4)"),
     Row("fp8_recipe", "delayed", (), default=True, write=False, source=ARGS + " (--fp8-recipe default delayed)"),
     *(Row("fp8_recipe", r, (), when=lambda plan: not _fp8(plan), source="moot without --precision fp8: nothing written")
       for r in FP8_RECIPES),

@@ -214,7 +214,7 @@ _FP8_RECIPES_STATED = tuple(
                  "(costmodel.quantize)",
           when=(When(precision=word),))
     for recipe, word in (("current", "current scaling"), ("current", "tensorwise"), ("blockwise", "blockwise"),
-                         ("mxfp8", "mxfp8"), ("delayed", "delayed scaling")))
+                         ("mxfp8", "mxfp8"), ("nvfp4", "nvfp4"), ("delayed", "delayed scaling")))
 
 PP_STAGES_MICROBATCHES = "one micro-batch per pipeline stage"
 """An ``mbs`` entry value: the framework splits each data-parallel rank's batch into as many

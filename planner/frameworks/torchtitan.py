@@ -335,7 +335,7 @@ TABLE = Table("torchtitan",
     # None or "tensorwise"): the current recipe; the config's other recipes are rowwise (not priced).
     Row("fp8_recipe", "current", (), default=True, source=_FLOAT8),
     *(Row("fp8_recipe", r, (), when=lambda plan: plan.precision != "fp8", source="moot without FP8")
-      for r in ("delayed", "blockwise", "mxfp8")),
+      for r in ("delayed", "blockwise", "mxfp8", "nvfp4")),
     # CUDA graphs: 0.3.0 captures the forward+backward step unless training.disable_cuda_graphs (and
     # refuses them with PP); 0.1, 0.2 have no capture. export/torchtitan.py writes and checks it per release.
     Row("cuda_graphs", False, (("training.disable_cuda_graphs", True),), releases="0.3.0", source=_GRAPHS),
@@ -395,7 +395,7 @@ TABLE = Table("torchtitan",
     Refusal("cp_comm_type", ("a2a", "a2a+p2p"), "torchtitan_cp_comm_type", "torchtitan's context parallelism "
             "splits the sequence and exchanges K/V shards (allgather, or the alltoall ring rotation = p2p); it has no "
             "Ulysses head all-to-all: price with --cp-comm-type p2p or allgather", _CP),
-    Refusal("fp8_recipe", ("delayed", "blockwise", "mxfp8"), "torchtitan_fp8_recipe", "torchtitan's float8 converter "
+    Refusal("fp8_recipe", ("delayed", "blockwise", "mxfp8", "nvfp4"), "torchtitan_fp8_recipe", "torchtitan's float8 converter "
             "scales tensorwise from the tensor's own amax (torchao Float8Linear; its other recipes are rowwise): price "
             "with --fp8-recipe current", _FLOAT8, when=lambda plan: plan.precision == "fp8"),
     Refusal("cpu_offload_layers", Above(0), "torchtitan_cpu_offload", "cpu_offload_layers: torchtitan offloads no "

@@ -367,8 +367,8 @@ def _data_parallel(s: Settings, launch: Launch) -> None:
 
 
 def _precision(s: Settings, launch: Launch) -> None:
-    fp8 = s.get("fp8_format") or s.get("fp8")
-    if fp8 not in (None, "", False, "None"):
+    fp8 = s.get("fp8_format") or s.get("fp8") or s.get("fp4_format") or s.get("fp4")
+    if fp8 not in (None, "", False, "None"):  # --fp4-format: TE's NVFP4 recipe, the fp8_recipe nvfp4
         launch.state("precision", "fp8")
         recipe = _read(s, launch, "fp8_recipe", why="Megatron's default delayed scaling")
         if s.has("fp8_recipe") and not TABLE.read("fp8_recipe", s.values)[1]:
@@ -383,10 +383,9 @@ def _precision(s: Settings, launch: Launch) -> None:
         launch.cannot(f"fp32 parameters (no {s.label('bf16')} / {s.label('fp16')})", "as bf16")
     if launch.values.get("precision") != "fp8":
         launch.values["fp8_recipe"] = TABLE.read("fp8_recipe", {})[0]  # moot without FP8
-    if s.get("fp4") not in (None, "", False):
-        launch.cannot(s.label("fp4"), "as fp8")
-    if s.flag("fp8_param_gather"):
-        launch.cannot(s.label("fp8_param_gather"), "with BF16 parameter all-gathers")
+    for gather in ("fp8_param_gather", "fp4_param_gather"):
+        if s.flag(gather):
+            launch.cannot(s.label(gather), "with BF16 parameter all-gathers")
     _read(s, launch, "grad_dtype", why="FP32 main grads")
 
 

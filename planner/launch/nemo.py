@@ -189,7 +189,11 @@ def _precision(flat: dict, s: Settings) -> None:
         recipe = next((r for r, preset in FP8_PRESETS.items() if preset == name), None)
         if "mxfp8" in name:
             recipe = "mxfp8"
-        if recipe is not None and "fp8_recipe" not in v:  # the preset's recipe, in Megatron's word
+        if "nvfp4" in name:  # bf16_with_nvfp4_mixed: fp4 e2m1, fp4_recipe nvfp4 (training/mixed_precision.py)
+            v.setdefault("fp4_format", "e2m1")
+            v.setdefault("fp4_recipe", "nvfp4")
+            s.where["fp4_format"] = s.where["fp4_recipe"] = name
+        elif recipe is not None and "fp8_recipe" not in v:  # the preset's recipe, in Megatron's word
             v["fp8_recipe"] = {"current": "tensorwise"}.get(recipe, recipe)
             s.where["fp8_recipe"] = name
     fp8 = v.pop("fp8", None)

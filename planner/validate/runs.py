@@ -410,8 +410,8 @@ def map_run(row: Union[dict, RunRow], base_dir: Optional[Path] = None) -> Mapped
     _apply_stated(row.stated_settings(), pins, searched, assumptions)
     precision = str(row.layout.precision or "").lower()
     pins["precision"] = "fp8" if ("fp8" in precision or "float8" in precision) else "bf16"
-    if "fp4" in precision:  # NVFP4 / MXFP4: not a precision planner prices (costmodel.options.PRECISIONS)
-        _price_fp4_as_mxfp8(row.layout.precision, gpu, pins, searched, assumptions)
+    if "fp4" in precision:  # NVFP4 (TE's NVFP4BlockScaling, the fp8_recipe nvfp4); MXFP4 as MXFP8
+        _price_fp4(row.layout.precision, gpu, pins, searched, assumptions)
     if row.layout.sequence_parallel is False:
         pins["sequence_parallel"] = False
     try:
@@ -446,19 +446,24 @@ def _layout_slots(pins: dict, model, name: str, head_only: bool = False) -> Opti
     return slots // pp - taken if slots // pp > taken else None
 
 
-def _price_fp4_as_mxfp8(text, gpu, pins: dict, searched: dict, assumptions: list[str]) -> None:
-    """A row trained in 4-bit (NVFP4: E2M1 values in 16-element blocks with E4M3 scales,
-    TransformerEngine NVFP4BlockScaling; MXFP4) is priced as MXFP8, the nearest recipe planner
-    models: block-scaled FP8 GEMMs on the same Blackwell tensor cores at half the FP4 rate, so
-    the prediction is a floor on the row's speed, said as such. FP4 GEMMs need Blackwell's
-    tensor cores (the GPU's ``fp4_tflops``); on another GPU the row is refused."""
+def _price_fp4(text, gpu, pins: dict, searched: dict, assumptions: list[str]) -> None:
+    """A row trained in 4-bit. NVFP4 (E2M1 values in 16-element blocks with E4M3 scales:
+    TransformerEngine NVFP4BlockScaling, Megatron --fp4-format e2m1 --fp4-recipe nvfp4, the
+    only FP4 training recipe TE and Megatron ship) is the fp8_recipe nvfp4. MXFP4 (32-element
+    blocks, E8M0 scales) has no training recipe there: it is priced as MXFP8, a floor on its
+    speed, said as such. FP4 GEMMs need Blackwell's tensor cores (the GPU's ``fp4_tflops``);
+    on another GPU the row is refused."""
     if getattr(gpu, "fp4_tflops", None) is None:
         raise PlannerInputError(f"precision {text!r}: 4-bit training needs FP4 tensor cores (Blackwell); "
                                 f"{gpu.name} has none")
-    pins["precision"], pins["fp8_recipe"] = "fp8", "mxfp8"
+    mx = "mxfp4" in str(text).lower()
+    pins["precision"], pins["fp8_recipe"] = "fp8", "mxfp8" if mx else "nvfp4"
     searched.pop("fp8_recipe", None)
-    assumptions.append(f"precision {text!r}: 4-bit GEMMs are not modelled; priced as MXFP8 (FP8 GEMMs "
-                       "with 32-element block scales), a floor on its speed")
+    if mx:
+        assumptions.append(f"precision {text!r}: MXFP4 training is not modelled; priced as MXFP8 (FP8 GEMMs "
+                           "with 32-element block scales), a floor on its speed")
+    else:
+        assumptions.append(f"precision {text!r}: NVFP4 GEMMs (TransformerEngine NVFP4BlockScaling)")
 
 
 def _one_microbatch_per_stage(pins: dict, gbs) -> Optional[int]:

@@ -270,8 +270,9 @@ class LayoutBlock(_Block):
     zero_stage: Annotated[Union[int, str, None], BeforeValidator(_zero)] = _f("zero_stage", "zero", description="0-3, or text such as 'FSDP FULL_SHARD'.")
     fsdp: Text = _f("fsdp")
     distributed_optimizer: Union[bool, Text] = _f("distributed_optimizer")
-    precision: Text = _f("precision", description="bf16 | fp8 (text may follow; text naming fp4, e.g. NVFP4, "
-                         "is priced as MXFP8 on Blackwell, said in the row's assumptions).")
+    precision: Text = _f("precision", description="bf16 | fp8 | nvfp4 (text may follow; NVFP4 is priced with "
+                         "TransformerEngine's NVFP4 recipe, MXFP4 as MXFP8, on Blackwell only, said in the row's "
+                         "assumptions).")
     sequence_parallel: Optional[bool] = _f("sequence_parallel")
     framework: Text = _f("framework", description="Framework and release in free text, e.g. 'NeMo 24.07', 'torchtitan', 'Megatron-Core 0.8'.")
     framework_release: Text = _f("framework_release", "release", "framework_version")

@@ -31,7 +31,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from costmodel.options import PRECISIONS, RECOMPUTE
+from costmodel.options import FP8_RECIPES, PRECISIONS, RECOMPUTE
 
 LAYOUT, JOB = "layout", "job"
 RANGE, SET = "range", "set"
@@ -90,6 +90,20 @@ def _names(name: str, choices: tuple) -> Callable:
     return value
 
 
+def _fp8_recipe(job, cols):
+    """The FP8 recipe of the layouts that run FP8 (moot under BF16)."""
+    names = np.asarray(FP8_RECIPES, dtype=object)[np.asarray(cols["fp8_recipe"])]
+    return names, np.asarray(cols["precision"]) == PRECISIONS.index("fp8")
+
+
+def _token_policy(job, cols):
+    """dropless, dropped (a capacity factor) or padded (to capacity), for MoE models."""
+    factor = np.asarray(cols["moe_capacity_factor"], dtype=np.float64)
+    padded = np.asarray(cols["moe_pad_to_capacity"], dtype=bool)
+    names = np.where(factor <= 0.0, "dropless", np.where(padded, "padded", "dropped")).astype(object)
+    return names, _moe(job, cols)
+
+
 def _job(fn: Callable) -> Callable:
     def value(job, cols):
         n, x = len(cols["tp"]), fn(job)
@@ -119,6 +133,8 @@ MECHANISMS: tuple[Mechanism, ...] = (
     Mechanism("zero", "ZeRO stage", LAYOUT, SET, _col("zero"), "ZeRO-{value}"),
     Mechanism("recompute", "recompute", LAYOUT, SET, _names("recompute", RECOMPUTE), "recompute {value}"),
     Mechanism("precision", "precision", LAYOUT, SET, _names("precision", PRECISIONS), "{value}"),
+    Mechanism("fp8_recipe", "FP8 recipe", LAYOUT, SET, _fp8_recipe, "FP8 recipe {value}"),
+    Mechanism("moe_tokens", "MoE token policy", LAYOUT, SET, _token_policy, "{value} MoE tokens"),
     Mechanism("gpu_architecture", "GPU architecture", JOB, SET, _job(lambda job: job.gpu.architecture),
               "{value} GPUs"),
     Mechanism("gpus", "GPU count", JOB, RANGE, _job(lambda job: job.gpus), "{value} GPUs"),

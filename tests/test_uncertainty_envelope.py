@@ -114,6 +114,8 @@ ENVELOPE = {"mechanisms": {
     "gpus": {"min": 4, "max": 6144, "rows": 83},
     "gpu_architecture": {"values": ["ampere", "hopper"], "rows": 83},
     "experts_per_rank": {"min": 4, "max": 16, "rows": 3},
+    "fp8_recipe": {"values": ["current", "delayed"], "rows": 61},
+    "moe_tokens": {"values": ["dropless", "padded"], "rows": 15},
 }}
 """A hand-made envelope: the checks below do not depend on the shipped file."""
 
@@ -143,6 +145,22 @@ def test_job_and_moe_mechanisms():
     reasons = [f["reason"] for f in envelope.flags(job, _cols(tp=1, pp=16, dp=16, ep=8), data=ENVELOPE)]
     assert "32 experts per rank: reference runs cover 4-16 (3 rows)" in reasons
     assert "blackwell GPUs: reference runs cover ampere, hopper (83 rows)" in reasons
+
+
+def test_recipe_and_token_policy_mechanisms():
+    # NVFP4 on B200 (Mixtral at EP 2: 4 experts per rank, covered): no reference run trains with that
+    # recipe; under BF16 the recipe is moot. An MoE
+    # layout dropping tokens without padding is outside (runs cover dropless and padded); a dense model
+    # has no token policy.
+    job = Job(get_model("mixtral-8x7b"), get_gpu("b200"), 64, 4096)
+    reasons = [f["reason"] for f in envelope.flags(job, _cols(tp=1, dp=64, ep=2, precision="fp8", fp8_recipe="nvfp4",
+                                                                moe_capacity_factor=1.25), scope="layout", data=ENVELOPE)]
+    assert reasons == ["FP8 recipe nvfp4: reference runs cover current, delayed (61 rows)",
+                       "dropped MoE tokens: reference runs cover dropless, padded (15 rows)"]
+    assert not envelope.flags(job, _cols(tp=1, dp=64, ep=2, fp8_recipe="nvfp4", moe_capacity_factor=1.0,
+                                         moe_pad_to_capacity=True), scope="layout", data=ENVELOPE)
+    dense = Job(get_model("llama3-8b"), get_gpu("b200"), 8, 4096)
+    assert not envelope.flags(dense, _cols(tp=1, dp=8), scope="layout", data=ENVELOPE)
 
 
 def test_inside_is_vectorized_and_ignores_the_job():

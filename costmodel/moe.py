@@ -4,14 +4,15 @@ and what the host does while they run (vectorized over layouts).
 ``MoeShape`` is the one count the other mechanisms read: the routed tokens per local expert on
 the busiest expert-parallel rank (the balanced mean times ``moe_imbalance``). The expert GEMMs
 (here), the token all-to-alls (``costmodel.expert_parallel``) and the expert activations
-(``costmodel.memory``) all take it from ``moe_shape``. This is the only module that reads
-``batch.moe_grouped_gemm`` and ``batch.moe_imbalance``.
+(``costmodel.memory``) all take it from ``moe_shape`` / ``expert_load``. This is the only module
+that reads ``batch.moe_grouped_gemm``, ``batch.moe_imbalance`` and the token-drop options.
 
 Mechanisms, each with its source:
 
 * tokens per expert: MoE parallel folding (Megatron-Core) spreads a micro-batch's routed copies
   over ep x etp ranks; the busiest rank gets ``moe_imbalance`` times the mean (every rank waits
-  for it at the combine);
+  for it at the combine), capped at the capacity factor when tokens are dropped, exactly the
+  capacity when padded to it (``expert_load``);
 * expert GEMM efficiency by tokens per expert: an M-grouped GEMM pads each expert's rows to its
   M tile, e(M) = e · M / (M + M0) (DeepGEMM's grouped-GEMM tables, ``EXPERT_M_TILE``);
 * backward as its own GEMMs: dgrad like the forward, wgrad reducing over one expert's tokens
@@ -104,7 +105,7 @@ def expert_load(batch: LayoutBatch) -> np.ndarray:
     imbalance = np.asarray(batch.moe_imbalance, dtype=np.float64)
     factor = np.asarray(batch.moe_capacity_factor, dtype=np.float64)
     padded = np.asarray(batch.moe_pad_to_capacity, dtype=bool) & (factor > 0.0)
-    capped = np.where(factor > 0.0, np.minimum(imbalance, np.where(factor > 0.0, factor, 1.0)), imbalance)
+    capped = np.where(factor > 0.0, np.minimum(imbalance, factor), imbalance)
     return np.where(padded, factor, capped)
 
 

@@ -904,7 +904,8 @@ def where_settings_apply(ctx: RuleContext, settings: dict, cols: dict) -> dict:
     """Setting columns (option name -> code) over the layouts ``cols``, switched back to the
     option's default on the layouts where a rule of the option (``Option.rules``, those that
     read more of the layout than the option itself) says it does not apply. The search prices every candidate with its fixed
-    settings this way, so a record says what was priced."""
+    settings this way, so a record says what was priced. A rule that reads another setting (padding
+    to capacity reads the capacity factor) sees it as given, or as already switched back."""
     out = {}
     for name, code in settings.items():
         opt = OPTIONS_BY_NAME[name]
@@ -912,7 +913,7 @@ def where_settings_apply(ctx: RuleContext, settings: dict, cols: dict) -> dict:
         if not rules or code == opt.default_code:
             out[name] = code
             continue
-        with_setting = {**cols, name: code}
+        with_setting = {**cols, **settings, **out, name: code}
         ok = np.ones(np.broadcast(*[np.asarray(v) for v in with_setting.values()]).shape, bool)
         for rule in rules:
             ok = ok & rule(ctx, with_setting)

@@ -142,6 +142,28 @@ def test_search_applies_a_setting_only_where_its_rules_allow():
     assert out["zero3_gather"].tolist() == [1, 0, 1]  # ZeRO-3 rows only
 
 
+def test_a_setting_whose_rule_reads_another_setting():
+    # Padding to capacity needs a capacity factor (Megatron-Core TransformerConfig); both are
+    # settings, not searched columns, so the pad's rule must see the factor the user gave (it
+    # used to see the default 0 and switch the pad off in every searched layout).
+    moe = RuleContext(model=get_model("mixtral-8x7b"), gpus=8)
+    cols = {"tp": np.array([1, 2]), "ep": np.array([8, 4])}
+    out = where_settings_apply(moe, {"moe_capacity_factor": 1.25, "moe_pad_to_capacity": True}, cols)
+    assert out["moe_pad_to_capacity"].tolist() == [True, True]
+    out = where_settings_apply(moe, {"moe_capacity_factor": 0.0, "moe_pad_to_capacity": True}, cols)
+    assert out["moe_pad_to_capacity"].tolist() == [False, False]
+    # The same for the TP overlap kind, whose rule reads TP overlap (itself a setting): AsyncTP where
+    # the overlap applies (tp > 1 with SP), the default elsewhere.
+    dense = RuleContext(model=get_model("llama3-8b"), gpus=8)
+    tp_cols = {"tp": np.array([1, 2]), "sequence_parallel": np.array([False, True])}
+    asynctp = OPTIONS_BY_NAME["tp_overlap_kind"].encode("asynctp")
+    out = where_settings_apply(dense, {"tp_comm_overlap": True, "tp_overlap_kind": asynctp}, tp_cols)
+    assert out["tp_comm_overlap"].tolist() == [False, True] and out["tp_overlap_kind"].tolist() == [0, asynctp]
+    # A capacity factor on a dense model is refused before the search (one line, its rule).
+    with pytest.raises(PlannerInputError, match="moe_capacity_needs_moe"):
+        check_settings(get_model("llama3-8b"), {"moe_capacity_factor": 1.25})
+
+
 def test_search_records_say_what_was_priced():
     from planner import search
 

@@ -152,6 +152,17 @@ def test_settings_by_option_name_win_over_the_profile():
     assert run.pins["loss"] == "fused" and "loss=fused (stated)" in run.assumptions
 
 
+def test_settings_at_the_top_of_a_flat_row_are_read_too():
+    # A flat row's implementation options are folded into its settings block, as its layout
+    # fields are into layout: never silently dropped (a top-level moe_dispatcher used to be
+    # neither applied nor listed as ignored). Given both ways, they must agree.
+    top = map_run({**BASE, "tokens_per_s_per_gpu": 1000, "framework": "torchtitan", "loss": "fused"})
+    block = map_run({**BASE, "tokens_per_s_per_gpu": 1000, "framework": "torchtitan", "settings": {"loss": "fused"}})
+    assert top.pins["loss"] == block.pins["loss"] == "fused"
+    with pytest.raises(Exception, match="loss"):
+        map_run({**BASE, "tokens_per_s_per_gpu": 1000, "loss": "fused", "settings": {"loss": "unfused"}})
+
+
 def test_every_shipped_row_is_in_the_format_with_nothing_ignored():
     rows = [RunRow.model_validate(r) for r in load_runs(None)]
     assert len(rows) == 150  # 90 + the 60 released on 2026-11-27

@@ -333,11 +333,12 @@ FLAT = {
 
 
 def _fold_flat(raw: Any) -> Any:
-    """A flat row's fields moved into their blocks; a field given both ways must agree."""
+    """A flat row's fields moved into their blocks (implementation options into ``settings``);
+    a field given both ways must agree."""
     if not isinstance(raw, dict):
         return raw
     row = dict(raw)
-    for block, names in FLAT.items():
+    for block, names in (*FLAT.items(), ("settings", STATED_SETTINGS)):
         for name in names:
             if name not in row:
                 continue

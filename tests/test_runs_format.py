@@ -161,6 +161,9 @@ def test_settings_at_the_top_of_a_flat_row_are_read_too():
     assert top.pins["loss"] == block.pins["loss"] == "fused"
     with pytest.raises(Exception, match="loss"):
         map_run({**BASE, "tokens_per_s_per_gpu": 1000, "loss": "fused", "settings": {"loss": "unfused"}})
+    # A misspelt one is listed as ignored, with the option it is close to.
+    typo = RunRow.model_validate({**BASE, "tokens_per_s_per_gpu": 1000, "moe_dispatch": "deepep"})
+    assert typo.ignored_fields() == [("moe_dispatch", "; did you mean moe_dispatcher?")]
 
 
 def test_every_shipped_row_is_in_the_format_with_nothing_ignored():

@@ -373,6 +373,12 @@ class RunRow(_Block):
 
     _fold = model_validator(mode="before")(classmethod(lambda cls, raw: _fold_flat(raw)))
 
+    @classmethod
+    def spellings(cls) -> list[str]:
+        """A row's own fields and what a flat row may give at its top (block fields, settings),
+        so a misspelt one gets its 'did you mean'."""
+        return [*super().spellings(), *(n for names in FLAT.values() for n in names), *STATED_SETTINGS]
+
     @model_validator(mode="after")
     def _complete(self):
         if self.model is None:

@@ -104,9 +104,13 @@ def expert_load(batch: LayoutBatch) -> np.ndarray:
     rank loaded below capacity running padding rows too."""
     imbalance = np.asarray(batch.moe_imbalance, dtype=np.float64)
     factor = np.asarray(batch.moe_capacity_factor, dtype=np.float64)
-    padded = np.asarray(batch.moe_pad_to_capacity, dtype=bool) & (factor > 0.0)
     capped = np.where(factor > 0.0, np.minimum(imbalance, factor), imbalance)
-    return np.where(padded, factor, capped)
+    return np.where(padded_to_capacity(batch), factor, capped)
+
+
+def padded_to_capacity(batch: LayoutBatch) -> np.ndarray:
+    """Layouts whose experts run exactly their capacity: padding on, with a capacity factor."""
+    return np.asarray(batch.moe_pad_to_capacity, dtype=bool) & (np.asarray(batch.moe_capacity_factor) > 0.0)
 
 
 def expert_gemm_efficiency(tokens_per_expert, efficiency):
@@ -191,8 +195,7 @@ def syncs_host(batch: LayoutBatch) -> np.ndarray:
     are those; the allgather dispatcher copies its counts back in every mode."""
     device_side = (batch.is_("moe_dispatcher", "deepep") | batch.is_("moe_dispatcher", "hybridep"))
     fused = batch.is_("moe_grouped_gemm", "fused")
-    padded = (np.asarray(batch.moe_pad_to_capacity, dtype=bool) & (np.asarray(batch.moe_capacity_factor) > 0.0)
-              & ~batch.is_("moe_dispatcher", "allgather"))
+    padded = padded_to_capacity(batch) & ~batch.is_("moe_dispatcher", "allgather")
     return ~(device_side & fused) & ~padded
 
 

@@ -76,7 +76,7 @@ def test_leave_one_source_out_on_the_reference_set():
     # Every source of three rows or more (one-row sources: BLOOM 176B) within 12% median.
     assert max(f["held_out"]["median_abs_error"] for f in cv["per_source"].values() if f["held_out"]["rows"] >= 3) <= 0.12
     # The intervals' data (search/data/uncertainty.json) is this cross-validation: regenerate it
-    # with `planner validate --cross-validate --write-uncertainty search/data/uncertainty.json`
+    # with `planner validate --cross-validate --write-uncertainty search/data/uncertainty.json --force`
     # when a change moves the held-out errors.
     from search.uncertainty import load
 

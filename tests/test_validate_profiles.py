@@ -82,7 +82,7 @@ def test_profile_entries_name_real_options_and_valid_values_with_a_source():
                     elif opt.kind == "float":  # a real number within its declared range
                         assert not isinstance(v, bool) and opt.minimum <= v <= opt.maximum, (name, v)
                     else:  # flags are bools; counts (recompute_layers: -q = q quarters) ints
-                        assert isinstance(v, bool) == (opt.kind == "flag") and isinstance(v, int), (name, v)
+                        assert isinstance(v, bool) == (opt.kind in ("flag", "auto_flag")) and isinstance(v, int), (name, v)
 
 
 def test_shipped_rows_get_their_framework_assumptions_in_order():
@@ -469,3 +469,13 @@ def test_2022_megatron_deepspeed_and_gpt_neox_attention_is_unfused():
         assert map_run(ROWS[row_id]).pins["attention"] == "unfused", row_id
     later = apply_profiles(RowFacts(framework="megatron-deepspeed", year=2023))[0]
     assert "attention" not in later
+
+
+def test_aleph_alpha_codebase_runs_without_sequence_parallelism_unless_stated():
+    # Aleph-Alpha/scaling topology_config.py: TopologyConfig.sequence_parallel defaults to False;
+    # Hagemann et al. 2023 switch it on only in the sheets that vary it.
+    text = "aleph alpha 3d-parallel training codebase (megatron-style tp/pp/dp; 2023 sweep)"
+    assert profiles_for(text)[0].name == "Aleph Alpha scaling codebase (2023)"
+    assert apply_profiles(RowFacts(framework=text, year=2023))[0]["sequence_parallel"] is False
+    # Megatron-Core leaves it to the search.
+    assert "sequence_parallel" not in apply_profiles(RowFacts(framework="megatron-core r0.8.0", year=2024))[0]

@@ -485,6 +485,12 @@ PROFILES: tuple[Profile, ...] = (
               source="torchtitan parallelize_llama.py apply_fsdp: torch.distributed fully_shard (FSDP2, per-parameter "
                      "DTensor sharding) since 2024; planner's torchtitan framework table prices the same"),
     )),
+    Profile("Aleph Alpha scaling codebase (2023)", r"aleph alpha", (
+        Entry({"sequence_parallel": False}, "no sequence parallelism (the codebase default)",
+              source="Aleph-Alpha/scaling src/scaling/core/topology/topology_config.py: TopologyConfig."
+                     "sequence_parallel defaults to False; Hagemann et al. 2023 turn it on only in the sweeps "
+                     "that vary it (their seqpara sheets)"),
+    )),
     Profile("Composer/llm-foundry (2024)", r"composer|llm-foundry", (
         Entry({"kernels": "eager"}, _EAGER_STATED.assumption,
               source="llm-foundry/Composer MPT without torch.compile runs plain PyTorch operators",

@@ -479,3 +479,14 @@ def test_aleph_alpha_codebase_runs_without_sequence_parallelism_unless_stated():
     assert apply_profiles(RowFacts(framework=text, year=2023))[0]["sequence_parallel"] is False
     # Megatron-Core leaves it to the search.
     assert "sequence_parallel" not in apply_profiles(RowFacts(framework="megatron-core r0.8.0", year=2024))[0]
+    # A sheet that states it keeps what it states (the seqpara sweep: both values).
+    from planner.validate.ranking import group_rows, load_groups
+
+    sheet = next(g for g in load_groups(Path("planner/data/ablations.json"))
+                 if g["id"] == "hagemann2023_llama13b_32gpu_seqpar")
+    stated = {row["layout"]["sequence_parallel"]: map_run(row).pins.get("sequence_parallel") for row in group_rows(sheet)}
+    assert stated == {True: True, False: False}
+    # Stated on with TP left to the search: the search decides per layout (TP 1 has nothing to split).
+    row = copy.deepcopy(next(r for r in group_rows(sheet) if r["layout"]["sequence_parallel"]))
+    row["layout"]["tp"] = row["layout"]["dp"] = None
+    assert "sequence_parallel" not in map_run(row).pins

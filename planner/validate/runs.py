@@ -414,6 +414,12 @@ def map_run(row: Union[dict, RunRow], base_dir: Optional[Path] = None) -> Mapped
         _price_fp4(row.layout.precision, gpu, pins, searched, assumptions)
     if row.layout.sequence_parallel is False:
         pins["sequence_parallel"] = False
+    elif row.layout.sequence_parallel is True and "tp" in pins:
+        # As stated, over any framework profile's pin (e.g. a codebase's default); under TP 1
+        # there is nothing to split, so a stated "on" prices as off.
+        pins["sequence_parallel"] = pins["tp"] > 1
+    elif row.layout.sequence_parallel is True:  # TP searched: SP wherever the search puts TP > 1
+        pins.pop("sequence_parallel", None)
     try:
         measured = _measured(row, model, gpu, gpus, gbs, seq)
     except ValueError as err:

@@ -149,7 +149,8 @@ def _precision_gemm(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration):
     eff = np.where(fp8, calib.gemm_efficiency_fp8, bf16_gemm_efficiency(gpu, calib))
     # FP8 GEMMs read 1-byte operands but write BF16 outputs: 1.5 bytes on average; NVFP4's
     # operands take 0.5625.
-    elem = np.where(nvfp4, (NVFP4_OPERAND_BYTES + BF16_BYTES) / 2.0, np.where(fp8, 1.5, BF16_BYTES))
+    elem = np.where(nvfp4, (NVFP4_OPERAND_BYTES + BF16_BYTES) / 2.0,
+                    np.where(fp8, (FP8_BYTES + BF16_BYTES) / 2.0, BF16_BYTES))
     return peak, eff, elem
 
 

@@ -37,7 +37,7 @@ from dataclasses import replace
 import numpy as np
 
 from costmodel import collectives
-from costmodel.compute import BF16_BYTES, NVFP4_OPERAND_BYTES, LayerTimes, launch_gap_seconds
+from costmodel.compute import BF16_BYTES, FP8_BYTES, NVFP4_OPERAND_BYTES, LayerTimes, launch_gap_seconds
 from costmodel.flops import attention_v_dim
 from costmodel.options import FP8_RECIPES
 from costmodel.placement import group_span
@@ -47,7 +47,8 @@ EXTRA_BYTES_PER_ELEMENT = {
     "current": BF16_BYTES,
     "blockwise": 2.0 * 4.0 / 128.0,
     "mxfp8": 2.0 * 1.0 / 32.0,
-    "nvfp4": BF16_BYTES + 2.0 * NVFP4_OPERAND_BYTES - 1.0,
+    # An amax read of the BF16 tensor and two 4-bit copies, less the FP8 copy delayed writes.
+    "nvfp4": BF16_BYTES + 2.0 * NVFP4_OPERAND_BYTES - FP8_BYTES,
 }
 """Bytes per quantised element beyond the delayed recipe's 3 (see the module docstring)."""
 

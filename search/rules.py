@@ -508,13 +508,13 @@ def _x_tp_overlap_kind(ctx, v):
             "it needs tp_comm_overlap on")
 
 
-def _mxfp8(ctx, c):
+def _block_scaling(ctx, c):
     recipe = _a(c, "fp8_recipe", 0)
     block = (recipe == FP8_RECIPES.index("mxfp8")) | (recipe == FP8_RECIPES.index("nvfp4"))
     return ~(block & (_a(c, "precision", 0) == PRECISIONS.index("fp8"))) | ctx.has_mx
 
 
-def _x_mxfp8(ctx, v):
+def _x_block_scaling(ctx, v):
     name = _name(FP8_RECIPES, v.get("fp8_recipe", 0))
     return (f"fp8_recipe={name} needs tensor cores that apply block scales (MXFP8, NVFP4: Blackwell); "
             "use delayed, current or blockwise")
@@ -750,7 +750,7 @@ RULES: tuple[Rule, ...] = (
          ("tp_overlap_kind", "tp_comm_overlap"), _tp_overlap_kind, _x_tp_overlap_kind,
          source="torchtitan parallelism.enable_async_tensor_parallel (with compile and TP > 1)"),
     Rule("block_scaling_needs_blackwell", "the mxfp8 and nvfp4 recipes need a GPU whose tensor cores take block scales",
-         ("fp8_recipe", "precision"), _mxfp8, _x_mxfp8,
+         ("fp8_recipe", "precision"), _block_scaling, _x_block_scaling,
          source="OCP Microscaling (MX) spec v1.0; TransformerEngine MXFP8BlockScaling and NVFP4BlockScaling "
                 "(Blackwell only)"),
     Rule("cpu_offload_layers_valid", "CPU activation offload runs without pipeline parallelism, on fewer layers "

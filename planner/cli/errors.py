@@ -158,8 +158,35 @@ def _usage_error(err) -> int:
         return EXIT_BAD_INPUT
     ctx = getattr(err, "ctx", None)
     hint = f" ({ctx.command_path} --help lists the options)" if ctx is not None and isinstance(err, _USAGE_ERROR) else ""
-    say(f"error: {_one_line(err.format_message())}{hint}")
+    say(f"error: {_one_line(_with_value(err))}{hint}")
     return EXIT_BAD_INPUT
+
+
+def _typed_value(opts) -> str | None:
+    """The value last typed for an option named ``opts`` (``--tp 4.5`` or ``--tp=4.5``), or None."""
+    end = _ARGS.index("--") if "--" in _ARGS else len(_ARGS)
+    value = None
+    for i, arg in enumerate(_ARGS[:end]):
+        for opt in opts:
+            if arg == opt and i + 1 < end:
+                value = _ARGS[i + 1]
+            elif arg.startswith(opt + "="):
+                value = arg[len(opt) + 1:]
+    return value
+
+
+def _with_value(err) -> str:
+    """typer's message for a value it could not convert, naming the value typed: its own
+    ("Invalid value for '--tp': Input should be a valid integer") leaves it out."""
+    param = getattr(err, "param", None)
+    opts = list(getattr(param, "opts", None) or []) + list(getattr(param, "secondary_opts", None) or [])
+    message = getattr(err, "message", None)
+    if type(err).__name__ != "BadParameter" or not opts or not isinstance(message, str):
+        return err.format_message()
+    value = _typed_value(opts)
+    if value is None or repr(value) in message:
+        return err.format_message()
+    return f"{opts[0]} {value!r}: {message}"
 
 
 def _flush_stdout(code: int) -> int:

@@ -312,6 +312,17 @@ def search(request: SearchRequest) -> SearchResult:
     for _, c in hardware:
         for n in counts:
             check_whole_nodes(c, n)
+    from search.rules import RuleContext, broken_rule_message, fixed_value_violations
+
+    # A setting no GPU of the search can run (--fp8-recipe mxfp8 on Hopper) would be priced as the
+    # option's default where it does not apply (where_settings_apply): bad input, as in evaluate.
+    # A pin that breaks a rule on its own leaves nothing to search: said first when nothing fits.
+    pin_violations = fixed_value_violations(
+        [RuleContext.build(model_spec, n, c, g, allow_cross_node_tp) for g, c in hardware for n in counts],
+        settings, {k: OPTIONS_BY_NAME[k].decode(c) for k, c in pins_n.items()}, {"gbs": gbs_v, "seq_len": seq_v})
+    for name, reason, reads_setting in pin_violations:
+        if reads_setting:
+            raise PlannerInputError(broken_rule_message(name, reason))
     problems = [
         Problem(model=model_spec, cluster=c, gpu=g, gpus=n, gbs=gbs_v, seq_len=seq_v, pins=pins_n,
                 allow_cross_node_tp=allow_cross_node_tp, stage_splits=stage_splits, implementation=impl,
@@ -379,7 +390,8 @@ def search(request: SearchRequest) -> SearchResult:
         stats["pareto_front_size"] = len(pools.front)
     closest, message = [], ""
     if not results:
-        closest, message = _explain_nothing_fits(pools, stats, objectives, batch.origin)
+        closest, message = _explain_nothing_fits(pools, stats, objectives, batch.origin,
+                                                 [(n, r) for n, r, _ in pin_violations])
     stats["seconds"] = time.perf_counter() - t0
     keys = np.sort(np.concatenate(pools.keys)) if pools.keys else np.zeros(0)
     return SearchResult(results=results, stats=stats, closest=closest, message=message, specs=specs,
@@ -448,7 +460,11 @@ def _check_settings(method, sampler, top, trials, seed, memory_headroom, price, 
             None if train_tokens is None else TRAIN_TOKENS.parse(train_tokens))
 
 
-def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "") -> tuple[list[dict], str]:
+def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "",
+                          pinned: list = ()) -> tuple[list[dict], str]:
+    """(the closest layouts, one line on why nothing fits). ``pinned``: [(rule, reason)] that the
+    values the user fixed break on their own (``search.rules.fixed_value_violations``): the cause
+    whatever rule removed the most candidates (tp*cp*pp*dp = gpus nearly always does)."""
     if pools.outside_envelope:
         return [], (f"no layout inside the validated envelope fits: all {pools.outside_envelope:,} layouts that fit "
                     f"lie outside it (drop --within-envelope to see them, flagged)")
@@ -466,7 +482,8 @@ def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "") -> t
             worst = sorted(removed.items(), key=lambda kv: -kv[1])
             parts = [f"{k} removed {v:,}" for k, v in worst[:4]]
             name = worst[0][0]
-            msg = (f"no layout obeys the rules: {'; '.join(parts)} of {stats.get('enumerated', 0):,} "
+            cause = (f"the values you fixed break rule {pinned[0][0]}: {pinned[0][1]}; " if pinned else "")
+            msg = (f"no layout obeys the rules: {cause}{'; '.join(parts)} of {stats.get('enumerated', 0):,} "
                    f"candidates (top rule: {RULES_BY_NAME[name].description})")
             if batch_origin and "gbs" in RULES_BY_NAME[name].fields:
                 msg += f"; {batch_origin}"

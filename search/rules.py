@@ -938,3 +938,27 @@ def check_settings(model, settings: dict, pins: dict | None = None) -> None:
         if (set(rule.fields) & fixed and set(rule.fields) <= set(values)
                 and not bool(np.asarray(rule(ctx, cols)).reshape(-1)[0])):
             raise PlannerInputError(broken_rule_message(rule.name, rule.explain(ctx, v)))
+
+
+
+def fixed_value_violations(contexts: list, settings: dict, pins: dict, batch: dict) -> list[tuple[str, str, bool]]:
+    """What the user fixed (pinned knobs, settings, the batch ``gbs``/``seq_len``; ``Layout``
+    values) that breaks a rule reading only fixed values on every one of a search's problems
+    (``contexts``: a ``RuleContext`` per GPU type and count), before anything is enumerated:
+    [(rule name, one-line reason, whether the rule reads a setting)]. E.g. FP8 on an A100,
+    ``--tp 16`` past an 8-GPU NVLink domain, MXFP8 on Hopper."""
+    fixed_settings = {k for k, v in settings.items() if v is not None}
+    typed = fixed_settings | {k for k, v in pins.items() if v is not None}
+    values = {**{k: v for k, v in batch.items() if v is not None}, **{k: v for k, v in pins.items() if v is not None},
+              **{k: v for k, v in settings.items() if v is not None}}
+    if not contexts or not typed:
+        return []
+    cols = columns_of(Layout(**values))
+    v = {k: np.asarray(x).reshape(-1)[0].item() for k, x in cols.items()}
+    out = []
+    for rule in RULES:
+        if not (set(rule.fields) & typed and set(rule.fields) <= set(values)):
+            continue
+        if all(not bool(np.asarray(rule(ctx, cols)).reshape(-1)[0]) for ctx in contexts):
+            out.append((rule.name, rule.explain(contexts[0], v), bool(set(rule.fields) & fixed_settings)))
+    return out

@@ -29,3 +29,31 @@ def test_unparsable_number_names_the_value_typed():
     one_error_line(res, "--tp", "'4.5'", "integer")
     res = cli("search", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--tokens-per-batch=1e6")
     one_error_line(res, "--tokens-per-batch", "'1e6'")
+
+
+def test_search_rejects_a_setting_no_gpu_of_the_search_can_run():
+    # MXFP8 needs Blackwell's block-scaled tensor cores: evaluate said so (exit 2); search priced
+    # every H100 layout with the default delayed recipe and printed it as the answer.
+    job = ("search", "--model", "8b", "--gpus", "8", "--precision", "fp8", "--fp8-recipe", "mxfp8", "--top", "1")
+    one_error_line(cli(*job, "--gpu", "h100"), "block_scaling_needs_blackwell", "mxfp8")
+    # Where one GPU type of the search can run it, the search goes on (the setting applies there).
+    res = cli(*job, "--gpu", "h100,b200", "--json")
+    assert res.exit_code == 0, res.output
+    import json
+
+    best = json.loads(res.stdout)["results"][0]
+    assert best["gpu"] == "b200" and best["layout"]["fp8_recipe"] == "mxfp8"
+
+
+def test_nothing_fits_names_the_pinned_value_first():
+    # The headline named the rule that removed the most candidates (tp*cp*pp*dp = gpus, in every
+    # search), not FP8 pinned on an A100 that has no FP8 tensor cores.
+    res = cli("search", "--model", "8b", "--gpus", "8", "--gpu", "a100", "--precision", "fp8")
+    assert res.exit_code == 3, res.output
+    first = res.stdout.splitlines()[0]
+    assert first.index("precision_supported") < first.index("degrees_multiply_to_gpus"), first
+    assert "precision=fp8" in first
+    res = cli("search", "--model", "8b", "--gpus", "16", "--gpu", "h100", "--tp", "16")
+    assert res.exit_code == 3, res.output
+    first = res.stdout.splitlines()[0]
+    assert "tp=16 exceeds the scale-up domain of 8 GPUs" in first.split("degrees_multiply_to_gpus")[0], first

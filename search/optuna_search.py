@@ -28,7 +28,7 @@ from typing import Optional
 
 import numpy as np
 
-from search.exhaustive import Objectives, Pools, Progress, memory_limit_gib
+from search.exhaustive import Objectives, Pools, Progress, _distinct_recompute, _offered_zero, memory_limit_gib
 from search.rules import RULES, removed_by_rule
 from search.space import BROADCAST, Problem, Space, _broadcast_grid, domains, expand
 
@@ -137,7 +137,10 @@ class _Cores:
         self.pools.add(p, result, limit)
         peak = np.asarray(result.memory_gib["peak"], dtype=np.float64)
         step = np.asarray(result.step_time_s, dtype=np.float64)
-        fit = (peak <= limit) & np.isfinite(step)
+        # What the pools count as fitting (the same filters as Pools.add): a ZeRO-2 pipeline layout
+        # the search does not offer must not steer the sampler towards its core.
+        fit = ((peak <= limit) & np.isfinite(step) & _distinct_recompute(p, batch)
+               & _offered_zero(p, batch, self.pools.sharded_pipeline_grads))
         if not fit.any():
             self.counters["no_fit_trials"] += 1
             return self._penalty(PENALTY_MEMORY + float(np.min(peak - limit)))
@@ -175,6 +178,15 @@ def run_optuna(problems: list[Problem], *, trials: int, seed: int, top: int, mem
     else:
         _optimize(study, cores.objective, int(trials), shared=storage is not None,
                   bar=Progress(trials, "optuna", enabled=progress))
+    if pools.fits == 0 and cores.cache:
+        # Nothing fits: offer ZeRO-2 under a pipeline too, on the cores the trials priced, as
+        # run_exhaustive does; else its layouts, under the limit, read as "closest" over it.
+        pools = Pools(top=top, objectives=objectives, sharded_pipeline_grads=True)
+        cores.pools, counters = pools, dict(cores.counters)
+        for key in list(cores.cache):
+            if key[0] is not None:
+                cores._price(key[0], dict(zip(cores.choices, key[1:])))
+        cores.counters = counters
     shared = {}
     if storage is not None:  # bring the best cores found by other workers into this one's pools
         for params in _best_params(study, top, objectives.pareto, cores.decode):

@@ -57,3 +57,21 @@ def test_nothing_fits_names_the_pinned_value_first():
     assert res.exit_code == 3, res.output
     first = res.stdout.splitlines()[0]
     assert "tp=16 exceeds the scale-up domain of 8 GPUs" in first.split("degrees_multiply_to_gpus")[0], first
+
+
+RANGE = dict(model="405b", gpus="1024..16384:256", gpu="h100,b200,a100", pins={"tp": 8}, top=2)
+"""183 problems (61 GPU counts x 3 GPU types): enumerated in about 2 s."""
+
+
+def test_sampled_search_never_calls_layouts_under_the_limit_closest_over_it():
+    # The optuna search neither offered ZeRO-2 under a pipeline when nothing else fitted (the
+    # exhaustive search does) nor kept such layouts from steering its trials: here every trial
+    # ended on them, and it answered "nothing fits: the smallest needs 49.7 GiB, -25.5 GiB over
+    # the 75.2 GiB limit".
+    import planner
+
+    res = planner.search(**RANGE, method="optuna")
+    assert res.results, res.message
+    for c in res.closest:
+        assert c["exceeds_gib"] > 0, c
+

@@ -299,6 +299,11 @@ AUTO_SECONDS = 15.0
 """``method="auto"`` enumerates when enumerating and pricing every valid layout is predicted to
 take at most this long; else it samples with optuna (whose 300 trials take a few seconds). Over
 this, sampling saves time; under it, the exhaustive optimum is worth the wait."""
+AUTO_PROBE_SHARE = 0.03
+"""``method="auto"`` builds the spaces for up to this share of ``AUTO_SECONDS`` (0.45 s) before
+extrapolating to all of them: the first problem carries one-off set-up (CP-SAT, numpy) and the
+GPU counts of a range differ in divisors (1,024 has many more layouts than 1,280), so one or two
+problems predict the whole badly."""
 PRICING_RATE = 150_000
 """Valid layouts the cost model prices per second, at the slow end (measured on a shared 2-core
 machine: Llama 3 70B over 1,024..8,192 H100 and B200, 369,936 layouts priced in 2.3 s; a fast
@@ -324,17 +329,25 @@ def choose_method(problems: list[Problem], engine: str = "cpsat", seconds: float
     per problem, extrapolated to the rest, priced at ``PRICING_RATE``); give up for optuna as
     soon as the prediction passes ``seconds``."""
     t0 = time.perf_counter()
-    spaces: list[Space] = []
+    built: dict[int, Space] = {}
     layouts = 0
     predicted = 0.0
-    for i, p in enumerate(problems, 1):
-        spaces.append(build_space(p, engine))
-        layouts += len(spaces[-1])
+    # Visited spread over the list (GPU types and counts interleaved), so the problems built
+    # first stand for all of them: in list order they are one GPU type's smallest counts.
+    order = sorted(range(len(problems)), key=lambda j: ((j * 0.6180339887498949) % 1.0, j))
+    for i, j in enumerate(order, 1):
+        built[j] = build_space(problems[j], engine)
+        layouts += len(built[j])
         scale = len(problems) / i
-        predicted = (time.perf_counter() - t0) * scale + layouts * scale / PRICING_RATE
-        if predicted > seconds:
+        elapsed = time.perf_counter() - t0
+        predicted = elapsed * scale + layouts * scale / PRICING_RATE
+        # Trust the extrapolation only after AUTO_PROBE_SHARE of the limit spent building (or once
+        # the layouts built already take longer to price): one problem out of 183 (405B over
+        # 1,024..16,384:256 GPUs of 3 types) predicted 24 s for an enumeration that takes 2 s, and
+        # optuna's sampled answer was 24x slower than the optimum.
+        if predicted > seconds and (elapsed > AUTO_PROBE_SHARE * seconds or layouts / PRICING_RATE > seconds):
             return AutoChoice("optuna", None, layouts, predicted)
-    return AutoChoice("exhaustive", spaces, layouts, predicted)
+    return AutoChoice("exhaustive", [built[j] for j in range(len(problems))], layouts, predicted)
 
 
 def run_exhaustive(problems: list[Problem], *, top: int, memory_headroom: float,

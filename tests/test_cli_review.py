@@ -75,3 +75,13 @@ def test_sampled_search_never_calls_layouts_under_the_limit_closest_over_it():
     for c in res.closest:
         assert c["exceeds_gib"] > 0, c
 
+
+def test_auto_enumerates_a_gpu_count_range_that_takes_seconds():
+    # auto extrapolated from the first problem alone (the smallest H100 count, with one-off
+    # set-up) to 24 s and sampled; enumerating takes about 2 s, and the sampled best (A100, 4,096
+    # GPUs, 79.5 s) was 24x slower than the optimum (B200, 16,384 GPUs, 3.4 s).
+    import planner
+
+    res = planner.search(**RANGE)
+    assert res.stats["method"] == "exhaustive", res.stats.get("auto")
+    assert res.results[0]["gpu"] == "b200" and res.results[0]["gpus"] == 16384

@@ -193,7 +193,9 @@ def _check_batches(spec: SweepSpec) -> None:
 
 
 def parse_prices(text: Optional[str], gpu_types=()) -> dict:
-    """``"2.5"`` -> {"*": 2.5}; ``"h100=2.5,b200=4"`` -> per GPU type (canonical names), "*" for the rest."""
+    """``"2.5"`` -> {"*": 2.5}; ``"h100=2.5,b200=4"`` -> per GPU type (canonical names), "*" for the rest.
+    ``gpu_types``: the sweep's GPU types (canonical names); a price for another type, or one given
+    twice, is refused (it would be dropped without a word)."""
     from search.api import PRICE_PER_GPU_HOUR
 
     if text is None or str(text).strip() == "":
@@ -207,7 +209,14 @@ def parse_prices(text: Optional[str], gpu_types=()) -> dict:
             raise PlannerInputError(f"--price-per-gpu-hour {text!r} is not understood (allowed: USD per GPU-hour "
                                     f"> 0, e.g. 2.5, or per GPU type h100=2.5,b200=4.2)") from None
         price = PRICE_PER_GPU_HOUR.parse(price, where=f"--price-per-gpu-hour {name}" if name else "")
-        prices[_gpu_name(name) if name else "*"] = price
+        key = _gpu_name(name) if name else "*"
+        if key in prices:
+            raise PlannerInputError(f"--price-per-gpu-hour {text!r}: {name or 'a price for every GPU type'} given "
+                                    f"twice; allowed: one price per GPU type")
+        if gpu_types and key != "*" and key not in gpu_types:
+            raise PlannerInputError(f"--price-per-gpu-hour {name}={value}: {key} is not a GPU type of this sweep "
+                                    f"(allowed: {', '.join(gpu_types)})")
+        prices[key] = price
     return prices
 
 

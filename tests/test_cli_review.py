@@ -85,3 +85,11 @@ def test_auto_enumerates_a_gpu_count_range_that_takes_seconds():
     res = planner.search(**RANGE)
     assert res.stats["method"] == "exhaustive", res.stats.get("auto")
     assert res.results[0]["gpu"] == "b200" and res.results[0]["gpus"] == 16384
+
+
+def test_sweep_refuses_a_price_it_would_drop():
+    # A price for a GPU type the sweep does not run was kept aside without a word (no cost column),
+    # and a type priced twice silently took the last price.
+    grid = ("sweep", "--model", "8b", "--gpus", "8", "--gpu", "h100")
+    one_error_line(cli(*grid, "--price-per-gpu-hour", "b200=3"), "b200", "not a GPU type of this sweep", "h100-sxm")
+    one_error_line(cli(*grid, "--price-per-gpu-hour", "h100=2,h100-sxm=3"), "twice")

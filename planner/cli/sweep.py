@@ -93,7 +93,7 @@ def _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, run_in, price, memory
                                 "8..64 --gpu h100), or --storage of an existing sweep")
     spec = build_spec(model, gpus, gpu, seq_len, gbs, tokens_per_batch, memory_headroom,
                       allow_cross_node_tp) if given else None
-    prices = parse_prices(price)
+    prices = parse_prices(price, spec.gpu if spec is not None else ())
     return run_sweep(spec, storage=storage, study_name=study_name,
                      train_tokens=run_in.train_tokens if run_in else None, prices=prices or None, progress=progress,
                      wait_s=wait, report_only=report_only, reclaim=reclaim, run=run_in, objective=objective,

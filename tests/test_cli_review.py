@@ -93,3 +93,10 @@ def test_sweep_refuses_a_price_it_would_drop():
     grid = ("sweep", "--model", "8b", "--gpus", "8", "--gpu", "h100")
     one_error_line(cli(*grid, "--price-per-gpu-hour", "b200=3"), "b200", "not a GPU type of this sweep", "h100-sxm")
     one_error_line(cli(*grid, "--price-per-gpu-hour", "h100=2,h100-sxm=3"), "twice")
+
+
+def test_sweep_summary_says_whom_a_single_price_covers():
+    # One price for all ("--price-per-gpu-hour 2") was summarised as "$/GPU-hour others 2".
+    res = cli("sweep", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--price-per-gpu-hour", "2")
+    assert res.exit_code == 0, res.output
+    assert "$/GPU-hour every GPU type 2" in res.stdout and "others" not in res.stdout.split("$/GPU-hour")[1]

@@ -137,7 +137,10 @@ def format_summary(stats: dict, worker: Optional[dict]) -> str:
 
         line += f"; {human_count(stats['train_tokens'])} training tokens"
     if stats.get("prices"):
-        line += "; $/GPU-hour " + ", ".join(f"{'others' if k == '*' else k} {v:g}" for k, v in stats["prices"].items())
+        prices = stats["prices"]
+        # "*" is the price of every GPU type not named: "others" only beside named ones.
+        line += "; $/GPU-hour " + ", ".join(
+            f"{('others' if len(prices) > 1 else 'every GPU type') if k == '*' else k} {v:g}" for k, v in prices.items())
     if worker:
         line += (f"\nthis worker ({worker['worker']}) ran {worker['ran']} searches in {worker['seconds']:.1f} s; "
                  f"skipped {worker['skipped']} done or held by others")

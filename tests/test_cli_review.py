@@ -99,4 +99,5 @@ def test_sweep_summary_says_whom_a_single_price_covers():
     # One price for all ("--price-per-gpu-hour 2") was summarised as "$/GPU-hour others 2".
     res = cli("sweep", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--price-per-gpu-hour", "2")
     assert res.exit_code == 0, res.output
-    assert "$/GPU-hour every GPU type 2" in res.stdout and "others" not in res.stdout.split("$/GPU-hour")[1]
+    line = next(x for x in res.stdout.splitlines() if "$/GPU-hour" in x)
+    assert line.endswith("$/GPU-hour every GPU type 2") and "others" not in line, line

@@ -45,7 +45,10 @@ from costmodel.collectives import (
     p2p_time,
     square_grid,
 )
-from costmodel.options import GPUS
+from costmodel.options import GPUS, Bound
+
+GROUP_GPUS = Bound("--gpus", minimum=2, maximum=GPUS.maximum)
+"""GPUs taking part in one collective or P2P: at least two (the job-wide bound starts at one)."""
 from costmodel.placement import group_span
 from hardware_catalog.errors import PlannerInputError
 
@@ -294,7 +297,7 @@ def _group_size(gpus: Optional[int], dims: Optional[tuple[int, int]], per_cell: 
     if dims is None:
         if gpus is None:
             raise PlannerInputError("--gpus N is required (or --dims XxY for a mesh2d / torus2d)")
-        n = GPUS.parse(gpus)
+        n = GROUP_GPUS.parse(gpus)
     else:
         n = dims[0] * dims[1] * per_cell
         if gpus is not None and gpus != n:

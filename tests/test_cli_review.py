@@ -101,3 +101,10 @@ def test_sweep_summary_says_whom_a_single_price_covers():
     assert res.exit_code == 0, res.output
     line = next(x for x in res.stdout.splitlines() if "$/GPU-hour" in x)
     assert line.endswith("$/GPU-hour every GPU type 2") and "others" not in line, line
+
+
+def test_comm_gpu_count_error_states_the_range_comm_takes():
+    # "--gpus 0" answered "from 1 to 1,048,576", and then "--gpus 1" was refused (needs 2).
+    for n in ("0", "1"):
+        one_error_line(cli("comm", "all-reduce", "--size", "1MiB", "--cluster", "dgx-h100", "--gpus", n),
+                       f"--gpus={n}", "from 2 to")

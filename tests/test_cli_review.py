@@ -108,3 +108,11 @@ def test_comm_gpu_count_error_states_the_range_comm_takes():
     for n in ("0", "1"):
         one_error_line(cli("comm", "all-reduce", "--size", "1MiB", "--cluster", "dgx-h100", "--gpus", n),
                        f"--gpus={n}", "from 2 to")
+
+
+def test_fp8_recipe_without_fp8_is_refused():
+    # evaluate priced BF16 and printed "bf16 SP fp8-mxfp8" on the layout line; search dropped it.
+    job = ("--model", "8b", "--gpus", "8", "--gpu", "h100", "--fp8-recipe", "current")
+    one_error_line(cli("evaluate", *job), "--fp8-recipe current", "bf16", "--precision fp8")
+    one_error_line(cli("search", *job), "--fp8-recipe current", "--precision fp8")
+    assert cli("evaluate", *job, "--precision", "fp8").exit_code in (0, 3)

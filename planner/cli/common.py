@@ -41,6 +41,18 @@ def typed_flags(ctx, names) -> dict:
     return out
 
 
+def check_fp8_recipe_use(ctx, values: dict) -> None:
+    """--fp8-recipe says how FP8 GEMMs are scaled; typed for a BF16 layout it prices nothing, yet
+    evaluate's layout line showed it ('bf16 ... fp8-mxfp8'): refused, naming what goes with it."""
+    typed = typed_flags(ctx, ("fp8_recipe",))
+    precision = values.get("precision") or "bf16"
+    if typed and precision != "fp8":
+        from hardware_catalog.errors import PlannerInputError
+
+        raise PlannerInputError(f"--fp8-recipe {typed['fp8_recipe']} scales FP8 GEMMs, and this layout trains in "
+                                f"{precision}: give it with --precision fp8 (or leave it out)")
+
+
 def check_framework_use(framework, from_file=None, from_launch=None) -> None:
     """--framework names a release (checked before any work) and goes with --model: a --from
     record keeps the settings it was priced with, a launch file states its own."""

@@ -13,7 +13,7 @@ from typing import Optional
 import typer
 
 from hardware_catalog.errors import PlannerInputError
-from planner.cli.common import check_framework_use, show_evaluation, typed_flags, write_export
+from planner.cli.common import check_fp8_recipe_use, check_framework_use, show_evaluation, typed_flags, write_export
 from planner.common import planner_version
 from planner.cli.errors import PlannerGroup, command_line, say
 from planner.cli.options import layout_options, run_options
@@ -172,6 +172,7 @@ def evaluate(
     problem, values, _, _ = _job(ctx, from_file, rank, dict(
         model=model, gpus=gpus, gpu=gpu, cluster=cluster, tokens_per_batch=tokens_per_batch,
         allow_cross_node_tp=allow_cross_node_tp, layout=layout))
+    check_fp8_recipe_use(ctx, values)
     job = Job(problem, _pricing(ctx, calibration, framework, layout), outputs)
     try:
         priced = price(job, values)

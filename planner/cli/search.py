@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
     ):
         """Find the fastest parallel layouts that fit in memory (exit 3 if none fits)."""
         from hardware_catalog.errors import PlannerInputError
-        from planner.cli.common import check_framework_use
+        from planner.cli.common import check_fp8_recipe_use, check_framework_use
         from planner.cli.errors import command_line
         from planner.cli.options import run_inputs
         from planner.job import Outputs
@@ -82,6 +82,8 @@ def register(app: typer.Typer) -> None:
         if from_launch is None and (keep is not None or model is None or gpus is None):
             raise PlannerInputError("--keep goes with --from-launch" if keep is not None
                                     else "give --model and --gpus, or --from-launch FILE")
+        if from_launch is None:
+            check_fp8_recipe_use(ctx, layout)
         checked = check_outputs(files.csv, files.export, plot, force) if from_launch is None else None
         framework_info, request = _request(ctx, framework, layout, model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp,
                            options=dict(stage_splits=stage_splits, method=method, trials=trials, seed=seed,

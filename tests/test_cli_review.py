@@ -116,3 +116,16 @@ def test_fp8_recipe_without_fp8_is_refused():
     one_error_line(cli("evaluate", *job), "--fp8-recipe current", "bf16", "--precision fp8")
     one_error_line(cli("search", *job), "--fp8-recipe current", "--precision fp8")
     assert cli("evaluate", *job, "--precision", "fp8").exit_code in (0, 3)
+
+
+def test_export_that_writes_nothing_says_so(tmp_path):
+    # Every format refused the search's best layout (ZeRO-3 priced as FSDP1 flat parameters, which
+    # no Megatron launcher has; the unfused loss torchtitan does not run; Ulysses CP under TP in
+    # DeepSpeed): 'skipped' lines, no file, exit 0 as if the launch files were there.
+    job = ("--model", "70b", "--gpus", "64", "--gpu", "h100", "--tp", "2", "--cp", "2", "--zero", "3")
+    res = cli("export", *job, "--out", tmp_path / "launch")
+    line = one_error_line(res, "no launch file written", "every format refused")
+    assert not (tmp_path / "launch").exists(), line
+    res = cli("search", *job, "--top", "1", "--export", tmp_path / "launch")
+    assert res.exit_code == 0, res.output
+    assert "--export: no launch file written to" in res.stdout and not (tmp_path / "launch").exists()

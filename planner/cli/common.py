@@ -117,3 +117,13 @@ def write_export(target, record: dict, model_spec, cluster_spec, command: str) -
         typer.echo(f"wrote {path}")
     for name, reason in report.skipped.items():
         typer.echo(f"skipped {name}: {reason}")
+    if not report.written:  # every format refused it: exit 0 would read as files written
+        from hardware_catalog.errors import PlannerInputError
+
+        raise PlannerInputError(nothing_exported(target.out))
+
+
+def nothing_exported(out) -> str:
+    """Why no launch file was written (every format skipped the layout) and what to do."""
+    return (f"no launch file written to {out}: every format refused the layout as priced (the reasons above); "
+            f"price it again with the flags they name (e.g. --fsdp fsdp2) and export that")

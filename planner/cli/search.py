@@ -215,6 +215,10 @@ def _write_outputs(result, again, outputs: dict, force: bool, recipes: Optional[
                                command=command_line())
         lines += [f"wrote {p}" for p in report.written]
         lines += [f"skipped {n}: {why}" for n, why in report.skipped.items()]
+        if not report.written:
+            from planner.cli.common import nothing_exported
+
+            lines.append(f"--export: {nothing_exported(outputs['export'])}")
     if outputs["csv"] is not None:
         lines.append(f"wrote {outputs['csv']}")
     if outputs["plot"] is not None:

@@ -129,3 +129,8 @@ def test_export_that_writes_nothing_says_so(tmp_path):
     res = cli("search", *job, "--top", "1", "--export", tmp_path / "launch")
     assert res.exit_code == 0, res.output
     assert "--export: no launch file written to" in res.stdout and not (tmp_path / "launch").exists()
+
+
+def test_catalog_without_a_subject_lists_the_subjects():
+    # typer said only "Missing argument 'what'."
+    one_error_line(cli("catalog"), "gpus", "models", "clusters", "interconnects", "frameworks")

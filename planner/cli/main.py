@@ -207,13 +207,15 @@ def _searched_layout(ctx, problem, values: dict, layout: dict, calibration, fram
 
 @app.command()
 def catalog(
-    what: str = typer.Argument(..., help="gpus | models | clusters | interconnects | frameworks"),
+    what: Optional[str] = typer.Argument(None, help="gpus | models | clusters | interconnects | frameworks"),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list."),
 ):
     """List the GPUs, models, clusters, interconnects or framework releases (--framework) planner knows."""
     import hardware_catalog as hc
     from costmodel.params import count_params
 
+    if what is None:  # typer's own line was "Missing argument 'what'."
+        raise PlannerInputError("catalog: say what to list: gpus, models, clusters, interconnects or frameworks")
     if what == "frameworks":
         from planner.frameworks import catalog_rows, format_catalog
 

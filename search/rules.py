@@ -471,8 +471,14 @@ def _dp_shard(ctx, c):
 
 
 def _x_dp_shard(ctx, v):
-    return (f"dp_shard={v.get('dp_shard')} must divide dp={v['dp']} and needs zero >= 1 to shard anything "
-            f"(got zero={v['zero']})")
+    # Name the half that fails: "needs zero >= 1 (got zero=3)" read as if ZeRO-3 were the fault.
+    shard, dp, zero = v.get("dp_shard"), v["dp"], v["zero"]
+    why = []
+    if shard and dp % shard:
+        why.append(f"dp_shard={shard} must divide dp={dp}")
+    if zero < 1:
+        why.append(f"dp_shard={shard} needs zero >= 1 to shard anything (got zero={zero})")
+    return "; ".join(why) or f"dp_shard={shard} must divide dp={dp} and needs zero >= 1"
 
 
 def _cp_comm_type_cp(ctx, c):

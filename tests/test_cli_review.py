@@ -134,3 +134,12 @@ def test_export_that_writes_nothing_says_so(tmp_path):
 def test_catalog_without_a_subject_lists_the_subjects():
     # typer said only "Missing argument 'what'."
     one_error_line(cli("catalog"), "gpus", "models", "clusters", "interconnects", "frameworks")
+
+
+def test_dp_shard_error_names_only_what_is_wrong():
+    # "dp_shard=3 must divide dp=8 and needs zero >= 1 to shard anything (got zero=3)": ZeRO-3 read
+    # as part of the fault.
+    job = ("evaluate", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--dp-shard", "3")
+    line = one_error_line(cli(*job, "--zero", "3"), "dp_shard=3 must divide dp=8")
+    assert "zero" not in line.split("[")[0], line
+    one_error_line(cli(*job[:-1], "2", "--zero", "0"), "needs zero >= 1", "got zero=0")

@@ -143,3 +143,10 @@ def test_dp_shard_error_names_only_what_is_wrong():
     line = one_error_line(cli(*job, "--zero", "3"), "dp_shard=3 must divide dp=8")
     assert "zero" not in line.split("[")[0], line
     one_error_line(cli(*job[:-1], "2", "--zero", "0"), "needs zero >= 1", "got zero=0")
+
+
+def test_top_one_has_no_empty_tie_count():
+    # "--top 1" printed "≈: ... 0 of 0 rows below #1".
+    res = cli("search", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--top", "1")
+    assert res.exit_code == 0, res.output
+    assert "0 of 0 rows" not in res.stdout and "≈: range overlaps #1's" in res.stdout

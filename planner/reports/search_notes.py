@@ -51,7 +51,9 @@ def _interval_lines(results: list[dict], stats: dict) -> list[str]:
     lines = [f"80% range: tokens/s/GPU p10-p90 under each leave-one-source-out fold's constants and the held-out "
              f"errors (search/data/uncertainty.json, {interval.get('generated')})"]
     if not stats.get("objectives"):  # a Pareto front is not a ranking
-        lines.append(f"≈: range overlaps #1's, the model cannot order the two: {ties} of {len(results) - 1} rows below #1")
+        # With --top 1 no row lies below #1 ("0 of 0 rows"); the legend stays for the recipe rows.
+        counted = f": {ties} of {len(results) - 1} rows below #1" if len(results) > 1 else ""
+        lines.append(f"≈: range overlaps #1's, the model cannot order the two{counted}")
     folded = sum(len(r.get("alternatives") or []) for r in results)
     if folded:
         lines.append(f"folded: {folded} more layout{'s' if folded > 1 else ''} priced the same as a row above "

@@ -150,3 +150,10 @@ def test_top_one_has_no_empty_tie_count():
     res = cli("search", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--top", "1")
     assert res.exit_code == 0, res.output
     assert "0 of 0 rows" not in res.stdout and "≈: range overlaps #1's" in res.stdout
+
+
+def test_sweep_report_only_needs_a_stored_sweep():
+    # Without --storage it printed an empty table, "0 of 1 scenarios done", and advised running
+    # the same command again (which, in memory, reports nothing again).
+    res = cli("sweep", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--report-only")
+    one_error_line(res, "--report-only", "--storage")

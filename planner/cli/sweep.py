@@ -88,6 +88,8 @@ def _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, run_in, price, memory
         missing = [k for k in axes if k not in given]
         raise PlannerInputError(f"{', '.join(missing)} missing: give --model, --gpus and --gpu "
                                 f"(or, with --storage, none of the axes to join the stored sweep)")
+    if report_only and storage is None:  # an in-memory study starts empty: it would report "0 of N done"
+        raise PlannerInputError("--report-only prints a stored sweep: give --storage (and --study-name) of one")
     if not given and (others or storage is None):
         raise PlannerInputError("give the scenario axes --model, --gpus and --gpu (e.g. --model 8b --gpus "
                                 "8..64 --gpu h100), or --storage of an existing sweep")

@@ -157,3 +157,15 @@ def test_sweep_report_only_needs_a_stored_sweep():
     # the same command again (which, in memory, reports nothing again).
     res = cli("sweep", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--report-only")
     one_error_line(res, "--report-only", "--storage")
+
+
+def test_tp_typed_next_to_from_is_judged_like_evaluate(tmp_path):
+    # --from FILE priced every layout with cross-node TP allowed, so a --tp 16 typed next to it
+    # ran TP over two 8-GPU NVLink domains without --allow-cross-node-tp (plain evaluate: exit 2).
+    res = cli("search", "--model", "8b", "--gpus", "32", "--gpu", "h100", "--top", "1", "--json")
+    assert res.exit_code == 0, res.output
+    (tmp_path / "r.json").write_text(res.stdout)
+    res = cli("evaluate", "--from", tmp_path / "r.json", "--rank", "1", "--tp", "16")
+    assert res.exit_code == 2 and "tp_within_scaleup_domain" in res.stderr, res.output
+    res = cli("evaluate", "--from", tmp_path / "r.json", "--rank", "1", "--tp", "16", "--allow-cross-node-tp")
+    assert res.exit_code in (0, 3), res.output

@@ -126,4 +126,4 @@ def write_export(target, record: dict, model_spec, cluster_spec, command: str) -
 def nothing_exported(out) -> str:
     """Why no launch file was written (every format skipped the layout) and what to do."""
     return (f"no launch file written to {out}: every format refused the layout as priced (the reasons above); "
-            f"price it again with the flags they name (e.g. --fsdp fsdp2) and export that")
+            f"price it again as they say and export that")

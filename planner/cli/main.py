@@ -83,9 +83,14 @@ def _job(ctx: typer.Context, from_file, rank, typed: dict) -> tuple:
     for note in notes:
         say(note)
     layout = {**{k: None for k in typed["layout"]}, **values["layout"]}
+    # The record's own TP was priced already (maybe by a search with --allow-cross-node-tp); a --tp
+    # typed next to it is the user's, judged as evaluate judges it.
+    typed_tp = typed_flags(ctx, ("tp",)).get("tp")
+    cross_node = (bool(typed["allow_cross_node_tp"]) or typed_tp is None
+                  or typed_tp == (record.get("layout") or {}).get("tp"))
     problem = ProblemRequest(values["model"], values["gpus"], values.get("gpu"), values.get("cluster"),
                              gbs=layout.get("gbs"), seq_len=layout.get("seq_len"),
-                             tokens_per_batch=values.get("tokens_per_batch"), allow_cross_node_tp=True)
+                             tokens_per_batch=values.get("tokens_per_batch"), allow_cross_node_tp=cross_node)
     return problem, layout, record, bool(notes) or from_csv
 
 

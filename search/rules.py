@@ -946,7 +946,6 @@ def check_settings(model, settings: dict, pins: dict | None = None) -> None:
             raise PlannerInputError(broken_rule_message(rule.name, rule.explain(ctx, v)))
 
 
-
 def fixed_value_violations(contexts: list, settings: dict, pins: dict, batch: dict) -> list[tuple[str, str, bool]]:
     """What the user fixed (pinned knobs, settings, the batch ``gbs``/``seq_len``; ``Layout``
     values) that breaks a rule reading only fixed values on every one of a search's problems

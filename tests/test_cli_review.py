@@ -169,3 +169,20 @@ def test_tp_typed_next_to_from_is_judged_like_evaluate(tmp_path):
     assert res.exit_code == 2 and "tp_within_scaleup_domain" in res.stderr, res.output
     res = cli("evaluate", "--from", tmp_path / "r.json", "--rank", "1", "--tp", "16", "--allow-cross-node-tp")
     assert res.exit_code in (0, 3), res.output
+
+
+def test_expert_tp_is_shown_where_it_is_not_one():
+    # ETP is searched (1 or tp) and priced (mixtral EP8 TP2: ETP 1 13.5 s, ETP 2 14.3 s), yet the
+    # table and evaluate's layout line left it out, so ETP 1 and ETP 2 read the same (and Megatron's
+    # --expert-tensor-parallel-size defaults to tp, not to 1).
+    moe = ("--model", "mixtral-8x7b", "--gpus", "16", "--gpu", "h100", "--tp", "2", "--ep", "8", "--etp", "2")
+    res = cli("evaluate", *moe)
+    assert res.exit_code in (0, 3), res.output
+    assert " EP8 ETP2 " in res.stdout.splitlines()[1], res.stdout.splitlines()[1]
+    res = cli("search", *moe, "--top", "1")
+    assert res.exit_code == 0, res.output
+    head, row = res.stdout.splitlines()[1:3]
+    cells = dict(zip(head.split()[:8], row.split()[:8]))
+    assert cells["EP"] == "8" and cells["ETP"] == "2", (head, row)
+    dense = cli("search", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--top", "1")
+    assert "ETP" not in dense.stdout.splitlines()[1]

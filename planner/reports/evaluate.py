@@ -60,7 +60,7 @@ def layout_summary(lay: dict) -> str:
     """One line: TP8 CP1 PP16 VPP1 DP128 EP1 ZeRO-1 mbs1 GA16 selective bf16."""
     parts = [
         f"TP{lay['tp']}", f"CP{lay['cp']}", f"PP{lay['pp']}", f"VPP{lay['vpp']}", f"DP{lay['dp']}",
-        f"EP{lay['ep']}", f"ZeRO-{lay['zero']}" + (f"/shard{lay['dp_shard']}" if lay.get("dp_shard") else ""), f"mbs{lay['mbs']}", f"GA{lay['grad_accum']}",
+        f"EP{lay['ep']}" + (f" ETP{lay['etp']}" if (lay.get("etp") or 1) != 1 else ""), f"ZeRO-{lay['zero']}" + (f"/shard{lay['dp_shard']}" if lay.get("dp_shard") else ""), f"mbs{lay['mbs']}", f"GA{lay['grad_accum']}",
         recompute_label(lay), lay["precision"],
     ]
     if lay["tp"] > 1:

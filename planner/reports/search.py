@@ -29,13 +29,16 @@ def _fmt_duration(s: float) -> str:
     return _fmt_seconds(s)
 
 
-def _row(rec: dict, multi_hw: bool, extra_cols: list[str], splits: bool = False, env: str = "") -> list[str]:
+def _row(rec: dict, multi_hw: bool, extra_cols: list[str], splits: bool = False, env: str = "",
+         etp: bool = False) -> list[str]:
     lay = rec["layout"]
     mem = rec["memory_gib"]
     row = [str(rec.get("rank", "")) + ("≈" if rec.get("ties_best") else "")]
     if multi_hw:
         row += [rec["gpu"], str(rec["gpus"])]
     row += [str(lay[k]) for k in ("dp", "tp", "pp", "vpp", "cp", "ep")]
+    if etp:
+        row.append(str(lay.get("etp", 1)))
     # Hybrid sharding shows its shard group: "3/8" = ZeRO-3 over groups of 8 data-parallel ranks.
     row.append(str(lay["zero"]) + (f"/{lay['dp_shard']}" if lay.get("dp_shard") else ""))
     row += [str(lay[k]) for k in ("mbs", "grad_accum")]
@@ -86,6 +89,11 @@ def format_table(records: list[dict], multi_hw: bool = False, splits: bool = Fal
     ``env``: each record's envelope footnote marks)."""
     extra = [c for c in EXTRA_LABELS if any(c in r for r in records)]
     head = list(COLUMNS)
+    # Expert TP is searched (1 or tp) and changes the launch (Megatron's --expert-tensor-parallel-size
+    # defaults to tp): a column wherever a row runs it other than 1.
+    etp = any((r["layout"].get("etp") or 1) != 1 for r in records)
+    if etp:
+        head.insert(head.index("EP") + 1, "ETP")
     if splits:
         i = head.index("GA") + 1
         head = head[:i] + ["layers f/m/l"] + head[i:]
@@ -93,7 +101,7 @@ def format_table(records: list[dict], multi_hw: bool = False, splits: bool = Fal
         head = head[:1] + ["GPU", "GPUs"] + head[1:]
     head += [EXTRA_LABELS[c] for c in extra]
     env = env or [""] * len(records)
-    rows = [head] + [_row(r, multi_hw, extra, splits, e) for r, e in zip(records, env)]
+    rows = [head] + [_row(r, multi_hw, extra, splits, e, etp) for r, e in zip(records, env)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     left = {"recompute", "largest term", "GPU", "env"}
     lines = []

@@ -247,6 +247,11 @@ def _print_result(result, as_json: bool, pareto: bool, pinned_splits: bool, reci
         rows, marks, notes = table_rows(result.results, recipes, stats)
         typer.echo(format_table(rows, multi, bool(stats.get("stage_splits") or pinned_splits), marks))
         typer.echo("\n".join(notes))
+        from planner.export.expressible import launch_notes
+
+        launch = launch_notes(result.results, result.specs, "framework" in stats)
+        if launch:
+            typer.echo("\n".join(launch))
     else:
         typer.echo(format_nothing_fits(result))
     typer.echo("")

@@ -153,6 +153,17 @@ _DEEPEP = Entry(
            "scripts keep the recipes' alltoall",
     when=(When(model=("moe", "mla"), year_min=2025, gpu="h100"),))
 
+_MEGATRON_FSDP = Entry(
+    {"fsdp": "megatron"}, "",  # no line: moot below ZeRO-3, and these releases name no other flavour
+    source="Megatron has no flat-parameter (FSDP1-style) ZeRO-3: its ZeRO-3 is Megatron-FSDP, first in "
+           "Megatron-LM core_r0.13.0 (arguments.py --use-custom-fsdp, --data-parallel-sharding-strategy "
+           "optim_grads_params; --use-megatron-fsdp later), or PyTorch FSDP2 (--use-torch-fsdp2, refused with "
+           "pipeline or expert parallelism and with tied embeddings in the same file). Megatron-Bridge's "
+           "performance configs shard with use_megatron_fsdp (llama3_llm_pretrain.py). Planner prices "
+           "Megatron-FSDP as flat buffers (costmodel.options fsdp), so this changes no price; it keeps a "
+           "--framework search to the ZeRO-3 these releases launch",
+    when=(When(text="megatron-core r0.13"), When(text="megatron-bridge")))
+
 _DS_PIPE_SCATTER = Entry(
     {"p2p_scatter_gather": True}, "pipeline sends partitioned over the TP ranks, all-gathered at the receiver",
     source="DeepSpeed runtime/pipe/engine.py: is_pipe_partitioned = is_model_parallel; _exec_send_activations "
@@ -453,9 +464,10 @@ PROFILES: tuple[Profile, ...] = (
         _DEEPEP,
         _HYBRIDEP_SEARCHED,
         _BRIDGE_TE_GROUPED_LINEAR_LOOP,
+        _MEGATRON_FSDP,
     )),
     Profile("Megatron-Core r0.8", r"megatron-core", (_TE_ATTENTION, _TPO_STATED, _TPO_SEARCHED, _DEEPEP,
-                                                     _CUTLASS_GROUPED_GEMM)),
+                                                     _CUTLASS_GROUPED_GEMM, _MEGATRON_FSDP)),
     Profile("torchtitan (Dec 2024)", r"torchtitan", (
         _TT_STAGE_MICROBATCHES,
         _TT_TWO_CHUNKS,

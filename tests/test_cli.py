@@ -73,3 +73,20 @@ def test_export_from_evaluate_json_and_no_overwrite(tmp_path):
     assert (dest / "megatron_args.sh").exists()
     code, out, err = run("export", "--from", str(rec), "--format", "megatron", "--out", str(dest))
     assert code == 2 and "force" in err
+
+
+def test_evaluate_says_when_a_fitting_layout_is_inside_search_headroom():
+    """evaluate judges a layout against the whole HBM, search keeps DEFAULT_MEMORY_HEADROOM (5%)
+    free: a layout between the two is said to fit, and why search would not offer it."""
+    from planner.reports.evaluate import format_evaluation
+
+    code, out, err = run("evaluate", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--zero", "3", "--json")
+    assert code in (0, 3), err
+    rec = json.loads(out)
+    rec["fits"] = True
+    cap = rec["memory_gib"]["capacity"]
+    for peak, said in ((0.97 * cap, True), (0.90 * cap, False)):  # 3% and 10% free
+        rec["memory_gib"]["peak"] = peak
+        text = format_evaluation(rec)
+        assert ("search would not offer it" in text) is said
+        assert "fits," in text

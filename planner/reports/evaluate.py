@@ -159,6 +159,13 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
         if rec["fits"]
         else f"DOES NOT FIT: {peak - cap:.1f} GiB over ({peak / cap * 100:.0f}% of HBM)"
     )
+    from search.exhaustive import DEFAULT_MEMORY_HEADROOM
+
+    if rec["fits"] and cap - peak < DEFAULT_MEMORY_HEADROOM * cap:
+        # evaluate judges against the whole HBM, search keeps a margin: say why search would not offer it
+        verdict = (f"fits, {cap - peak:.1f} GiB ({(cap - peak) / cap * 100:.1f}%) free: less than the "
+                   f"{DEFAULT_MEMORY_HEADROOM:.0%} planner search keeps free by default (--memory-headroom), "
+                   f"so search would not offer it")
     lines.append(f"  {'peak':<44}{peak:>10.2f}  of {cap:.1f} GiB: {verdict}")
     if lay.get("zero", 0) >= 2 and lay.get("pp", 1) > 1:
         lines.append(f"  ZeRO-{lay['zero']} under PP: FSDP2 in torch.distributed.pipelining keeps gradients (and weights")

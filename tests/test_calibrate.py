@@ -188,3 +188,16 @@ def test_interval_edges_are_read_between_grid_values():
     assert _crossing(values, scores, limit, 1, 0) == pytest.approx(1 - 1.35 / 4)
     assert _crossing(values, scores, limit, 1, 2) == pytest.approx(1 + 1.35 / 2)
     assert _crossing(values, scores, limit, 2, 3) == 2.0  # the grid's end bounds it
+
+
+def test_a_profile_in_which_no_constant_moved_is_read_back(tmp_path):
+    """Runs that agree with the shipped constants: the profile calibrate writes has no constant
+    that moved, and --calibration must take it as the shipped constants (it used to refuse it:
+    'no [constants] table')."""
+    from planner.calibration_profile import write_profile
+    from planner.validate.calibrate_report import profile_text
+
+    res = calibrate(Predictor(prepare([map_run(r) for r in _runs(DEFAULT)])))
+    assert res.moved == []
+    profile = write_profile(tmp_path / "same.toml", profile_text(res, tmp_path / "runs.json", "test"))
+    assert load_profile(profile) == DEFAULT

@@ -89,6 +89,9 @@ def profile_text(result: Calibrated, runs_file: Path, version: str) -> str:
                       for m in ("median_abs_error", "mape", "mean_signed_error")}}
     tables["fit"]["leave_one_out"] = s["loo_unit"] or "none (one run)"
     tables["fit"]["verdict"] = verdict(s)
+    # Always a [constants] table, empty when nothing moved: --calibration then reads the profile
+    # as the shipped constants instead of refusing it.
+    tables["constants"] = {}
     for m in result.moved:
         tables[f"constants.{m.name}"] = {"value": m.value, "shipped": m.shipped, "interval": list(m.interval), "why": m.why}
     header = ("planner calibration profile, written by `planner calibrate`.\n"

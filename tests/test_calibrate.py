@@ -201,3 +201,57 @@ def test_a_profile_in_which_no_constant_moved_is_read_back(tmp_path):
     assert res.moved == []
     profile = write_profile(tmp_path / "same.toml", profile_text(res, tmp_path / "runs.json", "test"))
     assert load_profile(profile) == DEFAULT
+
+
+def _calibrated(rows, moved=True):
+    """A hand-made calibrate() result: rows (id, reported, shipped, fitted), errors from them."""
+    from planner.validate.calibrate import Calibrated, Moved
+    from planner.validate.fit import error_stats
+
+    rep, shipped, fitted = (np.array([r[i] for r in rows], dtype=float) for i in (1, 2, 3))
+    stats = {"shipped": error_stats((shipped - rep) / rep), "fitted": error_stats((fitted - rep) / rep),
+             "held_out": None, "loo_unit": None}
+    return Calibrated(DEFAULT, [(rid, "s", a, b, c, None) for rid, a, b, c in rows],
+                      [Moved("attention_efficiency", 0.25, 0.2, (0.2, 0.26), "")] if moved else [], {}, stats)
+
+
+def test_a_profile_fitted_to_one_run_is_written_with_a_warning():
+    from planner.validate.calibrate_report import warnings
+
+    said = warnings(_calibrated([("only", 100.0, 106.0, 100.0)]))
+    assert len(said) == 1 and "fitted to 1 run" in said[0] and "give at least 2 runs" in said[0]
+    assert warnings(_calibrated([("only", 100.0, 100.0, 100.0)], moved=False)) == []  # nothing moved: nothing to doubt
+
+
+def test_runs_the_fit_caps_and_a_worse_in_sample_fit_are_named():
+    """Step time in ms given as s: the run reads 1000x slow; the fit caps its error at 20% and
+    moves the constants for the others, which makes that run, and the MAPE, worse."""
+    from planner.validate.calibrate_report import warnings
+
+    said = warnings(_calibrated([("ok-1", 100.0, 110.0, 100.0), ("ok-2", 100.0, 108.0, 100.0),
+                                 ("ms-as-s", 1.0, 1000.0, 1100.0)]))
+    assert any("1 run off by more than 20%" in w and "ms-as-s +99900%" in w and "units" in w for w in said), said
+    # shipped MAPE (10% + 8% + 99900%) / 3 = 33306%; fitted (0 + 0 + 109900%) / 3 = 36633%
+    assert any("worse than the shipped constants (MAPE 33306.0% -> 36633.3%)" in w for w in said), said
+
+
+def test_one_run_calibration_warns_on_stderr(tmp_path):
+    runs = tmp_path / "runs.json"
+    runs.write_text(json.dumps(_runs(TRUTH)[:1]))
+    code, out, err = run_cli("calibrate", "--runs", str(runs), "--out", str(tmp_path / "one.toml"))
+    assert code == 0 and "calibrating on 1 run of" in out
+    assert "warning: fitted to 1 run" in err
+    assert "which depends on it most, was predicted" in out  # one run: singular
+    assert "fitted to 1 run" in (tmp_path / "one.toml").read_text()  # the profile keeps the warning
+
+
+def test_why_a_constant_moved_leaves_out_the_runs_the_fit_caps():
+    """A fourth run with its step time 1000x too long (ms read as s) is capped by the fit: the
+    reason given for the BF16 GEMM move speaks of the three good runs, not a +99900% mean."""
+    slip = {**_runs(TRUTH)[0], "id": "ms-as-s"}
+    slip["step_time_s"] *= 1000
+    res = calibrate(Predictor(prepare([map_run(r) for r in _runs(TRUTH) + [slip]])))
+    gemm = {m.name: m for m in res.moved}["gemm_efficiency_bf16"]
+    assert "ms-as-s" not in gemm.why and "the 3 runs" in gemm.why
+    before = float(gemm.why.split("were predicted ")[1].split("%")[0])
+    assert 5 < before < 20  # 0.86 / 0.74 on the GEMMs: some 10% fast, not thousands of percent

@@ -169,13 +169,18 @@ class Calibrated:
 def _why(predictor: Predictor, calib: Calibration, name: str) -> str:
     """Which runs moved a constant, and their error before and after."""
     s = np.abs(sensitivity(predictor, calib, name))
+    # Runs off by more than CLIP with the shipped constants count only up to CLIP in the fit
+    # (a unit slip, a mechanism the model lacks): they would swamp the mean said here.
+    counted = np.abs(predictor.errors(DEFAULT)) <= CLIP
+    s = np.where(counted, s, 0.0) if counted.any() else s
     informed = np.nonzero(s >= 0.25 * s.max())[0] if s.max() > 0 else np.arange(len(s))
     before = float(np.mean(predictor.errors(DEFAULT)[informed]))
     after = round(float(np.mean(predictor.errors(calib)[informed])), 4) + 0.0  # no "-0.0%"
     ids = ", ".join(predictor.rows[i].id for i in informed[:4]) + (", ..." if len(informed) > 4 else "")
-    runs = f"the {len(informed)} runs that depend on it most ({ids})" if len(informed) > 1 else f"run {ids}, which depends on it most,"
+    runs = f"the {len(informed)} runs that depend on it most ({ids}) were" if len(informed) > 1 \
+        else f"run {ids}, which depends on it most, was"
     pace = "fast" if before > 0 else "slow"
-    return (f"{MEANING[name]}: {runs} were predicted {abs(before) * 100:.1f}% {pace} with the shipped "
+    return (f"{MEANING[name]}: {runs} predicted {abs(before) * 100:.1f}% {pace} with the shipped "
             f"{getattr(DEFAULT, name):g}; now {after * 100:+.1f}%")
 
 

@@ -54,6 +54,32 @@ def verdict(stats: dict) -> str:
             "runs disagree in a way no global constant explains, and the shipped constants are the better guess")
 
 
+def warnings(result: Calibrated) -> list[str]:
+    """What makes a profile untrustworthy, each said once: a fit to one run (nothing checks it),
+    runs the fit caps (``fit.CLIP``: its error counts no further, so a unit slip there goes
+    unnoticed and can leave the profile worse on these very runs), and a profile that predicts
+    the runs it was fitted on, or those it did not see, worse than the shipped constants."""
+    from planner.validate.fit import CLIP
+
+    s, out = result.stats, []
+    if len(result.rows) < 2 and result.moved:
+        out.append(f"fitted to 1 run: {len(result.moved)} constant{'s' if len(result.moved) > 1 else ''} moved to match "
+                   "one number, and no run it did not see checks {0}; give at least 2 runs before using "
+                   "the profile".format("them" if len(result.moved) > 1 else "it"))
+    capped = [(rid, (a - rep) / rep) for rid, _, rep, a, *_ in result.rows if abs(a - rep) / rep > CLIP]
+    if capped:
+        said = ", ".join(f"{rid} {err * 100:+.0f}%" for rid, err in capped[:5]) + (", ..." if len(capped) > 5 else "")
+        out.append(f"{len(capped)} run{'s' if len(capped) > 1 else ''} off by more than {CLIP:.0%} with the shipped "
+                   f"constants ({said}): the fit counts no error past {CLIP:.0%}, so {'they barely move' if len(capped) > 1 else 'it barely moves'} "
+                   "the fit; check the measurement and units (step_time_s in seconds, tokens_per_s the total of all GPUs, mfu a fraction)")
+    if result.moved and s["fitted"]["mape"] > s["shipped"]["mape"]:
+        out.append(f"the profile predicts the runs it was fitted on worse than the shipped constants (MAPE "
+                   f"{s['shipped']['mape'] * 100:.1f}% -> {s['fitted']['mape'] * 100:.1f}%)")
+    if result.moved and s.get("held_out") and s["held_out"]["mape"] >= s["shipped"]["mape"]:
+        out.append("the profile predicts runs it did not see no better than the shipped constants (see the verdict)")
+    return out
+
+
 def format_calibration(result: Calibrated, head: list[str]) -> str:
     s = result.stats
     unit = s["loo_unit"]
@@ -89,6 +115,7 @@ def profile_text(result: Calibrated, runs_file: Path, version: str) -> str:
                       for m in ("median_abs_error", "mape", "mean_signed_error")}}
     tables["fit"]["leave_one_out"] = s["loo_unit"] or "none (one run)"
     tables["fit"]["verdict"] = verdict(s)
+    tables["fit"]["warnings"] = warnings(result) or None
     # Always a [constants] table, empty when nothing moved: --calibration then reads the profile
     # as the shipped constants instead of refusing it.
     tables["constants"] = {}
@@ -140,13 +167,16 @@ def _print(result: Calibrated, runs_file, out, notes, as_json: bool, confidence:
                           for m in result.moved},
             "unchanged": result.unchanged, "errors": result.stats, "verdict": verdict(result.stats), "method": METHOD,
             "rows": [dict(zip(("id", "source", "reported", "shipped", "fitted", "held_out"), r)) for r in result.rows],
-            "notes": notes, "profile": str(out) if out else None}, indent=2))
+            "notes": notes, "warnings": warnings(result), "profile": str(out) if out else None}, indent=2))
         return
     sources = {r[1] for r in result.rows}
-    head = [f"calibrating on {len(result.rows)} runs of {runs_file} ({confidence}-confidence), "
+    n = len(result.rows)
+    head = [f"calibrating on {n} run{'s' if n > 1 else ''} of {runs_file} ({confidence}-confidence), "
             f"{len(sources)} source{'s' if len(sources) > 1 else ''}", f"fit: {METHOD}"] + notes
     typer.echo(format_calibration(result, head))
     typer.echo("")
+    for line in warnings(result):  # on stderr too, so a script that keeps only stderr sees them
+        typer.echo(f"warning: {line}", err=True)
     if out is not None:
         typer.echo(f"wrote {out}: use it with --calibration {out} on evaluate, search, export and validate")
     else:

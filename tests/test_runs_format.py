@@ -373,3 +373,17 @@ def test_a_blackwell_ultra_row_maps_to_its_preset_and_prices(gpu, cluster, domai
     assert run.cluster.nic == "ib-xdr"  # ConnectX-8 800G per GPU (datasheets)
     (res,) = validate_rows([row])
     assert res.predicted > 0 and res.reason in (None, '')
+
+
+def test_every_spelling_a_block_takes_is_read_at_the_top_of_a_flat_row_too():
+    """'tokens_per_sec' is a spelling of measured.tokens_per_s; at the top of a flat row it used
+    to be listed as ignored and the row refused for 'missing measurement'. Likewise the Megatron
+    argument names of the degrees ('tensor_model_parallel_size')."""
+    from planner.validate.schema import parse_row
+
+    good = {k: v for k, v in GOOD.items() if k not in ("tokens_per_s_per_gpu", "tp")}
+    row = parse_row({**good, "tokens_per_sec": 48000, "tensor_model_parallel_size": 2, "nvlink_domain": 8,
+                     "max_memory_gib": 60.5})
+    assert row.measured.tokens_per_s == 48000 and row.layout.tp == 2
+    assert row.hardware.scaleup_domain_size == 8 and row.measured.peak_memory_gib == 60.5
+    assert row.ignored_fields() == []

@@ -318,18 +318,10 @@ class Source(_Block):
 
 # -------------------------------------------------------------------------------------- a row
 
-FLAT = {
-    "hardware": ("gpu", "gpu_type", "num_gpus", "gpus", "gpu_count", "world_size", "num_nodes", "nodes", "cluster", "gpus_per_node",
-                 "scaleup_domain_size", "nvlink_domain_gpus", "nic", "nics_per_node"),
-    "layout": ("tp", "pp", "dp", "cp", "ep", "etp", "expert_tp", "vp", "vpp", "micro_batch_size", "mbs",
-               "global_batch_size", "gbs", "global_batch_tokens", "tokens_per_batch", "seq_len", "seq_length",
-               "activation_recompute", "recompute", "activation_checkpointing", "zero_stage", "zero", "fsdp", "distributed_optimizer",
-               "precision", "sequence_parallel", "framework", "framework_release", "release", "framework_version"),
-    "measured": ("tokens_per_s_per_gpu", "tokens_per_s", "tokens_per_s_total", "step_time_s", "iteration_time_s",
-                 "step_time", "samples_per_s", "tflops_per_gpu", "tflops", "mfu", "flops", "flops_convention",
-                 "peak_tflops", "peak_memory_gib", "peak_memory_gb"),
-}
-"""Top-level spellings moved into their block (a flat row)."""
+FLAT = {"hardware": tuple(Hardware.spellings()), "layout": tuple(LayoutBlock.spellings()),
+        "measured": tuple(Measured.spellings())}
+"""Top-level spellings moved into their block (a flat row): every name the block takes, read off
+the block so a spelling it accepts is never refused at the top ("tokens_per_sec", "tensor_parallel")."""
 
 
 def _fold_flat(raw: Any) -> Any:

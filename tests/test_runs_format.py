@@ -387,3 +387,19 @@ def test_every_spelling_a_block_takes_is_read_at_the_top_of_a_flat_row_too():
     assert row.measured.tokens_per_s == 48000 and row.layout.tp == 2
     assert row.hardware.scaleup_domain_size == 8 and row.measured.peak_memory_gib == 60.5
     assert row.ignored_fields() == []
+
+
+def test_rows_refused_for_different_reasons_of_no_one_field_each_get_their_own(tmp_path):
+    """A row without a model and one without a measurement: both used to be listed under the
+    first one's reason ('not a run (row 1, row 2): missing model')."""
+    from planner.validate.runs import read_runs
+
+    no_model = {k: v for k, v in GOOD.items() if k != "model"}
+    no_measurement = {k: v for k, v in GOOD.items() if k != "tokens_per_s_per_gpu"}
+    path = _runs_file(tmp_path, [{**no_model, "id": "a"}, {**no_measurement, "id": "b"}, {**no_model, "id": "c"}, 7])
+    with pytest.raises(PlannerInputError) as err:
+        read_runs(path)
+    line = str(err.value)
+    assert "row 1 (id 'a'), row 3 (id 'c'): missing model" in line
+    assert "row 2 (id 'b'): missing measurement" in line
+    assert "not a run (row 4): expected an object (one run), got 7" in line

@@ -134,14 +134,19 @@ def read_runs(path: Optional[Path], skip_invalid: bool = False) -> tuple[list[di
 
 
 def grouped(errors: list, shown: int = 8) -> str:
-    """Row errors grouped by field, on one line: 'field F (rows 3, 9, 12): reason of the first; ...'."""
+    """Row errors grouped by field, on one line: 'field F (rows 3, 9, 12): reason of the first; ...'.
+    Errors of no one field (a missing model, a missing measurement, a row that is no object) are
+    grouped by their reason, so each row is listed with its own."""
     by_field: dict = {}
-    for err in errors:
-        by_field.setdefault(err.field, []).append(err)
+    for err in errors:  # of no field: by what the reason says, not the value it quotes
+        key = "" if err.field else err.reason.split(":")[0].split(", got")[0]
+        by_field.setdefault((err.field, key), []).append(err)
     parts = []
-    for name, errs in by_field.items():
-        labels = [e.label for e in errs[:shown]] + ([f"{len(errs) - shown} more"] if len(errs) > shown else [])
-        parts.append(f"{'field ' + name if name else 'not a run'} ({', '.join(labels)}): {errs[0].reason}")
+    for (name, key), errs in by_field.items():
+        labels = ", ".join([e.label for e in errs[:shown]] + ([f"{len(errs) - shown} more"] if len(errs) > shown else []))
+        what = f"field {name} ({labels})" if name else f"not a run ({labels})" if key.startswith("expected an object") \
+            else labels
+        parts.append(f"{what}: {errs[0].reason}")
     return "; ".join(parts)
 
 

@@ -403,3 +403,27 @@ def test_rows_refused_for_different_reasons_of_no_one_field_each_get_their_own(t
     assert "row 1 (id 'a'), row 3 (id 'c'): missing model" in line
     assert "row 2 (id 'b'): missing measurement" in line
     assert "not a run (row 4): expected an object (one run), got 7" in line
+
+
+def test_a_refused_or_unmapped_row_names_the_fields_it_did_not_read(tmp_path):
+    """A misspelt field is why a row misses its measurement or its batch: the error says so
+    (before, 'missing measurement' / 'global batch size not published' alone, and the typo was
+    named nowhere, since a row's ignored fields were only listed once it mapped)."""
+    from planner.validate.runs import read_runs
+    from planner.validate.schema import RowError, parse_row
+
+    no_measurement = {k: v for k, v in GOOD.items() if k != "tokens_per_s_per_gpu"}
+    with pytest.raises(RowError, match=r"missing measurement: .*not read: step_time_ms \(did you mean step_time_s\?\)"):
+        parse_row({**no_measurement, "step_time_ms": 900})
+    # two rows, two typos: each row is listed with its own
+    path = _runs_file(tmp_path, [{**no_measurement, "id": "a", "step_time_ms": 900}, {**no_measurement, "id": "b", "tps": 9}])
+    with pytest.raises(PlannerInputError) as err:
+        read_runs(path)
+    assert "row 1 (id 'a'): missing measurement" in str(err.value) and "row 2 (id 'b'): missing measurement" in str(err.value)
+    no_gbs = {k: v for k, v in GOOD.items() if k != "gbs"}
+    [res] = validate_rows([{**no_gbs, "global_batch": 64}])
+    assert res.error is None and "global batch size not published" in res.reason
+    assert "global_batch (did you mean global_batch_size?)" in res.reason
+    # a model's shape written at the top of a flat row
+    [res] = validate_rows([{**GOOD, "model": "our-10b", "num_layers": 40, "hidden_size": 5120}])
+    assert "num_layers (a model field: give it as model.num_layers)" in res.reason

@@ -209,8 +209,12 @@ def _unmapped(row, index: int, err: Exception) -> RowResult:
     source = src.get("key", "?") if isinstance(src, dict) else str(src or "?")
     gpus = hw.get("num_gpus") or row.get("num_gpus") or row.get("gpus")
     reported = ref.get("tokens_per_s_per_gpu")
+    try:  # a misspelt field may be why ("gbs" written "global_batch")
+        unread = parse_row(row, index).unread()
+    except PlannerInputError:
+        unread = ""
     return RowResult(
         id=str(row.get("id", f"row {index}")), source=source, confidence=str(row.get("confidence", "high")),
         gpus=gpus if isinstance(gpus, int) else 0, reported=float(reported) if isinstance(reported, (int, float)) else 0.0,
-        reason=str(err),
+        reason=str(err) + unread,
     )

@@ -139,7 +139,7 @@ def grouped(errors: list, shown: int = 8) -> str:
     grouped by their reason, so each row is listed with its own."""
     by_field: dict = {}
     for err in errors:  # of no field: by what the reason says, not the value it quotes
-        key = "" if err.field else err.reason.split(":")[0].split(", got")[0]
+        key = "" if err.field else "expected an object" if err.reason.startswith("expected an object") else err.reason
         by_field.setdefault((err.field, key), []).append(err)
     parts = []
     for (name, key), errs in by_field.items():

@@ -374,12 +374,12 @@ class RunRow(_Block):
     @model_validator(mode="after")
     def _complete(self):
         if self.model is None:
-            raise ValueError("missing model: a preset name, or {name | hf_config | shape fields + family}")
+            raise ValueError("missing model: a preset name, or {name | hf_config | shape fields + family}" + self.unread())
         if self.hardware.gpu is None and self.hardware.cluster is None:
-            raise ValueError("missing hardware.gpu (or hardware.cluster)")
+            raise ValueError("missing hardware.gpu (or hardware.cluster)" + self.unread())
         if (self.reference is None or self.reference.tokens_per_s_per_gpu is None) and not self.measured.given():
             raise ValueError("missing measurement: give one of measured.tokens_per_s_per_gpu, tokens_per_s, "
-                             "step_time_s, samples_per_s, tflops_per_gpu, mfu")
+                             "step_time_s, samples_per_s, tflops_per_gpu, mfu" + self.unread())
         unknown = sorted(set(self.settings) - set(STATED_SETTINGS))
         if unknown:
             close = difflib.get_close_matches(unknown[0], STATED_SETTINGS, n=1)
@@ -420,7 +420,18 @@ class RunRow(_Block):
         if isinstance(self.model, Model):
             blocks.append(("model.", self.model))
         out = [f for prefix, block in blocks for f in block.ignored(prefix)]
+        # A model's shape written at the top of a flat row: it belongs in the model object.
+        out = [(f, "; a model field: give it as model.{0}".format(f)) if f in Model.spellings() else (f, hint) for f, hint in out]
         return [(f, hint) for f, hint in out if f.removeprefix("layout.") not in STATED_SETTINGS]
+
+    def unread(self) -> str:
+        """'; not read: step_time_ms, peak_mem_gb (did you mean peak_memory_gb?)': the fields this
+        format does not know, for an error that a misspelt field may explain ('' if none)."""
+        fields = self.ignored_fields()
+        if not fields:
+            return ""
+        said = [f"{f} ({hint.removeprefix('; ')})" if hint else f for f, hint in fields[:6]]
+        return f"; fields not in the runs format, not read: {', '.join(said)}" + (", ..." if len(fields) > 6 else "")
 
     def stated_settings(self) -> dict:
         """Implementation settings by option name: the ``settings`` block, and (reference format)

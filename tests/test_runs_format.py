@@ -427,3 +427,17 @@ def test_a_refused_or_unmapped_row_names_the_fields_it_did_not_read(tmp_path):
     # a model's shape written at the top of a flat row
     [res] = validate_rows([{**GOOD, "model": "our-10b", "num_layers": 40, "hidden_size": 5120}])
     assert "num_layers (a model field: give it as model.num_layers)" in res.reason
+
+
+def test_a_model_given_by_its_config_json_numbers_is_read_whole():
+    """Shape numbers copied from a Hugging Face config.json: num_hidden_layers (it used to be
+    ignored, so the row fell back to the preset of its name) and the MoE names
+    num_local_experts / num_experts_per_tok; a misspelt MoE key is refused, not dropped (it used
+    to leave the family's 8 experts in place of the row's 16, unsaid)."""
+    shape = {"name": "our-moe", "family": "mixtral", "num_hidden_layers": 24, "hidden_size": 4096,
+             "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336}
+    run = map_run({**GOOD, "tp": 1, "model": {**shape, "moe": {"num_local_experts": 16, "num_experts_per_tok": 2}}})
+    assert run.model.num_layers == 24 and (run.model.moe.num_experts, run.model.moe.top_k) == (16, 2)
+    assert any("24 layers" in a and "MoE 16 experts top-2" in a for a in run.assumptions), run.assumptions
+    with pytest.raises(PlannerInputError, match=r"model\.moe\.num_expert: not a MoE field \(did you mean model\.moe\.num_experts\?"):
+        map_run({**GOOD, "tp": 1, "model": {**shape, "moe": {"num_expert": 16, "top_k": 2}}})

@@ -47,6 +47,28 @@ FAMILIES = {
 _SHAPE = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size")
 _MOE_FIELDS = ("num_experts", "top_k", "expert_ffn_hidden_size", "num_shared_experts", "shared_expert_ffn_hidden_size",
                "num_dense_layers", "moe_layer_frequency", "router_groups", "router_group_topk")
+_MOE_HF_NAMES = {"num_local_experts": "num_experts", "n_routed_experts": "num_experts", "num_experts_per_tok": "top_k",
+                 "moe_intermediate_size": "expert_ffn_hidden_size", "n_shared_experts": "num_shared_experts"}
+"""The Hugging Face config.json names of the MoE fields (Mixtral, Qwen-MoE, DeepSeek), as
+``hardware_catalog.hf_config`` reads them."""
+
+
+def _moe_fields(moe: dict) -> dict:
+    """A row's model.moe with HF names read as ours; a key that is neither is refused (it used to
+    be dropped, leaving the family's expert count in its place)."""
+    import difflib
+
+    fields = {}
+    for key, value in moe.items():
+        name = _MOE_HF_NAMES.get(key, key)
+        if name not in _MOE_FIELDS:
+            close = difflib.get_close_matches(key, [*_MOE_FIELDS, *_MOE_HF_NAMES], n=1, cutoff=0.6)
+            hint = f"did you mean model.moe.{close[0]}? " if close else ""
+            raise PlannerInputError(f"model.moe.{key}: not a MoE field ({hint}allowed: {', '.join(_MOE_FIELDS)}, "
+                                    f"or the config.json names {', '.join(_MOE_HF_NAMES)})")
+        if value is not None:
+            fields[name] = value
+    return fields
 
 
 def family_description(family: str) -> str:
@@ -121,7 +143,7 @@ def _shaped(m, source_key: str):
     if m.mamba:
         update["mamba"] = {**(base.mamba.model_dump() if base.mamba else {}), **{k: v for k, v in m.mamba.items() if v is not None}}
     if m.moe:
-        fields = {k: v for k, v in m.moe.items() if k in _MOE_FIELDS and v is not None}
+        fields = _moe_fields(m.moe)
         try:
             update["moe"] = MoESpec(**{**(base.moe.model_dump() if base.moe else {}), **fields})
         except ValueError as err:
@@ -165,5 +187,8 @@ def model_notes(row, model, from_preset: bool) -> list[str]:
     if from_preset:
         return [f"model {model.name} (from '{named}')"] if named != model.name else []
     family = m.family or "the preset of its name"
+    moe = model.moe
+    experts = (f", MoE {moe.num_experts} experts top-{moe.top_k} (expert FFN {moe.expert_ffn_hidden_size}"
+               f"{f', {moe.num_shared_experts} shared' if moe.num_shared_experts else ''})") if moe else ""
     return [f"model from the row's shape over {family}: {model.num_layers} layers, hidden {model.hidden_size}, "
-            f"{model.num_attention_heads} heads ({model.kv_heads} KV), FFN {model.ffn_hidden_size}"]
+            f"{model.num_attention_heads} heads ({model.kv_heads} KV), FFN {model.ffn_hidden_size}{experts}"]

@@ -233,7 +233,7 @@ class Model(_Block):
     name: Text = _f("name", "preset", description="Preset name or alias (as --model), any common spelling.")
     hf_config: Text = _f("hf_config", "config", "config_json", description="A Hugging Face config.json (relative to the runs file).")
     family: Text = _f("family", "architecture", description="Architecture family when the name is no preset (see FAMILIES).")
-    num_layers: PosInt = _f("num_layers", "layers", "n_layers")
+    num_layers: PosInt = _f("num_layers", "layers", "n_layers", "num_hidden_layers")
     hidden_size: PosInt = _f("hidden_size", "hidden", "d_model")
     num_attention_heads: PosInt = _f("num_attention_heads", "heads", "n_heads")
     num_kv_heads: PosInt = _f("num_kv_heads", "kv_heads", "num_key_value_heads")

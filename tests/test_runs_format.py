@@ -441,3 +441,11 @@ def test_a_model_given_by_its_config_json_numbers_is_read_whole():
     assert any("24 layers" in a and "MoE 16 experts top-2" in a for a in run.assumptions), run.assumptions
     with pytest.raises(PlannerInputError, match=r"model\.moe\.num_expert: not a MoE field \(did you mean model\.moe\.num_experts\?"):
         map_run({**GOOD, "tp": 1, "model": {**shape, "moe": {"num_expert": 16, "top_k": 2}}})
+
+
+def test_a_row_that_states_every_knob_says_nothing_was_searched():
+    """It used to read 'not stated, searched: ; cp 1 (not stated)'."""
+    run = map_run({**GOOD, "mbs": 1, "vp": 1, "zero": 1, "recompute": "full", "cp": 1, "framework": "Megatron-LM"})
+    assert run.searched == {} and not any("searched" in a for a in run.assumptions), run.assumptions
+    run = map_run({**GOOD, "mbs": 1, "vp": 1, "zero": 1, "recompute": "full", "framework": "Megatron-LM"})
+    assert "cp 1 (not stated)" in run.assumptions

@@ -433,7 +433,9 @@ def map_run(row: Union[dict, RunRow], base_dir: Optional[Path] = None) -> Mapped
         degrees = [k for k in ("tp", "pp", "dp") if k not in pins]
         said = ([f"{', '.join(degrees)} (every split of the GPUs the rules allow)"] if degrees else []) \
             + [f"{k} ({_span(v)})" for k, v in searched.items()]
-        notes.append("not stated, searched: " + "; ".join(said) + ("" if "cp" in pins else "; cp 1 (not stated)"))
+        cp = [] if "cp" in pins else ["cp 1 (not stated)"]
+        if said or cp:  # (a row that states every knob searches nothing)
+            notes.append("; ".join((["not stated, searched: " + "; ".join(said)] if said else []) + cp))
     notes += [f"ignored field {f} (not part of the runs format{hint})" for f, hint in row.ignored_fields()]
     return MappedRun(row, model, cluster, gpu, gpus, pins, searched, assumptions + measured.notes + notes,
                      measured.tokens_per_s_per_gpu, measured.memory_gib)

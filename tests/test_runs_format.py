@@ -449,3 +449,22 @@ def test_a_row_that_states_every_knob_says_nothing_was_searched():
     assert run.searched == {} and not any("searched" in a for a in run.assumptions), run.assumptions
     run = map_run({**GOOD, "mbs": 1, "vp": 1, "zero": 1, "recompute": "full", "framework": "Megatron-LM"})
     assert "cp 1 (not stated)" in run.assumptions
+
+
+def test_what_a_users_gpu_precision_and_recompute_text_was_read_as_is_said():
+    """Silent guesses made visible: 'A100' is read as the 80 GB part, 'fp16' and an unstated
+    precision price as BF16, a recompute or ZeRO text that names no mode is searched (it used to
+    say 'not stated', as if the row were silent); a 32-bit run is refused (BF16 peak would price
+    it 2x or more too fast: A100 datasheet, TF32 156 vs BF16 312 TFLOP/s)."""
+    base = {**{k: v for k, v in GOOD.items() if k != "gpu"}, "tokens_per_s_per_gpu": 3000}
+    run = map_run({**base, "gpu": "A100", "precision": "fp16", "recompute": "partial", "zero": "sharded"})
+    said = "\n".join(run.assumptions)
+    assert "gpu a100-80gb (from 'A100'" in said
+    assert "precision 'fp16': priced as bf16" in said and run.pins["precision"] == "bf16"
+    assert "layout.activation_recompute 'partial': not none, selective, full" in said and "recompute" in run.searched
+    assert "layout.zero_stage 'sharded': no ZeRO stage read" in said and run.searched["zero"] == [0, 1]
+    run = map_run({**base, "gpu": "h100-sxm", "recompute": "not stated"})
+    said = "\n".join(run.assumptions)
+    assert "precision not stated: bf16" in said and "gpu " not in said and "activation_recompute" not in said
+    with pytest.raises(PlannerInputError, match=r"layout.precision 'tf32': .* not 32-bit"):
+        map_run({**GOOD, "precision": "tf32"})

@@ -249,6 +249,11 @@ def _gbs(row: RunRow, seq: int) -> tuple[int, list[str]]:
     raise PlannerInputError(f"global batch size not published{hint}")
 
 
+_UNKNOWN_TEXT = re.compile(r"not (?:stated|known|published|given|reported)|unstated|unknown|unspecified|^\s*[?-]\s*$|^n/?a$",
+                           re.I)
+"""Text with which a row says a value is unknown (then searched without a note on the text)."""
+
+
 def _zero_from_row(lay) -> Optional[list[int]]:
     z = lay.zero_stage
     text = " ".join(str(v or "") for v in (lay.zero_stage, lay.fsdp, lay.distributed_optimizer))
@@ -336,11 +341,19 @@ def _layout_from_row(lay, model, gpus: int, pins: dict, notes: list[str]) -> dic
     zero = _zero_from_row(lay)
     if zero is None:
         searched["zero"] = [0, 1]
+        said = [f"{k} {getattr(lay, k)!r}" for k in ("zero_stage", "fsdp", "distributed_optimizer")
+                if isinstance(getattr(lay, k), str) and not _UNKNOWN_TEXT.search(getattr(lay, k))]
+        if said:  # text that names no stage: say it was not read, not that nothing was stated
+            notes.append(f"layout.{' and '.join(said)}: no ZeRO stage read from it (0-3, 'ZeRO-2', 'FULL_SHARD', "
+                         "'SHARD_GRAD_OP', 'DDP', 'distributed optimizer'); zero searched")
     else:
         pins["zero"] = zero[0]
     rc = _recompute_from_row(lay)
     if rc is None:
         searched["recompute"] = list(RECOMPUTE)
+        text = lay.activation_recompute
+        if isinstance(text, str) and text.strip() and not _UNKNOWN_TEXT.search(text):
+            notes.append(f"layout.activation_recompute {text!r}: not {', '.join(RECOMPUTE)}; recompute searched")
     else:
         pins["recompute"] = rc[0]
     return searched
@@ -415,6 +428,8 @@ def map_run(row: Union[dict, RunRow], base_dir: Optional[Path] = None) -> Mapped
     _apply_stated(row.stated_settings(), pins, searched, assumptions)
     precision = str(row.layout.precision or "").lower()
     pins["precision"] = "fp8" if ("fp8" in precision or "float8" in precision) else "bf16"
+    if row.reference is None:  # the reference set's rows state how they were read in their own notes
+        notes += _read_as(row, gpu)
     if "fp4" in precision:  # NVFP4 (TE's NVFP4BlockScaling, the fp8_recipe nvfp4); MXFP4 as MXFP8
         _price_fp4(row.layout.precision, gpu, pins, searched, assumptions)
     if row.layout.sequence_parallel is False:
@@ -439,6 +454,36 @@ def map_run(row: Union[dict, RunRow], base_dir: Optional[Path] = None) -> Mapped
     notes += [f"ignored field {f} (not part of the runs format{hint})" for f, hint in row.ignored_fields()]
     return MappedRun(row, model, cluster, gpu, gpus, pins, searched, assumptions + measured.notes + notes,
                      measured.tokens_per_s_per_gpu, measured.memory_gib)
+
+
+_WORDS_16BIT = ("fp16", "float16", "16-bit", "16 bit", "half")
+_WORDS_32BIT = ("fp32", "float32", "tf32", "32-bit", "32 bit")
+
+
+def _read_as(row: RunRow, gpu) -> list[str]:
+    """Notes for a user's row on what its GPU and precision text were read as (a name such as
+    'A100' stands for one catalog part; an unstated or unknown precision prices as BF16); a
+    32-bit precision planner cannot price is refused."""
+    notes = []
+    text = row.hardware.gpu
+    if text and text.strip().lower() != gpu.name:
+        notes.append(f"gpu {gpu.name} (from {text!r}; {gpu.memory_gib:g} GiB)")
+    said = row.layout.precision
+    low = str(said or "").lower()
+    if not low.strip():
+        notes.append("precision not stated: bf16")
+    elif any(w in low for w in ("bf16", "bfloat16", "fp8", "float8", "fp4")):
+        pass
+    elif any(w in low for w in _WORDS_32BIT):
+        raise PlannerInputError(f"layout.precision {said!r}: planner prices 16-bit (bf16, fp16), fp8 and fp4 "
+                                "(nvfp4, mxfp4) training, not 32-bit")
+    elif any(w in low for w in _WORDS_16BIT):
+        # FP16 and BF16 share one dense tensor-core peak on V100 (FP16 only), A100, H100 and
+        # Blackwell (NVIDIA A100 / H100 / B200 datasheets): priced as BF16.
+        notes.append(f"precision {said!r}: priced as bf16 (one tensor-core peak for FP16 and BF16)")
+    else:
+        notes.append(f"precision {said!r}: not bf16, fp16, fp8 or fp4; priced as bf16")
+    return notes
 
 
 def _layout_slots(pins: dict, model, name: str, head_only: bool = False) -> Optional[int]:

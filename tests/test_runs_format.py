@@ -292,6 +292,9 @@ def test_cluster_and_model_files_named_by_a_row_are_relative_to_the_runs_file(tm
     ({"zero": "ZeRO-1"}, {"zero": 1}), ({"zero": "ZeRO stage 2"}, {"zero": 2}), ({"fsdp": "FSDP"}, {"zero": 3}),
     ({"zero": "DDP"}, {"zero": 0}), ({"activation_checkpointing": True}, {"recompute": "full"}),
     ({"recompute": False}, {"recompute": "none"}),
+    # PyTorch FSDP ShardingStrategy: FULL_SHARD / SHARD_GRAD_OP within a node, replicas across
+    # nodes (the sharding group: the node's 8 GPUs). Before, HYBRID_SHARD alone read as no stage.
+    ({"fsdp": "HYBRID_SHARD"}, {"zero": 3, "dp_shard": 8}), ({"fsdp": "_HYBRID_SHARD_ZERO2"}, {"zero": 2, "dp_shard": 8}),
 ])
 def test_zero_and_checkpointing_as_people_state_them(stated, pins):
     run = map_run({**BASE, "tokens_per_s_per_gpu": 1000, **stated})

@@ -259,6 +259,10 @@ def _zero_from_row(lay) -> Optional[list[int]]:
     text = " ".join(str(v or "") for v in (lay.zero_stage, lay.fsdp, lay.distributed_optimizer))
     if isinstance(z, int):
         return [z]
+    if "_HYBRID_SHARD_ZERO2" in text.upper():  # SHARD_GRAD_OP inside a node (see _hybrid_shard)
+        return [2]
+    if "HYBRID_SHARD" in text.upper():  # FULL_SHARD inside a node
+        return [3]
     if "SHARD_GRAD_OP" in text:
         return [2]
     if "FULL_SHARD" in text or "FSDP2" in text or "Megatron-FSDP" in text:
@@ -277,6 +281,19 @@ def _zero_from_row(lay) -> Optional[list[int]]:
     if re.search(r"\bddp\b", low):
         return [0]
     return None  # unstated: Megatron with or without the distributed optimizer
+
+
+def _hybrid_shard(row: RunRow, cluster, pins: dict, notes: list[str]) -> None:
+    """PyTorch FSDP's HYBRID_SHARD (and _HYBRID_SHARD_ZERO2) shard within a node and replicate
+    across nodes (torch.distributed.fsdp.ShardingStrategy docs): the sharding group is the node's
+    GPUs (``dp_shard``), unless the row states its own."""
+    lay = row.layout
+    text = " ".join(str(v or "") for v in (lay.zero_stage, lay.fsdp, lay.distributed_optimizer)).upper()
+    if "HYBRID_SHARD" not in text or isinstance(lay.zero_stage, int) or row.stated_settings().get("dp_shard") is not None:
+        return
+    pins["dp_shard"] = cluster.gpus_per_node
+    notes.append(f"FSDP HYBRID_SHARD: ZeRO-{pins['zero']} within each node, replicated across nodes "
+                 f"(dp_shard {cluster.gpus_per_node})")
 
 
 def _recompute_from_row(lay) -> Optional[list[str]]:
@@ -402,6 +419,7 @@ def map_run(row: Union[dict, RunRow], base_dir: Optional[Path] = None) -> Mapped
     notes = hw_notes + model_notes(row, model, from_preset) + notes + batch_notes
     pins: dict = {"seq_len": seq, "gbs": gbs}
     searched = _layout_from_row(row.layout, model, gpus, pins, notes)
+    _hybrid_shard(row, cluster, pins, notes)
     settings, profile_notes = apply_profiles(_row_facts(row, model, gpu), policies=True)
     assumptions += profile_notes
     for name, value in settings.items():

@@ -92,8 +92,10 @@ def format_table(results: list[RowResult], summary: dict) -> str:
         if r.reported_memory_gib:
             mem = f"{r.reported_memory_gib:.1f}/{r.predicted_memory_gib:.1f}"
         flag = "" if r.fits else " (nothing fits; least-memory layout)"
+        err = f"{r.error * 100:>+7.1f}%"
+        err = err if len(err) <= 8 else f" {r.error * 100:+.0f}%"  # past +/-999.9%: kept apart from the prediction
         lines.append(
-            f"{r.id[:39]:<40}{r.gpus:>6}  {r.layout[:63]:<64}{r.reported:>10.1f}{r.predicted:>11.1f}{r.error * 100:>+7.1f}%  {mem}{flag}"
+            f"{r.id[:39]:<40}{r.gpus:>6}  {r.layout[:63]:<64}{r.reported:>10.1f}{r.predicted:>11.1f}{err}  {mem}{flag}"
         )
     lines.append("")
     s = summary
@@ -109,8 +111,9 @@ def format_table(results: list[RowResult], summary: dict) -> str:
         return f"; peak memory {mem['rows']} rows, median |err| {mem['median_abs_error'] * 100:.1f}%" if mem.get("rows") else ""
 
     lines.append(f"summary ({_filter_text(s)}) {fmt(s)}")
+    width = max([24] + [len(src) + 2 for src in s["per_source"]])  # a long source name stays apart from its count
     for src, st in s["per_source"].items():
-        lines.append(f"  {src:<24}{fmt(st)}{fmt_memory(st)}")
+        lines.append(f"  {src:<{width}}{fmt(st)}{fmt_memory(st)}")
     if s["memory"]["rows"]:
         lines.append(f"peak memory: {s['memory']['rows']} rows with published peak, median |err| {s['memory']['median_abs_error'] * 100:.1f}%")
     if s.get("families"):

@@ -21,3 +21,35 @@ def test_a_long_source_name_and_a_huge_error_stay_apart_from_their_neighbours():
     assert f"  {source}  2 rows:" in text
     row = next(line for line in text.splitlines() if line.startswith("ms-as-s"))
     assert row.split()[-2:] == ["8108.4", "+25888%"]  # (8108.4 - 31.2) / 31.2 = +25888%
+
+
+GOOD = {"gpu": "h100", "num_gpus": 8, "model": "llama3-8b", "tp": 1, "pp": 1, "gbs": 64, "seq_len": 8192,
+        "tokens_per_s_per_gpu": 7000}
+
+
+def _cli(*args):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_commands_without_skip_invalid_do_not_offer_it(tmp_path):
+    """calibrate (and --cross-validate, the envelope) read runs files through load_runs and take
+    no --skip-invalid; their error used to offer it ('No such option: --skip-invalid')."""
+    import json
+
+    import pytest
+
+    from hardware_catalog.errors import PlannerInputError
+    from planner.validate.runs import load_runs, read_runs
+
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps([{**GOOD, "id": "ok"}, {**GOOD, "id": "pct", "mfu": 45}]))
+    with pytest.raises(PlannerInputError) as err:
+        load_runs(path)
+    assert "field measured.mfu" in str(err.value) and "skip-invalid" not in str(err.value)
+    with pytest.raises(PlannerInputError, match="--skip-invalid validates the other rows"):
+        read_runs(path)  # validate's table takes it
+

@@ -90,14 +90,16 @@ def _read(path: Optional[Path]) -> tuple[str, str]:
 def load_runs(path: Optional[Path]) -> list[dict]:
     """The rows of a runs file (None: the shipped reference set), each checked against the runs
     format; a bad file, or any bad rows, is one ``PlannerInputError`` naming every bad row,
-    grouped by field (``read_runs``)."""
-    return read_runs(path)[0]
+    grouped by field (``read_runs``). Its callers (calibrate, cross-validation, the envelope)
+    take no --skip-invalid, so the error does not offer it."""
+    return read_runs(path, offer_skip=False)[0]
 
 
-def read_runs(path: Optional[Path], skip_invalid: bool = False) -> tuple[list[dict], list[str]]:
+def read_runs(path: Optional[Path], skip_invalid: bool = False, offer_skip: bool = True) -> tuple[list[dict], list[str]]:
     """(the valid rows, one line per invalid row skipped). Without ``skip_invalid`` any invalid
     row (or a duplicate id) is a ``PlannerInputError`` naming them all, grouped by field; with
-    it they are left out and listed (a file with no valid row is still an error)."""
+    it they are left out and listed (a file with no valid row is still an error). ``offer_skip``:
+    the error says --skip-invalid would validate the other rows (only validate's table takes it)."""
     text, where = _read(path)
     try:
         rows = json.loads(text)
@@ -128,7 +130,7 @@ def read_runs(path: Optional[Path], skip_invalid: bool = False) -> tuple[list[di
             first_of[ident] = i
         valid.append(raw)
     if errors and (not skip_invalid or not valid):
-        hint = "; --skip-invalid validates the other rows" if valid and not skip_invalid else ""
+        hint = "; --skip-invalid validates the other rows" if valid and not skip_invalid and offer_skip else ""
         raise PlannerInputError(f"{where}: {len(errors)} of {len(rows)} rows invalid: {grouped(errors)}{hint}")
     return valid, [str(err) for err in errors]
 

@@ -53,3 +53,13 @@ def test_commands_without_skip_invalid_do_not_offer_it(tmp_path):
     with pytest.raises(PlannerInputError, match="--skip-invalid validates the other rows"):
         read_runs(path)  # validate's table takes it
 
+
+def test_calibrate_json_prints_json_when_no_row_maps(tmp_path):
+    import json
+
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps([{k: v for k, v in GOOD.items() if k != "gbs"}]))
+    code, out, err = _cli("calibrate", "--runs", str(path), "--json")
+    assert code == 3 and "no row" in err
+    data = json.loads(out)  # it used to print the 'not mapped' lines as text
+    assert data["rows"] == [] and "global batch size not published" in data["notes"][0]

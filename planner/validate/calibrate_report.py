@@ -147,7 +147,9 @@ def run_calibrate(runs_file: Path, out: Optional[Path], confidence: str = "high"
     if left_out:
         notes.append(f"left out by --confidence {confidence}: {', '.join(left_out)} (--confidence all fits them too)")
     if not rows:
-        for line in notes:
+        if as_json:  # --json: JSON on stdout whatever happens (the reasons as notes)
+            typer.echo(json.dumps({"constants": {}, "rows": [], "notes": notes, "profile": None}, indent=2))
+        for line in [] if as_json else notes:
             typer.echo(line)
         typer.echo(f"error: no row of {runs_file} could be used to calibrate", err=True)
         raise typer.Exit(NOTHING_MAPPED)

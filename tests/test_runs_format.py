@@ -471,3 +471,14 @@ def test_what_a_users_gpu_precision_and_recompute_text_was_read_as_is_said():
     assert "precision not stated: bf16" in said and "gpu " not in said and "activation_recompute" not in said
     with pytest.raises(PlannerInputError, match=r"layout.precision 'tf32': .* not 32-bit"):
         map_run({**GOOD, "precision": "tf32"})
+
+
+def test_stated_values_planner_does_not_use_are_said():
+    """An expert degree on a dense model, and a peak memory given in GB and GiB that disagree:
+    each was dropped without a word (ep read as 1; the GB figure ignored)."""
+    run = map_run({**GOOD, "ep": 8})
+    assert run.pins["ep"] == 1 and any("layout.ep 8: llama3-8b has no experts" in a for a in run.assumptions)
+    run = map_run({**GOOD, "peak_memory_gb": 70, "peak_memory_gib": 80})
+    # 70e9 B / 2^30 = 65.19 GiB, 18.5% under the 80 GiB used
+    assert run.reported_memory_gib == 80
+    assert any("peak_memory_gb 70 GB = 65.19 GiB (-18.5%" in a for a in run.assumptions), run.assumptions

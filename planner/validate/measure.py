@@ -131,4 +131,7 @@ def _reported(row, model, gpu, gpus: int, gbs: Optional[int], seq: int) -> Repor
     if memory is None and m.peak_memory_gb is not None:
         memory = m.peak_memory_gb * 1e9 / GIB
         notes.append(f"peak memory {m.peak_memory_gb:g} GB = {memory:.2f} GiB")
+    elif memory is not None and m.peak_memory_gb is not None and abs(m.peak_memory_gb * 1e9 / GIB / memory - 1) > DISAGREE:
+        notes.append(f"also given: peak_memory_gb {m.peak_memory_gb:g} GB = {m.peak_memory_gb * 1e9 / GIB:.2f} GiB "
+                     f"({(m.peak_memory_gb * 1e9 / GIB / memory - 1) * 100:+.1f}%; peak_memory_gib {memory:g} is used)")
     return Reported(value, notes, memory)

@@ -331,6 +331,10 @@ def _degrees(lay, model, gpus: int, pins: dict, notes: list[str]) -> dict:
         searched["ep"] = [e for e in (1, 2, 4, 8, 16, 32, 64, 128, 256) if model.moe.num_experts % e == 0 and gpus % e == 0]
     else:
         pins["ep"] = (lay.ep if isinstance(lay.ep, int) else 1) if model.moe is not None else 1
+    stated = [f"layout.{k} {getattr(lay, k)}" for k in ("ep", "expert_tp") if isinstance(getattr(lay, k), int) and getattr(lay, k) > 1]
+    if model.moe is None and stated:
+        notes.append(f"{' and '.join(stated)}: {model.name} has no experts; priced without expert parallelism "
+                     "(is the model right?)")
     pins["etp"] = lay.expert_tp if isinstance(lay.expert_tp, int) else 1
     return searched
 

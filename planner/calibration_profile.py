@@ -92,13 +92,22 @@ def render_profile(tables: dict[str, dict], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_profile(path: Path, text: str, force: bool = False) -> Path:
-    """Write ``text`` to ``path`` atomically (``planner.outputs``, the one writer)."""
-    from planner.outputs import check_output_file, write_text_atomically
+def check_profile_path(path, force: bool = False) -> Path:
+    """``--out PROFILE``, checked before any work: a *.toml path that may be written now
+    (``planner.outputs.check_output_file``: not a directory or special file, its folder there,
+    an existing file only with ``force``)."""
+    from planner.outputs import check_output_file
 
     path = Path(path)
     if path.suffix.lower() != ".toml":
         raise PlannerInputError(f"--out {show(path)}: a profile is TOML; name it *.toml")
-    check_output_file(path, "--out", force)
+    return check_output_file(path, "--out", force)
+
+
+def write_profile(path: Path, text: str, force: bool = False) -> Path:
+    """Write ``text`` to ``path`` atomically (``planner.outputs``, the one writer)."""
+    from planner.outputs import write_text_atomically
+
+    path = check_profile_path(path, force)
     tomllib.loads(text)  # what we write must read back
     return write_text_atomically(path, text, "--out")

@@ -255,3 +255,13 @@ def test_why_a_constant_moved_leaves_out_the_runs_the_fit_caps():
     assert "ms-as-s" not in gemm.why and "the 3 runs" in gemm.why
     before = float(gemm.why.split("were predicted ")[1].split("%")[0])
     assert 5 < before < 20  # 0.86 / 0.74 on the GEMMs: some 10% fast, not thousands of percent
+
+
+def test_calibrate_checks_its_out_path_before_reading_the_runs(tmp_path):
+    """README: every file a command would write is checked before any work starts. The *.toml
+    check used to come after the whole fit, and a directory was told to use --force."""
+    code, _, err = run_cli("calibrate", "--runs", str(tmp_path / "absent.json"), "--out", str(tmp_path / "p.txt"))
+    assert code == 2 and "--out" in err and "name it *.toml" in err and "absent.json" not in err
+    (tmp_path / "d.toml").mkdir()
+    code, _, err = run_cli("calibrate", "--runs", str(tmp_path / "absent.json"), "--out", str(tmp_path / "d.toml"), "--force")
+    assert code == 2 and "--out" in err and "absent.json" not in err and "pass --force" not in err

@@ -137,8 +137,10 @@ def run_calibrate(runs_file: Path, out: Optional[Path], confidence: str = "high"
 
     if confidence not in ("high", "medium", "all"):
         raise PlannerInputError(f"--confidence={confidence}: allowed high, medium, all")
-    if out is not None and Path(out).exists() and not force:
-        raise PlannerInputError(f"--out {out}: already exists (give --force to overwrite)")
+    if out is not None:  # before the fit: a path that cannot be written is said at once
+        from planner.calibration_profile import check_profile_path
+
+        check_profile_path(out, force)
     mapped, unmapped, left_out = _map_rows(runs_file, confidence)
     rows = prepare(mapped)
     kept = {r.id for r in rows}

@@ -63,3 +63,13 @@ def test_calibrate_json_prints_json_when_no_row_maps(tmp_path):
     assert code == 3 and "no row" in err
     data = json.loads(out)  # it used to print the 'not mapped' lines as text
     assert data["rows"] == [] and "global batch size not published" in data["notes"][0]
+
+
+def test_a_users_table_lists_only_the_families_its_runs_are_in():
+    """Two dense runs on 8 GPUs: no family applies; the table used to end in four 'no rows'
+    lines (MoE, > 4,096 GPUs, long context, ZeRO-3 on thin networks). The reference set's
+    table keeps them all."""
+    results = [_row("a", "s", 1000.0, 1100.0), _row("b", "s", 1000.0, 950.0)]
+    summary = summarize(results)
+    assert "no rows" not in format_table(results, summary, users=True)
+    assert format_table(results, summary).count("no rows") == len(summary["families"]) >= 4

@@ -83,7 +83,9 @@ def format_notes(results: list[RowResult]) -> str:
     return "\n".join(lines)
 
 
-def format_table(results: list[RowResult], summary: dict) -> str:
+def format_table(results: list[RowResult], summary: dict, users: bool = False) -> str:
+    """The table, the summaries and the rows not mapped. ``users``: a user's runs file, whose
+    families without a row are left out (four 'no rows' lines say nothing about a few runs)."""
     lines = [f"{'run':<40}{'GPUs':>6}  {'layout (searched knobs chosen by planner)':<64}{'reported':>10}{'predicted':>11}{'error':>8}  mem GiB (rep/pred)"]
     for r in results:
         if r.error is None:
@@ -116,11 +118,12 @@ def format_table(results: list[RowResult], summary: dict) -> str:
         lines.append(f"  {src:<{width}}{fmt(st)}{fmt_memory(st)}")
     if s["memory"]["rows"]:
         lines.append(f"peak memory: {s['memory']['rows']} rows with published peak, median |err| {s['memory']['median_abs_error'] * 100:.1f}%")
-    if s.get("families"):
+    families = [st for st in s.get("families") or [] if st["rows"] or not users]
+    if families:
         from planner.validate.families import format_family_line
 
         lines.append("by family (rows of every source that stress one mechanism):")
-        lines += [format_family_line(st) for st in s["families"]]
+        lines += [format_family_line(st) for st in families]
     if s.get("scale_trends"):
         from planner.validate.trend import MIN_GPU_COUNTS, MIN_SPAN, format_trend_line
 
@@ -203,7 +206,7 @@ def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = 
     summary = summarize(results, confidence, state_filter=users)
     if not any(r.error is not None for r in results):
         typer.echo(json.dumps({"rows": [_row_json(r) for r in results], "summary": summary}, indent=2) if as_json
-                   else format_table(results, summary))
+                   else format_table(results, summary, users))
         typer.echo(f"error: no row of {runs} could be mapped (the reasons are listed)", err=True)
         raise typer.Exit(NOTHING_MAPPED)
     # The Llama 3 405B production check belongs to the shipped reference set; a user's runs file
@@ -217,7 +220,7 @@ def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = 
             out["skipped"] = skipped
         typer.echo(json.dumps(out, indent=2))
     else:
-        typer.echo(format_table(results, summary))
+        typer.echo(format_table(results, summary, users))
         if users:
             typer.echo("")
             typer.echo(format_notes(results))

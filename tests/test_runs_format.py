@@ -482,3 +482,16 @@ def test_stated_values_planner_does_not_use_are_said():
     # 70e9 B / 2^30 = 65.19 GiB, 18.5% under the 80 GiB used
     assert run.reported_memory_gib == 80
     assert any("peak_memory_gb 70 GB = 65.19 GiB (-18.5%" in a for a in run.assumptions), run.assumptions
+
+
+def test_a_model_shape_the_catalog_refuses_is_said_in_one_clean_line():
+    """It used to be pydantic's dump cut at 200 characters: '1 validation error for ModelSpec
+    Value error, ... [type=value_error, input_value={'name': 'm', 'aliases': ...'."""
+    shape = {"name": "m", "family": "llama", "num_layers": 4, "hidden_size": 1000, "num_attention_heads": 7}
+    [res] = validate_rows([{**GOOD, "model": shape}])
+    assert res.reason.startswith("model 'm': hidden_size=1000 is not divisible by num_attention_heads=7")
+    moe = {**shape, "hidden_size": 1024, "num_attention_heads": 8, "family": "mixtral", "moe": {"num_experts": "eight"}}
+    [res] = validate_rows([{**GOOD, "model": moe}])
+    assert res.reason.startswith("model.moe: field num_experts:") and '"eight"' in res.reason
+    for r in validate_rows([{**GOOD, "model": shape}, {**GOOD, "model": moe}]):
+        assert "validation error for" not in r.reason and "input_value" not in r.reason, r.reason

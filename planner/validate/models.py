@@ -147,11 +147,24 @@ def _shaped(m, source_key: str):
         try:
             update["moe"] = MoESpec(**{**(base.moe.model_dump() if base.moe else {}), **fields})
         except ValueError as err:
-            raise PlannerInputError(f"model.moe: {' '.join(str(err).split())[:200]}") from None
+            raise PlannerInputError(f"model.moe: {_said(err)}") from None
     try:
         return base.model_validate({**base.model_dump(), **update})
     except ValueError as err:
-        raise PlannerInputError(f"model '{name}': {' '.join(str(err).split())[:200]}") from None
+        raise PlannerInputError(f"model '{name}': {_said(err)}") from None
+
+
+def _said(err: ValueError) -> str:
+    """A model check's error in one line: the field, what is wrong and the value, not pydantic's
+    dump of the whole model ('1 validation error for ModelSpec ... input_value={...')."""
+    from pydantic import ValidationError
+
+    from planner.validate.schema import validation_message
+
+    if isinstance(err, ValidationError):
+        text = validation_message(err)
+        return text if len(text) <= 300 else text[:297] + "..."
+    return " ".join(str(err).split())[:300]
 
 
 def map_model(row, base_dir: Optional[Path] = None, with_origin: bool = False):

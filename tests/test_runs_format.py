@@ -495,3 +495,12 @@ def test_a_model_shape_the_catalog_refuses_is_said_in_one_clean_line():
     assert res.reason.startswith("model.moe: field num_experts:") and '"eight"' in res.reason
     for r in validate_rows([{**GOOD, "model": shape}, {**GOOD, "model": moe}]):
         assert "validation error for" not in r.reason and "input_value" not in r.reason, r.reason
+
+
+def test_a_model_whose_heads_do_not_split_hidden_takes_head_dim():
+    """The catalog's error says 'give head_dim'; the runs format had no such field. Qwen3-8B's
+    config.json: hidden 4096, 32 heads of head_dim 128 (here 40 heads x 128 = 5120 != 4096)."""
+    shape = {"name": "m", "family": "llama", "num_layers": 4, "hidden_size": 4096, "num_attention_heads": 40,
+             "num_key_value_heads": 8, "head_dim": 128}
+    run = map_run({**GOOD, "model": shape})
+    assert run.model.head_dim == 128 and run.model.num_attention_heads == 40

@@ -128,7 +128,7 @@ def _shaped(m, source_key: str):
     if missing:
         raise PlannerInputError(f"model '{name}': shape fields need {' and '.join('model.' + f for f in missing)}")
     seq = m.seq_length or base.default_seq_len
-    update = dict(name=key or "custom", aliases=[], head_dim=None, params_published=None, default_seq_len=seq,
+    update = dict(name=key or "custom", aliases=[], head_dim=m.head_dim, params_published=None, default_seq_len=seq,
                   max_position_embeddings=max(seq, base.max_position_embeddings))
     if whole:  # the reference format's semantics: a shape is given whole (MHA, FFN 4h unless stated)
         update.update(num_layers=m.num_layers, hidden_size=m.hidden_size, num_attention_heads=m.num_attention_heads,

@@ -238,6 +238,7 @@ class Model(_Block):
     num_attention_heads: PosInt = _f("num_attention_heads", "heads", "n_heads")
     num_kv_heads: PosInt = _f("num_kv_heads", "kv_heads", "num_key_value_heads")
     ffn_hidden_size: PosInt = _f("ffn_hidden_size", "intermediate_size", "ffn")
+    head_dim: PosInt = _f("head_dim", "kv_channels", description="Where heads x head_dim is not hidden_size (Qwen3, Gemma).")
     vocab_size: PosInt = _f("vocab_size", "vocab")
     seq_length: PosInt = _f("seq_length", "seq_len", "sequence_length")
     moe: Optional[dict] = _f("moe", description="MoE shape (num_experts, top_k, expert_ffn_hidden_size, ...).")

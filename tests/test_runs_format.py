@@ -504,3 +504,11 @@ def test_a_model_whose_heads_do_not_split_hidden_takes_head_dim():
              "num_key_value_heads": 8, "head_dim": 128}
     run = map_run({**GOOD, "model": shape})
     assert run.model.head_dim == 128 and run.model.num_attention_heads == 40
+
+
+@pytest.mark.parametrize("text", ["interleaved", "Interleaved 1F1B"])
+def test_vp_said_interleaved_is_searched_from_two(text):
+    """The field's description says text mentioning 'interleaved' searches 2 and up; plain
+    'interleaved' used to be refused ('expected an integer, or ... not known')."""
+    run = map_run({**GOOD, "pp": 2, "vp": text})
+    assert run.searched["vpp"][0] == 2 and "vpp" not in run.pins

@@ -119,6 +119,14 @@ def _knob(value: Any) -> Union[int, str, None]:
     return _pos_int(value)
 
 
+def _vp(value: Any) -> Union[int, str, None]:
+    """Virtual stages: as ``_knob``, and text naming the interleaved schedule ("interleaved",
+    "interleaved 1F1B") reads as unknown, searched from 2 (as the field's description says)."""
+    if isinstance(value, str) and "interleav" in value.lower():
+        return value.strip()
+    return _knob(value)
+
+
 def _text(value: Any) -> Optional[str]:
     if value is None or isinstance(value, str):
         return value
@@ -171,6 +179,9 @@ Fraction = Annotated[Optional[float], BeforeValidator(_fraction),
 Knob = Annotated[Union[int, str, None], BeforeValidator(_knob), WithJsonSchema({"anyOf": [
     {"type": "integer", "minimum": 1}, {"type": "string", "pattern": "^[^0-9]*$", "description": "not known: searched"}, _NULL]})]
 Text = Annotated[Optional[str], BeforeValidator(_text)]
+VirtualStages = Annotated[Union[int, str, None], BeforeValidator(_vp), WithJsonSchema({"anyOf": [
+    {"type": "integer", "minimum": 1}, {"type": "string", "pattern": "^[^0-9]*$|interleav",
+                                        "description": "not known: searched ('interleaved': from 2)"}, _NULL]})]
 
 
 def Measure(name: str):  # noqa: N802 - a type, as PosFloat
@@ -259,7 +270,7 @@ class LayoutBlock(_Block):
     cp: Knob = _f("cp", "context_parallel", "context_parallel_size")
     ep: Knob = _f("ep", "expert_parallel", "expert_model_parallel_size")
     expert_tp: Knob = _f("expert_tp", "etp", "expert_tensor_parallel_size")
-    vp: Knob = _f("vp", "vpp", "virtual_pipeline", "virtual_pipeline_model_parallel_size",
+    vp: VirtualStages = _f("vp", "vpp", "virtual_pipeline", "virtual_pipeline_model_parallel_size",
                   description="Virtual stages per pipeline rank; text mentioning 'interleaved' searches 2 and up.")
     micro_batch_size: Knob = _f("micro_batch_size", "mbs")
     global_batch_size: Knob = _f("global_batch_size", "gbs")

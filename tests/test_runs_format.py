@@ -512,3 +512,8 @@ def test_vp_said_interleaved_is_searched_from_two(text):
     'interleaved' used to be refused ('expected an integer, or ... not known')."""
     run = map_run({**GOOD, "pp": 2, "vp": text})
     assert run.searched["vpp"][0] == 2 and "vpp" not in run.pins
+
+
+def test_an_unknown_nic_names_its_field():
+    [res] = validate_rows([{**GOOD, "nic": "carrier pigeon"}])
+    assert res.reason.startswith("hardware.nic: unknown interconnect 'carrier pigeon'"), res.reason

@@ -197,7 +197,10 @@ def _hardware(row: RunRow, base_dir: Optional[Path]):
     if stated.get("nic") is not None:
         from hardware_catalog import get_interconnect
 
-        stated["nic"] = get_interconnect(stated["nic"]).name
+        try:
+            stated["nic"] = get_interconnect(stated["nic"]).name
+        except PlannerInputError as err:
+            raise PlannerInputError(f"hardware.nic: {err}") from None
     changed = {k: v for k, v in stated.items() if getattr(cluster, k) != v}
     if not changed:
         return gpu, cluster, []

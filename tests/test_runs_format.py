@@ -517,3 +517,10 @@ def test_vp_said_interleaved_is_searched_from_two(text):
 def test_an_unknown_nic_names_its_field():
     [res] = validate_rows([{**GOOD, "nic": "carrier pigeon"}])
     assert res.reason.startswith("hardware.nic: unknown interconnect 'carrier pigeon'"), res.reason
+
+
+def test_a_rows_knobs_are_held_to_the_bounds_evaluate_holds_its_flags_to():
+    """--seq-len takes at most 16,777,216 (costmodel.options); a row's seq_len of 1e9 used to be
+    priced (0.2 tokens/s/GPU, 'nothing fits')."""
+    [res] = validate_rows([{**GOOD, "seq_len": 10**9}])
+    assert res.error is None and res.reason == "layout.seq_len=1000000000: must be an integer from 1 to 16,777,216"

@@ -429,6 +429,9 @@ def map_run(row: Union[dict, RunRow], base_dir: Optional[Path] = None) -> Mapped
     pins: dict = {"seq_len": seq, "gbs": gbs}
     searched = _layout_from_row(row.layout, model, gpus, pins, notes)
     _hybrid_shard(row, cluster, pins, notes)
+    for name in ("seq_len", "gbs", "mbs", "tp", "pp", "cp", "dp", "vpp", "ep", "etp"):
+        if name in pins:  # within what evaluate's flags allow (costmodel.options), e.g. seq_len <= 16M
+            OPTIONS_BY_NAME[name].parse(pins[name], f"layout.{name}")
     settings, profile_notes = apply_profiles(_row_facts(row, model, gpu), policies=True)
     assumptions += profile_notes
     for name, value in settings.items():

@@ -524,3 +524,15 @@ def test_a_rows_knobs_are_held_to_the_bounds_evaluate_holds_its_flags_to():
     priced (0.2 tokens/s/GPU, 'nothing fits')."""
     [res] = validate_rows([{**GOOD, "seq_len": 10**9}])
     assert res.error is None and res.reason == "layout.seq_len=1000000000: must be an integer from 1 to 16,777,216"
+
+
+def test_layout_names_as_the_frameworks_configs_write_them():
+    """Megatron-LM's recompute_granularity and use_distributed_optimizer, torchtitan's
+    [parallelism] degrees, DeepSpeed's batch keys: each used to be an ignored field, its value
+    lost and the knob searched."""
+    run = map_run({**{k: v for k, v in GOOD.items() if k not in ("tp", "pp", "gbs")}, "tensor_parallel_degree": 2,
+                   "pipeline_parallel_degree": 1, "recompute_granularity": "selective", "use_distributed_optimizer": True,
+                   "train_batch_size": 64, "train_micro_batch_size_per_gpu": 2})
+    assert (run.pins["tp"], run.pins["pp"], run.pins["gbs"], run.pins["mbs"]) == (2, 1, 64, 2)
+    assert (run.pins["recompute"], run.pins["zero"]) == ("selective", 1)
+    assert not any("ignored field" in a for a in run.assumptions), run.assumptions

@@ -262,26 +262,31 @@ class Model(_Block):
 
 
 class LayoutBlock(_Block):
+    """Names as the frameworks' own configs write them are accepted too: Megatron-LM's arguments
+    (tensor_model_parallel_size, recompute_granularity, use_distributed_optimizer), torchtitan's
+    [parallelism] degrees (tensor_parallel_degree), DeepSpeed's batch keys (train_batch_size,
+    train_micro_batch_size_per_gpu)."""
+
     INFO: ClassVar[tuple] = ("grad_accum_steps", "pipeline_schedule", "fsdp_note")
 
-    tp: Knob = _f("tp", "tensor_parallel", "tensor_model_parallel_size")
-    pp: Knob = _f("pp", "pipeline_parallel", "pipeline_model_parallel_size")
+    tp: Knob = _f("tp", "tensor_parallel", "tensor_model_parallel_size", "tensor_parallel_degree")
+    pp: Knob = _f("pp", "pipeline_parallel", "pipeline_model_parallel_size", "pipeline_parallel_degree")
     dp: Knob = _f("dp", "data_parallel")
-    cp: Knob = _f("cp", "context_parallel", "context_parallel_size")
-    ep: Knob = _f("ep", "expert_parallel", "expert_model_parallel_size")
+    cp: Knob = _f("cp", "context_parallel", "context_parallel_size", "context_parallel_degree")
+    ep: Knob = _f("ep", "expert_parallel", "expert_model_parallel_size", "expert_parallel_degree")
     expert_tp: Knob = _f("expert_tp", "etp", "expert_tensor_parallel_size")
     vp: VirtualStages = _f("vp", "vpp", "virtual_pipeline", "virtual_pipeline_model_parallel_size",
                   description="Virtual stages per pipeline rank; text mentioning 'interleaved' searches 2 and up.")
-    micro_batch_size: Knob = _f("micro_batch_size", "mbs")
-    global_batch_size: Knob = _f("global_batch_size", "gbs")
+    micro_batch_size: Knob = _f("micro_batch_size", "mbs", "train_micro_batch_size_per_gpu")
+    global_batch_size: Knob = _f("global_batch_size", "gbs", "train_batch_size")
     global_batch_tokens: PosInt = _f("global_batch_tokens", "tokens_per_batch", description="Instead of global_batch_size.")
     seq_len: PosInt = _f("seq_len", "seq_length", "sequence_length")
     activation_recompute: Annotated[Optional[str], BeforeValidator(_recompute)] = _f(
-        "activation_recompute", "recompute", "activation_checkpointing",
+        "activation_recompute", "recompute", "activation_checkpointing", "recompute_granularity",
         description="none | selective | full (text may follow); true = full, false = none.")
     zero_stage: Annotated[Union[int, str, None], BeforeValidator(_zero)] = _f("zero_stage", "zero", description="0-3, or text such as 'FSDP FULL_SHARD'.")
     fsdp: Text = _f("fsdp")
-    distributed_optimizer: Union[bool, Text] = _f("distributed_optimizer")
+    distributed_optimizer: Union[bool, Text] = _f("distributed_optimizer", "use_distributed_optimizer")
     precision: Text = _f("precision", description="bf16 | fp8 | nvfp4 (text may follow; NVFP4 is priced with "
                          "TransformerEngine's NVFP4 recipe, MXFP4 as MXFP8, on Blackwell only, said in the row's "
                          "assumptions).")

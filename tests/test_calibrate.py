@@ -265,3 +265,14 @@ def test_calibrate_checks_its_out_path_before_reading_the_runs(tmp_path):
     (tmp_path / "d.toml").mkdir()
     code, _, err = run_cli("calibrate", "--runs", str(tmp_path / "absent.json"), "--out", str(tmp_path / "d.toml"), "--force")
     assert code == 2 and "--out" in err and "absent.json" not in err and "pass --force" not in err
+
+
+def test_runs_all_past_the_cap_are_not_said_to_agree_with_the_shipped_constants():
+    """Three runs 10x slow (total tokens/s read as per GPU): nothing moves because the fit caps
+    them, and the report used to say 'the runs agree with the shipped constants'."""
+    from planner.validate.calibrate_report import format_calibration
+
+    text = format_calibration(_calibrated([("a", 100.0, 1000.0, 1000.0), ("b", 100.0, 900.0, 900.0)], moved=False), [])
+    assert "agree with the shipped constants" not in text and "every run is off by more than 20%" in text
+    text = format_calibration(_calibrated([("a", 100.0, 101.0, 101.0)], moved=False), [])
+    assert "the runs agree with the shipped constants" in text

@@ -54,19 +54,29 @@ def verdict(stats: dict) -> str:
             "runs disagree in a way no global constant explains, and the shipped constants are the better guess")
 
 
+def _clip() -> float:
+    from planner.validate.fit import CLIP
+
+    return CLIP
+
+
+def _capped(result: Calibrated) -> list:
+    """(id, error with the shipped constants) of the runs off by more than the fit's cap."""
+    return [(rid, (a - rep) / rep) for rid, _, rep, a, *_ in result.rows if abs(a - rep) / rep > _clip()]
+
+
 def warnings(result: Calibrated) -> list[str]:
     """What makes a profile untrustworthy, each said once: a fit to one run (nothing checks it),
     runs the fit caps (``fit.CLIP``: its error counts no further, so a unit slip there goes
     unnoticed and can leave the profile worse on these very runs), and a profile that predicts
     the runs it was fitted on, or those it did not see, worse than the shipped constants."""
-    from planner.validate.fit import CLIP
-
+    CLIP = _clip()
     s, out = result.stats, []
     if len(result.rows) < 2 and result.moved:
         out.append(f"fitted to 1 run: {len(result.moved)} constant{'s' if len(result.moved) > 1 else ''} moved to match "
                    "one number, and no run it did not see checks {0}; give at least 2 runs before using "
                    "the profile".format("them" if len(result.moved) > 1 else "it"))
-    capped = [(rid, (a - rep) / rep) for rid, _, rep, a, *_ in result.rows if abs(a - rep) / rep > CLIP]
+    capped = _capped(result)
     if capped:
         said = ", ".join(f"{rid} {err * 100:+.0f}%" for rid, err in capped[:5]) + (", ..." if len(capped) > 5 else "")
         out.append(f"{len(capped)} run{'s' if len(capped) > 1 else ''} off by more than {CLIP:.0%} with the shipped "
@@ -92,6 +102,12 @@ def format_calibration(result: Calibrated, head: list[str]) -> str:
         lines.append("constants that moved (90% interval):")
         for m in result.moved:
             lines.append(f"  {m.name} {m.shipped:g} -> {m.value:g} [{m.interval[0]:.3g}, {m.interval[1]:.3g}]: {m.why}")
+    elif len(_capped(result)) == len(result.rows):
+        lines.append(f"no constant moved: every run is off by more than {_clip():.0%} with the shipped constants, "
+                     "past what the fit counts (see the warning)")
+    elif _capped(result):
+        lines.append(f"no constant moved: the runs within {_clip():.0%} agree with the shipped constants within their "
+                     f"prior; those off by more are past what the fit counts (see the warning)")
     else:
         lines.append("no constant moved: the runs agree with the shipped constants within their prior")
     if result.unchanged:

@@ -536,3 +536,12 @@ def test_layout_names_as_the_frameworks_configs_write_them():
     assert (run.pins["tp"], run.pins["pp"], run.pins["gbs"], run.pins["mbs"]) == (2, 1, 64, 2)
     assert (run.pins["recompute"], run.pins["zero"]) == ("selective", 1)
     assert not any("ignored field" in a for a in run.assumptions), run.assumptions
+
+
+@pytest.mark.parametrize("mfu", ["41%", "0.41", 0, -0.2])
+def test_an_mfu_that_is_no_fraction_is_refused_saying_what_is_allowed(mfu):
+    """'41%' used to be told 'expected a number > 0', which a percentage such as 41 also is."""
+    from planner.validate.schema import RowError, parse_row
+
+    with pytest.raises(RowError, match=r"measured\.mfu.*expected a fraction in \(0, 1\] \(0\.45 for 45%\)"):
+        parse_row({**{k: v for k, v in GOOD.items() if k != "tokens_per_s_per_gpu"}, "mfu": mfu})

@@ -94,10 +94,14 @@ def _measure(name: str):
 
 
 def _fraction(value: Any) -> Optional[float]:
-    value = _pos_float(value)
-    if value is not None and value > 1:
-        raise ValueError(f"expected a fraction in (0, 1] (0.45 for 45%), got {value!r}")
-    return value
+    """A fraction in (0, 1]; text ('45%'), a percentage (45) or a number <= 0 is refused with
+    what is allowed (it used to say 'expected a number > 0' for '45%', which 45 also is)."""
+    if value is None:
+        return None
+    number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if number is None or not math.isfinite(number) or not 0 < number <= 1:
+        raise ValueError(f"expected a fraction in (0, 1] (0.45 for 45%), got {value!r} ({_kind(value)})")
+    return float(number)
 
 
 # Words with which a source says a value is unknown; text holding them reads as unknown (then

@@ -545,3 +545,14 @@ def test_an_mfu_that_is_no_fraction_is_refused_saying_what_is_allowed(mfu):
 
     with pytest.raises(RowError, match=r"measured\.mfu.*expected a fraction in \(0, 1\] \(0\.45 for 45%\)"):
         parse_row({**{k: v for k, v in GOOD.items() if k != "tokens_per_s_per_gpu"}, "mfu": mfu})
+
+
+def test_a_block_that_is_no_object_is_refused_naming_its_fields():
+    """'hardware': 'H100' used to get pydantic's 'Input should be a valid dictionary or instance
+    of Hardware', naming a class the user never sees."""
+    from planner.validate.schema import RowError, parse_row
+
+    with pytest.raises(RowError) as err:
+        parse_row({"model": "llama3-8b", "hardware": "H100", "tokens_per_s": 5})
+    assert err.value.field == "hardware" and "instance of" not in err.value.reason
+    assert err.value.reason == 'expected an object with fields such as gpu, num_gpus, num_nodes, cluster, got "H100"'

@@ -533,6 +533,11 @@ def validation_parts(err: ValidationError) -> tuple[str, str]:
     got = e.get("input")
     if e["type"] == "missing":
         msg = "missing (required)"
+    elif e["type"] in ("model_type", "dict_type"):  # not pydantic's 'valid dictionary or instance of LayoutBlock'
+        block = {"Hardware": Hardware, "LayoutBlock": LayoutBlock, "Measured": Measured, "Model": Model,
+                 "Source": Source, "Reference": Reference}.get((e.get("ctx") or {}).get("class_name"))
+        fields = f" with fields such as {', '.join(list(block.model_fields)[:4])}" if block else ""
+        msg = f"expected an object{fields}, got {json.dumps(got, default=str)[:40]}"
     elif len(deepest) > 1:  # every branch of a union refused it
         msg = f"expected text or an object, got {json.dumps(got)[:40]}"
     elif "got" not in msg and loc:

@@ -556,3 +556,18 @@ def test_a_block_that_is_no_object_is_refused_naming_its_fields():
         parse_row({"model": "llama3-8b", "hardware": "H100", "tokens_per_s": 5})
     assert err.value.field == "hardware" and "instance of" not in err.value.reason
     assert err.value.reason == 'expected an object with fields such as gpu, num_gpus, num_nodes, cluster, got "H100"'
+
+
+@pytest.mark.parametrize("said, read", [("not stated", None), ("unknown", None), ("on", True), ("false", False), (True, True)])
+def test_sequence_parallel_may_be_said_unknown_as_the_other_knobs(said, read):
+    """'not stated' used to be refused with pydantic's 'Input should be a valid boolean'."""
+    from planner.validate.schema import parse_row
+
+    assert parse_row({**GOOD, "sequence_parallel": said}).layout.sequence_parallel is read
+
+
+def test_sequence_parallel_text_that_is_no_flag_is_refused_saying_what_is_allowed():
+    from planner.validate.schema import RowError, parse_row
+
+    with pytest.raises(RowError, match=r"layout\.sequence_parallel: expected true or false, or null / text saying it is not known"):
+        parse_row({**GOOD, "sequence_parallel": "maybe"})

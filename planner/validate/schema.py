@@ -131,6 +131,21 @@ def _vp(value: Any) -> Union[int, str, None]:
     return _knob(value)
 
 
+def _flag(value: Any) -> Optional[bool]:
+    """On / off: true, false (or 'true', 'on', 'yes', 1 ...), or unknown (null, or text saying
+    so: 'not stated'), as the other knobs; other text is refused saying what is allowed."""
+    if isinstance(value, str) and _UNKNOWN_WORDS.search(value):
+        return None
+    words = {"true": True, "on": True, "yes": True, "1": True, "false": False, "off": False, "no": False, "0": False}
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in words:
+        return words[value.strip().lower()]
+    raise ValueError(f"expected true or false, or null / text saying it is not known (\"not stated\"), got {value!r} ({_kind(value)})")
+
+
 def _text(value: Any) -> Optional[str]:
     if value is None or isinstance(value, str):
         return value
@@ -294,7 +309,7 @@ class LayoutBlock(_Block):
     precision: Text = _f("precision", description="bf16 | fp8 | nvfp4 (text may follow; NVFP4 is priced with "
                          "TransformerEngine's NVFP4 recipe, MXFP4 as MXFP8, on Blackwell only, said in the row's "
                          "assumptions).")
-    sequence_parallel: Optional[bool] = _f("sequence_parallel")
+    sequence_parallel: Annotated[Optional[bool], BeforeValidator(_flag)] = _f("sequence_parallel")
     framework: Text = _f("framework", description="Framework and release in free text, e.g. 'NeMo 24.07', 'torchtitan', 'Megatron-Core 0.8'.")
     framework_release: Text = _f("framework_release", "release", "framework_version")
 

@@ -73,3 +73,15 @@ def test_a_users_table_lists_only_the_families_its_runs_are_in():
     summary = summarize(results)
     assert "no rows" not in format_table(results, summary, users=True)
     assert format_table(results, summary).count("no rows") == len(summary["families"]) >= 4
+
+
+def test_a_runs_file_with_a_byte_order_mark_is_read(tmp_path):
+    """Notepad and PowerShell's Out-File write UTF-8 with a BOM; it used to be refused as 'not
+    valid JSON (Unexpected UTF-8 BOM (decode using utf-8-sig) ...)'."""
+    import json
+
+    from planner.validate.runs import load_runs
+
+    path = tmp_path / "runs.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps([GOOD]).encode())
+    assert load_runs(path) == [GOOD]

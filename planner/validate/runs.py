@@ -79,7 +79,7 @@ def _read(path: Optional[Path]) -> tuple[str, str]:
     except OSError as err:
         raise PlannerInputError(f"{where}: cannot read ({err.strerror or type(err).__name__})") from None
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a byte-order mark (Windows editors, PowerShell) is no error: RFC 8259 Sec. 8.1
     except UnicodeDecodeError:
         raise PlannerInputError(f"{where}: not UTF-8 text (a runs file is JSON: a list of runs)") from None
     if not text.strip():

@@ -30,7 +30,7 @@ def profile_constants(path: Path | str) -> dict[str, float]:
     """The constant -> value a profile sets, checked; one-line errors naming the file."""
     where = f"--calibration {show(path)}"
     try:
-        data = tomllib.loads(read_input_text(path, where))
+        data = tomllib.loads(read_input_text(path, where).removeprefix("\ufeff"))  # a BOM from an editor is no error
     except FileNotFoundError:
         raise PlannerInputError(f"{where}: no such file (write one with planner calibrate --runs FILE --out {path})") from None
     except (OSError, UnicodeDecodeError) as err:

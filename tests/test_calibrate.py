@@ -276,3 +276,11 @@ def test_runs_all_past_the_cap_are_not_said_to_agree_with_the_shipped_constants(
     assert "agree with the shipped constants" not in text and "every run is off by more than 20%" in text
     text = format_calibration(_calibrated([("a", 100.0, 101.0, 101.0)], moved=False), [])
     assert "the runs agree with the shipped constants" in text
+
+
+def test_a_profile_saved_with_a_byte_order_mark_is_read(tmp_path):
+    """A profile edited in Notepad gains a BOM; it used to be 'not a TOML profile (Invalid
+    statement (at line 1, column 1))'."""
+    profile = tmp_path / "bom.toml"
+    profile.write_bytes(b"\xef\xbb\xbf[constants.attention_efficiency]\nvalue = 0.3\n")
+    assert load_profile(profile) == DEFAULT.with_(attention_efficiency=0.3)

@@ -85,3 +85,16 @@ def test_a_runs_file_with_a_byte_order_mark_is_read(tmp_path):
     path = tmp_path / "runs.json"
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps([GOOD]).encode())
     assert load_runs(path) == [GOOD]
+
+
+def test_a_json_syntax_error_names_line_and_column(tmp_path):
+    """A runs file is often one long line: 'at line 1' alone does not find a trailing comma."""
+    import pytest
+
+    from hardware_catalog.errors import PlannerInputError
+    from planner.validate.runs import load_runs
+
+    path = tmp_path / "runs.json"
+    path.write_text('[{"id": "a", "gpu": "H100",}]')  # the comma before '}' is character 27; '}' is column 28
+    with pytest.raises(PlannerInputError, match="at line 1 column 28"):
+        load_runs(path)

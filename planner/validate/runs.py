@@ -106,7 +106,7 @@ def read_runs(path: Optional[Path], skip_invalid: bool = False, offer_skip: bool
     except json.JSONDecodeError as err:
         rows = _json_lines(text, where) if err.msg == "Extra data" else None
         if rows is None:
-            raise PlannerInputError(f"{where}: not valid JSON ({err.msg} at line {err.lineno})") from None
+            raise PlannerInputError(f"{where}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
     if isinstance(rows, dict) and isinstance(rows.get("runs"), list):
         rows = rows["runs"]
     if not isinstance(rows, list):
@@ -160,7 +160,7 @@ def _json_lines(text: str, where: str) -> list:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as err:
-                raise PlannerInputError(f"{where}: not valid JSON or JSON Lines ({err.msg} at line {n})") from None
+                raise PlannerInputError(f"{where}: not valid JSON or JSON Lines ({err.msg} at line {n} column {err.colno})") from None
     return rows
 
 

@@ -284,3 +284,14 @@ def test_a_profile_saved_with_a_byte_order_mark_is_read(tmp_path):
     profile = tmp_path / "bom.toml"
     profile.write_bytes(b"\xef\xbb\xbf[constants.attention_efficiency]\nvalue = 0.3\n")
     assert load_profile(profile) == DEFAULT.with_(attention_efficiency=0.3)
+
+
+def test_calibrate_names_the_rule_a_row_without_a_layout_breaks(tmp_path):
+    """validate says which rule leaves a row without a layout; calibrate only said 'no layout
+    satisfies the published knobs and the planner's rules'."""
+    runs = tmp_path / "runs.json"
+    bad = {**_runs(TRUTH)[0], "id": "gbs-100", "gbs": 100}  # 100 sequences over dp 8 x mbs 1 do not divide
+    runs.write_text(json.dumps(_runs(TRUTH) + [bad]))
+    code, out, err = run_cli("calibrate", "--runs", str(runs))
+    assert code == 0, err
+    assert "not mapped: gbs-100: no layout satisfies" in out and "gbs_divisible_by_dp_mbs" in out

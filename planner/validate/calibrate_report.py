@@ -160,7 +160,10 @@ def run_calibrate(runs_file: Path, out: Optional[Path], confidence: str = "high"
     mapped, unmapped, left_out = _map_rows(runs_file, confidence)
     rows = prepare(mapped)
     kept = {r.id for r in rows}
-    unmapped += [(m.id, "no layout satisfies the published knobs and the planner's rules") for m in mapped if m.id not in kept]
+    from planner.validate.predict import _first_broken_rule
+
+    unmapped += [(m.id, "no layout satisfies the published knobs and the planner's rules" + _first_broken_rule(m))
+                 for m in mapped if m.id not in kept]  # the rule, as validate says it
     notes = [f"not mapped: {rid}: {why}" for rid, why in unmapped]
     if left_out:
         notes.append(f"left out by --confidence {confidence}: {', '.join(left_out)} (--confidence all fits them too)")

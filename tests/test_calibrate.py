@@ -295,3 +295,9 @@ def test_calibrate_names_the_rule_a_row_without_a_layout_breaks(tmp_path):
     code, out, err = run_cli("calibrate", "--runs", str(runs))
     assert code == 0, err
     assert "not mapped: gbs-100: no layout satisfies" in out and "gbs_divisible_by_dp_mbs" in out
+
+
+def test_an_error_that_rounds_to_zero_is_not_printed_negative():
+    from planner.validate.calibrate_report import _pct
+
+    assert _pct({"rows": 1, "median_abs_error": 0.00001, "mape": 0.00001, "mean_signed_error": -0.00001}).split()[-1] == "+0.0%"

@@ -38,7 +38,7 @@ def _pct(stats: Optional[dict]) -> str:
     if not stats or not stats["rows"]:
         return f"{'-':>8}{'-':>8}{'-':>13}"
     return (f"{stats['median_abs_error'] * 100:>7.1f}%{stats['mape'] * 100:>7.1f}%"
-            f"{stats['mean_signed_error'] * 100:>+12.1f}%")
+            f"{round(stats['mean_signed_error'] * 100, 1) + 0.0:>+12.1f}%")  # + 0.0: no '-0.0%'
 
 
 def verdict(stats: dict) -> str:

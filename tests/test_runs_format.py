@@ -291,7 +291,8 @@ def test_cluster_and_model_files_named_by_a_row_are_relative_to_the_runs_file(tm
 @pytest.mark.parametrize("stated, pins", [
     ({"zero": "ZeRO-1"}, {"zero": 1}), ({"zero": "ZeRO stage 2"}, {"zero": 2}), ({"fsdp": "FSDP"}, {"zero": 3}),
     ({"zero": "DDP"}, {"zero": 0}), ({"activation_checkpointing": True}, {"recompute": "full"}),
-    ({"recompute": False}, {"recompute": "none"}),
+    ({"recompute": False}, {"recompute": "none"}), ({"activation_checkpointing": "off"}, {"recompute": "none"}),
+    ({"recompute": "disabled"}, {"recompute": "none"}),
     # PyTorch FSDP ShardingStrategy: FULL_SHARD / SHARD_GRAD_OP within a node, replicas across
     # nodes (the sharding group: the node's 8 GPUs). Before, HYBRID_SHARD alone read as no stage.
     ({"fsdp": "HYBRID_SHARD"}, {"zero": 3, "dp_shard": 8}), ({"fsdp": "_HYBRID_SHARD_ZERO2"}, {"zero": 2, "dp_shard": 8}),

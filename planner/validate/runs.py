@@ -302,10 +302,12 @@ def _hybrid_shard(row: RunRow, cluster, pins: dict, notes: list[str]) -> None:
 
 
 def _recompute_from_row(lay) -> Optional[list[str]]:
-    r = str(lay.activation_recompute or "").lower()
+    r = str(lay.activation_recompute or "").lower().strip()
     for mode in RECOMPUTE:
         if r.startswith(mode):
             return [mode]
+    if re.match(r"(off|no|disabled|false)\b", r):  # checkpointing said off in words: none
+        return ["none"]
     return None
 
 

@@ -301,3 +301,15 @@ def test_an_error_that_rounds_to_zero_is_not_printed_negative():
     from planner.validate.calibrate_report import _pct
 
     assert _pct({"rows": 1, "median_abs_error": 0.00001, "mape": 0.00001, "mean_signed_error": -0.00001}).split()[-1] == "+0.0%"
+
+
+def test_calibrate_says_which_runs_no_layout_fits(tmp_path):
+    """validate marks a run no layout fits in memory '(nothing fits; least-memory layout)';
+    calibrate fitted to its least-memory layout without a word. Llama 3 70B on 8 A100s at
+    TP 1 PP 1, ZeRO-1: 140 GB of BF16 weights alone exceed 80 GB."""
+    big = {**_runs(TRUTH)[0], "id": "70b-on-8", "model": "llama3-70b", "step_time_s": 600.0}
+    runs = tmp_path / "runs.json"
+    runs.write_text(json.dumps(_runs(TRUTH) + [big]))
+    code, out, err = run_cli("calibrate", "--runs", str(runs))
+    assert code == 0, err
+    assert "70b-on-8: no layout fits in memory" in out and "a100-8:" not in out

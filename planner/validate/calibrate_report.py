@@ -165,6 +165,8 @@ def run_calibrate(runs_file: Path, out: Optional[Path], confidence: str = "high"
     unmapped += [(m.id, "no layout satisfies the published knobs and the planner's rules" + _first_broken_rule(m))
                  for m in mapped if m.id not in kept]  # the rule, as validate says it
     notes = [f"not mapped: {rid}: {why}" for rid, why in unmapped]
+    notes += [f"{r.id}: no layout fits in memory by planner's count; priced with the one needing the least "
+              "(as validate does: '(nothing fits; least-memory layout)')" for r in rows if not r.fits]
     if left_out:
         notes.append(f"left out by --confidence {confidence}: {', '.join(left_out)} (--confidence all fits them too)")
     if not rows:

@@ -48,6 +48,8 @@ class PreparedRow:
     batch: object
     """Candidates that can be the prediction: every one that fits in memory, or else the one
     needing the least memory (as ``predict_run`` picks)."""
+    fits: bool = True
+    """Whether some candidate fits in memory (else the least-memory one stands in, said by calibrate)."""
 
 
 def prepare(runs) -> list[PreparedRow]:
@@ -63,7 +65,7 @@ def prepare(runs) -> list[PreparedRow]:
             continue
         res = evaluate_batch(run.model, run.cluster, batch, gpu=run.gpu, calib=DEFAULT)
         keep = np.nonzero(res.fits)[0] if res.fits.any() else np.array([int(np.argmin(res.memory_gib["peak"]))])
-        out.append(PreparedRow(run.id, run.source, float(run.reported), run, batch.take(keep)))
+        out.append(PreparedRow(run.id, run.source, float(run.reported), run, batch.take(keep), bool(res.fits.any())))
     return out
 
 

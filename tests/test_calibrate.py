@@ -313,3 +313,14 @@ def test_calibrate_says_which_runs_no_layout_fits(tmp_path):
     code, out, err = run_cli("calibrate", "--runs", str(runs))
     assert code == 0, err
     assert "70b-on-8: no layout fits in memory" in out and "a100-8:" not in out
+
+
+def test_calibrate_names_the_fields_an_unmapped_row_did_not_read(tmp_path):
+    """As validate does: a misspelt num_gpus is why the row has no GPU count."""
+    typo = {k: v for k, v in _runs(TRUTH)[0].items() if k != "num_gpus"}
+    typo.update(id="typo", num_gpu=8, tp=None, pp=None)
+    runs = tmp_path / "runs.json"
+    runs.write_text(json.dumps(_runs(TRUTH) + [typo]))
+    code, out, err = run_cli("calibrate", "--runs", str(runs))
+    assert code == 0, err
+    assert "not mapped: typo: hardware.num_gpus: not stated" in out and "num_gpu (did you mean num_gpus?)" in out

@@ -30,7 +30,8 @@ def _map_rows(runs_file: Path, confidence: str):
         try:
             mapped.append(map_run(row, Path(runs_file).parent))
         except (PlannerInputError, KeyError, TypeError, ValueError) as err:
-            unmapped.append((_unmapped(raw, i, err).id, str(err)))
+            res = _unmapped(raw, i, err)  # its reason names the fields the row did not read, as validate's
+            unmapped.append((res.id, res.reason))
     return mapped, unmapped, left_out
 
 

@@ -26,7 +26,7 @@ from hardware_catalog.files import read_input_bytes, show
 from planner.validate.models import map_model, model_notes
 from planner.frameworks.profiles import (LAYOUT_HEAD_SLOTS, LAYOUT_SLOTS, LOOPED_TWO_CHUNKS, PP_STAGES_MICROBATCHES, RowFacts, apply_profiles,
                                          model_parts)
-from planner.validate.schema import STATED_SETTINGS, RowError, RunRow, _label as _row_label, parse_row
+from planner.validate.schema import STATED_SETTINGS, RowError, RunRow, _label as _row_label, parse_row, says_unknown
 
 MBS_CHOICES = [1, 2, 4, 8]
 """Micro-batch sizes tried where a row does not state one."""
@@ -254,11 +254,6 @@ def _gbs(row: RunRow, seq: int) -> tuple[int, list[str]]:
     raise PlannerInputError(f"global batch size not published{hint}")
 
 
-_UNKNOWN_TEXT = re.compile(r"not (?:stated|known|published|given|reported)|unstated|unknown|unspecified|^\s*[?-]\s*$|^n/?a$",
-                           re.I)
-"""Text with which a row says a value is unknown (then searched without a note on the text)."""
-
-
 def _zero_from_row(lay) -> Optional[list[int]]:
     z = lay.zero_stage
     text = " ".join(str(v or "") for v in (lay.zero_stage, lay.fsdp, lay.distributed_optimizer))
@@ -370,7 +365,7 @@ def _layout_from_row(lay, model, gpus: int, pins: dict, notes: list[str]) -> dic
     if zero is None:
         searched["zero"] = [0, 1]
         said = [f"{k} {getattr(lay, k)!r}" for k in ("zero_stage", "fsdp", "distributed_optimizer")
-                if isinstance(getattr(lay, k), str) and not _UNKNOWN_TEXT.search(getattr(lay, k))]
+                if isinstance(getattr(lay, k), str) and not says_unknown(getattr(lay, k))]
         if said:  # text that names no stage: say it was not read, not that nothing was stated
             notes.append(f"layout.{' and '.join(said)}: no ZeRO stage read from it (0-3, 'ZeRO-2', 'FULL_SHARD', "
                          "'SHARD_GRAD_OP', 'DDP', 'distributed optimizer'); zero searched")
@@ -380,7 +375,7 @@ def _layout_from_row(lay, model, gpus: int, pins: dict, notes: list[str]) -> dic
     if rc is None:
         searched["recompute"] = list(RECOMPUTE)
         text = lay.activation_recompute
-        if isinstance(text, str) and text.strip() and not _UNKNOWN_TEXT.search(text):
+        if isinstance(text, str) and not says_unknown(text):
             notes.append(f"layout.activation_recompute {text!r}: not {', '.join(RECOMPUTE)}; recompute searched")
     else:
         pins["recompute"] = rc[0]

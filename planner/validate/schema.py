@@ -111,12 +111,18 @@ _UNKNOWN_WORDS = re.compile(r"not (?:stated|known|published|given|reported)|unst
                             r"unknown|n/a|\?", re.I)
 
 
+def says_unknown(text: str) -> bool:
+    """Whether text says a value is not known ('not stated', '?', 'n/a', '-', empty)."""
+    said = text.strip()
+    return not said or said.lower() in ("na", "none", "-") or bool(_UNKNOWN_WORDS.search(said))
+
+
 def _knob(value: Any) -> Union[int, str, None]:
     """A layout degree or batch: an integer, or unknown (null, or text saying so: "not stated",
     "?", "unknown", "interleaved 1F1B (V not stated)"); any other text is refused."""
     if isinstance(value, str):
         said = value.strip()
-        if said and said.lower() not in ("na", "none", "-") and not _UNKNOWN_WORDS.search(said):
+        if not says_unknown(said):
             raise ValueError(f"expected an integer, or null / text saying it is not known (\"not stated\", \"unknown\", "
                              f"\"?\"), got {value!r} (text)")
         return said or None

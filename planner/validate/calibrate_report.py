@@ -71,18 +71,19 @@ def warnings(result: Calibrated) -> list[str]:
     runs the fit caps (``fit.CLIP``: its error counts no further, so a unit slip there goes
     unnoticed and can leave the profile worse on these very runs), and a profile that predicts
     the runs it was fitted on, or those it did not see, worse than the shipped constants."""
-    CLIP = _clip()
+    clip = _clip()
     s, out = result.stats, []
     if len(result.rows) < 2 and result.moved:
-        out.append(f"fitted to 1 run: {len(result.moved)} constant{'s' if len(result.moved) > 1 else ''} moved to match "
-                   "one number, and no run it did not see checks {0}; give at least 2 runs before using "
-                   "the profile".format("them" if len(result.moved) > 1 else "it"))
+        many = len(result.moved) > 1
+        out.append(f"fitted to 1 run: {len(result.moved)} constant{'s' if many else ''} moved to match one number, "
+                   f"and no run it did not see checks {'them' if many else 'it'}; give at least 2 runs before using "
+                   "the profile")
     capped = _capped(result)
     if capped:
         said = ", ".join(f"{rid} {err * 100:+.0f}%" for rid, err in capped[:5]) + (", ..." if len(capped) > 5 else "")
-        out.append(f"{len(capped)} run{'s' if len(capped) > 1 else ''} off by more than {CLIP:.0%} with the shipped "
-                   f"constants ({said}): the fit counts no error past {CLIP:.0%}, so {'they barely move' if len(capped) > 1 else 'it barely moves'} "
-                   "the fit; check the measurement and units (step_time_s in seconds, tokens_per_s the total of all GPUs, mfu a fraction)")
+        out.append(f"{len(capped)} run{'s' if len(capped) > 1 else ''} off by more than {clip:.0%} with the shipped "
+                   f"constants ({said}): the fit counts no error past {clip:.0%}, so "
+                   f"{'they barely move' if len(capped) > 1 else 'it barely moves'} the fit; check the measurement and units (step_time_s in seconds, tokens_per_s the total of all GPUs, mfu a fraction)")
     if result.moved and s["fitted"]["mape"] > s["shipped"]["mape"]:
         out.append(f"the profile predicts the runs it was fitted on worse than the shipped constants (MAPE "
                    f"{s['shipped']['mape'] * 100:.1f}% -> {s['fitted']['mape'] * 100:.1f}%)")

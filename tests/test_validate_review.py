@@ -36,8 +36,8 @@ def _cli(*args):
 
 
 def test_commands_without_skip_invalid_do_not_offer_it(tmp_path):
-    """calibrate (and --cross-validate, the envelope) read runs files through load_runs and take
-    no --skip-invalid; their error used to offer it ('No such option: --skip-invalid')."""
+    """--cross-validate and the envelope read runs files through load_runs and take no
+    --skip-invalid; the error offers it only where a command takes it (validate's table, calibrate)."""
     import json
 
     import pytest
@@ -50,8 +50,34 @@ def test_commands_without_skip_invalid_do_not_offer_it(tmp_path):
     with pytest.raises(PlannerInputError) as err:
         load_runs(path)
     assert "field measured.mfu" in str(err.value) and "skip-invalid" not in str(err.value)
-    with pytest.raises(PlannerInputError, match="--skip-invalid validates the other rows"):
-        read_runs(path)  # validate's table takes it
+    with pytest.raises(PlannerInputError, match="--skip-invalid leaves them out"):
+        read_runs(path)  # validate's table and calibrate take it
+
+
+def test_calibrate_skip_invalid_fits_the_other_rows(tmp_path):
+    """One refused row (an MFU of 45 for 45%) blocked calibrate's whole file: --skip-invalid
+    leaves it out, says so on stderr, and fits the rest, as validate's table does."""
+    import json
+
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps([{**GOOD, "id": "ok"}, {**GOOD, "id": "pct", "mfu": 45}]))
+    code, _, err = _cli("calibrate", "--runs", str(path))
+    assert code == 2 and "--skip-invalid" in err
+    code, out, err = _cli("calibrate", "--runs", str(path), "--skip-invalid", "--json")
+    assert code == 0, err
+    assert "skipped" in err and "pct" in err
+    assert [r["id"] for r in json.loads(out)["rows"]] == ["ok"]
+
+
+def test_calibration_is_refused_where_it_would_be_ignored(tmp_path):
+    """--ranking and --write-envelope judge the shipped model: a --calibration profile beside them
+    was read and not used (the output byte for byte the same)."""
+    profile = tmp_path / "p.toml"
+    profile.write_text("[constants]\n")
+    for extra in (["--ranking", "planner/data/ablations.json"], ["--write-envelope", str(tmp_path / "e.json")]):
+        code, out, err = _cli("validate", "--calibration", str(profile), *extra)
+        assert code == 2 and "--calibration goes with the validate table" in err and extra[0] in err
+        assert not (tmp_path / "e.json").exists()
 
 
 def test_calibrate_json_prints_json_when_no_row_maps(tmp_path):

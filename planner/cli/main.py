@@ -411,6 +411,10 @@ def _validate(runs, as_json, confidence, cross_validate, bootstrap, plot, calibr
         return
     if bootstrap or write_uncertainty is not None:
         raise PlannerInputError(f"{'--bootstrap' if bootstrap else '--write-uncertainty'} goes with --cross-validate")
+    if calibration is not None and (ranking is not None or write_envelope is not None):
+        # the ranking and the envelope are the shipped model's: a profile would be read and not used
+        raise PlannerInputError(f"--calibration goes with the validate table, not with "
+                                f"{'--ranking' if ranking is not None else '--write-envelope'}")
     if ranking is not None:
         from planner.validate.ranking import run_ranking
 

@@ -15,14 +15,21 @@ METHOD = (f"MAP: capped-L1 (Laplace, b = {ERROR_SCALE:g}) error on the runs + Ga
           f"(sd = {PRIOR_SD_FRACTION:g} x plausible range); 90% posterior intervals, others at the fit")
 
 
-def _map_rows(runs_file: Path, confidence: str):
-    """(mapped runs at ``confidence``, [(id, reason)] not mapped, [ids] left out by confidence)."""
+def _map_rows(runs_file: Path, confidence: str, skip_invalid: bool = False):
+    """(mapped runs at ``confidence``, [(id, reason)] not mapped, [ids] left out by confidence).
+    ``skip_invalid``: rows the runs format refuses are left out (listed on stderr), as validate's
+    --skip-invalid does; without it any such row is an error naming them all."""
+    import typer
+
     from planner.validate.predict import _unmapped
-    from planner.validate.runs import load_runs, map_run, parse_row
+    from planner.validate.runs import map_run, parse_row, read_runs
 
     wanted = {"high": ("high",), "medium": ("high", "medium")}.get(confidence)
     mapped, unmapped, left_out = [], [], []
-    for i, raw in enumerate(load_runs(runs_file), 1):
+    valid, skipped = read_runs(runs_file, skip_invalid=skip_invalid)
+    for line in skipped:
+        typer.echo(f"skipped {line}", err=True)
+    for i, raw in enumerate(valid, 1):
         row = parse_row(raw, i)
         if wanted is not None and row.confidence not in wanted:
             left_out.append(row.id)
@@ -146,7 +153,7 @@ def profile_text(result: Calibrated, runs_file: Path, version: str) -> str:
 
 
 def run_calibrate(runs_file: Path, out: Optional[Path], confidence: str = "high", as_json: bool = False,
-                  force: bool = False, version: str = "") -> None:
+                  force: bool = False, version: str = "", skip_invalid: bool = False) -> None:
     import typer
 
     from planner.calibration_profile import write_profile
@@ -159,7 +166,7 @@ def run_calibrate(runs_file: Path, out: Optional[Path], confidence: str = "high"
         from planner.calibration_profile import check_profile_path
 
         check_profile_path(out, force)
-    mapped, unmapped, left_out = _map_rows(runs_file, confidence)
+    mapped, unmapped, left_out = _map_rows(runs_file, confidence, skip_invalid)
     rows = prepare(mapped)
     kept = {r.id for r in rows}
     from planner.validate.predict import _first_broken_rule

@@ -90,8 +90,8 @@ def _read(path: Optional[Path]) -> tuple[str, str]:
 def load_runs(path: Optional[Path]) -> list[dict]:
     """The rows of a runs file (None: the shipped reference set), each checked against the runs
     format; a bad file, or any bad rows, is one ``PlannerInputError`` naming every bad row,
-    grouped by field (``read_runs``). Its callers (calibrate, cross-validation, the envelope)
-    take no --skip-invalid, so the error does not offer it."""
+    grouped by field (``read_runs``). Its callers (cross-validation, the envelope) take no
+    --skip-invalid, so the error does not offer it."""
     return read_runs(path, offer_skip=False)[0]
 
 
@@ -99,7 +99,7 @@ def read_runs(path: Optional[Path], skip_invalid: bool = False, offer_skip: bool
     """(the valid rows, one line per invalid row skipped). Without ``skip_invalid`` any invalid
     row (or a duplicate id) is a ``PlannerInputError`` naming them all, grouped by field; with
     it they are left out and listed (a file with no valid row is still an error). ``offer_skip``:
-    the error says --skip-invalid would validate the other rows (only validate's table takes it)."""
+    the error says --skip-invalid would go on with the other rows (validate's table and calibrate take it)."""
     text, where = _read(path)
     try:
         rows = json.loads(text)
@@ -130,7 +130,7 @@ def read_runs(path: Optional[Path], skip_invalid: bool = False, offer_skip: bool
             first_of[ident] = i
         valid.append(raw)
     if errors and (not skip_invalid or not valid):
-        hint = "; --skip-invalid validates the other rows" if valid and not skip_invalid and offer_skip else ""
+        hint = "; --skip-invalid leaves them out and goes on with the others" if valid and not skip_invalid and offer_skip else ""
         raise PlannerInputError(f"{where}: {len(errors)} of {len(rows)} rows invalid: {grouped(errors)}{hint}")
     return valid, [str(err) for err in errors]
 

@@ -304,10 +304,13 @@ AUTO_PROBE_SHARE = 0.03
 extrapolating to all of them: the first problem carries one-off set-up (CP-SAT, numpy) and the
 GPU counts of a range differ in divisors (1,024 has many more layouts than 1,280), so one or two
 problems predict the whole badly."""
-PRICING_RATE = 150_000
-"""Valid layouts the cost model prices per second, at the slow end (measured on a shared 2-core
-machine: Llama 3 70B over 1,024..8,192 H100 and B200, 369,936 layouts priced in 2.3 s; a fast
-core does twice that)."""
+PRICING_RATE = 300_000
+"""Valid layouts the cost model prices per second (spaces built and priced), at the slow end:
+measured on a shared 2-core machine (2026-11-27), Llama 3 70B over 1,024..8,192 H100 and B200,
+369,936 layouts in 0.91 s (406k/s), and Llama 3 405B over 1,024..16,384:256 GPUs of H100, B200
+and A100, 1,747,728 layouts in 5.2 s (337k/s). At the 150k/s measured earlier in the project,
+auto sampled that 405B search (predicted over 15 s): optuna's best was 18.05 s per step against
+the enumerated optimum's 3.22 s."""
 
 
 @dataclass

@@ -68,16 +68,11 @@ def _explicit_off(plan: Plan, written: set) -> list[tuple[str, object]]:
                 if value is True and dest not in written and dest not in _SKIPPED and not moved:
                     written.add(dest)
                     out.append((dest, False))
-    for dest, off in _OFF_VALUES.items():  # settings whose "off" is a value, not false
-        if dest not in written:
+    for dest, default in bridge.RECIPE_RESETS.items():  # settings whose default is a value or None, not false
+        if dest not in written and (plan.is_moe or dest not in bridge.MOE_ONLY):
             written.add(dest)
-            out.append((dest, off))
+            out.append((dest, default))
     return out
-
-
-_OFF_VALUES = {"cuda_graph_impl": "none", "cp_comm_type": "p2p"}
-"""Dests written at Megatron-Core's default when the plan leaves them there (a recipe may set CUDA
-graphs or another CP communication type)."""
 
 
 def overrides(plan: Plan) -> list[tuple[str, object]]:

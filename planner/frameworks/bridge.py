@@ -59,6 +59,24 @@ stay on the GPU, as planner prices activation offload only)."""
 MOVED_VALUES = {("moe_enable_deepep", True): ("model.moe_flex_dispatcher_backend", "deepep")}
 """Megatron-LM settings Bridge spells with another field and value (DeepEP as the flex backend)."""
 
+RECIPE_RESETS = {
+    "num_virtual_stages_per_pipeline_rank": None, "decoder_first_pipeline_num_layers": None,
+    "decoder_last_pipeline_num_layers": None, "account_for_embedding_in_pipeline_split": False,
+    "account_for_loss_in_pipeline_split": False, "hierarchical_context_parallel_sizes": None,
+    "recompute_granularity": None, "recompute_method": None, "recompute_num_layers": None, "recompute_modules": None,
+    "num_distributed_optimizer_instances": 1, "moe_expert_capacity_factor": None,
+    "cuda_graph_impl": "none", "cp_comm_type": "p2p",
+}
+"""Megatron-LM dest -> Megatron-Core's default (model_parallel_config.py, transformer_config.py,
+distributed_data_parallel_config.py; recompute_modules None means ["core_attn"]), written where the
+plan leaves the setting at that default. The overrides are merged over a recipe, and a key left out
+keeps the recipe's value: Megatron-Bridge v0.2.0 recipes/llama/llama3.py sets VPP 5 for Llama 3 70B
+and VPP 2 with account_for_embedding/loss_in_pipeline_split for 405B (which TransformerConfig refuses
+next to num_layers_in_first/last_pipeline_stage)."""
+
+MOE_ONLY = frozenset({"moe_expert_capacity_factor"})
+"""``RECIPE_RESETS`` dests that exist for a MoE model only."""
+
 PRECISION_PRESETS = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed"}
 """planner precision -> Bridge mixed_precision preset (training/mixed_precision.py, @register)."""
 

@@ -1,0 +1,61 @@
+"""Review of ``planner export`` as a cluster user launches its files: what a framework does with
+settings the file leaves out, and bad input.
+
+Megatron-Bridge merges ``megatron_bridge_overrides.yaml`` over a recipe's ConfigContainer, so a
+layout setting the file leaves out keeps the recipe's value, not Megatron-Core's default. The
+recipes that matter here (Megatron-Bridge v0.2.0 src/megatron/bridge/recipes/llama/llama3.py):
+``llama3_70b_pretrain_config`` sets virtual_pipeline_model_parallel_size 5;
+``llama31_405b_pretrain_config`` sets VPP 2 and account_for_embedding/loss_in_pipeline_split True,
+which TransformerConfig refuses next to num_layers_in_first/last_pipeline_stage
+(megatron/core/transformer/transformer_config.py __post_init__).
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from test_export import LLAMA3_405B, LLAMA3_8B, dense_405b, export, record
+
+
+def _bridge(tmp_path, rec, model) -> dict:
+    export(rec, model, tmp_path, formats="megatron-bridge")
+    return yaml.safe_load((tmp_path / "megatron_bridge_overrides.yaml").read_text())
+
+
+def _merged_over(recipe: dict, overrides: dict) -> dict:
+    """What OmegaConf.merge(recipe, overrides) leaves in ``model`` (nested dicts, the override wins)."""
+    return {**recipe, **overrides["model"]}
+
+
+def test_bridge_overrides_reset_a_recipes_interleaving_for_a_plan_without_it(tmp_path):
+    # Llama 3 70B's recipe runs VPP 5; a plan with pp 4 and no interleaving must say so.
+    recipe = {"pipeline_model_parallel_size": 4, "virtual_pipeline_model_parallel_size": 5}
+    model = _merged_over(recipe, _bridge(tmp_path, record(LLAMA3_8B, tp=2, pp=4, dp=1, gbs=8), LLAMA3_8B))
+    assert model["pipeline_model_parallel_size"] == 4
+    assert model["virtual_pipeline_model_parallel_size"] is None
+
+
+def test_bridge_overrides_uneven_stages_clear_the_405b_recipes_embedding_accounting(tmp_path):
+    # 405B as trained (7-layer first/last stages over PP16): the recipe's account_for_* = True must
+    # be turned off, or TransformerConfig raises next to num_layers_in_first_pipeline_stage.
+    recipe = {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True,
+              "virtual_pipeline_model_parallel_size": 2}
+    model = _merged_over(recipe, _bridge(tmp_path, dense_405b(), LLAMA3_405B))
+    assert (model["num_layers_in_first_pipeline_stage"], model["num_layers_in_last_pipeline_stage"]) == (7, 7)
+    assert model["account_for_embedding_in_pipeline_split"] is False
+    assert model["account_for_loss_in_pipeline_split"] is False
+    assert model["virtual_pipeline_model_parallel_size"] is None
+
+
+def test_bridge_overrides_selective_recompute_clears_a_recipes_full_recompute(tmp_path):
+    # TransformerConfig: selective granularity needs recompute_num_layers None; the modules go back
+    # to Megatron-Core's default (None -> ["core_attn"]) unless the plan names others.
+    recipe = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1,
+              "recompute_modules": ["mlp"]}
+    model = _merged_over(recipe, _bridge(tmp_path, record(LLAMA3_8B, tp=2, dp=4, gbs=8), LLAMA3_8B))
+    assert model["recompute_granularity"] == "selective"
+    assert model["recompute_method"] is None and model["recompute_num_layers"] is None
+    assert model["recompute_modules"] is None
+    none = _merged_over(recipe, _bridge(tmp_path / "none", record(LLAMA3_8B, tp=2, dp=4, gbs=8, recompute="none"),
+                                        LLAMA3_8B))
+    assert none["recompute_granularity"] is None and none["recompute_num_layers"] is None

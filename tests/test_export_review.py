@@ -12,7 +12,10 @@ which TransformerConfig refuses next to num_layers_in_first/last_pipeline_stage
 
 from __future__ import annotations
 
+import pytest
 import yaml
+
+from hardware_catalog.errors import PlannerInputError
 
 from test_export import LLAMA3_405B, LLAMA3_8B, dense_405b, export, record
 
@@ -59,3 +62,18 @@ def test_bridge_overrides_selective_recompute_clears_a_recipes_full_recompute(tm
     none = _merged_over(recipe, _bridge(tmp_path / "none", record(LLAMA3_8B, tp=2, dp=4, gbs=8, recompute="none"),
                                         LLAMA3_8B))
     assert none["recompute_granularity"] is None and none["recompute_num_layers"] is None
+
+
+def test_all_formats_refusing_is_bad_input_not_success(tmp_path):
+    # torchtitan's eager loss with ZeRO-1: Megatron (and so torchrun, slurm, Bridge) refuses the loss,
+    # torchtitan the optimizer-only sharding, DeepSpeed the partial recompute. Nothing can be written,
+    # so the export fails (exit 2) naming each format's rule, rather than succeeding with no files.
+    rec = record(LLAMA3_8B, tp=2, dp=4, gbs=8, loss="eager", recompute="full", recompute_layers=16)
+    with pytest.raises(PlannerInputError) as err:
+        export(rec, LLAMA3_8B, tmp_path / "out")
+    message = str(err.value)
+    assert "\n" not in message and "no format can express this layout" in message
+    for fmt, rule in (("megatron", "megatron_loss"), ("torchtitan", "torchtitan_no_zero1"),
+                      ("deepspeed", "deepspeed_partial_recompute")):
+        assert f"{fmt} ({rule})" in message
+    assert not (tmp_path / "out").exists()

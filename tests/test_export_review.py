@@ -77,3 +77,13 @@ def test_all_formats_refusing_is_bad_input_not_success(tmp_path):
                       ("deepspeed", "deepspeed_partial_recompute")):
         assert f"{fmt} ({rule})" in message
     assert not (tmp_path / "out").exists()
+
+
+def test_a_format_whose_files_refuse_for_different_rules_names_every_rule(tmp_path):
+    # --framework torchtitan-0.2 targets the TOML: the 0.3 command line is refused for its release
+    # (torchtitan_cli_release) and the TOML for the layout (ZeRO-1: torchtitan_no_zero1). The error
+    # must name the layout's rule too, not only the first file's.
+    rec = record(LLAMA3_8B, tp=2, dp=4, gbs=8, loss="eager", recompute="full")
+    with pytest.raises(PlannerInputError) as err:
+        export(rec, LLAMA3_8B, tmp_path, formats="torchtitan", options={"torchtitan_version": "0.2"})
+    assert str(err.value).endswith("(rule torchtitan_cli_release, torchtitan_no_zero1)")

@@ -92,7 +92,7 @@ def one_file(name: str, render: Callable[[Plan, str], str]) -> Callable[[Plan, s
 def each_file(renderers: Mapping[str, Callable[[Plan, str], str]]) -> Callable[[Plan, str], Rendered]:
     """``Exporter.render`` for a format whose files refuse independently: every file that can
     express the layout, and why the others cannot; ``CannotExpress`` when none can (with the
-    common rule, or the first rule and every file's reason)."""
+    common rule, or every file's rule and reason)."""
 
     def render_each(plan: Plan, entrypoint: str) -> Rendered:
         texts: dict[str, str] = {}
@@ -106,7 +106,10 @@ def each_file(renderers: Mapping[str, Callable[[Plan, str], str]]) -> Callable[[
             errors = list(refused.values())
             if len({e.rule for e in errors}) == 1:
                 raise errors[0]
-            raise CannotExpress(errors[0].rule, "; ".join(f"{name}: {err}" for name, err in refused.items()))
+            # Every file's rule: a release refusal of one file (torchtitan 0.2 reads no command line)
+            # must not hide the layout rule that refused the other.
+            raise CannotExpress(", ".join(dict.fromkeys(e.rule for e in errors)),
+                                "; ".join(f"{name}: {err}" for name, err in refused.items()))
         return texts, {name: str(err) for name, err in refused.items()}
 
     return render_each

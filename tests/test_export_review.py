@@ -12,12 +12,14 @@ which TransformerConfig refuses next to num_layers_in_first/last_pipeline_stage
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
 from hardware_catalog.errors import PlannerInputError
 
-from test_export import LLAMA3_405B, LLAMA3_8B, dense_405b, export, record
+from test_export import LLAMA3_405B, LLAMA3_8B, MIXTRAL, dense_405b, export, record
 
 
 def _bridge(tmp_path, rec, model) -> dict:
@@ -87,3 +89,30 @@ def test_a_format_whose_files_refuse_for_different_rules_names_every_rule(tmp_pa
     with pytest.raises(PlannerInputError) as err:
         export(rec, LLAMA3_8B, tmp_path, formats="torchtitan", options={"torchtitan_version": "0.2"})
     assert str(err.value).endswith("(rule torchtitan_cli_release, torchtitan_no_zero1)")
+
+
+def _deepspeed_instruction(tmp_path, rec, model) -> str:
+    export(rec, model, tmp_path, formats="deepspeed")
+    comment = json.loads((tmp_path / "deepspeed_config.json").read_text())["_comment"]
+    return next(line for line in comment if line.startswith("Pass the same layout"))
+
+
+def test_deepspeed_launch_instruction_states_sequence_parallelism_and_recompute(tmp_path):
+    # Megatron-DeepSpeed's --sequence-parallel and --recompute-granularity default off
+    # (microsoft/Megatron-DeepSpeed megatron/arguments.py), and the config has no key for them: the
+    # command-line instruction must carry them, or the job runs a layout that was not priced.
+    line = _deepspeed_instruction(tmp_path, record(LLAMA3_8B, tp=2, dp=4, gbs=8), LLAMA3_8B)
+    assert "sequence parallelism on" in line and "selective recompute" in line
+    line = _deepspeed_instruction(tmp_path / "b", record(LLAMA3_8B, tp=2, dp=4, gbs=8, sequence_parallel=False,
+                                                         recompute="full"), LLAMA3_8B)
+    assert "sequence parallelism off" in line and "full recompute" in line
+
+
+def test_deepspeed_launch_instruction_states_dropless_experts(tmp_path):
+    # Megatron-DeepSpeed drops tokens past capacity factor 1.0 unless --disable-moe-token-dropping
+    # (megatron/arguments.py --moe-train-capacity-factor 1.0): a dropless plan must say so.
+    line = _deepspeed_instruction(tmp_path, record(MIXTRAL, tp=2, dp=4, ep=4, gbs=8), MIXTRAL)
+    assert "dropless" in line
+    line = _deepspeed_instruction(tmp_path / "c", record(MIXTRAL, tp=2, dp=4, ep=4, gbs=8, moe_capacity_factor=1.25),
+                                  MIXTRAL)
+    assert "capacity factor 1.25" in line

@@ -52,14 +52,30 @@ def check(plan: Plan) -> None:
                             "first/last stage layer counts", "deepspeed/runtime/pipe/module.py")
 
 
+def _command_line_only(plan: Plan) -> str:
+    """The layout settings Megatron-DeepSpeed takes on its command line only, whose defaults are off
+    (microsoft/Megatron-DeepSpeed megatron/arguments.py: --sequence-parallel, --recompute-granularity):
+    left unsaid, the job runs without them and not as priced."""
+    sp = f"sequence parallelism {'on' if plan.sp else 'off'}, " if plan.tp > 1 else ""
+    return sp + {"selective": "selective recompute, ", "full": "full recompute, "}.get(plan.recompute, "no recompute, ")
+
+
+def _token_dropping(plan: Plan) -> str:
+    """Megatron-DeepSpeed drops tokens past --moe-train-capacity-factor (default 1.0) unless
+    --disable-moe-token-dropping (megatron/arguments.py): the plan's capacity, or dropless."""
+    factor = float(plan.moe_capacity_factor or 0)
+    return f"capacity factor {factor:g}" if factor > 0 else "dropless (no token dropping)"
+
+
 def config_dict(plan: Plan) -> dict:
     check(plan)
     cfg: dict = {
         "_comment": list(plan.header) + [
             "DeepSpeed ignores this _comment key (it reads only the keys it knows).",
             f"Pass the same layout to Megatron-DeepSpeed on its command line: tensor parallel {plan.tp}, pipeline {plan.pp}, "
-            f"micro-batch {plan.mbs}, global batch {plan.gbs}"
-            + (f", {plan.model.moe.num_experts} experts with expert parallel {plan.ep}" if plan.is_moe else "")
+            + _command_line_only(plan) + f"micro-batch {plan.mbs}, global batch {plan.gbs}"
+            + (f", {plan.model.moe.num_experts} experts with expert parallel {plan.ep}, " + _token_dropping(plan)
+               if plan.is_moe else "")
             + (f", Ulysses sequence parallel {plan.cp} (--ds-sequence-parallel-size {plan.cp}, as sequence_parallel_size "
                "below)" if plan.cp > 1 else "")
             + ", plus --deepspeed --deepspeed_config deepspeed_config.json.",

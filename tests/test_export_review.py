@@ -52,6 +52,15 @@ def test_bridge_overrides_uneven_stages_clear_the_405b_recipes_embedding_account
     assert model["virtual_pipeline_model_parallel_size"] is None
 
 
+def test_bridge_overrides_clear_a_recipes_pipeline_layout_string(tmp_path):
+    # recipes/olmoe/olmoe_7b.py (v0.2.0) sets pipeline_model_parallel_layout, which places the layers
+    # itself: left in, it replaces the plan's split (even or 7/.../7).
+    recipe = {"pipeline_model_parallel_layout": "Et*4|t*4|t*4|t*4L"}
+    for out, rec, model in ((tmp_path / "even", record(LLAMA3_8B, tp=2, pp=4, dp=1, gbs=8), LLAMA3_8B),
+                            (tmp_path / "uneven", dense_405b(), LLAMA3_405B)):
+        assert _merged_over(recipe, _bridge(out, rec, model))["pipeline_model_parallel_layout"] is None
+
+
 def test_bridge_overrides_selective_recompute_clears_a_recipes_full_recompute(tmp_path):
     # TransformerConfig: selective granularity needs recompute_num_layers None; the modules go back
     # to Megatron-Core's default (None -> ["core_attn"]) unless the plan names others.

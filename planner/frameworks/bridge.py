@@ -60,7 +60,8 @@ MOVED_VALUES = {("moe_enable_deepep", True): ("model.moe_flex_dispatcher_backend
 """Megatron-LM settings Bridge spells with another field and value (DeepEP as the flex backend)."""
 
 RECIPE_RESETS = {
-    "num_virtual_stages_per_pipeline_rank": None, "decoder_first_pipeline_num_layers": None,
+    "num_virtual_stages_per_pipeline_rank": None, "pipeline_model_parallel_layout": None,
+    "decoder_first_pipeline_num_layers": None,
     "decoder_last_pipeline_num_layers": None, "account_for_embedding_in_pipeline_split": False,
     "account_for_loss_in_pipeline_split": False, "hierarchical_context_parallel_sizes": None,
     "recompute_granularity": None, "recompute_method": None, "recompute_num_layers": None, "recompute_modules": None,
@@ -72,7 +73,8 @@ distributed_data_parallel_config.py; recompute_modules None means ["core_attn"])
 plan leaves the setting at that default. The overrides are merged over a recipe, and a key left out
 keeps the recipe's value: Megatron-Bridge v0.2.0 recipes/llama/llama3.py sets VPP 5 for Llama 3 70B
 and VPP 2 with account_for_embedding/loss_in_pipeline_split for 405B (which TransformerConfig refuses
-next to num_layers_in_first/last_pipeline_stage)."""
+next to num_layers_in_first/last_pipeline_stage); recipes/olmoe/olmoe_7b.py sets a
+pipeline_model_parallel_layout, which places the layers itself."""
 
 MOE_ONLY = frozenset({"moe_expert_capacity_factor"})
 """``RECIPE_RESETS`` dests that exist for a MoE model only."""

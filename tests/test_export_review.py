@@ -125,3 +125,15 @@ def test_deepspeed_launch_instruction_states_dropless_experts(tmp_path):
     line = _deepspeed_instruction(tmp_path / "c", record(MIXTRAL, tp=2, dp=4, ep=4, gbs=8, moe_capacity_factor=1.25),
                                   MIXTRAL)
     assert "capacity factor 1.25" in line
+
+
+def test_fsdp2_with_tied_embeddings_is_refused_for_megatron(tmp_path):
+    # Megatron-LM megatron/training/arguments.py validate_args: "--use-torch-fsdp2 requires
+    # --untie-embeddings-and-output-weights"; untying would train another model, so the export refuses.
+    tied = LLAMA3_8B.model_copy(update={"name": "tied-8b", "tied_embeddings": True})
+    rec = record(tied, tp=2, dp=4, gbs=8, zero=3, fsdp="fsdp2", recompute="full")
+    with pytest.raises(PlannerInputError, match="megatron_fsdp2_tied_embeddings"):
+        export(rec, tied, tmp_path, formats="megatron")
+    untied = record(LLAMA3_8B, tp=2, dp=4, gbs=8, zero=3, fsdp="fsdp2", recompute="full")
+    report = export(untied, LLAMA3_8B, tmp_path / "untied", formats="megatron")  # untied: written
+    assert "--use-torch-fsdp2" in report.written[0].read_text()

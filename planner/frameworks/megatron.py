@@ -284,6 +284,10 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
             when=lambda plan: plan.tp > 1 and plan.pp > 1 and not plan.sp),
     Refusal("zero3_gather", ("blocking",), "megatron_zero3_gather", "zero3_gather blocking prices DeepSpeed 2021's "
             "per-tensor gathers; Megatron-FSDP prefetches its all-gathers", _FSDP),
+    Refusal("fsdp", ("fsdp2",), "megatron_fsdp2_tied_embeddings", "fsdp fsdp2 with tied input and output "
+            "embeddings: validate_args asserts '--use-torch-fsdp2 requires --untie-embeddings-and-output-weights', and "
+            "untying trains another model: price with --fsdp megatron", ARGS_PY + " validate_args (--use-torch-fsdp2)",
+            when=lambda plan: plan.zero == 3 and plan.model.tied_embeddings),
     Refusal("fsdp", ("flat",), "megatron_fsdp_flat", "fsdp flat prices FSDP1 / DeepSpeed flat-parameter ZeRO-3, which "
             "Megatron does not have: its ZeRO-3 is Megatron-FSDP (price with --fsdp megatron) or PyTorch FSDP2 "
             "(--fsdp fsdp2)", _FSDP + "; " + ARGS + " --use-torch-fsdp2", when=lambda plan: plan.zero == 3),

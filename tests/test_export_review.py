@@ -137,3 +137,16 @@ def test_fsdp2_with_tied_embeddings_is_refused_for_megatron(tmp_path):
     untied = record(LLAMA3_8B, tp=2, dp=4, gbs=8, zero=3, fsdp="fsdp2", recompute="full")
     report = export(untied, LLAMA3_8B, tmp_path / "untied", formats="megatron")  # untied: written
     assert "--use-torch-fsdp2" in report.written[0].read_text()
+
+
+def test_fp8_delayed_scaling_with_layernorm_or_moe_act_recompute_is_refused(tmp_path):
+    # Megatron-Core transformer_config.py __post_init__: "Delayed scaling does not support moe_act and
+    # layernorm recompute for fp8." The other recipes (tensorwise here) pass that check.
+    rec = record(LLAMA3_8B, tp=2, dp=4, gbs=8, precision="fp8", fp8_recipe="delayed", recompute_modules=["layernorm"])
+    with pytest.raises(PlannerInputError, match="megatron_fp8_delayed_recompute_modules"):
+        export(rec, LLAMA3_8B, tmp_path, formats="megatron")
+    with pytest.raises(PlannerInputError, match="megatron_fp8_delayed_recompute_modules"):
+        export(rec, LLAMA3_8B, tmp_path, formats="megatron-bridge")
+    ok = record(LLAMA3_8B, tp=2, dp=4, gbs=8, precision="fp8", fp8_recipe="current", recompute_modules=["layernorm"])
+    text = export(ok, LLAMA3_8B, tmp_path / "ok", formats="megatron").written[0].read_text()
+    assert "--recompute-modules layernorm" in text and "--fp8-recipe tensorwise" in text

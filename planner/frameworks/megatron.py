@@ -284,6 +284,12 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
             when=lambda plan: plan.tp > 1 and plan.pp > 1 and not plan.sp),
     Refusal("zero3_gather", ("blocking",), "megatron_zero3_gather", "zero3_gather blocking prices DeepSpeed 2021's "
             "per-tensor gathers; Megatron-FSDP prefetches its all-gathers", _FSDP),
+    Refusal("fp8_recipe", ("delayed",), "megatron_fp8_delayed_recompute_modules", "fp8_recipe delayed with "
+            "recompute_modules layernorm or moe_act: TransformerConfig raises 'Delayed scaling does not support moe_act "
+            "and layernorm recompute for fp8': price with --fp8-recipe current (or another recipe), or other modules",
+            _TCFG + " __post_init__ (recompute_modules with fp8)",
+            when=lambda plan: plan.precision == "fp8" and plan.recompute == "selective"
+            and bool({"layernorm", "moe_act"} & set(plan.recompute_modules or ()))),
     Refusal("fsdp", ("fsdp2",), "megatron_fsdp2_tied_embeddings", "fsdp fsdp2 with tied input and output "
             "embeddings: validate_args asserts '--use-torch-fsdp2 requires --untie-embeddings-and-output-weights', and "
             "untying trains another model: price with --fsdp megatron", ARGS_PY + " validate_args (--use-torch-fsdp2)",

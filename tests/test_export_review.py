@@ -150,3 +150,20 @@ def test_fp8_delayed_scaling_with_layernorm_or_moe_act_recompute_is_refused(tmp_
     ok = record(LLAMA3_8B, tp=2, dp=4, gbs=8, precision="fp8", fp8_recipe="current", recompute_modules=["layernorm"])
     text = export(ok, LLAMA3_8B, tmp_path / "ok", formats="megatron").written[0].read_text()
     assert "--recompute-modules layernorm" in text and "--fp8-recipe tensorwise" in text
+
+
+@pytest.mark.parametrize("layout,rule", [
+    (dict(recompute="full"), "megatron_ep_overlap_recompute"),
+    (dict(recompute_modules=["moe"]), "megatron_ep_overlap_recompute"),
+    (dict(moe_dispatcher="allgather"), "megatron_ep_overlap_dispatcher"),
+    (dict(ep=1, dp=4), "megatron_ep_overlap_needs_ep"),
+])
+def test_ep_comm_overlap_refused_where_transformer_config_asserts(tmp_path, layout, rule):
+    # Megatron-Core transformer_config.py __post_init__, overlap_moe_expert_parallel_comm: expert
+    # parallelism, an alltoall/flex dispatcher, no full recompute and no 'moe' recompute module.
+    rec = record(MIXTRAL, **{"tp": 2, "dp": 4, "ep": 4, "gbs": 8, "ep_comm_overlap": True, **layout})
+    for fmt in ("megatron", "megatron-bridge"):
+        with pytest.raises(PlannerInputError, match=rule):
+            export(rec, MIXTRAL, tmp_path, formats=fmt)
+    ok = record(MIXTRAL, tp=2, dp=4, ep=4, gbs=8, ep_comm_overlap=True)
+    assert "--overlap-moe-expert-parallel-comm" in export(ok, MIXTRAL, tmp_path / "ok", formats="megatron").written[0].read_text()

@@ -290,6 +290,23 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
             _TCFG + " __post_init__ (recompute_modules with fp8)",
             when=lambda plan: plan.precision == "fp8" and plan.recompute == "selective"
             and bool({"layernorm", "moe_act"} & set(plan.recompute_modules or ()))),
+    # overlap_moe_expert_parallel_comm's asserts in TransformerConfig.__post_init__ (the interleaving
+    # one is search.rules' ep_comm_overlap_needs_interleaving).
+    Refusal("ep_comm_overlap", (True,), "megatron_ep_overlap_needs_ep", "ep_comm_overlap with ep=1: TransformerConfig "
+            "asserts 'overlap_moe_expert_parallel_comm is only supported with expert model parallelism': price with "
+            "--ep > 1 or --no-ep-comm-overlap", _TCFG + " __post_init__ (overlap_moe_expert_parallel_comm)",
+            when=lambda plan: plan.ep == 1),
+    Refusal("ep_comm_overlap", (True,), "megatron_ep_overlap_dispatcher", "ep_comm_overlap with the allgather "
+            "dispatcher: TransformerConfig asserts 'overlap_moe_expert_parallel_comm is supported with alltoall/flex token "
+            "dispatcher': price with --moe-dispatcher alltoall, deepep or hybridep",
+            _TCFG + " __post_init__ (overlap_moe_expert_parallel_comm)",
+            when=lambda plan: plan.moe_dispatcher == "allgather"),
+    Refusal("ep_comm_overlap", (True,), "megatron_ep_overlap_recompute", "ep_comm_overlap with full recompute or the "
+            "'moe' recompute module: TransformerConfig asserts 'disable full recomputation' / 'disable moe in "
+            "recompute_modules when enabling overlap_moe_expert_parallel_comm': price with selective recompute of "
+            "other modules, or --no-ep-comm-overlap", _TCFG + " __post_init__ (overlap_moe_expert_parallel_comm)",
+            when=lambda plan: plan.recompute == "full"
+            or (plan.recompute == "selective" and "moe" in (plan.recompute_modules or ()))),
     Refusal("fsdp", ("fsdp2",), "megatron_fsdp2_tied_embeddings", "fsdp fsdp2 with tied input and output "
             "embeddings: validate_args asserts '--use-torch-fsdp2 requires --untie-embeddings-and-output-weights', and "
             "untying trains another model: price with --fsdp megatron", ARGS_PY + " validate_args (--use-torch-fsdp2)",

@@ -167,3 +167,24 @@ def test_ep_comm_overlap_refused_where_transformer_config_asserts(tmp_path, layo
             export(rec, MIXTRAL, tmp_path, formats=fmt)
     ok = record(MIXTRAL, tp=2, dp=4, ep=4, gbs=8, ep_comm_overlap=True)
     assert "--overlap-moe-expert-parallel-comm" in export(ok, MIXTRAL, tmp_path / "ok", formats="megatron").written[0].read_text()
+
+
+def test_interleaving_on_two_stages_needs_the_p2p_overlap(tmp_path):
+    # Megatron-LM arguments.py validate_args: with an interleaved schedule and
+    # --no-overlap-p2p-communication, "pipeline-model-parallel size should be greater than 2".
+    rec = record(LLAMA3_8B, tp=2, pp=2, vpp=2, dp=2, gbs=8, p2p_comm_overlap=False)
+    with pytest.raises(PlannerInputError, match="megatron_interleaved_p2p_overlap_pp2"):
+        export(rec, LLAMA3_8B, tmp_path, formats="megatron")
+    ok = record(LLAMA3_8B, tp=2, pp=4, vpp=2, dp=1, gbs=8, p2p_comm_overlap=False)
+    assert "--no-overlap-p2p-communication" in export(ok, LLAMA3_8B, tmp_path / "ok", formats="megatron").written[0].read_text()
+
+
+def test_cuda_graphs_with_attention_recompute_and_dropout_is_refused(tmp_path):
+    # Megatron-Core transformer_config.py __post_init__: with a whole-layer CUDA graph (the default
+    # scope), "attention dropout is not supported with graphed attention recomputation".
+    dropout = LLAMA3_8B.model_copy(update={"name": "dropout-8b", "dropout": True})
+    rec = record(dropout, tp=2, dp=4, gbs=8, cuda_graphs=True)  # selective recompute: core_attn
+    with pytest.raises(PlannerInputError, match="megatron_cuda_graphs_attention_dropout"):
+        export(rec, dropout, tmp_path, formats="megatron")
+    ok = record(dropout, tp=2, dp=4, gbs=8, cuda_graphs=True, recompute_modules=["mlp"])
+    assert "--cuda-graph-impl local" in export(ok, dropout, tmp_path / "ok", formats="megatron").written[0].read_text()

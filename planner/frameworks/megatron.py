@@ -307,6 +307,17 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
             "other modules, or --no-ep-comm-overlap", _TCFG + " __post_init__ (overlap_moe_expert_parallel_comm)",
             when=lambda plan: plan.recompute == "full"
             or (plan.recompute == "selective" and "moe" in (plan.recompute_modules or ()))),
+    Refusal("p2p_comm_overlap", (False,), "megatron_interleaved_p2p_overlap_pp2", "p2p_comm_overlap off with an "
+            "interleaved schedule on pp=2: validate_args asserts 'When interleaved schedule is used and p2p communication "
+            "overlap is disabled, pipeline-model-parallel size should be greater than 2': price with "
+            "--p2p-comm-overlap, pp > 2 or vpp 1", ARGS_PY + " validate_args (--no-overlap-p2p-communication)",
+            when=lambda plan: plan.vpp > 1 and plan.pp == 2),
+    Refusal("cuda_graphs", (True,), "megatron_cuda_graphs_attention_dropout", "cuda_graphs with attention dropout and "
+            "core-attention recompute: with the whole-layer graph scope TransformerConfig asserts 'attention dropout is not "
+            "supported with graphed attention recomputation': price without --cuda-graphs or with other "
+            "--recompute-modules", _TCFG + " __post_init__ (cuda_graph_impl, attention_dropout)",
+            when=lambda plan: bool(plan.model.dropout) and plan.recompute == "selective"
+            and "core_attn" in (plan.recompute_modules or ("core_attn",))),
     Refusal("fsdp", ("fsdp2",), "megatron_fsdp2_tied_embeddings", "fsdp fsdp2 with tied input and output "
             "embeddings: validate_args asserts '--use-torch-fsdp2 requires --untie-embeddings-and-output-weights', and "
             "untying trains another model: price with --fsdp megatron", ARGS_PY + " validate_args (--use-torch-fsdp2)",

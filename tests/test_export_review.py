@@ -188,3 +188,16 @@ def test_cuda_graphs_with_attention_recompute_and_dropout_is_refused(tmp_path):
         export(rec, dropout, tmp_path, formats="megatron")
     ok = record(dropout, tp=2, dp=4, gbs=8, cuda_graphs=True, recompute_modules=["mlp"])
     assert "--cuda-graph-impl local" in export(ok, dropout, tmp_path / "ok", formats="megatron").written[0].read_text()
+
+
+def test_hybrid_mamba_model_is_refused_for_megatron_lm_launchers(tmp_path):
+    # Nemotron-H's layers are Mamba / attention / MLP blocks (hybrid_pattern); the Megatron-LM files
+    # write GPT blocks for pretrain_gpt.py (no --hybrid-override-pattern, no --mamba-*): another
+    # model. Megatron-LM trains hybrids with pretrain_mamba.py, which this export does not write.
+    hybrid = LLAMA3_8B.model_copy(update={
+        "name": "hybrid-4l", "num_layers": 4, "hybrid_pattern": "M*M-", "position_embedding": "none",
+        "mamba": {"state_dim": 128, "head_dim": 64, "num_heads": 128, "num_groups": 8, "conv_kernel": 4, "chunk_size": 128}})
+    rec = record(hybrid, tp=2, dp=4, gbs=8)
+    for fmt in ("megatron", "torchrun", "slurm"):
+        with pytest.raises(PlannerInputError, match="megatron_lm_hybrid_model"):
+            export(rec, hybrid, tmp_path, formats=fmt)

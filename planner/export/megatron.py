@@ -78,6 +78,18 @@ def check_megatron(plan: Plan) -> None:
     _check_pipeline(plan)
 
 
+def check_gpt_entrypoint(plan: Plan) -> None:
+    """The Megatron-LM launchers run pretrain_gpt.py, whose model is a stack of transformer (GPT) layers."""
+    m = plan.model
+    if m.hybrid_pattern:
+        raise CannotExpress("megatron_lm_hybrid_model", f"model {m.name} is a hybrid Mamba model (layer pattern "
+                            f"{m.hybrid_pattern[:24]}{'...' if len(m.hybrid_pattern) > 24 else ''}); these files describe "
+                            "transformer layers for pretrain_gpt.py, and Megatron-LM trains hybrids with pretrain_mamba.py "
+                            "(--hybrid-override-pattern, --mamba-*), which this export does not write: use --format "
+                            "megatron-bridge over the model's recipe", _ARGS_PY + " (--hybrid-override-pattern); "
+                            "Megatron-LM pretrain_mamba.py")
+
+
 def _check_offload_graphs(plan: Plan) -> None:
     """CUDA graphs and CPU activation offload against recompute and each other, as Megatron refuses them."""
     if plan.cuda_graphs and plan.recompute == "full":
@@ -452,6 +464,7 @@ def args_block(plan: Plan, array: str = "MEGATRON_ARGS") -> str:
 def render(plan: Plan) -> str:
     """``megatron_args.sh``: source it to get ``MEGATRON_ARGS``; run it to print them."""
     check_megatron(plan)
+    check_gpt_entrypoint(plan)
     validate_flags(plan)
     head = comment_block(list(plan.header) + [""] + notes(plan) + [
         "",

@@ -27,6 +27,7 @@ def check(plan: Plan) -> None:
     check_nodes(plan)
     try:
         megatron.check_megatron(plan)
+        megatron.check_gpt_entrypoint(plan)
     except CannotExpress as err:
         raise CannotExpress(err.rule, f"it launches Megatron-LM, which cannot run this layout: {err.detail}", err.source)
 

@@ -19,7 +19,7 @@ import yaml
 
 from hardware_catalog.errors import PlannerInputError
 
-from test_export import LLAMA3_405B, LLAMA3_8B, MIXTRAL, dense_405b, export, record
+from test_export import DEEPSEEK_LIKE, LLAMA3_405B, LLAMA3_8B, MIXTRAL, dense_405b, export, record
 
 
 def _bridge(tmp_path, rec, model) -> dict:
@@ -201,3 +201,18 @@ def test_hybrid_mamba_model_is_refused_for_megatron_lm_launchers(tmp_path):
     for fmt in ("megatron", "torchrun", "slurm"):
         with pytest.raises(PlannerInputError, match="megatron_lm_hybrid_model"):
             export(rec, hybrid, tmp_path, formats=fmt)
+
+
+def test_multi_token_prediction_layers_are_written_and_read_back(tmp_path):
+    # The cost model prices ModelSpec.mtp_layers on the last stage (costmodel/mtp.py); Megatron-LM
+    # builds them only with --mtp-num-layers (megatron/training/arguments.py), default none.
+    from planner.launch import read_launch
+
+    model = DEEPSEEK_LIKE.model_copy(update={"name": "deepseek-mtp", "mtp_layers": 1})
+    rec = record(model, tp=2, dp=4, ep=8, gbs=8, recompute="full")
+    path = export(rec, model, tmp_path, formats="megatron").written[0]
+    assert "--mtp-num-layers 1" in path.read_text()
+    assert read_launch(path).model.mtp_layers == 1
+    plain = tmp_path / "plain.sh"
+    plain.write_text(path.read_text().replace("  --mtp-num-layers 1\n", ""))
+    assert read_launch(plain).model.mtp_layers == 0  # a script without it trains no MTP head

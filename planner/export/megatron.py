@@ -226,6 +226,8 @@ def _model_args(plan: Plan) -> Args:
             args.append(("--add-qkv-bias", []))
     if not m.dropout:
         args += [("--attention-dropout", ["0.0"]), ("--hidden-dropout", ["0.0"])]
+    if m.mtp_layers:  # multi-token prediction heads on the last stage, as priced (costmodel/mtp.py)
+        args.append(("--mtp-num-layers", [m.mtp_layers]))
     max_pos = m.max_position_embeddings if m.position_embedding == "learned" else max(m.max_position_embeddings, plan.seq_len)
     return args + [
         ("--seq-length", [plan.seq_len]),

@@ -65,7 +65,7 @@ RECIPE_RESETS = {
     "decoder_last_pipeline_num_layers": None, "account_for_embedding_in_pipeline_split": False,
     "account_for_loss_in_pipeline_split": False, "hierarchical_context_parallel_sizes": None,
     "recompute_granularity": None, "recompute_method": None, "recompute_num_layers": None, "recompute_modules": None,
-    "num_distributed_optimizer_instances": 1, "moe_expert_capacity_factor": None,
+    "num_distributed_optimizer_instances": 1, "moe_expert_capacity_factor": None, "mtp_num_layers": None,
     "cuda_graph_impl": "none", "cp_comm_type": "p2p",
 }
 """Megatron-LM dest -> Megatron-Core's default (model_parallel_config.py, transformer_config.py,

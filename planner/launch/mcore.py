@@ -163,6 +163,7 @@ def model_fields(s: Settings, tp: int) -> tuple[dict, tuple, str]:
     )
     fields["qkv_bias"] = s.flag("add_qkv_bias") and not fields["linear_bias"]
     fields["moe"] = _moe_fields(s, ffn, L)
+    fields["mtp_layers"] = s.int("mtp_num_layers") or 0  # --mtp-num-layers (default none: no MTP head)
     if seq:
         fields["default_seq_len"] = seq
     return fields, candidates, vocab_note

@@ -11,7 +11,8 @@ from __future__ import annotations
 from hardware_catalog.errors import PlannerInputError
 
 _SHAPE = ("num_layers", "hidden_size", "num_attention_heads", "kv_heads", "head_size", "ffn_hidden_size",
-          "gated_mlp", "norm", "position_embedding", "tied_embeddings", "linear_bias", "qkv_bias", "dropout")
+          "gated_mlp", "norm", "position_embedding", "tied_embeddings", "linear_bias", "qkv_bias", "dropout",
+          "mtp_layers")
 """What must agree for a file's model to be a catalog preset (ModelSpec attributes)."""
 
 

@@ -383,12 +383,7 @@ def test_megatron_refusals(tmp_path, model, layout, rule):
     with pytest.raises(PlannerInputError) as err:
         export(rec, model, tmp_path, formats="megatron")
     assert rule in str(err.value) and "\n" not in str(err.value)
-    try:
-        report = export(rec, model, tmp_path, formats="all")
-    except PlannerInputError as err:  # no format can express it: the error names each one's rule
-        for fmt in ("megatron", "torchrun", "slurm"):
-            assert f"{fmt} ({rule})" in str(err), fmt
-        return
+    report = export(rec, model, tmp_path, formats="all")
     for fmt in ("megatron", "torchrun", "slurm"):
         assert rule in report.skipped[fmt], fmt
 

@@ -1,5 +1,7 @@
 """Review of ``planner export`` as a cluster user launches its files: what a framework does with
-settings the file leaves out, and bad input.
+settings the file leaves out, what the launch instructions must say, and layouts the pinned
+Megatron-LM stops at start (its validate_args and TransformerConfig.__post_init__ assert against
+them: the export refuses them naming the rule, instead of writing a job that dies).
 
 Megatron-Bridge merges ``megatron_bridge_overrides.yaml`` over a recipe's ConfigContainer, so a
 layout setting the file leaves out keeps the recipe's value, not Megatron-Core's default. The

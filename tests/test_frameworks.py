@@ -76,8 +76,8 @@ def test_search_applies_the_profile_to_every_candidate_and_keeps_what_it_cannot_
     fw = framework_settings("torchtitan-0.2", get_model("llama3-8b"), "h100-sxm", "bf16", "selective",
                             takes={"recompute", "loss", "attention", "tp_overlap_kind"})
     assert fw.pinned == {"loss": "eager", "tp_overlap_kind": "asynctp"}
-    # FSDP2 (the torchtitan profile's fsdp) is no option this caller takes either.
-    assert fw.not_applied == ["recompute", "recompute_layers", "fsdp"]
+    # FSDP2 and its ZeRO-3 (the torchtitan profile's fsdp and zero) are no options this caller takes either.
+    assert fw.not_applied == ["recompute", "recompute_layers", "fsdp", "zero"]
 
 
 @pytest.mark.parametrize("args, needle", [

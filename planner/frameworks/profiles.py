@@ -496,6 +496,11 @@ PROFILES: tuple[Profile, ...] = (
         Entry({"fsdp": "fsdp2"}, "",  # no line: it holds for every torchtitan row
               source="torchtitan parallelize_llama.py apply_fsdp: torch.distributed fully_shard (FSDP2, per-parameter "
                      "DTensor sharding) since 2024; planner's torchtitan framework table prices the same"),
+        Entry({"zero": 3}, "",  # no line: the runs state their sharding
+              source="torchtitan's default shards everything with FSDP2 (config data_parallel_shard_degree = -1: all "
+                     "the data-parallel ranks left over; torchtitan/config/job_config.py Parallelism); it has no "
+                     "optimizer-only sharding (planner's torchtitan table refuses zero 1, torchtitan_no_zero1), and "
+                     "--zero 0 (replicate) or 2 (reshard_after_forward never) are the user's to type"),
     )),
     Profile("Aleph Alpha scaling codebase (2023)", r"aleph alpha", (
         Entry({"sequence_parallel": False}, "no sequence parallelism (the codebase default)",

@@ -203,3 +203,22 @@ def test_multi_token_prediction_layers_are_written_and_read_back(tmp_path):
     plain = tmp_path / "plain.sh"
     plain.write_text(path.read_text().replace("  --mtp-num-layers 1\n", ""))
     assert read_launch(plain).model.mtp_layers == 0  # a script without it trains no MTP head
+
+
+def test_deepspeed_refuses_models_megatron_deepspeed_cannot_build():
+    """Megatron-DeepSpeed builds GPT layers only (microsoft/Megatron-DeepSpeed@f4157bea megatron/model):
+    its config was written for MLA, MTP and hybrid Mamba models all the same."""
+    import pytest
+
+    from planner.export import deepspeed
+    from planner.export.common import CannotExpress, build_plan
+    from tests.test_export import DEEPSEEK_LIKE, DGX_H100, LLAMA3_8B, record
+
+    rec = record(DEEPSEEK_LIKE, tp=8, dp=8, ep=8, gbs=64, seq_len=4096, recompute="full")
+    with pytest.raises(CannotExpress, match="multi-latent attention") as err:
+        deepspeed.check(build_plan(rec, DEEPSEEK_LIKE, DGX_H100))
+    assert err.value.rule == "deepspeed_model_kind"
+    mtp = LLAMA3_8B.model_copy(update={"mtp_layers": 1})
+    with pytest.raises(CannotExpress, match="multi-token-prediction"):
+        deepspeed.check(build_plan(record(mtp, tp=2, dp=4, gbs=8), mtp, DGX_H100))
+    deepspeed.check(build_plan(record(LLAMA3_8B, tp=2, dp=4, gbs=8), LLAMA3_8B, DGX_H100))  # a GPT model: written

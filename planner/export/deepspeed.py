@@ -23,7 +23,22 @@ _SCHED = "deepspeed/runtime/pipe/schedule.py (TrainSchedule is 1F1B; DualPipeVSc
 _CONFIG = "deepspeed/runtime/config.py (_batch_assertion)"
 
 
+_MDS = "microsoft/Megatron-DeepSpeed@f4157bea (megatron/model: GPT layers with multi-head / grouped-query attention)"
+
+
+def _check_model(plan: Plan) -> None:
+    """Megatron-DeepSpeed builds GPT-style transformer layers: no Mamba layers, no multi-latent
+    attention, no multi-token-prediction modules (its megatron/ tree has none of them at f4157bea)."""
+    m = plan.model
+    what = ("a hybrid Mamba model" if m.hybrid_pattern else "multi-latent attention (MLA)" if m.mla is not None
+            else f"{m.mtp_layers} multi-token-prediction layer(s)" if m.mtp_layers else "")
+    if what:
+        raise CannotExpress("deepspeed_model_kind", f"model {m.name} has {what}, which Megatron-DeepSpeed's model "
+                            "code does not build: use --format megatron or megatron-bridge", _MDS)
+
+
 def check(plan: Plan) -> None:
+    _check_model(plan)
     if partial_recompute_per_chunk(plan):
         raise CannotExpress("deepspeed_partial_recompute", "recomputing only some layers of each stage is Megatron's "
                             "block method; deepspeed has no equivalent setting", "planner.export")

@@ -3,24 +3,7 @@ command that answered wrongly or unhelpfully before its fix."""
 
 from __future__ import annotations
 
-from typer.testing import CliRunner
-
-from planner.cli.main import app
-
-runner = CliRunner()
-
-
-def cli(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def one_error_line(res, *needles) -> str:
-    assert res.exit_code == 2, (res.exit_code, res.output)
-    lines = [line for line in res.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in res.output, res.stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
+from tests.test_hostile_inputs import cli, one_error_line
 
 
 def test_unparsable_number_names_the_value_typed():

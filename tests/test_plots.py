@@ -196,6 +196,7 @@ def test_validate_plot(tmp_path):
                   "narayanan2021", "torchtitan_bench", "megatron2021_t2_zero3_174p6b_"):
         assert label in text, label
     assert "megatron2021_t1_1p7b" not in text  # inside the band: not labelled
+    assert "4 your runs" in text and "published runs" not in text  # a --runs file is the user's, not the reference set
     from planner.reports.plots import plot_validation
     from planner.validate import summarize, validate_rows
 

@@ -718,7 +718,7 @@ def draw_validation(ax, results: list, summary: dict) -> None:
     ax.set_xlim(lo, hi * LABEL_ROOM)  # room right of the diagonal's top for labels
     ax.set_ylim(lo, hi)
     ax.set_aspect("equal")
-    ax.set_xlabel("measured tokens/s per GPU (published run)")
+    ax.set_xlabel("measured tokens/s per GPU")
     ax.set_ylabel("predicted tokens/s per GPU (planner)")
     ax.grid(True, which="major", alpha=0.3)
     ax.scatter([], [], marker="o", facecolor="none", edgecolor="0.3",
@@ -738,7 +738,7 @@ def draw_errors(ax, results: list, summary: dict) -> None:
     top = max(abs(r.error) for r in rows) * 100 * 1.25
     ax.set_ylim(-max(top, 15), max(top, 15))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:+.0f}%"))
-    ax.set_xlabel("measured tokens/s per GPU (published run)")
+    ax.set_xlabel("measured tokens/s per GPU")
     ax.set_ylabel("error of the prediction (predicted / measured - 1)")
     ax.grid(True, which="major", alpha=0.3)
     ax.set_title(f"error per run; grey band \u00b1{BAND * 100:.0f}%, runs outside it labelled", fontsize=10)
@@ -752,7 +752,8 @@ def _label_outside(axes: list, results: list, ys: list) -> None:
                       [(r.reported, y(r)) for r in rows])
 
 
-def validation_figure(results: list, summary: dict):
+def validation_figure(results: list, summary: dict, whose: str = "published"):
+    """``whose``: what the runs are ("published" for the reference set, "your" for a --runs file)."""
     plt = pyplot()
     fig, (ax, ax_err) = plt.subplots(1, 2, figsize=(17, 8.5), layout="constrained", width_ratios=[1, 1.05])
     draw_validation(ax, results, summary)
@@ -763,11 +764,11 @@ def validation_figure(results: list, summary: dict):
     line = (f"{s['rows']} {s['confidence']}-confidence rows: median |error| {s['median_abs_error'] * 100:.1f}%, "
             f"p90 {s['p90_abs_error'] * 100:.1f}%, mean signed {s['mean_signed_error'] * 100:+.1f}%") if s.get("rows") else ""
     ax.set_title(f"predicted vs measured, log-log; runs outside \u00b1{BAND * 100:.0f}% labelled", fontsize=10)
-    fig.suptitle(f"planner validate: predicted vs measured training throughput of {rows} published runs\n{line}",
+    fig.suptitle(f"planner validate: predicted vs measured training throughput of {rows} {whose} runs\n{line}",
                  fontsize=11)
     return fig
 
 
-def plot_validation(results: list, summary: dict, path) -> Path:
-    """``planner validate --plot``."""
-    return save_figure(validation_figure(results, summary), path)
+def plot_validation(results: list, summary: dict, path, whose: str = "published") -> Path:
+    """``planner validate --plot`` (``whose``: see ``validation_figure``)."""
+    return save_figure(validation_figure(results, summary, whose), path)

@@ -230,4 +230,4 @@ def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = 
     if plot is not None:
         from planner.reports.plots import plot_validation
 
-        typer.echo(f"wrote {plot_validation(results, summary, plot)}", err=True)
+        typer.echo(f"wrote {plot_validation(results, summary, plot, 'your' if users else 'published')}", err=True)

@@ -299,7 +299,8 @@ def goodput_fraction(interval_s, save_s, restart_s, mtbf_s):
     besides the lost work."""
     tau = np.asarray(interval_s, dtype=np.float64)
     m = np.asarray(mtbf_s, dtype=np.float64)
-    return tau / (m * np.exp(restart_s / m) * np.expm1((tau + save_s) / m))
+    with np.errstate(over="ignore"):  # (R + tau + C) / M past ~709: the wall time leaves float range, goodput 0
+        return tau / (m * np.exp(restart_s / m) * np.expm1((tau + save_s) / m))
 
 
 # ------------------------------------------------------------------------------------ the model
@@ -404,6 +405,22 @@ def _f(x) -> float:
     return float(np.asarray(x).reshape(-1)[0])
 
 
+def _never_finishes(gpus, mtbf_s, restart_s, interval_s, save_s, inputs: RunInputs) -> None:
+    """One line instead of a division by zero: Daly's expected wall time ``M e^(R/M) (e^((tau + C)/M)
+    - 1) / tau`` per useful second overflows a double once ``(R + tau + C) / M`` passes ~709, i.e. the
+    job fails far more often than it can restart and save: the run never finishes."""
+    from hardware_catalog.errors import PlannerInputError
+
+    given = inputs.checkpoint_interval_min is not None
+    raise PlannerInputError(
+        f"the run never finishes: {gpus:,} GPUs at --mtbf-gpu-hours {inputs.mtbf_gpu_hours:g}"
+        + (f" and --mtbf-node-hours {inputs.mtbf_node_hours:g}" if inputs.mtbf_node_hours else "")
+        + f" fail every {mtbf_s:.3g} s, against a restart of {restart_s:.3g} s and "
+        + (f"--checkpoint-interval-min {inputs.checkpoint_interval_min:g}" if given else f"a checkpoint every {interval_s:.3g} s")
+        + f" (each save blocks {save_s:.3g} s); allowed: a job MTBF well above the restart and the interval "
+        + "(raise --mtbf-gpu-hours" + (", lower --checkpoint-interval-min)" if given else ")"))
+
+
 def run_block(record: dict, model, cluster, gpu, inputs: RunInputs) -> dict:
     """The "run" block of an evaluate-shaped ``record`` (its step time, tokens/s and memory):
     failures, checkpoint, restart, interval, goodput and, with ``train_tokens``, the days,
@@ -421,6 +438,8 @@ def run_block(record: dict, model, cluster, gpu, inputs: RunInputs) -> dict:
     nodes = math.ceil(gpus / hw.gpus_per_node)
     it_watts = nodes * hw.node_watts
     mtbf = _f(g.mtbf_s)
+    if not _f(g.goodput) > 0.0:
+        _never_finishes(gpus, mtbf, _f(g.restart_s) + _f(g.lost_extra_s), _f(g.interval_s), _f(g.save_s), inputs)
     out = {
         "inputs": {**inputs.to_dict(), "checkpoint_write_gbps": _f(write_bw), "checkpoint_read_gbps": _f(read_bw),
                    "gpus": gpus, "nodes": nodes, "gpus_per_node": hw.gpus_per_node, "params": int(params),
@@ -474,7 +493,8 @@ def wall_factor(gpus, model, cluster, gpu, inputs: RunInputs, held_bytes=None):
     params = count_params(model).total
     gpus = np.asarray(gpus, dtype=np.float64)
     held = checkpoint_bytes(params) / gpus if held_bytes is None else held_bytes
-    return 1.0 / goodput_model(gpus, params, held, hw, inputs).goodput
+    with np.errstate(divide="ignore"):  # goodput 0 (a run that never finishes): infinite wall time
+        return 1.0 / goodput_model(gpus, params, held, hw, inputs).goodput
 
 
 def joules_per_gpu_second(cluster, gpu, inputs: RunInputs) -> float:

@@ -1,0 +1,50 @@
+"""Review of the run model (costmodel/goodput.py) and its sweep: inputs that crashed, were read
+wrongly or priced one run two ways. Each expected value is derived by hand in the test."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+from costmodel.goodput import goodput_fraction
+from hardware_catalog.errors import PlannerInputError
+
+
+def _cli(*args):
+    from typer.testing import CliRunner
+
+    from planner.cli.main import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+_8B_64 = ["--model", "8b", "--gpus", "64", "--gpu", "h100", "--tp", "2", "--recompute", "none"]
+
+
+# ------------------------------------------------------------------- a run that never finishes
+
+
+def test_goodput_past_float_range_is_zero_without_a_warning():
+    """M = 0.05625 s, R = 450 s: R / M = 8,000, past ln(DBL_MAX) = 709.78, so e^(R/M) overflows.
+    Daly's wall time is then beyond a double: goodput 0 (no RuntimeWarning on the user's terminal)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert float(goodput_fraction(10.0, 1.0, 450.0, 0.05625)) == 0.0
+
+
+@pytest.mark.parametrize("command,job", [
+    ("evaluate", _8B_64),
+    ("search", ["--model", "8b", "--gpus", "64", "--gpu", "h100", "--top", "1"]),
+    ("sweep", ["--model", "8b", "--gpus", "64", "--gpu", "h100", "--no-progress"]),
+])
+def test_a_run_that_never_finishes_is_one_line_exit_2(command, job):
+    """64 GPUs at 0.001 h (3.6 s) MTBF each: the job fails every 3.6 / 64 = 0.05625 s, against a
+    restart of at least relaunch 300 s + NCCL init 150 s = 450 s: R / M >= 8,000 > 709.78, the
+    expected wall time overflows a double. Was: ZeroDivisionError in run_block, exit 1."""
+    res = _cli(command, *job, "--train-tokens", "1T", "--mtbf-gpu-hours", "0.001")
+    assert res.exit_code == 2, res.output
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert len(lines) == 1, res.output
+    assert "never finishes" in lines[0] and "--mtbf-gpu-hours 0.001" in lines[0] and "0.0563 s" in lines[0]

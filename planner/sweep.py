@@ -338,7 +338,7 @@ def open_sweep(spec: Optional[SweepSpec], storage: Optional[str] = None, study_n
     study = join_study(store, name, SPEC_ATTR, fingerprint, sampler=sampler, directions=["maximize"], url=storage)
     stored_report = study.user_attrs.get(REPORT_ATTR)
     given = {k: v for k, v in (report or {}).items() if v}
-    if stored_report is None and given:
+    if stored_report is None and given and not report_only:  # --report-only writes nothing to the study
         study.set_user_attr(REPORT_ATTR, given)
     return study, spec, {**(stored_report or {}), **given}
 

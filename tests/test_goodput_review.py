@@ -48,3 +48,21 @@ def test_a_run_that_never_finishes_is_one_line_exit_2(command, job):
     lines = [x for x in res.output.splitlines() if x.strip()]
     assert len(lines) == 1, res.output
     assert "never finishes" in lines[0] and "--mtbf-gpu-hours 0.001" in lines[0] and "0.0563 s" in lines[0]
+
+
+# ----------------------------------------------------------------------------------------- sweep
+
+
+def test_report_only_stores_no_token_budget_or_price(tmp_path):
+    """--report-only 'runs nothing': a budget and a price given to it price that report only. Was:
+    the first --report-only with --train-tokens 1T wrote 1T into a study started without one,
+    and every later report (and worker) priced 1T without being asked."""
+    from planner.sweep import build_spec, run_sweep
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    run_sweep(build_spec("8b", "8", "h100"), storage=url)
+    priced = run_sweep(None, storage=url, report_only=True, train_tokens=1e12, prices={"*": 2.0})
+    assert priced.stats["train_tokens"] == 1e12 and "run_cost_usd" in priced.rows[0]
+    again = run_sweep(None, storage=url, report_only=True)
+    assert again.stats["train_tokens"] is None and again.stats["prices"] == {}
+    assert "run" not in again.rows[0] and "usd_per_mtok" not in again.rows[0]

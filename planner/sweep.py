@@ -204,6 +204,8 @@ def parse_prices(text: Optional[str], gpu_types=()) -> dict:
     for part in str(text).replace(" ", "").split(","):
         name, _, value = part.rpartition("=")
         try:
+            if "=" in name:  # 'h100=2.5 b200=3': two prices run together, not a GPU named 'h100=2.5b200'
+                raise ValueError
             price = float(value)
         except ValueError:
             raise PlannerInputError(f"--price-per-gpu-hour {text!r} is not understood (allowed: USD per GPU-hour "

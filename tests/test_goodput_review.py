@@ -66,3 +66,15 @@ def test_report_only_stores_no_token_budget_or_price(tmp_path):
     again = run_sweep(None, storage=url, report_only=True)
     assert again.stats["train_tokens"] is None and again.stats["prices"] == {}
     assert "run" not in again.rows[0] and "usd_per_mtok" not in again.rows[0]
+
+
+@pytest.mark.parametrize("text", ["h100=2.5 b200=3", "h100=2.5;b200=3", "h100=2.5=3"])
+def test_prices_run_together_are_refused(text):
+    """Per-type prices are a comma list. Was: 'h100=2.5 b200=3' lost its space, split at the last
+    '=' into the GPU name 'h100=2.5b200' (which the catalog's loose match reads as h100-sxm) and
+    price 3: H100 hours priced at $3, not $2.5, without a word."""
+    from planner.sweep import parse_prices
+
+    with pytest.raises(PlannerInputError, match="--price-per-gpu-hour .* is not understood") as err:
+        parse_prices(text, ("b200", "h100-sxm"))
+    assert "h100=2.5,b200=4.2" in str(err.value) and "\n" not in str(err.value)

@@ -162,17 +162,21 @@ _SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15
 
 
 def parse_tokens(text, flag: str = "--train-tokens") -> float:
-    """A token count as people write it: ``15T``, ``300B``, ``15e12``, ``1.5e13``, ``2_000M``
-    (K M B/G T P = 10^3 ... 10^15); one line naming the flag on anything else."""
+    """A token count as people write it: ``15T``, ``300B``, ``15e12``, ``1.5e13``, ``2_000M``,
+    ``1,000B`` (K M B/G T P = 10^3 ... 10^15); one line naming the flag on anything else."""
     from hardware_catalog.errors import PlannerInputError
 
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return TRAIN_TOKENS.parse(float(text), where=flag)
-    s = str(text).strip().replace("_", "").replace(",", "")
+    s = str(text).strip().replace("_", "")
+    # A comma only between groups of three digits ('1,000B'): '1,5T' is a decimal comma (1.5T), not 15T.
+    thousands = re.fullmatch(r"[+-]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?\s*[a-zA-Z]?", s)
+    if thousands:
+        s = s.replace(",", "")
     m = re.fullmatch(r"([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtTpP]?)", s)
     if not m:
         raise PlannerInputError(f"{flag} {str(text)[:40]!r}: not a number of tokens (allowed: e.g. 15T, 300B, "
-                                f"15e12; {TRAIN_TOKENS.allowed()})")
+                                f"15e12, 1,000B; {TRAIN_TOKENS.allowed()})")
     return TRAIN_TOKENS.parse(float(m.group(1)) * _SUFFIX[m.group(2).upper()], where=flag)
 
 

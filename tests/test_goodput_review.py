@@ -78,3 +78,23 @@ def test_prices_run_together_are_refused(text):
     with pytest.raises(PlannerInputError, match="--price-per-gpu-hour .* is not understood") as err:
         parse_prices(text, ("b200", "h100-sxm"))
     assert "h100=2.5,b200=4.2" in str(err.value) and "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------------------------ token counts
+
+
+@pytest.mark.parametrize("text,tokens", [("1,000B", 1e12), ("15,000,000,000,000", 15e12), ("2,500.5B", 2.5005e12),
+                                         ("15 T", 15e12), ("1.5e13", 15e12)])
+def test_thousands_separators_are_read(text, tokens):
+    from costmodel.goodput import parse_tokens
+
+    assert parse_tokens(text) == pytest.approx(tokens)
+
+
+@pytest.mark.parametrize("text", ["1,5T", "15,0T", "1,50B", ",15T", "15,T"])
+def test_a_comma_that_is_not_a_thousands_separator_is_refused(text):
+    """'1,5T' is 1.5T written with a decimal comma. Was: every comma dropped, read as 15T (10x)."""
+    from costmodel.goodput import parse_tokens
+
+    with pytest.raises(PlannerInputError, match=f"--train-tokens '{text}': not a number of tokens"):
+        parse_tokens(text)

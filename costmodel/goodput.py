@@ -440,7 +440,9 @@ def run_block(record: dict, model, cluster, gpu, inputs: RunInputs) -> dict:
                           step_s=float(record["step_time_s"]))
     write_bw, read_bw = storage_bandwidths(inputs, gpus)
     nodes = math.ceil(gpus / hw.gpus_per_node)
-    it_watts = nodes * hw.node_watts
+    # The job's share of its nodes' power, as the search ranks energy (joules_per_gpu_second) and
+    # as GPU-hours are counted: 4 GPUs of an 8-GPU node draw half of it, not all.
+    it_watts = gpus * hw.node_watts / hw.gpus_per_node
     mtbf = _f(g.mtbf_s)
     if not _f(g.goodput) > 0.0:
         _never_finishes(gpus, mtbf, _f(g.restart_s) + _f(g.lost_extra_s), _f(g.interval_s), _f(g.save_s), inputs)

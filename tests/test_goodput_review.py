@@ -98,3 +98,21 @@ def test_a_comma_that_is_not_a_thousands_separator_is_refused(text):
 
     with pytest.raises(PlannerInputError, match=f"--train-tokens '{text}': not a number of tokens"):
         parse_tokens(text)
+
+
+# ------------------------------------------------------------------------------------------ energy
+
+
+def test_a_job_on_part_of_a_node_is_priced_one_way():
+    """4 H100s of an 8-GPU DGX H100 (10.2 kW, datasheet): 4 x 10,200 / 8 = 5,100 W of IT power,
+    x PUE 1.1 over the wall time; the search's MWh column (joules_per_gpu_second: 10,200 / 8 x 1.1
+    J per GPU-second) and the record's run block must agree. Was: the run block charged the whole
+    node (10.2 kW), twice the search's figure in the same record."""
+    res = _cli("search", "--model", "8b", "--gpus", "4", "--gpu", "h100", "--top", "1", "--train-tokens", "100B",
+               "--json")
+    assert res.exit_code == 0, res.output
+    rec = json.loads(res.output)["results"][0]
+    run = rec["run"]
+    assert run["power"]["it_mw"] == pytest.approx(4 * 10_200 / 8 / 1e6)
+    assert run["energy_mwh"] == pytest.approx(5_100 * 1.1 * run["days"] * 24 / 1e6)
+    assert rec["run_energy_mwh"] == pytest.approx(run["energy_mwh"], rel=1e-4)

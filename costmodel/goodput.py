@@ -282,7 +282,8 @@ def load_time_s(held_bytes, gpus, gpus_per_node, aggregate_read_gbps, node_gbps)
 def young_interval_s(save_s, mtbf_s):
     """Young 1974 ('A first order approximation to the optimum checkpoint interval', CACM
     17(9)): compute time between checkpoints ``sqrt(2 C M)``."""
-    return np.sqrt(2.0 * np.asarray(save_s, dtype=np.float64) * mtbf_s)
+    with np.errstate(over="ignore"):  # a save past float range (a bandwidth near 0): interval inf
+        return np.sqrt(2.0 * np.asarray(save_s, dtype=np.float64) * mtbf_s)
 
 
 def daly_interval_s(save_s, mtbf_s):
@@ -291,7 +292,8 @@ def daly_interval_s(save_s, mtbf_s):
     C < 2M, else M."""
     c = np.asarray(save_s, dtype=np.float64)
     x = c / (2.0 * mtbf_s)
-    tau = np.sqrt(2.0 * c * mtbf_s) * (1.0 + np.sqrt(x) / 3.0 + x / 9.0) - c
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow only where C >= 2M: M taken below
+        tau = np.sqrt(2.0 * c * mtbf_s) * (1.0 + np.sqrt(x) / 3.0 + x / 9.0) - c
     return np.where(c < 2.0 * mtbf_s, tau, mtbf_s)
 
 
@@ -421,8 +423,9 @@ def _never_finishes(gpus, mtbf_s, restart_s, interval_s, save_s, inputs: RunInpu
         + (f" and --mtbf-node-hours {inputs.mtbf_node_hours:g}" if inputs.mtbf_node_hours else "")
         + f" fail every {mtbf_s:.3g} s, against a restart of {restart_s:.3g} s and "
         + (f"--checkpoint-interval-min {inputs.checkpoint_interval_min:g}" if given else f"a checkpoint every {interval_s:.3g} s")
-        + f" (each save blocks {save_s:.3g} s); allowed: a job MTBF well above the restart and the interval "
-        + "(raise --mtbf-gpu-hours" + (", lower --checkpoint-interval-min)" if given else ")"))
+        + f" (each save blocks {save_s:.3g} s); allowed: a job MTBF well above the restart, the save and the interval "
+        + "(raise the MTBF" + (", lower --checkpoint-interval-min" if given else "")
+        + "; the restart and save follow --relaunch-s, --nccl-init-s and the --checkpoint-*-gbps bandwidths)")
 
 
 def run_block(record: dict, model, cluster, gpu, inputs: RunInputs) -> dict:

@@ -116,3 +116,13 @@ def test_a_job_on_part_of_a_node_is_priced_one_way():
     assert run["power"]["it_mw"] == pytest.approx(4 * 10_200 / 8 / 1e6)
     assert run["energy_mwh"] == pytest.approx(5_100 * 1.1 * run["days"] * 24 / 1e6)
     assert rec["run_energy_mwh"] == pytest.approx(run["energy_mwh"], rel=1e-4)
+
+
+def test_a_near_zero_bandwidth_is_one_line_without_warnings():
+    """--checkpoint-node-gbps 1e-300 (allowed: > 0): 0.11 TB over 8 nodes at 1e-291 B/s each is
+    ~1.4e301 s a save, 2 C M overflows a double in Young's / Daly's sqrt (no RuntimeWarning may
+    reach the terminal) and the run never finishes: one line, exit 2."""
+    res = _cli("evaluate", *_8B_64, "--train-tokens", "1T", "--checkpoint-node-gbps", "1e-300")
+    assert res.exit_code == 2, res.output
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and "never finishes" in lines[0] and "--checkpoint-*-gbps" in lines[0], res.output

@@ -392,6 +392,8 @@ def goodput_model(gpus, total_params, held_bytes, hw: Hardware, inputs: RunInput
         tau = np.maximum(tau, write)
     if step_s is not None:
         tau = np.maximum(np.round(tau / step_s), 1.0) * step_s
+        if inputs.async_checkpoint:  # rounding must not undo the wait for the write: whole steps covering it
+            tau = np.maximum(tau, np.ceil(write / step_s) * step_s)
     g = goodput_fraction(tau, save, restart + extra, m)
     return Goodput(mtbf_s=m, total_bytes=total, held_bytes=held_bytes, write_s=write, snapshot_s=snap, save_s=save,
                    restart_s=restart, load_s=load, lost_extra_s=extra, interval_s=tau, young_s=young, daly_s=daly,

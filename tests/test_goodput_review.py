@@ -126,3 +126,23 @@ def test_a_near_zero_bandwidth_is_one_line_without_warnings():
     assert res.exit_code == 2, res.output
     lines = [x for x in res.output.splitlines() if x.strip()]
     assert len(lines) == 1 and "never finishes" in lines[0] and "--checkpoint-*-gbps" in lines[0], res.output
+
+
+# ------------------------------------------------------------------------------ async interval
+
+
+def test_async_interval_rounded_to_steps_still_covers_the_write():
+    """Async save: the next snapshot waits for the previous write, so tau >= W (goodput_model's own
+    rule; DCP async_save / Megatron --async-save finish one save before the next starts).
+    1e9 params -> 14 GB; 1.4 GB/s aggregate -> W = 10 s (a node at 40 GB/s: 0.35 s).
+    Snapshot: 1.75 GB per GPU over 64 GB/s = 0.027 s; 8 GPUs at 1,000 s x 8 / 3,600 h each: M = 1,000 s;
+    Daly(0.027 s, 1,000 s) ~ sqrt(2 x 0.027 x 1,000) = 7.4 s < W, so tau = W = 10 s. With 7 s steps,
+    round(10 / 7) = 1 step = 7 s < W (was); whole steps covering W: ceil(10 / 7) = 2 steps = 14 s."""
+    from costmodel.goodput import Hardware, RunInputs, goodput_model
+
+    hw = Hardware(gpus_per_node=8, host_link_gbps=64.0, gpu_watts=700.0, node_watts=10_200.0, node_watts_source="test")
+    inputs = RunInputs(async_checkpoint=True, checkpoint_write_gbps=1.4, mtbf_gpu_hours=8 * 1_000 / 3_600)
+    g = goodput_model(8, 1e9, 1.75e9, hw, inputs, step_s=7.0)
+    assert float(g.write_s) == pytest.approx(10.0)
+    assert float(g.daly_s) < 10.0
+    assert float(g.interval_s) == pytest.approx(14.0)

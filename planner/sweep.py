@@ -684,6 +684,10 @@ def run_sweep(spec: Optional[SweepSpec], *, storage: Optional[str] = None, study
         from costmodel.goodput import MIN_SCALING_EFFICIENCY
 
         min_scaling_efficiency = MIN_SCALING_EFFICIENCY.parse(min_scaling_efficiency)
+        if objective is None:  # only the --objective marks say where adding GPUs stops paying
+            raise PlannerInputError(f"--min-scaling-efficiency {min_scaling_efficiency:g} needs --objective "
+                                    f"(allowed: {', '.join(OBJECTIVES)}): it sets where the marks say adding GPUs "
+                                    f"stops paying")
     if objective in ("time-to-train", "cost", "energy") and train_tokens is None and storage is None:
         raise PlannerInputError(f"--objective {objective} prices the whole run: give --train-tokens (e.g. 15T)")
     wait_s = WAIT.parse(wait_s)

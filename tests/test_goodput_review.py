@@ -146,3 +146,13 @@ def test_async_interval_rounded_to_steps_still_covers_the_write():
     assert float(g.write_s) == pytest.approx(10.0)
     assert float(g.daly_s) < 10.0
     assert float(g.interval_s) == pytest.approx(14.0)
+
+
+def test_min_scaling_efficiency_without_objective_is_refused():
+    """--min-scaling-efficiency only moves the '< stops paying' mark that --objective draws. Was:
+    accepted and ignored without --objective (a threshold the user set, silently unused)."""
+    res = _cli("sweep", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--train-tokens", "1T",
+               "--min-scaling-efficiency", "0.5")
+    assert res.exit_code == 2, res.output
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and "--min-scaling-efficiency 0.5 needs --objective" in lines[0], res.output

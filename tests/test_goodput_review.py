@@ -156,3 +156,19 @@ def test_min_scaling_efficiency_without_objective_is_refused():
     assert res.exit_code == 2, res.output
     lines = [x for x in res.output.splitlines() if x.strip()]
     assert len(lines) == 1 and "--min-scaling-efficiency 0.5 needs --objective" in lines[0], res.output
+
+
+def test_a_small_run_is_not_printed_as_zero():
+    """8 H100s (one DGX H100, 10.2 kW) for 1B tokens at $0.01/GPU-hour: ~8e3 tok/s/GPU -> ~4.4 h,
+    10.2 kW x 1.1 x 4.4 h ~ 0.05 MWh, 8 x 4.4 h x $0.01 ~ $0.35, $0.01 / 3,600 / 8e3 x 1e6 ~ $3.5e-4
+    per million tokens. Was printed '0', '$0' and '$0.000': now three significant figures."""
+    res = _cli("sweep", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--no-progress", "--train-tokens", "1B",
+               "--price-per-gpu-hour", "0.01", "--json")
+    row = json.loads(res.output)["scenarios"][0]
+    assert 0.03 < row["energy_mwh"] < 0.07 and 0.2 < row["run_cost_usd"] < 0.5
+    from planner.reports.sweep import format_table
+
+    cells = format_table([row]).splitlines()[1].split()
+    assert f"{row['energy_mwh']:.3g}" in cells and f"${row['run_cost_usd']:.3g}" in cells
+    assert f"${row['usd_per_mtok']:.3g}" in cells
+    assert not {"0", "$0", "$0.000"} & set(cells)

@@ -573,7 +573,8 @@ def _row_key(row: dict):
 
 
 def add_costs(rows: list[dict], train_tokens: Optional[float], prices: dict, run=None) -> None:
-    """Add usd_per_mtok (with a price) and, with train tokens, the run: the "run" block
+    """Add usd_per_mtok (with a price: at the steady step rate, or with train tokens the run's
+    cost per million tokens, goodput included) and, with train tokens, the run: the "run" block
     (``costmodel.goodput.run_block``: failures, checkpoints, restarts, goodput, energy) and
     run_time_s (wall time with goodput), goodput, energy_mwh and run_cost_usd, to the rows that
     found a layout, in place. ``run``: the ``RunInputs`` (None: their defaults)."""
@@ -598,6 +599,8 @@ def add_costs(rows: list[dict], train_tokens: Optional[float], prices: dict, run
             row["energy_mwh"] = block["energy_mwh"]
             if price:
                 row["run_cost_usd"] = block["cost_usd"]
+                # the run's own cost per token (goodput included), so $/M tok x tokens = run cost
+                row["usd_per_mtok"] = block["cost_usd"] / train_tokens * 1e6
 
 
 OBJECTIVES = ("step-time", "tokens-per-gpu", "time-to-train", "cost", "energy")

@@ -87,7 +87,12 @@ def test_in_memory_sweep_table_csv_json_plot(tmp_path):
     assert 0 < good["goodput"] < 1
     assert good["run_time_s"] == pytest.approx(1e12 / tps / good["goodput"])
     assert good["run_cost_usd"] == pytest.approx(8 * good["run_time_s"] / 3600 * 2.0)
-    assert good["usd_per_mtok"] == pytest.approx(8 * 2.0 / 3600 / tps * 1e6)
+    # With a token budget, $/M tok is the run's cost over its tokens (goodput included), so that
+    # $/M tok x tokens = run cost; without one, the steady step rate's.
+    assert good["usd_per_mtok"] == pytest.approx(good["run_cost_usd"] / 1e12 * 1e6)
+    assert good["usd_per_mtok"] == pytest.approx(8 * 2.0 / 3600 / tps * 1e6 / good["goodput"])
+    steady = run_sweep(build_spec("8b", "8", "h100", seq_len="4096"), prices={"h100-sxm": 2.0}).rows[0]
+    assert steady["usd_per_mtok"] == pytest.approx(8 * 2.0 / 3600 / steady["best"]["tokens_per_s"] * 1e6)
     assert good["seq_len_used"] == 4096 and res.worker.ran == 2
     table = sweep_report.format_table(res.rows)
     assert "time to train" in table and "run cost" in table and "no layout fits in memory" in table

@@ -273,3 +273,17 @@ def test_a_storage_password_is_never_shown(url):
     with pytest.raises(PlannerInputError) as err:
         open_storage(url)
     assert "s3cret" not in str(err.value)
+
+
+def test_a_sweep_where_no_scenario_fits_exits_3():
+    """As search: exit 3 when nothing fits (405B on 8 H100s needs far more than 8 x 80 GB); a sweep
+    where one scenario fits is answered (exit 0)."""
+    from typer.testing import CliRunner
+
+    from planner.cli.main import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["sweep", "--model", "405b", "--gpus", "8", "--gpu", "h100"])
+    assert res.exit_code == 3, res.output
+    assert "nothing fits" in res.output or "no layout fits" in res.output
+    assert runner.invoke(app, ["sweep", "--model", "8b,405b", "--gpus", "8", "--gpu", "h100"]).exit_code == 0

@@ -73,6 +73,10 @@ def register(app: typer.Typer) -> None:
                       sys.stderr.isatty() if progress is None else progress, objective, min_scaling_efficiency)
         _write_files(result, csv_file, plot)  # before printing: `| head` still gets them
         _print(result, as_json, csv_file, plot)
+        if result.rows and not any(r.get("best") for r in result.rows):
+            from planner.cli.errors import EXIT_NOTHING_FITS
+
+            raise typer.Exit(EXIT_NOTHING_FITS)  # as search: no scenario found a layout
 
 
 def _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, run_in, price, memory_headroom,

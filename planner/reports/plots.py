@@ -698,7 +698,7 @@ def _scatter_rows(ax, rows: list, summary: dict, y, legend: bool) -> None:
             if pts:
                 ax.scatter([r.reported for r in pts], [y(r) for r in pts], marker=marker, s=36, lw=1.2, zorder=3,
                            facecolor=color if used else "none", edgecolor=color,
-                           label=None if labelled or not legend else f"{src} ({len(mine)} rows{med})")
+                           label=None if labelled or not legend else f"{src} ({len(mine)} row{'' if len(mine) == 1 else 's'}{med})")
                 labelled = True
 
 

@@ -147,7 +147,7 @@ def format_summary(stats: dict, worker: Optional[dict]) -> str:
         line += "; $/GPU-hour " + ", ".join(
             f"{('others' if len(prices) > 1 else 'every GPU type') if k == '*' else k} {v:g}" for k, v in prices.items())
     if worker:
-        line += (f"\nthis worker ({worker['worker']}) ran {worker['ran']} searches in {worker['seconds']:.1f} s; "
+        line += (f"\nthis worker ({worker['worker']}) ran {worker['ran']} search{'' if worker['ran'] == 1 else 'es'} in {worker['seconds']:.1f} s; "
                  f"skipped {worker['skipped']} done or held by others")
         if worker.get("queued"):
             line += f"; queued {worker['queued']} left undone"

@@ -61,5 +61,12 @@ def read_input_bytes(path, where: str, limit: int = MAX_INPUT_BYTES) -> bytes:
 
 
 def read_input_text(path, where: str, limit: int = MAX_INPUT_BYTES) -> str:
-    """``read_input_bytes`` decoded as UTF-8 (UnicodeDecodeError passes through)."""
-    return read_input_bytes(path, where, limit).decode("utf-8")
+    """``read_input_bytes`` decoded as UTF-8, a leading byte-order mark dropped (Notepad and
+    PowerShell's Out-File write one; RFC 8259 Sec. 8.1 lets a parser ignore it). A
+    UnicodeDecodeError passes through."""
+    return decode_text(read_input_bytes(path, where, limit))
+
+
+def decode_text(data: bytes) -> str:
+    """UTF-8 text without a leading byte-order mark (UnicodeDecodeError passes through)."""
+    return data.decode("utf-8-sig")

@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from hardware_catalog.errors import PlannerInputError, unknown_name_error
-from hardware_catalog.files import read_input_bytes, show
+from hardware_catalog.files import decode_text, read_input_bytes, show
 from hardware_catalog.match import match_gpu, match_interconnect
 from hardware_catalog.schema import ClusterSpec, GPUSpec, InterconnectSpec
 
@@ -240,7 +240,7 @@ def _parse_user_file(path: Path) -> Any:
         raise PlannerInputError(_one_line(f"{where}: cannot read ({err.strerror or err})")) from None
     suffix = path.suffix.lower()
     try:
-        text = data.decode("utf-8")
+        text = decode_text(data)
     except UnicodeDecodeError:
         raise PlannerInputError(f"{where}: not UTF-8 text") from None
     if suffix == ".json":

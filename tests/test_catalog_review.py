@@ -1,0 +1,49 @@
+"""A user's own cluster and model files, as people write them (catalog review): a byte-order
+mark from a Windows editor, NIC names with their line rate in the wrong unit or at a rate the
+catalog lacks, and the wording of unknown-name errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hardware_catalog.errors import PlannerInputError
+from hardware_catalog.hardware import get_cluster, get_gpu, get_interconnect
+from hardware_catalog.models import get_model
+
+BOM = b"\xef\xbb\xbf"
+"""UTF-8 byte-order mark: what Notepad and PowerShell's Out-File put at the start of a file."""
+
+LLAMA31_8B = {  # meta-llama/Llama-3.1-8B config.json, the shape fields
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+    "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
+    "tie_word_embeddings": False,
+}
+
+
+@pytest.mark.parametrize("suffix, body", [
+    (".toml", b'gpu = "h100"\nnic = "ib-ndr"\nnics_per_node = 4\n'),
+    (".json", b'{"gpu": "h100", "nic": "ib-ndr", "nics_per_node": 4}'),
+])
+def test_a_cluster_file_with_a_byte_order_mark_is_read(tmp_path, suffix, body):
+    """Used to be refused: 'invalid TOML: Invalid statement (at line 1, column 1)' and 'invalid
+    JSON: Unexpected UTF-8 BOM'. A BOM is no error (RFC 8259 Sec. 8.1 lets a parser ignore it;
+    the runs file and the calibration profile already read one)."""
+    path = tmp_path / f"ours{suffix}"
+    path.write_bytes(BOM + body)
+    cluster = get_cluster(str(path))
+    assert (cluster.gpu, cluster.nic, cluster.nics_per_node) == ("h100-sxm", "ib-ndr", 4)
+
+
+@pytest.mark.parametrize("name, text", [
+    ("config.json", json.dumps(LLAMA31_8B)),
+    ("llama.toml", 'num_layers = 32\nhidden_size = 4096\nnum_attention_heads = 32\n'
+                   'ffn_hidden_size = 14336\nvocab_size = 128256\n'),
+])
+def test_a_model_file_with_a_byte_order_mark_is_read(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_bytes(BOM + text.encode())
+    model = get_model(str(path))
+    assert (model.num_layers, model.hidden_size, model.vocab_size) == (32, 4096, 128256)

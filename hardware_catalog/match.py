@@ -78,24 +78,51 @@ def match_gpu(text: str, specs: Sequence, index: dict):
 
 _IB_GENERATIONS = {"edr": 100, "hdr": 200, "ndr": 400, "xdr": 800}
 """InfiniBand generation -> line rate per port, Gb/s (InfiniBand Trade Association roadmap)."""
-_RATE = re.compile(r"(?<![0-9x])(100|200|400|800)\s*(?:g\b|gb|gbe|gbps|gbit|gb/s|g/s)")
+_RATE = re.compile(
+    r"(?<![0-9a-z.])(\d+(?:\.\d+)?)\s*"
+    r"(gbe|gbps|gbits?(?:/s)?|gb/s|g/s|gb|g|tbps|tbits?(?:/s)?|tb/s|t/s|tb|t)?(?![a-z0-9])")
+"""A stated line rate: '400G', '200 Gb/s', '100GbE', '3.2T', or a bare '400' (read as Gb/s).
+Not a model number glued to letters ('ConnectX-7' has no unit and is under 10; 'QM9700', '2x200G')."""
+_BYTES_PER_S = re.compile(r"\d\s*(?:GB/s|GBps|GB/sec|GByte)")
+"""Gigabytes per second, as the catalog's own columns state NIC speed: '50 GB/s' is a 400 Gb/s
+port. Only the capital-B spelling with a 'per second' reads as bytes (a bare '400GB' stays the
+Ethernet-style 400 Gb)."""
+
+
+def _stated_gbit(text: str) -> Optional[float]:
+    """The line rate ``text`` states, in Gb/s, or None when it states none."""
+    for m in _RATE.finditer(text.lower()):
+        value, unit = float(m.group(1)), m.group(2) or ""
+        if not unit and value < 10:
+            continue  # 'ConnectX-7', 'CX-8': a product generation, not a rate
+        return value * (1000 if unit.startswith("t") else 1) * (8 if _BYTES_PER_S.search(text) else 1)
+    return None
 
 
 def match_interconnect(text: str, index: dict):
-    """The catalog NIC ``text`` names ('400G NDR InfiniBand', 'RoCE 200Gb/s', 'HDR'), or None."""
+    """The catalog NIC ``text`` names ('400G NDR InfiniBand', 'RoCE 200Gb/s', 'HDR', 'RoCE 50
+    GB/s'), or None. A name that states a line rate the catalog has no NIC of that kind for
+    ('RoCE 25G', 'RoCE 400 GB/s' = 3.2 Tb/s) is refused, not read as the kind's default."""
     low = text.strip().lower()
     words = set(_SEP.split(low))
     generation = next((g for g in _IB_GENERATIONS if g in words), None)
-    rate = _RATE.search(low)
-    gbps = int(rate.group(1)) if rate else (_IB_GENERATIONS[generation] if generation else None)
+    stated = _stated_gbit(text)
+    gbps = stated if stated is not None else (_IB_GENERATIONS[generation] if generation else None)
     if words & {"roce", "rocev2", "ethernet", "eth", "spectrum"}:
-        key = f"roce-{gbps}g" if gbps else "roce"
+        kind, key = "roce", (f"roce-{gbps:g}g" if gbps else "roce")
     elif generation or words & {"ib", "infiniband", "quantum"}:
         by_rate = {v: k for k, v in _IB_GENERATIONS.items()}
-        key = f"ib-{by_rate[gbps]}" if gbps in by_rate else None
+        kind, key = "ib", (f"ib-{by_rate[gbps]}" if gbps in by_rate else None)
     else:
-        key = None
-    return index.get(key) if key else None
+        return None
+    spec = index.get(key) if key else None
+    if spec is None and stated is not None:
+        rates = sorted({round(s.bandwidth_gbps * 8) for n, s in index.items() if n.startswith(f"{kind}-")})
+        bytes_note = " (GB/s is gigabytes per second: 8 Gb/s each)" if _BYTES_PER_S.search(text) else ""
+        raise PlannerInputError(
+            f"unknown interconnect '{text.strip()}': it states {stated:g} Gb/s{bytes_note}; catalog {kind} NICs run at "
+            f"{', '.join(f'{r} Gb/s' for r in rates)} (planner catalog interconnects)")
+    return spec
 
 
 def compact(name: str) -> str:

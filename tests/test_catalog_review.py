@@ -47,3 +47,36 @@ def test_a_model_file_with_a_byte_order_mark_is_read(tmp_path, name, text):
     path.write_bytes(BOM + text.encode())
     model = get_model(str(path))
     assert (model.num_layers, model.hidden_size, model.vocab_size) == (32, 4096, 128256)
+
+
+@pytest.mark.parametrize("text, gbytes_per_s", [
+    ("RoCE 100 GB/s", 100.0),  # 800 Gb/s; used to be read as 100 Gb/s = 12.5 GB/s
+    ("InfiniBand 100 GB/s", 100.0),  # XDR; used to be EDR
+    ("IB 50 GB/s", 50.0),  # NDR 400 Gb/s; used to be refused
+    ("RoCE 400 Gb/s", 50.0),
+    ("ndr-200", 25.0),  # an NDR200 port runs at 200 Gb/s; used to be the 400 Gb/s NDR entry
+])
+def test_a_nic_rate_in_gigabytes_per_second_is_read_as_bytes(text, gbytes_per_s):
+    """The catalog states NIC speed in GB/s (its `GB/s/dir` column, the schema's _gbps fields)
+    and `planner comm --bandwidth 400GB/s` reads bytes: a NIC named by its GB/s is not 8x slower."""
+    assert get_interconnect(text).bandwidth_gbps == pytest.approx(gbytes_per_s)
+
+
+@pytest.mark.parametrize("text, stated", [
+    ("RoCE 25G", "25 Gb/s"), ("roce-50", "50 Gb/s"), ("roce 1600g", "1600 Gb/s"),
+    ("RoCE 400 GB/s", "3200 Gb/s"),
+])
+def test_a_nic_rate_the_catalog_lacks_is_refused_not_read_as_400g(text, stated):
+    """These used to resolve silently to roce-400g (50 GB/s): a 25 GbE cluster priced with a
+    NIC 16x faster than it has."""
+    with pytest.raises(PlannerInputError) as err:
+        get_interconnect(text)
+    message = str(err.value)
+    assert text in message and stated in message and "400 Gb/s" in message and "\n" not in message
+
+
+def test_a_cluster_file_nic_in_gigabytes_per_second(tmp_path):
+    path = tmp_path / "ours.toml"
+    path.write_text('gpu = "h100"\nnic = "RoCE 100 GB/s"\nnics_per_node = 4\n')
+    cluster = get_cluster(str(path))
+    assert get_interconnect(cluster.nic).bandwidth_gbps == pytest.approx(100.0)

@@ -18,13 +18,17 @@ class DoesNotFit(PlannerInputError):
     exit_code = 3
 
 
+FILE_KINDS = {"model", "cluster"}
+"""Catalog kinds a file may describe instead (--model and --cluster take one; a GPU or NIC is
+only ever a catalog name, also inside a cluster file)."""
+
+
 def unknown_name_error(kind: str, name: str, known: list[str]) -> PlannerInputError:
     """Error for an unknown catalog name, listing the closest known names."""
     close = difflib.get_close_matches(name.lower(), known, n=4, cutoff=0.4)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
-    return PlannerInputError(
-        f"unknown {kind} '{name}'{hint} (known: {', '.join(sorted(known))}; or give a file path)"
-    )
+    or_file = "; or give a file path" if kind in FILE_KINDS else ""
+    return PlannerInputError(f"unknown {kind} '{name}'{hint} (known: {', '.join(sorted(known))}{or_file})")
 
 
 # Interruption (Ctrl-C). planner owns SIGINT: the command line's handler records it here before

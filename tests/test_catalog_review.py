@@ -80,3 +80,19 @@ def test_a_cluster_file_nic_in_gigabytes_per_second(tmp_path):
     path.write_text('gpu = "h100"\nnic = "RoCE 100 GB/s"\nnics_per_node = 4\n')
     cluster = get_cluster(str(path))
     assert get_interconnect(cluster.nic).bandwidth_gbps == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("lookup, text", [(get_gpu, "/tmp/our-gpu.toml"), (get_interconnect, "/tmp/our-nic.toml"),
+                                          (get_gpu, "Gaudi3")])
+def test_an_unknown_gpu_or_nic_is_not_told_to_give_a_file(lookup, text):
+    """A GPU or NIC is a catalog name only (a cluster file's gpu and nic fields too); the error
+    used to end '(known: ...; or give a file path)', and the file it then got was refused again."""
+    with pytest.raises(PlannerInputError) as err:
+        lookup(text)
+    assert "file" not in str(err.value)
+
+
+def test_an_unknown_model_or_cluster_still_offers_a_file():
+    for lookup in (get_model, get_cluster):
+        with pytest.raises(PlannerInputError, match="or give a file path"):
+            lookup("zzqx-not-a-name")

@@ -118,7 +118,16 @@ class _Reader:
         return value
 
     def dropout(self, *keys: str) -> bool:
-        return any(float(self.get(k, default=0.0) or 0.0) > 0.0 for k in keys)
+        """Any of the dropout probabilities ``keys`` above 0 (absent or null = 0)."""
+        return any(self.probability(k) > 0.0 for k in keys)
+
+    def probability(self, key: str) -> float:
+        value = self.get(key, default=0.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            raise PlannerInputError(
+                f"{self.label}: '{key}' must be a probability from 0 to 1 (got {_short(value)})"
+            )
+        return float(value)
 
 
 def _llama_like(r: _Reader, family: str, *, tied_default: bool = False) -> dict:

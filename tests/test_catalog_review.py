@@ -96,3 +96,21 @@ def test_an_unknown_model_or_cluster_still_offers_a_file():
     for lookup in (get_model, get_cluster):
         with pytest.raises(PlannerInputError, match="or give a file path"):
             lookup("zzqx-not-a-name")
+
+
+@pytest.mark.parametrize("value", ["abc", {"p": 0.1}, [0.1], True, 1.5])
+def test_a_bad_dropout_value_names_the_field(tmp_path, value):
+    """Used to end 'could not convert string to float: 'abc'' or 'float() argument must be a
+    string or a real number, not 'dict'', naming no field (True and 1.5 passed silently)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA31_8B, "attention_dropout": value}))
+    with pytest.raises(PlannerInputError, match=r"'attention_dropout' must be a probability from 0 to 1 \(got "):
+        get_model(str(path))
+
+
+def test_a_dropout_probability_turns_dropout_on(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA31_8B, "attention_dropout": 0.1, "hidden_dropout": None}))
+    assert get_model(str(path)).dropout
+    path.write_text(json.dumps({**LLAMA31_8B, "attention_dropout": 0}))
+    assert not get_model(str(path)).dropout

@@ -278,6 +278,32 @@ USER_CLUSTER_DEFAULTS = (
 default preset (``default_cluster_for_gpu``), so a file needs only ``gpu`` and ``nic``."""
 
 
+def _unknown_fields(fields: dict, missing: list[str]) -> list[str]:
+    """'unknown field X; did you mean Y?' for each key of ``fields`` ClusterSpec lacks, the
+    missing required fields suggested first ('gpu_type' -> gpu), case and '-' forgiven ('GPU');
+    a table other than the one [cluster] said as such."""
+    allowed = sorted(ClusterSpec.model_fields)
+    out = []
+    for key in fields:
+        if key in allowed:
+            continue
+        folded = str(key).lower().replace("-", "_")
+        if isinstance(fields[key], dict):
+            if key == "cluster":
+                out.append("table [cluster] is read only as the file's one top-level key (other keys beside it)")
+            else:
+                out.append(f"unknown table [{show(key)}]" + ("; did you mean [cluster]?" if folded == "cluster" else
+                           " (a cluster file has its fields at the top level or under one [cluster] table)"))
+            continue
+        close = ([folded] if folded in allowed else
+                 difflib.get_close_matches(folded, missing, n=1, cutoff=0.5)
+                 or difflib.get_close_matches(folded, allowed, n=1, cutoff=0.6))
+        out.append(f"unknown field '{show(key)}'" + (f"; did you mean {close[0]}?" if close else ""))
+    if out:
+        out[-1] += f" (allowed: {', '.join(allowed)})"
+    return out
+
+
 def cluster_with_defaults(fields: dict, where: str) -> ClusterSpec:
     """A ClusterSpec from user fields, the ones left out taken from the GPU's default preset:
     latencies and efficiencies as measured for that preset (its ``sources``), the NICs per node
@@ -285,16 +311,17 @@ def cluster_with_defaults(fields: dict, where: str) -> ClusterSpec:
     preset's domain spans nodes (NVL72). ``gpu`` and ``nic`` are resolved as ``--gpu`` is."""
     fields = dict(fields)
     problems = []  # the unknown names and the missing fields together, in one line
+    missing = [key for key in ("gpu", "nic") if key not in fields]
     for key, getter in (("gpu", get_gpu), ("nic", get_interconnect)):
-        if key not in fields:
+        if key in missing:
             problems.append(f"missing required field '{key}'")
         elif isinstance(fields.get(key), str):
             try:
                 fields[key] = getter(fields[key]).name
             except PlannerInputError as err:
                 problems.append(f"field {key}: {err}")
-    if problems:
-        raise PlannerInputError(f"{where}: {'; '.join(problems)}")
+    if problems:  # a misspelt gpu or nic shows up as "missing": name the unknown fields too
+        raise PlannerInputError(f"{where}: {'; '.join(_unknown_fields(fields, missing) + problems)}")
     if isinstance(fields.get("gpu"), str):
         preset = default_cluster_for_gpu(fields["gpu"])
         per_node = fields.get("gpus_per_node", preset.gpus_per_node)

@@ -114,3 +114,23 @@ def test_a_dropout_probability_turns_dropout_on(tmp_path):
     assert get_model(str(path)).dropout
     path.write_text(json.dumps({**LLAMA31_8B, "attention_dropout": 0}))
     assert not get_model(str(path)).dropout
+
+
+@pytest.mark.parametrize("body, needles", [
+    ('gpu_type = "h100"\nnic = "ib-ndr"\n', ["unknown field 'gpu_type'; did you mean gpu?", "missing required field 'gpu'"]),
+    ('GPU = "h100"\nNIC = "ib-ndr"\n', ["unknown field 'GPU'; did you mean gpu?", "unknown field 'NIC'; did you mean nic?"]),
+    ('[Cluster]\ngpu = "h100"\nnic = "ib-ndr"\n', ["unknown table [Cluster]; did you mean [cluster]?"]),
+    ('[cluster]\ngpu = "h100"\nnic = "ib-ndr"\n[extra]\nx = 1\n', ["table [cluster] is read only as the file's one", "[extra]"]),
+])
+def test_a_misspelt_gpu_or_nic_field_is_named(tmp_path, body, needles):
+    """A typo in gpu or nic (or the [cluster] table's name) used to give only 'missing required
+    field 'gpu'', never naming the field the file does have, while a typo in any other field
+    was named with a suggestion."""
+    path = tmp_path / "ours.toml"
+    path.write_text(body)
+    with pytest.raises(PlannerInputError) as err:
+        get_cluster(str(path))
+    message = str(err.value)
+    assert "\n" not in message and str(path) in message
+    for needle in needles:
+        assert needle in message

@@ -139,6 +139,11 @@ class ClusterSpec(_Cited):
     def _domain_vs_node(self):
         if self.network_dims is not None and not all(0 < d <= MAX_GPUS for d in self.network_dims):
             raise ValueError(f"network_dims={self.network_dims}: each side from 1 to {MAX_GPUS:,} nodes")
+        if self.network_dims is not None and self.network_topology not in ("mesh2d", "torus2d"):
+            # A node grid means nothing to a switch, ring or tree (costmodel.collectives reads it
+            # only for mesh2d/torus2d): refused rather than silently dropped.
+            raise ValueError(f"network_dims={list(self.network_dims)} is a node grid for network_topology mesh2d or "
+                             f"torus2d; this cluster's is {self.network_topology}")
         if self.scaleup_domain_size % self.gpus_per_node and self.gpus_per_node % self.scaleup_domain_size:
             raise ValueError(
                 f"scaleup_domain_size={self.scaleup_domain_size} must divide or be a multiple of "

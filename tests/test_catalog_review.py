@@ -134,3 +134,15 @@ def test_a_misspelt_gpu_or_nic_field_is_named(tmp_path, body, needles):
     assert "\n" not in message and str(path) in message
     for needle in needles:
         assert needle in message
+
+
+def test_a_node_grid_on_a_switched_network_is_refused(tmp_path):
+    """network_dims with network_topology left at 'switch' was silently ignored: the user's
+    torus was priced as a full-bisection fat tree."""
+    path = tmp_path / "ours.toml"
+    path.write_text('gpu = "h100"\nnic = "ib-ndr"\nnetwork_dims = [4, 4]\n')
+    with pytest.raises(PlannerInputError, match=r"network_dims=\[4, 4\] is a node grid for network_topology mesh2d "
+                                                 r"or torus2d; this cluster's is switch"):
+        get_cluster(str(path))
+    path.write_text('gpu = "h100"\nnic = "ib-ndr"\nnetwork_topology = "torus2d"\nnetwork_dims = [4, 4]\n')
+    assert get_cluster(str(path)).network_dims == (4, 4)

@@ -333,9 +333,26 @@ def cluster_with_defaults(fields: dict, where: str) -> ClusterSpec:
         for key in USER_CLUSTER_DEFAULTS:
             fields.setdefault(key, derived.get(key, getattr(preset, key)))
     try:
-        return ClusterSpec.model_validate(fields)
+        cluster = ClusterSpec.model_validate(fields)
     except ValidationError as err:
         raise _condense(err, where, ClusterSpec) from None
+    _check_node_power(cluster, where)
+    return cluster
+
+
+def _check_node_power(cluster: ClusterSpec, where: str) -> None:
+    """A node draws at least its GPUs' board power: a node_power_watts below that is a number in
+    the wrong unit (10.2 for a DGX H100's 10.2 kW) and would price the job's energy 1000x low."""
+    gpu = get_gpu(cluster.gpu)
+    gpu_watts = cluster.power_limit_watts or gpu.tdp_watts
+    if cluster.node_power_watts is None or gpu_watts is None:
+        return
+    floor = cluster.gpus_per_node * gpu_watts
+    if cluster.node_power_watts < floor:
+        raise PlannerInputError(
+            f"{where}: field node_power_watts: {cluster.node_power_watts:g} W is below the node's "
+            f"{cluster.gpus_per_node} GPUs alone ({cluster.gpus_per_node} x {gpu_watts:g} W = {floor:,.0f} W); "
+            f"give the whole node's power in watts, not kW (a DGX H100 is 10,200 W)")
 
 
 def _load_user_cluster(path: Path) -> ClusterSpec:

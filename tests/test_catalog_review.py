@@ -146,3 +146,25 @@ def test_a_node_grid_on_a_switched_network_is_refused(tmp_path):
         get_cluster(str(path))
     path.write_text('gpu = "h100"\nnic = "ib-ndr"\nnetwork_topology = "torus2d"\nnetwork_dims = [4, 4]\n')
     assert get_cluster(str(path)).network_dims == (4, 4)
+
+
+def test_node_power_in_kilowatts_is_refused(tmp_path):
+    """node_power_watts = 10.2 (a DGX H100's 10.2 kW) used to be taken as 10.2 W: evaluate's
+    energy line read '0 MWh at 0.00 MW IT (0.01 MW GPUs at 700 W)', the node below its own GPUs."""
+    path = tmp_path / "ours.toml"
+    path.write_text('gpu = "h100"\nnic = "ib-ndr"\nnode_power_watts = 10.2\n')
+    with pytest.raises(PlannerInputError, match=r"node_power_watts: 10.2 W is below the node's 8 GPUs alone "
+                                                 r"\(8 x 700 W = 5,600 W\)"):
+        get_cluster(str(path))
+    path.write_text('gpu = "h100"\nnic = "ib-ndr"\nnode_power_watts = 10200\n')
+    assert get_cluster(str(path)).node_power_watts == 10200
+
+
+def test_every_preset_node_draws_at_least_its_gpus():
+    """The same floor holds for the catalog's datasheet figures (a property, not a copied number)."""
+    from hardware_catalog.hardware import list_clusters
+
+    for cluster in list_clusters():
+        gpu = get_gpu(cluster.gpu)
+        if cluster.node_power_watts is not None:
+            assert cluster.node_power_watts >= cluster.gpus_per_node * (cluster.power_limit_watts or gpu.tdp_watts)

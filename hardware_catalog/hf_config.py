@@ -65,11 +65,32 @@ def _one_error(e: dict, missing: list[str]) -> str:
     if kind == "missing":
         return f"missing field '{loc}'"
     if kind == "extra_forbidden":
-        close = difflib.get_close_matches(loc, missing, n=1)
-        return f"unknown field '{loc}'" + (f" (did you mean '{close[0]}'?)" if close else "")
+        # The missing fields first (a misspelt required one), then every field of that level
+        # (a misspelt optional one, 'num_kv_head'), then the list of what is allowed.
+        allowed = _allowed_at(e.get("loc", ()))
+        prefix = loc.rsplit(".", 1)[0] + "." if "." in loc else ""
+        close = difflib.get_close_matches(loc, missing, n=1) or [
+            prefix + c for c in difflib.get_close_matches(loc.rsplit(".", 1)[-1], allowed, n=1)]
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        return f"unknown field '{loc}'{hint}" + (f" (allowed{' in ' + prefix[:-1] if prefix else ''}: "
+                                                 f"{', '.join(allowed)})" if allowed else "")
     value = e.get("input")
     shown = "" if isinstance(value, dict) else f" (got {_short(value)})"
     return f"field '{loc}': {msg}{shown}" if loc else f"{msg}"
+
+
+_NESTED = {"moe": MoESpec, "mla": MLASpec, "mamba": MambaSpec}
+
+
+def _allowed_at(loc: tuple) -> list[str]:
+    """The ModelSpec field names allowed where an unknown field ``loc`` sits (top level, or in
+    the moe / mla / mamba table); [] where that is not a ModelSpec place."""
+    parents = [str(p) for p in loc[:-1]]
+    if not parents:
+        return sorted(ModelSpec.model_fields)
+    if len(parents) == 1 and parents[0] in _NESTED:
+        return sorted(_NESTED[parents[0]].model_fields)
+    return []
 
 
 def _short(value: Any, limit: int = 60) -> str:

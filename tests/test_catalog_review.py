@@ -168,3 +168,20 @@ def test_every_preset_node_draws_at_least_its_gpus():
         gpu = get_gpu(cluster.gpu)
         if cluster.node_power_watts is not None:
             assert cluster.node_power_watts >= cluster.gpus_per_node * (cluster.power_limit_watts or gpu.tdp_watts)
+
+
+@pytest.mark.parametrize("body, needles", [
+    ("num_kv_head = 8\n", ["unknown field 'num_kv_head' (did you mean 'num_kv_heads'?)", "(allowed: ", "tied_embeddings"]),
+    ("[moe]\nnum_experts = 8\ntop_k = 2\nexpert_ffn = 14336\n",
+     ["unknown field 'moe.expert_ffn' (did you mean 'moe.expert_ffn_hidden_size'?)", "(allowed in moe: ", "router_groups"]),
+])
+def test_a_misspelt_optional_model_field_is_named_with_what_is_allowed(tmp_path, body, needles):
+    """'num_kv_head' (for num_kv_heads) used to get only "unknown field 'num_kv_head'": the
+    suggestion looked among missing required fields alone, and nothing said what is allowed."""
+    path = tmp_path / "ours.toml"
+    path.write_text("num_layers = 32\nhidden_size = 4096\nnum_attention_heads = 32\nffn_hidden_size = 14336\n"
+                    "vocab_size = 128256\n" + body)
+    with pytest.raises(PlannerInputError) as err:
+        get_model(str(path))
+    for needle in needles:
+        assert needle in str(err.value)

@@ -55,7 +55,18 @@ def condense_validation_error(err: ValidationError) -> str:
     # A misspelt field shows up as "unknown x" + "missing y": report the unknown one first.
     items.sort(key=lambda e: e.get("type") != "extra_forbidden")
     missing = [".".join(str(p) for p in e.get("loc", ())) for e in items if e.get("type") == "missing"]
-    return " ".join("; ".join(_one_error(e, missing) for e in items).split())
+    parts = [_one_error(e, missing) for e in items]
+    # What is allowed, once per level, after that level's last unknown field.
+    last = {}
+    for i, e in enumerate(items):
+        if e.get("type") == "extra_forbidden":
+            last[tuple(e.get("loc", ()))[:-1]] = i
+    for parent, i in last.items():
+        allowed = _allowed_at((*parent, ""))
+        if allowed:
+            where = f" in {'.'.join(map(str, parent))}" if parent else ""
+            parts[i] += f" (allowed{where}: {', '.join(allowed)})"
+    return " ".join("; ".join(parts).split())
 
 
 def _one_error(e: dict, missing: list[str]) -> str:
@@ -66,14 +77,12 @@ def _one_error(e: dict, missing: list[str]) -> str:
         return f"missing field '{loc}'"
     if kind == "extra_forbidden":
         # The missing fields first (a misspelt required one), then every field of that level
-        # (a misspelt optional one, 'num_kv_head'), then the list of what is allowed.
+        # (a misspelt optional one, 'num_kv_head'); the caller lists what is allowed.
         allowed = _allowed_at(e.get("loc", ()))
         prefix = loc.rsplit(".", 1)[0] + "." if "." in loc else ""
         close = difflib.get_close_matches(loc, missing, n=1) or [
             prefix + c for c in difflib.get_close_matches(loc.rsplit(".", 1)[-1], allowed, n=1)]
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        return f"unknown field '{loc}'{hint}" + (f" (allowed{' in ' + prefix[:-1] if prefix else ''}: "
-                                                 f"{', '.join(allowed)})" if allowed else "")
+        return f"unknown field '{loc}'" + (f" (did you mean '{close[0]}'?)" if close else "")
     value = e.get("input")
     shown = "" if isinstance(value, dict) else f" (got {_short(value)})"
     return f"field '{loc}': {msg}{shown}" if loc else f"{msg}"

@@ -185,3 +185,13 @@ def test_a_misspelt_optional_model_field_is_named_with_what_is_allowed(tmp_path,
         get_model(str(path))
     for needle in needles:
         assert needle in str(err.value)
+
+
+def test_the_allowed_fields_are_listed_once(tmp_path):
+    path = tmp_path / "ours.toml"
+    path.write_text("num_layers = 32\nhidden_size = 4096\nnum_attention_heads = 32\nffn_hidden_size = 14336\n"
+                    "vocab_size = 128256\nnum_kv_head = 8\ntie_embeddings = true\n")
+    with pytest.raises(PlannerInputError) as err:
+        get_model(str(path))
+    message = str(err.value)
+    assert message.count("(allowed: ") == 1 and "'tie_embeddings' (did you mean 'tied_embeddings'?)" in message

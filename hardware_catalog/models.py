@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from hardware_catalog.errors import PlannerInputError, unknown_name_error
 from hardware_catalog.files import read_input_text, show
 from hardware_catalog.match import compact, match_model_by_size, model_name_variants
-from hardware_catalog.hf_config import condense_validation_error, hf_config_to_model, is_hf_config
+from hardware_catalog.hf_config import SUPPORTED_MODEL_TYPES, condense_validation_error, hf_config_to_model, is_hf_config
 from hardware_catalog.schema import ModelSpec
 
 _PRESET_FILE = "data/models.toml"
@@ -158,6 +158,12 @@ def _load_file(path: Path) -> ModelSpec:
     # A planner model file: ModelSpec fields at the top level, or under a single [model] table.
     if set(data) == {"model"} and isinstance(data["model"], dict):
         data = data["model"]
+    hf_keys = sorted(k for k in _HF_ONLY_KEYS if k in data)
+    if hf_keys and "num_layers" not in data and "ffn_hidden_size" not in data:
+        raise PlannerInputError(
+            f"model file {path}: reads as a Hugging Face config.json (it has {', '.join(hf_keys[:3])}) but names no "
+            f"model_type or architectures, which say how to read it: add \"model_type\" (supported: "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)})")
     fields = {"name": _key(path.stem), **data}
     try:
         return ModelSpec(**fields)
@@ -165,6 +171,11 @@ def _load_file(path: Path) -> ModelSpec:
         raise PlannerInputError(f"model file {path}: {condense_validation_error(err)}") from None
     except TypeError as err:  # e.g. non-string keys
         raise PlannerInputError(f"model file {path}: {' '.join(str(err).split())}") from None
+
+
+_HF_ONLY_KEYS = ("num_hidden_layers", "intermediate_size", "num_key_value_heads", "n_layer", "n_embd",
+                 "tie_word_embeddings", "torch_dtype", "transformers_version")
+"""Keys of a Hugging Face config.json that no planner model file has."""
 
 
 def _parse(path: Path, text: str) -> Any:

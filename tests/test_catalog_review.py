@@ -195,3 +195,15 @@ def test_the_allowed_fields_are_listed_once(tmp_path):
         get_model(str(path))
     message = str(err.value)
     assert message.count("(allowed: ") == 1 and "'tie_embeddings' (did you mean 'tied_embeddings'?)" in message
+
+
+def test_a_hf_config_without_model_type_is_told_so(tmp_path):
+    """A config.json stripped of model_type and architectures used to be read as a planner model
+    file: eighteen 'unknown field' items ('attention_bias' (did you mean 'num_attention_heads'?)...)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({k: v for k, v in LLAMA31_8B.items() if k not in ("model_type", "architectures")}))
+    with pytest.raises(PlannerInputError) as err:
+        get_model(str(path))
+    message = str(err.value)
+    assert "reads as a Hugging Face config.json" in message and 'add "model_type"' in message
+    assert "llama" in message and "unknown field" not in message

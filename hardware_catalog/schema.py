@@ -8,7 +8,7 @@ sparsity), ``_gbps`` gigabytes per second (1e9 bytes/s, *not* gigabits), ``_gib`
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -24,7 +24,30 @@ ScaleUpTopology = Literal["switch", "ring", "mesh2d", "torus2d", "fully_connecte
 NetworkTopology = Literal["switch", "ring", "tree", "mesh2d", "torus2d"]
 
 
-class _Cited(BaseModel):
+def _numeric(annotation) -> bool:
+    """The annotation takes a number and not a bool: int, float, Optional[...] of them, tuple[int, int]."""
+    if annotation in (int, float):
+        return True
+    args = get_args(annotation)
+    return bool(args) and bool not in args and any(_numeric(a) for a in args if a is not type(None))
+
+
+class _NoBoolNumbers(BaseModel):
+    """Refuses true/false for a number. pydantic reads True as 1, so 'gpus_per_node = true' was
+    a cluster of 1-GPU nodes and 'num_layers = true' a 1-layer model, without a word."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_bools(cls, data):
+        if isinstance(data, dict):
+            for name, field in cls.model_fields.items():
+                value = data.get(name)
+                if isinstance(value, bool) and _numeric(field.annotation):
+                    raise ValueError(f"field {name}: give a number, not {str(value).lower()}")
+        return data
+
+
+class _Cited(_NoBoolNumbers):
     """Base for catalog entries: every set numeric field must carry a source."""
 
     # allow_inf_nan=False: inf and NaN are refused by name (and every bound below is finite).
@@ -152,7 +175,7 @@ class ClusterSpec(_Cited):
         return self
 
 
-class MoESpec(BaseModel):
+class MoESpec(_NoBoolNumbers):
     """Mixture-of-experts part of a model (absent for dense models)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -191,7 +214,7 @@ class MoESpec(BaseModel):
         return self
 
 
-class MLASpec(BaseModel):
+class MLASpec(_NoBoolNumbers):
     """Multi-head latent attention (DeepSeek-V2/V3). Parameter and FLOP shapes only."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -214,7 +237,7 @@ mamba_hybrid_layer_allocation.py Symbols: MAMBA 'M', ATTENTION '*', MLP '-', MOE
 '|' marks pipeline-stage boundaries in newer releases and is not a layer."""
 
 
-class MambaSpec(BaseModel):
+class MambaSpec(_NoBoolNumbers):
     """The Mamba-2 mixer of a hybrid model's 'M' layers (Dao & Gu 2024, 'Transformers are SSMs',
     Sec. 7; Megatron-Core megatron/core/ssm/mamba_mixer.py)."""
 
@@ -238,7 +261,7 @@ class MambaSpec(BaseModel):
         return self.num_heads * self.head_dim
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(_NoBoolNumbers):
     """A decoder-only transformer, enough to count parameters, FLOPs and activations."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

@@ -207,3 +207,28 @@ def test_a_hf_config_without_model_type_is_told_so(tmp_path):
     message = str(err.value)
     assert "reads as a Hugging Face config.json" in message and 'add "model_type"' in message
     assert "llama" in message and "unknown field" not in message
+
+
+@pytest.mark.parametrize("name, body, needle", [
+    ("ours.toml", 'gpu = "h100"\nnic = "ib-ndr"\ngpus_per_node = true\n', "field gpus_per_node: give a number, not true"),
+    ("ours.toml", 'gpu = "h100"\nnic = "ib-ndr"\nnetwork_efficiency = true\n', "field network_efficiency: give a number"),
+])
+def test_true_for_a_cluster_count_is_refused(tmp_path, name, body, needle):
+    """'gpus_per_node = true' used to price a cluster of 1-GPU nodes in scale-up domains of 8
+    (pydantic reads True as 1)."""
+    path = tmp_path / name
+    path.write_text(body)
+    with pytest.raises(PlannerInputError, match=needle):
+        get_cluster(str(path))
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ("num_kv_heads = true\n", "field num_kv_heads: give a number, not true"),
+    ("[moe]\nnum_experts = 8\ntop_k = true\nexpert_ffn_hidden_size = 14336\n", "field top_k: give a number, not true"),
+])
+def test_true_for_a_model_size_is_refused(tmp_path, extra, needle):
+    path = tmp_path / "ours.toml"
+    path.write_text("num_layers = 32\nhidden_size = 4096\nnum_attention_heads = 32\nffn_hidden_size = 14336\n"
+                    "vocab_size = 128256\n" + extra)
+    with pytest.raises(PlannerInputError, match=needle):
+        get_model(str(path))

@@ -315,7 +315,10 @@ def cluster_with_defaults(fields: dict, where: str) -> ClusterSpec:
     for key, getter in (("gpu", get_gpu), ("nic", get_interconnect)):
         if key in missing:
             problems.append(f"missing required field '{key}'")
-        elif isinstance(fields.get(key), str):
+        elif not isinstance(fields.get(key), str):  # else the preset's defaults go unread: a list of "missing" fields
+            problems.append(f"field {key}: give a catalog {'GPU' if key == 'gpu' else 'NIC'} name as text "
+                            f"(planner catalog {'gpus' if key == 'gpu' else 'interconnects'}), got {_short(fields[key])}")
+        else:
             try:
                 fields[key] = getter(fields[key]).name
             except PlannerInputError as err:

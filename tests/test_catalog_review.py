@@ -232,3 +232,15 @@ def test_true_for_a_model_size_is_refused(tmp_path, extra, needle):
                     "vocab_size = 128256\n" + extra)
     with pytest.raises(PlannerInputError, match=needle):
         get_model(str(path))
+
+
+def test_a_gpu_that_is_not_text_is_named_alone(tmp_path):
+    """'gpu = 5' used to add eight "missing required field" items (gpus_per_node, scaleup_*,
+    network_*: the preset defaults were never read) to the one real problem."""
+    path = tmp_path / "ours.toml"
+    path.write_text('gpu = 5\nnic = "ib-ndr"\n')
+    with pytest.raises(PlannerInputError) as err:
+        get_cluster(str(path))
+    message = str(err.value)
+    assert "field gpu: give a catalog GPU name as text (planner catalog gpus), got 5" in message
+    assert "missing" not in message

@@ -89,6 +89,10 @@ port. Only the capital-B spelling with a 'per second' reads as bytes (a bare '40
 Ethernet-style 400 Gb)."""
 
 
+_PORTS = re.compile(r"(?<![0-9a-z])(\d+)\s*x\s*(\d+)\s*g")
+"""'2x200G', '2 x 100 GbE': a multi-port adapter."""
+
+
 def _stated_gbit(text: str) -> Optional[float]:
     """The line rate ``text`` states, in Gb/s, or None when it states none."""
     for m in _RATE.finditer(text.lower()):
@@ -106,6 +110,16 @@ def match_interconnect(text: str, index: dict):
     low = text.strip().lower()
     words = set(_SEP.split(low))
     generation = next((g for g in _IB_GENERATIONS if g in words), None)
+    ports = _PORTS.search(low)
+    if ports and (generation or words & {"roce", "rocev2", "ethernet", "eth", "spectrum", "ib", "infiniband"}):
+        # '2x100G' is two ports: one catalog NIC is one port, and nics_per_node counts them.
+        rate = int(ports.group(2))
+        by_rate = {v: k for k, v in _IB_GENERATIONS.items()}
+        one = (f"ib-{by_rate[rate]}" if rate in by_rate else "ib-ndr") if generation or words & {"ib", "infiniband"} \
+            else f"roce-{rate}g"
+        raise PlannerInputError(
+            f"unknown interconnect '{text.strip()}': {ports.group(0)} is {ports.group(1)} ports; name one port "
+            f"(e.g. {one}) and give the port count in nics_per_node")
     stated = _stated_gbit(text)
     gbps = stated if stated is not None else (_IB_GENERATIONS[generation] if generation else None)
     if words & {"roce", "rocev2", "ethernet", "eth", "spectrum"}:

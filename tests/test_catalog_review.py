@@ -244,3 +244,12 @@ def test_a_gpu_that_is_not_text_is_named_alone(tmp_path):
     message = str(err.value)
     assert "field gpu: give a catalog GPU name as text (planner catalog gpus), got 5" in message
     assert "missing" not in message
+
+
+@pytest.mark.parametrize("text, one", [("RoCE 2x100G", "roce-100g"), ("ConnectX-6 Dx 2x100GbE Ethernet", "roce-100g"),
+                                       ("IB 2 x 200G", "ib-hdr")])
+def test_a_multi_port_nic_is_refused_with_how_to_count_ports(text, one):
+    """'RoCE 2x100G' (200 Gb/s in all) used to resolve silently to roce-400g, twice its speed."""
+    with pytest.raises(PlannerInputError) as err:
+        get_interconnect(text)
+    assert f"name one port (e.g. {one}) and give the port count in nics_per_node" in str(err.value)

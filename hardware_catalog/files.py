@@ -7,6 +7,7 @@ file is hand-sized text, so a larger one is refused with one line before it fill
 
 from __future__ import annotations
 
+import codecs
 import os
 import stat
 
@@ -68,5 +69,9 @@ def read_input_text(path, where: str, limit: int = MAX_INPUT_BYTES) -> str:
 
 
 def decode_text(data: bytes) -> str:
-    """UTF-8 text without a leading byte-order mark (UnicodeDecodeError passes through)."""
+    """UTF-8 text without a leading byte-order mark; UTF-16 where a UTF-16 byte-order mark says
+    so (Windows PowerShell 5's '>' and Out-File write UTF-16LE with one). A UnicodeDecodeError
+    passes through."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data.decode("utf-16")
     return data.decode("utf-8-sig")

@@ -138,8 +138,10 @@ def _load_file(path: Path) -> ModelSpec:
         raise PlannerInputError(f"model file {path}: not found (and not a preset name)")
     try:
         text = read_input_text(path, f"model file {show(path)}")
-    except (OSError, UnicodeDecodeError) as err:
-        reason = err.strerror if isinstance(err, OSError) and err.strerror else type(err).__name__
+    except UnicodeDecodeError as err:
+        raise PlannerInputError(f"model file {path}: not UTF-8 text (byte {err.start:,}); save it as UTF-8") from None
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
         raise PlannerInputError(f"model file {path}: cannot read ({reason})") from None
     data = _parse(path, text)
     if not isinstance(data, dict):

@@ -253,3 +253,21 @@ def test_a_multi_port_nic_is_refused_with_how_to_count_ports(text, one):
     with pytest.raises(PlannerInputError) as err:
         get_interconnect(text)
     assert f"name one port (e.g. {one}) and give the port count in nics_per_node" in str(err.value)
+
+
+def test_utf16_files_from_windows_powershell_are_read(tmp_path):
+    """Windows PowerShell 5's '>' writes UTF-16LE with a byte-order mark: a cluster file was
+    refused as 'not UTF-8 text', a config.json as 'cannot read (UnicodeDecodeError)'."""
+    cluster = tmp_path / "ours.toml"
+    cluster.write_bytes('gpu = "h100"\nnic = "ib-ndr"\n'.encode("utf-16"))
+    assert get_cluster(str(cluster)).nic == "ib-ndr"
+    model = tmp_path / "config.json"
+    model.write_bytes(json.dumps(LLAMA31_8B).encode("utf-16"))
+    assert get_model(str(model)).num_kv_heads == 8
+
+
+def test_a_model_file_that_is_not_text_says_so(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_bytes(b'{"model_type": "llama", "x": "\xff\xfe"}')
+    with pytest.raises(PlannerInputError, match=r"not UTF-8 text \(byte 30\); save it as UTF-8"):
+        get_model(str(path))

@@ -270,12 +270,26 @@ def _parse_user_file(path: Path) -> Any:
     )
 
 
+def preset_for(gpu_name: str, nic_name: str) -> ClusterSpec:
+    """The preset a user cluster of this GPU and NIC takes its unstated fields from: the first one
+    with this GPU and this kind of network (an H100 on EFA: aws-p5, whose efficiency is measured
+    on EFA), else the GPU's default preset. The network efficiency belongs to the fabric: an EFA
+    or RoCE cluster given InfiniBand's 0.92 would be priced up to 1.5x too fast between nodes."""
+    gpu = get_gpu(gpu_name).name
+    kind = get_interconnect(nic_name).kind
+    for spec in _clusters().specs:
+        if get_gpu(spec.gpu).name == gpu and get_interconnect(spec.nic).kind == kind:
+            return spec
+    return default_cluster_for_gpu(gpu)
+
+
 USER_CLUSTER_DEFAULTS = (
     "gpus_per_node", "scaleup_domain_size", "scaleup_topology", "scaleup_latency_us", "scaleup_efficiency",
     "nics_per_node", "network_topology", "network_oversubscription", "network_efficiency",
 )
-"""Cluster fields a user file (or a runs-file row) may leave out: each comes from the GPU's
-default preset (``default_cluster_for_gpu``), so a file needs only ``gpu`` and ``nic``."""
+"""Cluster fields a user file (or a runs-file row) may leave out: each comes from the preset
+``preset_for`` picks (the GPU's, on the same kind of network where the catalog has one), so a
+file needs only ``gpu`` and ``nic``."""
 
 
 def _unknown_fields(fields: dict, missing: list[str]) -> list[str]:
@@ -305,7 +319,8 @@ def _unknown_fields(fields: dict, missing: list[str]) -> list[str]:
 
 
 def cluster_with_defaults(fields: dict, where: str) -> ClusterSpec:
-    """A ClusterSpec from user fields, the ones left out taken from the GPU's default preset:
+    """A ClusterSpec from user fields, the ones left out taken from ``preset_for`` (the GPU's
+    preset on the same kind of network, else the GPU's default preset):
     latencies and efficiencies as measured for that preset (its ``sources``), the NICs per node
     in the preset's NIC-per-GPU ratio, and the scale-up domain = ``gpus_per_node`` unless the
     preset's domain spans nodes (NVL72). ``gpu`` and ``nic`` are resolved as ``--gpu`` is."""
@@ -326,7 +341,7 @@ def cluster_with_defaults(fields: dict, where: str) -> ClusterSpec:
     if problems:  # a misspelt gpu or nic shows up as "missing": name the unknown fields too
         raise PlannerInputError(f"{where}: {'; '.join(_unknown_fields(fields, missing) + problems)}")
     if isinstance(fields.get("gpu"), str):
-        preset = default_cluster_for_gpu(fields["gpu"])
+        preset = preset_for(fields["gpu"], fields["nic"])
         per_node = fields.get("gpus_per_node", preset.gpus_per_node)
         derived = {"gpus_per_node": preset.gpus_per_node}
         if isinstance(per_node, int) and not isinstance(per_node, bool) and per_node > 0:

@@ -271,3 +271,16 @@ def test_a_model_file_that_is_not_text_says_so(tmp_path):
     path.write_bytes(b'{"model_type": "llama", "x": "\xff\xfe"}')
     with pytest.raises(PlannerInputError, match=r"not UTF-8 text \(byte 30\); save it as UTF-8"):
         get_model(str(path))
+
+
+@pytest.mark.parametrize("gpu, nic, preset", [("h100", "efa", "aws-p5"), ("a100-40gb", "efa-100g", "aws-p4d"),
+                                              ("h100", "ib-ndr", "dgx-h100"), ("h100", "roce-400g", "dgx-h100")])
+def test_unstated_network_facts_come_from_a_preset_on_the_same_kind_of_network(tmp_path, gpu, nic, preset):
+    """An H100 file on EFA used to take dgx-h100's InfiniBand efficiency (0.92) though aws-p5's
+    is measured on EFA (0.75): 1.2x too fast between nodes (1.5x on p4d's 0.6). With no preset
+    of that GPU on that network (RoCE H100) the GPU's default preset still applies."""
+    path = tmp_path / "ours.toml"
+    path.write_text(f'gpu = "{gpu}"\nnic = "{nic}"\n')
+    ours, theirs = get_cluster(str(path)), get_cluster(preset)
+    for field in ("network_efficiency", "scaleup_efficiency", "nics_per_node", "scaleup_latency_us"):
+        assert getattr(ours, field) == getattr(theirs, field), field

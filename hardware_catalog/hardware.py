@@ -331,8 +331,9 @@ def cluster_with_defaults(fields: dict, where: str) -> ClusterSpec:
         if key in missing:
             problems.append(f"missing required field '{key}'")
         elif not isinstance(fields.get(key), str):  # else the preset's defaults go unread: a list of "missing" fields
-            problems.append(f"field {key}: give a catalog {'GPU' if key == 'gpu' else 'NIC'} name as text "
-                            f"(planner catalog {'gpus' if key == 'gpu' else 'interconnects'}), got {_short(fields[key])}")
+            what, listing = ("GPU", "gpus") if key == "gpu" else ("NIC", "interconnects")
+            problems.append(f"field {key}: give a catalog {what} name as text (planner catalog {listing}), "
+                            f"got {_short(fields[key])}")
         else:
             try:
                 fields[key] = getter(fields[key]).name

@@ -20,7 +20,8 @@ from pydantic import ValidationError
 from hardware_catalog.errors import PlannerInputError, unknown_name_error
 from hardware_catalog.files import read_input_text, show
 from hardware_catalog.match import compact, match_model_by_size, model_name_variants
-from hardware_catalog.hf_config import SUPPORTED_MODEL_TYPES, condense_validation_error, hf_config_to_model, is_hf_config
+from hardware_catalog.hf_config import (SUPPORTED_MODEL_TYPES, condense_validation_error, hf_config_to_model,
+                                        is_hf_config)
 from hardware_catalog.schema import ModelSpec
 
 _PRESET_FILE = "data/models.toml"

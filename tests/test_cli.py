@@ -90,3 +90,15 @@ def test_evaluate_says_when_a_fitting_layout_is_inside_search_headroom():
         text = format_evaluation(rec)
         assert ("search would not offer it" in text) is said
         assert "fits," in text
+
+
+def test_evaluate_states_the_parameters_it_counted():
+    """The header and --json give the model's size as planner counts it, so a model given as a file
+    or config.json is checked at a glance: Mixtral 8x7B is published as 46.7B parameters, 12.9B
+    active per token (Mistral AI, 'Mixtral of experts', 2024); Llama 3 8B as 8.03B."""
+    code, out, err = run("evaluate", "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "h100", "--ep", "8", "--json")
+    assert code in (0, 3), err
+    params = json.loads(out)["model_params"]
+    assert params["total"] == pytest.approx(46.7e9, rel=0.01) and params["active"] == pytest.approx(12.9e9, rel=0.01)
+    code, out, _ = run("evaluate", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--zero", "3")
+    assert out.splitlines()[0].startswith("llama3-8b (8.03B params) on 8 x h100-sxm")

@@ -83,6 +83,11 @@ def show_evaluation(priced, outputs, before: str = "") -> None:
 
         say(f"wrote {plot_evaluation(record, setup, outputs.plot)}")
     add_interval_and_envelope(setup, record)
+    from costmodel.params import count_params
+
+    counts = count_params(setup.model)
+    # total and per-token active weights as planner counts them (MTP modules excluded, as published)
+    record["model_params"] = {"total": int(counts.total), "active": int(counts.active)}
     if outputs.run is not None:
         from costmodel.goodput import run_block
 

@@ -107,7 +107,14 @@ def uncertainty_lines(rec: dict) -> list[str]:
 def format_evaluation(rec: dict, cluster_line: str = "") -> str:
     lay = rec["layout"]
     lines = []
-    lines.append(f"{rec['model']} on {rec['gpus']} x {rec['gpu']} ({rec['cluster']}{', ' + cluster_line if cluster_line else ''})")
+    params = rec.get("model_params")
+    size = ""
+    if params:  # what planner counted: a model given as a file or config.json is checked at a glance
+        active = params["active"]
+        size = f" ({human_count(params['total'])} params" + (
+            f", {human_count(active)} active" if active < params["total"] else "") + ")"
+    lines.append(f"{rec['model']}{size} on {rec['gpus']} x {rec['gpu']} ({rec['cluster']}"
+                 f"{', ' + cluster_line if cluster_line else ''})")
     lines.append(f"layout  {layout_summary(lay)}")
     tokens = lay["gbs"] * lay["seq_len"]
     lines.append(

@@ -578,8 +578,11 @@ def _reason(setup: Setup, op: str, chosen: str, requested: str, alts: dict[str, 
     if len(alts) == 1:
         return f"the only algorithm for {op_label(op)} on this topology"
     others = ", ".join(f"{a} {fmt_time(t)}" for a, t in sorted(alts.items(), key=lambda kv: kv[1]) if a != chosen)
-    text = f"the fastest for this size (auto; others: {others})"
-    return f"{text}; {NCCL_RING_RULE}" if _nccl_ring_rule(setup, op) else text
+    if _nccl_ring_rule(setup, op):
+        # Auto follows NCCL here, not the clock: the ring may be the slower one (small messages,
+        # many nodes), so "the fastest" would contradict the times listed beside it.
+        return f"NCCL's choice (auto), whatever the size; {NCCL_RING_RULE}; priced anyway: {others}"
+    return f"the fastest for this size (auto; others: {others})"
 
 
 def _choose(setup: Setup, op: str, S: float, algorithm: str, alts: dict) -> tuple[float, str]:

@@ -535,15 +535,37 @@ def read_terms(setup: Setup, timer: Callable[[Fabric], np.ndarray], t: float) ->
     The time is piecewise linear in each alpha and 1/B with the algorithm fixed, so these are the
     counts of the formula's alpha terms and the bytes its bandwidth terms charge at B (0 for a
     level that works beside a slower one; both levels in full where they tie)."""
-    steps, nbytes = {}, {}
+    steps = {}
     for lvl in setup.levels:
         h = lvl.link.latency * 1e-3 or 1e-9
         slower = _with_level(setup.fabric, lvl.attr, latency=lvl.link.latency + h)
         steps[lvl.name] = _whole((float(timer(slower)) - t) / h)
-        d = 1e-6
-        narrower = _with_level(setup.fabric, lvl.attr, bandwidth=lvl.link.bandwidth / (1.0 + d))
-        nbytes[lvl.name] = float(f"{(float(timer(narrower)) - t) * lvl.bandwidth / d:.9g}")  # drop probe noise
-    return steps, nbytes
+    # Bytes: first probed with every latency at 0. Beside the real latencies a change of 1e-6 of
+    # the transfer can be 1e-8 of t and lost to float rounding (1 B on 1024 GPUs read 2.00035 B; at
+    # a 1 s latency 0 B, "overlapped by the slower level" on a one-level topology). Zeroing the
+    # latencies can change a choice inside the algorithm (hierarchical's network part is the best
+    # of ring and tree), so those bytes are kept only when they rebuild t with the steps.
+    f = setup.fabric
+    no_latency = {attr: dataclasses.replace(getattr(f, attr), latency=0.0) for attr in ("intra", "inter")}
+    if f.intra is f.inter:
+        no_latency["inter"] = no_latency["intra"]
+    flat = _bytes_probe(setup, timer, dataclasses.replace(f, **no_latency), 1e-4, 11)
+    latency = sum(steps[lvl.name] * lvl.link.latency for lvl in setup.levels)
+    transfer = sum(flat[lvl.name] / lvl.bandwidth for lvl in setup.levels)
+    if abs(latency + transfer - t) <= 1e-9 * t:
+        return steps, flat
+    return steps, _bytes_probe(setup, timer, f, 1e-6, 9)
+
+
+def _bytes_probe(setup: Setup, timer: Callable[[Fabric], np.ndarray], fabric: Fabric, d: float, digits: int) -> dict:
+    """Per level: dt/d(1/B) on ``fabric`` by a one-sided difference of relative size ``d``, kept to
+    ``digits`` significant digits (float noise is ~2e-16 t/(d x transfer) relative)."""
+    t = float(timer(fabric))
+    out = {}
+    for lvl in setup.levels:
+        narrower = _with_level(fabric, lvl.attr, bandwidth=lvl.link.bandwidth / (1.0 + d))
+        out[lvl.name] = float(f"{(float(timer(narrower)) - t) * lvl.bandwidth / d:.{digits}g}")  # drop probe noise
+    return out
 
 
 def applicable(setup: Setup, op: str, S) -> dict[str, np.ndarray]:

@@ -29,3 +29,29 @@ def test_nccl_ring_rule_reason_does_not_call_the_slower_ring_the_fastest():
     # The reason must not claim the ring is the fastest when a listed alternative is faster.
     assert "fastest" not in rec["reason"]
     assert "NCCL" in rec["reason"]
+
+
+def _one(topology, n, B, alpha):
+    return build_setup(CommArgs(op="x", topology=topology, gpus=n, bandwidth=B, latency=alpha))
+
+
+@pytest.mark.parametrize("S", [1.0, 16.0, 1024.0, 2.0**30])
+def test_bytes_per_gpu_exact_when_latency_dwarfs_transfer(S):
+    # 1024 GPUs on a switch, B 900 GB/s, a 5 us: the double binary tree wins at every size here
+    # (2*10 a + 2S/B against the ring's 2*1023 a + 2*1023/1024 S/B; the ring saves only
+    # S/B/512, at most 2.3 us for 1 GiB, while costing 10.1 ms more latency). Each GPU sends 2S
+    # (Sanders, Speck & Traeff 2009; NCCL tuning.cc tree algBw = busBw/2). The probe used to read
+    # 2.00035 B for S = 1 B (transfer 2e-12 s next to 100 us of latency).
+    rec = price(_one("switch", 1024, "900GB/s", "5us"), "all_reduce", S)
+    assert rec["algorithm"] == "tree"
+    assert rec["steps"] == {"link": 20}
+    assert rec["bytes_per_gpu"] == {"link": 2 * S}
+
+
+def test_one_level_bytes_not_lost_next_to_a_huge_latency():
+    # Ring all-reduce of 1 B on 1000 GPUs, a 0.9 s (the largest the parser allows is 1 s):
+    # 2(n-1)/n S = 1.998 B per GPU (seed 003 sec. 4.2). It read 0 B and "link: overlapped by the
+    # slower level" on a topology with one level.
+    rec = price(_one("ring", 1000, "10TB/s", "0.9s"), "all_reduce", 1.0)
+    assert rec["steps"] == {"link": 2 * 999}
+    assert rec["bytes_per_gpu"]["link"] == pytest.approx(2 * 999 / 1000, rel=1e-9)

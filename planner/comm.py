@@ -628,7 +628,8 @@ def price(setup: Setup, op: str, S: float, algorithm: str = "auto") -> dict:
     return {
         "op": op, "size_bytes": S, "gpus": setup.gpus, "topology": setup.topology, "setup": setup.label,
         "levels": [{"name": lvl.name, "topology": lvl.link.topology, "gpus": lvl.gpus,
-                    "bandwidth_gbps": lvl.bandwidth / 1e9, "latency_s": lvl.link.latency} for lvl in setup.levels],
+                    "bandwidth_gbps": lvl.bandwidth / 1e9, "latency_s": lvl.link.latency,
+                    "links_per_gpu": _links(lvl, setup.fabric)} for lvl in setup.levels],
         "algorithm": chosen, "requested_algorithm": algorithm,
         "reason": _reason(setup, op, chosen, algorithm, alts),
         "time_s": t, "latency_s": latency, "transfer_s": t - latency,
@@ -638,6 +639,13 @@ def price(setup: Setup, op: str, S: float, algorithm: str = "auto") -> dict:
         "formula": text, "source": source, "alternatives_s": alts,
         **_p2p_within(setup, op, S),
     }
+
+
+def _links(lvl: Level, fabric: Fabric) -> Optional[int]:
+    """Links a GPU's B is spread over at this level (collectives.py): None on a switch or tree."""
+    if lvl.link.topology == "fully_connected":  # one xGMI link to each other GPU of the domain
+        return max(fabric.domain_size - 1, 1)
+    return _LINKS.get(lvl.link.topology)
 
 
 def _p2p_within(setup: Setup, op: str, S: float) -> dict:
@@ -719,9 +727,9 @@ def _moved(rec: dict) -> str:
     hidden = [n for n, b in rec["bytes_per_gpu"].items() if b == 0 and rec["steps"].get(n)]
     if hidden:
         moved += f"; {', '.join(hidden)}: overlapped by the slower level"
-    shared = sorted({lvl["topology"] for lvl in rec["levels"] if lvl["topology"] in _LINKS})
+    shared = sorted({(lvl["topology"], lvl["links_per_gpu"]) for lvl in rec["levels"] if lvl["links_per_gpu"]})
     if shared:
-        moved += (f" (B is a GPU's total over its {' / '.join(str(_LINKS[t]) for t in shared)} {' / '.join(shared)} "
+        moved += (f" (B is a GPU's total over its {' / '.join(str(k) for _, k in shared)} {' / '.join(t for t, _ in shared)} "
                   "links: traffic that one link or the bisection limits counts more bytes than it sends)")
     return moved
 

@@ -55,3 +55,21 @@ def test_one_level_bytes_not_lost_next_to_a_huge_latency():
     rec = price(_one("ring", 1000, "10TB/s", "0.9s"), "all_reduce", 1.0)
     assert rec["steps"] == {"link": 2 * 999}
     assert rec["bytes_per_gpu"]["link"] == pytest.approx(2 * 999 / 1000, rel=1e-9)
+
+
+def test_fully_connected_bytes_are_explained_like_ring_and_grid_links():
+    # mi300x-8: 8 GPUs, each with one xGMI link to each of the 7 others (collectives.py:
+    # fully_connected, each link B/7). A 2-GPU ring all-reduce moves 2(n-1)/n S = S per GPU over the
+    # one link joining them (seed 003 sec. 4.2), i.e. 7 S charged at the GPU's total B. The text
+    # printed "7 GiB at B" for a 1 GiB all-reduce without the note it gives for ring / mesh / torus.
+    from planner.comm import format_single
+
+    S = float(2**30)
+    rec = price(build_setup(CommArgs(op="x", cluster="mi300x-8", gpus=2)), "all_reduce", S)
+    assert rec["levels"][0]["links_per_gpu"] == 7
+    assert rec["bytes_per_gpu"]["scale-up"] == pytest.approx(7 * S, rel=1e-9)
+    assert "its 7 fully_connected links" in format_single(rec)
+    # On a switch there is no per-link split: no count, no note.
+    sw = price(_one("switch", 8, "100GB/s", "2us"), "all_reduce", S)
+    assert sw["levels"][0]["links_per_gpu"] is None
+    assert "links:" not in format_single(sw)

@@ -302,7 +302,7 @@ def _group_size(gpus: Optional[int], dims: Optional[tuple[int, int]], per_cell: 
         n = dims[0] * dims[1] * per_cell
         if gpus is not None and gpus != n:
             raise PlannerInputError(f"--gpus {gpus} does not match --dims {dims[0]}x{dims[1]} ({n} GPUs)")
-        GPUS.parse(n, where=f"--dims {dims[0]}x{dims[1]} ({per_cell} GPUs each): GPUs")
+        GROUP_GPUS.parse(n, where=f"--dims {dims[0]}x{dims[1]} ({_count(per_cell, 'GPU')} each): GPUs")
     if n < 2:
         raise PlannerInputError(f"--gpus {n}: a collective or P2P needs at least 2 GPUs")
     return n

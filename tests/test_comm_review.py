@@ -73,3 +73,14 @@ def test_fully_connected_bytes_are_explained_like_ring_and_grid_links():
     sw = price(_one("switch", 8, "100GB/s", "2us"), "all_reduce", S)
     assert sw["levels"][0]["links_per_gpu"] is None
     assert "links:" not in format_single(sw)
+
+
+def test_dims_over_the_gpu_limit_names_the_group_bound():
+    # 2048 x 1024 = 2,097,152 GPUs > 2**20; a collective needs at least 2 GPUs, as --gpus says
+    # ("from 2 to 1,048,576"); the message said "from 1" and "(1 GPUs each)".
+    from hardware_catalog.errors import PlannerInputError
+
+    with pytest.raises(PlannerInputError) as err:
+        build_setup(CommArgs(op="x", topology="torus2d", dims="2048x1024", bandwidth="1GB/s", latency="1us"))
+    msg = str(err.value)
+    assert "2097152" in msg and "from 2 to 1,048,576" in msg and "(1 GPU each)" in msg

@@ -729,7 +729,8 @@ def _moved(rec: dict) -> str:
         moved += f"; {', '.join(hidden)}: overlapped by the slower level"
     shared = sorted({(lvl["topology"], lvl["links_per_gpu"]) for lvl in rec["levels"] if lvl["links_per_gpu"]})
     if shared:
-        moved += (f" (B is a GPU's total over its {' / '.join(str(k) for _, k in shared)} {' / '.join(t for t, _ in shared)} "
+        counts, names = " / ".join(str(k) for _, k in shared), " / ".join(t for t, _ in shared)
+        moved += (f" (B is a GPU's total over its {counts} {names} "
                   "links: traffic that one link or the bisection limits counts more bytes than it sends)")
     return moved
 

@@ -464,7 +464,7 @@ def comm(
     network_bandwidth: Optional[str] = typer.Option(None, "--network-bandwidth", help="Hierarchical: B2 per GPU between nodes (its NIC share), e.g. 400Gb/s."),
     network_latency: Optional[str] = typer.Option(None, "--network-latency", help="Hierarchical: alpha2 per step between nodes, e.g. 5us."),
     network_topology: Optional[str] = typer.Option(None, "--network-topology", help="Hierarchical: switch (default) | tree | ring | mesh2d | torus2d between nodes."),
-    algorithm: str = typer.Option("auto", "--algorithm", help="auto (the fastest) | ring | tree | hierarchical | direct | torus2d | mesh2d."),
+    algorithm: str = typer.Option("auto", "--algorithm", help="auto (what NCCL would pick: the fastest, except rings for all-gather and reduce-scatter across nodes) | ring | tree | hierarchical | direct | torus2d | mesh2d."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="With --sweep: write a log-log plot of time vs size (.png, .svg or .html)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     force: bool = ForceOpt,

@@ -324,3 +324,24 @@ def test_calibrate_names_the_fields_an_unmapped_row_did_not_read(tmp_path):
     code, out, err = run_cli("calibrate", "--runs", str(runs))
     assert code == 0, err
     assert "not mapped: typo: hardware.num_gpus: not stated" in out and "num_gpu (did you mean num_gpus?)" in out
+
+
+def test_rows_on_clusters_of_one_name_are_priced_each_on_its_own():
+    """Two rows on 16 A100s that state different NIC counts (2 and 1 per node) get clusters of one name (the preset's,
+    'dgx-a100+row'); the fit priced both with the first row's cluster. Each is now priced on its own
+    cluster, as validate prices it: with 1 NIC per node instead of 2, the data-parallel gradient
+    reduction of ZeRO-1 over 2 nodes is slower, so the two predictions differ."""
+    import numpy as np
+
+    from planner.validate import validate_rows
+
+    base = {"gpu": "A100 80GB SXM", "num_gpus": 16, "model": "Llama-3-8B", "seq_len": 4096, "gbs": 64, "tp": 1,
+            "pp": 1, "vp": 1, "mbs": 1, "zero": 1, "recompute": "full", "step_time_s": 10.0}
+    rows = [{**base, "id": "two-nics", "hardware": {"nics_per_node": 2}},
+            {**base, "id": "one-nic", "hardware": {"nics_per_node": 1}}]
+    mapped = [map_run(r) for r in rows]
+    assert mapped[0].cluster.name == mapped[1].cluster.name and mapped[0].cluster != mapped[1].cluster
+    predictor = Predictor(prepare(mapped))
+    alone = [r.predicted for r in validate_rows(rows)]
+    assert alone[0] != alone[1]
+    assert np.allclose(predictor(DEFAULT), alone, rtol=1e-6)

@@ -86,7 +86,8 @@ class Predictor:
 
         by_setup: dict = {}
         for i, r in enumerate(self.rows):
-            key = (r.run.model.model_dump_json(), r.run.cluster.name, r.run.gpu.name)
+            # the cluster by its content: two users' cluster files may share a name (a file stem)
+            key = (r.run.model.model_dump_json(), r.run.cluster.model_dump_json(), r.run.gpu.name)
             by_setup.setdefault(key, []).append(i)
         for members in by_setup.values():
             batch = LayoutBatch.concat([self.rows[i].batch for i in members])

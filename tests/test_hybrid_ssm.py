@@ -141,7 +141,7 @@ def test_cli_evaluates_and_searches_a_hybrid_model():
                           "--gpus", "72", "--tp", "1", "--pp", "1", "--seq-len", "8192", "--gbs", "576"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "nemotron-h-8b on 72 x gb300 (gb300-nvl72" in out.stdout and "tokens/s/GPU" in out.stdout
+    assert "nemotron-h-8b (8.1B params) on 72 x gb300 (gb300-nvl72" in out.stdout and "tokens/s/GPU" in out.stdout
 
 
 GPT_OSS_120B_CONFIG = {  # openai/gpt-oss-120b config.json, the fields read

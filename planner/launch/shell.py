@@ -133,7 +133,7 @@ def _word_end(text: str, i: int) -> int:
         if c in " \t\n;&|<>()":
             return j
         if c == "\\":
-            j += 2
+            j += 3 if text.startswith("\\\r\n", j) else 2
         elif c in "'\"`":
             j = _read_quoted(text, j, c)
         elif text.startswith("$((", j) or text.startswith("$(", j):
@@ -146,13 +146,16 @@ def _word_end(text: str, i: int) -> int:
 
 
 def tokenize(text: str) -> list:
-    """Words and operators (``Word`` / str); comments and line continuations removed."""
-    text = text.replace("\\\r\n", "").replace("\\\n", "")
+    """Words and operators (``Word`` / str); comments and line continuations removed. A
+    backslash-newline joins lines outside comments only: a comment runs to its line's end, a
+    backslash in it is literal (bash(1) QUOTING and COMMENTS)."""
     out: list = []
     i = 0
     while i < len(text):
         c = text[i]
-        if c in " \t\r":
+        if c == "\\" and text.startswith(("\\\n", "\\\r\n"), i):
+            i += 2 if text[i + 1] == "\n" else 3
+        elif c in " \t\r":
             i += 1
         elif c == "#" and (i == 0 or text[i - 1] in " \t\n;&|()"):
             while i < len(text) and text[i] != "\n":
@@ -168,7 +171,7 @@ def tokenize(text: str) -> list:
             j = _word_end(text, i)
             if j == i:  # a lone character no rule consumed
                 j = i + 1
-            out.append(Word(text[i:j]))
+            out.append(Word(text[i:j].replace("\\\r\n", "").replace("\\\n", "")))
             i = j
     return out
 

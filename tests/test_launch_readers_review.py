@@ -1,0 +1,28 @@
+"""Launch readers against shapes found in upstream launch scripts (bigscience tr11-176B-ml.slurm,
+Megatron-LM examples). Each script is written by hand with the few lines that matter; the
+expected values are what bash itself does with them."""
+
+from planner.launch.megatron import find_arguments
+from planner.launch.shell import read_script
+
+
+def test_backslash_at_end_of_a_comment_does_not_continue_it():
+    # bash: a comment runs to the end of its line; a trailing backslash in it is literal, so the
+    # next line is a command of its own (bigscience train/tr11-176B-ml/tr11-176B-ml.slurm has
+    # '#    --universal-checkpoint \' right above 'export CMD=" ...').
+    text = '#    --universal-checkpoint \\\nexport CMD="pretrain_gpt.py --num-layers 70"\necho $CMD\n'
+    script = read_script(text, "x.slurm", {})
+    assert script.variables.get("CMD") == "pretrain_gpt.py --num-layers 70"
+    assert script.commands == [["echo", "pretrain_gpt.py", "--num-layers", "70"]]
+
+
+def test_line_continuations_still_join_outside_comments():
+    text = 'python pretrain_gpt.py \\\n    --num-layers 2 \\\n    --hidden-size 64\n'
+    assert read_script(text, "x.sh", {}).commands == [
+        ["python", "pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "64"]]
+
+
+def test_crlf_line_continuations_join_too():
+    text = 'python pretrain_gpt.py --num-layers\\\r\n 2 --hidden-size 64\n'
+    assert read_script(text, "x.sh", {}).commands == [
+        ["python", "pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "64"]]

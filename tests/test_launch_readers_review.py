@@ -2,7 +2,6 @@
 Megatron-LM examples). Each script is written by hand with the few lines that matter; the
 expected values are what bash itself does with them."""
 
-from planner.launch.megatron import find_arguments
 from planner.launch.shell import read_script
 
 
@@ -26,3 +25,12 @@ def test_crlf_line_continuations_join_too():
     text = 'python pretrain_gpt.py --num-layers\\\r\n 2 --hidden-size 64\n'
     assert read_script(text, "x.sh", {}).commands == [
         ["python", "pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "64"]]
+
+
+def test_a_file_descriptor_before_a_redirection_is_not_a_word():
+    # 'cmd ... 2>&1 | tee log' (bigscience tr11-176B-ml.slurm, most Megatron-DeepSpeed examples):
+    # the 2 belongs to the redirection (bash(1) REDIRECTION: [n]>&word).
+    text = 'python pretrain_gpt.py --num-layers 2 2>&1 | tee log\npython x.py --a 1 2> err.txt\n'
+    assert read_script(text, "x.sh", {}).commands == [
+        ["python", "pretrain_gpt.py", "--num-layers", "2"], ["tee", "log"], ["python", "x.py", "--a", "1"]]
+

@@ -171,6 +171,9 @@ def tokenize(text: str) -> list:
             j = _word_end(text, i)
             if j == i:  # a lone character no rule consumed
                 j = i + 1
+            if text[i:j].isdigit() and text.startswith(("<", ">"), j):  # 2>&1: a file descriptor
+                i = j
+                continue
             out.append(Word(text[i:j].replace("\\\r\n", "").replace("\\\n", "")))
             i = j
     return out

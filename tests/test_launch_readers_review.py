@@ -2,6 +2,7 @@
 Megatron-LM examples). Each script is written by hand with the few lines that matter; the
 expected values are what bash itself does with them."""
 
+from planner.launch.megatron import find_arguments
 from planner.launch.shell import read_script
 
 
@@ -34,3 +35,21 @@ def test_a_file_descriptor_before_a_redirection_is_not_a_word():
     assert read_script(text, "x.sh", {}).commands == [
         ["python", "pretrain_gpt.py", "--num-layers", "2"], ["tee", "log"], ["python", "x.py", "--a", "1"]]
 
+
+_TR11_SHAPE = """\
+LOAD_RATIOS_SCRIPT=/repo/data/catalogue/load_ratios_meg_ds_format.py
+python $LOAD_RATIOS_SCRIPT --dataset-ratios-path ratios.json --split train --output-meg-ds-ratio-file t.txt
+export LAUNCHER="python -u -m torch.distributed.run --nproc_per_node 8 --nnodes 48"
+export CMD=" `pwd`/pretrain_gpt.py --tensor-model-parallel-size 4 --pipeline-model-parallel-size 12 --num-layers 70"
+srun --wait=60 --jobid $SLURM_JOB_ID bash -c "$LAUNCHER --node_rank \\$SLURM_PROCID $CMD" 2>&1 | tee -a main_log.txt
+"""
+
+
+def test_the_training_command_is_found_behind_a_data_helper_and_inside_bash_c():
+    # bigscience train/tr11-176B-ml/tr11-176B-ml.slurm: a data-preparation 'python helper.py'
+    # runs first; the training command is srun ... bash -c "$LAUNCHER ... $CMD".
+    launcher, arguments, how = find_arguments(read_script(_TR11_SHAPE, "tr11.slurm", {"PWD": "."}))
+    assert arguments == ["--tensor-model-parallel-size", "4", "--pipeline-model-parallel-size", "12",
+                         "--num-layers", "70"]
+    assert "--nproc_per_node" in launcher and "--nnodes" in launcher
+    assert how.endswith("pretrain_gpt.py")

@@ -102,12 +102,29 @@ def _entry_index(words: list[str]) -> int | None:
     return None
 
 
+def _inline_shell(words: list[str]) -> list[str]:
+    """``srun ... bash -c "torchrun ... pretrain_gpt.py ..."``: the string's words spliced in place
+    of ``bash -c STRING`` (the outer shell has already expanded it)."""
+    for k in range(len(words) - 2):
+        if words[k].rsplit("/", 1)[-1] in ("bash", "sh") and words[k + 1] == "-c":
+            return words[:k] + words[k + 2].split() + words[k + 3:]
+    return words
+
+
 def find_arguments(script) -> tuple[list[str], list[str], str]:
-    """(launcher words, Megatron arguments, how the file launches)."""
-    for words in script.commands:
+    """(launcher words, Megatron arguments, how the file launches). Of the commands that start a
+    ``*.py`` entrypoint, the one passing the most Megatron flags: a script may run data helpers
+    (``python load_ratios.py --split train``) before training."""
+    known, best = known_flags(), None
+    for words in map(_inline_shell, script.commands):
         k = _entry_index(words)
         if k is not None:
-            return words[:k], words[k + 1:], f"{words[0].rsplit('/', 1)[-1]} ... {words[k].rsplit('/', 1)[-1]}"
+            score = sum(w.partition("=")[0] in known for w in words[k + 1:])
+            if best is None or score > best[0]:
+                best = (score, words, k)
+    if best is not None:
+        _, words, k = best
+        return words[:k], words[k + 1:], f"{words[0].rsplit('/', 1)[-1]} ... {words[k].rsplit('/', 1)[-1]}"
     flat = [w for words in script.commands for w in words]
     if flat and all(words[0].startswith("--") for words in script.commands):
         return [], flat, "a bare argument list"

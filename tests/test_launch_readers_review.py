@@ -53,3 +53,17 @@ def test_the_training_command_is_found_behind_a_data_helper_and_inside_bash_c():
                          "--num-layers", "70"]
     assert "--nproc_per_node" in launcher and "--nnodes" in launcher
     assert how.endswith("pretrain_gpt.py")
+
+
+def test_deepspeed_micro_batch_from_train_batch_size_splits_over_data_parallel_ranks(tmp_path):
+    # DeepSpeed runtime/config.py _set_batch_related_parameters: with train_batch_size and
+    # gradient_accumulation_steps but no train_micro_batch_size_per_gpu, micro = 512 // 8 // 1 = 64
+    # (Megatron-DeepSpeed examples_deepspeed/curriculum_learning/ds_zero_stage_1_config_baseline.json).
+    from planner.cli.from_launch.resolve import launch_job
+    from planner.launch import read_launch
+
+    path = tmp_path / "ds_config.json"
+    path.write_text('{"train_batch_size": 512, "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 1},'
+                    ' "bf16": {"enabled": true}}')
+    problem, values, _, _ = launch_job(read_launch(str(path)), model="llama3-8b", gpus=8, gpu="h100")
+    assert (problem.gbs, values["mbs"]) == (512, 64)

@@ -44,8 +44,14 @@ def _batch(cfg: dict, launch: Launch) -> None:
             launch.notes.append(f"{key} is 'auto' (filled in by the Hugging Face Trainer): taken as unstated")
     if mb is not None:
         launch.state("mbs", mb)
+    elif tb is not None:
+        # runtime/config.py _set_batch_related_parameters: micro = train_batch // world_size // gas
+        # (gas 1 when unstated), world_size being the data-parallel ranks: known once --gpus is.
+        launch.state("gbs", tb)
+        launch.mbs_from_gbs_ga = ga or 1
+        return
     else:
-        launch.default("mbs", tb // ga if tb and ga else 1, "no train_micro_batch_size_per_gpu")
+        launch.default("mbs", 1, "no train_micro_batch_size_per_gpu")
     if tb is not None:
         launch.state("gbs", tb)
         micro = launch.values["mbs"] * (ga or 0)

@@ -79,6 +79,9 @@ class Launch:
     """When the file gives no global batch: how the framework derives it ("mbs*dp": micro-batch x
     data-parallel ranks; "per_dp*dp": ``gbs_per_dp`` sequences per data-parallel rank)."""
     gbs_per_dp: int = 0
+    mbs_from_gbs_ga: int = 0
+    """DeepSpeed without ``train_micro_batch_size_per_gpu``: the micro-batch is gbs / (this
+    gradient-accumulation count x dp), once the GPU count gives dp (0: the file states mbs)."""
     shard_replicas: int = 0
     """Hybrid sharding the file states as a replica count (Megatron's distributed-optimizer
     instances): dp_shard = dp / shard_replicas once the GPU count gives dp (0: not stated)."""

@@ -130,6 +130,14 @@ def launch_job(launch: Launch, *, model=None, gpus=None, gpu=None, cluster=None,
     gpu, cluster = _hardware(launch, gpu, cluster)
     n = _gpus(launch, gpus, values, derived)
     gbs, seq = _batch(launch, model_spec, values, n, tokens_per_batch, derived)
+    if launch.mbs_from_gbs_ga and values.get("mbs") is None:
+        ga, dp = launch.mbs_from_gbs_ga, max(n // (values["tp"] * values["pp"] * values["cp"]), 1)
+        if gbs % (ga * dp):
+            raise PlannerInputError(f"{launch.path}: train_batch_size={gbs} is not gradient_accumulation_steps {ga} x "
+                                    f"dp {dp} x a whole micro-batch (deepspeed runtime/config.py _batch_assertion)")
+        values["mbs"] = gbs // (ga * dp)
+        derived.append(f"mbs {values['mbs']} = train_batch_size {gbs} / (gradient_accumulation_steps {ga} x dp {dp}) "
+                       "(DeepSpeed's rule without train_micro_batch_size_per_gpu)")
     if launch.shard_replicas > 1 and values.get("dp_shard") is None:
         dp = max(n // (values["tp"] * values["pp"] * values["cp"]), 1)
         values["dp_shard"] = max(dp // launch.shard_replicas, 1)

@@ -67,3 +67,15 @@ def test_deepspeed_micro_batch_from_train_batch_size_splits_over_data_parallel_r
                     ' "bf16": {"enabled": true}}')
     problem, values, _, _ = launch_job(read_launch(str(path)), model="llama3-8b", gpus=8, gpu="h100")
     assert (problem.gbs, values["mbs"]) == (512, 64)
+
+
+def test_eval_runs_the_command_its_words_spell():
+    # Megatron-DeepSpeed examples_deepspeed/MoE/ds_pretrain_gpt_1.3B_MoE128.sh (and most of
+    # examples_deepspeed/): run_cmd="deepspeed .../pretrain_gpt.py ${megatron_options} &> log"; eval ${run_cmd}
+    text = ('opts=" --num-layers 24  --hidden-size 2048"\nD=`pwd`\n'
+            'run_cmd="deepspeed ${D}/pretrain_gpt.py ${opts} &> ${D}/log.txt"\necho ${run_cmd}\neval ${run_cmd}\n')
+    script = read_script(text, "x.sh", {})
+    assert ["deepspeed", "<command-substitution>/pretrain_gpt.py", "--num-layers", "24", "--hidden-size",
+            "2048"] in script.commands
+    launcher, arguments, how = find_arguments(script)
+    assert (launcher, arguments) == (["deepspeed"], ["--num-layers", "24", "--hidden-size", "2048"])

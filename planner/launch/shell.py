@@ -578,6 +578,10 @@ class _Walker:
         if name in ("source", "."):
             self.s.notes.append(f"'{' '.join(expanded[:2])}' not followed (its variables are unknown here)")
             return True
+        if name == "eval":  # bash(1) eval: its arguments, joined by spaces, are read and run as a command
+            line = " ".join(expanded[1:]).replace(SUBSTITUTION, f"'{SUBSTITUTION}'")  # a placeholder, not a redirection
+            self.run(_Parser(tokenize(line)).statements())
+            return True
         if name in ("true", ":"):
             return True
         if name == "false":

@@ -79,3 +79,11 @@ def test_eval_runs_the_command_its_words_spell():
             "2048"] in script.commands
     launcher, arguments, how = find_arguments(script)
     assert (launcher, arguments) == (["deepspeed"], ["--num-layers", "24", "--hidden-size", "2048"])
+
+
+def test_bash_options_before_c_still_name_the_command_string():
+    # Megatron-LM examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh: srun ... bash -x -c "${TRAINING_CMD}"
+    for shell in ("bash -x -c", "bash -lc", "/bin/sh -c"):
+        text = f'srun --mpi=pmix {shell} "torchrun --nproc-per-node 4 pretrain_gpt.py --num-layers 2"\n'
+        launcher, arguments, _ = find_arguments(read_script(text, "x.sh", {}))
+        assert arguments == ["--num-layers", "2"] and launcher[-2:] == ["--nproc-per-node", "4"], shell

@@ -105,9 +105,14 @@ def _entry_index(words: list[str]) -> int | None:
 def _inline_shell(words: list[str]) -> list[str]:
     """``srun ... bash -c "torchrun ... pretrain_gpt.py ..."``: the string's words spliced in place
     of ``bash -c STRING`` (the outer shell has already expanded it)."""
-    for k in range(len(words) - 2):
-        if words[k].rsplit("/", 1)[-1] in ("bash", "sh") and words[k + 1] == "-c":
-            return words[:k] + words[k + 2].split() + words[k + 3:]
+    for k, word in enumerate(words):
+        if word.rsplit("/", 1)[-1] not in ("bash", "sh"):
+            continue
+        j = k + 1
+        while j < len(words) and re.fullmatch(r"-[a-z]+", words[j]):  # bash -x -c, bash -lc
+            j += 1
+        if j < len(words) and any("c" in opt for opt in words[k + 1:j]):
+            return words[:k] + words[j].split() + words[j + 1:]
     return words
 
 

@@ -87,3 +87,19 @@ def test_bash_options_before_c_still_name_the_command_string():
         text = f'srun --mpi=pmix {shell} "torchrun --nproc-per-node 4 pretrain_gpt.py --num-layers 2"\n'
         launcher, arguments, _ = find_arguments(read_script(text, "x.sh", {}))
         assert arguments == ["--num-layers", "2"] and launcher[-2:] == ["--nproc-per-node", "4"], shell
+
+
+def test_torchtitan_old_spellings_count_as_stated(tmp_path):
+    # torchtitan 0.2.2 torchtitan/models/llama3/train_configs/llama3_405b.toml sets
+    # parallelism.enable_async_tensor_parallel = true (0.3 moved it to compile.*); 0.1.0's
+    # llama3_8b.toml sets training.compile = false (later compile.enable). Both are the file's
+    # settings, not defaults (async TP's default is off: it cannot be listed as a default 'on').
+    from planner.launch import read_launch
+
+    path = tmp_path / "job.toml"
+    path.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 1\nseq_len = 8192\n'
+                    'compile = false\n[parallelism]\ntensor_parallel_degree = 8\nenable_async_tensor_parallel = true\n')
+    launch = read_launch(str(path))
+    assert {"tp_comm_overlap", "kernels"} <= launch.stated
+    assert launch.values["tp_comm_overlap"] is True and launch.values["kernels"] == "eager"
+    assert not {d.option for d in launch.defaults} & {"tp_comm_overlap", "kernels"}

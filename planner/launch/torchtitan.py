@@ -185,7 +185,10 @@ def _degrees(c: _Config) -> None:
     sp = boolean(c.get("parallelism.enable_sequence_parallel"), "parallelism.enable_sequence_parallel")
     _put(c, "sequence_parallel", sp and launch.values["tp"] > 1, "parallelism.enable_sequence_parallel")
     async_tp = c.get("compile.enable_async_tensor_parallel") or c.settings.get("parallelism.enable_async_tensor_parallel")
-    _put(c, "tp_comm_overlap", bool(async_tp) and launch.values["tp"] > 1, "compile.enable_async_tensor_parallel")
+    key = "compile.enable_async_tensor_parallel"  # 0.3; 0.1 and 0.2 spell it parallelism.enable_async_tensor_parallel
+    if key not in c.settings and "parallelism.enable_async_tensor_parallel" in c.settings:
+        key = "parallelism.enable_async_tensor_parallel"
+    _put(c, "tp_comm_overlap", bool(async_tp) and launch.values["tp"] > 1, key)
     if async_tp and launch.values["tp"] > 1:  # torchtitan's only TP overlap: PyTorch async TP
         launch.state("tp_overlap_kind", "asynctp")
     if c.get("parallelism.module_fqns_per_model_part"):
@@ -310,7 +313,7 @@ def _recompute(c: _Config) -> None:
 def _kernels_precision(c: _Config) -> None:
     launch = c.launch
     compiled = c.get("compile.enable") or c.settings.get("training.compile")
-    key = "compile.enable" if "compile.enable" in c.settings or not c.settings.get("training.compile") else "training.compile"
+    key = "compile.enable" if "compile.enable" in c.settings or "training.compile" not in c.settings else "training.compile"
     _put(c, "kernels", "fused" if compiled else "eager", key)
     converters = [str(x) for x in (c.get("model.converters") or [])]
     if isinstance(c.get("model.converters"), str):

@@ -103,3 +103,21 @@ def test_torchtitan_old_spellings_count_as_stated(tmp_path):
     assert {"tp_comm_overlap", "kernels"} <= launch.stated
     assert launch.values["tp_comm_overlap"] is True and launch.values["kernels"] == "eager"
     assert not {d.option for d in launch.defaults} & {"tp_comm_overlap", "kernels"}
+
+
+def test_bridge_yaml_that_switches_a_setting_off_states_it(tmp_path):
+    # Megatron-Bridge examples/models/qwen/qwen3_next/conf/qwen3_next_80b_a3b_finetune_override_example.yaml
+    # sets model.cross_entropy_loss_fusion: False and ddp.grad_reduce_in_fp32: true: the file's own
+    # settings (unfused loss, FP32 reduction), so they are read, not listed as defaults "not in the file".
+    from hardware_catalog import get_model
+    from planner.launch import read_launch
+
+    path = tmp_path / "override.yaml"
+    path.write_text("model:\n  cross_entropy_loss_fusion: False\ntrain:\n  global_batch_size: 64\n"
+                    "ddp:\n  grad_reduce_in_fp32: true\n")
+    launch = read_launch(str(path), model=get_model("llama3-8b"))
+    assert (launch.values["loss"], launch.values["grad_dtype"]) == ("unfused", "fp32")
+    assert {"loss", "grad_dtype"} <= launch.stated
+    assert not {d.option for d in launch.defaults} & {"loss", "grad_dtype"}
+    path.write_text("ddp:\n  grad_reduce_in_fp32: false\n")
+    assert read_launch(str(path), model=get_model("llama3-8b")).values["grad_dtype"] == "bf16"

@@ -226,6 +226,9 @@ def _read(s: Settings, launch: Launch, option: str, convert=None, why: str = "")
     """``option`` through the table: stated when the file holds one of its rows' keys, else the
     table's default (``None`` there: not set). Returns the value."""
     value, keys = TABLE.read(option, s.values)
+    flags = {key for row in TABLE.rows_for(option) for key, _ in row.sets}
+    if not keys and len(flags) == 1 and str(s.values.get(next(iter(flags)))).lower() == "false":
+        keys = sorted(flags)  # a config YAML states the one switch off (a command line cannot): the default, stated
     if keys:
         launch.state(option, convert(value, s.label(keys[0])) if convert else value)
     elif value is not None:

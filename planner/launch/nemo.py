@@ -163,8 +163,8 @@ def _translate(s: Settings) -> None:
         v["untie_embeddings_and_output_weights"] = not v.pop("share_embeddings_and_output_weights")
     if v.get("num_query_groups") not in (None, v.get("num_attention_heads")):
         v["group_query_attention"] = True
-    if v.pop("grad_reduce_in_fp32", True) is False:
-        v["grad_reduce_in_bf16"] = True
+    if "grad_reduce_in_fp32" in v:  # Bridge's ddp.grad_reduce_in_fp32 is Megatron-LM's not --grad-reduce-in-bf16
+        v["grad_reduce_in_bf16"] = v.pop("grad_reduce_in_fp32") is False
     if "overlap_p2p_comm" in v:  # Megatron-LM's store_false --no-overlap-p2p-communication (bridge.NEGATED)
         v["no_overlap_p2p_communication"] = not v.pop("overlap_p2p_comm")
     for dest in ("num_nodes", "devices", "overlap_param_gather"):

@@ -121,3 +121,36 @@ def test_bridge_yaml_that_switches_a_setting_off_states_it(tmp_path):
     assert not {d.option for d in launch.defaults} & {"loss", "grad_dtype"}
     path.write_text("ddp:\n  grad_reduce_in_fp32: false\n")
     assert read_launch(str(path), model=get_model("llama3-8b")).values["grad_dtype"] == "bf16"
+
+
+_CASE = """\
+MODEL_SCALE="800M" # or "8B"
+case "${MODEL_SCALE}" in
+    "800M")
+        TP=1
+        HIDDEN_SIZE=1024
+        ;;
+    "8B"|8b)
+        TP=4
+        HIDDEN_SIZE=4096
+        ;;
+    *)
+        echo "Invalid version specified"
+        exit 1
+        ;;
+esac
+torchrun --nproc_per_node 8 pretrain_hybrid.py --tensor-model-parallel-size ${TP} --hidden-size ${HIDDEN_SIZE}
+"""
+
+
+def test_case_runs_the_matching_clause():
+    # Megatron-LM examples/mamba/train.sh (d98e8a6) picks its shape in a 'case' block; skipped, it
+    # left --hidden-size and --tensor-model-parallel-size without values. bash runs the first
+    # clause whose pattern matches (bash(1) Compound Commands: case).
+    for scale, tp, hidden in (("800M", "1", "1024"), ("8B", "4", "4096"), ("8b", "4", "4096")):
+        script = read_script(_CASE.replace('"800M" #', f'"{scale}" #'), "train.sh", {})
+        assert script.commands[-1][-4:] == ["--tensor-model-parallel-size", tp, "--hidden-size", hidden], scale
+    script = read_script(_CASE.replace('"800M" #', '"70B" #'), "train.sh", {})  # the *) clause exits
+    assert script.commands == [["echo", "Invalid version specified"]]
+    one_line = 'case $X in (a) Y=1 ;; b|c) Y=2 ;; esac; echo $Y\n'
+    assert read_script(one_line, "x.sh", {"X": "c"}).commands == [["echo", "2"]]

@@ -24,6 +24,7 @@ and function definitions are skipped.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from dataclasses import dataclass, field
 
@@ -407,7 +408,7 @@ class _Fields:
 
 # ----------------------------------------------------------------------------------- statements
 
-_SKIP_BLOCKS = {"for": "done", "while": "done", "until": "done", "case": "esac", "select": "done"}
+_SKIP_BLOCKS = {"for": "done", "while": "done", "until": "done", "select": "done"}
 _KEYWORDS = {"then", "elif", "else", "fi", "do", "done", "esac", "}"}
 
 
@@ -421,6 +422,12 @@ class _Command:
 class _If:
     branches: list  # [(condition statements, body statements)]
     orelse: list
+
+
+@dataclass
+class _Case:
+    subject: "Word"
+    clauses: list  # [(pattern Words, body statements)]
 
 
 @dataclass
@@ -448,6 +455,8 @@ class _Parser:
         while self.i < len(self.t):
             tok = self.peek()
             if isinstance(tok, str):
+                if tok in stop:
+                    break
                 self.i += 1
                 link = tok if tok in ("&&", "||") else ""
                 continue
@@ -464,6 +473,8 @@ class _Parser:
         tok = self.peek()
         if tok.raw == "if":
             return self.if_block()
+        if tok.raw == "case" and isinstance(self.t[self.i + 1] if self.i + 1 < len(self.t) else None, Word):
+            return self.case_block()
         if tok.raw in _SKIP_BLOCKS:
             self.skip_until(_SKIP_BLOCKS[tok.raw], tok.raw)
             return _Skipped(f"'{tok.raw}' block")
@@ -495,6 +506,44 @@ class _Parser:
                 self.i += 1
             break
         return _If(branches, orelse)
+
+    def case_block(self) -> "_Case":
+        """``case WORD in PATTERN[|PATTERN]) BODY ;; ... esac`` (bash(1) Compound Commands)."""
+        self.i += 1  # "case"
+        subject = self.t[self.i]
+        self.i += 1
+        while self.peek() == "\n":
+            self.i += 1
+        if isinstance(self.peek(), Word) and self.peek().raw == "in":
+            self.i += 1
+        clauses = []
+        while self.i < len(self.t):
+            start = self.i
+            while self.peek() in ("\n", ";"):
+                self.i += 1
+            tok = self.peek()
+            if tok is None:
+                break
+            if isinstance(tok, Word) and tok.raw == "esac":
+                self.i += 1
+                break
+            if tok == "(":
+                self.i += 1
+            patterns = []
+            while isinstance(self.peek(), Word) or self.peek() == "|":
+                if isinstance(self.peek(), Word):
+                    patterns.append(self.peek())
+                self.i += 1
+            if self.peek() == ")":
+                self.i += 1
+            body = self.statements(stop=("esac", ";;"))
+            if self.peek() == ";;":
+                self.i += 1
+            clauses.append((patterns, body))
+            if self.i == start:  # nothing consumed: not a case we can read
+                self.skip_until("esac", "case")
+                break
+        return _Case(subject, clauses)
 
     def skip_until(self, end: str, start: str) -> None:
         depth = 0
@@ -534,8 +583,20 @@ class _Walker:
                 self.s.notes.append(f"{st.what} not evaluated")
             elif isinstance(st, _If):
                 self.run_if(st)
+            elif isinstance(st, _Case):
+                self.run_case(st)
             else:
                 last_ok = self.command(st.words)
+
+    def run_case(self, block: _Case) -> None:
+        """The first clause whose pattern (a glob) matches the expanded word."""
+        value = self.x.text(block.subject.raw)
+        if SUBSTITUTION in value:
+            self.s.notes.append(f"'case {block.subject.raw}' on an unknown value: its first matching pattern taken")
+        for patterns, body in block.clauses:
+            if any(fnmatch.fnmatchcase(value, self.x.text(p.raw)) for p in patterns):
+                self.run(body)
+                return
 
     def run_if(self, block: _If) -> None:
         for cond, body in block.branches:

@@ -154,3 +154,17 @@ def test_case_runs_the_matching_clause():
     assert script.commands == [["echo", "Invalid version specified"]]
     one_line = 'case $X in (a) Y=1 ;; b|c) Y=2 ;; esac; echo $Y\n'
     assert read_script(one_line, "x.sh", {"X": "c"}).commands == [["echo", "2"]]
+
+
+def test_model_flag_that_replaces_a_stated_shape_says_so(tmp_path):
+    # The README: flags next to --from-launch override the file. --model over a file that states
+    # its own shape (Megatron-LM examples/llama/train_llama3_8b_h100_fp8.sh: 32 layers, hidden
+    # 4096, 32 heads) used to print only the preset's name.
+    from hardware_catalog import get_model
+    from planner.launch import read_launch
+
+    path = tmp_path / "args.txt"
+    path.write_text("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 8192\n")
+    note = read_launch(str(path), "megatron", model=get_model("llama3-70b")).model_note
+    assert "--num-layers 32" in note and "--hidden-size 4096" in note and "--num-attention-heads 32" in note
+    assert read_launch(str(path), "megatron", model=get_model("llama3-8b")).model_note == ""

@@ -169,6 +169,14 @@ def model_fields(s: Settings, tp: int) -> tuple[dict, tuple, str]:
     return fields, candidates, vocab_note
 
 
+def _shape_given_away(s: Settings, model, launch: Launch) -> None:
+    """--model replaces the file's shape: say so where the file states a different one."""
+    differ = [f"{s.label(d)} {s.get(d)}" for d in ("num_layers", "hidden_size", "num_attention_heads")
+              if s.has(d) and str(s.get(d)) != str(getattr(model, d))]
+    if differ:
+        launch.model_note = f"from --model, in place of the file's shape ({', '.join(differ)})"
+
+
 def _dropout(s: Settings) -> bool:
     """--attention-dropout / --hidden-dropout, default 0.1 each (_add_regularization_args)."""
     return any(number(s.get(d, 0.1), s.label(d)) > 0 for d in ("attention_dropout", "hidden_dropout"))
@@ -189,6 +197,7 @@ def to_launch(s: Settings, launch: Launch, model=None) -> Launch:
         launch.model, launch.model_note = shape_model(fields, candidates, "launch-model", vocab_note)
     else:
         launch.model = model
+        _shape_given_away(s, model, launch)
     if launch.model.moe is None:
         launch.values["etp"] = 1
     _pipeline(s, launch)

@@ -168,3 +168,21 @@ def test_model_flag_that_replaces_a_stated_shape_says_so(tmp_path):
     note = read_launch(str(path), "megatron", model=get_model("llama3-70b")).model_note
     assert "--num-layers 32" in note and "--hidden-size 4096" in note and "--num-attention-heads 32" in note
     assert read_launch(str(path), "megatron", model=get_model("llama3-8b")).model_note == ""
+
+
+def test_an_omegaconf_interpolation_is_refused_by_name(tmp_path):
+    # NeMo examples/nlp/language_modeling/conf/megatron_gpt_config.yaml (8cfedd7):
+    # max_position_embeddings: ${.encoder_seq_length}. It used to fail as "must be an integer"
+    # without the file's name or the reason.
+    import pytest
+
+    from hardware_catalog.errors import PlannerInputError
+    from planner.launch import read_launch
+
+    path = tmp_path / "megatron_gpt_config.yaml"
+    path.write_text("model:\n  encoder_seq_length: 2048\n  max_position_embeddings: ${.encoder_seq_length}\n"
+                    "  num_layers: 12\n  hidden_size: 768\n  num_attention_heads: 12\n")
+    with pytest.raises(PlannerInputError) as err:
+        read_launch(str(path))
+    message = str(err.value)
+    assert str(path) in message and "model.max_position_embeddings" in message and "interpolation" in message

@@ -139,6 +139,10 @@ def to_settings(flat: dict, launch: Launch) -> Settings:
         if key in _PRECISION_KEYS or key in ("trainer.num_nodes", "trainer.devices"):
             continue
         if dest in MAPPED or dest in _SPECIAL:
+            if isinstance(value, str) and "${" in value:
+                raise PlannerInputError(f"{launch.path}: {key}={value!r} is an OmegaConf interpolation (a Hydra config such "
+                                        "as NeMo 1's megatron_gpt_config.yaml), which planner does not resolve: give the "
+                                        "resolved config (NeMo 2 / Megatron-Bridge) or the value itself")
             s.values[dest], s.where[dest] = value, key
         elif key.startswith(QUIET_PREFIXES) or dest is not None:
             launch.ignored.append(key)

@@ -186,3 +186,22 @@ def test_an_omegaconf_interpolation_is_refused_by_name(tmp_path):
         read_launch(str(path))
     message = str(err.value)
     assert str(path) in message and "model.max_position_embeddings" in message and "interpolation" in message
+
+
+def test_a_megatron_deepspeed_launch_is_refused_not_priced_as_megatron_lm(tmp_path):
+    # bigscience train/tr11-176B-ml/tr11-176B-ml.slurm and Megatron-DeepSpeed
+    # examples_deepspeed/MoE/ds_pretrain_gpt_1.3B_MoE128.sh pass --deepspeed --deepspeed_config F
+    # --zero-stage N --checkpoint-activations: read as Megatron-LM they were priced with ZeRO-0 and
+    # no recompute (exit 0, or 3 'does not fit').
+    import pytest
+
+    from hardware_catalog.errors import PlannerInputError
+    from planner.launch import read_launch
+
+    path = tmp_path / "tr11.slurm"
+    path.write_text("python -u -m torch.distributed.run --nproc_per_node 8 pretrain_gpt.py --num-layers 70 "
+                    "--hidden-size 14336 --num-attention-heads 112 --checkpoint-activations --deepspeed "
+                    "--deepspeed_config ds_config.json --zero-stage 0\n")
+    with pytest.raises(PlannerInputError) as err:
+        read_launch(str(path))
+    assert str(err.value).startswith(f"{path}: --deepspeed: a Megatron-DeepSpeed launch")

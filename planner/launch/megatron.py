@@ -200,6 +200,11 @@ def read(text: str, path: str, model=None) -> Launch:
 
     script = read_script(text, path, _environment(text))
     launcher, arguments, how = find_arguments(script)
+    if "--deepspeed" in arguments:  # Megatron-DeepSpeed's switch (megatron/arguments.py there); not Megatron-LM's
+        raise PlannerInputError(f"{path}: --deepspeed: a Megatron-DeepSpeed launch, where --zero-stage, "
+                                "--checkpoint-activations (full recompute) and the ds_config JSON set what Megatron-LM's "
+                                "arguments planner reads do not: price its DeepSpeed config (--from-launch ds_config.json "
+                                "--model NAME --tp N --pp N)")
     launch = Launch(format="megatron", path=path, launcher=how)
     gpu_count(launcher, script, launch)
     settings = parse_arguments(arguments, launch)

@@ -205,3 +205,17 @@ def test_a_megatron_deepspeed_launch_is_refused_not_priced_as_megatron_lm(tmp_pa
     with pytest.raises(PlannerInputError) as err:
         read_launch(str(path))
     assert str(err.value).startswith(f"{path}: --deepspeed: a Megatron-DeepSpeed launch")
+
+
+def test_no_arguments_found_names_the_sourced_file(tmp_path):
+    # Megatron-LM examples/academic_paper_scripts/sc21/run_table_1.sh (d98e8a6) sets its variables
+    # and runs '. `pwd`/SBATCH.sh', where the training command lives.
+    import pytest
+
+    from hardware_catalog.errors import PlannerInputError
+    from planner.launch import read_launch
+
+    path = tmp_path / "run_table_1.sh"
+    path.write_text("TP=1\nNLS=24\n. ./CONFIG.sh\n. ./SBATCH.sh\nexit 0\n")
+    with pytest.raises(PlannerInputError, match=r"found no Megatron-LM arguments .*sources \. \./CONFIG\.sh, \. \./SBATCH\.sh"):
+        read_launch(str(path))

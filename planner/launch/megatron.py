@@ -137,8 +137,10 @@ def find_arguments(script) -> tuple[list[str], list[str], str]:
     best = max(script.array_order, key=lambda n: sum(w in known for w in script.arrays[n]), default=None)
     if best is not None and any(w in known for w in script.arrays[best]):
         return [], script.arrays[best], f"the bash array {best}"
+    sourced = [note.split("'")[1] for note in script.notes if note.endswith("not followed (its variables are unknown here)")]
+    why = f"; it sources {', '.join(sourced)}, which planner does not follow: give that file" if sourced else ""
     raise PlannerInputError(f"{script.path}: found no Megatron-LM arguments (no command running a *.py entrypoint, "
-                            "no bash array of Megatron flags, no argument list)")
+                            f"no bash array of Megatron flags, no argument list){why}")
 
 
 def _option(words: list[str], *names: str):

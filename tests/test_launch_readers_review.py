@@ -219,3 +219,22 @@ def test_no_arguments_found_names_the_sourced_file(tmp_path):
     path.write_text("TP=1\nNLS=24\n. ./CONFIG.sh\n. ./SBATCH.sh\nexit 0\n")
     with pytest.raises(PlannerInputError, match=r"found no Megatron-LM arguments .*sources \. \./CONFIG\.sh, \. \./SBATCH\.sh"):
         read_launch(str(path))
+
+
+def test_no_arguments_found_says_where_the_walk_stopped_or_what_it_skipped(tmp_path):
+    # Megatron-Bridge examples/models/gpt_oss/slurm_pretrain.sh (067f987): CONTAINER_IMAGE="" then
+    # 'if [ -z "$CONTAINER_IMAGE" ]; then ... exit 1; fi' before a 'for CONFIG in ...' loop that runs
+    # the training command.
+    import pytest
+
+    from hardware_catalog.errors import PlannerInputError
+    from planner.launch import read_launch
+
+    body = ('for CONFIG in "${CONFIGS[@]}"; do\n  srun uv run python run_recipe.py --recipe r model.tp=$TP\ndone\n')
+    path = tmp_path / "slurm_pretrain.sh"
+    path.write_text('CONTAINER_IMAGE=""\nif [ -z "$CONTAINER_IMAGE" ]; then\n  echo need one\n  exit 1\nfi\n' + body)
+    with pytest.raises(PlannerInputError, match=r"found no Megatron-LM arguments .*stops at 'exit 1'$"):
+        read_launch(str(path), "megatron")
+    path.write_text('CONTAINER_IMAGE="img"\n' + body)
+    with pytest.raises(PlannerInputError, match=r"found no Megatron-LM arguments .*does not run its for loops$"):
+        read_launch(str(path), "megatron")

@@ -139,6 +139,10 @@ def find_arguments(script) -> tuple[list[str], list[str], str]:
         return [], script.arrays[best], f"the bash array {best}"
     sourced = [note.split("'")[1] for note in script.notes if note.endswith("not followed (its variables are unknown here)")]
     why = f"; it sources {', '.join(sourced)}, which planner does not follow: give that file" if sourced else ""
+    skipped = [note.split("'")[1] for note in script.notes if note.endswith("block not evaluated")]
+    why += f"; planner does not run its {', '.join(dict.fromkeys(skipped))} loops" if skipped else ""
+    if script.exited and script.exited != "exit 0":
+        why += f"; with its variables as set in the file, it stops at '{script.exited}'"
     raise PlannerInputError(f"{script.path}: found no Megatron-LM arguments (no command running a *.py entrypoint, "
                             f"no bash array of Megatron flags, no argument list){why}")
 

@@ -55,6 +55,8 @@ class Script:
     """What the walk could not evaluate."""
     expanded_chars: int = 0
     """Characters produced by expansion so far (bounded by ``MAX_EXPANDED_CHARS``)."""
+    exited: str = ""
+    """The ``exit`` command that ended the walk ("" when the walk reached the end)."""
 
 
 # ----------------------------------------------------------------------------------- tokens
@@ -635,6 +637,7 @@ class _Walker:
                     self.assign(r)
             return True
         if name == "exit":
+            self.s.exited = " ".join(expanded)
             raise _Exit()
         if name in ("source", "."):
             self.s.notes.append(f"'{' '.join(expanded[:2])}' not followed (its variables are unknown here)")

@@ -3,7 +3,7 @@ command that answered wrongly or unhelpfully before its fix."""
 
 from __future__ import annotations
 
-from tests.test_hostile_inputs import cli, one_error_line
+from test_hostile_inputs import cli, one_error_line
 
 
 def test_unparsable_number_names_the_value_typed():

@@ -212,7 +212,7 @@ def test_deepspeed_refuses_models_megatron_deepspeed_cannot_build():
 
     from planner.export import deepspeed
     from planner.export.common import CannotExpress, build_plan
-    from tests.test_export import DEEPSEEK_LIKE, DGX_H100, LLAMA3_8B, record
+    from test_export import DEEPSEEK_LIKE, DGX_H100, LLAMA3_8B, record
 
     rec = record(DEEPSEEK_LIKE, tp=8, dp=8, ep=8, gbs=64, seq_len=4096, recompute="full")
     with pytest.raises(CannotExpress, match="multi-latent attention") as err:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from planner.export import FORMATS
 from planner.export.expressible import launch_notes, refusals, rule_names
 from planner.frameworks.releases import framework_settings
-from tests.test_export import DGX_H100, LLAMA3_8B, record
+from test_export import DGX_H100, LLAMA3_8B, record
 
 
 def _cases():

@@ -545,8 +545,10 @@ def test_deepspeed_bf16_gradients(tmp_path):
     rec["layout"]["grad_dtype"] = "bf16"
     cfg = json.loads(export(rec, LLAMA3_8B, tmp_path, formats="deepspeed").written[0].read_text())
     assert cfg["communication_data_type"] == "bf16" and cfg["data_types"] == {"grad_accum_dtype": "bf16"}
+    # Priced with FP32 gradients (the default): written out too, since DeepSpeed would otherwise reduce
+    # a bf16 model's gradients in bf16 (deepspeed runtime/engine.py communication_data_type, get_data_types).
     plain = json.loads(export(even_dense(), LLAMA3_8B, tmp_path / "p", formats="deepspeed").written[0].read_text())
-    assert "communication_data_type" not in plain
+    assert plain["communication_data_type"] == "fp32" and plain["data_types"] == {"grad_accum_dtype": "fp32"}
 
 
 def test_deepspeed_accepts_the_file(tmp_path, monkeypatch):

@@ -161,6 +161,8 @@ def test_deepspeed_needs_a_model_and_reads_the_batch_identity():
     launch = read_launch(path, model=get_model("llama3-8b"))
     v = launch.values
     assert (v["zero"], v["mbs"], v["gbs"], v["recompute"], v["dp_comm_overlap"]) == (2, 2, 256, "full", False)
+    # bf16 without communication_data_type: DeepSpeed reduces in the model's dtype (runtime/engine.py)
+    assert v["grad_dtype"] == "bf16"
     assert launch.dp == 256 // (2 * 4)
     assert any("offload_optimizer" in u.name for u in launch.unsupported)
     assert "zero_optimizatoin" in launch.unknown

@@ -111,11 +111,10 @@ def config_dict(plan: Plan) -> dict:
         "fp16": {"enabled": False},
         "wall_clock_breakdown": False,
     }
-    if plan.grad_dtype == "bf16":
-        # DeepSpeed's BF16 path accumulates and reduces gradients in FP32 unless told otherwise
-        # (DeepSpeed config docs: communication_data_type, data_types.grad_accum_dtype).
-        cfg["communication_data_type"] = "bf16"
-        cfg["data_types"] = {"grad_accum_dtype": "bf16"}
+    # DeepSpeed accumulates and reduces gradients in the model's dtype (bf16 here) unless told otherwise
+    # (runtime/engine.py communication_data_type, get_data_types): the plan's dtype is written either way.
+    cfg["communication_data_type"] = plan.grad_dtype
+    cfg["data_types"] = {"grad_accum_dtype": plan.grad_dtype}
     if plan.recompute == "selective":
         cfg["_comment"].append("Selective recompute is a Megatron-DeepSpeed model flag, not a DeepSpeed config key.")
     if plan.pp > 1:

@@ -28,7 +28,13 @@ TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
     Row("dp_shard", NUMBER, (("zero_optimization.mics_shard_size", 0),), source="deepspeed/runtime/zero/mics.py"),
     Row("grad_dtype", "bf16", (("communication_data_type", "bf16"), ("data_types.grad_accum_dtype", "bf16")),
         source="DeepSpeed config docs: communication_data_type, data_types.grad_accum_dtype"),
-    Row("grad_dtype", "fp32", (), default=True, source="FP32 gradient accumulation and reduction by default"),
+    # DeepSpeed accumulates and reduces gradients in the model's dtype unless told otherwise
+    # (runtime/engine.py communication_data_type and get_data_types: bf16 when bf16 is enabled), so
+    # an FP32 reduction is written out; a config naming neither is read as its model dtype.
+    Row("grad_dtype", "fp32", (("communication_data_type", "fp32"), ("data_types.grad_accum_dtype", "fp32")),
+        source="deepspeed runtime/engine.py communication_data_type, get_data_types (default: the model dtype)"),
+    Row("grad_dtype", "bf16", (), default=True, write=False,
+        source="deepspeed runtime/engine.py: a bf16 model's gradients are accumulated and reduced in bf16 by default"),
     Row("precision", "bf16", (("bf16.enabled", True),), also=(("fp16.enabled", False),), source="runtime/config.py"),
     # Full recompute: the checkpoints of a TP-split model are partitioned over the TP ranks
     # (partition_activations: each rank keeps 1/tp of a layer's input, all-gathered for the backward),

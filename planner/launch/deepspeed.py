@@ -105,8 +105,9 @@ def _precision(cfg: dict, launch: Launch) -> None:
     comm, accum = _get(cfg, "communication_data_type"), _get(cfg, "data_types.grad_accum_dtype")
     if comm is not None or accum is not None:
         launch.state("grad_dtype", "bf16" if (comm in low or accum in low) else "fp32")
-    else:
-        launch.default("grad_dtype", "fp32", "no communication_data_type / data_types.grad_accum_dtype")
+    else:  # DeepSpeed's default: the model's dtype (runtime/engine.py communication_data_type, get_data_types)
+        launch.default("grad_dtype", "bf16" if (_get(cfg, "bf16.enabled") or _get(cfg, "fp16.enabled")) else "fp32",
+                       "no communication_data_type / data_types.grad_accum_dtype: DeepSpeed reduces in the model's dtype")
 
 
 def _pipeline_recompute(cfg: dict, launch: Launch) -> None:

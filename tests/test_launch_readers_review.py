@@ -238,3 +238,23 @@ def test_no_arguments_found_says_where_the_walk_stopped_or_what_it_skipped(tmp_p
     path.write_text('CONTAINER_IMAGE="img"\n' + body)
     with pytest.raises(PlannerInputError, match=r"found no Megatron-LM arguments .*does not run its for loops$"):
         read_launch(str(path), "megatron")
+
+
+def test_megatron_v2_recompute_flags_are_read(tmp_path):
+    """Megatron-LM v2.x (tag v2.6 megatron/arguments.py): --checkpoint-activations set the uniform
+    method with 1 layer per checkpoint (every layer recomputed); --activations-checkpoint-method
+    block with --activations-checkpoint-num-layers N recomputes N layers per stage. They were listed
+    as unknown and the run priced without recompute. The vocabulary note names --vocab-size."""
+    from planner.launch import read_launch
+
+    base = ("python pretrain_gpt.py --tensor-model-parallel-size 8 --pipeline-model-parallel-size 2 --num-layers 32 "
+            "--hidden-size 4096 --num-attention-heads 32 --seq-length 2048 --max-position-embeddings 2048 "
+            "--micro-batch-size 4 --global-batch-size 256 --vocab-size 51200 ")
+    path = tmp_path / "old.sh"
+    path.write_text(base + "--checkpoint-activations\n")
+    launch = read_launch(str(path))
+    assert launch.values["recompute"] == "full" and "--checkpoint-activations" not in launch.unknown
+    assert "(--vocab-size 51200)" in launch.model_note
+    path.write_text(base + "--activations-checkpoint-method block --activations-checkpoint-num-layers 4\n")
+    launch = read_launch(str(path))
+    assert (launch.values["recompute"], launch.values["recompute_layers"]) == ("full", 4)

@@ -71,7 +71,7 @@ def _vocab(s: Settings, tp: int) -> tuple:
     orig = raw + 1 if tokenizer == "NullTokenizer" else raw
     multiple = s.int("make_vocab_size_divisible_by", 128) * tp
     padded = -(-orig // multiple) * multiple
-    how = [f"{tokenizer} {raw}" + (" + 1 EOD id" if orig != raw else "")]
+    how = [(f"{tokenizer} {raw}" if tokenizer else f"--vocab-size {raw}") + (" + 1 EOD id" if orig != raw else "")]
     if padded != orig:
         how.append(f"padded to a multiple of {multiple}")
     return padded, (raw, orig, padded), f"Megatron trains a vocabulary of {padded} ({', '.join(how)})"

@@ -33,10 +33,43 @@ def _dest(flag: str) -> str:
     return flag[2:].replace("-", "_")
 
 
+LEGACY_RECOMPUTE = {
+    "--checkpoint-activations": ("--recompute-granularity", "full", "--recompute-method", "uniform"),
+    "--activations-checkpoint-method": ("--recompute-granularity", "full", "--recompute-method"),
+    "--activations-checkpoint-num-layers": ("--recompute-num-layers",),
+}
+"""Megatron-LM v2.x recompute flags (tag v2.6 megatron/arguments.py: --checkpoint-activations sets
+activations_checkpoint_method 'uniform' with --activations-checkpoint-num-layers 1, every layer
+recomputed; --activations-checkpoint-method uniform|block; --activations-checkpoint-num-layers N),
+read as the --recompute-* flags that replaced them, the flag's own value (if any) appended."""
+
+
+def _legacy_recompute(words: list[str], launch: Launch) -> list[str]:
+    """``words`` with Megatron-LM v2.x recompute flags spelled as today's (``LEGACY_RECOMPUTE``)."""
+    out, i = [], 0
+    while i < len(words):
+        flag, eq, inline = words[i].partition("=")
+        i += 1
+        if flag not in LEGACY_RECOMPUTE:
+            out.append(words[i - 1])
+            continue
+        new = list(LEGACY_RECOMPUTE[flag])
+        if flag != "--checkpoint-activations":  # takes a value
+            if eq:
+                new.append(inline)
+            elif i < len(words) and not _is_flag(words[i]):
+                new.append(words[i])
+                i += 1
+        launch.notes.append(f"{flag} (Megatron-LM v2.x) read as {' '.join(new)}")
+        out += new
+    return out
+
+
 def parse_arguments(words: list[str], launch: Launch) -> Settings:
     """Megatron arguments -> ``Settings`` (the last occurrence of a flag wins, as with argparse);
     unknown and unmapped flags go to ``launch``'s lists."""
     known, s = known_flags(), Settings()
+    words = _legacy_recompute(words, launch)
     i = 0
     while i < len(words):
         word = words[i]

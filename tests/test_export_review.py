@@ -222,3 +222,21 @@ def test_deepspeed_refuses_models_megatron_deepspeed_cannot_build():
     with pytest.raises(CannotExpress, match="multi-token-prediction"):
         deepspeed.check(build_plan(record(mtp, tp=2, dp=4, gbs=8), mtp, DGX_H100))
     deepspeed.check(build_plan(record(LLAMA3_8B, tp=2, dp=4, gbs=8), LLAMA3_8B, DGX_H100))  # a GPT model: written
+
+
+def test_bridge_fp8_presets_say_what_they_run_beyond_the_plan():
+    """Megatron-Bridge v0.2.0 training/mixed_precision.py: every FP8 preset sets fp8_param_gather, and
+    bf16_with_fp8_current_scaling_mixed also keeps the first and last layer in BF16; the plan prices
+    neither, so the file says so above the preset it names."""
+    from dataclasses import replace
+
+    from planner.export import bridge
+    from planner.export.common import build_plan
+    from test_export import DGX_H100, LLAMA3_8B, record
+
+    plan = build_plan(record(LLAMA3_8B, tp=2, dp=4, gbs=8), LLAMA3_8B, DGX_H100)
+    assert "fp8_param_gather" not in bridge.render(plan)  # bf16: nothing to say
+    current = bridge.render(replace(plan, layout=replace(plan.layout, precision="fp8", fp8_recipe="current")))
+    assert "fp8_param_gather: true" in current and "first_last_layers_bf16" in current
+    delayed = bridge.render(replace(plan, layout=replace(plan.layout, precision="fp8", fp8_recipe="delayed")))
+    assert "fp8_param_gather: true" in delayed and "first_last_layers_bf16" not in delayed

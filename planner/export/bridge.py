@@ -115,6 +115,20 @@ def nested(pairs) -> dict:
     return tree
 
 
+def _preset_notes(plan: Plan) -> list[str]:
+    """What the FP8 mixed_precision preset runs beyond what the plan priced (Megatron-Bridge v0.2.0
+    training/mixed_precision.py: every FP8 preset sets fp8_param_gather; the current-scaling one also
+    keeps the first and last layer in BF16)."""
+    if plan.precision != "fp8" or plan.fp8_recipe == "nvfp4":
+        return []
+    notes = ["The FP8 preset also gathers parameters in FP8 (fp8_param_gather: true), which planner does not price:"
+             " it halves the data-parallel parameter all-gather and keeps FP8 weight copies."]
+    if plan.fp8_recipe == "current":
+        notes.append("It keeps the first and the last transformer layer in BF16 (first_last_layers_bf16), which"
+                     " planner prices in FP8 like the others.")
+    return [""] + notes
+
+
 def render(plan: Plan) -> str:
     body = yaml.safe_dump(nested(overrides(plan)), sort_keys=False, default_flow_style=False, width=110)
     head = comment_block(list(plan.header) + [
@@ -123,7 +137,7 @@ def render(plan: Plan) -> str:
         "against Megatron-Bridge's config dataclasses and its Megatron-LM -> Megatron-Bridge guide).",
         "Merge over a recipe, e.g. python examples/recipes/llama/pretrain_llama3_8b.py --config-file " + FILE_NAME,
         "(the recipe keeps its data, tokenizer, optimizer and schedule; every layout setting of the plan is here).",
-    ])
+    ] + _preset_notes(plan))
     text = head + body
     yaml.safe_load(text)
     return text

@@ -324,6 +324,11 @@ class Hardware:
     """One node's system power, W."""
     node_watts_source: str
 
+    @property
+    def watts_per_gpu(self) -> float:
+        """Each GPU's share of its node's system power, W: what a job draws per GPU it holds."""
+        return self.node_watts / self.gpus_per_node
+
     @classmethod
     def of(cls, cluster, gpu) -> "Hardware":
         gpu_w = float(cluster.power_limit_watts or gpu.tdp_watts or 700.0)
@@ -447,7 +452,7 @@ def run_block(record: dict, model, cluster, gpu, inputs: RunInputs) -> dict:
     nodes = math.ceil(gpus / hw.gpus_per_node)
     # The job's share of its nodes' power, as the search ranks energy (joules_per_gpu_second) and
     # as GPU-hours are counted: 4 GPUs of an 8-GPU node draw half of it, not all.
-    it_watts = gpus * hw.node_watts / hw.gpus_per_node
+    it_watts = gpus * hw.watts_per_gpu
     mtbf = _f(g.mtbf_s)
     if not _f(g.goodput) > 0.0:
         _never_finishes(gpus, mtbf, _f(g.restart_s) + _f(g.lost_extra_s), _f(g.interval_s), _f(g.save_s), inputs)
@@ -510,8 +515,7 @@ def wall_factor(gpus, model, cluster, gpu, inputs: RunInputs, held_bytes=None):
 
 def joules_per_gpu_second(cluster, gpu, inputs: RunInputs) -> float:
     """Facility energy per GPU-second, J: the node's power shared by its GPUs, times PUE."""
-    hw = Hardware.of(cluster, gpu)
-    return hw.node_watts / hw.gpus_per_node * inputs.pue
+    return Hardware.of(cluster, gpu).watts_per_gpu * inputs.pue
 
 
 @dataclass(frozen=True, eq=False)

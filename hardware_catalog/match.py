@@ -78,6 +78,10 @@ def match_gpu(text: str, specs: Sequence, index: dict):
 
 _IB_GENERATIONS = {"edr": 100, "hdr": 200, "ndr": 400, "xdr": 800}
 """InfiniBand generation -> line rate per port, Gb/s (InfiniBand Trade Association roadmap)."""
+_IB_BY_RATE = {v: k for k, v in _IB_GENERATIONS.items()}
+"""Line rate per port, Gb/s -> InfiniBand generation."""
+_ROCE_WORDS = {"roce", "rocev2", "ethernet", "eth", "spectrum"}
+"""Words that name an Ethernet (RoCE) NIC."""
 _RATE = re.compile(
     r"(?<![0-9a-z.])(\d+(?:\.\d+)?)\s*"
     r"(gbe|gbps|gbits?(?:/s)?|gb/s|g/s|gb|g|tbps|tbits?(?:/s)?|tb/s|t/s|tb|t)?(?![a-z0-9])")
@@ -111,22 +115,20 @@ def match_interconnect(text: str, index: dict):
     words = set(_SEP.split(low))
     generation = next((g for g in _IB_GENERATIONS if g in words), None)
     ports = _PORTS.search(low)
-    if ports and (generation or words & {"roce", "rocev2", "ethernet", "eth", "spectrum", "ib", "infiniband"}):
+    if ports and (generation or words & (_ROCE_WORDS | {"ib", "infiniband"})):
         # '2x100G' is two ports: one catalog NIC is one port, and nics_per_node counts them.
         rate = int(ports.group(2))
-        by_rate = {v: k for k, v in _IB_GENERATIONS.items()}
-        one = (f"ib-{by_rate[rate]}" if rate in by_rate else "ib-ndr") if generation or words & {"ib", "infiniband"} \
+        one = (f"ib-{_IB_BY_RATE[rate]}" if rate in _IB_BY_RATE else "ib-ndr") if generation or words & {"ib", "infiniband"} \
             else f"roce-{rate}g"
         raise PlannerInputError(
             f"unknown interconnect '{text.strip()}': {ports.group(0)} is {ports.group(1)} ports; name one port "
             f"(e.g. {one}) and give the port count in nics_per_node")
     stated = _stated_gbit(text)
     gbps = stated if stated is not None else (_IB_GENERATIONS[generation] if generation else None)
-    if words & {"roce", "rocev2", "ethernet", "eth", "spectrum"}:
+    if words & _ROCE_WORDS:
         kind, key = "roce", (f"roce-{gbps:g}g" if gbps else "roce")
     elif generation or words & {"ib", "infiniband", "quantum"}:
-        by_rate = {v: k for k, v in _IB_GENERATIONS.items()}
-        kind, key = "ib", (f"ib-{by_rate[gbps]}" if gbps in by_rate else None)
+        kind, key = "ib", (f"ib-{_IB_BY_RATE[gbps]}" if gbps in _IB_BY_RATE else None)
     else:
         return None
     spec = index.get(key) if key else None

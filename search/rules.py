@@ -935,15 +935,10 @@ def check_settings(model, settings: dict, pins: dict | None = None) -> None:
     parallelism pinned off."""
     from hardware_catalog.errors import PlannerInputError
 
-    fixed = {k for k, v in settings.items() if v is not None}
-    values = {**{k: v for k, v in (pins or {}).items() if v is not None}, **{k: settings[k] for k in fixed}}
-    ctx = RuleContext(model=model, gpus=1)
-    cols = columns_of(Layout(**values))
-    v = {k: np.asarray(x).reshape(-1)[0].item() for k, x in cols.items()}
-    for rule in RULES:
-        if (set(rule.fields) & fixed and set(rule.fields) <= set(values)
-                and not bool(np.asarray(rule(ctx, cols)).reshape(-1)[0])):
-            raise PlannerInputError(broken_rule_message(rule.name, rule.explain(ctx, v)))
+    for name, reason, reads_setting in fixed_value_violations([RuleContext(model=model, gpus=1)], settings,
+                                                              pins or {}, {}):
+        if reads_setting:
+            raise PlannerInputError(broken_rule_message(name, reason))
 
 
 def fixed_value_violations(contexts: list, settings: dict, pins: dict, batch: dict) -> list[tuple[str, str, bool]]:

@@ -178,10 +178,10 @@ def test_run_lines_round_to_what_the_model_knows():
     """The run model's inputs (an MTBF per GPU, a relaunch time, a power per node) hold two or three
     significant figures, so evaluate prints three: 3,553 GPU-hours was '0.00M GPU-hours', 0.07
     expected failures '0', a 64-GPU job's 0.0816 MW '0.08 MW'."""
-    from planner.reports.run import _sig3, _usd
+    from planner.reports.run import _usd, three_figures
 
-    assert _sig3(3553) == "3,550" and _sig3(28.40e6) == "28.4M" and _sig3(791.83) == "792"
-    assert _sig3(0.0749) == "0.0749" and _sig3(39827) == "39,800" and _sig3(4.98) == "4.98"
+    assert three_figures(3553) == "3,550" and three_figures(28.40e6) == "28.4M" and three_figures(791.83) == "792"
+    assert three_figures(0.0749) == "0.0749" and three_figures(39827) == "39,800" and three_figures(4.98) == "4.98"
     assert _usd(9493) == "$9,490" and _usd(56.79e6) == "$56.8M"
 
 

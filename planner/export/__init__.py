@@ -112,6 +112,16 @@ def _framework_release(result: dict) -> str:
     return release.export_release if release else ""
 
 
+def with_release_options(plan, result: dict, options: Mapping[str, object] | None = None):
+    """``plan`` with its per-format ``options``, the record's ``--framework`` release among them
+    (--framework torchtitan-0.2: its files target torchtitan 0.2)."""
+    options = dict(options or {})
+    release = _framework_release(result)
+    if release and "torchtitan_version" not in options:
+        options["torchtitan_version"] = release
+    return replace(plan, options=options)
+
+
 def _shell_syntax_ok(name: str, text: str) -> None:
     """``bash -n`` on a rendered script where bash exists (a programming-error guard)."""
     import shutil
@@ -148,13 +158,8 @@ def export_layout(
     """
     names, all_formats = _parse_formats(formats)
     entrypoint = check_entrypoint(entrypoint)
-    plan = build_plan(result, model, cluster, command=command, allow_unfit=allow_unfit,
-                      allow_cross_node_tp=allow_cross_node_tp)
-    options = dict(options or {})
-    release = _framework_release(result)
-    if release and "torchtitan_version" not in options:  # --framework torchtitan-0.2: its files target 0.2
-        options["torchtitan_version"] = release
-    plan = replace(plan, options=options)
+    plan = with_release_options(build_plan(result, model, cluster, command=command, allow_unfit=allow_unfit,
+                                           allow_cross_node_tp=allow_cross_node_tp), result, options)
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise PlannerInputError(f"out_dir={str(out_dir)!r} exists and is not a directory")

@@ -13,7 +13,7 @@ import re
 
 from hardware_catalog.errors import PlannerInputError
 from hardware_catalog.schema import ClusterSpec, ModelSpec
-from planner.export import EXPORTERS, _framework_release
+from planner.export import EXPORTERS, with_release_options
 from planner.export.common import CannotExpress, build_plan
 
 _RULE = re.compile(r"\(rule ([A-Za-z0-9_]+)")
@@ -25,14 +25,9 @@ def refusals(result: dict, model: ModelSpec, cluster: ClusterSpec) -> dict[str, 
     renders them (the record's ``--framework`` release included), without the shell check or
     any file written."""
     try:
-        plan = build_plan(result, model, cluster)
+        plan = with_release_options(build_plan(result, model, cluster), result)
     except PlannerInputError as err:  # the record itself is refused: every format with it
         return {name: str(err) for name in EXPORTERS}
-    release = _framework_release(result)
-    if release:
-        from dataclasses import replace
-
-        plan = replace(plan, options={"torchtitan_version": release})
     out = {}
     for name, exporter in EXPORTERS.items():
         try:

@@ -15,10 +15,10 @@ def _duration(s: float) -> str:
 
 
 def _usd(v: float) -> str:
-    return f"${v / 1e6:,.1f}M" if v >= 1e6 else f"${_sig3(v)}"
+    return f"${v / 1e6:,.1f}M" if v >= 1e6 else f"${three_figures(v)}"
 
 
-def _sig3(v: float) -> str:
+def three_figures(v: float) -> str:
     """Three significant figures with thousands separators (``costmodel.goodput``'s inputs hold
     no more): 3,553 -> '3,550', 28.4e6 -> '28.4M', 0.0123 -> '0.0123'."""
     if v >= 1e6:
@@ -33,8 +33,8 @@ def format_run(run: dict) -> str:
     i, f, ck, rs = run["inputs"], run["failures"], run["checkpoint"], run["restart"]
     lines = ["run (failures, checkpoints, restarts: costmodel/goodput.py)"]
     node = f" + 1 per {i['mtbf_node_hours']:,.0f} node-hours" if i.get("mtbf_node_hours") else ""
-    expected = f"; {_sig3(f['expected'])} expected over the run" if "expected" in f else ""
-    lines.append(f"  failures    one every {_sig3(f['job_mtbf_h'])} h ({_sig3(f['per_day'])}/day; {i['gpus']:,} GPUs at "
+    expected = f"; {three_figures(f['expected'])} expected over the run" if "expected" in f else ""
+    lines.append(f"  failures    one every {three_figures(f['job_mtbf_h'])} h ({three_figures(f['per_day'])}/day; {i['gpus']:,} GPUs at "
                  f"{i['mtbf_gpu_hours']:,.0f} h MTBF each{node}){expected}")
     lines.append(f"  checkpoint  {ck['total_tb']:.2f} TB (BF16 weights + FP32 master + Adam m, v); each GPU holds "
                  f"{ck['held_per_gpu_gib']:.2f} GiB, writes {ck['written_per_gpu_gib']:.2f} GiB")
@@ -53,14 +53,14 @@ def format_run(run: dict) -> str:
     lines.append(f"  goodput     {run['goodput'] * 100:.1f}% of wall time is training (Daly 2006); "
                  f"{other} save: {ck['goodput_' + other] * 100:.1f}%")
     p = run["power"]
-    power = f"{_sig3(p['it_mw'])} MW IT ({_sig3(p['gpu_mw'])} MW GPUs at {i['gpu_watts']:g} W), PUE {p['pue']:g}"
+    power = f"{three_figures(p['it_mw'])} MW IT ({three_figures(p['gpu_mw'])} MW GPUs at {i['gpu_watts']:g} W), PUE {p['pue']:g}"
     if "days" in run:
         from planner.reports.evaluate import human_count
 
         lines.append(f"  time        {run['days']:.1f} days for {human_count(run['train_tokens'])} tokens "
-                     f"({run['useful_days']:.1f} days of training); {_sig3(run['gpu_hours'])} GPU-hours")
+                     f"({run['useful_days']:.1f} days of training); {three_figures(run['gpu_hours'])} GPU-hours")
         cost = f"; {_usd(run['cost_usd'])} at ${i['price_per_gpu_hour']:g}/GPU-hour" if "cost_usd" in run else ""
-        lines.append(f"  energy      {_sig3(run['energy_mwh'])} MWh at {power}{cost}")
+        lines.append(f"  energy      {three_figures(run['energy_mwh'])} MWh at {power}{cost}")
     else:
         lines.append(f"  power       {power} (give --train-tokens for days, MWh and $)")
     return "\n".join(lines)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 from hardware_catalog.errors import PlannerInputError
+from planner.reports.run import three_figures  # small amounts: a run of 0.05 MWh or $0.80 is not "0" or "$0"
 
 SCENARIO_COLUMNS = ("model", "GPU", "GPUs", "seq", "gbs")
 LAYOUT_COLUMNS = ("DP", "TP", "PP", "VPP", "CP", "EP", "ZeRO", "mbs", "GA", "recompute")
@@ -38,19 +39,14 @@ def _result_cells(row: dict, extra: list[str]) -> list[str]:
         elif c == "run_time_s":
             cells.append(_fmt_duration(v))
         elif c == "usd_per_mtok":
-            cells.append(f"${v:,.3f}" if v >= 1 else f"${_sig3(v)}")
+            cells.append(f"${v:,.3f}" if v >= 1 else f"${three_figures(v)}")
         elif c == "goodput":
             cells.append(f"{v * 100:.1f}%")
         elif c == "energy_mwh":
-            cells.append(f"{v:,.0f}" if v >= 100 else _sig3(v))
+            cells.append(f"{v:,.0f}" if v >= 100 else three_figures(v))
         else:
-            cells.append(f"${v / 1e6:,.2f}M" if v >= 1e6 else f"${v:,.0f}" if v >= 100 else f"${_sig3(v)}")
+            cells.append(f"${v / 1e6:,.2f}M" if v >= 1e6 else f"${v:,.0f}" if v >= 100 else f"${three_figures(v)}")
     return cells
-
-
-def _sig3(v: float) -> str:
-    """A small amount to three significant figures: a run of 0.05 MWh or $0.80 is not '0' or '$0'."""
-    return f"{v:.3g}"
 
 
 def _note(row: dict) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from costmodel.calibration import Calibration
-from costmodel.flops import attention_core_flops_per_token, attention_v_dim
+from costmodel.flops import attention_flops_per_key, attention_keys_parts, attention_v_dim, windowed_keys
 from costmodel.layout import LayoutBatch
 from costmodel.params import ParamCounts
 from hardware_catalog.schema import GPUSpec, ModelSpec
@@ -254,10 +254,18 @@ def _attention_core(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: C
     split over TP (KV heads replicated when tp > g: Megatron allows it). ``kernel_len``: the
     keys each kernel call sees (costmodel.context_parallel.attention_kernel_length; default
     the ring-attention chunk s / c)."""
-    core_flops = kern.tokens * attention_core_flops_per_token(model, batch.seq_len) / kern.tp
+    full_keys, window_keys = attention_keys_parts(model, batch.seq_len)
+    per_key = kern.tokens * attention_flops_per_key(model) / kern.tp
+    core_flops = per_key * (full_keys + window_keys)
     if kernel_len is None:
         kernel_len = batch.seq_len / batch.cp.astype(np.float64)
-    t_flash = core_flops / (kern.bf16_peak * attention_efficiency(gpu, batch, calib, kernel_len))
+    t_flash = per_key * full_keys / (kern.bf16_peak * attention_efficiency(gpu, batch, calib, kernel_len))
+    if model.sliding_window is not None:
+        # A windowed layer's kernel loops over about w keys per block of queries, as a causal
+        # square of 2w does over its mean of w (FlashAttention-2 window_size; Dao 2023 Sec. 3.1),
+        # so it runs at e(2w) on the same curve, lower than the whole-sequence kernel.
+        window_len = np.minimum(kernel_len, 2.0 * windowed_keys(model.sliding_window, batch.seq_len))
+        t_flash = t_flash + per_key * window_keys / (kern.bf16_peak * attention_efficiency(gpu, batch, calib, window_len))
     # Unfused attention (pre-FlashAttention Megatron): QK^T and AV as batched GEMMs over every
     # key (the causal mask is applied after, so no blocks are skipped), plus the a x s scores
     # per token through HBM: written by QK^T, read and written by the fused scale-mask-softmax,
@@ -269,11 +277,13 @@ def _attention_core(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: C
         return t_flash, 2.5, core_flops
     a = float(model.num_attention_heads)
     score_bytes = (11.0 if model.dropout else 8.0) * a / kern.tp * batch.seq_len
-    t_unfused = 2.0 * core_flops / (kern.bf16_peak * bf16_gemm_efficiency(gpu, calib)) + kern.tokens * score_bytes / kern.mem_bw
+    # The batched GEMMs compute every score, windowed or not: the causal s/2 keys, twice.
+    unfused_flops = 2.0 * per_key * 0.5 * batch.seq_len
+    t_unfused = unfused_flops / (kern.bf16_peak * bf16_gemm_efficiency(gpu, calib)) + kern.tokens * score_bytes / kern.mem_bw
     return (
         np.where(unfused, t_unfused, t_flash),
         np.where(unfused, 2.0, 2.5),
-        np.where(unfused, 2.0 * core_flops, core_flops),
+        np.where(unfused, unfused_flops, core_flops),
     )
 
 

@@ -26,15 +26,45 @@ def attention_v_dim(model: ModelSpec) -> int:
     return model.head_size
 
 
+def windowed_keys(window: int, seq_len):
+    """Mean keys per query under a causal sliding window of ``window`` keys (itself included)
+    over ``seq_len`` tokens: query i (1-based) attends min(i, w) keys, so the mean over the
+    sequence is w - w(w-1)/2s, taken as w - w²/2s for s > w (Longformer Sec. 3.1: cost linear in s);
+    a window that covers the sequence is the causal s/2."""
+    s = np.asarray(seq_len, dtype=np.float64)
+    w = float(window)
+    return np.where(s > w, w - w * w / (2.0 * np.maximum(s, 1.0)), 0.5 * s)
+
+
+def attention_keys_parts(model: ModelSpec, seq_len, causal: bool = True):
+    """(full, windowed): mean keys per query of an attention layer, split into the share of the
+    model's attention layers that attend the whole prefix (s/2 causal, s otherwise) and the share
+    that attends a sliding window (``ModelSpec.sliding_window``, every layer but each
+    ``full_attention_every``-th: Megatron-Core transformer/utils.py is_layer_window_attention).
+    Weighted by their layer shares, so full + windowed is the mean over layers."""
+    s = np.asarray(seq_len, dtype=np.float64)
+    full = s * (0.5 if causal else 1.0)
+    if model.sliding_window is None or not causal:
+        return full, np.zeros_like(full)
+    share = model.windowed_layers / model.num_layers
+    return (1.0 - share) * full, share * windowed_keys(model.sliding_window, s)
+
+
 def attention_core_flops_per_token(model: ModelSpec, seq_len, causal: bool = True):
-    """Forward FLOPs of the attention core (QK^T and AV) per token per layer.
+    """Forward FLOPs of the attention core (QK^T and AV) per token, mean over the attention layers.
 
     QK^T: 2·a·d_qk FLOPs per (query, key) pair; AV: 2·a·d_v. A causal mask visits s/2 keys per
     query on average (FlashAttention skips masked blocks), so 2·a·(d_qk + d_v)·s/2. PaLM App. B
     counts the non-causal 2x that (12·l·h·s per token for fwd+bwd with d_qk = d_v = h/a).
+    Sliding-window layers visit their window's keys (``attention_keys_parts``).
     """
-    keys = np.asarray(seq_len, dtype=np.float64) * (0.5 if causal else 1.0)
-    return 2.0 * model.num_attention_heads * (attention_qk_dim(model) + attention_v_dim(model)) * keys
+    full, windowed = attention_keys_parts(model, seq_len, causal)
+    return attention_flops_per_key(model) * (full + windowed)
+
+
+def attention_flops_per_key(model: ModelSpec) -> float:
+    """Forward FLOPs of QK^T and AV per (query, key) pair: 2·a·(d_qk + d_v)."""
+    return 2.0 * model.num_attention_heads * (attention_qk_dim(model) + attention_v_dim(model))
 
 
 def model_flops_per_token(model: ModelSpec, seq_len, counts: ParamCounts | None = None):

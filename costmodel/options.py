@@ -490,7 +490,7 @@ class Layout:
         source="Megatron-LM --cp-comm-type (megatron/training/arguments.py); TransformerEngine "
                "attention/dot_product_attention/context_parallel.py (AttnFuncWithCPAndKVP2P, AttnFuncWithCPAndQKVOA2A, "
                "AttnFuncWithCPAndKVAllGather); Jacobs et al. 2023 (DeepSpeed-Ulysses)",
-        rules=("cp_comm_type_needs_cp", "cp_a2a_divides_heads"))
+        rules=("cp_comm_type_needs_cp", "cp_a2a_divides_heads", "sliding_window_cp_comm_type"))
     """Context-parallel communication (Megatron-Core / TransformerEngine ``cp_comm_type``): p2p
     runs ring attention (each of the c - 1 steps sends a K/V chunk behind one chunk's attention;
     kernels see s/c keys); a2a (DeepSpeed-Ulysses) trades the sequence split for a head split

@@ -178,6 +178,7 @@ def _llama_like(r: _Reader, family: str, *, tied_default: bool = False) -> dict:
         max_position_embeddings=r.integer("max_position_embeddings", default=4096),
         dropout=r.dropout("attention_dropout", "hidden_dropout"),
     )
+    spec.update(_sliding_window(r))
     # Llama's attention_bias covers q/k/v/o, mlp_bias the MLP; the schema has "all linears" or
     # "QKV only" (the o_proj bias, h per layer, is dropped in the latter case).
     if r.flag("attention_bias", False) and r.flag("mlp_bias", False):
@@ -185,6 +186,39 @@ def _llama_like(r: _Reader, family: str, *, tied_default: bool = False) -> dict:
     elif r.flag("attention_bias", False):
         spec["qkv_bias"] = True
     return spec
+
+
+def _sliding_window(r: _Reader) -> dict:
+    """``sliding_window`` and ``full_attention_every`` from ``sliding_window`` (keys a query
+    attends, itself included: transformers masking_utils sliding_window_overlay) and
+    ``layer_types`` ("sliding_attention" / "full_attention" per layer; absent: every layer
+    windowed, as Mistral 7B v0.1). Qwen2's ``use_sliding_window: false`` (its released configs)
+    turns the window off."""
+    window = r.get("sliding_window")
+    if window is None or r.get("use_sliding_window", default=True) is False:
+        return {}
+    window = r.integer("sliding_window")
+    if r.get("use_sliding_window") is True and r.integer("max_window_layers", default=0) > 0:
+        raise PlannerInputError(f"{r.label}: use_sliding_window with max_window_layers="
+                                f"{r.get('max_window_layers')} (full attention below it) is not modelled")
+    types = r.get("layer_types")
+    if types is None:
+        return {"sliding_window": window}
+    if not isinstance(types, list) or not set(types) <= {"sliding_attention", "full_attention"}:
+        raise PlannerInputError(f"{r.label}: 'layer_types' must list 'sliding_attention' / 'full_attention' "
+                                f"per layer (got {_short(types)})")
+    full = [i + 1 for i, t in enumerate(types) if t == "full_attention"]
+    if not full:
+        return {"sliding_window": window}
+    if len(full) == len(types):
+        return {}
+    every = full[0]
+    # Megatron-Core's integer --window-attn-skip-freq N: layers N, 2N, ... full (transformer/utils.py
+    # is_layer_window_attention); other patterns are not modelled.
+    if full != list(range(every, len(types) + 1, every)):
+        raise PlannerInputError(f"{r.label}: 'layer_types' has full attention at layers {_short(full)} (1-based): "
+                                "only every N-th layer (N, 2N, ...) is modelled")
+    return {"sliding_window": window, "full_attention_every": every}
 
 
 def _moe_qwen(r: _Reader, shared: bool) -> MoESpec:
@@ -325,7 +359,7 @@ def _nemotron_h(r: _Reader) -> dict:
 def _gpt_oss(r: _Reader) -> dict:
     """gpt-oss (transformers models/gpt_oss): every layer MoE, experts gated with biases
     (gate_up_proj_bias, down_proj_bias), attention with biases (attention_bias) and sinks,
-    explicit head_dim; the sliding window of alternate layers is not modelled."""
+    explicit head_dim; the 128-key sliding window of alternate layers (layer_types)."""
     spec = _llama_like(r, "gpt-oss")
     spec["linear_bias"] = r.flag("attention_bias", True)
     spec.pop("qkv_bias", None)

@@ -306,6 +306,16 @@ class ModelSpec(_NoBoolNumbers):
     """Mixture-of-experts settings; None = dense."""
     mla: Optional[MLASpec] = None
     """Multi-head latent attention; None = standard (GQA) attention."""
+    sliding_window: Optional[int] = Field(default=None, gt=0, le=MAX_SEQ_LEN)
+    """Keys a query attends in a sliding-window layer, itself included (Beltagy et al. 2020,
+    Longformer Sec. 3.1; Mistral 7B Sec. 2): HF ``sliding_window`` (4096 Mistral 7B v0.1 and
+    Gemma 2, 1024 Gemma 3, 128 gpt-oss), Megatron ``--window-size w-1,0``. None = every layer
+    attends its whole causal prefix."""
+    full_attention_every: Optional[int] = Field(default=None, ge=2, le=MAX_LAYERS)
+    """With ``sliding_window``: layers N, 2N, ... (1-based) attend the whole prefix and the others
+    the window (Megatron ``--window-attn-skip-freq N``, megatron/core/transformer/utils.py
+    is_layer_window_attention; HF ``layer_types``): gpt-oss 2, Gemma 2 2, Gemma 3 6. None = every
+    layer windowed (Mistral 7B v0.1)."""
     mtp_layers: int = Field(default=0, ge=0, le=8)
     """Multi-token-prediction modules trained beside the main model (DeepSeek-V3 report Sec.
     2.2; HF config num_nextn_predict_layers; Megatron-Core --mtp-num-layers): each one more
@@ -354,6 +364,23 @@ class ModelSpec(_NoBoolNumbers):
             raise ValueError("hybrid_pattern has Mamba layers (M): give mamba (state_dim, num_heads, ...)")
         if "E" in layers and self.moe is None:
             raise ValueError("hybrid_pattern has MoE layers (E): give moe")
+        return self
+
+    @property
+    def windowed_layers(self) -> int:
+        """Layers that attend a sliding window (0 without one)."""
+        if self.sliding_window is None:
+            return 0
+        every = self.full_attention_every
+        return self.num_layers - (self.num_layers // every if every else 0)
+
+    @model_validator(mode="after")
+    def _window(self):
+        if self.full_attention_every is not None and self.sliding_window is None:
+            raise ValueError(f"full_attention_every={self.full_attention_every} needs sliding_window "
+                             "(the window the other layers attend)")
+        if self.sliding_window is not None and self.hybrid_pattern is not None:
+            raise ValueError("sliding_window with hybrid_pattern is not modelled: give one or the other")
         return self
 
     @model_validator(mode="after")

@@ -504,6 +504,19 @@ def _x_cp_a2a_heads(ctx, v):
             f"by them (cp={v.get('cp', 1)})")
 
 
+def _window_cp_comm_type(ctx, c):
+    if getattr(ctx.model, "sliding_window", None) is None:
+        return np.ones(np.shape(_a(c, "cp", 1)), dtype=bool)
+    kind = _a(c, "cp_comm_type", 0)
+    return (_a(c, "cp", 1) == 1) | (kind == CP_COMM_TYPES.index("a2a")) | (kind == CP_COMM_TYPES.index("allgather"))
+
+
+def _x_window_cp_comm_type(ctx, v):
+    return (f"cp_comm_type={_name(CP_COMM_TYPES, v.get('cp_comm_type', 0))} with cp={v.get('cp', 1)}: "
+            f"TransformerEngine runs sliding-window attention (window {ctx.model.sliding_window}) under context "
+            "parallelism only as a2a or allgather (--cp-comm-type a2a | allgather)")
+
+
 def _tp_overlap_kind(ctx, c):
     on = np.asarray(c.get("tp_comm_overlap", False)).astype(bool)
     return (_a(c, "tp_overlap_kind", 0) == 0) | on
@@ -752,6 +765,12 @@ RULES: tuple[Rule, ...] = (
     Rule("cp_a2a_divides_heads", "all-to-all CP (a2a, a2a+p2p) splits each TP rank's query and KV heads over its ranks",
          ("cp_comm_type", "cp", "tp"), _cp_a2a_heads, _x_cp_a2a_heads,
          source="TransformerEngine context_parallel.py AttnFuncWithCPAndQKVOA2A (heads divisible by the CP size)"),
+    Rule("sliding_window_cp_comm_type", "a sliding-window model's context parallelism is a2a or allgather",
+         ("cp_comm_type", "cp"), _window_cp_comm_type, _x_window_cp_comm_type,
+         source="TransformerEngine attention/dot_product_attention/context_parallel.py attn_forward_func_with_cp: "
+                "'Context parallelism does not support sliding window attention with cp_comm_type' other than "
+                "a2a / all_gather; Megatron-Bridge models/mistral/mistral_bridge.py sets cp_comm_type 'a2a' "
+                "with a window"),
     Rule("tp_overlap_kind_needs_tp_comm_overlap", "a TP overlap kind other than userbuffers needs TP comm overlap",
          ("tp_overlap_kind", "tp_comm_overlap"), _tp_overlap_kind, _x_tp_overlap_kind,
          source="torchtitan parallelism.enable_async_tensor_parallel (with compile and TP > 1)"),

@@ -943,7 +943,22 @@ def where_settings_apply(ctx: RuleContext, settings: dict, cols: dict) -> dict:
         for rule in rules:
             ok = ok & rule(ctx, with_setting)
         out[name] = np.where(ok, code, opt.default_code)
+    if "cp_comm_type" in out and getattr(ctx.model, "sliding_window", None) is not None:
+        out["cp_comm_type"] = windowed_cp_comm_type(ctx, {**cols, **settings, **out})
     return out
+
+
+def windowed_cp_comm_type(ctx: RuleContext, cols: dict) -> np.ndarray:
+    """A sliding-window model's cp_comm_type codes over ``cols``: where cp > 1 and the code is
+    p2p, which TransformerEngine refuses with a window (rule ``sliding_window_cp_comm_type``),
+    a2a where its head split fits (rule ``cp_a2a_divides_heads``), else allgather, as
+    Megatron-Bridge's Mistral provider picks a2a for a windowed model (models/mistral/mistral_bridge.py)."""
+    code = np.asarray(cols.get("cp_comm_type", 0))
+    a2a, allgather = CP_COMM_TYPES.index("a2a"), CP_COMM_TYPES.index("allgather")
+    with_a2a = {**cols, "cp_comm_type": a2a}
+    heads_fit = _cp_a2a_heads(ctx, with_a2a)
+    moved = (_a(cols, "cp", 1) > 1) & (code == CP_COMM_TYPES.index("p2p"))
+    return np.where(moved, np.where(heads_fit, a2a, allgather), code)
 
 
 def check_settings(model, settings: dict, pins: dict | None = None) -> None:

@@ -260,6 +260,11 @@ def _print_result(result, as_json: bool, pareto: bool, pinned_splits: bool, reci
         typer.echo("\n".join(notes))
         from planner.export.expressible import launch_notes
 
+        from planner.reports.search_notes import window_cp_lines
+
+        window = window_cp_lines(result.results, result.specs)
+        if window:
+            typer.echo("\n".join(window))
         launch = launch_notes(result.results, result.specs, "framework" in stats)
         if launch:
             typer.echo("\n".join(launch))

@@ -95,3 +95,19 @@ def table_rows(results: list[dict], recipes: list[dict], stats: dict) -> tuple[l
         fitting = "layouts that fit" + (" inside the envelope" if stats.get("within_envelope") else "")
         notes += format_recipes(recipes, fitting)
     return rows, marks, notes
+
+
+def window_cp_lines(records: list[dict], specs: list) -> list[str]:
+    """A line when shown rows run a sliding-window model under context parallelism: which
+    cp_comm_type they priced and why (search.rules.windowed_cp_comm_type)."""
+    kinds, model = set(), None
+    for rec, spec in zip(records, specs):
+        lay = rec.get("layout", {})
+        if spec[0].sliding_window is not None and int(lay.get("cp", 1)) > 1:
+            kinds.add(lay.get("cp_comm_type", "p2p"))
+            model = spec[0]
+    if model is None:
+        return []
+    return [f"cp: {model.name} attends a {model.sliding_window}-key window on {model.windowed_layers} of "
+            f"{model.num_layers} layers, which TransformerEngine runs under context parallelism only as a2a or "
+            f"allgather: the rows with CP use {' / '.join(sorted(kinds))} (--cp-comm-type)"]

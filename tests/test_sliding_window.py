@@ -1,0 +1,147 @@
+"""Sliding-window attention (ModelSpec.sliding_window / full_attention_every): FLOPs and keys
+derived by hand, the reader of HF configs, the context-parallel rule and step-time properties."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from costmodel.flops import attention_core_flops_per_token, attention_keys_parts, windowed_keys
+from hardware_catalog.errors import PlannerInputError
+from hardware_catalog.hf_config import model_from_hf_config
+from hardware_catalog.models import get_model
+
+GPT_OSS_HF = {  # openai/gpt-oss-120b config.json, the keys the reader uses
+    "model_type": "gpt_oss", "num_hidden_layers": 36, "hidden_size": 2880, "num_attention_heads": 64,
+    "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880, "vocab_size": 201088,
+    "max_position_embeddings": 131072, "num_local_experts": 128, "num_experts_per_tok": 4,
+    "attention_bias": True, "tie_word_embeddings": False, "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"] * 18,
+}
+MISTRAL_V01 = {  # mistralai/Mistral-7B-v0.1 config.json: one 4096-key window on every layer
+    "model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000,
+    "max_position_embeddings": 32768, "sliding_window": 4096,
+}
+
+
+def run(*args):
+    proc = subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True, timeout=60)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_windowed_keys_by_hand():
+    # Query i attends min(i, w) keys: mean w - w^2/2s = 128 - 16384/8192 = 126 for w 128, s 4096.
+    assert windowed_keys(128, 4096) == pytest.approx(126.0)
+    # s 8192, w 4096: 4096 - 4096^2/16384 = 3072.
+    assert windowed_keys(4096, 8192) == pytest.approx(3072.0)
+    # A window as long as the sequence or longer is the causal s/2.
+    assert windowed_keys(4096, 4096) == pytest.approx(2048.0)
+    assert windowed_keys(8192, 2048) == pytest.approx(1024.0)
+
+
+def test_gpt_oss_attention_flops_by_hand():
+    m = get_model("gpt-oss-120b")
+    assert (m.sliding_window, m.full_attention_every, m.windowed_layers) == (128, 2, 18)
+    full, windowed = attention_keys_parts(m, 4096)
+    # Half the layers attend s/2 = 2048 keys, half 126: weighted 1024 and 63.
+    assert float(full) == pytest.approx(1024.0) and float(windowed) == pytest.approx(63.0)
+    # 2 a (d_qk + d_v) x keys = 2 * 64 * 128 * 1087 FLOPs per token, mean over layers.
+    assert float(attention_core_flops_per_token(m, 4096)) == pytest.approx(2 * 64 * 128 * 1087)
+    # At 128K the windowed half costs almost nothing: (65536 + ~128) / 2 / 65536 of full attention.
+    full_model = m.model_copy(update={"sliding_window": None, "full_attention_every": None})
+    ratio = float(attention_core_flops_per_token(m, 131072) / attention_core_flops_per_token(full_model, 131072))
+    assert ratio == pytest.approx((65536 + windowed_keys(128, 131072)) / 2 / 65536)
+
+
+def test_every_n_th_layer_full_as_megatron_counts_them():
+    # Megatron-Core is_layer_window_attention: layer_number % N != 0 is windowed (1-based).
+    m = get_model("llama3-8b").model_copy(update={"sliding_window": 1024, "full_attention_every": 6})
+    assert m.windowed_layers == 32 - 5  # layers 6, 12, ..., 30 are full
+    every_layer = get_model("llama3-8b").model_copy(update={"sliding_window": 1024})
+    assert every_layer.windowed_layers == 32
+
+
+def test_schema_refuses_full_attention_every_without_a_window(tmp_path):
+    f = tmp_path / "m.toml"
+    f.write_text('name = "x"\nnum_layers = 4\nhidden_size = 256\nnum_attention_heads = 4\n'
+                 'ffn_hidden_size = 512\nvocab_size = 1000\nfull_attention_every = 2\n')
+    rc, out, err = run("evaluate", "--model", str(f), "--gpus", "8", "--gpu", "h100")
+    assert rc == 2 and "full_attention_every" in err and "sliding_window" in err and "Traceback" not in err
+
+
+def test_hf_reader_gpt_oss_mistral_qwen2():
+    oss = model_from_hf_config(GPT_OSS_HF, "gpt-oss-120b")
+    catalog = get_model("gpt-oss-120b")
+    assert (oss.sliding_window, oss.full_attention_every) == (catalog.sliding_window, catalog.full_attention_every)
+    mistral = model_from_hf_config(MISTRAL_V01, "mistral-7b-v0.1")
+    assert (mistral.sliding_window, mistral.full_attention_every, mistral.windowed_layers) == (4096, None, 32)
+    # Qwen2 configs name a window but turn it off.
+    qwen2 = model_from_hf_config({**MISTRAL_V01, "model_type": "qwen2", "use_sliding_window": False}, "q")
+    assert qwen2.sliding_window is None
+    # Mixtral's null window: none.
+    assert model_from_hf_config({**MISTRAL_V01, "sliding_window": None}, "m").sliding_window is None
+
+
+def test_hf_reader_names_a_pattern_it_cannot_model():
+    types = ["sliding_attention"] * 36
+    types[0] = types[5] = "full_attention"  # full at layers 1 and 6: not every N-th
+    with pytest.raises(PlannerInputError, match="layer_types"):
+        model_from_hf_config({**GPT_OSS_HF, "layer_types": types}, "odd")
+
+
+def test_windowed_cp_needs_a2a_or_allgather():
+    args = ("evaluate", "--model", "gpt-oss-20b", "--gpus", "16", "--gpu", "h100", "--tp", "1", "--pp", "1",
+            "--cp", "2", "--ep", "8", "--seq-len", "32768", "--gbs", "64", "--mbs", "1", "--zero", "1")
+    rc, out, err = run(*args)
+    assert rc == 2 and "a2a or allgather" in err and "Traceback" not in err
+    rc, out, err = run(*args, "--cp-comm-type", "a2a")
+    assert rc in (0, 3), err  # priced (fits or says by how much it does not)
+
+
+def test_a_window_never_slows_a_step():
+    """The windowed model runs fewer attention FLOPs at a lower efficiency; never slower overall,
+    and at 128K tokens much faster (half its layers attend 128 keys instead of 64K)."""
+    from costmodel import evaluate_batch
+    from costmodel.layout import LayoutBatch
+    from hardware_catalog import get_cluster
+
+    m = get_model("gpt-oss-20b")
+    full_model = m.model_copy(update={"sliding_window": None, "full_attention_every": None})
+    cluster = get_cluster("dgx-h100")
+    ratio = {}
+    for seq in (4096, 32768, 131072):
+        batch = LayoutBatch.from_arrays(tp=1, pp=1, dp=8, cp=1, vpp=1, ep=8, zero=1, mbs=1, gbs=64, seq_len=seq,
+                                        recompute=2)
+        t = [float(evaluate_batch(model, cluster, batch).step_time_s[0]) for model in (m, full_model)]
+        assert t[0] <= t[1]
+        ratio[seq] = t[0] / t[1]
+    assert ratio[131072] < ratio[32768] < ratio[4096] <= 1.0
+    assert ratio[131072] < 0.75
+
+
+def test_search_switches_windowed_cp_to_a2a_or_allgather():
+    """A windowed model's CP rows are priced as TransformerEngine runs them: a2a where each TP
+    rank's 64 / tp query and 8 / tp KV heads split over the CP ranks, else allgather."""
+    from search.rules import RuleContext, windowed_cp_comm_type
+
+    ctx = RuleContext.build(get_model("gpt-oss-120b"), 64)
+    cols = {"tp": np.array([1, 8, 1, 2]), "cp": np.array([2, 2, 1, 16]), "cp_comm_type": np.zeros(4, int)}
+    # tp 1 cp 2: 8 KV heads split in 2 -> a2a; tp 8 cp 2: 1 KV head per rank -> allgather;
+    # cp 1: no CP, p2p stays; tp 2 cp 16: 4 KV heads per TP rank do not split 16 ways -> allgather.
+    assert windowed_cp_comm_type(ctx, cols).tolist() == [1, 2, 0, 2]
+
+    rc, out, err = run("search", "--model", "gpt-oss-120b", "--gpus", "64", "--gpu", "h100", "--seq-len", "131072",
+                       "--top", "3")
+    assert rc == 0, err
+    assert "cp: gpt-oss-120b attends a 128-key window on 18 of 36 layers" in out
+    import json
+
+    rc, out, err = run("search", "--model", "gpt-oss-120b", "--gpus", "64", "--gpu", "h100", "--seq-len", "131072",
+                       "--top", "10", "--json")
+    rows = [r["layout"] for r in json.loads(out)["results"]]
+    assert any(r["cp"] > 1 for r in rows)
+    assert all(r["cp_comm_type"] in ("a2a", "allgather") for r in rows if r["cp"] > 1)

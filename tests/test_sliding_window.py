@@ -145,3 +145,11 @@ def test_search_switches_windowed_cp_to_a2a_or_allgather():
     rows = [r["layout"] for r in json.loads(out)["results"]]
     assert any(r["cp"] > 1 for r in rows)
     assert all(r["cp_comm_type"] in ("a2a", "allgather") for r in rows if r["cp"] > 1)
+
+
+def test_evaluate_header_says_the_window():
+    rc, out, err = run("evaluate", "--model", "gpt-oss-20b", "--gpus", "8", "--gpu", "h100", "--tp", "1", "--pp", "1",
+                       "--ep", "8", "--mbs", "1", "--gbs", "64")
+    assert rc in (0, 3), err
+    # gpt-oss-20b: 24 layers, every 2nd full (layers 2, 4, ..., 24), so 12 windowed.
+    assert "128-key window on 12 of 24 layers" in out.splitlines()[0]

@@ -88,6 +88,9 @@ def show_evaluation(priced, outputs, before: str = "") -> None:
     counts = count_params(setup.model)
     # total and per-token active weights as planner counts them (MTP modules excluded, as published)
     record["model_params"] = {"total": int(counts.total), "active": int(counts.active)}
+    if setup.model.sliding_window is not None:  # what the attention FLOPs were priced with
+        record["model_params"].update(sliding_window=setup.model.sliding_window,
+                                      windowed_layers=setup.model.windowed_layers, layers=setup.model.num_layers)
     if outputs.run is not None:
         from costmodel.goodput import run_block
 

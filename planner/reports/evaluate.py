@@ -112,7 +112,9 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
     if params:  # what planner counted: a model given as a file or config.json is checked at a glance
         active = params["active"]
         size = f" ({human_count(params['total'])} params" + (
-            f", {human_count(active)} active" if active < params["total"] else "") + ")"
+            f", {human_count(active)} active" if active < params["total"] else "") + (
+            f", {params['sliding_window']}-key window on {params['windowed_layers']} of {params['layers']} layers"
+            if params.get("sliding_window") else "") + ")"
     lines.append(f"{rec['model']}{size} on {rec['gpus']} x {rec['gpu']} ({rec['cluster']}"
                  f"{', ' + cluster_line if cluster_line else ''})")
     lines.append(f"layout  {layout_summary(lay)}")

@@ -153,3 +153,12 @@ def test_evaluate_header_says_the_window():
     assert rc in (0, 3), err
     # gpt-oss-20b: 24 layers, every 2nd full (layers 2, 4, ..., 24), so 12 windowed.
     assert "128-key window on 12 of 24 layers" in out.splitlines()[0]
+
+
+def test_catalog_lists_the_window():
+    import json
+
+    rc, out, err = run("catalog", "models", "--json")
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert (rows["gpt-oss-120b"]["sliding_window"], rows["gpt-oss-120b"]["windowed_layers"]) == (128, 18)
+    assert rows["llama3-8b"]["sliding_window"] is None and rows["llama3-8b"]["windowed_layers"] == 0

@@ -250,6 +250,8 @@ def catalog(
             "kv_heads": item.kv_heads,
             "experts": item.moe.num_experts if item.moe else None,
             "seq_len": item.default_seq_len,
+            "sliding_window": item.sliding_window,
+            "windowed_layers": item.windowed_layers,
         }
         rows.append(row)
     if as_json:
@@ -258,11 +260,13 @@ def catalog(
     from planner.reports.evaluate import human_count
 
     if what == "models":
-        typer.echo(f"{'name':<26}{'params':>9}{'active':>9}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv':>5}{'experts':>9}  aliases")
+        typer.echo(f"{'name':<26}{'params':>9}{'active':>9}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv':>5}{'experts':>9}"
+                   f"{'window':>8}  aliases")
         for r in rows:
             typer.echo(
                 f"{r['name']:<26}{human_count(r['params']):>9}{human_count(r['active_params']):>9}{r['layers']:>8}"
-                f"{r['hidden']:>8}{r['heads']:>7}{r['kv_heads']:>5}{str(r['experts'] or '-'):>9}  {', '.join(r['aliases'])}"
+                f"{r['hidden']:>8}{r['heads']:>7}{r['kv_heads']:>5}{str(r['experts'] or '-'):>9}"
+                f"{str(r['sliding_window'] or '-'):>8}  {', '.join(r['aliases'])}"
             )
     elif what == "gpus":
         typer.echo(f"{'name':<16}{'bf16 TF':>9}{'fp8 TF':>9}{'fp4 TF':>9}{'HBM GiB':>9}{'HBM GB/s':>10}{'link GB/s':>10}  aliases")

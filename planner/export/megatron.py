@@ -203,6 +203,20 @@ def _attention_args(m) -> Args:
     ]
 
 
+def window_args(m) -> Args:
+    """Sliding-window attention: ``--window-size w-1,0`` (TransformerEngine's (left, right) keys
+    beside the query, so a ``w``-key window is ``w-1`` to the left; arguments.py tuple_type reads
+    "127,0") and ``--window-attn-skip-freq N`` (layers N, 2N, ... full attention: transformer/utils.py
+    is_layer_window_attention), as Megatron-Bridge models/gpt_oss/gpt_oss_bridge.py sets
+    window_size=(sliding_window - 1, 0), window_attn_skip_freq=2. No window: neither flag."""
+    if m.sliding_window is None:
+        return []
+    args: Args = [("--window-size", [f"{m.sliding_window - 1},0"])]
+    if m.full_attention_every is not None:
+        args.append(("--window-attn-skip-freq", [m.full_attention_every]))
+    return args
+
+
 def _model_args(plan: Plan) -> Args:
     """The model's shape, its layers' variants and the sequence."""
     m = plan.model
@@ -212,7 +226,7 @@ def _model_args(plan: Plan) -> Args:
         ("--ffn-hidden-size", [m.ffn_hidden_size]),
         ("--num-attention-heads", [m.num_attention_heads]),
     ]
-    args += _attention_args(m)
+    args += _attention_args(m) + window_args(m)
     if m.gated_mlp:
         args.append(("--swiglu", []))
     args.append(("--normalization", ["RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"]))

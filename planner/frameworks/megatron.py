@@ -334,7 +334,7 @@ make_vocab_size_divisible_by multi_latent_attention q_lora_rank kv_lora_rank qk_
 v_head_dim group_query_attention num_query_groups kv_channels num_experts moe_ffn_hidden_size
 moe_shared_expert_intermediate_size moe_router_topk moe_router_num_groups moe_router_group_topk moe_layer_freq
 position_embedding_type seq_length normalization untie_embeddings_and_output_weights disable_bias_linear
-add_qkv_bias attention_dropout hidden_dropout max_position_embeddings mtp_num_layers
+add_qkv_bias attention_dropout hidden_dropout max_position_embeddings mtp_num_layers window_size window_attn_skip_freq
 """.split())
 """Dests the reader maps onto the model's shape (``planner.launch.mcore.model_fields``)."""
 

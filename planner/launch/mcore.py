@@ -107,27 +107,99 @@ def _moe_fields(s: Settings, ffn: int, num_layers: int):
                    router_groups=s.int("moe_router_num_groups"), router_group_topk=s.int("moe_router_group_topk"))
 
 
+def _pattern(s: Settings, dest: str, value, example: str) -> list[int] | int:
+    """A moe_freq_type value (arguments.py): an integer, or a per-layer list ("([0]*3+[1]*58)" on
+    a command line, a list in a config) as its bits."""
+    if isinstance(value, (list, tuple)):
+        return [int(b) for b in value]
+    if isinstance(value, int) or str(value).strip().isdigit():
+        return int(value)
+    import re
+
+    text = str(value).strip()
+    if not re.fullmatch(r"[\d,\[\]()+* ]+", text):
+        raise _bad(s, dest, value, f"an integer or a pattern like {example}")
+    return list(eval(text, {"__builtins__": {}}, {}))  # digits, brackets, + and * only
+
+
 def _moe_layer_freq(s: Settings, num_layers: int) -> tuple[int, int]:
     """(leading dense layers, MoE every n-th layer) from --moe-layer-freq: an int, or a pattern
     "([0]*3+[1]*58)" (moe_freq_type in arguments.py)."""
     value = s.get("moe_layer_freq", 1)
-    if isinstance(value, (list, tuple)):
-        bits = [int(b) for b in value]
-    elif isinstance(value, int) or str(value).strip().isdigit():
-        return 0, int(value)
-    else:
-        import re
-
-        text = str(value).strip()
-        if not re.fullmatch(r"[\d,\[\]()+* ]+", text):
-            raise _bad(s, "moe_layer_freq", value, "an integer or a pattern like ([0]*3+[1]*58)")
-        bits = list(eval(text, {"__builtins__": {}}, {}))  # digits, brackets, + and * only
+    bits = _pattern(s, "moe_layer_freq", value, "([0]*3+[1]*58)")
+    if isinstance(bits, int):
+        return 0, bits
     dense = next((i for i, b in enumerate(bits) if b), len(bits))
     rest = bits[dense:]
     freq = next((i for i, b in enumerate(rest[1:], 1) if b), len(rest)) if rest else 1
     if len(bits) != num_layers or any(b != (1 if (i % freq == 0) else 0) for i, b in enumerate(rest)):
         raise _bad(s, "moe_layer_freq", value, "leading dense layers, then MoE every n-th layer (what planner prices)")
     return dense, freq
+
+
+def window_size(s: Settings) -> tuple[int, int] | None:
+    """--window-size L,R as (L, R): arguments.py tuple_type reads "127,0" or "(127,0)", a Megatron-Bridge /
+    NeMo config holds [127, 0]; None without one. L keys left of the query, R right of it, -1 no limit
+    (TransformerConfig.window_size)."""
+    import re
+
+    value = s.get("window_size")
+    if value is None or str(value).strip() in ("", "None", "none", "null"):
+        return None
+    words = [str(v).strip() for v in value] if isinstance(value, (list, tuple)) else \
+        [w.strip() for w in str(value).strip().strip("()[]").split(",")]
+    if len(words) != 2 or not all(re.fullmatch(r"-?\d+", w) for w in words) or min(map(int, words)) < -1:
+        raise _bad(s, "window_size", value, "two integers L,R (e.g. 127,0: 127 keys left of the query; -1: no limit)")
+    left, right = map(int, words)
+    return left, right
+
+
+def _full_attention_every(s: Settings, num_layers: int) -> int | None:
+    """N of --window-attn-skip-freq (layers N, 2N, ... full attention; None: every layer windowed; 1:
+    none), from an integer or a per-layer list of 1 (window) / 0 (full): transformer/utils.py
+    is_layer_window_attention. A list is read when its full layers are every N-th."""
+    value = s.get("window_attn_skip_freq")
+    if value is None or str(value).strip() in ("", "None", "none", "null"):
+        return None
+    bits = _pattern(s, "window_attn_skip_freq", value, "([1]*1+[0]*1)*18")
+    if isinstance(bits, int):
+        if bits < 1:
+            raise _bad(s, "window_attn_skip_freq", value, "a positive integer N (layers N, 2N, ... full attention)")
+        return bits if bits <= num_layers else None
+    full = [i + 1 for i, b in enumerate(bits) if not b]
+    if len(bits) != num_layers or not full:
+        if len(bits) != num_layers:
+            raise _bad(s, "window_attn_skip_freq", value, f"one bit per layer ({num_layers}; 1 window, 0 full attention)")
+        return None
+    if full != list(range(full[0], num_layers + 1, full[0])):
+        raise _bad(s, "window_attn_skip_freq", value, "full attention (0) on every N-th layer only (N, 2N, ...), "
+                   "what planner prices")
+    return full[0]
+
+
+def window_fields(s: Settings, num_layers: int) -> dict:
+    """ModelSpec ``sliding_window`` (L + 1 keys, the query included) and ``full_attention_every``
+    from --window-size L,R and --window-attn-skip-freq; {} for full attention everywhere (no
+    window, L = -1, or every layer full). R is priced as 0 (``window_notes``)."""
+    size = window_size(s)
+    if size is None or size[0] < 0:
+        return {}
+    every = _full_attention_every(s, num_layers)
+    if every == 1:
+        return {}
+    return {"sliding_window": size[0] + 1, **({"full_attention_every": every} if every else {})}
+
+
+def window_notes(s: Settings, launch: Launch) -> None:
+    """What the file states about the window that planner prices otherwise, or that does nothing."""
+    size = window_size(s)
+    if size is not None and size[1] != 0:
+        launch.cannot(f"{s.label('window_size')} {size[0]},{size[1]}",
+                      f"as {size[0]},0: a causal model attends no key right of the query (TransformerEngine "
+                      "dot_product_attention/utils.py check_set_window_size sets the right side to 0)")
+    if s.has("window_attn_skip_freq") and (size is None or size[0] < 0):
+        launch.notes.append(f"{s.label('window_attn_skip_freq')} without a window ({s.label('window_size')}) "
+                            "does nothing: every layer attends the whole prefix")
 
 
 def _bad(s: Settings, dest: str, value, allowed: str):
@@ -164,6 +236,7 @@ def model_fields(s: Settings, tp: int) -> tuple[dict, tuple, str]:
     fields["qkv_bias"] = s.flag("add_qkv_bias") and not fields["linear_bias"]
     fields["moe"] = _moe_fields(s, ffn, L)
     fields["mtp_layers"] = s.int("mtp_num_layers") or 0  # --mtp-num-layers (default none: no MTP head)
+    fields.update(window_fields(s, L))
     if seq:
         fields["default_seq_len"] = seq
     return fields, candidates, vocab_note
@@ -173,6 +246,11 @@ def _shape_given_away(s: Settings, model, launch: Launch) -> None:
     """--model replaces the file's shape: say so where the file states a different one."""
     differ = [f"{s.label(d)} {s.get(d)}" for d in ("num_layers", "hidden_size", "num_attention_heads")
               if s.has(d) and str(s.get(d)) != str(getattr(model, d))]
+    if s.has("window_size"):  # a recipe's overrides may leave the window to the recipe: compared when stated
+        window = window_fields(s, model.num_layers)
+        if (window.get("sliding_window"), window.get("full_attention_every")) != (model.sliding_window,
+                                                                                 model.full_attention_every):
+            differ += [f"{s.label(d)} {s.get(d)}" for d in ("window_size", "window_attn_skip_freq") if s.has(d)]
     if differ:
         launch.model_note = f"from --model, in place of the file's shape ({', '.join(differ)})"
 
@@ -198,6 +276,7 @@ def to_launch(s: Settings, launch: Launch, model=None) -> Launch:
     else:
         launch.model = model
         _shape_given_away(s, model, launch)
+    window_notes(s, launch)
     if launch.model.moe is None:
         launch.values["etp"] = 1
     _pipeline(s, launch)

@@ -12,7 +12,7 @@ from hardware_catalog.errors import PlannerInputError
 
 _SHAPE = ("num_layers", "hidden_size", "num_attention_heads", "kv_heads", "head_size", "ffn_hidden_size",
           "gated_mlp", "norm", "position_embedding", "tied_embeddings", "linear_bias", "qkv_bias", "dropout",
-          "mtp_layers")
+          "mtp_layers", "sliding_window", "full_attention_every")
 """What must agree for a file's model to be a catalog preset (ModelSpec attributes)."""
 
 
@@ -85,5 +85,8 @@ def _summary(m) -> str:
         parts.append(f"{m.kv_heads} kv heads")
     if m.moe is not None:
         parts.append(f"{m.moe.num_experts} experts top-{m.moe.top_k}")
+    if m.sliding_window is not None:
+        every = f", full attention every {m.full_attention_every}" if m.full_attention_every else ""
+        parts.append(f"{m.sliding_window}-key sliding window{every}")
     parts.append(f"vocab {m.vocab_size}")
     return ", ".join(parts)

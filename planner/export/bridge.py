@@ -92,6 +92,8 @@ def overrides(plan: Plan) -> list[tuple[str, object]]:
             value = _value(values)
             if dest == "moe_layer_freq":
                 value = _layer_pattern(str(value))
+            elif dest == "window_size":  # Megatron's "127,0" is TransformerConfig's (127, 0): a list in YAML
+                value = [int(v) for v in str(value).split(",")]
             written.add(dest)
             pairs.append((dest, value))
     pairs += _explicit_off(plan, written)

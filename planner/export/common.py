@@ -122,6 +122,16 @@ def implementation_summary(plan: Plan) -> list[str]:
     return out
 
 
+def window_text(model: ModelSpec) -> str:
+    """The model's sliding window in words, for refusals ("" without one)."""
+    if model.sliding_window is None:
+        return ""
+    every = model.full_attention_every
+    where = (f"on {model.windowed_layers} of {model.num_layers} layers (full attention every {every})" if every
+             else "on every layer")
+    return f"a {model.sliding_window}-key sliding window {where}"
+
+
 def _stage_text(stages: tuple[int, ...]) -> str:
     if len(stages) <= 2:
         return "/".join(str(s) for s in stages)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from planner.export.common import CannotExpress, Plan, partial_recompute_per_chunk, selective_modules
+from planner.export.common import CannotExpress, Plan, partial_recompute_per_chunk, selective_modules, window_text
 from planner.export.registry import PLAIN, Exporter, one_file
 from planner.frameworks.deepspeed import TABLE
 
@@ -28,10 +28,12 @@ _MDS = "microsoft/Megatron-DeepSpeed@f4157bea (megatron/model: GPT layers with m
 
 def _check_model(plan: Plan) -> None:
     """Megatron-DeepSpeed builds GPT-style transformer layers: no Mamba layers, no multi-latent
-    attention, no multi-token-prediction modules (its megatron/ tree has none of them at f4157bea)."""
+    attention, no multi-token-prediction modules, no sliding-window attention (its megatron/ tree
+    has none of them at f4157bea: arguments.py has no window argument, model/transformer.py attends
+    every earlier key)."""
     m = plan.model
     what = ("a hybrid Mamba model" if m.hybrid_pattern else "multi-latent attention (MLA)" if m.mla is not None
-            else f"{m.mtp_layers} multi-token-prediction layer(s)" if m.mtp_layers else "")
+            else f"{m.mtp_layers} multi-token-prediction layer(s)" if m.mtp_layers else window_text(m))
     if what:
         raise CannotExpress("deepspeed_model_kind", f"model {m.name} has {what}, which Megatron-DeepSpeed's model "
                             "code does not build: use --format megatron or megatron-bridge", _MDS)

@@ -42,6 +42,7 @@ import tomllib
 from planner.export import torchrun
 from planner.export.common import (
     CannotExpress, Plan, bash_array, comment_block, partial_recompute_per_chunk, q, selective_modules, safe_name,
+    window_text,
 )
 from planner.export.registry import EXECUTABLE, PLAIN, Exporter, each_file
 from planner.frameworks.torchtitan import (  # noqa: F401 (names the tests and the reader use)
@@ -177,6 +178,13 @@ def check_common(plan: Plan) -> None:
                             "is Megatron-Core's --recompute-modules; torchtitan's activation checkpointing has no "
                             "such setting", "planner.export")
     torchrun.check_nodes(plan)
+    if plan.model.sliding_window is not None:
+        raise CannotExpress("torchtitan_sliding_window", f"model {plan.model.name} has {window_text(plan.model)}; "
+                            "the llama3 flavors this export writes attend every earlier key, and a job config sets no "
+                            "window (torchtitan's gpt_oss model fixes its own 128-key window in code, models/gpt_oss, "
+                            "which this export does not write): use --format megatron or megatron-bridge",
+                            "torchtitan torchtitan/models/llama3/__init__.py; torchtitan 0.2.2 "
+                            "torchtitan/models/gpt_oss/model/args.py (sliding_window_size)")
     if flavor_for(plan.model) is None:
         names = ", ".join(f"{n} {f}" for n, f in LLAMA3_FLAVORS)
         raise CannotExpress("torchtitan_flavor", f"torchtitan builds models from registered flavors and none matches "

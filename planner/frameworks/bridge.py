@@ -66,7 +66,7 @@ RECIPE_RESETS = {
     "account_for_loss_in_pipeline_split": False, "hierarchical_context_parallel_sizes": None,
     "recompute_granularity": None, "recompute_method": None, "recompute_num_layers": None, "recompute_modules": None,
     "num_distributed_optimizer_instances": 1, "moe_expert_capacity_factor": None, "mtp_num_layers": None,
-    "cuda_graph_impl": "none", "cp_comm_type": "p2p",
+    "cuda_graph_impl": "none", "cp_comm_type": "p2p", "window_size": None, "window_attn_skip_freq": None,
 }
 """Megatron-LM dest -> Megatron-Core's default (model_parallel_config.py, transformer_config.py,
 distributed_data_parallel_config.py; recompute_modules None means ["core_attn"]), written where the
@@ -74,7 +74,9 @@ plan leaves the setting at that default. The overrides are merged over a recipe,
 keeps the recipe's value: Megatron-Bridge v0.2.0 recipes/llama/llama3.py sets VPP 5 for Llama 3 70B
 and VPP 2 with account_for_embedding/loss_in_pipeline_split for 405B (which TransformerConfig refuses
 next to num_layers_in_first/last_pipeline_stage); recipes/olmoe/olmoe_7b.py sets a
-pipeline_model_parallel_layout, which places the layers itself."""
+pipeline_model_parallel_layout, which places the layers itself; models/gpt_oss/gpt_oss_provider.py sets
+window_size (128, 0) and window_attn_skip_freq 2, which a model priced without them (or with another
+window) must not inherit."""
 
 MOE_ONLY = frozenset({"moe_expert_capacity_factor"})
 """``RECIPE_RESETS`` dests that exist for a MoE model only."""

@@ -243,7 +243,8 @@ def model_fields(s: Settings, tp: int) -> tuple[dict, tuple, str]:
 
 
 def _shape_given_away(s: Settings, model, launch: Launch) -> None:
-    """--model replaces the file's shape: say so where the file states a different one."""
+    """--model (or the recipe a NeMo file names) replaces the file's shape: say so where the file
+    states a different one."""
     differ = [f"{s.label(d)} {s.get(d)}" for d in ("num_layers", "hidden_size", "num_attention_heads")
               if s.has(d) and str(s.get(d)) != str(getattr(model, d))]
     if s.has("window_size"):  # a recipe's overrides may leave the window to the recipe: compared when stated
@@ -252,7 +253,7 @@ def _shape_given_away(s: Settings, model, launch: Launch) -> None:
                                                                                  model.full_attention_every):
             differ += [f"{s.label(d)} {s.get(d)}" for d in ("window_size", "window_attn_skip_freq") if s.has(d)]
     if differ:
-        launch.model_note = f"from --model, in place of the file's shape ({', '.join(differ)})"
+        launch.model_note = f"{launch.model_note or 'from --model'}, in place of the file's shape ({', '.join(differ)})"
 
 
 def _dropout(s: Settings) -> bool:

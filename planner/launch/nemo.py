@@ -257,8 +257,4 @@ def read(text: str, path: str, model=None) -> Launch:
     preset = _model(flat, recipe, model, launch, s)
     _recipe_hints(recipe, launch)
     _gpus(flat, launch)
-    note = launch.model_note
-    launch = to_launch(s, launch, preset)
-    if preset is not None:
-        launch.model_note = note
-    return launch
+    return to_launch(s, launch, preset)  # the preset's note, plus what the file states otherwise

@@ -81,31 +81,25 @@ def test_a_window_on_every_layer_exports_no_skip_frequency(tmp_path):
     words = megatron_arg_list(out / "megatron_args.sh")
     assert _after(words, "--window-size") == ["4095,0"]
     assert "--window-attn-skip-freq" not in words
+    from test_export import LLAMA3_8B  # and a model without a window: neither flag
 
-
-@needs_bash
-def test_a_model_without_a_window_exports_none(tmp_path):
-    from test_export import LLAMA3_8B
-
-    export(record(LLAMA3_8B, tp=2, dp=4, gbs=16), LLAMA3_8B, tmp_path, formats="megatron")
-    words = megatron_arg_list(tmp_path / "megatron_args.sh")
+    export(record(LLAMA3_8B, tp=2, dp=4, gbs=16), LLAMA3_8B, tmp_path / "llama", formats="megatron")
+    words = megatron_arg_list(tmp_path / "llama" / "megatron_args.sh")
     assert "--window-size" not in words and "--window-attn-skip-freq" not in words
 
 
 @needs_bash
-@pytest.mark.parametrize("kind,word", [("a2a", "a2a"), ("allgather", "all_gather")])
-def test_windowed_context_parallelism_exports_its_comm_type_with_the_window(tmp_path, kind, word):
-    export(_gpt_oss_record(cp=2, dp=4, seq_len=8192, cp_comm_type=kind), GPT_OSS, tmp_path, formats="megatron")
-    words = megatron_arg_list(tmp_path / "megatron_args.sh")
-    assert _after(words, "--cp-comm-type") == [word] and _after(words, "--window-size") == ["127,0"]
-    launch = read_launch(tmp_path / "megatron_args.sh")
-    assert launch.values["cp_comm_type"] == kind and launch.model.sliding_window == 128
-
-
-def test_windowed_ring_context_parallelism_is_refused(tmp_path):
-    with pytest.raises(PlannerInputError, match="sliding_window_cp_comm_type"):
-        export(_gpt_oss_record(cp=2, dp=4, seq_len=8192, cp_comm_type="p2p"), GPT_OSS, tmp_path, formats="megatron")
-    assert not any(tmp_path.iterdir())
+def test_windowed_context_parallelism_exports_its_comm_type_with_the_window(tmp_path):
+    for kind, word in (("a2a", "a2a"), ("allgather", "all_gather")):
+        out = tmp_path / kind
+        export(_gpt_oss_record(cp=2, dp=4, seq_len=8192, cp_comm_type=kind), GPT_OSS, out, formats="megatron")
+        words = megatron_arg_list(out / "megatron_args.sh")
+        assert _after(words, "--cp-comm-type") == [word] and _after(words, "--window-size") == ["127,0"]
+        launch = read_launch(out / "megatron_args.sh")
+        assert launch.values["cp_comm_type"] == kind and launch.model is GPT_OSS
+    with pytest.raises(PlannerInputError, match="sliding_window_cp_comm_type"):  # ring CP: TransformerEngine refuses
+        export(_gpt_oss_record(cp=2, dp=4, seq_len=8192, cp_comm_type="p2p"), GPT_OSS, tmp_path / "p2p", formats="megatron")
+    assert not (tmp_path / "p2p").exists() or not any((tmp_path / "p2p").iterdir())
 
 
 # ----------------------------------------------------------------------------------- reading back
@@ -119,6 +113,12 @@ def test_gpt_oss_reads_back_as_the_catalog_model(tmp_path, fmt, name):
     assert launch.model is GPT_OSS, launch.model_note
     assert (launch.model.sliding_window, launch.model.full_attention_every) == (128, 2)
     assert not launch.unsupported and not launch.unknown
+    # The window is what makes the file gpt-oss: without its lines, the same shape attends every key.
+    text = (tmp_path / name).read_text()
+    stripped = "\n".join(line for line in text.splitlines() if "window" not in line and line.strip() not in ("- 127", "- 0"))
+    (tmp_path / name).write_text(stripped + "\n")
+    launch = read_launch(tmp_path / name)
+    assert launch.model is not GPT_OSS and launch.model.sliding_window is None
 
 
 @pytest.mark.parametrize("fmt,name", [("megatron", "megatron_args.sh"),
@@ -155,7 +155,7 @@ def test_the_shape_without_its_window_is_not_the_catalog_model(tmp_path):
 @pytest.mark.parametrize("extra,window,every", [
     (("--window-size", "127,0", "--window-attn-skip-freq", "([1]*1+[0]*1)*18"), 128, 2),  # the list form of 2
     (("--window-size", "(127,0)", "--window-attn-skip-freq", "3"), 128, 3),  # tuple_type strips the brackets
-    (("--window-size", "-1,0", "--window-attn-skip-freq", "2"), None, None),  # -1: no limit, so no window
+    (("--window-size=-1,0", "--window-attn-skip-freq", "2"), None, None),  # -1: no limit, so no window
     (("--window-size", "127,0", "--window-attn-skip-freq", "1"), None, None),  # every layer full attention
     (("--window-size", "127,0"), 128, None),  # every layer windowed
 ])
@@ -163,6 +163,7 @@ def test_megatron_window_spellings(tmp_path, extra, window, every):
     launch = read_launch(_args_file(tmp_path, *extra), "megatron")
     assert (launch.model.sliding_window, launch.model.full_attention_every) == (window, every)
     assert (launch.model is GPT_OSS) == ((window, every) == (128, 2))
+    assert not launch.unsupported and not launch.unknown
 
 
 def test_a_window_open_to_the_right_is_priced_causal_and_said(tmp_path):

@@ -18,6 +18,7 @@ from typing import Mapping, Optional
 from costmodel.options import FLAG, IMPLEMENTATION_OPTIONS, INT, OPTIONS, OPTIONS_BY_NAME, UNRECORDED, Layout
 from hardware_catalog.errors import DoesNotFit, PlannerInputError
 from hardware_catalog.schema import ClusterSpec, ModelSpec
+from planner.frameworks import window_text  # noqa: F401 (exporters import it from here)
 from planner.frameworks.table import CannotExpress  # noqa: F401 (exporters import it from here)
 
 _REQUIRED = tuple(o.name for o in OPTIONS if o.kind == INT)
@@ -120,16 +121,6 @@ def implementation_summary(plan: Plan) -> list[str]:
         if opt.phrase and shown:
             out.append(opt.phrase.format(value=("on" if value else "off") if opt.kind == FLAG else value))
     return out
-
-
-def window_text(model: ModelSpec) -> str:
-    """The model's sliding window in words, for refusals ("" without one)."""
-    if model.sliding_window is None:
-        return ""
-    every = model.full_attention_every
-    where = (f"on {model.windowed_layers} of {model.num_layers} layers (full attention every {every})" if every
-             else "on every layer")
-    return f"a {model.sliding_window}-key sliding window {where}"
 
 
 def _stage_text(stages: tuple[int, ...]) -> str:

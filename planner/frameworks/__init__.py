@@ -16,6 +16,17 @@ _RELEASE_NAMES = ("RELEASES", "RELEASES_BY_NAME", "Release", "FrameworkSettings"
                   "apply_framework", "catalog_rows", "format_catalog")
 
 
+def window_text(model) -> str:
+    """A ModelSpec's sliding window in words, as the exporters' refusals and the readers' notes say it
+    ("" without one)."""
+    if model.sliding_window is None:
+        return ""
+    every = model.full_attention_every
+    where = (f"on {model.windowed_layers} of {model.num_layers} layers (full attention every {every})" if every
+             else "on every layer")
+    return f"a {model.sliding_window}-key sliding window {where}"
+
+
 def __getattr__(name: str):
     # ``from planner.frameworks import framework_settings`` (the releases) without loading them for
     # every import of a table.

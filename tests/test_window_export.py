@@ -255,3 +255,16 @@ def test_deepspeed_reader_says_megatron_deepspeed_builds_no_window(tmp_path):
     launch = read_launch(tmp_path / "deepspeed_config.json", model=GPT_OSS)
     assert "128-key sliding window on 18 of 36 layers" in launch.model_note
     assert "window" not in read_launch(tmp_path / "deepspeed_config.json", model=LLAMA3_8B).model_note
+
+
+def test_torchtitan_reader_says_its_llama3_attends_no_window(tmp_path):
+    from test_export import LLAMA3_8B
+
+    export(titan(LLAMA3_8B, tp=2, dp=4, gbs=16), LLAMA3_8B, tmp_path, formats="torchtitan")
+    launch = read_launch(tmp_path / "torchtitan.toml", model=GPT_OSS)
+    assert "128-key sliding window on 18 of 36 layers" in launch.model_note and "llama3" in launch.model_note
+    # torchtitan's own gpt_oss model (0.2.2 models/gpt_oss: layer_id % 2 == 0 windowed, 128 keys) is gpt-oss's window
+    text = (tmp_path / "torchtitan.toml").read_text()
+    (tmp_path / "oss.toml").write_text(text.replace('name = "llama3"', 'name = "gpt_oss"'))
+    assert 'name = "gpt_oss"' in (tmp_path / "oss.toml").read_text()
+    assert "window" not in read_launch(tmp_path / "oss.toml", model=GPT_OSS).model_note

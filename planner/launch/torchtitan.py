@@ -150,6 +150,15 @@ def _model(c: _Config, model) -> None:
     launch = c.launch
     if model is not None:
         launch.model, launch.model_note = model, "from --model"
+        name = c.get("model.name") or c.get("module") or "llama3"
+        # torchtitan 0.2.2 models/gpt_oss/model/model.py: layer_id % 2 == 0 attends the 128-key
+        # sliding_window_size (1-based: every 2nd layer full); llama3 attends every earlier key.
+        if model.sliding_window is not None and (name != "gpt_oss" or (model.sliding_window, model.full_attention_every)
+                                                  != (128, 2)):
+            from planner.frameworks import window_text
+
+            launch.model_note += (f"; it has {window_text(model)}, which torchtitan's {name} model does not attend "
+                                  "(priced with the window)")
         return
     from hardware_catalog import get_model
 

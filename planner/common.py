@@ -62,17 +62,28 @@ def resolve_setup(
     return Setup(model_spec, gpu_spec, cluster_spec, batch.gbs, batch.seq_len, batch.origin)
 
 
-def build_layout(setup: Setup, gpus: int, **values) -> Layout:
+def build_layout(setup: Setup, gpus: int, typed: frozenset = frozenset(), **values) -> Layout:
     """A Layout from option values as typed (``costmodel.options``; None = the option's
     default), with the setup's batch and dp = gpus / (tp·pp·cp). Each value is checked by its
     option (one line naming the flag); the rules (``search.rules.check_layout``) judge the
-    layout as a whole."""
+    layout as a whole. ``typed``: the options the user typed (a sliding-window model's untyped
+    p2p CP becomes what TransformerEngine runs it as)."""
     gpus = GPUS.parse(gpus)
     check_whole_nodes(setup.cluster, gpus)
     values = {k: v for k, v in values.items() if k not in ("gbs", "seq_len", "dp")}
     layout = Layout.from_values(values)
     model_parallel = layout.tp * layout.pp * layout.cp
     dp = max(gpus // model_parallel, 1)  # when it does not divide, the rule degrees_multiply_to_gpus says so
+    if setup.model.sliding_window is not None and layout.cp > 1 and "cp_comm_type" not in typed \
+            and layout.cp_comm_type == "p2p":
+        # TransformerEngine runs a window under CP only as a2a or allgather: untyped, take the one
+        # the search prices (search.rules.windowed_cp_comm_type), not the p2p default it refuses.
+        from costmodel.options import CP_COMM_TYPES
+        from search.rules import RuleContext, windowed_cp_comm_type
+
+        ctx = RuleContext.build(setup.model, gpus, setup.cluster, setup.gpu)
+        code = windowed_cp_comm_type(ctx, {"tp": layout.tp, "cp": layout.cp, "cp_comm_type": 0})
+        layout = replace(layout, cp_comm_type=CP_COMM_TYPES[int(code)])
     return replace(layout, dp=dp, gbs=setup.gbs, seq_len=setup.seq_len)
 
 

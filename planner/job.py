@@ -118,7 +118,7 @@ def price(job: Job, layout: dict, annotations: Optional[dict] = None) -> Priced:
     setup = resolve(problem)
     layout = dict(layout)
     framework = _apply_framework(job.pricing, setup, layout)
-    lay = build_layout(setup, problem.gpus, **layout)
+    lay = build_layout(setup, problem.gpus, job.pricing.typed, **layout)
     check_layout(setup.model, setup.cluster, setup.gpu, lay, gpus=problem.gpus,
                  allow_cross_node_tp=problem.allow_cross_node_tp, batch_origin=setup.batch_origin)
     result = evaluate(setup.model, setup.cluster, lay, gpu=setup.gpu, calib=calib)

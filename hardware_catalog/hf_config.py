@@ -207,6 +207,10 @@ def _sliding_window(r: _Reader) -> dict:
     if not isinstance(types, list) or not set(types) <= {"sliding_attention", "full_attention"}:
         raise PlannerInputError(f"{r.label}: 'layer_types' must list 'sliding_attention' / 'full_attention' "
                                 f"per layer (got {_short(types)})")
+    layers = r.integer("num_hidden_layers")
+    if len(types) != layers:  # transformers configuration_utils layer_type_validation refuses it too
+        raise PlannerInputError(f"{r.label}: 'layer_types' lists {len(types)} layers; num_hidden_layers is {layers} "
+                                "(one entry per layer)")
     full = [i + 1 for i, t in enumerate(types) if t == "full_attention"]
     if not full:
         return {"sliding_window": window}

@@ -40,3 +40,66 @@ def test_layer_types_of_another_length_than_the_layers_is_refused():
     # The matching list still reads: full at 1-based layers 2, 4, ..., 36.
     ok = model_from_hf_config(GPT_OSS_HF, "ok")
     assert (ok.sliding_window, ok.full_attention_every, ok.windowed_layers) == (128, 2, 18)
+
+
+# ----------------------------------------------------------------------------------- launch files
+
+
+def _megatron_args(tmp_path, *extra: str):
+    """Llama 3 8B as Megatron-LM arguments (no --window-size: every layer attends its whole prefix)."""
+    words = ["--num-layers", "32", "--hidden-size", "4096", "--ffn-hidden-size", "14336", "--num-attention-heads", "32",
+             "--group-query-attention", "--num-query-groups", "8", "--swiglu", "--normalization", "RMSNorm",
+             "--position-embedding-type", "rope", "--untie-embeddings-and-output-weights", "--seq-length", "8192",
+             "--max-position-embeddings", "131072", "--tokenizer-type", "NullTokenizer", "--vocab-size", "128255",
+             "--micro-batch-size", "1", "--global-batch-size", "64", "--bf16", *extra]
+    path = tmp_path / "args.txt"
+    path.write_text(" ".join(words) + "\n")
+    return path
+
+
+def test_model_flag_with_a_window_over_a_megatron_file_without_one_is_said(tmp_path):
+    from hardware_catalog import get_model
+    from planner.launch import read_launch
+
+    llama = get_model("llama3-8b")
+    windowed = llama.model_copy(update={"name": "llama3-8b-swa", "sliding_window": 1024})
+    # The file trains no window (arguments.py: --window-size default None); --model prices one.
+    launch = read_launch(_megatron_args(tmp_path), "megatron", model=windowed)
+    assert launch.model is windowed
+    assert "in place of the file's shape (no --window-size)" in launch.model_note
+    # The same model without a window: nothing to say.
+    assert "window" not in read_launch(_megatron_args(tmp_path), "megatron", model=llama).model_note
+    # A skip frequency above the layer count windows every layer, as none does: the same model.
+    every = windowed.model_copy(update={"full_attention_every": 64})
+    launch = read_launch(_megatron_args(tmp_path, "--window-size", "1023,0"), "megatron", model=every)
+    assert "window" not in launch.model_note
+    launch = read_launch(_megatron_args(tmp_path, "--window-size", "1023,0", "--window-attn-skip-freq", "2"),
+                         "megatron", model=every)
+    assert "--window-size 1023,0, --window-attn-skip-freq 2" in launch.model_note
+
+
+def test_a_bridge_window_null_clears_the_recipe_window_and_is_said(tmp_path):
+    from planner.launch import read_launch
+
+    # planner's Bridge exporter writes window_size null for a model without a window, so that a
+    # recipe's window (gpt-oss: (127, 0) on alternate layers) is not inherited; read back, the
+    # recipe's preset is priced (the shape given away, as for its other fields) and the null said.
+    path = tmp_path / "run.sh"
+    path.write_text("python run_recipe.py --recipe gpt_oss_120b_pretrain_config model.window_size=null "
+                    "model.window_attn_skip_freq=null\n")
+    launch = read_launch(path, "nemo")
+    assert launch.model.name == "gpt-oss-120b"
+    assert "in place of the file's shape (model.window_size null)" in launch.model_note
+    assert not any("window" in n for n in launch.notes)  # the null skip frequency is no "skip frequency without a window"
+    # Left to the recipe (no window key): its window, nothing to say.
+    path.write_text("python run_recipe.py --recipe gpt_oss_120b_pretrain_config\n")
+    assert "window" not in read_launch(path, "nemo").model_note
+    # A config YAML with no recipe: the shape is the file's, and null is no window.
+    yaml_path = tmp_path / "cfg.yaml"
+    yaml_path.write_text("model:\n  num_layers: 32\n  hidden_size: 4096\n  ffn_hidden_size: 14336\n"
+                         "  num_attention_heads: 32\n  num_query_groups: 8\n  gated_linear_unit: true\n"
+                         "  normalization: RMSNorm\n  position_embedding_type: rope\n  vocab_size: 128256\n"
+                         "  seq_length: 8192\n  window_size: null\n  window_attn_skip_freq: null\n"
+                         "train:\n  micro_batch_size: 1\n  global_batch_size: 64\n")
+    launch = read_launch(yaml_path, "nemo")
+    assert launch.model.sliding_window is None and not any("window" in n for n in launch.notes)

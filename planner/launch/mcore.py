@@ -247,13 +247,26 @@ def _shape_given_away(s: Settings, model, launch: Launch) -> None:
     states a different one."""
     differ = [f"{s.label(d)} {s.get(d)}" for d in ("num_layers", "hidden_size", "num_attention_heads")
               if s.has(d) and str(s.get(d)) != str(getattr(model, d))]
-    if s.has("window_size"):  # a recipe's overrides may leave the window to the recipe: compared when stated
+    # A recipe's overrides may leave the window to the recipe: compared there when stated (null
+    # included: it clears the recipe's). Megatron-LM's --window-size defaults to None (arguments.py),
+    # so a command line without it trains no window.
+    if s.has("window_size") or s.source == ARGS:
         window = window_fields(s, model.num_layers)
-        if (window.get("sliding_window"), window.get("full_attention_every")) != (model.sliding_window,
-                                                                                 model.full_attention_every):
-            differ += [f"{s.label(d)} {s.get(d)}" for d in ("window_size", "window_attn_skip_freq") if s.has(d)]
+        if _windowed_layers(window.get("sliding_window"), window.get("full_attention_every"), model.num_layers) \
+                != (model.sliding_window, model.windowed_layers):
+            said = [f"{s.label(d)} {'null' if s.get(d) is None else s.get(d)}"
+                    for d in ("window_size", "window_attn_skip_freq") if s.has(d)]
+            differ += said or [f"no {s.label('window_size')}"]
     if differ:
         launch.model_note = f"{launch.model_note or 'from --model'}, in place of the file's shape ({', '.join(differ)})"
+
+
+def _windowed_layers(window, every, num_layers: int) -> tuple:
+    """(window, layers attending it): what a window prices as, whatever spelling states it (a
+    skip frequency above the layer count windows every layer, as none does)."""
+    if window is None:
+        return None, 0
+    return window, num_layers - (num_layers // every if every else 0)
 
 
 def _dropout(s: Settings) -> bool:

@@ -134,7 +134,11 @@ def to_settings(flat: dict, launch: Launch) -> Settings:
     s = Settings(source=SOURCE)
     for key, value in flat.items():
         dest = _dest(key)
-        if key.endswith(("._target_", "._partial_")) or key in ("_target_", "_partial_") or value is None:
+        if key.endswith(("._target_", "._partial_")) or key in ("_target_", "_partial_"):
+            continue
+        if value is None:  # not set, except a window's null: it clears a recipe's window (Bridge exporter)
+            if dest == "window_size":
+                s.values[dest], s.where[dest] = None, key
             continue
         if key in _PRECISION_KEYS or key in ("trainer.num_nodes", "trainer.devices"):
             continue

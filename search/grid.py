@@ -19,7 +19,7 @@ import numpy as np
 from costmodel.layout import LayoutBatch
 from costmodel.options import OPTIONS_BY_NAME, RECOMPUTE, SETTING
 from costmodel.pipeline import partial_recompute_per_chunk
-from search.rules import RuleContext, model_recompute_modules, valid_mask, where_settings_apply
+from search.rules import RuleContext, model_recompute_modules, valid_mask, where_settings_apply, windowed_cp_comm_type
 
 
 def _product_columns(choices: dict[str, list]) -> dict[str, np.ndarray]:
@@ -56,6 +56,10 @@ def candidate_grid(model, cluster, gpu, gpus: int, choices: dict[str, list], fix
     ctx = RuleContext.build(model, gpus, cluster, gpu)
     settings = {k: c for k, c in codes.items() if OPTIONS_BY_NAME[k].search == SETTING}
     applied = where_settings_apply(ctx, settings, batch.columns())
+    if getattr(model, "sliding_window", None) is not None and "cp_comm_type" not in cols and "cp_comm_type" not in codes:
+        # Left unset, a window's CP is what TransformerEngine runs it as, as the search and
+        # evaluate price it (search.rules.windowed_cp_comm_type), not the p2p default it refuses.
+        applied["cp_comm_type"] = windowed_cp_comm_type(ctx, {**batch.columns(), **applied})
     batch = LayoutBatch.from_arrays(**{**batch.columns(), **applied})
     _, distinct = partial_recompute_per_chunk(model.num_layers, batch.pp, batch.vpp, batch.pp_first_layers,
                                               batch.pp_last_layers, batch.recompute_layers, batch.recompute_share)

@@ -103,3 +103,33 @@ def test_a_bridge_window_null_clears_the_recipe_window_and_is_said(tmp_path):
                          "train:\n  micro_batch_size: 1\n  global_batch_size: 64\n")
     launch = read_launch(yaml_path, "nemo")
     assert launch.model.sliding_window is None and not any("window" in n for n in launch.notes)
+
+
+# ----------------------------------------------------------------------------------- validate
+
+
+def _oss_row(**layout) -> dict:
+    return {"id": "oss", "gpu": "H100", "num_gpus": 16, "model": "gpt-oss-20b", "seq_len": 16384, "gbs": 64,
+            "tp": 1, "pp": 1, "cp": 2, "ep": 8, "mbs": 1, "zero": 1, "recompute": "full",
+            "tokens_per_s_per_gpu": 5000, **layout}
+
+
+def test_validate_prices_a_windowed_rows_cp_as_evaluate_does():
+    from planner.validate import validate_rows
+
+    # Unstated: TransformerEngine cannot run the p2p default with a window; a2a splits gpt-oss's
+    # 64 query / 8 KV heads over 2 CP ranks (tp 1), so a2a, as evaluate and search price it. The
+    # row used to be "not mapped" (no layout the rules allow).
+    (res,) = validate_rows([_oss_row()])
+    assert res.error is not None, res.reason
+    assert res.values["cp_comm_type"] == "a2a"
+    # TP 8 leaves one KV head per rank, which a2a cannot split: allgather.
+    (res,) = validate_rows([_oss_row(tp=8, ep=1, num_gpus=16)])
+    assert res.error is not None, res.reason
+    assert res.values["cp_comm_type"] == "allgather"
+    # Stated p2p is refused with the rule (it was priced as a2a while saying "p2p (stated)").
+    (res,) = validate_rows([_oss_row(settings={"cp_comm_type": "p2p"})])
+    assert res.error is None and "sliding_window_cp_comm_type" in res.reason
+    # Stated allgather stays allgather.
+    (res,) = validate_rows([_oss_row(settings={"cp_comm_type": "allgather"})])
+    assert res.values["cp_comm_type"] == "allgather"

@@ -100,6 +100,11 @@ def candidate_choices(run: MappedRun) -> tuple[dict, dict]:
     else:  # as stated: layers per stage, or a profile's share (recompute_share)
         choices["recompute_layers"] = [pins.get("recompute_layers", 0)]
         choices["recompute_share"] = [pins.get("recompute_share", 0)]
+    if run.model.sliding_window is not None and pins.get("cp_comm_type") == "p2p" \
+            and "cp_comm_type" in run.row.stated_settings():
+        # A stated p2p is judged as stated (rule sliding_window_cp_comm_type: TransformerEngine runs
+        # no window on the ring), not switched to a2a as a setting left to the grid is.
+        choices["cp_comm_type"] = ["p2p"]
     fixed.update({k: v for k, v in pins.items() if k not in choices and k not in _LAYOUT_KNOBS})
     return choices, fixed
 

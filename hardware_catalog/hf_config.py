@@ -198,10 +198,14 @@ def _sliding_window(r: _Reader) -> dict:
     if window is None or r.get("use_sliding_window", default=True) is False:
         return {}
     window = r.integer("sliding_window")
-    if r.get("use_sliding_window") is True and r.integer("max_window_layers", default=0) > 0:
+    types = r.get("layer_types")
+    if types is None and r.get("use_sliding_window") is True and r.integer("max_window_layers", default=0) > 0:
+        # Qwen2 / Qwen3 without layer_types: layer i is windowed where i >= max_window_layers
+        # (transformers Qwen2Config layer_types), so none when it covers every layer.
+        if r.integer("max_window_layers") >= r.integer("num_hidden_layers"):
+            return {}
         raise PlannerInputError(f"{r.label}: use_sliding_window with max_window_layers="
                                 f"{r.get('max_window_layers')} (full attention below it) is not modelled")
-    types = r.get("layer_types")
     if types is None:
         return {"sliding_window": window}
     if not isinstance(types, list) or not set(types) <= {"sliding_attention", "full_attention"}:

@@ -133,3 +133,20 @@ def test_validate_prices_a_windowed_rows_cp_as_evaluate_does():
     # Stated allgather stays allgather.
     (res,) = validate_rows([_oss_row(settings={"cp_comm_type": "allgather"})])
     assert res.values["cp_comm_type"] == "allgather"
+
+
+def test_qwen2_max_window_layers_as_transformers_reads_it():
+    # transformers Qwen2Config: without layer_types, layer i (0-based) is "sliding_attention" where
+    # use_sliding_window and i >= max_window_layers, so max_window_layers >= num_hidden_layers (the
+    # Qwen2.5 configs ship 28 of 28) windows no layer; given layer_types, they decide.
+    qwen = {**GPT_OSS_HF, "model_type": "qwen2", "use_sliding_window": True, "sliding_window": 4096}
+    qwen.pop("layer_types")
+    for key in ("num_local_experts", "num_experts_per_tok", "head_dim", "attention_bias"):
+        qwen.pop(key)
+    assert model_from_hf_config({**qwen, "max_window_layers": 36}, "q").sliding_window is None
+    assert model_from_hf_config({**qwen, "max_window_layers": 0}, "q").windowed_layers == 36
+    with pytest.raises(PlannerInputError, match="max_window_layers=12"):
+        model_from_hf_config({**qwen, "max_window_layers": 12}, "q")
+    alternate = model_from_hf_config({**qwen, "max_window_layers": 12,
+                                      "layer_types": ["sliding_attention", "full_attention"] * 18}, "q")
+    assert (alternate.sliding_window, alternate.full_attention_every, alternate.windowed_layers) == (4096, 2, 18)

@@ -150,3 +150,17 @@ def test_qwen2_max_window_layers_as_transformers_reads_it():
     alternate = model_from_hf_config({**qwen, "max_window_layers": 12,
                                       "layer_types": ["sliding_attention", "full_attention"] * 18}, "q")
     assert (alternate.sliding_window, alternate.full_attention_every, alternate.windowed_layers) == (4096, 2, 18)
+
+
+def test_torchtitan_gpt_oss_file_with_a_model_without_its_window_is_said(tmp_path):
+    from planner.launch import read_launch
+    from test_export import LLAMA3_8B, export, titan
+
+    # torchtitan 0.2.2 models/gpt_oss/model: layer_id % 2 == 0 attends sliding_window_size 128;
+    # --model without a window prices every layer on its whole prefix: said, as the reverse is.
+    export(titan(LLAMA3_8B, tp=2, dp=4, gbs=16), LLAMA3_8B, tmp_path, formats="torchtitan")
+    text = (tmp_path / "torchtitan.toml").read_text()
+    (tmp_path / "oss.toml").write_text(text.replace('name = "llama3"', 'name = "gpt_oss"'))
+    note = read_launch(tmp_path / "oss.toml", model=LLAMA3_8B).model_note
+    assert "gpt_oss model attends a 128-key sliding window" in note and "priced without" in note
+    assert "window" not in read_launch(tmp_path / "torchtitan.toml", model=LLAMA3_8B).model_note

@@ -159,6 +159,9 @@ def _model(c: _Config, model) -> None:
 
             launch.model_note += (f"; it has {window_text(model)}, which torchtitan's {name} model does not attend "
                                   "(priced with the window)")
+        elif model.sliding_window is None and name == "gpt_oss":
+            launch.model_note += ("; torchtitan's gpt_oss model attends a 128-key sliding window on every other layer, "
+                                  "which it has not (priced without)")
         return
     from hardware_catalog import get_model
 

@@ -164,3 +164,30 @@ def test_torchtitan_gpt_oss_file_with_a_model_without_its_window_is_said(tmp_pat
     note = read_launch(tmp_path / "oss.toml", model=LLAMA3_8B).model_note
     assert "gpt_oss model attends a 128-key sliding window" in note and "priced without" in note
     assert "window" not in read_launch(tmp_path / "torchtitan.toml", model=LLAMA3_8B).model_note
+
+
+def test_a_launch_files_p2p_with_a_window_is_refused_not_priced_as_a2a(tmp_path):
+    """A Megatron-LM file runs the --cp-comm-type it states, or arguments.py's p2p default; with a
+    window TransformerEngine refuses p2p (context_parallel.py attn_forward_func_with_cp), so the
+    file is refused with the rule, as evaluate --cp-comm-type p2p is. It used to read "cp_comm_type
+    p2p" and price a2a. Typed on the command line, another comm type replaces the file's."""
+    from planner.cli.from_launch.resolve import resolve
+    from planner.launch import read_launch
+
+    args = ("--num-layers", "24", "--hidden-size", "2880", "--ffn-hidden-size", "2880", "--num-attention-heads", "64",
+            "--group-query-attention", "--num-query-groups", "8", "--kv-channels", "64", "--swiglu",
+            "--normalization", "RMSNorm", "--position-embedding-type", "rope", "--untie-embeddings-and-output-weights",
+            "--num-experts", "32", "--moe-router-topk", "4", "--moe-ffn-hidden-size", "2880", "--seq-length", "16384",
+            "--max-position-embeddings", "131072", "--tokenizer-type", "NullTokenizer", "--vocab-size", "201087",
+            "--micro-batch-size", "1", "--global-batch-size", "64", "--bf16", "--context-parallel-size", "2",
+            "--expert-model-parallel-size", "8", "--recompute-granularity", "full", "--recompute-method", "uniform",
+            "--recompute-num-layers", "1", "--window-size", "127,0", "--window-attn-skip-freq", "2")
+    path = tmp_path / "args.txt"
+    for extra in (("--cp-comm-type", "p2p"), ()):  # stated, and the default
+        path.write_text(" ".join(args + extra) + "\n")
+        launch = read_launch(path, "megatron")
+        assert launch.values["cp_comm_type"] == "p2p"
+        with pytest.raises(PlannerInputError, match="sliding_window_cp_comm_type"):
+            resolve(launch, gpus=16, gpu="h100")
+    path.write_text(" ".join(args + ("--cp-comm-type", "a2a")) + "\n")
+    assert resolve(read_launch(path, "megatron"), gpus=16, gpu="h100").layout.cp_comm_type == "a2a"

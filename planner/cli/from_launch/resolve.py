@@ -6,7 +6,7 @@ says what was read and assumed.
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from costmodel.options import OPTIONS_BY_NAME
 from hardware_catalog.errors import PlannerInputError
@@ -155,6 +155,12 @@ def resolve(launch: Launch, pricing: Pricing = Pricing(), outputs: Outputs = Out
     ``planner evaluate --json`` record with ``launch`` added."""
     problem, values, overrides, derived = launch_job(launch, **kw)
     launch_entry = {**launch.to_dict(), "overrides": overrides, "derived": derived}
+    if "cp_comm_type" in launch.stated or (launch.format == "megatron"
+                                           and any(d.option == "cp_comm_type" for d in launch.defaults)):
+        # The file's CP comm type is what it runs, stated or Megatron-LM's p2p default (arguments.py):
+        # judged as typed (a window's p2p breaks rule sliding_window_cp_comm_type, as TransformerEngine
+        # refuses it), not switched to a2a as an unset one is (planner.common.build_layout).
+        pricing = replace(pricing, typed=pricing.typed | {"cp_comm_type"})
     try:
         priced = price(Job(problem, pricing, outputs), values, {"launch": launch_entry})
     except PlannerInputError as err:

@@ -369,6 +369,10 @@ def _gpt_oss(r: _Reader) -> dict:
     (gate_up_proj_bias, down_proj_bias), attention with biases (attention_bias) and sinks,
     explicit head_dim; the 128-key sliding window of alternate layers (layer_types)."""
     spec = _llama_like(r, "gpt-oss")
+    if "sliding_window" in spec and r.get("layer_types") is None:
+        # Without layer_types, GptOssConfig alternates them: layer i (0-based) sliding where
+        # (i + 1) % 2, so 1-based layers 2, 4, ... full (transformers configuration_gpt_oss.py).
+        spec["full_attention_every"] = 2
     spec["linear_bias"] = r.flag("attention_bias", True)
     spec.pop("qkv_bias", None)
     spec["moe"] = MoESpec(

@@ -191,3 +191,16 @@ def test_a_launch_files_p2p_with_a_window_is_refused_not_priced_as_a2a(tmp_path)
             resolve(launch, gpus=16, gpu="h100")
     path.write_text(" ".join(args + ("--cp-comm-type", "a2a")) + "\n")
     assert resolve(read_launch(path, "megatron"), gpus=16, gpu="h100").layout.cp_comm_type == "a2a"
+
+
+def test_gpt_oss_config_without_layer_types_alternates_as_transformers_does():
+    # transformers configuration_gpt_oss.py: layer_types None -> "sliding_attention" if (i + 1) % 2
+    # else "full_attention" (0-based), i.e. 1-based layers 2, 4, ..., 36 full: 18 of 36 windowed,
+    # not the window on every layer that a Mistral config without layer_types means.
+    bare = {k: v for k, v in GPT_OSS_HF.items() if k != "layer_types"}
+    m = model_from_hf_config(bare, "oss")
+    assert (m.sliding_window, m.full_attention_every, m.windowed_layers) == (128, 2, 18)
+    mistral = {"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+               "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000,
+               "max_position_embeddings": 32768, "sliding_window": 4096}
+    assert model_from_hf_config(mistral, "m").windowed_layers == 32

@@ -194,18 +194,22 @@ def _sliding_window(r: _Reader) -> dict:
     ``layer_types`` ("sliding_attention" / "full_attention" per layer; absent: every layer
     windowed, as Mistral 7B v0.1). Qwen2's ``use_sliding_window: false`` (its released configs)
     turns the window off."""
+    # Qwen2 / Qwen3 (and their MoE) configs switch the window with use_sliding_window, default
+    # false, and window the layers from max_window_layers (default 28) up (transformers
+    # Qwen2Config / Qwen3Config / Qwen3MoeConfig); Mistral, Mixtral and gpt-oss have no switch.
+    qwen = r.model_type.lower().startswith("qwen")
     window = r.get("sliding_window")
-    if window is None or r.get("use_sliding_window", default=True) is False:
+    if window is None or r.get("use_sliding_window", default=not qwen) is False:
         return {}
     window = r.integer("sliding_window")
     types = r.get("layer_types")
-    if types is None and r.get("use_sliding_window") is True and r.integer("max_window_layers", default=0) > 0:
-        # Qwen2 / Qwen3 without layer_types: layer i is windowed where i >= max_window_layers
-        # (transformers Qwen2Config layer_types), so none when it covers every layer.
-        if r.integer("max_window_layers") >= r.integer("num_hidden_layers"):
+    if types is None and qwen and r.integer("max_window_layers", default=28) > 0:
+        # Without layer_types, layer i (0-based) is windowed where i >= max_window_layers, so
+        # none when it covers every layer.
+        if r.integer("max_window_layers", default=28) >= r.integer("num_hidden_layers"):
             return {}
         raise PlannerInputError(f"{r.label}: use_sliding_window with max_window_layers="
-                                f"{r.get('max_window_layers')} (full attention below it) is not modelled")
+                                f"{r.get('max_window_layers', default=28)} (full attention below it) is not modelled")
     if types is None:
         return {"sliding_window": window}
     if not isinstance(types, list) or not set(types) <= {"sliding_attention", "full_attention"}:

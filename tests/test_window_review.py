@@ -204,3 +204,19 @@ def test_gpt_oss_config_without_layer_types_alternates_as_transformers_does():
                "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000,
                "max_position_embeddings": 32768, "sliding_window": 4096}
     assert model_from_hf_config(mistral, "m").windowed_layers == 32
+
+
+def test_qwen_window_switch_defaults_as_transformers():
+    # transformers Qwen2Config / Qwen3Config: use_sliding_window defaults to false (the window is
+    # off unless switched on), max_window_layers to 28. Mistral has no switch: its window is on.
+    base = {"model_type": "qwen2", "hidden_size": 4096, "num_hidden_layers": 28, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000,
+            "max_position_embeddings": 32768, "sliding_window": 4096}
+    assert model_from_hf_config(base, "q").sliding_window is None
+    assert model_from_hf_config({**base, "model_type": "qwen3"}, "q").sliding_window is None
+    assert model_from_hf_config({**base, "model_type": "mistral"}, "m").windowed_layers == 28
+    # Switched on without max_window_layers: 28 covers all 28 layers, so no window; 36 layers
+    # leave 8 windowed above 28 full, a pattern planner does not price (refused, naming 28).
+    assert model_from_hf_config({**base, "use_sliding_window": True}, "q").sliding_window is None
+    with pytest.raises(PlannerInputError, match="max_window_layers=28"):
+        model_from_hf_config({**base, "use_sliding_window": True, "num_hidden_layers": 36}, "q")

@@ -198,3 +198,14 @@ def test_windowed_kernel_efficiency_near_cudnn_benchmark():
         length = np.array([2.0 * float(windowed_keys(window, seq))])
         e = float(attention_efficiency(get_gpu(gpu), batch, DEFAULT, length)[0])
         assert 0.7 <= e / measured <= 1.3, (gpu, window, seq, e, measured)
+
+
+def test_search_refuses_typed_p2p_for_a_windowed_model():
+    rc, out, err = run("search", "--model", "gpt-oss-20b", "--gpus", "16", "--gpu", "h100", "--cp-comm-type", "p2p",
+                       "--seq-len", "16384", "--top", "1")
+    assert rc == 2 and "--cp-comm-type p2p" in err and "a2a or allgather" in err and "Traceback" not in err
+    # With CP pinned off, p2p says nothing and the search runs; a dense model is not concerned.
+    assert run("search", "--model", "gpt-oss-20b", "--gpus", "16", "--gpu", "h100", "--cp-comm-type", "p2p",
+               "--cp", "1", "--seq-len", "16384", "--top", "1")[0] == 0
+    assert run("search", "--model", "llama3-8b", "--gpus", "16", "--gpu", "h100", "--cp-comm-type", "p2p",
+               "--seq-len", "16384", "--top", "1")[0] == 0

@@ -84,6 +84,7 @@ def register(app: typer.Typer) -> None:
                                     else "give --model and --gpus, or --from-launch FILE")
         if from_launch is None:
             check_fp8_recipe_use(ctx, layout)
+            _check_window_cp_comm_type(ctx, model, layout)
         checked = check_outputs(files.csv, files.export, plot, force) if from_launch is None else None
         framework_info, request = _request(ctx, framework, layout, model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp,
                            options=dict(stage_splits=stage_splits, method=method, trials=trials, seed=seed,
@@ -103,6 +104,25 @@ def register(app: typer.Typer) -> None:
             return run_reference_search(launch, request, keep, calibration, outputs, files, bool(progress))
         _run_search(request, framework_info, calibration, outputs, checked, force,
                     bool(layout["pp_first_layers"] or layout["pp_last_layers"]), run_in)
+
+
+def _check_window_cp_comm_type(ctx, model, layout: dict) -> None:
+    """--cp-comm-type p2p typed for a sliding-window model: TransformerEngine refuses it under CP,
+    and the search would price the CP rows as a2a / allgather (search.rules.windowed_cp_comm_type)
+    against the flag, so it is refused, as evaluate refuses it, unless --cp 1 keeps CP off."""
+    from planner.cli.common import typed_flags
+
+    if typed_flags(ctx, ("cp_comm_type",)).get("cp_comm_type") != "p2p" or layout.get("cp") == 1:
+        return
+    from hardware_catalog import get_model
+    from hardware_catalog.errors import PlannerInputError
+
+    spec = get_model(model)
+    if spec.sliding_window is not None:
+        raise PlannerInputError(
+            f"--cp-comm-type p2p: {spec.name} attends a {spec.sliding_window}-key sliding window, which "
+            "TransformerEngine runs under context parallelism only as a2a or allgather: leave the flag out "
+            "(the search takes a2a where the heads split, else allgather), type one of those, or pin --cp 1")
 
 
 @dataclass(frozen=True)

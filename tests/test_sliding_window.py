@@ -209,3 +209,27 @@ def test_search_refuses_typed_p2p_for_a_windowed_model():
                "--cp", "1", "--seq-len", "16384", "--top", "1")[0] == 0
     assert run("search", "--model", "llama3-8b", "--gpus", "16", "--gpu", "h100", "--cp-comm-type", "p2p",
                "--seq-len", "16384", "--top", "1")[0] == 0
+
+
+def test_runs_file_model_states_a_window():
+    """A runs-file row's model block takes sliding_window / full_attention_every: a Mistral-7B
+    shape (window 4096 on every layer) at 32K tokens predicts faster than without it, and a skip
+    frequency without a window is named."""
+    import copy
+
+    from planner.validate import validate_rows
+    from planner.validate.runs import load_runs
+
+    rows = {r["id"]: r for r in load_runs(None)}
+    row = copy.deepcopy(rows["nemo2407_h100_fp8_llama3_8b_8gpu"])
+    row["model"] = {"name": "my-mistral", "family": "llama", "num_layers": 32, "hidden_size": 4096,
+                    "num_attention_heads": 32, "num_kv_heads": 8, "ffn_hidden_size": 14336, "vocab_size": 32000}
+    row["layout"]["seq_len"] = 32768
+    (full,) = validate_rows([copy.deepcopy(row)])
+    row["model"]["sliding_window"] = 4096
+    (windowed,) = validate_rows([copy.deepcopy(row)])
+    assert windowed.predicted > full.predicted * 1.1  # 4096 - 4096^2/65536 = 3840 mean keys, not 16384
+    row["model"].pop("sliding_window")
+    row["model"]["full_attention_every"] = 2
+    (bad,) = validate_rows([row])
+    assert bad.error is None and "full_attention_every" in bad.reason and "sliding_window" in bad.reason

@@ -140,6 +140,12 @@ def _shaped(m, source_key: str):
     if m.hybrid_pattern is not None:  # costmodel.ssm: one symbol a layer; the layers follow it
         update["hybrid_pattern"] = m.hybrid_pattern
         update["num_layers"] = len(m.hybrid_pattern.replace("|", ""))
+    if m.sliding_window is not None:  # costmodel.flops.attention_keys_parts
+        update["sliding_window"] = m.sliding_window
+        update["full_attention_every"] = m.full_attention_every
+    elif m.full_attention_every is not None:
+        raise PlannerInputError(f"model.full_attention_every={m.full_attention_every} needs model.sliding_window "
+                                "(the window the other layers attend)")
     if m.mamba:
         update["mamba"] = {**(base.mamba.model_dump() if base.mamba else {}), **{k: v for k, v in m.mamba.items() if v is not None}}
     if m.moe:

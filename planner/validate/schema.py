@@ -281,6 +281,10 @@ class Model(_Block):
     hybrid_pattern: Text = _f("hybrid_pattern", "hybrid_override_pattern", "hybrid_layer_pattern",
                               description="Megatron hybrid layer pattern, one symbol a layer: M Mamba-2, * attention, - MLP, E MoE.")
     mamba: Optional[dict] = _f("mamba", description="Mamba-2 mixer (state_dim, head_dim, num_heads, num_groups, conv_kernel, chunk_size).")
+    sliding_window: PosInt = _f("sliding_window", "attention_window",
+                                description="Keys a query attends in a sliding-window layer, itself included (HF sliding_window; Megatron --window-size w-1,0).")
+    full_attention_every: PosInt = _f("full_attention_every", "window_attn_skip_freq",
+                                      description="With sliding_window: layers N, 2N, ... attend every key (Megatron --window-attn-skip-freq N); absent: every layer windowed.")
 
     def shaped(self) -> bool:
         return self.num_layers is not None or self.hybrid_pattern is not None

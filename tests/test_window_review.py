@@ -19,13 +19,7 @@ import pytest
 from hardware_catalog.errors import PlannerInputError
 from hardware_catalog.hf_config import model_from_hf_config
 
-GPT_OSS_HF = {  # openai/gpt-oss-120b config.json, the keys the reader uses
-    "model_type": "gpt_oss", "num_hidden_layers": 36, "hidden_size": 2880, "num_attention_heads": 64,
-    "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880, "vocab_size": 201088,
-    "max_position_embeddings": 131072, "num_local_experts": 128, "num_experts_per_tok": 4,
-    "attention_bias": True, "tie_word_embeddings": False, "sliding_window": 128,
-    "layer_types": ["sliding_attention", "full_attention"] * 18,
-}
+from test_sliding_window import GPT_OSS_HF  # openai/gpt-oss-120b config.json, the keys the reader uses
 
 
 def test_layer_types_of_another_length_than_the_layers_is_refused():

@@ -74,16 +74,13 @@ def build_layout(setup: Setup, gpus: int, typed: frozenset = frozenset(), **valu
     layout = Layout.from_values(values)
     model_parallel = layout.tp * layout.pp * layout.cp
     dp = max(gpus // model_parallel, 1)  # when it does not divide, the rule degrees_multiply_to_gpus says so
-    if setup.model.sliding_window is not None and layout.cp > 1 and "cp_comm_type" not in typed \
-            and layout.cp_comm_type == "p2p":
+    if setup.model.sliding_window is not None and "cp_comm_type" not in typed:
         # TransformerEngine runs a window under CP only as a2a or allgather: untyped, take the one
         # the search prices (search.rules.windowed_cp_comm_type), not the p2p default it refuses.
-        from costmodel.options import CP_COMM_TYPES
-        from search.rules import RuleContext, windowed_cp_comm_type
+        from search.rules import RuleContext, windowed_cp_comm_type_name
 
         ctx = RuleContext.build(setup.model, gpus, setup.cluster, setup.gpu)
-        code = windowed_cp_comm_type(ctx, {"tp": layout.tp, "cp": layout.cp, "cp_comm_type": 0})
-        layout = replace(layout, cp_comm_type=CP_COMM_TYPES[int(code)])
+        layout = replace(layout, cp_comm_type=windowed_cp_comm_type_name(ctx, layout.tp, layout.cp, layout.cp_comm_type))
     return replace(layout, dp=dp, gbs=setup.gbs, seq_len=setup.seq_len)
 
 

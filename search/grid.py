@@ -56,7 +56,7 @@ def candidate_grid(model, cluster, gpu, gpus: int, choices: dict[str, list], fix
     ctx = RuleContext.build(model, gpus, cluster, gpu)
     settings = {k: c for k, c in codes.items() if OPTIONS_BY_NAME[k].search == SETTING}
     applied = where_settings_apply(ctx, settings, batch.columns())
-    if getattr(model, "sliding_window", None) is not None and "cp_comm_type" not in cols and "cp_comm_type" not in codes:
+    if "cp_comm_type" not in cols and "cp_comm_type" not in codes:
         # Left unset, a window's CP is what TransformerEngine runs it as, as the search and
         # evaluate price it (search.rules.windowed_cp_comm_type), not the p2p default it refuses.
         applied["cp_comm_type"] = windowed_cp_comm_type(ctx, {**batch.columns(), **applied})

@@ -943,7 +943,7 @@ def where_settings_apply(ctx: RuleContext, settings: dict, cols: dict) -> dict:
         for rule in rules:
             ok = ok & rule(ctx, with_setting)
         out[name] = np.where(ok, code, opt.default_code)
-    if "cp_comm_type" in out and getattr(ctx.model, "sliding_window", None) is not None:
+    if "cp_comm_type" in out:
         out["cp_comm_type"] = windowed_cp_comm_type(ctx, {**cols, **settings, **out})
     return out
 
@@ -952,13 +952,22 @@ def windowed_cp_comm_type(ctx: RuleContext, cols: dict) -> np.ndarray:
     """A sliding-window model's cp_comm_type codes over ``cols``: where cp > 1 and the code is
     p2p, which TransformerEngine refuses with a window (rule ``sliding_window_cp_comm_type``),
     a2a where its head split fits (rule ``cp_a2a_divides_heads``), else allgather, as
-    Megatron-Bridge's Mistral provider picks a2a for a windowed model (models/mistral/mistral_bridge.py)."""
+    Megatron-Bridge's Mistral provider picks a2a for a windowed model (models/mistral/mistral_bridge.py).
+    The one place this choice is made: a model without a window keeps its codes."""
     code = np.asarray(cols.get("cp_comm_type", 0))
+    if getattr(ctx.model, "sliding_window", None) is None:
+        return code
     a2a, allgather = CP_COMM_TYPES.index("a2a"), CP_COMM_TYPES.index("allgather")
     with_a2a = {**cols, "cp_comm_type": a2a}
     heads_fit = _cp_a2a_heads(ctx, with_a2a)
     moved = (_a(cols, "cp", 1) > 1) & (code == CP_COMM_TYPES.index("p2p"))
     return np.where(moved, np.where(heads_fit, a2a, allgather), code)
+
+
+def windowed_cp_comm_type_name(ctx: RuleContext, tp: int, cp: int, cp_comm_type: str) -> str:
+    """``windowed_cp_comm_type`` for one layout, by name (``Layout`` values)."""
+    code = windowed_cp_comm_type(ctx, {"tp": tp, "cp": cp, "cp_comm_type": CP_COMM_TYPES.index(cp_comm_type)})
+    return CP_COMM_TYPES[int(code)]
 
 
 def check_settings(model, settings: dict, pins: dict | None = None) -> None:
@@ -987,10 +996,10 @@ def fixed_value_violations(contexts: list, settings: dict, pins: dict, batch: di
               **{k: v for k, v in settings.items() if v is not None}}
     if not contexts or not typed:
         return []
-    if getattr(contexts[0].model, "sliding_window", None) is not None and values.get("cp", 1) > 1 \
-            and values.get("cp_comm_type", "p2p") == "p2p":  # the search prices it as where_settings_apply does
-        code = windowed_cp_comm_type(contexts[0], {"tp": values.get("tp", 1), "cp": values["cp"], "cp_comm_type": 0})
-        values["cp_comm_type"] = CP_COMM_TYPES[int(code)]
+    kind = windowed_cp_comm_type_name(contexts[0], values.get("tp", 1), values.get("cp", 1),
+                                      values.get("cp_comm_type", "p2p"))
+    if kind != values.get("cp_comm_type", "p2p"):  # the search prices it as where_settings_apply does
+        values["cp_comm_type"] = kind
     cols = columns_of(Layout(**values))
     v = {k: np.asarray(x).reshape(-1)[0].item() for k, x in cols.items()}
     out = []

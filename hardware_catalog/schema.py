@@ -261,6 +261,12 @@ class MambaSpec(_NoBoolNumbers):
         return self.num_heads * self.head_dim
 
 
+def windowed_layer_count(num_layers: int, full_attention_every: Optional[int]) -> int:
+    """Layers attending the sliding window when layers N, 2N, ... (1-based, N = ``full_attention_every``;
+    None: none) attend the whole prefix: Megatron-Core transformer/utils.py is_layer_window_attention."""
+    return num_layers - (num_layers // full_attention_every if full_attention_every else 0)
+
+
 class ModelSpec(_NoBoolNumbers):
     """A decoder-only transformer, enough to count parameters, FLOPs and activations."""
 
@@ -369,10 +375,7 @@ class ModelSpec(_NoBoolNumbers):
     @property
     def windowed_layers(self) -> int:
         """Layers that attend a sliding window (0 without one)."""
-        if self.sliding_window is None:
-            return 0
-        every = self.full_attention_every
-        return self.num_layers - (self.num_layers // every if every else 0)
+        return 0 if self.sliding_window is None else windowed_layer_count(self.num_layers, self.full_attention_every)
 
     @model_validator(mode="after")
     def _window(self):

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from costmodel.options import RECOMPUTE_MODULES
+from hardware_catalog.schema import windowed_layer_count
 from planner.frameworks.megatron import ARGS, TABLE
 from planner.launch.spec import Launch, boolean, integer, number
 
@@ -166,10 +167,10 @@ def _full_attention_every(s: Settings, num_layers: int) -> int | None:
         if bits < 1:
             raise _bad(s, "window_attn_skip_freq", value, "a positive integer N (layers N, 2N, ... full attention)")
         return bits if bits <= num_layers else None
+    if len(bits) != num_layers:
+        raise _bad(s, "window_attn_skip_freq", value, f"one bit per layer ({num_layers}; 1 window, 0 full attention)")
     full = [i + 1 for i, b in enumerate(bits) if not b]
-    if len(bits) != num_layers or not full:
-        if len(bits) != num_layers:
-            raise _bad(s, "window_attn_skip_freq", value, f"one bit per layer ({num_layers}; 1 window, 0 full attention)")
+    if not full:
         return None
     if full != list(range(full[0], num_layers + 1, full[0])):
         raise _bad(s, "window_attn_skip_freq", value, "full attention (0) on every N-th layer only (N, 2N, ...), "
@@ -264,9 +265,7 @@ def _shape_given_away(s: Settings, model, launch: Launch) -> None:
 def _windowed_layers(window, every, num_layers: int) -> tuple:
     """(window, layers attending it): what a window prices as, whatever spelling states it (a
     skip frequency above the layer count windows every layer, as none does)."""
-    if window is None:
-        return None, 0
-    return window, num_layers - (num_layers // every if every else 0)
+    return (None, 0) if window is None else (window, windowed_layer_count(num_layers, every))
 
 
 def _dropout(s: Settings) -> bool:

@@ -48,7 +48,7 @@ from planner.export.registry import EXECUTABLE, PLAIN, Exporter, each_file
 from planner.frameworks.torchtitan import (  # noqa: F401 (names the tests and the reader use)
     CLI_DEFAULT, CONFIG_FUNCTIONS, FAMILY_DEFAULT, FIELD_NEEDED_FOR, LLAMA3_FLAVORS, PER_OP_SAC_SHARE, RELEASES, TABLE,
     TOML_DEFAULT, TOML_NAMES, Release, _all_fields, cli_field, cli_word, config_function_for, flavor_for, release_for, stage_split,
-    torchtitan_fields,
+    torchtitan_fields, GPT_OSS_WINDOW,
 )
 
 OVERRIDES_FILE = "torchtitan_overrides.sh"
@@ -181,8 +181,8 @@ def check_common(plan: Plan) -> None:
     if plan.model.sliding_window is not None:
         raise CannotExpress("torchtitan_sliding_window", f"model {plan.model.name} has {window_text(plan.model)}; "
                             "the llama3 flavors this export writes attend every earlier key, and a job config sets no "
-                            "window (torchtitan's gpt_oss model fixes its own 128-key window in code, models/gpt_oss, "
-                            "which this export does not write): use --format megatron or megatron-bridge",
+                            f"window (torchtitan's gpt_oss model fixes its own {GPT_OSS_WINDOW[0]}-key window in code, "
+                            "models/gpt_oss, which this export does not write): use --format megatron or megatron-bridge",
                             "torchtitan torchtitan/models/llama3/__init__.py; torchtitan 0.2.2 "
                             "torchtitan/models/gpt_oss/model/args.py (sliding_window_size)")
     if flavor_for(plan.model) is None:

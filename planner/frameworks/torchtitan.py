@@ -81,6 +81,10 @@ FIELD_NEEDED_FOR = {
                                                   "rotation; 0.3.0 all-gathers, price with --cp-comm-type allgather)",
 }
 LLAMA3_VOCAB = 128256
+GPT_OSS_WINDOW = (128, 2)
+"""torchtitan 0.2.2 models/gpt_oss as (``ModelSpec.sliding_window``, ``full_attention_every``): layers with
+layer_id % 2 == 0 (0-based, model/model.py) attend sliding_window_size = 128 keys (model/args.py), so
+1-based layers 2, 4, ... attend every earlier key. Fixed in code: a job config cannot change it."""
 PIPE_SOURCE = "torchtitan torchtitan/distributed/pipeline_parallel.py (generate_llm_fqn_per_model_part)"
 
 def release_for(version, default: str = TOML_DEFAULT) -> Release:

@@ -29,7 +29,9 @@ import math
 import tomllib
 
 from hardware_catalog.errors import PlannerInputError
-from planner.frameworks.torchtitan import CONFIG_FUNCTIONS, FLAVORS, PER_OP_SAC_SHARE, TABLE, cli_settings, stage_split
+from planner.frameworks.torchtitan import (
+    CONFIG_FUNCTIONS, FLAVORS, GPT_OSS_WINDOW, PER_OP_SAC_SHARE, TABLE, cli_settings, stage_split,
+)
 from hardware_catalog.files import read_input_text
 from planner.launch.spec import Launch, boolean, integer
 
@@ -151,17 +153,16 @@ def _model(c: _Config, model) -> None:
     if model is not None:
         launch.model, launch.model_note = model, "from --model"
         name = c.get("model.name") or c.get("module") or "llama3"
-        # torchtitan 0.2.2 models/gpt_oss/model/model.py: layer_id % 2 == 0 attends the 128-key
-        # sliding_window_size (1-based: every 2nd layer full); llama3 attends every earlier key.
+        # torchtitan's gpt_oss windows alternate layers (GPT_OSS_WINDOW); llama3 attends every earlier key.
         if model.sliding_window is not None and (name != "gpt_oss" or (model.sliding_window, model.full_attention_every)
-                                                  != (128, 2)):
+                                                  != GPT_OSS_WINDOW):
             from planner.frameworks import window_text
 
             launch.model_note += (f"; it has {window_text(model)}, which torchtitan's {name} model does not attend "
                                   "(priced with the window)")
         elif model.sliding_window is None and name == "gpt_oss":
-            launch.model_note += ("; torchtitan's gpt_oss model attends a 128-key sliding window on every other layer, "
-                                  "which it has not (priced without)")
+            launch.model_note += (f"; torchtitan's gpt_oss model attends a {GPT_OSS_WINDOW[0]}-key sliding window on "
+                                  "every other layer, which it has not (priced without)")
         return
     from hardware_catalog import get_model
 

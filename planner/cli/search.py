@@ -116,11 +116,12 @@ def _check_window_cp_comm_type(ctx, model, layout: dict) -> None:
         return
     from hardware_catalog import get_model
     from hardware_catalog.errors import PlannerInputError
+    from planner.frameworks import window_text
 
     spec = get_model(model)
     if spec.sliding_window is not None:
         raise PlannerInputError(
-            f"--cp-comm-type p2p: {spec.name} attends a {spec.sliding_window}-key sliding window, which "
+            f"--cp-comm-type p2p: {spec.name} has {window_text(spec)}, which "
             "TransformerEngine runs under context parallelism only as a2a or allgather: leave the flag out "
             "(the search takes a2a where the heads split, else allgather), type one of those, or pin --cp 1")
 

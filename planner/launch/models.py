@@ -85,8 +85,9 @@ def _summary(m) -> str:
         parts.append(f"{m.kv_heads} kv heads")
     if m.moe is not None:
         parts.append(f"{m.moe.num_experts} experts top-{m.moe.top_k}")
-    if m.sliding_window is not None:
-        every = f", full attention every {m.full_attention_every}" if m.full_attention_every else ""
-        parts.append(f"{m.sliding_window}-key sliding window{every}")
+    if m.sliding_window is not None:  # as every reader and exporter says it
+        from planner.frameworks import window_text
+
+        parts.append(window_text(m))
     parts.append(f"vocab {m.vocab_size}")
     return ", ".join(parts)

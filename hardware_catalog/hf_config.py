@@ -203,13 +203,14 @@ def _sliding_window(r: _Reader) -> dict:
         return {}
     window = r.integer("sliding_window")
     types = r.get("layer_types")
-    if types is None and qwen and r.integer("max_window_layers", default=28) > 0:
+    full_below = r.integer("max_window_layers", default=28) if qwen and types is None else 0
+    if full_below > 0:
         # Without layer_types, layer i (0-based) is windowed where i >= max_window_layers, so
         # none when it covers every layer.
-        if r.integer("max_window_layers", default=28) >= r.integer("num_hidden_layers"):
+        if full_below >= r.integer("num_hidden_layers"):
             return {}
         raise PlannerInputError(f"{r.label}: use_sliding_window with max_window_layers="
-                                f"{r.get('max_window_layers', default=28)} (full attention below it) is not modelled")
+                                f"{full_below} (full attention below it) is not modelled")
     if types is None:
         return {"sliding_window": window}
     if not isinstance(types, list) or not set(types) <= {"sliding_attention", "full_attention"}:

@@ -150,9 +150,9 @@ class _Config:
 
 def _model(c: _Config, model) -> None:
     launch = c.launch
+    name = c.get("model.name") or c.get("module") or "llama3"  # torchtitan's default model
     if model is not None:
         launch.model, launch.model_note = model, "from --model"
-        name = c.get("model.name") or c.get("module") or "llama3"
         # torchtitan's gpt_oss windows alternate layers (GPT_OSS_WINDOW); llama3 attends every earlier key.
         if model.sliding_window is not None and (name != "gpt_oss" or (model.sliding_window, model.full_attention_every)
                                                   != GPT_OSS_WINDOW):
@@ -166,7 +166,7 @@ def _model(c: _Config, model) -> None:
         return
     from hardware_catalog import get_model
 
-    name, flavor = c.get("model.name") or c.get("module") or "llama3", c.get("model.flavor")
+    flavor = c.get("model.flavor")
     config = c.settings.get("config")
     if config is not None and config not in CONFIG_FUNCTIONS:
         raise PlannerInputError(f"--config {config}: planner knows the torchtitan 0.3.0 config functions "

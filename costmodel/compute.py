@@ -18,6 +18,7 @@ from costmodel.calibration import Calibration
 from costmodel.flops import attention_flops_per_key, attention_keys_parts, attention_v_dim, windowed_keys
 from costmodel.layout import LayoutBatch
 from costmodel.params import ParamCounts
+from costmodel.pipeline import heaviest_rank_windowed_share
 from hardware_catalog.schema import GPUSpec, ModelSpec
 
 BF16_BYTES = 2.0
@@ -254,7 +255,9 @@ def _attention_core(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: C
     split over TP (KV heads replicated when tp > g: Megatron allows it). ``kernel_len``: the
     keys each kernel call sees (costmodel.context_parallel.attention_kernel_length; default
     the ring-attention chunk s / c)."""
-    full_keys, window_keys = attention_keys_parts(model, batch.seq_len)
+    # The rank holding the most full-attention layers bounds the pipeline.
+    full_keys, window_keys = attention_keys_parts(model, batch.seq_len,
+                                                  windowed_share=heaviest_rank_windowed_share(model, batch))
     per_key = kern.tokens * attention_flops_per_key(model) / kern.tp
     core_flops = per_key * (full_keys + window_keys)
     if kernel_len is None:

@@ -36,17 +36,19 @@ def windowed_keys(window: int, seq_len):
     return np.where(s > w, w - w * w / (2.0 * np.maximum(s, 1.0)), 0.5 * s)
 
 
-def attention_keys_parts(model: ModelSpec, seq_len, causal: bool = True):
+def attention_keys_parts(model: ModelSpec, seq_len, causal: bool = True, windowed_share=None):
     """(full, windowed): mean keys per query of an attention layer, split into the share of the
     model's attention layers that attend the whole prefix (s/2 causal, s otherwise) and the share
     that attends a sliding window (``ModelSpec.sliding_window``, every layer but each
     ``full_attention_every``-th: Megatron-Core transformer/utils.py is_layer_window_attention).
-    Weighted by their layer shares, so full + windowed is the mean over layers."""
+    Weighted by their layer shares, so full + windowed is the mean over layers; ``windowed_share``
+    (arrays over layouts) replaces the model's share, e.g. by the pipeline rank that bounds a step
+    (``costmodel.pipeline.heaviest_rank_windowed_share``)."""
     s = np.asarray(seq_len, dtype=np.float64)
     full = s * (0.5 if causal else 1.0)
     if model.sliding_window is None or not causal:
         return full, np.zeros_like(full)
-    share = model.windowed_layers / model.num_layers
+    share = model.windowed_layers / model.num_layers if windowed_share is None else np.asarray(windowed_share)
     return (1.0 - share) * full, share * windowed_keys(model.sliding_window, s)
 
 

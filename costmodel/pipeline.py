@@ -63,6 +63,46 @@ def stage_layer_split(num_layers, pp, first=0, last=0):
     return first_out, middle_out, last_out, valid
 
 
+def heaviest_rank_windowed_share(model, batch):
+    """Per layout, the share of windowed layers on the pipeline rank that holds the most
+    full-attention layers, the rank that bounds the pipeline; None for a model whose layers do
+    not mix windowed and full attention.
+
+    Megatron-Core numbers layers 1..L across the whole model and makes layers N, 2N, ... full
+    (transformer/utils.py is_layer_window_attention with --window-attn-skip-freq N). A rank holds
+    its stage's layers in order, or under interleaving its model chunks r, r + pp, r + 2pp, ...
+    (equal chunks of L / (pp · vpp) layers, Narayanan et al. 2021 Sec. 2.2.2). gpt-oss-120b (full
+    every 2nd of 36 layers) at pp 4: stages of 9 layers hold 4, 5, 4, 5 full ones, so 4/9 of the
+    heaviest rank's layers are windowed, not 1/2; at pp 4 vpp 3 the chunks of 3 layers hold 1, 2,
+    1, 2, ... full ones, and rank 1 (chunks 1, 5, 9) has 6 of 9. Uneven first/last stages under
+    interleaving are taken as contiguous stages."""
+    every = getattr(model, "full_attention_every", None)
+    if getattr(model, "sliding_window", None) is None or every is None:
+        return None
+    num_layers = model.num_layers
+    first, middle, last, valid = stage_layer_split(num_layers, batch.pp, batch.pp_first_layers, batch.pp_last_layers)
+    pp, vpp = np.broadcast_arrays(np.asarray(batch.pp, dtype=np.int64), np.asarray(batch.vpp, dtype=np.int64))
+    # One int64 per (pp, vpp, first, last), each below 2^14 (MAX_LAYERS): np.unique on one column
+    # is far cheaper than on rows; the middle stages and validity follow from those four.
+    span = 1 << 14
+    key = ((pp * span + vpp) * span + first) * span + last
+    unique, index, inverse = np.unique(key, return_index=True, return_inverse=True)
+    full = (np.arange(1, num_layers + 1) % every) == 0
+    shares = np.full(len(unique), model.windowed_layers / num_layers)
+    for i, j in enumerate(index):
+        pp_i, vpp_i, f, m, l, ok = pp[j], vpp[j], first[j], middle[j], last[j], valid[j]
+        if not ok or pp_i < 2:
+            continue  # one stage holds every layer; an invalid split is refused by its rule
+        if vpp_i > 1 and f == m == l and num_layers % (pp_i * vpp_i) == 0:
+            owner = (np.arange(num_layers) // (num_layers // (pp_i * vpp_i))) % pp_i
+        else:
+            owner = np.repeat(np.arange(pp_i), [f] + [m] * (pp_i - 2) + [l])
+        held = np.bincount(owner, minlength=pp_i)
+        full_held = np.bincount(owner, weights=full, minlength=pp_i)
+        shares[i] = 1.0 - float(np.max(full_held / np.maximum(held, 1)))
+    return shares[np.asarray(inverse).reshape(-1)]
+
+
 def vpp_divides_stages(first, middle, last, vpp) -> np.ndarray:
     """Interleaving splits each stage into ``vpp`` model chunks.
 

@@ -233,3 +233,26 @@ def test_runs_file_model_states_a_window():
     row["model"]["full_attention_every"] = 2
     (bad,) = validate_rows([row])
     assert bad.error is None and "full_attention_every" in bad.reason and "sliding_window" in bad.reason
+
+
+def test_the_rank_with_most_full_attention_layers_bounds_the_pipeline():
+    """gpt-oss-120b: layers 2, 4, ..., 36 full (Megatron numbers layers 1..36 across the model).
+    pp 4: stages 1-9, 10-18, 19-27, 28-36 hold 4, 5, 4, 5 full layers: 4/9 of the heaviest windowed.
+    pp 4 vpp 3: chunks of 3 (1-3, 4-6, ...) hold 1, 2, 1, 2, ... full; rank 1 holds chunks 1, 5, 9
+    (layers 4-6, 16-18, 28-30): 6 full of 9, 1/3 windowed. pp 4 vpp 9: one-layer chunks, rank 1
+    holds layers 2, 6, 10, ...: every one full. pp 2 and 3: even counts, 1/2. pp 4 with 7 and 7
+    on the first and last stages (11 in the middle): 3/7, 6/11, 5/11, 4/7 full: 3/7 windowed."""
+    from costmodel.layout import LayoutBatch
+    from costmodel.pipeline import heaviest_rank_windowed_share
+
+    m = get_model("gpt-oss-120b")
+    batch = LayoutBatch.from_arrays(tp=1, pp=np.array([1, 2, 3, 4, 4, 4, 4]), vpp=np.array([1, 1, 1, 1, 3, 9, 1]),
+                                    pp_first_layers=np.array([0, 0, 0, 0, 0, 0, 7]),
+                                    pp_last_layers=np.array([0, 0, 0, 0, 0, 0, 7]), dp=1, cp=1, mbs=1, gbs=64,
+                                    seq_len=4096)
+    share = heaviest_rank_windowed_share(m, batch)
+    np.testing.assert_allclose(share, [0.5, 0.5, 0.5, 4 / 9, 1 / 3, 0.0, 3 / 7])
+    # A window on every layer, or none, mixes nothing.
+    mistral_like = m.model_copy(update={"full_attention_every": None})
+    assert heaviest_rank_windowed_share(mistral_like, batch) is None
+    assert heaviest_rank_windowed_share(get_model("llama3-8b"), batch) is None

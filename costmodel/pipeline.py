@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hardware_catalog.limits import MAX_LAYERS
+
 
 def stage_layer_split(num_layers, pp, first=0, last=0):
     """Layers on the (first, middle, last) pipeline stages, and whether the split is valid.
@@ -82,10 +84,12 @@ def heaviest_rank_windowed_share(model, batch):
     num_layers = model.num_layers
     first, middle, last, valid = stage_layer_split(num_layers, batch.pp, batch.pp_first_layers, batch.pp_last_layers)
     pp, vpp = np.broadcast_arrays(np.asarray(batch.pp, dtype=np.int64), np.asarray(batch.vpp, dtype=np.int64))
-    # One int64 per (pp, vpp, first, last), each below 2^14 (MAX_LAYERS): np.unique on one column
-    # is far cheaper than on rows; the middle stages and validity follow from those four.
-    span = 1 << 14
-    key = ((pp * span + vpp) * span + first) * span + last
+    # One int64 per (pp, vpp, first, last): np.unique on one column is far cheaper than on rows, and
+    # the middle stages and validity follow from those four. vpp and the stage layer counts are at
+    # most MAX_LAYERS (the options' bounds); a pp above it holds fewer than one layer a stage (invalid),
+    # so it is clipped there, in a key of its own.
+    span = MAX_LAYERS + 2
+    key = ((np.minimum(pp, span - 1) * span + vpp) * span + first) * span + last
     unique, index, inverse = np.unique(key, return_index=True, return_inverse=True)
     full = (np.arange(1, num_layers + 1) % every) == 0
     shares = np.full(len(unique), model.windowed_layers / num_layers)

@@ -229,6 +229,55 @@ all-to-alls, chunk sort (6); FP8 casts around the two grouped GEMMs (2); on comb
 back, the all-to-all and the unpermute (3): 18."""
 
 
+@dataclass(frozen=True, slots=True)
+class ExpertEpilogues:
+    """Seconds of the unfused elementwise work Megatron-Core's TEGroupedMLP runs around the expert
+    GEMMs when the experts carry biases or a clamped GLU (0 where neither applies)."""
+
+    forward: np.ndarray
+    backward: np.ndarray
+    activation_forward: np.ndarray
+    """The clamp's share of the forward, which selective recompute of 'moe_act' runs again."""
+    host_ops: np.ndarray
+    """Forward operators the host issues for them."""
+
+
+def expert_epilogues(model: ModelSpec, batch: LayoutBatch, shape: MoeShape, kern, calib) -> ExpertEpilogues:
+    """Megatron-Core TEGroupedMLP (megatron/core/transformer/moe/experts.py, Megatron-LM 0d8e071 and
+    3097d81, the Megatron-Bridge 25.11 and 26.04 pins), where TransformerEngine's GroupedLinear runs
+    the experts (``moe_grouped_gemm`` 'loop'):
+
+    * fc2 bias: linear_fc2 is built with skip_bias_add=True and ``_apply_bias`` adds each local
+      expert's bias times its routing probability in Python, ``cat([t + b * p for ...])`` over
+      torch.split of the output: per routed copy b·p writes h, the add reads 2h and writes h, the
+      cat reads and writes h (6h); autograd reads the gradient for dp and db and reduces both
+      (2 x (2h + h)) and joins the split's gradients (2h): 8h. Kernels: 2 per local expert + the
+      cat forward, 4 per local expert + the join backward. (fc1's bias rides in the GEMM epilogue
+      and its gradient in the wgrad GEMM's: grouped_linear.py, BF16 path; not priced.)
+    * GLU clamp (``activation_func_clamp_value``): fusions/fused_bias_geglu.py
+      weighted_bias_quick_geglu_impl clamps the two halves eagerly and concatenates them before
+      the fused activation: 2 x (Fe + Fe) + (2Fe + 2Fe) = 8Fe per routed copy, 3 kernels;
+      backward the two clamp masks (3Fe each) and the chunk's join (4Fe): 10Fe, 3 kernels. It
+      also builds ``torch.tensor(linear_offset, device=cuda)``, a blocking host-to-device copy
+      that syncs the host on every call (priced as one more host sync, ``HOST_SYNC_OPS``). Under
+      recompute of 'moe_act' the clamp runs again (``activation_forward``)."""
+    h = float(model.hidden_size)
+    Fe = float(model.moe.expert_ffn_hidden_size) / batch.etp.astype(np.float64)
+    loop = batch.is_("moe_grouped_gemm", "loop")
+    per_kernel = launch_gap_seconds(batch, calib)
+    copies = shape.routed_tokens
+    local = shape.local_experts
+    bias = loop & bool(model.linear_bias)
+    t_bias_f = np.where(bias, copies * BF16_BYTES * 6.0 * h / kern.mem_bw + (2.0 * local + 1.0) * per_kernel, 0.0)
+    t_bias_b = np.where(bias, copies * BF16_BYTES * 8.0 * h / kern.mem_bw + (4.0 * local + 1.0) * per_kernel, 0.0)
+    clamp = loop & (model.glu_clamp is not None) & bool(model.gated_mlp)
+    sync = HOST_SYNC_OPS * HOST_US_PER_OP * 1e-6
+    t_clamp_f = np.where(clamp, copies * BF16_BYTES * 8.0 * Fe / kern.mem_bw + 3.0 * per_kernel + sync, 0.0)
+    t_clamp_b = np.where(clamp, copies * BF16_BYTES * 10.0 * Fe / kern.mem_bw + 3.0 * per_kernel, 0.0)
+    ops = np.where(bias, 2.0 * local + 1.0, 0.0) + np.where(clamp, 4.0, 0.0)
+    return ExpertEpilogues(t_bias_f + t_clamp_f, t_bias_b + t_clamp_b, t_clamp_f, ops)
+
+
 def moe_layer(model: ModelSpec, batch: LayoutBatch, gpu, calib, asm, shared) -> LayerTimes:
     """A layer whose MLP is an MoE block: routed experts (``expert_gemms``), shared experts
     (their up and down GEMMs under TP, like a dense MLP), the router, the token shuffles, and
@@ -269,19 +318,22 @@ def moe_layer(model: ModelSpec, batch: LayoutBatch, gpu, calib, asm, shared) -> 
         extra_kernels=MOE_EXTRA_KERNELS_PER_LAYER,
         t_mlp_gemms_backward=experts.backward + 2.0 * t_other,
     )
+    epi = expert_epilogues(model, batch, shape, kern, calib)
+    layer = LayerTimes(layer.forward + epi.forward, layer.backward + epi.backward, layer.attention_forward,
+                       layer.flops_forward, layer.tp_neighbour_gemms)
     t_norms, t_mla_up, f_mla_up = shared
     zero = 0.0
     layer.module_forward = {
         "layernorm": t_norms, "mla_up_proj": t_mla_up, "mlp": zero,
-        "moe_act": kern.streamed(routed * act * Fe, kern.tp),
+        "moe_act": kern.streamed(routed * act * Fe, kern.tp) + epi.activation_forward,
         "shared_experts": t_shared + kern.streamed(act * Fs, kern.tp),
-        "moe": experts.forward + t_other + kern.streamed(moe_elems, kern.tp),
+        "moe": experts.forward + t_other + kern.streamed(moe_elems, kern.tp) + epi.forward,
     }
     layer.module_flops = {"layernorm": zero, "mla_up_proj": f_mla_up, "mlp": zero, "moe_act": zero,
                           "shared_experts": f_shared, "moe": experts.flops_forward + f_shared + f_router}
     kernels = calib.kernels_per_layer + MOE_EXTRA_KERNELS_PER_LAYER
     loop = batch.is_("moe_grouped_gemm", "loop")
-    host_ops = kernels + np.where(loop, 2.0 * np.maximum(shape.local_experts - 1.0, 0.0), 0.0)
+    host_ops = kernels + np.where(loop, 2.0 * np.maximum(shape.local_experts - 1.0, 0.0), 0.0) + epi.host_ops
     # CUDA graphs replay a captured layer from one host launch, so its operators cost the host
     # nothing each; a layer that syncs cannot be captured and keeps issuing operator by operator.
     return host_bound(layer, np.where(layer_graphed(batch), 0.0, host_ops), syncs_host(batch))

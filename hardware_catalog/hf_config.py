@@ -380,6 +380,7 @@ def _gpt_oss(r: _Reader) -> dict:
         spec["full_attention_every"] = 2
     spec["linear_bias"] = r.flag("attention_bias", True)
     spec.pop("qkv_bias", None)
+    spec["glu_clamp"] = r.get("swiglu_limit")
     spec["moe"] = MoESpec(
         num_experts=r.integer("num_local_experts"),
         top_k=r.integer("num_experts_per_tok"),

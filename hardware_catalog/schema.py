@@ -306,6 +306,9 @@ class ModelSpec(_NoBoolNumbers):
     """Linear layers carry biases (GPT-2/3, BLOOM, OPT)."""
     qkv_bias: bool = False
     """Only the QKV projection carries a bias (Qwen2)."""
+    glu_clamp: Optional[float] = Field(default=None, gt=0)
+    """Clamp on the gated MLP's two halves before the activation (gpt-oss: HF ``swiglu_limit`` 7.0;
+    Megatron-Core ``activation_func_clamp_value``); None = no clamp."""
     dropout: bool = False
     """Dropout on attention and residual paths (adds 1-byte masks to stored activations)."""
     moe: Optional[MoESpec] = None

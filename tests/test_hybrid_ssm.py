@@ -148,7 +148,7 @@ GPT_OSS_120B_CONFIG = {  # openai/gpt-oss-120b config.json, the fields read
     "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 36,
     "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880,
     "num_local_experts": 128, "num_experts_per_tok": 4, "vocab_size": 201088, "attention_bias": True,
-    "tie_word_embeddings": False, "max_position_embeddings": 131072, "sliding_window": 128,
+    "tie_word_embeddings": False, "max_position_embeddings": 131072, "sliding_window": 128, "swiglu_limit": 7.0,
 }
 LLAMA4_SCOUT_CONFIG = {  # meta-llama/Llama-4-Scout-17B-16E config.json, text_config fields read
     "architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
@@ -167,6 +167,9 @@ def test_2025_moe_presets_count_by_hand_and_import_from_config_json():
     assert count_params(get_model("gpt-oss-120b")).total == 36 * layer + 2 * 201_088 * 2880 + 2880 + 36 * 2 * 2880
     spec = model_from_hf_config(GPT_OSS_120B_CONFIG, "oss")
     assert count_params(spec).total == count_params(get_model("gpt-oss-120b")).total
+    # swiglu_limit is the clamp Megatron-Core calls activation_func_clamp_value (priced by
+    # costmodel.moe.expert_epilogues); the catalog preset carries the same 7.0.
+    assert spec.glu_clamp == get_model("gpt-oss-120b").glu_clamp == 7.0
     # Llama 4 Scout text model: 48 x (attention 62,914,560 + norms 10,240 + 16 routed and 1 shared
     # expert of 3·5120·8192 = 125,829,120 + router 81,920) + 2 x 202,048 x 5120 + 5120.
     scout = 48 * (62_914_560 + 10_240 + 17 * 125_829_120 + 81_920) + 2 * 202_048 * 5120 + 5120

@@ -91,6 +91,29 @@ def test_loop_adds_a_call_per_extra_expert():
     assert moe.expert_gemms(MIXTRAL, _batch(ep=8, dp=8), one, _kern(), DEFAULT).calls[0] == 0.0
 
 
+def test_expert_epilogues_of_biased_clamped_experts():
+    # gpt-oss-120b at ep 8: 16 local experts, 4096 tokens x top-4 = 16384 routed copies of h = Fe =
+    # 2880; one BF16 pass over them is 16384 * 2880 * 2 B = 94.37 MB, 31.46 us at 3 TB/s.
+    # fc2 bias (experts.py _apply_bias): 6 passes + (2*16 + 1) kernels forward, 8 passes +
+    # (4*16 + 1) backward; the clamp and cat (fused_bias_geglu.py): 8 passes + 3 kernels + one host
+    # sync (2 ops x 12 us) forward, 10 passes + 3 kernels backward; 8 us a kernel.
+    gpt_oss = get_model("gpt-oss-120b")
+    calib = DEFAULT.with_(kernel_overhead_us=8.0)
+    batch = _batch(ep=8, dp=8)
+    shape = moe.moe_shape(gpt_oss, batch, 4096.0, 1.0)
+    kern = SimpleNamespace(mem_bw=3e12)
+    epi = moe.expert_epilogues(gpt_oss, batch, shape, kern, calib)
+    p = 16384 * 2880 * 2.0 / 3e12
+    assert epi.forward[0] == pytest.approx(6 * p + 33 * 8e-6 + 8 * p + 3 * 8e-6 + 24e-6)
+    assert epi.backward[0] == pytest.approx(8 * p + 65 * 8e-6 + 10 * p + 3 * 8e-6)
+    assert epi.activation_forward[0] == pytest.approx(8 * p + 3 * 8e-6 + 24e-6)
+    # No biases and no clamp (Qwen3), or one fused grouped kernel: nothing.
+    qwen = moe.moe_shape(QWEN3_30B, batch, 4096.0, 1.0)
+    assert moe.expert_epilogues(QWEN3_30B, batch, qwen, kern, calib).forward[0] == 0.0
+    fused = _batch(ep=8, dp=8, moe_grouped_gemm=GROUPED_GEMMS.index("fused"))
+    assert moe.expert_epilogues(gpt_oss, fused, shape, kern, calib).backward[0] == 0.0
+
+
 def test_capacity_caps_or_pads_the_busiest_rank():
     # Megatron-Core get_capacity: each expert takes at most F x its balanced share. Qwen3-30B
     # at ep 8 (2048 rows per expert when balanced): dropless at imbalance 1.5 -> 3072; capacity

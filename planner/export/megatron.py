@@ -445,6 +445,11 @@ def notes(plan: Plan) -> list[str]:
         out.append(f"Router: aux-loss load balancing (coeff 1e-2) and {dispatcher}; adjust to your recipe.")
     if m.mla is not None:
         out.append("MLA: Megatron defaults rope_type to yarn for MLA; DeepSeek checkpoints also use --qk-layernorm.")
+    if m.glu_clamp is not None:
+        # transformer_config.py activation_func_clamp_value has no flag in arguments.py: the run skips
+        # the clamp whose unfused kernels costmodel.moe.expert_epilogues prices.
+        out.append(f"GLU clamp {m.glu_clamp:g} (TransformerConfig.activation_func_clamp_value) has no Megatron-LM flag: "
+                   "this run does not clamp, and runs a little faster than priced (the clamp's eager kernels).")
     return out
 
 

@@ -29,9 +29,11 @@ def test_accuracy_on_reference_set_high_confidence(results):
     # out unchanged at 4.5% / 11.3%). 11.6% since gpt-oss's 128-key window on alternate layers is
     # priced (ModelSpec.sliding_window): its two H100 rows go -5.0% -> -1.5% (25.11, micro-batch 4)
     # and +8.9% -> +12.4% (26.04, micro-batch 1), the second then in the tail; median 3.7% -> 3.6%.
+    # 11.0% since the experts' unfused fc2 bias and GLU clamp are priced (costmodel.moe.expert_epilogues)
+    # and the 25.11 row runs micro-batch 1 as Megatron-Bridge v0.2.0's preset sets: both rows within 0.4%.
     assert s["rows"] >= 117
     assert s["median_abs_error"] <= 0.04
-    assert s["p90_abs_error"] <= 0.116
+    assert s["p90_abs_error"] <= 0.111
     assert s["mape"] <= 0.06
     # Early DeepSpeed ZeRO-3 is priced from its code (costmodel.zero3_blocking): the
     # Narayanan et al. rows, which include it, stay close.

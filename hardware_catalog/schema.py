@@ -390,6 +390,15 @@ class ModelSpec(_NoBoolNumbers):
         return self
 
     @model_validator(mode="after")
+    def _clamp(self):
+        # Megatron-Core transformer_config.py __post_init__: "activation_func_clamp_value for SwiGLU
+        # is only supported with MoE"; it clamps a gated (GLU) activation's two halves.
+        if self.glu_clamp is not None and (self.moe is None or not self.gated_mlp):
+            raise ValueError(f"glu_clamp={self.glu_clamp} needs a gated MLP with experts (gated_mlp and moe): "
+                             "Megatron-Core clamps MoE GLU activations only")
+        return self
+
+    @model_validator(mode="after")
     def _shapes(self):
         if self.num_attention_heads % self.kv_heads:
             raise ValueError(

@@ -97,6 +97,8 @@ def overrides(plan: Plan) -> list[tuple[str, object]]:
             written.add(dest)
             pairs.append((dest, value))
     pairs += _explicit_off(plan, written)
+    if plan.is_moe:  # no Megatron-LM flag: a TransformerConfig field only (bridge.GLU_CLAMP)
+        pairs.append((bridge.GLU_CLAMP, plan.model.glu_clamp))
     out = [("mixed_precision", bridge.precision_preset(plan.precision, plan.fp8_recipe)),
            ("model.vocab_size", plan.model.vocab_size)]
     for dest, value in pairs:

@@ -78,6 +78,12 @@ pipeline_model_parallel_layout, which places the layers itself; models/gpt_oss/g
 window_size (128, 0) and window_attn_skip_freq 2, which a model priced without them (or with another
 window) must not inherit."""
 
+GLU_CLAMP = "activation_func_clamp_value"
+"""TransformerConfig field of ``ModelSpec.glu_clamp`` (Megatron-Core transformer_config.py), which
+Megatron-LM's arguments.py has no flag for. The Bridge exporter writes it for every MoE model, null
+where the model has none: models/gpt_oss/gpt_oss_provider.py sets 7.0, which a model priced without
+a clamp must not inherit; the NeMo / Bridge reader reads it back."""
+
 MOE_ONLY = frozenset({"moe_expert_capacity_factor"})
 """``RECIPE_RESETS`` dests that exist for a MoE model only."""
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from costmodel.options import RECOMPUTE_MODULES
 from hardware_catalog.schema import windowed_layer_count
+from planner.frameworks.bridge import GLU_CLAMP
 from planner.frameworks.megatron import ARGS, TABLE
 from planner.launch.spec import Launch, boolean, integer, number
 
@@ -238,9 +239,25 @@ def model_fields(s: Settings, tp: int) -> tuple[dict, tuple, str]:
     fields["moe"] = _moe_fields(s, ffn, L)
     fields["mtp_layers"] = s.int("mtp_num_layers") or 0  # --mtp-num-layers (default none: no MTP head)
     fields.update(window_fields(s, L))
+    fields.update(clamp_fields(s))
     if seq:
         fields["default_seq_len"] = seq
     return fields, candidates, vocab_note
+
+
+def clamp_fields(s: Settings) -> dict:
+    """ModelSpec ``glu_clamp`` where the file states TransformerConfig.activation_func_clamp_value (a
+    NeMo / Megatron-Bridge config; null: no clamp). Unstated (every Megatron-LM command line: the
+    field has no flag) the model's own is kept: a preset the shape matches brings its clamp."""
+    if not s.has(GLU_CLAMP):
+        return {}
+    value = s.get(GLU_CLAMP)
+    if value is None:
+        return {"glu_clamp": None}
+    clamp = number(value, s.label(GLU_CLAMP))
+    if not clamp > 0:
+        raise _bad(s, GLU_CLAMP, value, "a positive number (or null: no clamp)")
+    return {"glu_clamp": clamp}
 
 
 def _shape_given_away(s: Settings, model, launch: Launch) -> None:
@@ -258,6 +275,8 @@ def _shape_given_away(s: Settings, model, launch: Launch) -> None:
             said = [f"{s.label(d)} {'null' if s.get(d) is None else s.get(d)}"
                     for d in ("window_size", "window_attn_skip_freq") if s.has(d)]
             differ += said or [f"no {s.label('window_size')}"]
+    if s.has(GLU_CLAMP) and clamp_fields(s)["glu_clamp"] != model.glu_clamp:
+        differ.append(f"{s.label(GLU_CLAMP)} {'null' if s.get(GLU_CLAMP) is None else s.get(GLU_CLAMP)}")
     if differ:
         launch.model_note = f"{launch.model_note or 'from --model'}, in place of the file's shape ({', '.join(differ)})"
 

@@ -29,9 +29,11 @@ def _mla_key(mla):
                                      mla.v_head_dim)
 
 
-def differences(a, b) -> list[str]:
-    """Shape fields where ModelSpecs ``a`` and ``b`` differ (vocabulary not included)."""
-    out = [f"{k} {getattr(a, k)} vs {getattr(b, k)}" for k in _SHAPE if getattr(a, k) != getattr(b, k)]
+def differences(a, b, clamp: bool = True) -> list[str]:
+    """Shape fields where ModelSpecs ``a`` and ``b`` differ (vocabulary not included); ``clamp``:
+    compare ``glu_clamp`` too (False where ``a`` comes from a file that cannot state one)."""
+    keys = _SHAPE + (("glu_clamp",) if clamp else ())
+    out = [f"{k} {getattr(a, k)} vs {getattr(b, k)}" for k in keys if getattr(a, k) != getattr(b, k)]
     if _moe_key(a.moe) != _moe_key(b.moe):
         out.append(f"experts {_moe_key(a.moe)} vs {_moe_key(b.moe)}")
     if _mla_key(a.mla) != _mla_key(b.mla):
@@ -57,8 +59,9 @@ def shape_model(fields: dict, vocab_candidates: tuple, name: str, vocab_note: st
         from hardware_catalog.hf_config import condense_validation_error
 
         raise PlannerInputError(f"the model shape in the launch file is not valid: {condense_validation_error(err)}") from None
-    ranked = sorted(list_models(), key=lambda m: len(differences(spec, m)))
-    same = [m for m in ranked if not differences(spec, m)]
+    clamp = "glu_clamp" in fields  # unstated: a matching preset brings its own (clamp_fields)
+    ranked = sorted(list_models(), key=lambda m: len(differences(spec, m, clamp)))
+    same = [m for m in ranked if not differences(spec, m, clamp)]
     for preset in same:
         if vocab is not None and preset.vocab_size == vocab or preset.vocab_size in vocab_candidates:
             extra = ""
@@ -72,7 +75,7 @@ def shape_model(fields: dict, vocab_candidates: tuple, name: str, vocab_note: st
         raise PlannerInputError("the launch file gives no vocabulary size (its tokenizer reads it from files) and "
                                 "its shape matches no single catalog preset: give --model NAME or a model file")
     closest = ranked[0]
-    diff = differences(spec, closest) or [f"vocab_size {vocab} vs {closest.vocab_size}"]
+    diff = differences(spec, closest, clamp) or [f"vocab_size {vocab} vs {closest.vocab_size}"]
     note = (f"built from the file's shape ({_summary(spec)}); no catalog preset matches (closest {closest.name}: "
             f"{', '.join(diff[:3])})")
     return spec, note + (f"; {vocab_note}" if vocab_note else "")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 
 from hardware_catalog.errors import PlannerInputError
-from planner.frameworks.bridge import reading_renames
+from planner.frameworks.bridge import GLU_CLAMP, reading_renames
 from planner.launch.mcore import Settings, to_launch
 from planner.launch.spec import Launch, integer
 
@@ -136,8 +136,8 @@ def to_settings(flat: dict, launch: Launch) -> Settings:
         dest = _dest(key)
         if key.endswith(("._target_", "._partial_")) or key in ("_target_", "_partial_"):
             continue
-        if value is None:  # not set, except a window's null: it clears a recipe's window (Bridge exporter)
-            if dest == "window_size":
+        if value is None:  # not set, except a window's or clamp's null: it clears a recipe's (Bridge exporter)
+            if dest in ("window_size", GLU_CLAMP):
                 s.values[dest], s.where[dest] = None, key
             continue
         if key in _PRECISION_KEYS or key in ("trainer.num_nodes", "trainer.devices"):
@@ -158,7 +158,7 @@ def to_settings(flat: dict, launch: Launch) -> Settings:
 
 
 _PRECISION_KEYS = ("mixed_precision", "trainer.plugins.precision", "trainer.precision")
-_SPECIAL = {"gated_linear_unit", "share_embeddings_and_output_weights", "add_bias_linear", "grad_reduce_in_fp32",
+_SPECIAL = {GLU_CLAMP, "gated_linear_unit", "share_embeddings_and_output_weights", "add_bias_linear", "grad_reduce_in_fp32",
             "overlap_p2p_comm", "precision", "fp8", "tensor_model_parallel_size", "use_megatron_fsdp", "overlap_param_gather",
             "num_nodes", "devices", "fp8_recipe"}
 

@@ -28,12 +28,13 @@ _MDS = "microsoft/Megatron-DeepSpeed@f4157bea (megatron/model: GPT layers with m
 
 def _check_model(plan: Plan) -> None:
     """Megatron-DeepSpeed builds GPT-style transformer layers: no Mamba layers, no multi-latent
-    attention, no multi-token-prediction modules, no sliding-window attention (its megatron/ tree
-    has none of them at f4157bea: arguments.py has no window argument, model/transformer.py attends
-    every earlier key)."""
+    attention, no multi-token-prediction modules, no sliding-window attention, no clamped GLU (its
+    megatron/ tree has none of them at f4157bea: arguments.py has no window argument,
+    model/transformer.py attends every earlier key and clamps no activation)."""
     m = plan.model
     what = ("a hybrid Mamba model" if m.hybrid_pattern else "multi-latent attention (MLA)" if m.mla is not None
-            else f"{m.mtp_layers} multi-token-prediction layer(s)" if m.mtp_layers else window_text(m))
+            else f"{m.mtp_layers} multi-token-prediction layer(s)" if m.mtp_layers else window_text(m)
+            or (f"a GLU clamped at {m.glu_clamp:g} (glu_clamp)" if m.glu_clamp is not None else ""))
     if what:
         raise CannotExpress("deepspeed_model_kind", f"model {m.name} has {what}, which Megatron-DeepSpeed's model "
                             "code does not build: use --format megatron or megatron-bridge", _MDS)

@@ -158,6 +158,9 @@ def read(text: str, path: str, model=None) -> Launch:
 
             launch.model_note += (f"; it has {window_text(model)}, which Megatron-DeepSpeed's model code does not "
                                   "build (no window argument at f4157bea): priced with the window, trained without")
+        if model.glu_clamp is not None:  # likewise (rule deepspeed_model_kind)
+            launch.model_note += (f"; it clamps its GLU at {model.glu_clamp:g}, which Megatron-DeepSpeed's model code "
+                                  "does not (f4157bea): priced with the clamp, trained without")
     _batch(cfg, launch)
     _zero(cfg, launch)
     _precision(cfg, launch)

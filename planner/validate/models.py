@@ -41,6 +41,7 @@ FAMILIES = {
     "qwen3-moe": "qwen3-30b-a3b",
     "deepseek-v3": "deepseek-v3",
     "nemotron-h": "nemotron-h-8b",
+    "gpt-oss": "gpt-oss-120b",
 }
 """``model.family`` -> the preset whose architecture (not shape) a shaped row takes
 (``family_description`` says what each means)."""
@@ -80,6 +81,12 @@ def family_description(family: str) -> str:
     parts = ["gated MLP" if m.gated_mlp else "plain MLP", m.norm, f"{m.position_embedding} positions",
              "tied embeddings" if m.tied_embeddings else "untied embeddings"]
     parts += [p for p, on in (("biases", m.linear_bias), ("dropout", m.dropout), ("MoE", m.moe), ("MLA", m.mla)) if on]
+    if m.sliding_window is not None:
+        from planner.frameworks import window_text
+
+        parts.append(window_text(m))
+    if m.glu_clamp is not None:
+        parts.append(f"GLU clamped at {m.glu_clamp:g}")
     return f"{', '.join(parts)} (as {m.name})"
 
 
@@ -146,6 +153,8 @@ def _shaped(m, source_key: str):
     elif m.full_attention_every is not None:
         raise PlannerInputError(f"model.full_attention_every={m.full_attention_every} needs model.sliding_window "
                                 "(the window the other layers attend)")
+    if m.glu_clamp is not None:  # costmodel.moe.expert_epilogues
+        update["glu_clamp"] = m.glu_clamp
     if m.mamba:
         update["mamba"] = {**(base.mamba.model_dump() if base.mamba else {}), **{k: v for k, v in m.mamba.items() if v is not None}}
     if m.moe:

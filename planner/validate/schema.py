@@ -285,6 +285,8 @@ class Model(_Block):
                                 description="Keys a query attends in a sliding-window layer, itself included (HF sliding_window; Megatron --window-size w-1,0).")
     full_attention_every: PosInt = _f("full_attention_every", "window_attn_skip_freq",
                                       description="With sliding_window: layers N, 2N, ... attend every key (Megatron --window-attn-skip-freq N); absent: every layer windowed.")
+    glu_clamp: PosFloat = _f("glu_clamp", "swiglu_limit", "activation_func_clamp_value",
+                             description="Clamp on the experts' gated activation (gpt-oss: HF swiglu_limit 7.0; Megatron-Core activation_func_clamp_value); MoE only.")
 
     def shaped(self) -> bool:
         return self.num_layers is not None or self.hybrid_pattern is not None

@@ -89,3 +89,23 @@ def test_deepspeed_refuses_a_clamped_model_and_its_reader_says_so(tmp_path):
     export(record(QWEN3_30B, ep=8, dp=8, gbs=64, zero=1), QWEN3_30B, tmp_path / "q", formats="deepspeed")
     note = read_launch(tmp_path / "q" / "deepspeed_config.json", model=clamped).model_note
     assert "clamps its GLU at 7, which Megatron-DeepSpeed's model code does not" in note
+
+
+def test_the_runs_format_takes_the_clamp():
+    from planner.validate import map_run
+
+    # gpt-oss-20b's shape (HF config.json: 24 layers, 32 experts) on the gpt-oss family: its biases,
+    # alternating 128-key window and clamp come with the family.
+    shape = {"name": "my-oss", "family": "gpt-oss", "num_layers": 24, "hidden_size": 2880, "num_attention_heads": 64,
+             "num_kv_heads": 8, "head_dim": 64, "ffn_hidden_size": 2880, "vocab_size": 201088,
+             "moe": {"num_experts": 32, "top_k": 4, "expert_ffn_hidden_size": 2880}}
+    row = {"id": "o", "gpu": "H100", "num_gpus": 8, "seq_len": 4096, "gbs": 64, "tp": 1, "pp": 1, "ep": 8,
+           "tokens_per_s_per_gpu": 10_000, "model": shape}
+    model = map_run(row).model
+    assert (model.glu_clamp, model.linear_bias, model.sliding_window, model.windowed_layers) == (7.0, True, 128, 12)
+    # HF's spelling states it on another family; on a dense model it is refused in one line.
+    assert map_run({**row, "model": {**shape, "family": "qwen3-moe", "swiglu_limit": 5.0}}).model.glu_clamp == 5.0
+    dense = {"name": "d", "family": "llama", "num_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
+             "ffn_hidden_size": 512, "vocab_size": 1000, "glu_clamp": 7.0}
+    with pytest.raises(PlannerInputError, match="glu_clamp=7.0 needs a gated MLP with experts"):
+        map_run({**row, "ep": 1, "model": dense})

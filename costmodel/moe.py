@@ -270,7 +270,7 @@ def expert_epilogues(model: ModelSpec, batch: LayoutBatch, shape: MoeShape, kern
     bias = loop & bool(model.linear_bias)
     t_bias_f = np.where(bias, copies * BF16_BYTES * 6.0 * h / kern.mem_bw + (2.0 * local + 1.0) * per_kernel, 0.0)
     t_bias_b = np.where(bias, copies * BF16_BYTES * 8.0 * h / kern.mem_bw + (4.0 * local + 1.0) * per_kernel, 0.0)
-    clamp = loop & (model.glu_clamp is not None) & bool(model.gated_mlp)
+    clamp = loop & (model.glu_clamp is not None)  # ModelSpec allows a clamp only on gated MoE MLPs
     sync = HOST_SYNC_OPS * HOST_US_PER_OP * 1e-6
     t_clamp_f = np.where(clamp, copies * BF16_BYTES * 8.0 * Fe / kern.mem_bw + 3.0 * per_kernel + sync, 0.0)
     t_clamp_b = np.where(clamp, copies * BF16_BYTES * 10.0 * Fe / kern.mem_bw + 3.0 * per_kernel, 0.0)

@@ -445,7 +445,22 @@ PROFILES: tuple[Profile, ...] = (
                      "(--overlap-p2p-communication); MegaScale Sec. 3.2 lists pipeline send/receive overlap among "
                      "what it adds over this baseline"),
     )),
-    Profile("Megatron-LM 2021-22 (PTD-P)", r"megatron-lm", (_BEFORE_FLASH,)),
+    Profile("Megatron-LM 2021-22 (PTD-P)", r"megatron-lm", (
+        _BEFORE_FLASH,
+        Entry({"p2p_comm_overlap": False}, "interleaved pipeline sends blocking (Megatron-LM before the P2P overlap)",
+              source="Megatron-LM had no pipeline-send overlap before commit f9283c5a8a (2023-05-31, "
+                     "--overlap-p2p-communication, opt-in) and made it the default only at 4eeff55d1f "
+                     "(2023-10-12); until then p2p_communication.py _communicate posts batch_isend_irecv, waits on "
+                     "every request and calls torch.cuda.synchronize() (batch_p2p_sync, default True)",
+              when=(When(year_max=2022),)),
+        Entry({"p2p_comm_overlap": False}, "interleaved pipeline sends blocking (2023 Megatron-LM fork, before the "
+                                           "P2P overlap became the default)",
+              source="the zero-bubble paper's 1F1B-I baseline is Megatron-LM's interleaved schedule in the authors' "
+                     "2023 fork, whose experiments were submitted to ICLR 2024 (deadline 2023-09-28), before "
+                     "Megatron-LM 4eeff55d1f (2023-10-12) turned overlap_p2p_comm on by default; before it, each "
+                     "chunk step waits on batch_isend_irecv and torch.cuda.synchronize() (batch_p2p_sync)",
+              when=(When(text="zero-bubble-pipeline-parallelism"),)),
+    )),
     Profile("NeMo 24.x / Megatron-Bridge 25.09", r"nemo|megatron-bridge", (
         _TE_ATTENTION,
         _FUSED_LOSS,

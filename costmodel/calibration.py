@@ -7,8 +7,8 @@ high-confidence rows of the reference set (``planner/data/published_runs.json``)
 constant within the plausible range that public kernel benchmarks give, then moves of two
 constants at a time, minimising the mean absolute error of tokens/s/GPU with each row's error
 capped at 20% (rows whose mechanism the model lacks weigh like any 20% miss and cannot drag
-every constant). Fitted 2026-11-25 on 83 rows of 8 sources, after ring attention's chunking
-(costmodel.compute.ATTENTION_L0) was priced; ``comm_sm_fraction``, ``dp_overlap``,
+every constant). Refitted 2026-11-27 on 117 rows of 11 sources, once Megatron-LM 2021-22's
+blocking pipeline sends were priced (planner/frameworks/profiles.py); ``comm_sm_fraction``, ``dp_overlap``,
 ``kernels_per_layer`` and the memory constants are set from their sources, not fitted.
 
 The measured kernel numbers (benchmarks/results/h100_kernels.json, from a lent H100 SXM) come
@@ -42,18 +42,16 @@ class Calibration:
     This global value is the large-K limit for GPUs without a measurement (the per-tile cost,
     costmodel.compute.GEMM_K_OVERHEAD, comes on top); fitted on their rows (A100): 0.86, in
     line with cuBLAS reaching ~75-85% of the A100's 312 TFLOP/s on large GEMMs at the sustained
-    clock this fit pairs it with (0.86 x 0.86 = 0.74 of the datasheet peak).
-    Interval: 0.79-0.88 (5th-95th percentile over fits on sources drawn with replacement,
+    clock this fit pairs it with (0.86 x 0.90 = 0.77 of the datasheet peak).
+    Interval: 0.80-0.88 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
-    gemm_efficiency_fp8: float = 0.70
+    gemm_efficiency_fp8: float = 0.66
     """Achievable fraction of dense FP8 peak for large FP8 GEMMs (TransformerEngine delayed/current
     scaling). Measured on a lent H100 SXM with torch._scaled_mm: 0.40-0.67 of 1979 TFLOP/s over
-    the same 16 shapes, 0.65 as the large-K limit of e_max·K/(K+350). Fitted: 0.70
+    the same 16 shapes, 0.65 as the large-K limit of e_max·K/(K+350). Fitted: 0.66
     (TransformerEngine's cuBLASLt FP8 GEMMs, at torch._scaled_mm's measured limit).
-    Interval: 0.63-0.69 (5th-95th percentile over fits on sources drawn with replacement,
-    ``planner validate --cross-validate --bootstrap 10``, re-run 2026-11-25). The all-source fit
-    sits just above it: the FP8 rows come from four sources, and every fit that leaves one of
-    them out (or draws it less often) lands at 0.66-0.68, the prior 0.65 when it draws none."""
+    Interval: 0.65-0.71 (5th-95th percentile over fits on sources drawn with replacement,
+    ``planner validate --cross-validate --bootstrap 10``, re-run 2026-11-27)."""
     attention_efficiency: float = 0.25
     """Achievable fraction of BF16 peak for the FlashAttention kernels (forward + backward).
     FlashAttention-2 reaches 50-73% of A100 peak forward and less backward (Dao 2023, Fig. 4-6);
@@ -62,30 +60,30 @@ class Calibration:
     sustained clock, 0.215 of the datasheet peak in training) for a kernel over the whole
     sequence; kernels over fewer keys (ring attention's chunks) run below it by the kernel
     benchmarks' curve e_max·L/(L+L0), per architecture (costmodel.compute.attention_efficiency).
-    Interval: 0.22-0.28 (5th-95th percentile over fits on sources drawn with replacement,
+    Interval: 0.25-0.25 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
-    native_attention_speedup: float = 1.5
+    native_attention_speedup: float = 1.4
     """Speed of the architecture-native fused attention (FlashAttention-3, cuDNN 9 fused
     attention under TransformerEngine; attention="flash3") over FlashAttention-2 on Hopper and
     newer: 1.5-2.0x forward, 1.5-1.75x backward at head dim 128 (Shah et al. 2024, Sec. 4.1).
-    Fitted: 1.5 (the low end of the paper's range).
-    Interval: 1.45-1.87 (5th-95th percentile over fits on sources drawn with replacement,
+    Fitted: 1.4, one grid step under the low end of the paper's kernel-only range.
+    Interval: 1.4-1.5 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
     memory_bound_efficiency: float = 0.90
     """Achievable fraction of HBM bandwidth for elementwise/normalization kernels and the
     optimizer step (STREAM-like kernels reach 80-90%; unfused PyTorch ops less). Measured on a
     lent H100 SXM: a device copy 0.81, an eager (unfused) RMSNorm 0.09, which the eager kernel
     model prices as 9 passes at this efficiency (0.85 / 9 = 0.094). Fitted: 0.90.
-    Interval: 0.87-0.90 (5th-95th percentile over fits on sources drawn with replacement,
+    Interval: 0.82-0.90 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
-    sustained_clock_fraction: float = 0.86
+    sustained_clock_fraction: float = 0.90
     """Tensor-core clock that a GPU holds through hours of training, as a fraction of the clock
     its datasheet peak (and a seconds-long kernel benchmark) assumes: dense GEMMs at full
     occupancy hit the board power limit and the clock steps down (NVIDIA DVFS; H100 SXM boosts
     to 1980 MHz, its 989 TFLOP/s is quoted at 1830 MHz). Scales every tensor-core peak; HBM is
-    unaffected. Fitted: 0.86 (1574 of 1830 MHz; H100 SXM at its 700 W limit in long GEMM loops
-    typically holds 1.6-1.75 GHz).
-    Interval: 0.85-0.91 (5th-95th percentile over fits on sources drawn with replacement,
+    unaffected. Fitted: 0.90 (1647 of 1830 MHz; H100 SXM at its 700 W limit in long GEMM loops
+    typically holds 1.6-1.75 GHz), the prior.
+    Interval: 0.86-0.92 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
     kernel_overhead_us: float = 8.0
     """Fixed cost per kernel launched, microseconds: the launch, the tail of its last wave and

@@ -269,7 +269,7 @@ def test_cli_evaluate_from_launch_that_does_not_fit_exits_3():
 
 
 def test_cli_from_launch_honours_calibration(tmp_path):
-    """--calibration prices the file's layout with the profile's constants (GEMMs at 0.6 and 0.5 of peak, not 0.86 and 0.70: slower)."""
+    """--calibration prices the file's layout with the profile's constants (GEMMs at 0.6 and 0.5 of peak, not 0.86 and 0.66: slower)."""
     profile = tmp_path / "slow.toml"
     profile.write_text('[constants.gemm_efficiency_bf16]\nvalue = 0.6\n[constants.gemm_efficiency_fp8]\nvalue = 0.5\n')
     base = json.loads(run("evaluate", "--from-launch", LLAMA, "--gpu", "h100", "--json")[1])

@@ -31,9 +31,13 @@ def test_accuracy_on_reference_set_high_confidence(results):
     # and +8.9% -> +12.4% (26.04, micro-batch 1), the second then in the tail; median 3.7% -> 3.6%.
     # 11.0% since the experts' unfused fc2 bias and GLU clamp are priced (costmodel.moe.expert_epilogues)
     # and the 25.11 row runs micro-batch 1 as Megatron-Bridge v0.2.0's preset sets: both rows within 0.4%.
+    # 3.2% / 11.14% since Megatron-LM 2021-22's interleaved pipeline sends block (profiles.py) and the
+    # constants were refitted (clock 0.86 -> 0.90, FP8 GEMMs 0.70 -> 0.66, cuDNN attention 1.5x -> 1.4x):
+    # held out 4.2% / 11.7% -> 3.1% / 11.2%; the in-sample p90 gives back 0.1 point (A100 MPT and BLOOM
+    # rows +4.5% with the clock), the median gains 0.3.
     assert s["rows"] >= 117
-    assert s["median_abs_error"] <= 0.04
-    assert s["p90_abs_error"] <= 0.111
+    assert s["median_abs_error"] <= 0.033
+    assert s["p90_abs_error"] <= 0.112
     assert s["mape"] <= 0.06
     # Early DeepSpeed ZeRO-3 is priced from its code (costmodel.zero3_blocking): the
     # Narayanan et al. rows, which include it, stay close.

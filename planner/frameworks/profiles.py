@@ -455,10 +455,11 @@ PROFILES: tuple[Profile, ...] = (
               when=(When(year_max=2022),)),
         Entry({"p2p_comm_overlap": False}, "interleaved pipeline sends blocking (2023 Megatron-LM fork, before the "
                                            "P2P overlap became the default)",
-              source="the zero-bubble paper's 1F1B-I baseline is Megatron-LM's interleaved schedule in the authors' "
-                     "2023 fork, whose experiments were submitted to ICLR 2024 (deadline 2023-09-28), before "
-                     "Megatron-LM 4eeff55d1f (2023-10-12) turned overlap_p2p_comm on by default; before it, each "
-                     "chunk step waits on batch_isend_irecv and torch.cuda.synchronize() (batch_p2p_sync)",
+              source="assumed from the dates: the zero-bubble paper's 1F1B-I baseline is Megatron-LM's interleaved "
+                     "schedule in the authors' 2023 fork, and the paper went to ICLR 2024 (deadline 2023-09-28) "
+                     "before Megatron-LM 4eeff55d1f (2023-10-12) turned overlap_p2p_comm on by default; before it, "
+                     "each chunk step waits on batch_isend_irecv and torch.cuda.synchronize() (batch_p2p_sync). "
+                     "The fork's history was rewritten in 2024, so its paper-era base commit cannot be read",
               when=(When(text="zero-bubble-pipeline-parallelism"),)),
     )),
     Profile("NeMo 24.x / Megatron-Bridge 25.09", r"nemo|megatron-bridge", (

@@ -33,7 +33,7 @@ def test_accuracy_on_reference_set_high_confidence(results):
     # and the 25.11 row runs micro-batch 1 as Megatron-Bridge v0.2.0's preset sets: both rows within 0.4%.
     # 3.2% / 11.14% since Megatron-LM 2021-22's interleaved pipeline sends block (profiles.py) and the
     # constants were refitted (clock 0.86 -> 0.90, FP8 GEMMs 0.70 -> 0.66, cuDNN attention 1.5x -> 1.4x):
-    # held out 4.2% / 11.7% -> 3.1% / 11.2%; the in-sample p90 gives back 0.1 point (A100 MPT and BLOOM
+    # held out 4.2% / 11.7% -> 3.1% / 11.2%; the in-sample p90 gives back 0.1 point (the MPT and BLOOM
     # rows +4.5% with the clock), the median gains 0.3.
     assert s["rows"] >= 117
     assert s["median_abs_error"] <= 0.033

@@ -512,6 +512,22 @@ class Layout:
     decomposes all-gather + matmul and matmul + reduce-scatter; its authors measured up to 29%
     faster forward passes but 8% end to end, which is what hiding the forward collectives alone
     gives when backward is about two thirds of a step). Applies with tp_comm_overlap only."""
+    tp_overlap_rs_ring: bool = option(
+        False, "With TransformerEngine userbuffers TP overlap, the forward reduce-scatters (attention output and MLP "
+        "down projections) run as ring exchange on 1 SM, summed by one kernel after the GEMM, instead of pipelined on "
+        "24 / 16 SMs the GEMM lacks (Megatron-Bridge's H100 FP8 Llama 3 presets). Default: off.", kind=FLAG,
+        group=IMPLEMENTATION, search=SETTING, label="rs-ring",
+        source="TransformerEngine common/comm_gemm_overlap/comm_gemm_overlap.cpp (v2.7) CommOverlapP2PBase::"
+               "split_overlap_rs: per-chunk GEMMs on sm_count - num_comm_sm SMs, userbuffers_send/recv, then "
+               "reduce_bf16 over tp chunks on the main stream; Megatron-Bridge src/megatron/bridge/training/"
+               "comm_overlap.py userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192 (6307e8a37, v0.2.0, 406d3be77)")
+    """How userbuffers overlaps the two forward reduce-scatters of a layer (TransformerEngine's
+    proj_fprop and fc2_fprop). Off: the "pipeline" method of NeMo's tuned H100 configs and TE's
+    default, whose reduce-scatter kernels sum the chunks on SMs the GEMM gives up
+    (``costmodel.tensor_parallel.TP_OVERLAP_SM_MARGIN``). On: "ring_exchange" (RingExchangeOverlapCfg
+    num_sm=1): the GEMM runs in tp chunks on all SMs but one, each chunk sent peer to peer, and one
+    memory-bound kernel sums the tp received chunks after the last GEMM (reduce_bf16). Applies with
+    tp_comm_overlap and the userbuffers kind only."""
     ep_comm_overlap: bool = option(
         False, "Hide MoE all-to-alls behind another micro-batch's compute (Megatron "
         "--overlap-moe-expert-parallel-comm; needs vpp > 1 or pp = 1). Default: off.", kind=FLAG,

@@ -4,7 +4,7 @@ Megatron TP (Shoeybi et al. 2019, Fig. 4) runs one collective pair per block (at
 per pass: an all-reduce, or with sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2)
 an all-gather before the block and a reduce-scatter after it, over the tp ranks of the
 micro-batch's activations. The only module that reads ``batch.tp_comm_overlap`` and
-``batch.tp_overlap_kind``.
+``batch.tp_overlap_kind`` and ``batch.tp_overlap_rs_ring``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ TP_OVERLAP_SM_MARGIN = (24.0 / (132.0 - 24.0), 16.0 / (132.0 - 16.0))
 """Extra time of a GEMM that runs beside a pipelined reduce-scatter holding n of the GPU's SMs:
 n / (SMs - n), for the attention output projection (24 of 132 H100 SMs) and the MLP down
 projection (16 of 132) in NeMo's userbuffers configs."""
+TP_OVERLAP_RING_SM_MARGIN = 1.0 / (132.0 - 1.0)
+"""The same for a reduce-scatter run as ring exchange on one SM (``Layout.tp_overlap_rs_ring``:
+TransformerEngine RingExchangeOverlapCfg(num_sm=1, set_sm_margin=True), e.g. Megatron-Bridge's
+userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192): 1 of 132 H100 SMs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,16 +72,32 @@ def overlapped_exposure(one, tp, gemms):
     return sum(np.maximum(one - gemm, one / tp) for gemm in gemms)
 
 
-def sm_margin_cost(overlap_on, layer: LayerTimes):
+def ring_reduce_seconds(ctx: ChunkContext):
+    """Seconds of the kernel that sums a ring-exchange reduce-scatter's chunks after its GEMM:
+    TransformerEngine CommOverlapP2PBase::split_overlap_rs ends with reduce_bf16 on the main
+    stream, reading the tp chunks of [s/c, b, h] / tp (the whole activation, ``act_bytes``) and
+    writing one, HBM-bound."""
+    hbm = ctx.gpu_clocked.memory_bandwidth_gbps * 1e9 * ctx.calib.memory_bound_efficiency
+    return ctx.act_bytes * (1.0 + 1.0 / ctx.tp) / hbm
+
+
+def sm_margin_cost(overlap_on, layer: LayerTimes, ring=False, ring_reduce=0.0):
     """Forward seconds the GEMMs beside overlapped reduce-scatters lose to the SMs those hold.
 
     TE's "pipeline" reduce-scatters run communication kernels on SMs the GEMM then lacks
     (set_sm_margin): NeMo's tuned H100 configs reserve 24 of 132 SMs beside the attention output
     projection and 16 beside the MLP down projection (NeMo recipes/tp_overlap_configs/
-    userbuffers.py); the all-gathers use copy-engine ring exchange and cost no SMs.
+    userbuffers.py); the all-gathers use copy-engine ring exchange and cost no SMs. ``ring``
+    (``Layout.tp_overlap_rs_ring``): both reduce-scatters as ring exchange, 1 SM held, plus the
+    summing kernel after each (``ring_reduce`` seconds, ``ring_reduce_seconds``).
     """
     _, out_proj, _, mlp_down = layer.tp_neighbour_gemms
-    return np.where(overlap_on, out_proj * TP_OVERLAP_SM_MARGIN[0] + mlp_down * TP_OVERLAP_SM_MARGIN[1], 0.0)
+    pipeline = out_proj * TP_OVERLAP_SM_MARGIN[0] + mlp_down * TP_OVERLAP_SM_MARGIN[1]
+    # One summing kernel per reduce-scatter: the MLP's only where it runs under TP (a MoE layer's
+    # routed experts use EP: their slot holds a zero GEMM without shared experts).
+    reduce_scatters = 1.0 + (np.asarray(mlp_down) > 0)
+    ring_cost = (out_proj + mlp_down) * TP_OVERLAP_RING_SM_MARGIN + reduce_scatters * ring_reduce
+    return np.where(overlap_on, np.where(ring, ring_cost, pipeline), 0.0)
 
 
 def layer_comm(ctx: ChunkContext, dense: LayerTimes, moe: LayerTimes) -> TensorParallelComm:
@@ -94,12 +114,14 @@ def layer_comm(ctx: ChunkContext, dense: LayerTimes, moe: LayerTimes) -> TensorP
     if overlap_on.any():
         one = np.where(ctx.sp, ag, ar)  # one collective (AG ~ RS in time)
         tp_dense = np.where(overlap_on, overlapped_exposure(one, ctx.tp, dense.tp_neighbour_gemms[: int(2 * pairs)]), tp_dense)
-        dense = replace(dense, forward=dense.forward + sm_margin_cost(overlap_on, dense))
+        ring = ctx.batch.tp_overlap_rs_ring & ~ctx.batch.is_("tp_overlap_kind", "asynctp")
+        ring_reduce = ring_reduce_seconds(ctx)
+        dense = replace(dense, forward=dense.forward + sm_margin_cost(overlap_on, dense, ring, ring_reduce))
         if moe_model:
             # Without shared experts only the attention pair runs under TP.
             gemms = moe.tp_neighbour_gemms if ctx.shared_experts else moe.tp_neighbour_gemms[:2]
             tp_moe = np.where(overlap_on, overlapped_exposure(one, ctx.tp, gemms), tp_moe)
-            moe = replace(moe, forward=moe.forward + sm_margin_cost(overlap_on, moe))
+            moe = replace(moe, forward=moe.forward + sm_margin_cost(overlap_on, moe, ring, ring_reduce))
     asynctp = overlap_on & ctx.batch.is_("tp_overlap_kind", "asynctp")
     if asynctp.any():
         return TensorParallelComm(tp_dense, tp_moe, dense, moe, *async_tp_backward(asynctp, exposed_dense, exposed_moe,

@@ -11,7 +11,7 @@ import pytest
 
 from hardware_catalog import get_model
 from planner.frameworks import RELEASES, apply_framework, framework_settings
-from planner.frameworks.profiles import RowFacts, apply_profiles
+from planner.frameworks.profiles import RowFacts, apply_profiles, model_parts
 
 
 def run(*args):
@@ -95,7 +95,9 @@ def test_every_release_matches_the_profile_validate_gives_its_framework_text():
     model = get_model("llama3-70b")
     for release in RELEASES:
         fw = framework_settings(release.name, model, "h100-sxm", "fp8", None)
-        facts = RowFacts(framework=release.text.lower(), year=release.year, precision="fp8", gpu="h100-sxm")
+        # The same job facts a validate row of this model gets (its name selects per-model preset entries).
+        facts = RowFacts(framework=release.text.lower(), year=release.year, precision="fp8", gpu="h100-sxm",
+                         model_parts=model_parts(model), model_name=model.name)
         values, notes = apply_profiles(facts)
         assert {**fw.pinned, **fw.available} == values and fw.assumptions == notes
     named = {fw.profile for fw in (framework_settings(r.name, model) for r in RELEASES)}

@@ -93,6 +93,32 @@ def test_tensor_parallel_overlap_exposure_and_sm_margin():
     assert cost[1] == 0.0
 
 
+def test_ring_exchange_reduce_scatters_hold_one_sm_and_pay_the_summing_kernel():
+    # Megatron-Bridge's H100 FP8 userbuffers config runs proj_fprop / fc2_fprop as
+    # RingExchangeOverlapCfg(num_sm=1, set_sm_margin=True): each GEMM loses 1 of 132 SMs, 1/131 of
+    # its time, and TE's split_overlap_rs then sums the tp chunks with reduce_bf16 (read the whole
+    # [s, b, h] BF16 activation, write 1/tp of it) on HBM at 3.35 TB/s x 0.90 (the memory-bound
+    # efficiency, Calibration.memory_bound_efficiency). Llama 3 8B, s 4096,
+    # b 1, tp 4: S = 4096 x 4096 x 2 B = 33.55 MB, 1.25 S / 3.015e12 B/s = 13.91 us per
+    # reduce-scatter, two per dense layer. Output projection 1 ms, MLP down 2 ms:
+    # ring 3 ms / 131 + 2 x 13.91 us = 50.73 us; pipelined (24 / 16 SMs) 1 ms x 24/108 + 2 ms x 16/116
+    # = 498.1 us.
+    S = 4096 * 4096 * 2.0
+    reduce = 1.25 * S / (3350e9 * DEFAULT.memory_bound_efficiency)
+    gemms = (np.array([0.0]), np.array([1e-3]), np.array([0.0]), np.array([2e-3]))
+    forward = {}
+    for ring in (False, True):
+        ctx = _ctx(LLAMA_8B, tp=4, dp=2, sequence_parallel=True, tp_comm_overlap=True, tp_overlap_rs_ring=ring)
+        assert tensor_parallel.ring_reduce_seconds(ctx)[0] == pytest.approx(reduce, rel=1e-12)
+        comm = tensor_parallel.layer_comm(ctx, _layer(gemms=gemms), _layer(gemms=gemms))
+        forward[ring] = comm.dense_layer.forward[0]
+    assert forward[True] == pytest.approx(3e-3 / 131 + 2 * reduce, rel=1e-9)
+    assert forward[False] == pytest.approx(1e-3 * 24 / 108 + 2e-3 * 16 / 116, rel=1e-9)
+    # Without TP overlap the flag is moot: nothing is added either way.
+    off = _ctx(LLAMA_8B, tp=4, dp=2, sequence_parallel=True, tp_comm_overlap=False, tp_overlap_rs_ring=True)
+    assert tensor_parallel.layer_comm(off, _layer(gemms=gemms), _layer(gemms=gemms)).dense_layer.forward[0] == 0.0
+
+
 def test_hybrid_sharding_shards_inside_the_group_and_all_reduces_across_replicas():
     # dp 32, tp 1, dp_shard 8: ZeRO-1 shards over the 8 ranks of one NVLink domain and keeps
     # 32 / 8 = 4 replicas, one per domain (stride 8). Each rank's gradient shard, 4 B x 8e9 / 8

@@ -355,6 +355,21 @@ def test_bridge_2511_h100_llama3_8b_fp8_recomputes_five_layers():
     assert "recompute_layers" not in earlier.pins
 
 
+def test_bridge_h100_fp8_llama3_reduce_scatters_run_as_ring_exchange():
+    # Megatron-Bridge comm_overlap.py (25.09, v0.2.0, 26.04): userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192
+    # (Llama 3 70B) and userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 (405B) set proj_fprop and
+    # fc2_fprop to RingExchangeOverlapCfg(num_sm=1); the BF16 configs and NeMo 24.07's launcher config
+    # pipeline them on 24 / 16 SMs, and the 8B presets run TP 1 (no userbuffers at all).
+    for row in ("mbridge2509_h100_llama3_70b_64gpu", "mbridge2511_h100_llama3p1_405b_1024gpu",
+                "mbridge260401_h100_llama3_70b_64gpu"):
+        assert map_run(ROWS[row]).pins["tp_overlap_rs_ring"] is True, row
+    for row in ("nemo2407_h100_fp8_llama3_70b_64gpu", "mbridge2509_h100_llama3_8b_8gpu"):
+        assert "tp_overlap_rs_ring" not in map_run(ROWS[row]).pins, row
+    bf16 = RowFacts(framework="megatron-bridge / nemo 25.11", year=2025, precision="bf16", gpu="h100-sxm",
+                    model_name="llama3-70b")
+    assert "tp_overlap_rs_ring" not in apply_profiles(bf16)[0]
+
+
 def test_bridge_later_deepseek_v3_layouts_and_blackwell_presets():
     # 25.11 / 26.x on Blackwell: the recipe table's layout, e.g. PP 16 = [E + 4 t], 14 x [4 t],
     # [t, mtp, loss]: 61 + 3 = 64 slots, 4 a stage, the last holding 4 - 3 = 1 decoder layer. On

@@ -61,6 +61,7 @@ TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
     Row("cp_comm_type", "p2p", (), default=True, when=lambda plan: plan.cp == 1, source="moot without CP"),
     Row("cuda_graphs", False, (), default=True, source="no CUDA-graph capture of the training step"),
     Row("nccl_ub", False, (), default=True, source="ZeRO collectives on PyTorch-allocated buffers (no NCCL user-buffer registration)"),
+    Row("tp_overlap_rs_ring", False, (), default=True, source="no TransformerEngine userbuffers TP overlap"),
     Row("cpu_offload_layers", None, (), default=True, source="no layer activation offload"),
     # ZeRO-3 keeps flat parameter buffers (partition_parameters.py); the flavour is moot below ZeRO-3.
     Row("fsdp", "flat", (), default=True, source=_ZERO + "; runtime/zero/partition_parameters.py"),
@@ -90,6 +91,9 @@ refusals=(
             "parallel ranks: the head count must be divisible by cp", _MDS + " megatron/model/transformer.py "
             "(assert num_attention_heads % sequence-parallel world size == 0); deepspeed/sequence/layer.py",
             when=lambda plan: plan.model.num_attention_heads % plan.cp != 0),
+    Refusal("tp_overlap_rs_ring", (True,), "deepspeed_tp_overlap_rs_ring", "tp_overlap_rs_ring: a DeepSpeed config has no "
+            "TransformerEngine userbuffers TP overlap whose reduce-scatters could run as ring exchange: price with "
+            "--tp-overlap-rs-ring false", "deepspeed/runtime/config.py"),
     Refusal("nccl_ub", (True,), "deepspeed_nccl_ub", "nccl_ub: a DeepSpeed config does not register its ZeRO buffers "
             "as NCCL user buffers (Megatron-Core's --use-nccl-ub): price with --nccl-ub false", "deepspeed/runtime/config.py"),
     Refusal("cuda_graphs", (True,), "deepspeed_cuda_graphs", "cuda_graphs: a DeepSpeed training config has no setting "

@@ -267,6 +267,10 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
     *((o, "export/megatron.py _parallel_args (--decoder-first/last-pipeline-num-layers)")
       for o in ("pp_first_layers", "pp_last_layers")),
     ("launch_blocking", "an environment variable of the launch (CUDA_LAUNCH_BLOCKING=1), no Megatron setting: a reader takes it from planner's command line"),
+    ("tp_overlap_rs_ring", "TransformerEngine's userbuffers config (Megatron-LM --tp-comm-overlap-cfg, a YAML file; "
+     "Megatron-Bridge comm_overlap.tp_comm_overlap_cfg, a named preset such as "
+     "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192), which planner's export does not write (TE's default "
+     "pipelines the reduce-scatters): a reader takes it from planner's command line"),
 ), refusals=(
     Refusal("loss", ("eager",), "megatron_loss", "loss eager (F.cross_entropy on FP32 logits) is torchtitan's; Megatron "
             "runs its vocab-parallel cross entropy (unfused) or the fused kernel: price with --loss unfused or fused",

@@ -424,6 +424,19 @@ _BRIDGE_H100_LLAMA3_8B_NCCL_UB = Entry(
     when=(When(text="25.09", gpu="h100", model_name="llama3-8b", precision="fp8"),
           When(text="25.11", gpu="h100", model_name="llama3-8b", precision="fp8")))
 
+_BRIDGE_H100_FP8_RS_RING = Entry(
+    {"tp_overlap_rs_ring": True},
+    "TP-overlap reduce-scatters as ring exchange on 1 SM (Megatron-Bridge H100 FP8 Llama 3 userbuffers config)",
+    source="Megatron-Bridge src/megatron/bridge/training/comm_overlap.py userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192 "
+           "and userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 (25.09 6307e8a37, v0.2.0, 26.04-alpha 406d3be77): "
+           "proj_fprop / fc2_fprop = RingExchangeOverlapCfg(num_sm=1, set_sm_margin=True), where the BF16 configs and "
+           "NeMo 24.07's ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192 run them pipelined on 24 / 16 (or 24 / 8) SMs; "
+           "scripts/performance utils/helpers.py COMM_OVERLAP_CONFIG_MAP (25.09) and llama3/llama3_llm_pretrain.py "
+           "llama3_70b_h100_config, llama31/llama31_llm_pretrain.py (v0.2.0, 26.04) give them to the H100 FP8 "
+           "Llama 3 70B and Llama 3.1 405B runs",
+    when=tuple(When(text=t, gpu="h100", precision="fp8", model_name=m)
+               for t in ("25.09", "25.11", "26.") for m in ("llama3-70b", "llama3-405b", "llama3.1-405b")))
+
 # ------------------------------------------------------------------------------------- the table
 
 # Order matters where texts overlap: NeMo / Megatron-Bridge texts also name "(Megatron-Core)".
@@ -483,6 +496,7 @@ PROFILES: tuple[Profile, ...] = (
         *_BRIDGE_2511_QWEN3_BLACKWELL,
         _BRIDGE_H100_FP8_CURRENT,
         _BRIDGE_H100_LLAMA3_8B_NCCL_UB,
+        _BRIDGE_H100_FP8_RS_RING,
         _BRIDGE_2511_H100_LLAMA3_8B_RECOMPUTE,
         _DEEPEP,
         _HYBRIDEP_SEARCHED,

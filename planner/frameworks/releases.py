@@ -133,10 +133,11 @@ def framework_settings(name: str, model, gpu_name: str = "", precision: str = "b
 _APPLIES = {
     "recompute_modules": lambda layout: layout.get("recompute") in (None, "selective"),
     "tp_overlap_kind": lambda layout: bool(layout.get("tp_comm_overlap")),
+    "tp_overlap_rs_ring": lambda layout: bool(layout.get("tp_comm_overlap")),
     "zero3_gather": lambda layout: layout.get("zero") in (None, 3),
 }
 """Settings that qualify another (search.rules: recompute modules belong to selective
-recompute, the overlap kind to TP overlap, the ZeRO-3 gather mode to ZeRO-3): applied only where
+recompute, the overlap kind and the reduce-scatter method to TP overlap, the ZeRO-3 gather mode to ZeRO-3): applied only where
 the job uses that other one (or leaves it to the search)."""
 
 

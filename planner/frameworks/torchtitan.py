@@ -309,6 +309,7 @@ TABLE = Table("torchtitan",
     Row("grad_dtype", "fp32", (), default=True, source="training.mixed_precision_reduce: float32 only"),
     Row("dp_comm_overlap", True, (), default=True, source=_FSDP + " (prefetch, overlapped reduce-scatter)"),
     Row("nccl_ub", False, (), default=True, source=_FSDP + " (collectives on PyTorch-allocated buffers)"),
+    Row("tp_overlap_rs_ring", False, (), default=True, source="TP overlap is AsyncTP, not TransformerEngine userbuffers"),
     Row("zero3_gather", "prefetch", (), default=True, source=_FSDP),
     Row("moe_dispatcher", "alltoall", (), default=True, source="llama3 models are dense"),
     Row("ep_comm_overlap", False, (), default=True, source="llama3 models are dense"),
@@ -405,6 +406,9 @@ TABLE = Table("torchtitan",
     Refusal("cpu_offload_layers", Above(0), "torchtitan_cpu_offload", "cpu_offload_layers: torchtitan offloads no "
             "activations to host memory (training.enable_cpu_offload moves FSDP parameters and optimizer states, "
             "which planner does not price)", "torchtitan config Training.enable_cpu_offload"),
+    Refusal("tp_overlap_rs_ring", (True,), "torchtitan_tp_overlap_rs_ring", "tp_overlap_rs_ring: torchtitan's TP overlap "
+            "is AsyncTP (torch.compile micro-pipeline TP), not TransformerEngine userbuffers, whose reduce-scatter method "
+            "this sets: price with --tp-overlap-rs-ring false", "torch/_inductor/fx_passes/micro_pipeline_tp.py"),
     Refusal("nccl_ub", (True,), "torchtitan_nccl_ub", "nccl_ub: torchtitan's FSDP2 does not register its buffers as "
             "NCCL user buffers (Megatron-Core's --use-nccl-ub): price with --nccl-ub false", _FSDP),
     Refusal("fsdp", ("flat", "megatron"), "torchtitan_fsdp", "torchtitan's ZeRO-3 is FSDP2 (per-parameter DTensor "

@@ -70,7 +70,8 @@ def test_leave_one_source_out_on_the_reference_set():
     # 11.0% since the GPT-OSS experts' unfused bias and clamp are priced (costmodel.moe.expert_epilogues)
     # and its 25.11 row runs micro-batch 1 as the release's preset sets (both rows within 0.4%).
     # 3.2% / 11.14% with Megatron-LM 2021-22's blocking pipeline sends and the constants refitted.
-    assert inside["median_abs_error"] <= 0.033 and inside["p90_abs_error"] <= 0.112
+    # 3.1% / 11.0% with Megatron-Bridge's H100 FP8 reduce-scatters as ring exchange (tp_overlap_rs_ring).
+    assert inside["median_abs_error"] <= 0.033 and inside["p90_abs_error"] <= 0.111
     # Held out (constants fitted without the row's source): the goal is median <= 5%, p90 <= 12%;
     # measured 4.5% and 11.3% (4.3% / 11.7% with torchtitan's FP8 rows priced as delayed scaling;
     # 12.2% p90 before NCCL user buffers; 4.7% and 14.7% before DeepSeek-V3's MTP module, the
@@ -82,7 +83,8 @@ def test_leave_one_source_out_on_the_reference_set():
     # +1.9% held out): the p90 goal is met again. 3.1% / 11.2% since Megatron-LM 2021-22's interleaved
     # pipeline sends block, as its p2p_communication.py did until 2023 (narayanan2021 5.5% -> 1.1%,
     # korthikanti2022 8.1% -> 4.2% median held out).
-    assert held["median_abs_error"] <= 0.035 and held["p90_abs_error"] <= 0.114
+    # 3.0% / 11.1% with Megatron-Bridge's H100 FP8 reduce-scatters as ring exchange.
+    assert held["median_abs_error"] <= 0.035 and held["p90_abs_error"] <= 0.113
     # Every source of three rows or more (one-row sources: BLOOM 176B) within 12% median.
     assert max(f["held_out"]["median_abs_error"] for f in cv["per_source"].values() if f["held_out"]["rows"] >= 3) <= 0.12
     # The intervals' data (search/data/uncertainty.json) is this cross-validation: regenerate it

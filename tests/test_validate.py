@@ -35,9 +35,10 @@ def test_accuracy_on_reference_set_high_confidence(results):
     # constants were refitted (clock 0.86 -> 0.90, FP8 GEMMs 0.70 -> 0.66, cuDNN attention 1.5x -> 1.4x):
     # held out 4.2% / 11.7% -> 3.1% / 11.2%; the in-sample p90 gives back 0.1 point (the MPT and BLOOM
     # rows +4.5% with the clock), the median gains 0.3.
+    # 3.1% / 11.0% with Megatron-Bridge's H100 FP8 reduce-scatters run as ring exchange (tp_overlap_rs_ring).
     assert s["rows"] >= 117
     assert s["median_abs_error"] <= 0.033
-    assert s["p90_abs_error"] <= 0.112
+    assert s["p90_abs_error"] <= 0.111
     assert s["mape"] <= 0.06
     # Early DeepSpeed ZeRO-3 is priced from its code (costmodel.zero3_blocking): the
     # Narayanan et al. rows, which include it, stay close.

@@ -527,6 +527,17 @@ def _x_tp_overlap_kind(ctx, v):
             "it needs tp_comm_overlap on")
 
 
+def _tp_overlap_rs_ring(ctx, c):
+    ring = np.asarray(c.get("tp_overlap_rs_ring", False)).astype(bool)
+    on = np.asarray(c.get("tp_comm_overlap", False)).astype(bool)
+    return ~ring | (on & (_a(c, "tp_overlap_kind", 0) == TP_OVERLAP_KINDS.index("userbuffers")))
+
+
+def _x_tp_overlap_rs_ring(ctx, v):
+    return ("tp_overlap_rs_ring says how TransformerEngine's userbuffers run the TP reduce-scatters: it needs "
+            "tp_comm_overlap on with tp_overlap_kind userbuffers")
+
+
 def _block_scaling(ctx, c):
     recipe = _a(c, "fp8_recipe", 0)
     block = (recipe == FP8_RECIPES.index("mxfp8")) | (recipe == FP8_RECIPES.index("nvfp4"))
@@ -774,6 +785,10 @@ RULES: tuple[Rule, ...] = (
     Rule("tp_overlap_kind_needs_tp_comm_overlap", "a TP overlap kind other than userbuffers needs TP comm overlap",
          ("tp_overlap_kind", "tp_comm_overlap"), _tp_overlap_kind, _x_tp_overlap_kind,
          source="torchtitan parallelism.enable_async_tensor_parallel (with compile and TP > 1)"),
+    Rule("tp_overlap_rs_ring_needs_userbuffers", "ring-exchange reduce-scatters are a mode of userbuffers TP overlap",
+         ("tp_overlap_rs_ring", "tp_comm_overlap", "tp_overlap_kind"), _tp_overlap_rs_ring, _x_tp_overlap_rs_ring,
+         source="TransformerEngine pytorch/module/base.py initialize_ub (method 'ring_exchange' among the "
+                "userbuffers methods); Megatron-Bridge comm_overlap.py RingExchangeOverlapCfg"),
     Rule("block_scaling_needs_blackwell", "the mxfp8 and nvfp4 recipes need a GPU whose tensor cores take block scales",
          ("fp8_recipe", "precision"), _block_scaling, _x_block_scaling,
          source="OCP Microscaling (MX) spec v1.0; TransformerEngine MXFP8BlockScaling and NVFP4BlockScaling "

@@ -200,6 +200,11 @@ BAD = [
     (dict(recompute="sometimes", dp=1), 1, "recompute_valid"),
     (dict(precision="fp8", dp=1), 1, "precision_supported"),
     (dict(tp=0, dp=1), 1, "degrees_positive"),
+    # Ring-exchange reduce-scatters are a userbuffers method (TE initialize_ub): not without TP overlap,
+    # nor under AsyncTP.
+    (dict(tp=2, dp=1, sequence_parallel=True, tp_overlap_rs_ring=True), 2, "tp_overlap_rs_ring_needs_userbuffers"),
+    (dict(tp=2, dp=1, sequence_parallel=True, tp_comm_overlap=True, tp_overlap_kind="asynctp", tp_overlap_rs_ring=True),
+     2, "tp_overlap_rs_ring_needs_userbuffers"),
 ]
 
 

@@ -119,8 +119,8 @@ def test_catalog_lists_every_release():
     rows = {r["name"]: r for r in json.loads(out)}
     assert set(rows) == {r.name for r in RELEASES}
     assert rows["nemo-24.07"]["when"]["fp8"] == {"grad_dtype": "bf16"}
-    # Before FlashAttention, before the pipeline-send overlap (Megatron-LM, May 2023) and before
-    # --recompute-modules (Megatron-LM, April 2025).
-    assert rows["megatron-lm-2021"]["always"] == {"attention": "unfused", "p2p_comm_overlap": False,
+    # Before FlashAttention, before the pipeline-send overlap (Megatron-LM, May 2023), before context
+    # parallelism (October 2023) and before --recompute-modules (Megatron-LM, April 2025).
+    assert rows["megatron-lm-2021"]["always"] == {"attention": "unfused", "p2p_comm_overlap": False, "cp": 1,
                                                   "recompute_modules": "core_attn"}
     assert "recompute_modules" not in rows["megatron-core-0.13"]["always"]

@@ -143,7 +143,7 @@ def test_conditions_on_text_precision_gpu_and_model():
     assert "recompute" not in apply_profiles(RowFacts(framework="torchtitan", recompute="full"))[0]
     assert apply_profiles(RowFacts(framework="megatron-lm", year=0))[0] == {}  # unknown year: not "old"
     assert apply_profiles(RowFacts(framework="megatron-lm", year=2022, source="korthikanti2022"))[0] == {
-        "attention": "unfused", "p2p_comm_overlap": False, "recompute_modules": ("core_attn",)}
+        "attention": "unfused", "p2p_comm_overlap": False, "cp": 1, "recompute_modules": ("core_attn",)}
     # Blocking pipeline sends: Megatron-LM until 2023 (source year <= 2022), and the zero-bubble
     # paper's 2023 fork whatever its year; not a 2024 Megatron-LM row (Nemotron-4).
     assert apply_profiles(RowFacts(framework="megatron-lm (ptd-p)", year=2021))[0]["p2p_comm_overlap"] is False

@@ -466,6 +466,10 @@ PROFILES: tuple[Profile, ...] = (
                      "(2023-10-12); until then p2p_communication.py _communicate posts batch_isend_irecv, waits on "
                      "every request and calls torch.cuda.synchronize() (batch_p2p_sync, default True)",
               when=(When(year_max=2022),)),
+        Entry({"cp": 1}, "no context parallelism (Megatron-LM gained it in October 2023)",
+              source="Megatron-LM 292543d342 and df7f8d5215 (2023-10-12) add --context-parallel-size and count it "
+                     "in the data-parallel size; before them a sequence is never split across ranks",
+              when=(When(year_max=2022),)),
         Entry({"p2p_comm_overlap": False}, "interleaved pipeline sends blocking (2023 Megatron-LM fork, before the "
                                            "P2P overlap became the default)",
               source="assumed from the dates: the zero-bubble paper's 1F1B-I baseline is Megatron-LM's interleaved "

@@ -466,7 +466,7 @@ PROFILES: tuple[Profile, ...] = (
                      "(2023-10-12); until then p2p_communication.py _communicate posts batch_isend_irecv, waits on "
                      "every request and calls torch.cuda.synchronize() (batch_p2p_sync, default True)",
               when=(When(year_max=2022),)),
-        Entry({"cp": 1}, "no context parallelism (Megatron-LM gained it in October 2023)",
+        Entry({"cp": 1}, "",
               source="Megatron-LM 292543d342 and df7f8d5215 (2023-10-12) add --context-parallel-size and count it "
                      "in the data-parallel size; before them a sequence is never split across ranks",
               when=(When(year_max=2022),)),
@@ -586,6 +586,10 @@ PROFILES: tuple[Profile, ...] = (
               source="DeepSpeed v0.3.13-0.5 runtime/zero/partition_parameters.py: one all-gather per weight "
                      "tensor after torch.cuda.synchronize(), one reduce-scatter per gradient tensor "
                      "(costmodel.zero3_blocking)",
+              when=(When(year_max=2021),)),
+        Entry({"cp": 1}, "",
+              source="DeepSpeed a855405e0 (2023-08-23, v0.10.2, 'DeepSpeed Ulysses release') adds "
+                     "deepspeed/sequence/layer.py DistributedAttention; before it a sequence is never split across ranks",
               when=(When(year_max=2021),)),
         Entry({"grad_dtype": "bf16"}, "16-bit gradient reduction (DeepSpeed fp16)",
               source="DeepSpeed docs/_pages/config-json.md: communication_data_type defaults to the training "

@@ -557,6 +557,10 @@ PROFILES: tuple[Profile, ...] = (
         Entry({"grad_dtype": "bf16"}, "BF16 gradient reduction (FSDP mixed_precision PURE)",
               source="Composer FSDP mixed_precision PURE: parameters, gradient reduction and buffers in BF16",
               when=(When(precision="pure"),)),
+        Entry({"pp": 1, "cp": 1}, "",
+              source="llm-foundry trains with Composer's FSDP (and TP since ee456002a, 2024-09-27, 'Tensor "
+                     "Parallelism #1521'); no release up to main at 8c8dd48f7 (2025-07) has a pipeline- or "
+                     "context-parallel training path"),
     )),
     Profile("Megatron-DeepSpeed (DeepSpeed pipeline engine)", r"megatron-deepspeed|deepspeed pipeline|gpt-neox", (
         _BEFORE_FLASH,

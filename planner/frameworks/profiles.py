@@ -561,6 +561,10 @@ PROFILES: tuple[Profile, ...] = (
               source="llm-foundry trains with Composer's FSDP (and TP since ee456002a, 2024-09-27, 'Tensor "
                      "Parallelism #1521'); no release up to main at 8c8dd48f7 (2025-07) has a pipeline- or "
                      "context-parallel training path"),
+        Entry({"tp": 1}, "",
+              source="llm-foundry v0.10.0 has no tensor parallelism: tp_config came with ee456002a (2024-09-27, "
+                     "'Tensor Parallelism #1521')",
+              when=(When(text="llm-foundry 0.10"),)),
     )),
     Profile("Megatron-DeepSpeed (DeepSpeed pipeline engine)", r"megatron-deepspeed|deepspeed pipeline|gpt-neox", (
         _BEFORE_FLASH,

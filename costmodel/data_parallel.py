@@ -217,6 +217,17 @@ def zero3_exposure(ctx: ChunkContext, sh: Sharding, tr: Traffic, windows, heavy:
         np.maximum(ag - window_fwd, 0.0) + m * np.maximum(ag - window_bwd, 0.0) + np.maximum(rs + ar - window_bwd, 0.0),
         z3,
     )
+    # FSDP1 BackwardPrefetch.BACKWARD_POST (torch/distributed/fsdp/api.py: "prefetches the next set of
+    # parameters after the current set of parameters' gradient computation"; Composer FSDPConfig's
+    # default): the backward gathers run between units, beside the reduce-scatters and no compute,
+    # one per FSDP unit (a layer), each paying the ring's latency; the reduce-scatters stay hidden.
+    post = (sh.zero == 3) & ctx.batch.is_("zero3_gather", "post")
+    if post.any():
+        latency, _ = collectives.collective_time("all_gather", 0.0, tr.dp_local, tr.dp_nodes, ctx.fabric)
+        backward_gathers = ag + np.maximum(heavy.layers - 1.0, 0.0) * latency
+        z3_post = (np.maximum(ag - window_fwd, 0.0) * m + backward_gathers * m
+                   + np.maximum(rs - window_bwd, 0.0) * (m - 1.0) + np.maximum(rs + ar - window_bwd, 0.0))
+        z3 = np.where(post & ~pipelined, z3_post, z3)
     # Early DeepSpeed ZeRO-3 (2021): per-tensor gathers behind torch.cuda.synchronize(), nothing
     # hidden (costmodel.zero3_blocking). Its MoE-less design: expert weights counted with the rest.
     blocking = (sh.zero == 3) & ctx.batch.is_("zero3_gather", "blocking")

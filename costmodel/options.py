@@ -315,7 +315,7 @@ GROUPED_GEMMS = ("loop", "fused")
 """How the per-expert GEMMs of an MoE layer run; codes 0, 1."""
 GRAD_DTYPES = ("fp32", "bf16")
 """Gradient buffer / data-parallel reduction dtypes; codes 0, 1."""
-ZERO3_GATHERS = ("prefetch", "blocking")
+ZERO3_GATHERS = ("prefetch", "blocking", "post")
 """How ZeRO-3 fetches parameters; codes 0, 1."""
 CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
 """How context-parallel attention communicates (Megatron --cp-comm-type); codes 0-3."""
@@ -606,7 +606,9 @@ class Layout:
     all-reduce bytes."""
     zero3_gather: str = option(
         "prefetch", "ZeRO-3 parameter fetching: prefetch (per-layer gathers hidden behind compute: FSDP, DeepSpeed "
-        "today) | blocking (one synchronised gather per weight tensor, re-gathered after recompute: DeepSpeed 2021).",
+        "today) | blocking (one synchronised gather per weight tensor, re-gathered after recompute: DeepSpeed 2021) | "
+        "post (FSDP1 BackwardPrefetch.BACKWARD_POST, Composer's default: each backward gather waits for the previous "
+        "unit's gradients, exposed).",
         kind=CHOICE, group=IMPLEMENTATION, choices=ZERO3_GATHERS, search=SETTING, label="{value}-ZeRO-3",
         source="DeepSpeed 2021 runtime/zero/partition_parameters.py; DeepSpeed issue #1173",
         rules=("zero3_gather_needs_zero3",))
@@ -615,7 +617,12 @@ class Layout:
     (early DeepSpeed ZeRO-3, 2021: one all-gather per weight tensor, each after a
     torch.cuda.synchronize(), again after a recomputed forward, and one gradient reduce-scatter
     per parameter tensor, all in PyTorch's list form built from per-rank slices and copies;
-    nothing overlaps; see costmodel.zero3_blocking). Applies with zero = 3 only."""
+    nothing overlaps; see costmodel.zero3_blocking) or post (PyTorch FSDP1 with
+    BackwardPrefetch.BACKWARD_POST, Composer's default: forward gathers prefetched as with
+    prefetch, but in backward each unit's all-gather is issued only after the previous unit's
+    gradients are computed, so it overlaps that unit's reduce-scatter and no compute: one
+    exposed gather per unit and micro-batch; costmodel.data_parallel.zero3_exposure). Applies
+    with zero = 3 only."""
     fp8_recipe: str = option(
         "delayed", "With --precision fp8, the TransformerEngine scaling recipe: delayed (amax history) | current "
         "(tensorwise, amax of the tensor itself) | blockwise (1x128 / 128x128 scales, DeepSeek-V3) | mxfp8 (1x32 "

@@ -373,9 +373,30 @@ def test_blocking_zero3_hides_nothing_and_is_never_faster():
         evaluate(LLAMA_8B, H100, Layout(**z1)).step_time_s[0])
 
 
+def test_fsdp_backward_post_exposes_one_gather_per_unit_and_micro_batch():
+    # FSDP1's BACKWARD_POST (Composer's default) issues each backward all-gather only after the
+    # previous unit's gradients: it hides behind no compute. Llama 3 8B on one 8-GPU H100 node,
+    # compute-bound, so prefetched gathers hide entirely; with post every micro-batch pays the
+    # stage's weights gathered once more, at least 7/8 x 2 B x 8.03e9 over NVLink's 450 GB/s a
+    # direction = 31.2 ms (more with the link's efficiency and 32 units' ring latencies).
+    exposed = []
+    for ga in (1, 2):
+        kw = dict(tp=1, pp=1, dp=8, mbs=1, gbs=8 * ga, seq_len=4096, zero=3, recompute="full")
+        pre = evaluate(LLAMA_8B, H100, Layout(**kw))
+        post = evaluate(LLAMA_8B, H100, Layout(zero3_gather="post", **kw))
+        assert pre.time_terms["zero3_comm"][0] == pytest.approx(0.0, abs=1e-12)
+        assert post.step_time_s[0] > pre.step_time_s[0]
+        exposed.append(post.time_terms["zero3_comm"][0])
+    line_rate = 7 / 8 * 2.0 * 8.03e9 / 450e9
+    assert line_rate < exposed[0] < 1.5 * line_rate
+    assert exposed[1] == pytest.approx(2 * exposed[0])  # one gather per unit and micro-batch
+
+
 def test_validate_deepspeed_2021_rows_use_blocking_gathers():
     from planner.validate import load_runs, map_run
 
     rows = {r["id"]: r for r in load_runs(None)}
     assert map_run(rows["megatron2021_t2_zero3_174p6b_768gpu"]).pins["zero3_gather"] == "blocking"
-    assert "zero3_gather" not in map_run(rows["mpt_7b_h100_80gb_8gpu_seq2048"]).pins  # PyTorch FSDP prefetches
+    # Composer's FSDP1 prefetches its backward gathers only after each unit's gradients (BACKWARD_POST).
+    assert map_run(rows["mpt_7b_h100_80gb_8gpu_seq2048"]).pins["zero3_gather"] == "post"
+    assert "zero3_gather" not in map_run(rows["torchtitan_h100_8b_fsdp_8gpu"]).pins  # FSDP2 prefetches

@@ -286,8 +286,8 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
             "leftover with no effect, left arguments.py in 10e7b74597): price with --p2p-scatter-gather false",
             "Megatron-Core pipeline_parallel/p2p_communication.py; Megatron-LM v2 megatron/p2p_communication.py",
             when=lambda plan: plan.tp > 1 and plan.pp > 1 and not plan.sp),
-    Refusal("zero3_gather", ("blocking",), "megatron_zero3_gather", "zero3_gather blocking prices DeepSpeed 2021's "
-            "per-tensor gathers; Megatron-FSDP prefetches its all-gathers", _FSDP),
+    Refusal("zero3_gather", ("blocking", "post"), "megatron_zero3_gather", "zero3_gather blocking / post price DeepSpeed "
+            "2021's per-tensor gathers and FSDP1's BACKWARD_POST; Megatron-FSDP prefetches its all-gathers", _FSDP),
     Refusal("fp8_recipe", ("delayed",), "megatron_fp8_delayed_recompute_modules", "fp8_recipe delayed with "
             "recompute_modules layernorm or moe_act: TransformerConfig raises 'Delayed scaling does not support moe_act "
             "and layernorm recompute for fp8': price with --fp8-recipe current (or another recipe), or other modules",

@@ -557,6 +557,11 @@ PROFILES: tuple[Profile, ...] = (
         Entry({"grad_dtype": "bf16"}, "BF16 gradient reduction (FSDP mixed_precision PURE)",
               source="Composer FSDP mixed_precision PURE: parameters, gradient reduction and buffers in BF16",
               when=(When(precision="pure"),)),
+        Entry({"zero3_gather": "post"}, "FSDP backward gathers after each unit's gradients (Composer's "
+              "BACKWARD_POST default)",
+              source="Composer composer/utils/parallelism.py FSDPConfig backward_prefetch = 'BACKWARD_POST' (and "
+                     "dist_strategy.py before it); llm-foundry's benchmark script (scripts/train/benchmarking/"
+                     "submit_benchmarks.py, 061f2c7) leaves fsdp_config.backward_prefetch unset"),
         Entry({"pp": 1, "cp": 1}, "",
               source="llm-foundry trains with Composer's FSDP (and TP since ee456002a, 2024-09-27, 'Tensor "
                      "Parallelism #1521'); no release up to main at 8c8dd48f7 (2025-07) has a pipeline- or "

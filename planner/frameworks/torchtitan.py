@@ -376,8 +376,8 @@ TABLE = Table("torchtitan",
             "torchtitan config: training.mixed_precision_reduce"),
     Refusal("dp_comm_overlap", (False,), "torchtitan_dp_overlap", "dp_comm_overlap off: FSDP2 always prefetches its "
             "all-gathers and overlaps its reduce-scatters with the backward", _FSDP),
-    Refusal("zero3_gather", ("blocking",), "torchtitan_zero3_gather", "zero3_gather blocking prices DeepSpeed 2021's "
-            "per-tensor gathers; FSDP2 prefetches", _FSDP),
+    Refusal("zero3_gather", ("blocking", "post"), "torchtitan_zero3_gather", "zero3_gather blocking / post price "
+            "DeepSpeed 2021's per-tensor gathers and FSDP1's BACKWARD_POST; FSDP2 prefetches", _FSDP),
     Refusal("tp_overlap_kind", ("userbuffers",), "torchtitan_tp_overlap_kind", "TP overlap priced as TransformerEngine "
             "userbuffers; torchtitan's TP overlap is PyTorch async TP, which hides only the forward passes' "
             "collectives: price with --tp-overlap-kind asynctp (or --framework torchtitan-0.2)",

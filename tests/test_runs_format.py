@@ -264,8 +264,9 @@ def test_the_documented_example_reads_as_its_reference_rows():
     pairs = {a: "{}_{}_h100_80gb_{}_{}".format(*a.split("-")) for a in short}
     for a, b in pairs.items():
         # The preset keeps its own learned-position table (2,048 rows); the reference rows size it to
-        # the sequence: a few parameters more for the optimizer step, a 1e-5 difference.
-        assert short[a].predicted == pytest.approx(long[b].predicted, rel=1e-4), a
+        # the sequence: a few parameters more for the optimizer step and for the backward gathers
+        # Composer's BACKWARD_POST leaves exposed (zero3_gather post), a 1e-4 difference.
+        assert short[a].predicted == pytest.approx(long[b].predicted, rel=2e-4), a
         assert short[a].reported == pytest.approx(long[b].reported, rel=0.001), a  # 1387 samples/s x 2048 / 64 = 44,384
     assert len(pairs) == 11
     cluster = hc.get_cluster("docs/examples/my_cluster.toml")

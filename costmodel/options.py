@@ -316,7 +316,7 @@ GROUPED_GEMMS = ("loop", "fused")
 GRAD_DTYPES = ("fp32", "bf16")
 """Gradient buffer / data-parallel reduction dtypes; codes 0, 1."""
 ZERO3_GATHERS = ("prefetch", "blocking", "post")
-"""How ZeRO-3 fetches parameters; codes 0, 1."""
+"""How ZeRO-3 fetches parameters; codes 0-2."""
 CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
 """How context-parallel attention communicates (Megatron --cp-comm-type); codes 0-3."""
 TP_OVERLAP_KINDS = ("userbuffers", "asynctp")
@@ -520,7 +520,8 @@ class Layout:
         source="TransformerEngine common/comm_gemm_overlap/comm_gemm_overlap.cpp (v2.7) CommOverlapP2PBase::"
                "split_overlap_rs: per-chunk GEMMs on sm_count - num_comm_sm SMs, userbuffers_send/recv, then "
                "reduce_bf16 over tp chunks on the main stream; Megatron-Bridge src/megatron/bridge/training/"
-               "comm_overlap.py userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192 (6307e8a37, v0.2.0, 406d3be77)")
+               "comm_overlap.py userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192 (6307e8a37, v0.2.0, 406d3be77)",
+        rules=("tp_overlap_rs_ring_needs_userbuffers",))
     """How userbuffers overlaps the two forward reduce-scatters of a layer (TransformerEngine's
     proj_fprop and fc2_fprop). Off: the "pipeline" method of NeMo's tuned H100 configs and TE's
     default, whose reduce-scatter kernels sum the chunks on SMs the GEMM gives up

@@ -391,7 +391,7 @@ def search(request: SearchRequest) -> SearchResult:
     closest, message = [], ""
     if not results:
         closest, message = _explain_nothing_fits(pools, stats, objectives, batch.origin,
-                                                 [(n, r) for n, r, _ in pin_violations])
+                                                 [(n, r) for n, r, _ in pin_violations], problems)
     stats["seconds"] = time.perf_counter() - t0
     keys = np.sort(np.concatenate(pools.keys)) if pools.keys else np.zeros(0)
     return SearchResult(results=results, stats=stats, closest=closest, message=message, specs=specs,
@@ -461,10 +461,12 @@ def _check_settings(method, sampler, top, trials, seed, memory_headroom, price, 
 
 
 def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "",
-                          pinned: list = ()) -> tuple[list[dict], str]:
+                          pinned: list = (), problems: Sequence[Problem] = ()) -> tuple[list[dict], str]:
     """(the closest layouts, one line on why nothing fits). ``pinned``: [(rule, reason)] that the
     values the user fixed break on their own (``search.rules.fixed_value_violations``): the cause
-    whatever rule removed the most candidates (tp*cp*pp*dp = gpus nearly always does)."""
+    whatever rule removed the most candidates (tp*cp*pp*dp = gpus nearly always does). Where the
+    rules leave no layout for a single job (one GPU type and count) and no pin alone breaks one,
+    the line ends with the nearest batch sizes and GPU counts that have layouts (``search.nearest``)."""
     if pools.outside_envelope:
         return [], (f"no layout inside the validated envelope fits: all {pools.outside_envelope:,} layouts that fit "
                     f"lie outside it (drop --within-envelope to see them, flagged)")
@@ -487,6 +489,13 @@ def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "",
                    f"candidates (top rule: {RULES_BY_NAME[name].description})")
             if batch_origin and "gbs" in RULES_BY_NAME[name].fields:
                 msg += f"; {batch_origin}"
+            if len(problems) == 1 and not pinned:
+                from search.nearest import format_nearest, nearest_jobs
+
+                job = problems[0]
+                nearest = format_nearest(nearest_jobs(job), job.gpus, job.gbs)
+                if nearest:
+                    msg += f"; {nearest}"
         else:
             msg = "no layout obeys the rules (every sampled layout broke one; try --method exhaustive or fewer pins)"
         return closest, msg

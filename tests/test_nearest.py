@@ -1,0 +1,63 @@
+"""search.nearest: when the rules leave no layout, the nearest batch sizes and GPU counts that have one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from hardware_catalog import get_model
+from hardware_catalog.schema import ClusterSpec, GPUSpec
+from search.nearest import format_nearest, has_layouts, nearest_jobs
+from search.space import Problem
+
+CITED = {"*": "test fixture"}
+GPU = GPUSpec(name="test-a100", vendor="nvidia", bf16_tflops=312.0, fp16_tflops=312.0, tf32_tflops=156.0,
+              fp32_tflops=19.5, memory_gib=79.15, memory_bandwidth_gbps=2039, scaleup_bandwidth_gbps=300,
+              scaleup_link="NVLink 3", sources=CITED)
+CLUSTER = ClusterSpec(name="test-cluster", gpu=GPU.name, gpus_per_node=8, scaleup_domain_size=8, scaleup_latency_us=3.0,
+                      scaleup_efficiency=0.8, nic="ib-hdr", nics_per_node=8, network_efficiency=0.8, sources=CITED)
+GPT3 = get_model("gpt3-175b")  # 96 layers, 96 heads, seq 2048
+
+
+def job(gpus: int, gbs: int, **pins) -> Problem:
+    return Problem(model=GPT3, cluster=CLUSTER, gpu=GPU, gpus=gpus, gbs=gbs, seq_len=2048, pins=pins)
+
+
+def test_1000_gpus_at_1536_sequences_hand_derived():
+    # 1,000 = 2^3 * 5^3: tp (a power of two <= 8), cp (a power of two) and pp (a divisor of 96 =
+    # 2^5 * 3) can only take the 2^3, so dp is 125, 250, 500 or 1,000, and none divides 1,536.
+    # Batches: 1,500 = 12 x 125 below, 1,625 = 13 x 125 above. GPU counts at 1,536 = 2^9 * 3
+    # sequences need n = tp*cp*pp*dp with no prime but 2 and 3, at most 3^2 (one 3 from pp, one
+    # from dp), whole nodes of 8: every multiple of 8 from 776 to 1,016 has a prime factor 5, 7,
+    # 11, 13, 17, ... or 3^3 (864); 768 = 2^8 * 3 and 1,024 = 2^10 qualify.
+    p = job(1000, 1536)
+    assert not has_layouts(p)
+    found = nearest_jobs(p)
+    assert found == {"gbs": (1500, 1625), "gpus": (768, 1024)}
+    assert format_nearest(found, 1000, 1536) == ("nearest jobs with valid layouts: --gbs 1500 or 1625 at 1,000 GPUs; "
+                                                 "--gpus 768 or 1024 at gbs 1,536")
+
+
+def test_every_suggested_job_has_layouts_and_the_pins_are_kept():
+    # tp 8, pp 5 pinned on 96 GPUs: 40 does not divide 96. At gbs 512 the GPU count must be
+    # 40 x a divisor of 512: 80 (dp 2) below; 120 (dp 3) does not divide 512, 160 (dp 4) does.
+    p = job(96, 512, tp=8, pp=5)
+    assert not has_layouts(p)
+    found = nearest_jobs(p)
+    assert found["gpus"] == (80, 160)
+    for n in found["gpus"]:
+        assert has_layouts(job(n, 512, tp=8, pp=5))
+    for g in found["gbs"]:
+        assert g is None or has_layouts(job(96, g, tp=8, pp=5))
+
+
+def test_a_job_with_layouts_needs_no_hint():
+    assert has_layouts(job(1024, 1536))
+    assert format_nearest({"gbs": (None, None), "gpus": (None, None)}, 1024, 1536) == ""
+
+
+def test_search_prints_the_nearest_jobs_when_the_rules_leave_none():
+    out = subprocess.run([sys.executable, "-m", "planner", "search", "--model", "175b", "--gpus", "1000", "--gpu", "a100",
+                          "--no-progress"], capture_output=True, text=True)
+    assert out.returncode == 3, out.stderr
+    assert "nearest jobs with valid layouts: --gbs 1500 or 1625 at 1,000 GPUs; --gpus 768 or 1024 at gbs 1,536" in out.stdout

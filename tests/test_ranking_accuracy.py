@@ -133,7 +133,7 @@ def test_cli_ranking_text_and_json():
     runner = CliRunner()
     out = runner.invoke(app, ["validate", "--ranking", str(EXAMPLE)])
     assert out.exit_code == 0, out.output
-    assert ("all groups: 4 groups; pairs ordered right 3/4 (75%); top-1 3/4 (75%) (strictly the fastest: 3/4 (75%)); "
+    assert ("all groups: 4 groups; pairs ordered right 3/4 (75.0%); top-1 3/4 (75.0%) (strictly the fastest: 3/4 (75.0%)); "
             "mean Kendall tau +0.50") in out.output
     # One group is medium: the one-release line covers all four groups, so it is not repeated.
     assert "one release" not in out.output

@@ -284,13 +284,13 @@ def tie_stats(groups: list[dict], decisive: float = DECISIVE) -> dict:
 def format_bias(bias: dict) -> list[str]:
     lines = ["where the model leans: decisive pairs whose layouts differ in the knob; bias = mean of "
              "log(predicted / measured ratio), larger value over smaller (+: the model over-rates the larger value)",
-             f"{'knob':<6}{'pairs':>7}{'right':>14}{'bias':>9}  leans to"]
+             f"{'knob':<6}{'pairs':>7}{'right':>16}{'bias':>9}  leans to"]
     for k, t in bias.items():
         if not t["pairs"]:
             continue
         b = t["mean_log_bias"]
         lean = "-" if abs(b) < 0.005 else (f"larger {k.upper()}" if b > 0 else f"smaller {k.upper()}")
-        lines.append(f"{k.upper():<6}{t['pairs']:>7}{_share(t['pairs_right'], t['pairs']):>14}{(np.exp(b) - 1) * 100:>+8.1f}%  {lean}")
+        lines.append(f"{k.upper():<6}{t['pairs']:>7}{_share(t['pairs_right'], t['pairs']):>16}{(np.exp(b) - 1) * 100:>+8.1f}%  {lean}")
     return lines
 
 
@@ -321,7 +321,8 @@ def overall(groups: list[dict], confidences: Optional[tuple] = None) -> dict:
 
 
 def _share(n: int, d: int) -> str:
-    return f"{n}/{d} ({n / d * 100:.0f}%)" if d else "-"
+    """'60/67 (89.6%)': one decimal, so a share just under a goal (90%) is not printed as it."""
+    return f"{n}/{d} ({n / d * 100:.1f}%)" if d else "-"
 
 
 def _overall_line(label: str, total: dict) -> str:

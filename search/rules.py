@@ -328,14 +328,25 @@ def _x_mbs(ctx, v):
     return f"mbs={v['mbs']} must be >= 1"
 
 
+def _nearest_multiples(value: int, step: int) -> str:
+    """'96 or 128': the multiples of ``step`` either side of ``value`` (the one above alone when
+    none is below)."""
+    step = max(int(step), 1)
+    below, above = (int(value) // step) * step, (int(value) // step + 1) * step
+    return f"{below} or {above}" if below > 0 else f"{above}"
+
+
 def _x_gbs(ctx, v):
-    return (f"gbs={v['gbs']} must be divisible by dp*mbs = {v['dp']}*{v['mbs']} = {v['dp'] * v['mbs']}")
+    step = v["dp"] * v["mbs"]
+    return (f"gbs={v['gbs']} must be divisible by dp*mbs = {v['dp']}*{v['mbs']} = {step} "
+            f"(nearest: --gbs {_nearest_multiples(v['gbs'], step)})")
 
 
 def _x_interleave(ctx, v):
     m = v["gbs"] // max(v["dp"] * v["mbs"], 1)
+    step = v["dp"] * v["mbs"] * v["pp"]
     return (f"interleaved schedule (vpp={v['vpp']}): micro-batches gbs/(dp*mbs) = {m} must be "
-            f"divisible by pp={v['pp']}")
+            f"divisible by pp={v['pp']} (nearest: --gbs {_nearest_multiples(v['gbs'], step)})")
 
 
 def _x_zero(ctx, v):

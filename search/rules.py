@@ -62,14 +62,17 @@ class RuleContext:
     """Allow tp larger than the scale-up domain."""
     has_mx: bool = True
     """The GPU's tensor cores take OCP MX block-scaled formats (Blackwell: those with FP4, ``gpu.fp4_tflops``)."""
+    gpus_per_node: int = 8
+    """GPUs per node: a job takes whole nodes (or part of one), what the rules' messages suggest keeps to."""
 
     @classmethod
     def build(cls, model, gpus: int, cluster=None, gpu=None, allow_cross_node_tp: bool = False) -> "RuleContext":
         domain = cluster.scaleup_domain_size if cluster is not None else 8
         has_fp8 = True if gpu is None else gpu.fp8_tflops is not None
         has_mx = True if gpu is None else getattr(gpu, "fp4_tflops", None) is not None
+        node = cluster.gpus_per_node if cluster is not None else 8
         return cls(model=model, gpus=int(gpus), scaleup_domain=int(domain), has_fp8=has_fp8,
-                   allow_cross_node_tp=bool(allow_cross_node_tp), has_mx=has_mx)
+                   allow_cross_node_tp=bool(allow_cross_node_tp), has_mx=has_mx, gpus_per_node=int(node))
 
     @property
     def heads(self) -> int:
@@ -260,11 +263,33 @@ def _x_positive(ctx, v):
     return f"parallel degrees must be >= 1 ({', '.join(bad)})"
 
 
+def _nearest_multiples(value: int, step: int) -> str:
+    """'96 or 128': the multiples of ``step`` either side of ``value`` (the one above alone when
+    none is below)."""
+    step = max(int(step), 1)
+    below, above = (int(value) // step) * step, (int(value) // step + 1) * step
+    return f"{below} or {above}" if below > 0 else f"{above}"
+
+
+def _nearest_gpu_counts(gpus: int, step: int, node: int) -> str:
+    """'80 or 120': the multiples of ``step`` either side of ``gpus`` that are whole nodes (or at
+    most one node), as ``hardware_catalog.check_whole_nodes`` asks of a job."""
+    step, node = max(int(step), 1), max(int(node), 1)
+
+    def ok(n):
+        return n <= node or n % node == 0
+
+    below = next((n for n in range((gpus // step) * step, 0, -step) if ok(n)), None)
+    above = next(n for n in range((gpus // step + 1) * step, (gpus // step + 1) * step + step * node + 1, step) if ok(n))
+    return f"{below} or {above}" if below else f"{above}"
+
+
 def _x_product(ctx, v):
     model_parallel = v["tp"] * v["cp"] * v["pp"]
     if model_parallel and ctx.gpus % model_parallel:
         return (f"tp*cp*pp = {v['tp']}*{v['cp']}*{v['pp']} = {model_parallel} does not divide the GPU count "
-                f"(--gpus={ctx.gpus}); dp = gpus / (tp*cp*pp) must be a whole number")
+                f"(--gpus={ctx.gpus}); dp = gpus / (tp*cp*pp) must be a whole number "
+                f"(nearest: --gpus {_nearest_gpu_counts(ctx.gpus, model_parallel, ctx.gpus_per_node)})")
     g = model_parallel * v["dp"]
     return f"tp*cp*pp*dp = {v['tp']}*{v['cp']}*{v['pp']}*{v['dp']} = {g} must equal the GPU count {ctx.gpus}"
 
@@ -326,14 +351,6 @@ def _x_etp(ctx, v):
 
 def _x_mbs(ctx, v):
     return f"mbs={v['mbs']} must be >= 1"
-
-
-def _nearest_multiples(value: int, step: int) -> str:
-    """'96 or 128': the multiples of ``step`` either side of ``value`` (the one above alone when
-    none is below)."""
-    step = max(int(step), 1)
-    below, above = (int(value) // step) * step, (int(value) // step + 1) * step
-    return f"{below} or {above}" if below > 0 else f"{above}"
 
 
 def _x_gbs(ctx, v):

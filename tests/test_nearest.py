@@ -78,3 +78,16 @@ def test_batch_rule_messages_name_the_nearest_batches():
     assert "must be divisible by pp=4 (nearest: --gbs 16 or 24)" in refused(
         "--gpus", "64", "--tp", "8", "--pp", "4", "--vpp", "2", "--gbs", "20")
     assert "(nearest: --gbs 2)" in refused("--gpus", "64", "--tp", "8", "--pp", "4", "--gbs", "1")
+
+
+def test_degree_rule_message_names_the_nearest_whole_node_counts():
+    # tp*cp*pp = 40 on 96 GPUs: multiples of 40 are 80 below and 120 above, both whole nodes of 8.
+    # tp 4 x pp 3 = 12 on 64: a multiple of 12 that is whole nodes of 8 is a multiple of 24 -> 48, 72.
+    def refused(*args):
+        out = subprocess.run([sys.executable, "-m", "planner", "evaluate", "--model", "70b", "--gpu", "h100", *args],
+                             capture_output=True, text=True)
+        assert out.returncode == 2, out.stdout
+        return out.stderr
+
+    assert "(nearest: --gpus 80 or 120)" in refused("--gpus", "96", "--tp", "8", "--pp", "5")
+    assert "(nearest: --gpus 48 or 72)" in refused("--gpus", "64", "--tp", "4", "--pp", "3")

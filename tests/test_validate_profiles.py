@@ -65,6 +65,19 @@ def test_unknown_framework_gets_only_the_generic_profile():
     assert settings == {} and notes == []
 
 
+def test_a_2022_run_of_an_unknown_framework_predates_flashattention():
+    # FlashAttention appeared in May 2022 and reached Megatron-LM in January 2023 and PyTorch's
+    # SDPA in March 2023: a 2022 run of an unnamed framework is priced unfused, unless its text
+    # names flash; a 2023 run is not.
+    metaseq = "metaseq (fsdp + tensor parallel)"
+    settings, notes = apply_profiles(RowFacts(framework=metaseq, year=2022))
+    assert settings["attention"] == "unfused"
+    assert notes == ["unfused attention (a 2022 run: before training frameworks took FlashAttention)"]
+    assert "attention" not in apply_profiles(RowFacts(framework="mosaicml gpt, flash attention", year=2022))[0]
+    assert "attention" not in apply_profiles(RowFacts(framework=metaseq, year=2023))[0]
+    assert "attention" not in apply_profiles(RowFacts(framework=metaseq))[0]  # year unknown
+
+
 def test_profile_entries_name_real_options_and_valid_values_with_a_source():
     for profile in (*PROFILES, GENERIC):
         assert profile.entries, profile.name

@@ -123,6 +123,12 @@ _BEFORE_FLASH = Entry(
            "scores and ran a fused scale-mask-softmax; Korthikanti et al. 2022 Sec. 4.1 counts the 5as^2b "
            "bytes storing them costs",
     when=(When(year_max=2021), When(source="korthikanti2022")))
+_BEFORE_FLASH_ADOPTED = Entry(
+    {"attention": "unfused"}, "unfused attention (a 2022 run: before training frameworks took FlashAttention)",
+    source="FlashAttention (Dao et al., arXiv 2205.14135) appeared in May 2022; Megatron-LM took it on "
+           "2023-01-11 (285068c810, 'Merge branch tridao-flashattn') and PyTorch's scaled_dot_product_attention "
+           "in 2.0 (March 2023). A 2022 run whose framework text names flash keeps FlashAttention",
+    when=(When(year_max=2022, text_lacks="flash"),))
 _EAGER_STATED = Entry(
     {"kernels": "eager"}, "eager PyTorch kernels (no torch.compile: unfused norms, rotary, SwiGLU)",
     source="a run without torch.compile (e.g. torchtitan eager) calls plain PyTorch operators: unfused norms, "
@@ -612,7 +618,7 @@ PROFILES: tuple[Profile, ...] = (
 )
 """Named framework profiles; a row gets the first whose pattern matches its framework text."""
 
-GENERIC = Profile("generic", "", (_BEFORE_FLASH, _EAGER_STATED, _TPO_STATED, _CORE_ATTN_ONLY, *_FP8_RECIPES_STATED))
+GENERIC = Profile("generic", "", (_BEFORE_FLASH, _BEFORE_FLASH_ADOPTED, _EAGER_STATED, _TPO_STATED, _CORE_ATTN_ONLY, *_FP8_RECIPES_STATED))
 """Applied to every row after its framework's profile: what holds whatever the framework."""
 
 ROW_LABELS: tuple[tuple[str, Any, str], ...] = (("tp_comm_overlap", True, "tpo"), ("kernels", "eager", "eager"))

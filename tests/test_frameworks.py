@@ -68,10 +68,10 @@ def test_search_applies_the_profile_to_every_candidate_and_keeps_what_it_cannot_
                          "deepspeed-0.5", "--top", "3", "--json")
     assert code == 0, err
     data = json.loads(out)
-    # 2021: no FlashAttention, per-tensor ZeRO-3 gathers, no Ulysses (DeepSpeed 0.10.2, 2023), selective
-    # recompute = core attention only.
+    # 2021: no FlashAttention, per-tensor ZeRO-3 gathers, no Ulysses (DeepSpeed 0.10.2, 2023), no sequence
+    # parallelism (Korthikanti et al., May 2022), selective recompute = core attention only.
     assert data["stats"]["framework"]["settings"] == {"attention": "unfused", "zero3_gather": "blocking", "cp": 1,
-                                                      "recompute_modules": ["core_attn"]}
+                                                      "sequence_parallel": False, "recompute_modules": ["core_attn"]}
     assert all(r["layout"]["attention"] == "unfused" and r["layout"]["cp"] == 1 for r in data["results"])
     # torchtitan's selective needs layers per stage, which search does not take: not applied, said so.
     fw = framework_settings("torchtitan-0.2", get_model("llama3-8b"), "h100-sxm", "bf16", "selective",
@@ -109,9 +109,12 @@ def test_apply_framework_fills_untyped_options_only():
     fw = framework_settings("deepspeed-0.5", get_model("llama3-8b"))
     layout = {"attention": "flash", "zero3_gather": "prefetch", "recompute": "full"}
     info = apply_framework(fw, layout, given={"attention"})
-    # Typed attention kept; under full recompute no module set is applied; the untyped cp pinned to 1.
-    assert layout == {"attention": "flash", "zero3_gather": "blocking", "recompute": "full", "cp": 1}
-    assert info["settings"] == {"zero3_gather": "blocking", "cp": 1} and info["overridden_by_flags"] == ["attention"]
+    # Typed attention kept; under full recompute no module set is applied; the untyped cp pinned to 1
+    # and sequence parallelism off (2021).
+    assert layout == {"attention": "flash", "zero3_gather": "blocking", "recompute": "full", "cp": 1,
+                      "sequence_parallel": False}
+    assert info["settings"] == {"zero3_gather": "blocking", "cp": 1, "sequence_parallel": False}
+    assert info["overridden_by_flags"] == ["attention"]
 
 
 def test_catalog_lists_every_release():
@@ -121,7 +124,8 @@ def test_catalog_lists_every_release():
     assert set(rows) == {r.name for r in RELEASES}
     assert rows["nemo-24.07"]["when"]["fp8"] == {"grad_dtype": "bf16"}
     # Before FlashAttention, before the pipeline-send overlap (Megatron-LM, May 2023), before context
-    # parallelism (October 2023) and before --recompute-modules (Megatron-LM, April 2025).
+    # parallelism (October 2023), before sequence parallelism (May 2022) and before --recompute-modules
+    # (Megatron-LM, April 2025).
     assert rows["megatron-lm-2021"]["always"] == {"attention": "unfused", "p2p_comm_overlap": False, "cp": 1,
-                                                  "recompute_modules": "core_attn"}
+                                                  "sequence_parallel": False, "recompute_modules": "core_attn"}
     assert "recompute_modules" not in rows["megatron-core-0.13"]["always"]

@@ -65,7 +65,7 @@ def test_unknown_framework_gets_only_the_generic_profile():
     assert settings == {} and notes == []
 
 
-def test_a_2022_run_of_an_unknown_framework_predates_flashattention():
+def test_an_early_run_of_an_unknown_framework_predates_flashattention_and_sp():
     # FlashAttention appeared in May 2022 and reached Megatron-LM in January 2023 and PyTorch's
     # SDPA in March 2023: a 2022 run of an unnamed framework is priced unfused, unless its text
     # names flash; a 2023 run is not.
@@ -76,6 +76,9 @@ def test_a_2022_run_of_an_unknown_framework_predates_flashattention():
     assert "attention" not in apply_profiles(RowFacts(framework="mosaicml gpt, flash attention", year=2022))[0]
     assert "attention" not in apply_profiles(RowFacts(framework=metaseq, year=2023))[0]
     assert "attention" not in apply_profiles(RowFacts(framework=metaseq))[0]  # year unknown
+    # Sequence parallelism came with Korthikanti et al. (May 2022): a 2021 run has none.
+    assert apply_profiles(RowFacts(framework="fairseq", year=2021))[0]["sequence_parallel"] is False
+    assert "sequence_parallel" not in apply_profiles(RowFacts(framework=metaseq, year=2022))[0]
 
 
 def test_profile_entries_name_real_options_and_valid_values_with_a_source():
@@ -104,6 +107,7 @@ def test_shipped_rows_get_their_framework_assumptions_in_order():
         "unfused attention (the run predates FlashAttention)",
         "blocking per-tensor ZeRO-3 gathers and reduce-scatters (DeepSpeed 2021)",
         "16-bit gradient reduction (DeepSpeed fp16)",
+        "no sequence parallelism (the run predates it)",
     ]
     bridge = map_run(ROWS["mbridge2509_h100_deepseekv3_1024gpu"])
     assert bridge.assumptions == [

@@ -129,6 +129,11 @@ _BEFORE_FLASH_ADOPTED = Entry(
            "2023-01-11 (285068c810, 'Merge branch tridao-flashattn') and PyTorch's scaled_dot_product_attention "
            "in 2.0 (March 2023). A 2022 run whose framework text names flash keeps FlashAttention",
     when=(When(year_max=2022, text_lacks="flash"),))
+_BEFORE_SEQUENCE_PARALLEL = Entry(
+    {"sequence_parallel": False}, "no sequence parallelism (the run predates it)",
+    source="Korthikanti et al. 2022 (arXiv 2205.05198, May 2022) introduced sequence parallelism, in "
+           "Megatron-LM from mid-2022; before it the norms and dropout ran replicated on every TP rank",
+    when=(When(year_max=2021),))
 _EAGER_STATED = Entry(
     {"kernels": "eager"}, "eager PyTorch kernels (no torch.compile: unfused norms, rotary, SwiGLU)",
     source="a run without torch.compile (e.g. torchtitan eager) calls plain PyTorch operators: unfused norms, "
@@ -618,7 +623,7 @@ PROFILES: tuple[Profile, ...] = (
 )
 """Named framework profiles; a row gets the first whose pattern matches its framework text."""
 
-GENERIC = Profile("generic", "", (_BEFORE_FLASH, _BEFORE_FLASH_ADOPTED, _EAGER_STATED, _TPO_STATED, _CORE_ATTN_ONLY, *_FP8_RECIPES_STATED))
+GENERIC = Profile("generic", "", (_BEFORE_FLASH, _BEFORE_FLASH_ADOPTED, _BEFORE_SEQUENCE_PARALLEL, _EAGER_STATED, _TPO_STATED, _CORE_ATTN_ONLY, *_FP8_RECIPES_STATED))
 """Applied to every row after its framework's profile: what holds whatever the framework."""
 
 ROW_LABELS: tuple[tuple[str, Any, str], ...] = (("tp_comm_overlap", True, "tpo"), ("kernels", "eager", "eager"))

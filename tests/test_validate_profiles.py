@@ -271,6 +271,15 @@ def test_deepspeed_pipeline_engine_partitions_sends_and_reduces_after_the_last_m
     assert "p2p_scatter_gather" not in settings and "dp_comm_overlap" not in settings
 
 
+def test_megatron_deepspeed_before_mid_2023_has_no_sequence_parallelism():
+    # microsoft/Megatron-DeepSpeed took --sequence-parallel with its 2023-07-04 merge of Megatron-LM
+    # upstream (9e72d571): BLOOM (2022) and GPT-NeoX 20B (2022) ran without it; a 2024 run may use it.
+    bloom = apply_profiles(RowFacts(framework="megatron-deepspeed + deepspeed", year=2022, source="bloom_tr11"))[0]
+    neox = apply_profiles(RowFacts(framework="gpt-neox (megatron + deepspeed)", year=2022, source="neox"))[0]
+    assert bloom["sequence_parallel"] is False and neox["sequence_parallel"] is False
+    assert "sequence_parallel" not in apply_profiles(RowFacts(framework="megatron-deepspeed", year=2024))[0]
+
+
 def test_bigscience_runs_launch_kernels_blocking():
     # bigscience tr11-176B-ml.slurm exports CUDA_LAUNCH_BLOCKING=1; the topology search (the
     # ablation groups, framework text naming the BigScience fork) and the production row

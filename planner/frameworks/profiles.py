@@ -592,6 +592,10 @@ PROFILES: tuple[Profile, ...] = (
                      "20B's configs/20B.yml: scaled-upper-triang-masked-softmax-fusion (Black et al. 2022), before "
                      "GPT-NeoX took FlashAttention in 2023",
               when=(When(year_max=2022),)),
+        Entry({"sequence_parallel": False}, "no sequence parallelism (Megatron-DeepSpeed before mid-2023)",
+              source="microsoft/Megatron-DeepSpeed: --sequence-parallel reaches main only with 9e72d571 (2023-07-04, "
+                     "a merge of Megatron-LM upstream); GPT-NeoX 20B's configs/20B.yml has no such setting",
+              when=(When(year_max=2022),)),
         _DS_PIPE_SCATTER,
         _DS_PIPE_GRADS_AFTER,
         Entry({"vpp": 1}, "",

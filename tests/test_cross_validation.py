@@ -85,8 +85,9 @@ def test_leave_one_source_out_on_the_reference_set():
     # korthikanti2022 8.1% -> 4.2% median held out).
     # 3.0% / 11.1% with Megatron-Bridge's H100 FP8 reduce-scatters as ring exchange; 3.3% / 11.0% with
     # Composer's FSDP backward gathers exposed (zero3_gather post: llmfoundry_bench 2.8%/18.4% ->
-    # 2.6%/9.8%, the other folds' refits one step along the GEMM x HBM ridge).
-    assert held["median_abs_error"] <= 0.035 and held["p90_abs_error"] <= 0.113
+    # 2.6%/9.8%, the other folds' refits one step along the GEMM x HBM ridge). 3.1% / 11.0% with
+    # Megatron-DeepSpeed's 2022 runs without sequence parallelism (bloom_tr11 23.1% -> 20.4%).
+    assert held["median_abs_error"] <= 0.033 and held["p90_abs_error"] <= 0.112
     # Every source of three rows or more (one-row sources: BLOOM 176B) within 12% median.
     assert max(f["held_out"]["median_abs_error"] for f in cv["per_source"].values() if f["held_out"]["rows"] >= 3) <= 0.12
     # The intervals' data (search/data/uncertainty.json) is this cross-validation: regenerate it

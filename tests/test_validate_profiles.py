@@ -72,13 +72,18 @@ def test_an_early_run_of_an_unknown_framework_predates_flashattention_and_sp():
     metaseq = "metaseq (fsdp + tensor parallel)"
     settings, notes = apply_profiles(RowFacts(framework=metaseq, year=2022))
     assert settings["attention"] == "unfused"
-    assert notes == ["unfused attention (a 2022 run: before training frameworks took FlashAttention)"]
+    assert notes == ["unfused attention (a 2022 run: before training frameworks took FlashAttention)",
+                     "no sequence parallelism (the run predates it)"]
     assert "attention" not in apply_profiles(RowFacts(framework="mosaicml gpt, flash attention", year=2022))[0]
     assert "attention" not in apply_profiles(RowFacts(framework=metaseq, year=2023))[0]
     assert "attention" not in apply_profiles(RowFacts(framework=metaseq))[0]  # year unknown
-    # Sequence parallelism came with Korthikanti et al. (May 2022): a 2021 run has none.
+    # Sequence parallelism came with Korthikanti et al. (May 2022), reached frameworks later: a run up
+    # to 2022 has none, unless it states it (then no profile line says otherwise).
     assert apply_profiles(RowFacts(framework="fairseq", year=2021))[0]["sequence_parallel"] is False
-    assert "sequence_parallel" not in apply_profiles(RowFacts(framework=metaseq, year=2022))[0]
+    assert apply_profiles(RowFacts(framework=metaseq, year=2022))[0]["sequence_parallel"] is False
+    assert "sequence_parallel" not in apply_profiles(RowFacts(framework=metaseq, year=2023))[0]
+    stated, notes = apply_profiles(RowFacts(framework=metaseq, year=2022, stated=frozenset({"sequence_parallel"})))
+    assert "sequence_parallel" not in stated and not any("sequence parallelism" in n for n in notes)
 
 
 def test_profile_entries_name_real_options_and_valid_values_with_a_source():
@@ -107,7 +112,6 @@ def test_shipped_rows_get_their_framework_assumptions_in_order():
         "unfused attention (the run predates FlashAttention)",
         "blocking per-tensor ZeRO-3 gathers and reduce-scatters (DeepSpeed 2021)",
         "16-bit gradient reduction (DeepSpeed fp16)",
-        "no sequence parallelism (the run predates it)",
     ]
     bridge = map_run(ROWS["mbridge2509_h100_deepseekv3_1024gpu"])
     assert bridge.assumptions == [
@@ -159,8 +163,10 @@ def test_conditions_on_text_precision_gpu_and_model():
     assert "kernels" not in apply_profiles(RowFacts(framework="composer + torch.compile"))[0]
     assert "recompute" not in apply_profiles(RowFacts(framework="torchtitan", recompute="full"))[0]
     assert apply_profiles(RowFacts(framework="megatron-lm", year=0))[0] == {}  # unknown year: not "old"
+    # (sequence parallelism off too, unless the row states it: an opt-in flag new in 2022)
     assert apply_profiles(RowFacts(framework="megatron-lm", year=2022, source="korthikanti2022"))[0] == {
-        "attention": "unfused", "p2p_comm_overlap": False, "cp": 1, "recompute_modules": ("core_attn",)}
+        "attention": "unfused", "p2p_comm_overlap": False, "cp": 1, "sequence_parallel": False,
+        "recompute_modules": ("core_attn",)}
     # Blocking pipeline sends: Megatron-LM until 2023 (source year <= 2022), and the zero-bubble
     # paper's 2023 fork whatever its year; not a 2024 Megatron-LM row (Nemotron-4).
     assert apply_profiles(RowFacts(framework="megatron-lm (ptd-p)", year=2021))[0]["p2p_comm_overlap"] is False
@@ -175,8 +181,10 @@ def test_a_stated_setting_overrides_the_profile():
     run = map_run(row)
     assert run.pins["attention"] == "flash" and run.pins["tp_comm_overlap"] is False
     assert "tp_comm_overlap" not in run.searched
-    # The profile's line stays; the stated settings follow it, in option order.
-    assert run.assumptions[0] == "TransformerEngine cuDNN attention (flash3 on Hopper)"
+    # A profile line for an option the row states is not shown (it would contradict the row); the
+    # stated settings are listed, in option order.
+    assert "TransformerEngine cuDNN attention (flash3 on Hopper)" not in run.assumptions
+    assert run.assumptions[0] == "fused cross entropy (framework default)"
     assert run.assumptions[-2:] == ["attention=flash (stated)", "tp_comm_overlap=False (stated)"]
 
 

@@ -42,6 +42,9 @@ class RowFacts:
     """Parts the model has: "moe", "mla"."""
     model_name: str = ""
     """Catalog model name (e.g. "qwen3-235b-a22b"; "" when unknown)."""
+    stated: frozenset = frozenset()
+    """Options the row states itself (its ``settings`` and ``layout.sequence_parallel``): an entry
+    setting only those is passed over, with no assumption line and no fallback entry after it."""
 
 
 def model_parts(model) -> frozenset:
@@ -132,8 +135,10 @@ _BEFORE_FLASH_ADOPTED = Entry(
 _BEFORE_SEQUENCE_PARALLEL = Entry(
     {"sequence_parallel": False}, "no sequence parallelism (the run predates it)",
     source="Korthikanti et al. 2022 (arXiv 2205.05198, May 2022) introduced sequence parallelism, in "
-           "Megatron-LM from mid-2022; before it the norms and dropout ran replicated on every TP rank",
-    when=(When(year_max=2021),))
+           "Megatron-LM from 2022-04-28 (Korthikanti's commit) as the opt-in --sequence-parallel; before it the "
+           "norms and dropout ran replicated on every TP rank. Frameworks took it later (Megatron-DeepSpeed on "
+           "2023-07-04), so a 2022 run that does not state it is priced without it; a row that states it keeps it",
+    when=(When(year_max=2022),))
 _EAGER_STATED = Entry(
     {"kernels": "eager"}, "eager PyTorch kernels (no torch.compile: unfused norms, rotary, SwiGLU)",
     source="a run without torch.compile (e.g. torchtitan eager) calls plain PyTorch operators: unfused norms, "
@@ -650,16 +655,20 @@ def apply_profiles(facts: RowFacts, policies: bool = False) -> tuple[dict, list[
     a command's flags choose those knobs themselves."""
     settings: dict = {}
     assumptions: list[str] = []
+    stated = object()  # marks an option the row states: no entry sets it, none falls back to it
     for profile in profiles_for(facts.framework):
         for entry in profile.entries:
             if any(k in settings for k in entry.values) or not entry.applies(facts):
+                continue
+            if facts.stated and all(k in facts.stated for k in entry.values):
+                settings.update(dict.fromkeys(entry.values, stated))
                 continue
             if not policies and any(isinstance(v, str) and v in _POLICIES for v in entry.values.values()):
                 continue
             settings.update(entry.values)
             if entry.assumption:
                 assumptions.append(entry.assumption)
-    return settings, assumptions
+    return {k: v for k, v in settings.items() if v is not stated}, assumptions
 
 
 def row_label_suffix(layout) -> str:

@@ -386,9 +386,10 @@ def _row_facts(row: RunRow, model, gpu) -> RowFacts:
     lay = row.layout
     rc = _recompute_from_row(lay)
     key = (row.source.key or "") if not isinstance(row.source, (str, type(None))) else (row.source or "")
+    stated = set(row.stated_settings()) | ({"sequence_parallel"} if lay.sequence_parallel is not None else set())
     return RowFacts(framework=row.framework_text().lower(), year=row.source_year(), source=key,
                     precision=str(lay.precision or "").lower(), recompute=rc[0] if rc else None, gpu=gpu.name,
-                    model_parts=model_parts(model), model_name=model.name)
+                    model_parts=model_parts(model), model_name=model.name, stated=frozenset(stated))
 
 
 def _apply_stated(stated: dict, pins: dict, searched: dict, assumptions: list[str]) -> None:

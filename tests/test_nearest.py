@@ -63,16 +63,18 @@ def test_search_prints_the_nearest_jobs_when_the_rules_leave_none():
     assert "nearest jobs with valid layouts: --gbs 1500 or 1625 at 1,000 GPUs; --gpus 768 or 1024 at gbs 1,536" in out.stdout
 
 
+def refused(*args) -> str:
+    """stderr of a 70B evaluate on H100 that must be refused (exit 2)."""
+    out = subprocess.run([sys.executable, "-m", "planner", "evaluate", "--model", "70b", "--gpu", "h100", *args],
+                         capture_output=True, text=True)
+    assert out.returncode == 2, out.stdout
+    return out.stderr
+
+
 def test_batch_rule_messages_name_the_nearest_batches():
     # gbs 100 over dp 3 x mbs 1: the multiples of 3 either side are 99 and 102. With vpp 2 and
     # pp 4 the micro-batch count must also divide by 4: gbs 20 over dp 2 x mbs 1 x pp 4 = 8 ->
     # 16 or 24. A batch below the step has only the one above (gbs 1 over dp 2 -> 2).
-    def refused(*args):
-        out = subprocess.run([sys.executable, "-m", "planner", "evaluate", "--model", "70b", "--gpu", "h100", *args],
-                             capture_output=True, text=True)
-        assert out.returncode == 2, out.stdout
-        return out.stderr
-
     assert "gbs=100 must be divisible by dp*mbs = 3*1 = 3 (nearest: --gbs 99 or 102)" in refused(
         "--gpus", "96", "--tp", "8", "--pp", "4", "--gbs", "100")
     assert "must be divisible by pp=4 (nearest: --gbs 16 or 24)" in refused(
@@ -83,11 +85,5 @@ def test_batch_rule_messages_name_the_nearest_batches():
 def test_degree_rule_message_names_the_nearest_whole_node_counts():
     # tp*cp*pp = 40 on 96 GPUs: multiples of 40 are 80 below and 120 above, both whole nodes of 8.
     # tp 4 x pp 3 = 12 on 64: a multiple of 12 that is whole nodes of 8 is a multiple of 24 -> 48, 72.
-    def refused(*args):
-        out = subprocess.run([sys.executable, "-m", "planner", "evaluate", "--model", "70b", "--gpu", "h100", *args],
-                             capture_output=True, text=True)
-        assert out.returncode == 2, out.stdout
-        return out.stderr
-
     assert "(nearest: --gpus 80 or 120)" in refused("--gpus", "96", "--tp", "8", "--pp", "5")
     assert "(nearest: --gpus 48 or 72)" in refused("--gpus", "64", "--tp", "4", "--pp", "3")

@@ -109,7 +109,7 @@ def nearest_jobs(problem: Problem, budget_s: float = BUDGET_SECONDS) -> dict:
 
 
 def format_nearest(found: dict, gpus: int, gbs: int) -> str:
-    """'nearest jobs with valid layouts: --gbs 1500 or 1750 at 1,000 GPUs; --gpus 768 or 1024 at
+    """'nearest jobs with valid layouts: --gbs 1500 or 1625 at 1,000 GPUs; --gpus 768 or 1024 at
     gbs 1,536', or '' when none was found."""
     parts = []
     for key, at in (("gbs", f"at {gpus:,} GPUs"), ("gpus", f"at gbs {gbs:,}")):

@@ -632,7 +632,8 @@ PROFILES: tuple[Profile, ...] = (
 )
 """Named framework profiles; a row gets the first whose pattern matches its framework text."""
 
-GENERIC = Profile("generic", "", (_BEFORE_FLASH, _BEFORE_FLASH_ADOPTED, _BEFORE_SEQUENCE_PARALLEL, _EAGER_STATED, _TPO_STATED, _CORE_ATTN_ONLY, *_FP8_RECIPES_STATED))
+GENERIC = Profile("generic", "", (_BEFORE_FLASH, _BEFORE_FLASH_ADOPTED, _BEFORE_SEQUENCE_PARALLEL, _EAGER_STATED,
+                                  _TPO_STATED, _CORE_ATTN_ONLY, *_FP8_RECIPES_STATED))
 """Applied to every row after its framework's profile: what holds whatever the framework."""
 
 ROW_LABELS: tuple[tuple[str, Any, str], ...] = (("tp_comm_overlap", True, "tpo"), ("kernels", "eager", "eager"))

@@ -198,9 +198,10 @@ def check_whole_nodes(cluster: ClusterSpec, gpus: int) -> None:
     SLURM --ntasks-per-node) lays out and the network model cannot place."""
     g = cluster.gpus_per_node
     if gpus > g and gpus % g:
+        below, above = (gpus // g) * g, (gpus // g + 1) * g
         raise PlannerInputError(
             f"--gpus={gpus} is not a whole number of nodes: cluster {show(cluster.name)} has {g} GPUs per node; "
-            f"give a multiple of {g} (or at most {g})")
+            f"give a multiple of {g} (or at most {g}; nearest: {below} or {above})")
 
 
 def get_cluster(name_or_path: str | Path) -> ClusterSpec:

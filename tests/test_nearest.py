@@ -87,3 +87,11 @@ def test_degree_rule_message_names_the_nearest_whole_node_counts():
     # tp 4 x pp 3 = 12 on 64: a multiple of 12 that is whole nodes of 8 is a multiple of 24 -> 48, 72.
     assert "(nearest: --gpus 80 or 120)" in refused("--gpus", "96", "--tp", "8", "--pp", "5")
     assert "(nearest: --gpus 48 or 72)" in refused("--gpus", "64", "--tp", "4", "--pp", "3")
+
+
+def test_gpu_count_off_whole_nodes_names_the_nearest_whole_node_counts():
+    # 100 GPUs on 8-GPU nodes: 12 nodes (96) or 13 (104).
+    out = subprocess.run([sys.executable, "-m", "planner", "search", "--model", "8b", "--gpus", "100", "--gpu", "h100"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and out.stdout == ""
+    assert "give a multiple of 8 (or at most 8; nearest: 96 or 104)" in out.stderr

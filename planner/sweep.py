@@ -395,8 +395,8 @@ def run_scenario(spec: SweepSpec, params: dict) -> dict:
         problem = ProblemRequest(params["model"], params["gpus"], params["gpu"], gbs=params["gbs"],
                                  seq_len=params["seq_len"], tokens_per_batch=params["tokens_per_batch"],
                                  allow_cross_node_tp=spec.allow_cross_node_tp)
-        res = search(SearchRequest(problem, SearchOptions(method="exhaustive", memory_headroom=spec.memory_headroom),
-                                   Ranking(top=1)))
+        res = search(SearchRequest(problem, SearchOptions(method="exhaustive", memory_headroom=spec.memory_headroom,
+                                                          look_around=False), Ranking(top=1)))
     except PlannerInputError as err:
         out.update(status="invalid", reason=str(err))
     except Exception as err:  # a scenario that breaks the cost model must not stop the sweep

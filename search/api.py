@@ -391,7 +391,8 @@ def search(request: SearchRequest) -> SearchResult:
     closest, message = [], ""
     if not results:
         closest, message = _explain_nothing_fits(pools, stats, objectives, batch.origin,
-                                                 [(n, r) for n, r, _ in pin_violations], problems)
+                                                 [(n, r) for n, r, _ in pin_violations],
+                                                 problems if opts.look_around else (), calib)
     stats["seconds"] = time.perf_counter() - t0
     keys = np.sort(np.concatenate(pools.keys)) if pools.keys else np.zeros(0)
     return SearchResult(results=results, stats=stats, closest=closest, message=message, specs=specs,
@@ -461,12 +462,13 @@ def _check_settings(method, sampler, top, trials, seed, memory_headroom, price, 
 
 
 def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "",
-                          pinned: list = (), problems: Sequence[Problem] = ()) -> tuple[list[dict], str]:
+                          pinned: list = (), problems: Sequence[Problem] = (), calib=None) -> tuple[list[dict], str]:
     """(the closest layouts, one line on why nothing fits). ``pinned``: [(rule, reason)] that the
     values the user fixed break on their own (``search.rules.fixed_value_violations``): the cause
     whatever rule removed the most candidates (tp*cp*pp*dp = gpus nearly always does). Where the
     rules leave no layout for a single job (one GPU type and count) and no pin alone breaks one,
-    the line ends with the nearest batch sizes and GPU counts that have layouts (``search.nearest``)."""
+    the line ends with the nearest batch sizes and GPU counts that have layouts; where layouts exist
+    but none fits in memory, with the fewest GPUs at which one does (``search.nearest``)."""
     if pools.outside_envelope:
         return [], (f"no layout inside the validated envelope fits: all {pools.outside_envelope:,} layouts that fit "
                     f"lie outside it (drop --within-envelope to see them, flagged)")
@@ -506,4 +508,10 @@ def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "",
                f"({stats['memory_headroom'] * 100:g}% of {best['memory_gib']['capacity']:.1f} GiB kept free)")
     else:
         msg = "no layout fits in memory"
+    if len(problems) == 1 and stats.get("method") == "exhaustive":
+        from search.nearest import fewest_fitting_gpus, format_fewest
+
+        fewest = format_fewest(*fewest_fitting_gpus(problems[0], stats["memory_headroom"], calib))
+        if fewest:
+            msg += f"; {fewest}"
     return closest, msg

@@ -117,3 +117,58 @@ def format_nearest(found: dict, gpus: int, gbs: int) -> str:
         if values:
             parts.append(f"--{key} " + " or ".join(str(v) for v in values) + f" {at}")
     return ("nearest jobs with valid layouts: " + "; ".join(parts)) if parts else ""
+
+
+MAX_GROWTH = 64
+"""How far past the asked GPU count the memory look-around goes (a factor)."""
+
+
+def _whole_nodes_above(gpus: int, node: int) -> int:
+    """The smallest whole-node GPU count at or above ``gpus``."""
+    return gpus if gpus <= node else -(-gpus // node) * node
+
+
+def fewest_fitting_gpus(problem: Problem, memory_headroom: float, calib=None,
+                        budget_s: float = BUDGET_SECONDS) -> tuple[Optional[int], bool]:
+    """(GPU count, whether it is the fewest): for a job where no layout fits in memory, the fewest
+    GPUs (whole nodes, up to ``MAX_GROWTH`` x the asked count) at which one does, found by
+    doubling to a count that fits and then trying every whole-node count below it in turn, each
+    with the search's own enumeration and memory model. (None, False) when none fits in range;
+    (count, False) when the time ran out before the counts below it were all tried."""
+    from search.exhaustive import run_exhaustive
+
+    deadline = time.perf_counter() + budget_s
+    node = problem.cluster.gpus_per_node
+
+    def fits(n: int) -> bool:
+        job = dataclasses.replace(problem, gpus=n)
+        if not has_layouts(job):
+            return False
+        _, stats = run_exhaustive([job], top=1, memory_headroom=memory_headroom, calib=calib)
+        return stats["fits"] > 0
+
+    low, high = problem.gpus, None
+    n = problem.gpus
+    while n < problem.gpus * MAX_GROWTH and time.perf_counter() < deadline:
+        n = _whole_nodes_above(2 * n, node)
+        if fits(n):
+            high = n
+            break
+        low = n
+    if high is None:
+        return None, False
+    step = node if low >= node else 1
+    for m in range(_whole_nodes_above(low + 1, node), high, step):
+        if time.perf_counter() > deadline:
+            return high, False
+        if fits(m):
+            return m, True
+    return high, True
+
+
+def format_fewest(gpus: Optional[int], fewest: bool) -> str:
+    """'a layout fits from --gpus 112 (the fewest whole nodes that fit)', or ''."""
+    if gpus is None:
+        return ""
+    return (f"a layout fits from --gpus {gpus} (the fewest whole nodes that fit)" if fewest
+            else f"a layout fits at --gpus {gpus} (fewer GPUs not all tried)")

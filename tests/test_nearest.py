@@ -95,3 +95,22 @@ def test_gpu_count_off_whole_nodes_names_the_nearest_whole_node_counts():
                          capture_output=True, text=True)
     assert out.returncode == 2 and out.stdout == ""
     assert "give a multiple of 8 (or at most 8; nearest: 96 or 104)" in out.stderr
+
+
+def test_fewest_fitting_gpus_is_the_first_whole_node_count_that_fits():
+    # Property, not a copied number: at the count returned some layout fits in memory, and at the
+    # whole-node count just below it (still above the asked 64) none does.
+    from hardware_catalog import get_cluster, get_gpu
+    from search.exhaustive import run_exhaustive
+    from search.nearest import fewest_fitting_gpus
+
+    gpu, cluster = get_gpu("h100"), get_cluster("dgx-h100")
+    job405 = Problem(model=get_model("405b"), cluster=cluster, gpu=gpu, gpus=64, gbs=2048, seq_len=8192)
+
+    def fits(n):
+        return run_exhaustive([Problem(**{**job405.__dict__, "gpus": n})], top=1, memory_headroom=0.05)[1]["fits"] > 0
+
+    assert not fits(64)
+    n, fewest = fewest_fitting_gpus(job405, 0.05, budget_s=60.0)
+    assert fewest and n % 8 == 0 and n > 64
+    assert fits(n) and (n - 8 == 64 or not fits(n - 8))

@@ -14,7 +14,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Optional, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -192,13 +192,25 @@ def default_cluster_for_gpu(gpu_name: str) -> ClusterSpec:
     raise PlannerInputError(f"no cluster preset for gpu '{gpu.name}'; give a cluster file")
 
 
+def is_whole_nodes(gpus: int, gpus_per_node: int) -> bool:
+    """Whether a job of ``gpus`` GPUs takes whole nodes of ``gpus_per_node`` (or part of one)."""
+    return gpus <= gpus_per_node or gpus % gpus_per_node == 0
+
+
+def nearest_multiples(value: int, step: int) -> tuple[Optional[int], int]:
+    """(the multiple of ``step`` below ``value``, or None when there is none above 0; the one above)."""
+    step = max(int(step), 1)
+    below = (int(value) // step) * step
+    return (below or None), below + step
+
+
 def check_whole_nodes(cluster: ClusterSpec, gpus: int) -> None:
     """A job of ``gpus`` GPUs on ``cluster`` takes whole nodes (or part of one node): 64 GPUs on
     nodes of 3 would leave one node a third used, which no launcher (torchrun --nproc-per-node,
     SLURM --ntasks-per-node) lays out and the network model cannot place."""
     g = cluster.gpus_per_node
-    if gpus > g and gpus % g:
-        below, above = (gpus // g) * g, (gpus // g + 1) * g
+    if not is_whole_nodes(gpus, g):
+        below, above = nearest_multiples(gpus, g)
         raise PlannerInputError(
             f"--gpus={gpus} is not a whole number of nodes: cluster {show(cluster.name)} has {g} GPUs per node; "
             f"give a multiple of {g} (or at most {g}; nearest: {below} or {above})")

@@ -15,6 +15,7 @@ import dataclasses
 import time
 from typing import Optional
 
+from hardware_catalog.hardware import is_whole_nodes, nearest_multiples
 from search.space import Problem, divisors, enumerate_skeleton, powers_of_two
 
 MAX_CHECKS = 16
@@ -74,7 +75,7 @@ def gpu_candidates(problem: Problem) -> list[int]:
     for mp in _model_degrees(problem):
         for dp in dps:
             n = mp * dp
-            if lo <= n <= hi and n != problem.gpus and (n <= node or n % node == 0):
+            if lo <= n <= hi and n != problem.gpus and is_whole_nodes(n, node):
                 out.add(n)
     return sorted(out, key=lambda n: (abs(n - problem.gpus), n))
 
@@ -125,7 +126,7 @@ MAX_GROWTH = 64
 
 def _whole_nodes_above(gpus: int, node: int) -> int:
     """The smallest whole-node GPU count at or above ``gpus``."""
-    return gpus if gpus <= node else -(-gpus // node) * node
+    return gpus if is_whole_nodes(gpus, node) else nearest_multiples(gpus, node)[1]
 
 
 def fewest_fitting_gpus(problem: Problem, memory_headroom: float, calib=None,

@@ -44,6 +44,7 @@ from costmodel.options import (
 )
 from costmodel.pipeline import stage_layer_split, vpp_divides_stages
 from costmodel.placement import cp_a2a_ranks
+from hardware_catalog.hardware import is_whole_nodes, nearest_multiples
 
 
 @dataclass(frozen=True)
@@ -266,21 +267,17 @@ def _x_positive(ctx, v):
 def _nearest_multiples(value: int, step: int) -> str:
     """'96 or 128': the multiples of ``step`` either side of ``value`` (the one above alone when
     none is below)."""
-    step = max(int(step), 1)
-    below, above = (int(value) // step) * step, (int(value) // step + 1) * step
-    return f"{below} or {above}" if below > 0 else f"{above}"
+    below, above = nearest_multiples(value, step)
+    return f"{below} or {above}" if below else f"{above}"
 
 
 def _nearest_gpu_counts(gpus: int, step: int, node: int) -> str:
     """'80 or 120': the multiples of ``step`` either side of ``gpus`` that are whole nodes (or at
     most one node), as ``hardware_catalog.check_whole_nodes`` asks of a job."""
     step, node = max(int(step), 1), max(int(node), 1)
-
-    def ok(n):
-        return n <= node or n % node == 0
-
-    below = next((n for n in range((gpus // step) * step, 0, -step) if ok(n)), None)
-    above = next(n for n in range((gpus // step + 1) * step, (gpus // step + 1) * step + step * node + 1, step) if ok(n))
+    below = next((n for n in range((gpus // step) * step, 0, -step) if is_whole_nodes(n, node)), None)
+    first_above = nearest_multiples(gpus, step)[1]
+    above = next(n for n in range(first_above, first_above + step * node + 1, step) if is_whole_nodes(n, node))
     return f"{below} or {above}" if below else f"{above}"
 
 

@@ -10,6 +10,19 @@ median of timed repeats after warm-up:
   counting the causal FLOPs the cost model counts (4·s²/2·h per sequence forward, backward 2.5x);
 - an RMSNorm-like elementwise pass and a copy -> fraction of HBM bandwidth.
 Prints one JSON object.
+
+    python benchmarks/device_kernels.py --sweep --out results.json
+
+instead sweeps what the cost model's length and size terms assume (issue 26 item 3, issue 25
+item 1): each linear layer's three GEMMs (forward, dgrad, wgrad, laid out as torch.nn.Linear
+runs them) over M = mbs x s / cp tokens for transformer shapes after TP, and causal and
+non-causal attention forward and forward + backward from 1K to 128K keys through both of
+PyTorch's Hopper backends (FlashAttention-2 and cuDNN fused attention), GQA. It writes the
+JSON after every section, so a run cut short keeps what it measured.
+
+    python benchmarks/device_kernels.py --summary benchmarks/results/h200_kernel_sweep.json
+
+prints a sweep's tables (no GPU or PyTorch needed).
 """
 
 from __future__ import annotations
@@ -17,8 +30,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from collections import defaultdict
 
-import torch
+torch = None  # imported by main() when it measures: --summary needs no PyTorch
 
 
 def timed(fn, warmup=3, reps=10):
@@ -36,12 +50,311 @@ def timed(fn, warmup=3, reps=10):
     return statistics.median(times)
 
 
+def timed_loop(fn, target_s=2e-3, reps=5):
+    """Median seconds of one call of ``fn``, timed as back-to-back loops of at least
+    ``target_s`` so that short kernels are not timed against the host's launch rate."""
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    once = max(start.elapsed_time(end) / 1e3, 1e-6)
+    n = max(1, min(200, int(target_s / once)))
+    times = []
+    for _ in range(reps + 1):
+        start.record()
+        for _ in range(n):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / n)
+    return statistics.median(times[1:])
+
+
+def timed_graph(fn, reps=5):
+    """Median seconds of one call of ``fn`` replayed from a CUDA graph of back-to-back calls, so
+    that neither the host's launch rate nor PyTorch's dispatch enters the time (the kernels'
+    own time, with the GPU's gap between dependent kernels). Falls back to ``timed_loop``."""
+    try:
+        once = timed_loop(fn, target_s=0.0, reps=1)
+        n = max(1, min(50, int(3e-3 / once)))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(n):
+                fn()
+        return timed(graph.replay, warmup=2, reps=reps) / n
+    except Exception:  # noqa: BLE001 - capture refused: time it from the stream
+        return timed_loop(fn)
+
+
+# (name, K, N) of a linear layer's forward GEMM after TP: Llama 3 8B (h 4096, GQA 32/8, ffn
+# 14336) at TP 1 and 4, Llama 3 70B (h 8192, GQA 64/8, ffn 28672) at TP 8, GPT-3 175B (h 12288,
+# ffn 49152) at TP 8, a 13B GPT (h 5120, ffn 20480) at TP 2.
+SWEEP_LAYERS = (
+    ("8b_tp1_qkv", 4096, 6144), ("8b_tp1_fc1", 4096, 28672), ("8b_tp1_fc2", 14336, 4096), ("8b_tp1_proj", 4096, 4096),
+    ("8b_tp4_qkv", 4096, 1536), ("8b_tp4_fc1", 4096, 7168), ("8b_tp4_fc2", 3584, 4096), ("8b_tp4_proj", 1024, 4096),
+    ("70b_tp8_qkv", 8192, 1280), ("70b_tp8_fc1", 8192, 7168), ("70b_tp8_fc2", 3584, 8192), ("70b_tp8_proj", 1024, 8192),
+    ("175b_tp8_qkv", 12288, 4608), ("175b_tp8_fc1", 12288, 6144), ("175b_tp8_fc2", 6144, 12288),
+    ("13b_tp2_qkv", 5120, 7680), ("13b_tp2_fc1", 5120, 10240), ("13b_tp2_fc2", 10240, 5120),
+)
+SWEEP_TOKENS = (512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 32768)
+
+
+def gemm_sweep(out, peak_bf16, dev="cuda"):
+    """Forward y = x W^T, dgrad dx = dy W and wgrad dW = dy^T x of each layer over M tokens."""
+    rows = out.setdefault("gemm_m_sweep", [])
+    for name, k, n in SWEEP_LAYERS:
+        w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
+        for m in SWEEP_TOKENS:
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            dy = torch.randn(m, n, device=dev, dtype=torch.bfloat16)
+            flops = 2.0 * m * k * n
+            row = {"layer": name, "m": m, "k": k, "n": n}
+            for part, fn in (("fwd", lambda: x @ w.t()), ("dgrad", lambda: dy @ w), ("wgrad", lambda: dy.t() @ x)):
+                t = timed_graph(fn)
+                row[part + "_us"] = t * 1e6
+                row[part + "_fraction"] = flops / t / 1e12 / peak_bf16
+            rows.append(row)
+            del x, dy
+        del w
+
+
+def attention_sweep(out, peak_bf16, dev="cuda"):
+    """Causal (and non-causal) SDPA forward and forward + backward by keys per kernel call,
+    each backend, GQA; FLOPs counted as the cost model counts them (4·b·a·d·L²/2 causal)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+
+    rows = out.setdefault("attention_sweep", [])
+    cases = [(L, 32, 8, True) for L in (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)]
+    cases += [(L, 64, 8, True) for L in (2048, 8192, 32768)]
+    cases += [(L, 32, 8, False) for L in (2048, 8192, 32768)]
+    for backend_name in ("FLASH_ATTENTION", "CUDNN_ATTENTION"):
+        backend = getattr(SDPBackend, backend_name)
+        for seq, heads, kv, causal in cases:
+            batch = max(1, 32768 // seq)
+            d = 128
+            row = {"backend": backend_name, "seq": seq, "heads": heads, "kv_heads": kv, "head_dim": d,
+                   "batch": batch, "causal": causal}
+            try:
+                q = torch.randn(batch, heads, seq, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                k = torch.randn(batch, kv, seq, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                v = torch.randn(batch, kv, seq, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                gqa = True
+                with sdpa_kernel(backend):
+                    try:
+                        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+                    except Exception:  # noqa: BLE001 - backend without GQA: give it every head
+                        gqa = False
+                        k = k.detach().repeat_interleave(heads // kv, dim=1).requires_grad_()
+                        v = v.detach().repeat_interleave(heads // kv, dim=1).requires_grad_()
+                        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                    g = torch.randn_like(o)
+                    fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+                    def fb():
+                        fwd().backward(g)
+                    reps = 3 if seq >= 65536 else 5
+                    t_f = timed(fwd, warmup=1, reps=reps)
+                    t_fb = timed(fb, warmup=1, reps=reps)
+                flops_fwd = 4.0 * batch * heads * d * seq * seq * (0.5 if causal else 1.0)
+                row.update(gqa=gqa, fwd_ms=t_f * 1e3, fwd_bwd_ms=t_fb * 1e3,
+                           fwd_fraction=flops_fwd / t_f / 1e12 / peak_bf16,
+                           fwd_bwd_fraction=3.5 * flops_fwd / t_fb / 1e12 / peak_bf16,
+                           bwd_over_fwd=(t_fb - t_f) / t_f)
+            except Exception as err:  # noqa: BLE001 - report and go on
+                row["error"] = str(err)[:300]
+            rows.append(row)
+            q = k = v = o = g = None
+            torch.cuda.empty_cache()
+
+
+def launch_costs(out, dev="cuda"):
+    """Per-kernel cost of a chain of dependent tiny kernels: issued one by one from Python
+    (the host's issue rate through PyTorch's dispatcher) and replayed from a CUDA graph (the
+    GPU's own launch gap)."""
+    x = torch.zeros(1024, device=dev)
+    chain = 200
+
+    def ops():
+        for _ in range(chain):
+            x.add_(1.0)
+
+    out["launch"] = {"eager_us_per_kernel": timed(ops, warmup=2, reps=5) / chain * 1e6,
+                     "graph_us_per_kernel": timed_graph(ops) / chain * 1e6}
+
+
+# (name, hidden, query heads, KV heads, head dim, FFN width) of one transformer layer per GPU
+# after TP: Llama 3 8B at TP 1, Llama 3 70B at TP 8, a 13B GPT at TP 2 (gated MLP throughout).
+SWEEP_BLOCKS = (("8b_tp1", 4096, 32, 8, 128, 14336), ("70b_tp8", 8192, 8, 1, 128, 3584),
+                ("13b_tp2", 5120, 20, 20, 128, 10240))
+
+
+def layer_sweep(out, peak_bf16, dev="cuda"):
+    """Forward + backward of one Llama-style layer (RMSNorm, QKV, RoPE-free cuDNN attention,
+    output projection, SwiGLU MLP; PyTorch eager and CUDA-graphed) by micro-batch size at a fixed
+    sequence: does the time per token fall with the micro-batch on one GPU?"""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    rows = out.setdefault("layer_sweep", [])
+    for name, h, a, g, d, ffn in SWEEP_BLOCKS:
+        wqkv = torch.randn((a + 2 * g) * d, h, device=dev, dtype=torch.bfloat16, requires_grad=True)
+        wo = torch.randn(h, a * d, device=dev, dtype=torch.bfloat16, requires_grad=True)
+        wup = torch.randn(2 * ffn, h, device=dev, dtype=torch.bfloat16, requires_grad=True)
+        wdown = torch.randn(h, ffn, device=dev, dtype=torch.bfloat16, requires_grad=True)
+        for seq, mbs in ((2048, 1), (2048, 2), (2048, 4), (2048, 8), (4096, 1), (4096, 2), (4096, 4), (8192, 1), (8192, 2)):
+            row = {"block": name, "seq": seq, "mbs": mbs}
+            try:
+                x = torch.randn(mbs, seq, h, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                dy = torch.randn(mbs, seq, h, device=dev, dtype=torch.bfloat16)
+
+                def fwd():
+                    y = F.rms_norm(x, (h,))
+                    qkv = F.linear(y, wqkv).view(mbs, seq, a + 2 * g, d).transpose(1, 2)
+                    q, k, v = qkv.split([a, g, g], dim=1)
+                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=a != g)
+                    z = x + F.linear(o.transpose(1, 2).reshape(mbs, seq, a * d), wo)
+                    u, gate = F.linear(F.rms_norm(z, (h,)), wup).chunk(2, dim=-1)
+                    return z + F.linear(F.silu(gate) * u, wdown)
+
+                def fb():
+                    fwd().backward(dy)
+
+                t_eager = timed(fb, warmup=2, reps=5)
+                t_graph = timed_graph(fb)
+                tokens = mbs * seq
+                gemm_flops = 6.0 * tokens * h * ((a + 2 * g) * d + a * d + 3 * ffn)
+                attn_flops = 3.5 * 4.0 * mbs * a * d * seq * seq / 2
+                row.update(eager_ms=t_eager * 1e3, graph_ms=t_graph * 1e3,
+                           eager_us_per_token=t_eager / tokens * 1e6, graph_us_per_token=t_graph / tokens * 1e6,
+                           graph_fraction=(gemm_flops + attn_flops) / t_graph / 1e12 / peak_bf16)
+            except Exception as err:  # noqa: BLE001 - report and go on
+                row["error"] = str(err)[:300]
+            rows.append(row)
+            x = dy = None
+            wqkv.grad = wo.grad = wup.grad = wdown.grad = None
+        torch.cuda.empty_cache()
+
+
+def attention_dims(out, peak_bf16, dev="cuda"):
+    """Causal forward + backward at 8K keys by head dimension (64, 96, 128; 192/128 as MLA's
+    query-key and value widths), each backend."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+
+    rows = out.setdefault("attention_dims", [])
+    seq, batch = 8192, 4
+    for backend_name in ("FLASH_ATTENTION", "CUDNN_ATTENTION"):
+        for heads, dqk, dv in ((32, 64, 64), (32, 96, 96), (32, 128, 128), (16, 192, 128), (16, 256, 256)):
+            row = {"backend": backend_name, "heads": heads, "d_qk": dqk, "d_v": dv, "seq": seq, "batch": batch}
+            try:
+                q = torch.randn(batch, heads, seq, dqk, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                k = torch.randn(batch, heads, seq, dqk, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                v = torch.randn(batch, heads, seq, dv, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                with sdpa_kernel(getattr(SDPBackend, backend_name)):
+                    o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                    g = torch.randn_like(o)
+                    fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                    def fb():
+                        fwd().backward(g)
+                    t_f = timed(fwd, warmup=1, reps=5)
+                    t_fb = timed(fb, warmup=1, reps=5)
+                flops_fwd = 2.0 * batch * heads * (dqk + dv) * seq * seq / 2
+                row.update(fwd_fraction=flops_fwd / t_f / 1e12 / peak_bf16,
+                           fwd_bwd_fraction=3.5 * flops_fwd / t_fb / 1e12 / peak_bf16, bwd_over_fwd=(t_fb - t_f) / t_f)
+            except Exception as err:  # noqa: BLE001 - report and go on
+                row["error"] = str(err)[:300]
+            rows.append(row)
+            q = k = v = o = g = None
+    torch.cuda.empty_cache()
+
+
+SECTIONS = ("attention", "gemm", "launch", "layer", "attention_dims")
+
+
+def sweep(args) -> None:
+    out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "cudnn": torch.backends.cudnn.version(), "cuda": torch.version.cuda}
+
+    def save():
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=1)
+
+    save()
+    run = {"attention": lambda: attention_sweep(out, args.peak_bf16), "gemm": lambda: gemm_sweep(out, args.peak_bf16),
+           "launch": lambda: launch_costs(out), "layer": lambda: layer_sweep(out, args.peak_bf16),
+           "attention_dims": lambda: attention_dims(out, args.peak_bf16)}
+    for section in args.sections.split(","):
+        run[section]()
+        save()
+
+
+def summary(path: str) -> None:
+    """The tables of a --sweep result: medians over shapes, fractions of the dense BF16 peak."""
+    d = json.load(open(path))
+    print(f"{d.get('gpu')}, torch {d.get('torch')}, cuDNN {d.get('cudnn')}")
+    if d.get("gemm_m_sweep"):
+        by_m = defaultdict(lambda: defaultdict(list))
+        for r in d["gemm_m_sweep"]:
+            for part in ("fwd", "dgrad", "wgrad"):
+                by_m[r["m"]][part].append(r[part + "_fraction"])
+        print(f"GEMMs, median over {len(d['gemm_m_sweep']) // len(by_m)} layer shapes after TP:")
+        print("  tokens M   forward  dgrad  wgrad")
+        for m, parts in sorted(by_m.items()):
+            print(f"  {m:>8,}   " + "  ".join(f"{statistics.median(parts[p]):5.2f}" for p in ("fwd", "dgrad", "wgrad")))
+    if d.get("attention_sweep"):
+        rows = [r for r in d["attention_sweep"] if "error" not in r and r["causal"] and r["heads"] == 32]
+        cols = sorted({r["backend"] for r in rows})
+        print("causal attention, 32 query / 8 KV heads, head dim 128, forward + backward:")
+        print("  keys L    " + "  ".join(f"{c.split('_')[0]:>6}" for c in cols))
+        for seq in sorted({r["seq"] for r in rows}):
+            vals = {r["backend"]: r["fwd_bwd_fraction"] for r in rows if r["seq"] == seq}
+            print(f"  {seq:>7,}   " + "  ".join(f"{vals.get(c, float('nan')):6.3f}" for c in cols))
+    if d.get("attention_dims"):
+        print("causal attention at 8K keys by head dim (query-key / value), forward + backward:")
+        for r in d["attention_dims"]:
+            val = f"{r['fwd_bwd_fraction']:.3f}" if "error" not in r else "no kernel"
+            print(f"  {r['backend'].split('_')[0]:>6} d {r['d_qk']}/{r['d_v']}: {val}")
+    if d.get("launch"):
+        la = d["launch"]
+        print(f"dependent tiny kernels: {la['eager_us_per_kernel']:.1f} us each issued from Python, "
+              f"{la['graph_us_per_kernel']:.2f} us replayed from a CUDA graph")
+    if d.get("layer_sweep"):
+        print("one layer forward + backward, us per token (eager / CUDA graph):")
+        for r in d["layer_sweep"]:
+            if "error" not in r:
+                print(f"  {r['block']:>8} s {r['seq']:>5} mbs {r['mbs']}: {r['eager_us_per_token']:.3f} / {r['graph_us_per_token']:.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--peak-bf16", type=float, default=989.4)
     ap.add_argument("--peak-fp8", type=float, default=1978.9)
     ap.add_argument("--hbm", type=float, default=3350.0, help="GB/s")
+    ap.add_argument("--sweep", action="store_true", help="the GEMM token sweep and the attention length sweep")
+    ap.add_argument("--out", default="kernel_sweep.json", help="where --sweep writes its JSON")
+    ap.add_argument("--sections", default="attention,gemm", help="--sweep's sections, comma-separated: " + ", ".join(SECTIONS))
+    ap.add_argument("--summary", metavar="JSON", help="print the tables of a --sweep result and exit")
     args = ap.parse_args()
+    if args.summary:
+        summary(args.summary)
+        return
+    global torch
+    import torch as _torch
+
+    torch = _torch
+    if args.sweep:
+        sweep(args)
+        return
     dev = "cuda"
     out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "gemm_bf16": [], "gemm_fp8": []}
     shapes = [  # (M tokens, K, N): Llama-3 8B/70B/405B projections, various TP

@@ -41,7 +41,9 @@ EXPERT_M_TILE = 128.0
 DeepGEMM's published H800 FP8 grouped GEMMs (README, N=4096 K=7168, TFLOP/s of 1979): 932 at
 256 rows per group, 1040 at 512, 1233 at 1024, 1288 at 4096, 1297 at 8192, i.e. 0.47, 0.53,
 0.62, 0.65, 0.66 of peak; e_max 0.67 and M0 = 128 (its M block, the padding unit of the
-contiguous layout) give 0.45, 0.53, 0.59, 0.65, 0.66."""
+contiguous layout) give 0.45, 0.53, 0.59, 0.65, 0.66. A single dense BF16 cuBLAS GEMM loses less
+at few rows: on a lent H200 (benchmarks/results/h200_kernel_sweep.json, median over 18 layer shapes)
+0.64 at 512 rows, 0.70 at 1,024, 0.71 from 2,048."""
 
 EXPERT_CALL_US = 28.0
 """Microseconds each local expert beyond the first adds to every grouped GEMM call when
@@ -58,7 +60,8 @@ wgrad."""
 HOST_US_PER_OP = 12.0
 """Host microseconds to issue one operator of a Megatron-Core / TransformerEngine layer: Python
 module code, PyTorch dispatch and cudaLaunchKernel (5-10 us per eager operator, PyTorch
-'Accelerating PyTorch with CUDA Graphs'; TE's module wrappers add a few more). The GPU never
+'Accelerating PyTorch with CUDA Graphs'; TE's module wrappers add a few more; a lent H200 issued
+a trivial in-place add through PyTorch in 6.8 us, benchmarks/results/h200_kernel_sweep.json). The GPU never
 waits for the host while the host runs ahead; after a sync it can (Megatron-Core MoE README,
 'CPU overhead bottleneck')."""
 

@@ -123,8 +123,8 @@ def gemm_sweep(out, peak_bf16, dev="cuda"):
                 row[part + "_us"] = t * 1e6
                 row[part + "_fraction"] = flops / t / 1e12 / peak_bf16
             rows.append(row)
-            del x, dy
-        del w
+            x = dy = None
+        w = None
 
 
 def attention_sweep(out, peak_bf16, dev="cuda"):
@@ -197,50 +197,61 @@ SWEEP_BLOCKS = (("8b_tp1", 4096, 32, 8, 128, 14336), ("70b_tp8", 8192, 8, 1, 128
                 ("13b_tp2", 5120, 20, 20, 128, 10240))
 
 
+def _layer_weights(h, a, g, d, ffn, dev="cuda"):
+    def w(*shape):
+        return torch.randn(*shape, device=dev, dtype=torch.bfloat16, requires_grad=True)
+
+    return w((a + 2 * g) * d, h), w(h, a * d), w(2 * ffn, h), w(h, ffn)
+
+
+def _layer_step(h, a, g, d, ffn, seq, mbs, weights, dev="cuda"):
+    """(forward + backward of one Llama-style layer as a callable, its FLOPs)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    wqkv, wo, wup, wdown = weights
+    x = torch.randn(mbs, seq, h, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(mbs, seq, h, device=dev, dtype=torch.bfloat16)
+
+    def fwd():
+        y = F.rms_norm(x, (h,))
+        qkv = F.linear(y, wqkv).view(mbs, seq, a + 2 * g, d).transpose(1, 2)
+        q, k, v = qkv.split([a, g, g], dim=1)
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=a != g)
+        z = x + F.linear(o.transpose(1, 2).reshape(mbs, seq, a * d), wo)
+        u, gate = F.linear(F.rms_norm(z, (h,)), wup).chunk(2, dim=-1)
+        return z + F.linear(F.silu(gate) * u, wdown)
+
+    def fb():
+        fwd().backward(dy)
+
+    tokens = mbs * seq
+    flops = 6.0 * tokens * h * ((a + 2 * g) * d + a * d + 3 * ffn) + 3.5 * 4.0 * mbs * a * d * seq * seq / 2
+    return fb, flops
+
+
 def layer_sweep(out, peak_bf16, dev="cuda"):
     """Forward + backward of one Llama-style layer (RMSNorm, QKV, RoPE-free cuDNN attention,
     output projection, SwiGLU MLP; PyTorch eager and CUDA-graphed) by micro-batch size at a fixed
     sequence: does the time per token fall with the micro-batch on one GPU?"""
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     rows = out.setdefault("layer_sweep", [])
     for name, h, a, g, d, ffn in SWEEP_BLOCKS:
-        wqkv = torch.randn((a + 2 * g) * d, h, device=dev, dtype=torch.bfloat16, requires_grad=True)
-        wo = torch.randn(h, a * d, device=dev, dtype=torch.bfloat16, requires_grad=True)
-        wup = torch.randn(2 * ffn, h, device=dev, dtype=torch.bfloat16, requires_grad=True)
-        wdown = torch.randn(h, ffn, device=dev, dtype=torch.bfloat16, requires_grad=True)
+        wqkv, wo, wup, wdown = _layer_weights(h, a, g, d, ffn, dev)
         for seq, mbs in ((2048, 1), (2048, 2), (2048, 4), (2048, 8), (4096, 1), (4096, 2), (4096, 4), (8192, 1), (8192, 2)):
             row = {"block": name, "seq": seq, "mbs": mbs}
             try:
-                x = torch.randn(mbs, seq, h, device=dev, dtype=torch.bfloat16, requires_grad=True)
-                dy = torch.randn(mbs, seq, h, device=dev, dtype=torch.bfloat16)
-
-                def fwd():
-                    y = F.rms_norm(x, (h,))
-                    qkv = F.linear(y, wqkv).view(mbs, seq, a + 2 * g, d).transpose(1, 2)
-                    q, k, v = qkv.split([a, g, g], dim=1)
-                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=a != g)
-                    z = x + F.linear(o.transpose(1, 2).reshape(mbs, seq, a * d), wo)
-                    u, gate = F.linear(F.rms_norm(z, (h,)), wup).chunk(2, dim=-1)
-                    return z + F.linear(F.silu(gate) * u, wdown)
-
-                def fb():
-                    fwd().backward(dy)
-
+                fb, flops = _layer_step(h, a, g, d, ffn, seq, mbs, (wqkv, wo, wup, wdown), dev)
                 t_eager = timed(fb, warmup=2, reps=5)
                 t_graph = timed_graph(fb)
                 tokens = mbs * seq
-                gemm_flops = 6.0 * tokens * h * ((a + 2 * g) * d + a * d + 3 * ffn)
-                attn_flops = 3.5 * 4.0 * mbs * a * d * seq * seq / 2
                 row.update(eager_ms=t_eager * 1e3, graph_ms=t_graph * 1e3,
                            eager_us_per_token=t_eager / tokens * 1e6, graph_us_per_token=t_graph / tokens * 1e6,
-                           graph_fraction=(gemm_flops + attn_flops) / t_graph / 1e12 / peak_bf16)
+                           graph_fraction=flops / t_graph / 1e12 / peak_bf16)
             except Exception as err:  # noqa: BLE001 - report and go on
                 row["error"] = str(err)[:300]
             rows.append(row)
-            x = dy = None
+            fb = None
             wqkv.grad = wo.grad = wup.grad = wdown.grad = None
         torch.cuda.empty_cache()
 
@@ -278,7 +289,55 @@ def attention_dims(out, peak_bf16, dev="cuda"):
     torch.cuda.empty_cache()
 
 
-SECTIONS = ("attention", "gemm", "launch", "layer", "attention_dims")
+def _sustain(fn, flops, seconds, peak_bf16):
+    """Run ``fn`` back to back for ``seconds``, sampling about every half second its FLOP rate
+    and the GPU's SM clock, board power and temperature (NVML)."""
+    import time
+
+    import pynvml
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    calls = max(1, int(0.5 / timed_loop(fn, target_s=0.0, reps=1)))
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    start = time.time()
+    while time.time() - start < seconds:
+        begin.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        t = begin.elapsed_time(end) / 1e3 / calls
+        samples.append({"s": time.time() - start, "tflops": flops / t / 1e12,
+                        "sm_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                        "watts": pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3,
+                        "celsius": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)})
+    late = samples[len(samples) // 2:]
+    return {
+        "max_sm_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
+        "power_limit_watts": pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1e3,
+        "second_half_median": {k: statistics.median(x[k] for x in late) for k in ("tflops", "sm_mhz", "watts", "celsius")},
+        "fraction_of_peak": statistics.median(x["tflops"] for x in late) / peak_bf16,
+        "first_sample_fraction": samples[0]["tflops"] / peak_bf16,
+        "samples": samples,
+    }
+
+
+def sustained_clock(out, peak_bf16, seconds=60.0, dev="cuda"):
+    """What a datasheet peak at its boost clock becomes once the board sits at its power limit
+    (Calibration.sustained_clock_fraction): ``seconds`` of back-to-back 8192^3 BF16 GEMMs on
+    random data, then as long of a Llama 3 70B layer's forward + backward at TP 8 (8K tokens)."""
+    name, h, heads, g, d, ffn = SWEEP_BLOCKS[1]
+    fb, flops = _layer_step(h, heads, g, d, ffn, 4096, 2, _layer_weights(h, heads, g, d, ffn, dev), dev)
+    out["sustained_layer"] = {"block": name, "seq": 4096, "mbs": 2, **_sustain(fb, flops, seconds, peak_bf16)}
+    fb = None
+    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    out["sustained_clock"] = _sustain(lambda: a @ b, 2.0 * 8192 ** 3, seconds, peak_bf16)
+
+
+SECTIONS = ("attention", "gemm", "launch", "layer", "attention_dims", "clock")
 
 
 def sweep(args) -> None:
@@ -292,7 +351,8 @@ def sweep(args) -> None:
     save()
     run = {"attention": lambda: attention_sweep(out, args.peak_bf16), "gemm": lambda: gemm_sweep(out, args.peak_bf16),
            "launch": lambda: launch_costs(out), "layer": lambda: layer_sweep(out, args.peak_bf16),
-           "attention_dims": lambda: attention_dims(out, args.peak_bf16)}
+           "attention_dims": lambda: attention_dims(out, args.peak_bf16),
+           "clock": lambda: sustained_clock(out, args.peak_bf16, args.clock_seconds)}
     for section in args.sections.split(","):
         run[section]()
         save()
@@ -328,6 +388,13 @@ def summary(path: str) -> None:
         la = d["launch"]
         print(f"dependent tiny kernels: {la['eager_us_per_kernel']:.1f} us each issued from Python, "
               f"{la['graph_us_per_kernel']:.2f} us replayed from a CUDA graph")
+    for key, what in (("sustained_clock", "8192^3 BF16 GEMMs"), ("sustained_layer", "a 70B TP 8 layer fwd + bwd")):
+        if d.get(key):
+            sc = d[key]
+            med = sc["second_half_median"]
+            print(f"{what} for {sc['samples'][-1]['s']:.0f} s: first half-second {sc.get('first_sample_fraction', float('nan')):.3f} "
+                  f"of peak, second half {sc['fraction_of_peak']:.3f} ({med['tflops']:.0f} TFLOP/s) at {med['sm_mhz']:.0f} "
+                  f"of {sc['max_sm_mhz']} MHz, {med['watts']:.0f} of {sc['power_limit_watts']:.0f} W, {med['celsius']:.0f} C")
     if d.get("layer_sweep"):
         print("one layer forward + backward, us per token (eager / CUDA graph):")
         for r in d["layer_sweep"]:
@@ -343,6 +410,7 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="the GEMM token sweep and the attention length sweep")
     ap.add_argument("--out", default="kernel_sweep.json", help="where --sweep writes its JSON")
     ap.add_argument("--sections", default="attention,gemm", help="--sweep's sections, comma-separated: " + ", ".join(SECTIONS))
+    ap.add_argument("--clock-seconds", type=float, default=60.0, help="how long --sections clock runs its GEMMs")
     ap.add_argument("--summary", metavar="JSON", help="print the tables of a --sweep result and exit")
     args = ap.parse_args()
     if args.summary:

@@ -81,8 +81,13 @@ class Calibration:
     its datasheet peak (and a seconds-long kernel benchmark) assumes: dense GEMMs at full
     occupancy hit the board power limit and the clock steps down (NVIDIA DVFS; H100 SXM boosts
     to 1980 MHz, its 989 TFLOP/s is quoted at 1830 MHz). Scales every tensor-core peak; HBM is
-    unaffected. Fitted: 0.90 (1647 of 1830 MHz; H100 SXM at its 700 W limit in long GEMM loops
-    typically holds 1.6-1.75 GHz), the prior.
+    unaffected. Fitted: 0.90 (1647 of 1830 MHz), the prior. Measured on a lent H100 SXM at its
+    700 W limit (benchmarks/device_kernels.py --sections clock -> benchmarks/results/
+    h100_sustained_clock.json, 2026-11-27): a minute of a Llama 3 70B layer's forward + backward at
+    TP 8 (8K tokens) holds 1455-1635 MHz (median 1560) at 0.519 of the datasheet peak, against
+    0.545 in its first half second and 0.587 in short bursts on a lent H200 (the same GH100 at
+    700 W): 0.88-0.95 of its burst rate. A minute of 8192^3 GEMMs on random data, the heaviest
+    load, holds 1335-1380 MHz at 667-682 TFLOP/s, 0.85 of the ~790 they run in a burst.
     Interval: 0.86-0.92 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
     kernel_overhead_us: float = 8.0

@@ -17,8 +17,12 @@ instead sweeps what the cost model's length and size terms assume (issue 26 item
 item 1): each linear layer's three GEMMs (forward, dgrad, wgrad, laid out as torch.nn.Linear
 runs them) over M = mbs x s / cp tokens for transformer shapes after TP, and causal and
 non-causal attention forward and forward + backward from 1K to 128K keys through both of
-PyTorch's Hopper backends (FlashAttention-2 and cuDNN fused attention), GQA. It writes the
-JSON after every section, so a run cut short keeps what it measured.
+PyTorch's Hopper backends (FlashAttention-2 and cuDNN fused attention), GQA. ``--sections``
+adds or picks others: ``launch`` (dependent tiny kernels, eager and from a CUDA graph), ``layer``
+(one Llama-style layer's forward + backward by micro-batch), ``attention_dims`` (by head dim) and
+``clock`` (a minute each of a 70B TP 8 layer and of 8192^3 GEMMs, with the SM clock and power
+sampled through NVML: the sustained clock). It writes the JSON after every section, so a run cut
+short keeps what it measured.
 
     python benchmarks/device_kernels.py --summary benchmarks/results/h200_kernel_sweep.json
 

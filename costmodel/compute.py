@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from costmodel.calibration import Calibration
-from costmodel.flops import attention_flops_per_key, attention_keys_parts, attention_v_dim, windowed_keys
+from costmodel.flops import attention_flops_per_key, attention_qk_dim, attention_keys_parts, attention_v_dim, windowed_keys
 from costmodel.layout import LayoutBatch
 from costmodel.params import ParamCounts
 from costmodel.pipeline import heaviest_rank_windowed_share
@@ -219,9 +219,10 @@ def _kernels(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration) -> _Kernels:
     )
 
 
-def attention_efficiency(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration, kernel_len):
+def attention_efficiency(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration, kernel_len, model: ModelSpec | None = None):
     """Fraction of the dense BF16 peak a FlashAttention-class kernel (forward + backward) runs at,
-    for keys of length ``kernel_len`` per kernel call (arrays over layouts).
+    for keys of length ``kernel_len`` per kernel call (arrays over layouts), at ``model``'s head
+    dim (``attention_head_dim_factor``; head dim 128 when None).
 
     A kernel over L keys runs at e(L) = e_max · L / (L + L0): every block of queries pays a
     fixed prologue and epilogue against its loop over the keys (for a causal square of length L
@@ -253,7 +254,8 @@ def attention_efficiency(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration, k
     # sequence of the architecture's native kernels; beyond it a longer kernel gains on the curve.
     cap = NATIVE_ATTENTION_ANCHOR_CAP.get(gpu.architecture, np.inf)
     anchor = np.where(native, np.minimum(seq, cap), seq)
-    return e_seq * (1.0 + l0 / anchor) / (1.0 + l0 / length)
+    head_dim = 1.0 if model is None else attention_head_dim_factor(model, native, gpu.architecture)
+    return e_seq * (1.0 + l0 / anchor) / (1.0 + l0 / length) * head_dim
 
 
 def _attention_core(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: Calibration, kern: _Kernels,
@@ -269,7 +271,7 @@ def _attention_core(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: C
     core_flops = per_key * (full_keys + window_keys)
     if kernel_len is None:
         kernel_len = batch.seq_len / batch.cp.astype(np.float64)
-    t_flash = per_key * full_keys / (kern.bf16_peak * attention_efficiency(gpu, batch, calib, kernel_len))
+    t_flash = per_key * full_keys / (kern.bf16_peak * attention_efficiency(gpu, batch, calib, kernel_len, model))
     if model.sliding_window is not None:
         # A windowed layer's kernel loops over about w keys per block of queries, as a causal
         # square of 2w does over its mean of w (FlashAttention-2 window_size; Dao 2023 Sec. 3.1),
@@ -277,9 +279,12 @@ def _attention_core(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: C
         # gpt_oss SDPA benchmark (results/h200_919_only_cudnn/gpt_oss_20260227_034819.csv, window
         # 1024, and results/gpt_oss/gb200/gpt_oss_20260424_100011.csv, window 128; head dim 64, 32K
         # tokens, fwd+bwd) measures 0.317 of the H200's peak and 0.060 of the GB200's (0.070 at 4K):
-        # this prices 0.244 and 0.060 (0.069); the whole-sequence kernel would be 0.375 and 0.43.
+        # this prices 0.227 and 0.056 at head dim 128 (0.182 on H200 at GPT-OSS's head dim 64,
+        # ATTENTION_HEAD_DIM_EFFICIENCY); the whole-sequence kernel would be 0.35 and 0.40. The
+        # calibrated level itself sits under kernel benchmarks: 0.35 against cuDNN-frontend's 0.615
+        # for head dim 128 at 32K keys on H200.
         window_len = np.minimum(kernel_len, 2.0 * windowed_keys(model.sliding_window, batch.seq_len))
-        t_flash = t_flash + per_key * window_keys / (kern.bf16_peak * attention_efficiency(gpu, batch, calib, window_len))
+        t_flash = t_flash + per_key * window_keys / (kern.bf16_peak * attention_efficiency(gpu, batch, calib, window_len, model))
     # Unfused attention (pre-FlashAttention Megatron): QK^T and AV as batched GEMMs over every
     # key (the causal mask is applied after, so no blocks are skipped), plus the a x s scores
     # per token through HBM: written by QK^T, read and written by the fused scale-mask-softmax,
@@ -323,10 +328,7 @@ then levels off at 0.54-0.56 up to 128K keys, 6-9% under the curve. Capping the 
 length at 16K or 32K keys (so a long sequence's CP chunks run as fast as its whole-sequence kernel)
 moved leave one source out from 3.1% to 3.7-3.8% median (2026-11-27), so the curve runs on unchanged. cuDNN over
 FlashAttention-2 on the same sweep: 1.66-1.81x (``Calibration.native_attention_speedup`` is fitted,
-1.4). Head dim moves both kernels at 8K keys (64: 0.80 of head dim 128's efficiency under cuDNN,
-0.89 under FlashAttention-2; 256: 0.86 under both), but a per-head-dim factor moved leave one source
-out from 3.1% to 3.3% median, and fewer than a fifth of the reference rows have a head dim other than
-128, so there is none."""
+1.4). Head dim: ``ATTENTION_HEAD_DIM_EFFICIENCY``."""
 
 NATIVE_ATTENTION_ANCHOR_CAP = {"blackwell": 8192.0}
 """Per architecture, the longest sequence at which its native kernels' calibrated level is anchored.
@@ -342,6 +344,40 @@ whole-sequence anchor at every length, because its reference rows reach 1M token
 NeMo 24.03's H100 runs (4K to 1M) are flat within 3% with it and drift to +12% on the curve, and
 leave-one-source-out went from 3.5% to 6.4% median when every architecture was priced on the
 curve (2026-11-27)."""
+
+ATTENTION_HEAD_DIM_EFFICIENCY = {
+    "flash2": ((64.0, 0.89), (96.0, 0.90), (128.0, 1.0)),
+    "hopper_native": ((64.0, 0.80), (96.0, 0.79), (128.0, 1.0)),
+}
+"""Forward + backward efficiency of an attention kernel at a head dim below 128, relative to head
+dim 128 (what the calibrated efficiencies hold): measured on a lent H200 at 8K keys, causal, 32
+heads, batch 4 (benchmarks/device_kernels.py --sections attention_dims ->
+benchmarks/results/h200_kernel_sweep.json): FlashAttention-2 0.267 / 0.270 / 0.300 of peak at head
+dim 64 / 96 / 128, cuDNN 9.19 0.428 / 0.422 / 0.536. Fewer FLOPs per key block leave the fixed work
+of each block (softmax, masking, loads) a larger share. FlashAttention-2 runs the same kernels on
+Ampere and Blackwell (sm80 code), so its row serves every architecture; Blackwell's native kernels
+were not measured and keep 1. Above 128 only head dims 192/128 (MLA; cuDNN 0.499) and 256 (0.461
+and 0.258) were measured, neither a dense model's 160 or 192, so larger head dims keep 1.
+Leave one source out: 3.1% / 11.0% -> 3.2% / 11.0% (2026-11-27; one fold's refit, nemo_perf_2407
+whose rows have head dim 128, moved one grid step along the GEMM x clock ridge); GPT-OSS 120B
+(head dim 64) on 64 H100 +2.4% -> +1.0%, the MegaScale 175B rows (head dim 96) 0.4-0.5 points lower."""
+
+
+def attention_head_dim_factor(model: ModelSpec, native, architecture: str):
+    """``ATTENTION_HEAD_DIM_EFFICIENCY`` at the model's head dim, the mean of its query-key and value
+    dims (MLA's differ), interpolated between the measured head dims and held at 64's below it;
+    ``native`` (per layout) picks the architecture-native kernels' row."""
+    d = 0.5 * (float(attention_qk_dim(model)) + float(attention_v_dim(model)))
+    if d >= 128.0:
+        return 1.0
+
+    def at(kind):
+        dims, effs = zip(*ATTENTION_HEAD_DIM_EFFICIENCY[kind])
+        return float(np.interp(d, dims, effs))
+
+    native_factor = at("hopper_native") if architecture == "hopper" else 1.0
+    return np.where(native, native_factor, at("flash2"))
+
 
 FA2_FRACTION_BY_ARCH = {"blackwell": 0.48}
 """FlashAttention-2's long-kernel efficiency on an architecture, relative to Ampere/Hopper's

@@ -77,3 +77,50 @@ def test_ring_chunk_slowdown_follows_the_measured_kernels(backend, l0, lengths):
         modelled = (1.0 + l0 / whole) / (1.0 + l0 / chunk)
         measured = _measured(backend, chunk) / _measured(backend, whole)
         assert modelled == pytest.approx(measured, rel=0.08), (backend, chunk)
+
+
+def _fwd_bwd_at_8k(backend: str, d: int) -> float:
+    (row,) = [r for r in SWEEP["attention_dims"] if r["backend"] == backend and r["d_qk"] == d == r["d_v"]]
+    return row["fwd_bwd_fraction"]
+
+
+def test_head_dim_table_is_the_measured_ratio():
+    # The table's entries are the lent H200's head-dim-d efficiency over head dim 128's, at 8K keys.
+    from costmodel.compute import ATTENTION_HEAD_DIM_EFFICIENCY
+
+    for kind, backend in (("flash2", "FLASH_ATTENTION"), ("hopper_native", "CUDNN_ATTENTION")):
+        for d, factor in ATTENTION_HEAD_DIM_EFFICIENCY[kind]:
+            measured = _fwd_bwd_at_8k(backend, int(d)) / _fwd_bwd_at_8k(backend, 128)
+            assert factor == pytest.approx(measured, abs=0.01), (kind, d)
+
+
+@pytest.mark.parametrize("head_dim, architecture, native, expected", [
+    (64, "hopper", True, 0.80), (64, "hopper", False, 0.89), (96, "hopper", True, 0.79),
+    (80, "hopper", False, 0.89 + 0.5 * 0.01),   # halfway between 64 and 96
+    (80, "hopper", True, 0.80 - 0.5 * 0.01),
+    (48, "ampere", False, 0.89),                # below the measured dims: held at 64's
+    (64, "blackwell", True, 1.0),               # Blackwell's native kernels: not measured
+    (64, "blackwell", False, 0.89),             # FlashAttention-2's sm80 kernels everywhere
+    (128, "hopper", True, 1.0), (256, "hopper", True, 1.0),
+])
+def test_head_dim_factor_by_hand(head_dim, architecture, native, expected):
+    from costmodel.compute import attention_head_dim_factor
+    from hardware_catalog import get_model
+
+    model = get_model("llama3-8b").model_copy(update={"head_dim": head_dim})
+    got = attention_head_dim_factor(model, np.array([native]), architecture)
+    assert float(np.asarray(got).ravel()[0]) == pytest.approx(expected)
+
+
+def test_a_smaller_head_dim_never_speeds_attention_up():
+    # At a head dim d <= 128 the efficiency is never above head dim 128's, on any architecture
+    # or kernel.
+    from costmodel.compute import attention_head_dim_factor
+    from hardware_catalog import get_model
+
+    base = get_model("llama3-8b")
+    for d in range(8, 136, 8):
+        model = base.model_copy(update={"head_dim": d})
+        for arch in ("ampere", "hopper", "blackwell"):
+            for native in (True, False):
+                assert float(np.asarray(attention_head_dim_factor(model, np.array([native]), arch)).ravel()[0]) <= 1.0

@@ -185,8 +185,9 @@ def test_windowed_kernel_efficiency_near_cudnn_benchmark():
     forward at 358 TFLOP/s and 9.045 ms backward at 299, fwd+bwd 3.5 F / (F/358 + 2.5 F/299) = 314
     TFLOP/s = 0.317 of 989; GB200 window 128 forward 104-167 TFLOP/s and backward 182-188, at 32K
     104 and 186: 3.5 / (1/104 + 2.5/186) = 150 TFLOP/s = 0.060 of 2,500, at 4K 161 and 182: 175 =
-    0.070. The windowed kernel's efficiency here (e(2w) on the whole-sequence curve) is within 30%
-    of them; pricing it at the whole-sequence level (0.375, 0.43) would be 6x off on GB200."""
+    0.070. The windowed kernel's efficiency here (e(2w) on the whole-sequence curve, at head dim
+    128: no model passed) is within 30% of them; pricing it at the whole-sequence level (0.35,
+    0.40) would be 6x off on GB200."""
     from costmodel.calibration import DEFAULT
     from costmodel.compute import attention_efficiency
     from costmodel.layout import LayoutBatch

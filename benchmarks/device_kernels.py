@@ -341,7 +341,42 @@ def sustained_clock(out, peak_bf16, seconds=60.0, dev="cuda"):
     out["sustained_clock"] = _sustain(lambda: a @ b, 2.0 * 8192 ** 3, seconds, peak_bf16)
 
 
-SECTIONS = ("attention", "gemm", "launch", "layer", "attention_dims", "clock")
+def grouped_sweep(out, peak_bf16, dev="cuda"):
+    """MoE expert GEMMs by rows per expert: 8 local experts, fc1 (h 4096 -> 2 x 2048, gated) and
+    fc2 (2048 -> 4096), as one fused grouped kernel (torch._grouped_mm, where this PyTorch has it)
+    and as a loop of one GEMM per expert (TransformerEngine's GroupedLinear), both replayed from a
+    CUDA graph, and the loop issued eagerly."""
+    rows = out.setdefault("grouped_sweep", [])
+    experts = 8
+    for name, k, n in (("fc1", 4096, 4096), ("fc2", 2048, 4096)):
+        w = torch.randn(experts, n, k, device=dev, dtype=torch.bfloat16)  # each expert's weight, out x in
+        for m in (64, 128, 256, 512, 1024, 2048, 4096):
+            x = torch.randn(experts * m, k, device=dev, dtype=torch.bfloat16)
+            parts = list(x.split(m))
+            flops = 2.0 * experts * m * k * n
+            row = {"gemm": name, "experts": experts, "m_per_expert": m, "k": k, "n": n}
+
+            def loop():
+                for e in range(experts):
+                    parts[e] @ w[e].t()
+
+            row["loop_graph_fraction"] = flops / timed_graph(loop) / 1e12 / peak_bf16
+            row["loop_eager_fraction"] = flops / timed(loop, warmup=2, reps=5) / 1e12 / peak_bf16
+            try:
+                offs = torch.arange(1, experts + 1, device=dev, dtype=torch.int32) * m
+                wt = w.transpose(-2, -1)  # (experts, k, n), column-major per expert
+
+                def grouped():
+                    torch._grouped_mm(x, wt, offs=offs)
+
+                grouped()
+                row["grouped_graph_fraction"] = flops / timed_graph(grouped) / 1e12 / peak_bf16
+            except Exception as err:  # noqa: BLE001 - no fused grouped GEMM here
+                row["grouped_error"] = str(err)[:200]
+            rows.append(row)
+
+
+SECTIONS = ("attention", "gemm", "launch", "layer", "attention_dims", "clock", "grouped")
 
 
 def sweep(args) -> None:
@@ -356,7 +391,8 @@ def sweep(args) -> None:
     run = {"attention": lambda: attention_sweep(out, args.peak_bf16), "gemm": lambda: gemm_sweep(out, args.peak_bf16),
            "launch": lambda: launch_costs(out), "layer": lambda: layer_sweep(out, args.peak_bf16),
            "attention_dims": lambda: attention_dims(out, args.peak_bf16),
-           "clock": lambda: sustained_clock(out, args.peak_bf16, args.clock_seconds)}
+           "clock": lambda: sustained_clock(out, args.peak_bf16, args.clock_seconds),
+           "grouped": lambda: grouped_sweep(out, args.peak_bf16)}
     for section in args.sections.split(","):
         run[section]()
         save()
@@ -392,6 +428,11 @@ def summary(path: str) -> None:
         la = d["launch"]
         print(f"dependent tiny kernels: {la['eager_us_per_kernel']:.1f} us each issued from Python, "
               f"{la['graph_us_per_kernel']:.2f} us replayed from a CUDA graph")
+    if d.get("grouped_sweep"):
+        print("MoE expert GEMMs, 8 experts, by rows per expert (fraction of peak: fused grouped / loop from a graph / loop eager):")
+        for r in d["grouped_sweep"]:
+            fused = f"{r['grouped_graph_fraction']:.2f}" if "grouped_graph_fraction" in r else "n/a"
+            print(f"  {r['gemm']} M {r['m_per_expert']:>5}: {fused} / {r['loop_graph_fraction']:.2f} / {r['loop_eager_fraction']:.2f}")
     for key, what in (("sustained_clock", "8192^3 BF16 GEMMs"), ("sustained_layer", "a 70B TP 8 layer fwd + bwd")):
         if d.get(key):
             sc = d[key]

@@ -43,7 +43,14 @@ DeepGEMM's published H800 FP8 grouped GEMMs (README, N=4096 K=7168, TFLOP/s of 1
 0.62, 0.65, 0.66 of peak; e_max 0.67 and M0 = 128 (its M block, the padding unit of the
 contiguous layout) give 0.45, 0.53, 0.59, 0.65, 0.66. A single dense BF16 cuBLAS GEMM loses less
 at few rows: on a lent H200 (benchmarks/results/h200_kernel_sweep.json, median over 18 layer shapes)
-0.64 at 512 rows, 0.70 at 1,024, 0.71 from 2,048."""
+0.64 at 512 rows, 0.70 at 1,024, 0.71 from 2,048. BF16 grouped GEMMs of 8 experts on the same
+H200 (fc1 4096 -> 4096 and fc2 2048 -> 4096, --sections grouped): fused (torch._grouped_mm) 0.16,
+0.36-0.41, 0.60-0.68, 0.67-0.72, 0.69-0.74 and 0.73-0.75 of peak at 64, 128, 256, 512, 1,024 and
+2,048 rows per expert; one cuBLAS GEMM per expert from a CUDA graph 0.14-0.18, 0.26-0.31, 0.43-0.48,
+0.63-0.72, 0.67-0.73. From 256 rows the fused BF16 kernel is nearer its plateau than DeepGEMM's FP8
+one (M0 about 30), but below 256 it falls faster than any M / (M + M0). M0 = 30 for BF16 moved the
+GPT-OSS rows from +1.0% to +2.5% and Mixtral's from +3.8% to +4.3% in sample (leave one source out
+3.2% -> 3.1%, by other folds' refits), so one M0 serves both."""
 
 EXPERT_CALL_US = 28.0
 """Microseconds each local expert beyond the first adds to every grouped GEMM call when

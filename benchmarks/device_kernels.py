@@ -242,7 +242,8 @@ def layer_sweep(out, peak_bf16, dev="cuda"):
     rows = out.setdefault("layer_sweep", [])
     for name, h, a, g, d, ffn in SWEEP_BLOCKS:
         wqkv, wo, wup, wdown = _layer_weights(h, a, g, d, ffn, dev)
-        for seq, mbs in ((2048, 1), (2048, 2), (2048, 4), (2048, 8), (4096, 1), (4096, 2), (4096, 4), (8192, 1), (8192, 2)):
+        for seq, mbs in ((2048, 1), (2048, 2), (2048, 4), (2048, 8), (4096, 1), (4096, 2), (4096, 4),
+                         (8192, 1), (8192, 2)):
             row = {"block": name, "seq": seq, "mbs": mbs}
             try:
                 fb, flops = _layer_step(h, a, g, d, ffn, seq, mbs, (wqkv, wo, wup, wdown), dev)
@@ -321,7 +322,8 @@ def _sustain(fn, flops, seconds, peak_bf16):
     return {
         "max_sm_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
         "power_limit_watts": pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1e3,
-        "second_half_median": {k: statistics.median(x[k] for x in late) for k in ("tflops", "sm_mhz", "watts", "celsius")},
+        "second_half_median": {k: statistics.median(x[k] for x in late)
+                               for k in ("tflops", "sm_mhz", "watts", "celsius")},
         "fraction_of_peak": statistics.median(x["tflops"] for x in late) / peak_bf16,
         "first_sample_fraction": samples[0]["tflops"] / peak_bf16,
         "samples": samples,
@@ -429,7 +431,8 @@ def summary(path: str) -> None:
         print(f"dependent tiny kernels: {la['eager_us_per_kernel']:.1f} us each issued from Python, "
               f"{la['graph_us_per_kernel']:.2f} us replayed from a CUDA graph")
     if d.get("grouped_sweep"):
-        print("MoE expert GEMMs, 8 experts, by rows per expert (fraction of peak: fused grouped / loop from a graph / loop eager):")
+        print("MoE expert GEMMs, 8 experts, by rows per expert "
+              "(fraction of peak: fused grouped / loop from a graph / loop eager):")
         for r in d["grouped_sweep"]:
             fused = f"{r['grouped_graph_fraction']:.2f}" if "grouped_graph_fraction" in r else "n/a"
             print(f"  {r['gemm']} M {r['m_per_expert']:>5}: {fused} / {r['loop_graph_fraction']:.2f} / {r['loop_eager_fraction']:.2f}")

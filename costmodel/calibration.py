@@ -102,9 +102,10 @@ class Calibration:
     kernels replayed from a CUDA graph cost 1.06 us each, issued one by one from Python 6.8 us;
     one layer's forward + backward costs the same per token at every micro-batch from 4K tokens,
     graphed or eager (eager 5-13% more at 2K tokens). Priced as host time hidden behind the GPU's
-    work (max(GPU, host) per layer), leave one source out went from 3.1% to 4.4% median: the runs
-    carry a per-layer, per-micro-batch cost that a single GPU does not show (candidates: the TP
-    collectives' synchronisation, the framework's host work), and this constant stands for it.
+    work (max(GPU, host) per layer), leave one source out went from 3.1% to 4.4% median
+    (2026-11-27): the runs carry a per-layer, per-micro-batch cost that a single GPU does not show
+    (candidates: the TP collectives' synchronisation, the framework's host work), and this constant
+    stands for it.
     Interval: 8.0-8.0 (the top of its range in every resample) (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``)."""
     kernels_per_layer: int = 30

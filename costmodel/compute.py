@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from costmodel.calibration import Calibration
-from costmodel.flops import attention_flops_per_key, attention_qk_dim, attention_keys_parts, attention_v_dim, windowed_keys
+from costmodel.flops import (attention_flops_per_key, attention_keys_parts, attention_qk_dim, attention_v_dim,
+                             windowed_keys)
 from costmodel.layout import LayoutBatch
 from costmodel.params import ParamCounts
 from costmodel.pipeline import heaviest_rank_windowed_share
@@ -82,7 +83,7 @@ A lent H200 (benchmarks/results/h200_kernel_sweep.json, 2026-11-27) timed 432 GE
 graphs: forward, dgrad and wgrad of 18 layer shapes after TP at 2K-32K tokens. They fit best
 with K0 = 100-150 (median error 2.5%; 3.5% at 350), and the efficiency is flat in the token
 count from 2K up (median 0.70-0.73; 0.64 at 512 tokens). With K0 = 150, leave one source out
-went from 3.1% to 4.0% median: the runs need more cost on TP-sharded short reductions than the
+went from 3.1% to 4.0% median (2026-11-27): the runs need more cost on TP-sharded short reductions than the
 kernels show. That cost sits outside the GEMM (``planner validate --ranking`` finds the model
 favouring larger TP), so K0 stays 350."""
 
@@ -219,7 +220,8 @@ def _kernels(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration) -> _Kernels:
     )
 
 
-def attention_efficiency(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration, kernel_len, model: ModelSpec | None = None):
+def attention_efficiency(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration, kernel_len,
+                         model: ModelSpec | None = None):
     """Fraction of the dense BF16 peak a FlashAttention-class kernel (forward + backward) runs at,
     for keys of length ``kernel_len`` per kernel call (arrays over layouts), at ``model``'s head
     dim (``attention_head_dim_factor``; head dim 128 when None).
@@ -284,7 +286,8 @@ def _attention_core(model: ModelSpec, gpu: GPUSpec, batch: LayoutBatch, calib: C
         # calibrated level itself sits under kernel benchmarks: 0.35 against cuDNN-frontend's 0.615
         # for head dim 128 at 32K keys on H200.
         window_len = np.minimum(kernel_len, 2.0 * windowed_keys(model.sliding_window, batch.seq_len))
-        t_flash = t_flash + per_key * window_keys / (kern.bf16_peak * attention_efficiency(gpu, batch, calib, window_len, model))
+        window_eff = attention_efficiency(gpu, batch, calib, window_len, model)
+        t_flash = t_flash + per_key * window_keys / (kern.bf16_peak * window_eff)
     # Unfused attention (pre-FlashAttention Megatron): QK^T and AV as batched GEMMs over every
     # key (the causal mask is applied after, so no blocks are skipped), plus the a x s scores
     # per token through HBM: written by QK^T, read and written by the fused scale-mask-softmax,
@@ -326,9 +329,9 @@ The same cuDNN 9.19 through PyTorch's SDPA on a lent H200 (benchmarks/results/h2
 GQA 32/8, head dim 128) fits L0 = 960, e_max = 0.60 from 1K to 16K keys (0.311 -> 0.569 of peak),
 then levels off at 0.54-0.56 up to 128K keys, 6-9% under the curve. Capping the native kernels'
 length at 16K or 32K keys (so a long sequence's CP chunks run as fast as its whole-sequence kernel)
-moved leave one source out from 3.1% to 3.7-3.8% median (2026-11-27), so the curve runs on unchanged. cuDNN over
-FlashAttention-2 on the same sweep: 1.66-1.81x (``Calibration.native_attention_speedup`` is fitted,
-1.4). Head dim: ``ATTENTION_HEAD_DIM_EFFICIENCY``."""
+moved leave one source out from 3.1% to 3.7-3.8% median (2026-11-27), so the curve runs on
+unchanged. cuDNN over FlashAttention-2 on the same sweep: 1.66-1.81x
+(``Calibration.native_attention_speedup`` is fitted, 1.4). Head dim: ``ATTENTION_HEAD_DIM_EFFICIENCY``."""
 
 NATIVE_ATTENTION_ANCHOR_CAP = {"blackwell": 8192.0}
 """Per architecture, the longest sequence at which its native kernels' calibrated level is anchored.

@@ -68,8 +68,8 @@ HOST_US_PER_OP = 12.0
 """Host microseconds to issue one operator of a Megatron-Core / TransformerEngine layer: Python
 module code, PyTorch dispatch and cudaLaunchKernel (5-10 us per eager operator, PyTorch
 'Accelerating PyTorch with CUDA Graphs'; TE's module wrappers add a few more; a lent H200 issued
-a trivial in-place add through PyTorch in 6.8 us, benchmarks/results/h200_kernel_sweep.json). The GPU never
-waits for the host while the host runs ahead; after a sync it can (Megatron-Core MoE README,
+a trivial in-place add through PyTorch in 6.8 us, benchmarks/results/h200_kernel_sweep.json).
+The GPU never waits for the host while the host runs ahead; after a sync it can (Megatron-Core MoE README,
 'CPU overhead bottleneck')."""
 
 HOST_SYNC_OPS = 2.0

@@ -231,6 +231,9 @@ def _layer_step(h, a, g, d, ffn, seq, mbs, weights, dev="cuda"):
         fwd().backward(dy)
 
     tokens = mbs * seq
+    # Linear layers 6 x tokens x weights (forward 2, backward 4; Kaplan et al. 2020 Sec. 2.1) and
+    # the causal attention core 4 b a d s^2 / 2 forward, 3.5x that with its backward
+    # (costmodel/flops.py, as the cost model counts it).
     flops = 6.0 * tokens * h * ((a + 2 * g) * d + a * d + 3 * ffn) + 3.5 * 4.0 * mbs * a * d * seq * seq / 2
     return fb, flops
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from costmodel.options import setting_labels
 from costmodel.result import MEMORY_TERMS, TIME_TERMS
+from planner.reports.search_notes import below_bf16
 
 TERM_LABELS = {
     "compute": "compute (fwd+bwd GEMMs, attention, elementwise)",
@@ -136,6 +137,9 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
         f"step time {human_seconds(step)}   tokens/s {human_count(rec['tokens_per_s'])}   "
         f"tokens/s/GPU {rec['tokens_per_s_per_gpu']:,.0f}   MFU {rec['mfu'] * 100:.1f}%   HFU {rec['hfu'] * 100:.1f}%"
     )
+    if below_bf16([rec]):
+        lines.append(f"{'MFU, HFU':<14}over the dense BF16 peak, FP8 compute included (torchtitan's basis); "
+                     f"an FP8 GEMM's dense peak is twice that")
     lines += uncertainty_lines(rec)
     lines.append("")
     lines.append(f"{'time per step':<46}{'seconds':>10}{'share':>8}")

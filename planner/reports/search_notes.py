@@ -78,11 +78,29 @@ def _envelope_lines(rows: list[dict], footnotes: list[str], stats: dict) -> list
     return lines
 
 
+MFU_BASIS = ("MFU: model FLOPs per second over the GPUs' dense BF16 peak, FP8 rows included, as torchtitan "
+             "reports it; an FP8 GEMM's dense peak is twice that")
+"""Said under a table or an evaluation that prices FP8 compute, where MFU's basis is ambiguous:
+torchtitan divides by the BF16 peak whatever the precision (torchtitan/tools/utils.py get_peak_flops,
+"hardcoded BF16 type peak flops"; components/metrics.py), and so does planner
+(costmodel/utilization.py)."""
+
+
+def below_bf16(records: list[dict]) -> bool:
+    """Whether any of ``records`` computes in a precision other than BF16 (FP8)."""
+    return any((rec.get("layout") or {}).get("precision", "bf16") != "bf16" for rec in records)
+
+
+def mfu_basis_lines(records: list[dict]) -> list[str]:
+    """``MFU_BASIS`` when any of ``records`` computes in FP8."""
+    return [MFU_BASIS] if below_bf16(records) else []
+
+
 def table_notes(rows: list[dict], results: list[dict], stats: dict) -> tuple[list[str], list[str]]:
-    """(each shown row's envelope marks, the interval, tie and envelope lines below the table);
-    ``rows``: what the table shows (results and any extra rows), ``results``: the ranked ones."""
+    """(each shown row's envelope marks, the interval, tie, envelope and MFU-basis lines below the
+    table); ``rows``: what the table shows (results and any extra rows), ``results``: the ranked ones."""
     marks, footnotes = envelope_marks(rows)
-    return marks, [""] + _interval_lines(results, stats) + _envelope_lines(rows, footnotes, stats)
+    return marks, [""] + _interval_lines(results, stats) + _envelope_lines(rows, footnotes, stats) + mfu_basis_lines(rows)
 
 
 def table_rows(results: list[dict], recipes: list[dict], stats: dict) -> tuple[list[dict], list[str], list[str]]:

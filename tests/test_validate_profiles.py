@@ -147,6 +147,22 @@ def test_conditions_deepspeed_blocking_gathers_only_in_2021():
     assert later.pins["grad_dtype"] == "bf16"  # the 16-bit reduction does not depend on the year
 
 
+def test_bloom_trains_on_jean_zay_and_reduces_fp32_gradients():
+    """BLOOM 176B (BigScience tr11): the Omni-Path cluster its README names, and the BF16_Optimizer's
+    FP32 gradient all-reduce (DeepSpeed v0.6.5 pipe/engine.py _bf16_reduce_grads), not the 16-bit
+    reduction of DeepSpeed's fp16 engine that the same profile gives the fp16 rows."""
+    bloom = map_run(ROWS["bloom_176b_384gpu"])
+    assert bloom.cluster.name == "jean-zay-a100"
+    # 4 x 100 Gb/s Omni-Path per node at the measured 135 of 400 Gb/s (clusters.toml), over 8 GPUs.
+    per_gpu = bloom.cluster.nics_per_node * 12.5 * bloom.cluster.network_efficiency / bloom.cluster.gpus_per_node
+    assert per_gpu == pytest.approx(135 / 8 / 8, rel=0.02)
+    assert bloom.pins["grad_dtype"] == "fp32"
+    assert "FP32 gradient reduction (DeepSpeed BF16_Optimizer)" in bloom.assumptions
+    row = copy.deepcopy(ROWS["bloom_176b_384gpu"])
+    row["layout"]["precision"] = "fp16"
+    assert map_run(row).pins["grad_dtype"] == "bf16"
+
+
 def test_conditions_on_text_precision_gpu_and_model():
     mcore = RowFacts(framework="megatron-core r0.8.0", year=2024)
     assert apply_profiles(mcore)[0]["tp_comm_overlap"] == [False, True]

@@ -608,6 +608,14 @@ PROFILES: tuple[Profile, ...] = (
                      "interleaved chunks); planner's DeepSpeed exporter refuses vpp > 1 for the same reason "
                      "(deepspeed_no_interleaving)"),
         _BIGSCIENCE_LAUNCH_BLOCKING,
+        Entry({"grad_dtype": "fp32"}, "FP32 gradient reduction (DeepSpeed BF16_Optimizer)",
+              source="DeepSpeed v0.6.5 runtime/pipe/engine.py _exec_reduce_grads: with bf16 and ZeRO stage 0 (the "
+                     "BF16_Optimizer's own stage 1, bigscience train/tr11-176B-ml/README.md 'Deepspeed config') it "
+                     "calls _bf16_reduce_grads, which all-reduces BF16_Optimizer.get_grads_for_reduction(), the "
+                     "fp32_groups_gradients_flat (runtime/bf16_optimizer.py: 'accumulates grads in fp32'). That "
+                     "all-reduce moves twice the FP32 bytes of the ZeRO-1 reduce-scatter planner prices, so the "
+                     "row's data-parallel traffic stays under-counted",
+              when=(When(precision="bf16_optimizer"),)),
         Entry({"grad_dtype": "bf16"}, "16-bit gradient reduction (DeepSpeed fp16 / bf16)",
               source="DeepSpeed docs/_pages/config-json.md: communication_data_type defaults to the training "
                      "dtype; the fp16 and bf16 engines keep and reduce 16-bit gradients"),

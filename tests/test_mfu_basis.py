@@ -10,11 +10,12 @@ import pytest
 
 from planner.reports.search_notes import MFU_BASIS, mfu_basis_lines
 
-# Llama 3 8B by hand (Dubey et al. 2024, Table 3; config.json): 32 layers, hidden 4096, 32 query and
+# Llama 3 8B by hand (meta-llama/Meta-Llama-3-8B config.json): 32 layers, hidden 4096, 32 query and
 # 8 KV heads, FFN 14336, vocabulary 128256. Per layer: Q and O 2h^2, K and V 2h(h/4), MLP 3h*ffn,
-# two RMSNorm scales. Training FLOPs per token: 6 x the weights a token multiplies (the LM head
-# counted, the input embedding a lookup), plus causal attention 6*L*h*s (Narayanan et al. 2021, Sec. 5.1,
-# with the s/2 keys a causal query sees).
+# two RMSNorm scales. Training FLOPs per token: 6 x the weights a token multiplies (Kaplan et al.
+# 2020; the LM head counted, the input embedding a lookup), plus attention's scores and weighted
+# sum, 4*s*h per layer forward (Narayanan et al. 2021, Appendix), halved for the s/2 keys a causal
+# query sees and tripled for forward + backward: 6*L*h*s.
 H, LAYERS, FFN, VOCAB, SEQ = 4096, 32, 14336, 128256, 8192
 PER_LAYER = 2 * H * H + 2 * H * (H // 4) + 3 * H * FFN + 2 * H
 WEIGHTS_MULTIPLIED = LAYERS * PER_LAYER + VOCAB * H + H  # + LM head + final norm

@@ -20,7 +20,7 @@ H, LAYERS, FFN, VOCAB, SEQ = 4096, 32, 14336, 128256, 8192
 PER_LAYER = 2 * H * H + 2 * H * (H // 4) + 3 * H * FFN + 2 * H
 WEIGHTS_MULTIPLIED = LAYERS * PER_LAYER + VOCAB * H + H  # + LM head + final norm
 FLOPS_PER_TOKEN = 6 * WEIGHTS_MULTIPLIED + 6 * LAYERS * H * SEQ
-H100_BF16_PEAK = 989e12  # dense BF16, NVIDIA H100 SXM datasheet (FP8: 1979e12)
+H100_BF16_PEAK = 989.4e12  # dense BF16, NVIDIA H100 whitepaper, H100 SXM5 table (FP8: 1978.9e12)
 
 
 def run(*args):

@@ -83,7 +83,9 @@ MFU_BASIS = ("MFU: model FLOPs per second over the GPUs' dense BF16 peak, FP8 ro
 """Said under a table or an evaluation that prices FP8 compute, where MFU's basis is ambiguous:
 torchtitan divides by the BF16 peak whatever the precision (torchtitan/tools/utils.py get_peak_flops,
 "hardcoded BF16 type peak flops"; components/metrics.py), and so does planner
-(costmodel/utilization.py)."""
+(costmodel/utilization.py). "Twice": the dense FP8 rate of every GPU in hardware_catalog/data/gpus.toml
+that has one is twice its dense BF16 rate, as their datasheets give them (H100 1978.9 / 989.4, B200
+4500 / 2250, MI300X 2614.9 / 1307.4)."""
 
 
 def below_bf16(records: list[dict]) -> bool:

@@ -36,7 +36,8 @@ def attention_scores_bytes_per_token(model: ModelSpec, tp, seq_len, unfused):
     return np.where(unfused, per_score * model.num_attention_heads * np.asarray(seq_len, dtype=np.float64) / np.asarray(tp), 0.0)
 
 
-def activation_bytes_per_token(model: ModelSpec, tp, sp, moe_layer: bool, fp8=False, imbalance=1.0):
+def activation_bytes_per_token(model: ModelSpec, tp, sp, moe_layer: bool, fp8=False, imbalance=1.0,
+                                fused_attention=True):
     """Bytes one layer keeps per token for the backward pass (no recompute), per GPU.
 
     Korthikanti Sec. 4.1, per token: attention 11h (+5as scores, gone with FlashAttention),
@@ -45,6 +46,8 @@ def activation_bytes_per_token(model: ModelSpec, tp, sp, moe_layer: bool, fp8=Fa
     SP); Q, K, V (2(a+2g)d), attention output 2·a·d_v and the MLP intermediates (gated: two
     2F inputs of the activation + 2F output = 6F; GeLU: 4F) are split by TP. MoE layers keep
     the busiest EP rank's routed copies (``imbalance`` x k per token, costmodel.moe.MoeShape).
+    ``fp8``: TransformerEngine FP8 linear layers (below); ``fused_attention``: a fused kernel
+    (FlashAttention, cuDNN) keeps the attention output for its backward (False: unfused).
     """
     h = float(model.hidden_size)
     a = float(model.num_attention_heads)
@@ -71,13 +74,19 @@ def activation_bytes_per_token(model: ModelSpec, tp, sp, moe_layer: bool, fp8=Fa
         mlp = (6.0 if model.gated_mlp else 4.0) * float(model.ffn_hidden_size)
     total = sp_region / rep_div + (attention + mlp) / tp
     # FP8 (TransformerEngine): each linear layer saves its input for the weight gradient as
-    # the FP8 copy it already cast (1 byte instead of 2): QKV and MLP-up inputs (2h, SP
-    # region), output-projection input (a*d_v) and MLP-down input (F, or k*Fe routed).
+    # the FP8 copy it cast (1 byte), not the BF16 tensor (TE v1.4 module/linear.py: Linear
+    # saves inputmat or inputmat_t, both FP8; LayerNormLinear its FP8 ln_out). The QKV and
+    # MLP-up inputs (2h, SP region) and the MLP-down input (F, or k*Fe routed) are kept by
+    # nothing else, so they shrink to 1 byte. The output projection's input is the attention
+    # output, which a fused attention kernel keeps in BF16 for its own backward (TE
+    # FusedAttnFunc and flash-attn save q, k, v and out): its FP8 copy comes on top (+a*d_v);
+    # under unfused attention nothing else holds it, so it shrinks like the others.
     if model.moe is not None and moe_layer:
         down_in = model.moe.top_k * imbalance * float(model.moe.expert_ffn_hidden_size)
     else:
         down_in = float(model.ffn_hidden_size)
-    fp8_saving = 2.0 * h / rep_div + (a * d_v + down_in) / tp
+    out_proj_in = np.where(fused_attention, -1.0, 1.0) * a * d_v
+    fp8_saving = 2.0 * h / rep_div + (out_proj_in + down_in) / tp
     return total - np.where(fp8, fp8_saving, 0.0)
 
 
@@ -205,13 +214,13 @@ def activation_bytes(ctx, selective) -> ActivationBytes:
         if unfused.any()
         else 0.0
     )
-    a_dense = activation_bytes_per_token(model, tp, sp, moe_layer=False, fp8=fp8) + scores
+    a_dense = activation_bytes_per_token(model, tp, sp, moe_layer=False, fp8=fp8, fused_attention=~unfused) + scores
     if model.hybrid_layers:  # the average Mamba / attention / MLP pattern layer (costmodel.ssm)
         from costmodel import ssm
 
         a_dense = ssm.layer_activation_bytes_per_token(model, tp, sp) + scores * ssm.attention_share(model)
     a_moe = activation_bytes_per_token(model, tp, sp, moe_layer=True, fp8=fp8,
-                                       imbalance=expert_load(batch)) + scores
+                                       imbalance=expert_load(batch), fused_attention=~unfused) + scores
     modules = selective.modules
     if np.any(modules > 1) and not model.hybrid_layers:
         a_dense = a_dense - recompute_module_savings_per_token(model, tp, sp, False, fp8, modules)
@@ -348,7 +357,8 @@ def layer_bytes_per_token(ctx):
     if model.hybrid_layers:
         dense = moe = ssm.layer_activation_bytes_per_token(model, tp, sp)
     else:
-        dense = activation_bytes_per_token(model, tp, sp, moe_layer=False, fp8=ctx.fp8)
-        moe = activation_bytes_per_token(model, tp, sp, moe_layer=True, fp8=ctx.fp8)
+        fused = ~unfused_attention(ctx.batch)
+        dense = activation_bytes_per_token(model, tp, sp, moe_layer=False, fp8=ctx.fp8, fused_attention=fused)
+        moe = activation_bytes_per_token(model, tp, sp, moe_layer=True, fp8=ctx.fp8, fused_attention=fused)
     full = full_recompute_bytes_per_token(model, tp, sp)
     return np.where(ctx.full, full, dense), np.where(ctx.full, full, moe)

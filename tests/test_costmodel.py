@@ -281,3 +281,30 @@ def test_unfused_attention_is_slower_than_flash(h100):
     unfused = evaluate(GPT, h100, Layout(attention="unfused", **lay))
     assert unfused.step_time_s[0] > flash.step_time_s[0]
     assert unfused.memory_gib["activations"][0] > flash.memory_gib["activations"][0]
+
+
+LLAMA2_7B = ModelSpec(  # Llama 2 7B: MHA (32 KV heads), SwiGLU 11008, no dropout
+    name="llama2-7b-test", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=32,
+    ffn_hidden_size=11008, vocab_size=32000, default_seq_len=4096,
+)
+
+
+def test_fp8_activation_bytes_follow_transformer_engine_saves():
+    # What one Megatron-Core layer keeps per token under TransformerEngine FP8, TP 4 with SP,
+    # read off TE v1.4: LayerNormLinear saves its LN input (BF16) and its FP8 ln_out, Linear its
+    # FP8 input, FusedAttnFunc q, k, v and out (BF16); the SwiGLU keeps its BF16 input (2F).
+    h, F, t = 4096, 11008, 4
+    norms = 2 * (2 * h) + 2 * (1 * h)  # two LN inputs (BF16) and two FP8 LN outputs, SP region
+    qkv = 2 * 3 * h  # q, k, v in BF16 (32 + 2 x 32 heads of 128)
+    out = 2 * h + 1 * h  # the attention output for the kernel (BF16) and its FP8 copy for linear_proj
+    mlp = 2 * (2 * F) + 1 * F  # SwiGLU input (gate and up, BF16) and FP8 fc2 input
+    fused = activation_bytes_per_token(LLAMA2_7B, t, np.array(True), moe_layer=False, fp8=np.array(True))
+    assert float(fused) == pytest.approx((norms + qkv + out + mlp) / t)  # 29,120 bytes
+    # Unfused attention: nothing else keeps the output, so linear_proj's FP8 copy is all of it.
+    unfused = activation_bytes_per_token(LLAMA2_7B, t, np.array(True), moe_layer=False, fp8=np.array(True),
+                                         fused_attention=np.array(False))
+    assert float(unfused) == pytest.approx((norms + qkv + 1 * h + mlp) / t)
+    # BF16: the LN outputs, the output projection's and fc2's inputs are single BF16 tensors.
+    bf16 = activation_bytes_per_token(LLAMA2_7B, t, np.array(True), moe_layer=False)
+    assert float(bf16) == pytest.approx((4 * h + 4 * h + 6 * h + 2 * h + 6 * F) / t)
+    assert float(bf16) - float(fused) == pytest.approx((h + F) / t)

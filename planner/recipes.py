@@ -43,10 +43,10 @@ def matching(model: str, gpu: str, counts: list[int], precision: str, seq_len: i
     search covers it, else the count of the search's #1 (DP scaled)."""
     found = []
     for r in load_recipes():
-        if r["model"] != model or r["gpu"] != gpu:
+        if r["gpu"] != gpu or not (r["model"] == model or model_differences(r["model"], model) is not None):
             continue
         count = r["gpus"] if r["gpus"] in counts else best_count
-        order = (r["precision"] != precision, count != r["gpus"], abs(math.log(count / r["gpus"])),
+        order = (r["model"] != model, r["precision"] != precision, count != r["gpus"], abs(math.log(count / r["gpus"])),
                  r["seq_len"] != seq_len, r.get("measured") is None)
         found.append((order, r, count))
     out, seen = [], set()
@@ -56,6 +56,27 @@ def matching(model: str, gpu: str, counts: list[int], precision: str, seq_len: i
         seen.add(_layout_key(r))
         out.append((r, count))
     return out[:SHOWN]
+
+
+_SHAPE = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size")
+
+
+@functools.lru_cache(maxsize=None)
+def model_differences(recipe_model: str, model: str) -> tuple | None:
+    """The architecture fields in which the recipe's model preset differs from the searched one,
+    when both have the same shape (a framework's variant of the model, e.g. NeMo 2.0's GPT-3
+    175B without dropout); None when the shapes differ or a name is not a preset."""
+    from hardware_catalog import get_model
+    from hardware_catalog.errors import PlannerInputError
+
+    try:
+        a, b = get_model(recipe_model), get_model(model)
+    except PlannerInputError:
+        return None
+    if any(getattr(a, f) != getattr(b, f) for f in _SHAPE):
+        return None
+    skip = {"name", "aliases", "source", "params_published", "default_tokens_per_batch", "default_seq_len"}
+    return tuple(f for f in type(a).model_fields if f not in skip and getattr(a, f) != getattr(b, f))
 
 
 def _fixed(recipe: dict, dp: int, problem: dict) -> dict:
@@ -97,6 +118,10 @@ def _priced(recipe: dict, specs: tuple, gpus: int, problem: dict, calib=None):
 
 def _notes(recipe: dict, gpus: int, problem: dict) -> list[str]:
     notes = []
+    if recipe["model"] != problem["model"]:
+        diff = model_differences(recipe["model"], problem["model"])
+        notes.append(f"model differs: recipe {recipe['model']} (other {', '.join(diff) or 'name'}), priced as the "
+                     f"search's {problem['model']}")
     if gpus != recipe["gpus"]:
         split = recipe["layout"]["tp"] * recipe["layout"]["pp"] * recipe["layout"]["cp"]
         notes.append(f"published for {recipe['gpus']:,} GPUs; DP scaled to {gpus:,} GPUs "
@@ -150,7 +175,7 @@ def reference_recipes(result) -> list[dict]:
     if not result.results or stats.get("objectives"):
         return []
     model = result.specs[0][0]
-    problem = {"gbs": stats["gbs"], "seq_len": stats["seq_len"], "precision": result.results[0]["layout"]["precision"],
+    problem = {"model": model.name, "gbs": stats["gbs"], "seq_len": stats["seq_len"], "precision": result.results[0]["layout"]["precision"],
                "implementation": stats.get("implementation") or {}, "memory_headroom": stats["memory_headroom"]}
     out = []
     for gpu_name in stats["gpu_types"]:

@@ -47,6 +47,19 @@ def test_matching_prefers_the_search_precision_and_own_gpu_count():
     assert matching("llama3-405b", "mi300x", [1024], "bf16", 8192, 1024) == []
 
 
+def test_a_frameworks_variant_of_the_model_is_matched_and_says_how_it_differs():
+    # NeMo 2.0's GPT-3 175B recipes are for GPTConfig175B, which has no dropout (nemo-gpt3-175b).
+    # A search of gpt3-175b (dropout 0.1) still lists them, after any recipe of gpt3-175b itself,
+    # priced on the searched model with a note naming the difference.
+    (first, _), *_ = matching("gpt3-175b", "h100-sxm", [512], "fp8", 2048, 512)
+    assert first["model"] == "nemo-gpt3-175b"
+    res = search("gpt3-175b", 512, "h100", gbs=2048, seq_len=2048, pins={"precision": "fp8"}, top=3)
+    entry = next(e for e in reference_recipes(res) if e["recipe"]["id"] == "nemo-perf-h100-gpt3-175b-fp8-512gpu")
+    assert "model differs: recipe nemo-gpt3-175b (other dropout), priced as the search's gpt3-175b" in entry["notes"]
+    # A different shape is a different model: nothing matches.
+    assert matching("megatron-gpt-145.6b", "h100-sxm", [512], "fp8", 2048, 512) == []
+
+
 def test_main_job_shows_the_405b_recipe():
     res = search("405b", 16384, "h100")
     (entry, *_) = reference_recipes(res)

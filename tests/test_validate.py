@@ -51,11 +51,28 @@ def test_accuracy_on_reference_set_high_confidence(results):
     assert s["per_source"]["torchtitan_bench"]["median_abs_error"] <= 0.10
     # Peak memory where published (torchtitan rows): eager loss (on a vocab shard, PyTorch's
     # loss_parallel decomposition), FSDP buffers and the buffers torch.distributed.pipelining
-    # keeps per micro-batch priced; issue 25's goal is a median <= 8%: measured 4.7% over 16 rows
+    # keeps per micro-batch priced; issue 25's goal is a median <= 8%: measured 6.2% over 16 rows
     # (the 405B 1F1B and CP rows are still under-counted by 13-23%), held here so that it cannot
-    # get worse.
+    # get worse. It was 4.7% until the FP8 attention output's copy was counted (costmodel.memory):
+    # that lifted the 8B FP8 rows from +3% to +6%, the level of their BF16 twins (an over-count
+    # both share), and the FP8 saving under the measured drop (the test below).
     assert s["memory"]["rows"] >= 16
-    assert s["memory"]["median_abs_error"] <= 0.048
+    assert s["memory"]["median_abs_error"] <= 0.063
+
+
+def test_fp8_memory_saving_stays_within_torchtitans_measured_drop(results):
+    # torchtitan's Llama 3 8B FSDP runs (Dec 2024 performance doc) measured peak memory in BF16
+    # eager and with torch.compile + Float8: 82.4 -> 76.8 GiB on 8 GPUs, 67.0 -> 61.8 on 128. The
+    # drop holds FP8's saving and whatever compile's fusion saves on top, so the FP8 saving planner
+    # prices (it keys no memory on compile) cannot be larger. Counting the FP8 linear input as
+    # replacing the BF16 attention output, as planner did, priced 7.6 GiB on both.
+    by_id = {r.id: r for r in results}
+    for bf16, fp8 in (("torchtitan_h100_8b_fsdp_8gpu", "torchtitan_h100_8b_fsdp_compile_fp8_8gpu"),
+                      ("torchtitan_h100_8b_fsdp_128gpu", "torchtitan_h100_8b_fsdp_compile_fp8_128gpu")):
+        a, b = by_id[bf16], by_id[fp8]
+        measured = a.reported_memory_gib - b.reported_memory_gib
+        predicted = a.predicted_memory_gib - b.predicted_memory_gib
+        assert 0.0 < predicted <= measured + 0.25, (bf16, measured, predicted)
 
 
 def test_every_row_is_predicted_or_listed_with_reason(results):

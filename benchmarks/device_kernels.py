@@ -21,7 +21,8 @@ PyTorch's Hopper backends (FlashAttention-2 and cuDNN fused attention), GQA. ``-
 adds or picks others: ``launch`` (dependent tiny kernels, eager and from a CUDA graph), ``layer``
 (one Llama-style layer's forward + backward by micro-batch), ``attention_dims`` (by head dim) and
 ``clock`` (a minute each of a 70B TP 8 layer and of 8192^3 GEMMs, with the SM clock and power
-sampled through NVML: the sustained clock). It writes the JSON after every section, so a run cut
+sampled through NVML: the sustained clock), ``grouped`` (MoE expert GEMMs) and ``saved`` (the bytes an
+attention block keeps for backward, BF16 and FP8, eager and compiled). It writes the JSON after every section, so a run cut
 short keeps what it measured.
 
     python benchmarks/device_kernels.py --summary benchmarks/results/h200_kernel_sweep.json
@@ -381,7 +382,91 @@ def grouped_sweep(out, peak_bf16, dev="cuda"):
             rows.append(row)
 
 
-SECTIONS = ("attention", "gemm", "launch", "layer", "attention_dims", "clock", "grouped")
+class _SavesFp8Input:
+    """A linear layer that keeps only an FP8 copy of its input for the weight gradient, as
+    TransformerEngine's Linear does under FP8 (TE v1.4 module/linear.py saves inputmat or
+    inputmat_t, both FP8); the product itself runs in BF16 (only what is kept is measured)."""
+
+    fn = None
+
+    @classmethod
+    def apply(cls, x, w):
+        if cls.fn is None:
+            class Fn(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, x, w):
+                    scale = 448.0 / x.detach().abs().amax().float().clamp(min=1e-12)
+                    ctx.save_for_backward((x.float() * scale).to(torch.float8_e4m3fn), scale, w)
+                    return x @ w.t()
+
+                @staticmethod
+                def backward(ctx, g):
+                    x8, scale, w = ctx.saved_tensors
+                    x = (x8.float() / scale).to(g.dtype)
+                    return g @ w, g.reshape(-1, g.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
+            cls.fn = Fn
+        return cls.fn.apply(x, w)
+
+
+def saved_activations(out, dev="cuda"):
+    """What an attention block keeps for backward (memory.activation_bytes_per_token's FP8 term):
+    which tensors PyTorch's fused attention kernels save (saved-tensor hooks: is the output among
+    them?), and the bytes an attention + output-projection block holds after forward, per element
+    of the attention output: with a BF16 projection, with one that keeps an FP8 copy of its input
+    (TransformerEngine's rule), and the latter under torch.compile (its partitioner picks what to
+    keep). q, k, v are [B, S, H, D] in memory (Megatron's sbhd-like layout) so the output reaches
+    the projection without a copy."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    B, S, H, D = 2, 4096, 32, 128
+    hid = H * D
+    rows = out.setdefault("saved_activations", [])
+
+    def qkv():
+        return [torch.randn(B, S, H, D, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
+
+    w = torch.randn(hid, hid, device=dev, dtype=torch.bfloat16, requires_grad=True)
+
+    def block(q, k, v, fp8):
+        o = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                             is_causal=True)
+        o = o.transpose(1, 2).reshape(B, S, hid)
+        return _SavesFp8Input.apply(o, w) if fp8 else o @ w.t()
+
+    compiled = torch.compile(lambda q, k, v: block(q, k, v, True))
+    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        row = {"backend": name, "B": B, "S": S, "H": H, "D": D}
+        try:
+            with sdpa_kernel(backend):
+                q, k, v = qkv()
+                saved = []
+                with torch.autograd.graph.saved_tensors_hooks(
+                        lambda t: (saved.append((tuple(t.shape), str(t.dtype), t.numel() * t.element_size(),
+                                                 t.data_ptr())), t)[1], lambda t: t):
+                    o = torch.nn.functional.scaled_dot_product_attention(
+                        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+                row["sdpa_saved"] = [{"shape": s_, "dtype": d_, "bytes": n_, "is_output": p_ == o.data_ptr()}
+                                     for s_, d_, n_, p_ in saved]
+                del o
+                for label, fn in (("bf16_proj", lambda q, k, v: block(q, k, v, False)),
+                                  ("fp8_copy_proj", lambda q, k, v: block(q, k, v, True)),
+                                  ("fp8_copy_proj_compiled", compiled)):
+                    for _ in range(2):  # the second pass is measured (compile and allocator warm)
+                        q, k, v = qkv()
+                        torch.cuda.synchronize()
+                        base = torch.cuda.memory_allocated()
+                        y = fn(q, k, v)
+                        torch.cuda.synchronize()
+                        held = torch.cuda.memory_allocated() - base - y.numel() * y.element_size()
+                        y.float().sum().backward()
+                        del y, q, k, v
+                    row[label + "_bytes_per_output_element"] = held / (B * S * hid)
+        except Exception as err:  # noqa: BLE001 - report and go on
+            row["error"] = str(err)[:300]
+        rows.append(row)
+
+
+SECTIONS = ("attention", "gemm", "launch", "layer", "attention_dims", "clock", "grouped", "saved")
 
 
 def sweep(args) -> None:
@@ -397,7 +482,7 @@ def sweep(args) -> None:
            "launch": lambda: launch_costs(out), "layer": lambda: layer_sweep(out, args.peak_bf16),
            "attention_dims": lambda: attention_dims(out, args.peak_bf16),
            "clock": lambda: sustained_clock(out, args.peak_bf16, args.clock_seconds),
-           "grouped": lambda: grouped_sweep(out, args.peak_bf16)}
+           "grouped": lambda: grouped_sweep(out, args.peak_bf16), "saved": lambda: saved_activations(out)}
     for section in args.sections.split(","):
         run[section]()
         save()
@@ -446,6 +531,18 @@ def summary(path: str) -> None:
             print(f"{what} for {sc['samples'][-1]['s']:.0f} s: first half-second {sc.get('first_sample_fraction', float('nan')):.3f} "
                   f"of peak, second half {sc['fraction_of_peak']:.3f} ({med['tflops']:.0f} TFLOP/s) at {med['sm_mhz']:.0f} "
                   f"of {sc['max_sm_mhz']} MHz, {med['watts']:.0f} of {sc['power_limit_watts']:.0f} W, {med['celsius']:.0f} C")
+    if d.get("saved_activations"):
+        print("attention + output projection, bytes kept after forward per element of the attention output "
+              "(q, k, v excluded):")
+        for r in d["saved_activations"]:
+            if "error" in r:
+                print(f"  {r['backend']:>6}: {r['error'][:100]}")
+                continue
+            outs = [s for s in r["sdpa_saved"] if s["is_output"]]
+            print(f"  {r['backend']:>6}: the kernel keeps its output: {'yes' if outs else 'no'}; BF16 projection "
+                  f"{r['bf16_proj_bytes_per_output_element']:.2f}, FP8-copy projection "
+                  f"{r['fp8_copy_proj_bytes_per_output_element']:.2f}, the same compiled "
+                  f"{r['fp8_copy_proj_compiled_bytes_per_output_element']:.2f}")
     if d.get("layer_sweep"):
         print("one layer forward + backward, us per token (eager / CUDA graph):")
         for r in d["layer_sweep"]:

@@ -80,7 +80,13 @@ def activation_bytes_per_token(model: ModelSpec, tp, sp, moe_layer: bool, fp8=Fa
     # nothing else, so they shrink to 1 byte. The output projection's input is the attention
     # output, which a fused attention kernel keeps in BF16 for its own backward (TE
     # FusedAttnFunc and flash-attn save q, k, v and out): its FP8 copy comes on top (+a*d_v);
-    # under unfused attention nothing else holds it, so it shrinks like the others.
+    # under unfused attention nothing else holds it, so it shrinks like the others. Measured on a
+    # lent H200 (benchmarks/device_kernels.py --sections saved -> benchmarks/results/
+    # h200_saved_activations.json): PyTorch's flash and cuDNN kernels keep their output, and an
+    # attention block holds 2.03 bytes per output element with a BF16 projection, 3.03 with one
+    # that keeps an FP8 copy as TE's does. Compiled by torch.compile the same block holds 2.03:
+    # the partitioner recasts in backward. planner prices every FP8 run by TE's rule, so a
+    # compiled one (torchtitan + torch.compile) is over-counted by a*d_v/t per token per layer.
     if model.moe is not None and moe_layer:
         down_in = model.moe.top_k * imbalance * float(model.moe.expert_ffn_hidden_size)
     else:

@@ -3,13 +3,15 @@
 ``planner/data/recipes.json`` catalogs the layouts framework teams publish per model, GPU type
 and GPU count (NeMo's performance-script configs, the Megatron-Bridge performance tables), each
 with its source: repo, file, commit and the row quoted. When a search's problem matches one
-(same model and GPU type), ``reference_recipes`` prices that recipe as ``planner evaluate``
+(same GPU type, and the same model or a framework's variant of it: a preset of the same shape,
+``model_differences``), ``reference_recipes`` prices that recipe as ``planner evaluate``
 would, under the search's batch, precision and implementation settings, and says where it would
 rank among the layouts the search found fitting and how far behind #1 it is predicted.
 
 Matching: the recipe at the search's GPU count if there is one, else the nearest count with DP
 scaled (TP, PP, CP, VPP, EP and micro-batch kept; the notes say so); a recipe in the search's
-precision before one in another; at most ``SHOWN`` distinct layouts per GPU type.
+precision before one in another, one of the searched model before a variant's (whose notes name
+what differs: it is priced as the searched model); at most ``SHOWN`` distinct layouts per GPU type.
 """
 
 from __future__ import annotations

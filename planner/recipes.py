@@ -122,7 +122,7 @@ def _notes(recipe: dict, gpus: int, problem: dict) -> list[str]:
     notes = []
     if recipe["model"] != problem["model"]:
         diff = model_differences(recipe["model"], problem["model"])
-        notes.append(f"model differs: recipe {recipe['model']} (other {', '.join(diff) or 'name'}), priced as the "
+        notes.append(f"model differs: recipe {recipe['model']} (its {', '.join(diff) or 'name'} differs), priced as the "
                      f"search's {problem['model']}")
     if gpus != recipe["gpus"]:
         split = recipe["layout"]["tp"] * recipe["layout"]["pp"] * recipe["layout"]["cp"]

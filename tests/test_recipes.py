@@ -55,7 +55,7 @@ def test_a_frameworks_variant_of_the_model_is_matched_and_says_how_it_differs():
     assert first["model"] == "nemo-gpt3-175b"
     res = search("gpt3-175b", 512, "h100", gbs=2048, seq_len=2048, pins={"precision": "fp8"}, top=3)
     entry = next(e for e in reference_recipes(res) if e["recipe"]["id"] == "nemo-perf-h100-gpt3-175b-fp8-512gpu")
-    assert "model differs: recipe nemo-gpt3-175b (other dropout), priced as the search's gpt3-175b" in entry["notes"]
+    assert "model differs: recipe nemo-gpt3-175b (its dropout differs), priced as the search's gpt3-175b" in entry["notes"]
     # A different shape is a different model: nothing matches.
     assert matching("megatron-gpt-145.6b", "h100-sxm", [512], "fp8", 2048, 512) == []
 

@@ -60,25 +60,28 @@ def matching(model: str, gpu: str, counts: list[int], precision: str, seq_len: i
     return out[:SHOWN]
 
 
-_SHAPE = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size")
+_SAME_MODEL = ("num_layers", "hidden_size", "num_attention_heads", "kv_heads", "head_size", "ffn_hidden_size",
+               "experts", "multi-latent")
+"""What ``planner.launch.models.differences`` may name that makes another model, not a variant of it."""
 
 
 @functools.lru_cache(maxsize=None)
 def model_differences(recipe_model: str, model: str) -> tuple | None:
     """The architecture fields in which the recipe's model preset differs from the searched one,
-    when both have the same shape (a framework's variant of the model, e.g. NeMo 2.0's GPT-3
-    175B without dropout); None when the shapes differ or a name is not a preset."""
+    when both have the same shape and vocabulary (a framework's variant of the model, e.g. NeMo
+    2.0's GPT-3 175B without dropout); None when they do not or a name is not a preset."""
     from hardware_catalog import get_model
     from hardware_catalog.errors import PlannerInputError
+    from planner.launch.models import differences
 
     try:
         a, b = get_model(recipe_model), get_model(model)
     except PlannerInputError:
         return None
-    if any(getattr(a, f) != getattr(b, f) for f in _SHAPE):
+    fields = tuple(d.split()[0] for d in differences(a, b))
+    if a.vocab_size != b.vocab_size or any(f in _SAME_MODEL for f in fields):
         return None
-    skip = {"name", "aliases", "source", "params_published", "default_tokens_per_batch", "default_seq_len"}
-    return tuple(f for f in type(a).model_fields if f not in skip and getattr(a, f) != getattr(b, f))
+    return fields
 
 
 def _fixed(recipe: dict, dp: int, problem: dict) -> dict:

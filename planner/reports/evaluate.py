@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from costmodel.options import setting_labels
 from costmodel.result import MEMORY_TERMS, TIME_TERMS
-from planner.reports.search_notes import below_bf16
+from planner.reports.search_notes import MFU_BASIS_EVALUATE, below_bf16
 
 TERM_LABELS = {
     "compute": "compute (fwd+bwd GEMMs, attention, elementwise)",
@@ -138,8 +138,7 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
         f"tokens/s/GPU {rec['tokens_per_s_per_gpu']:,.0f}   MFU {rec['mfu'] * 100:.1f}%   HFU {rec['hfu'] * 100:.1f}%"
     )
     if below_bf16([rec]):
-        lines.append(f"{'MFU, HFU':<14}over the dense BF16 peak, FP8 compute included (torchtitan's basis); "
-                     f"an FP8 GEMM's dense peak is twice that")
+        lines.append(f"{'MFU, HFU':<14}{MFU_BASIS_EVALUATE}")
     lines += uncertainty_lines(rec)
     lines.append("")
     lines.append(f"{'time per step':<46}{'seconds':>10}{'share':>8}")

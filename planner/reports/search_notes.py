@@ -80,7 +80,10 @@ def _envelope_lines(rows: list[dict], footnotes: list[str], stats: dict) -> list
 
 MFU_BASIS = ("MFU: model FLOPs per second over the GPUs' dense BF16 peak, FP8 rows included, as torchtitan "
              "reports it; an FP8 GEMM's dense peak is twice that")
-"""Said under a table or an evaluation that prices FP8 compute, where MFU's basis is ambiguous:
+MFU_BASIS_EVALUATE = ("over the dense BF16 peak, FP8 compute included (torchtitan's basis); an FP8 GEMM's dense "
+                      "peak is twice that")
+"""Said under a table (``MFU_BASIS``) or beside an evaluation's MFU and HFU (``MFU_BASIS_EVALUATE``) that
+prices FP8 compute, where MFU's basis is ambiguous:
 torchtitan divides by the BF16 peak whatever the precision (torchtitan/tools/utils.py get_peak_flops,
 "hardcoded BF16 type peak flops"; components/metrics.py), and so does planner
 (costmodel/utilization.py). "Twice": the dense FP8 rate of every GPU in hardware_catalog/data/gpus.toml

@@ -163,15 +163,17 @@ def price_recipe(result, recipe: dict, specs: tuple, gpus: int, problem: dict) -
     rec["rank"] = result.rank_of(rec) if fits else None
     out.update(record=rec, fits=bool(fits), rank=rec["rank"], fitting=int(len(result.fitting_keys)),
                behind_best=rec["tokens_per_s_per_gpu"] / best["tokens_per_s_per_gpu"] - 1,
-               ties_best=_overlaps(rec, best))
+               ties_best=_overlaps(rec, best), outside_search=outside_search(rec["layout"], problem.get("pins") or {}))
     if not fits:
         out["reason"] = f"needs {rec['memory_gib']['peak']:.1f} GiB per GPU, over the {limit:.1f} GiB limit"
     return out
 
 
 def _overlaps(rec: dict, best: dict) -> bool:
-    """The recipe's 80% interval on step time overlaps #1's."""
-    return rec["step_time_s_interval"]["p10"] <= best["step_time_s_interval"]["p90"]
+    """The recipe's 80% interval on step time overlaps #1's, on either side: unlike a search
+    row, a recipe may be predicted faster than #1."""
+    a, b = rec["step_time_s_interval"], best["step_time_s_interval"]
+    return a["p10"] <= b["p90"] and b["p10"] <= a["p90"]
 
 
 def reference_recipes(result) -> list[dict]:
@@ -181,7 +183,8 @@ def reference_recipes(result) -> list[dict]:
         return []
     model = result.specs[0][0]
     problem = {"model": model.name, "gbs": stats["gbs"], "seq_len": stats["seq_len"], "precision": result.results[0]["layout"]["precision"],
-               "implementation": stats.get("implementation") or {}, "memory_headroom": stats["memory_headroom"]}
+               "implementation": stats.get("implementation") or {}, "memory_headroom": stats["memory_headroom"],
+               "pins": stats.get("pins") or {}}
     out = []
     for gpu_name in stats["gpu_types"]:
         # The specs the search priced (a cluster file's cluster has no catalog name to look up).
@@ -194,6 +197,16 @@ def reference_recipes(result) -> list[dict]:
                                      best["gpus"]):
             out.append(price_recipe(result, recipe, specs, gpus, problem))
     return out
+
+
+def outside_search(layout: dict, pins: dict) -> str:
+    """Which of the recipe's values the search did not try: knobs the user pinned to another
+    value first (``stats["pins"]``, option names), then values outside the default domains."""
+    from costmodel.options import OPTIONS_BY_NAME
+
+    found = [f"{OPTIONS_BY_NAME[k].flag} {layout[k]} (pinned {v})" for k, v in pins.items()
+             if k in OPTIONS_BY_NAME and k in layout and layout[k] is not None and layout[k] != v]
+    return ", ".join(found) or outside_domain(layout)
 
 
 def outside_domain(layout: dict) -> str:
@@ -227,7 +240,7 @@ def format_recipes(entries: list[dict], fitting_label: str) -> list[str]:
             tie = "; its interval overlaps #1's" if e["ties_best"] else ""
             where = (f"{-e['behind_best'] * 100:.0f}% behind #1" if e["behind_best"] <= 0 else
                      f"{e['behind_best'] * 100:.0f}% ahead of #1 (it uses a value the search does not try: "
-                     f"{outside_domain(r['layout'])})")
+                     f"{e.get('outside_search') or outside_domain(r['layout'])})")
             lines.append(f"    rank {e['rank']:,} of {e['fitting']:,} {fitting_label}; predicted {where} in tokens/s/GPU{tie}")
         elif e.get("reason"):
             lines.append(f"    not ranked: {e['reason']}")

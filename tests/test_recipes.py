@@ -131,3 +131,21 @@ def test_recipes_with_a_cluster_file():
     res = search("llama3-70b", 64, cluster=str(cluster), gbs=128, seq_len=8192, top=2)
     ids = [e["recipe"]["id"] for e in reference_recipes(res)]
     assert "nemo-perf-h100-llama3-70b-bf16-64gpu" in ids
+
+
+def test_recipe_ahead_of_a_pinned_search_names_the_pins_and_is_no_tie():
+    """#25's production layout: the search pins TP8 PP16 CP1 with 7-layer end stages, and NeMo's
+    405B recipe (PP8 CP2 VP8) lies outside those pins. Priced faster than #1 with an interval
+    wholly above #1's, it is no tie, and the note names the pins it breaks, not the domains."""
+    from planner.recipes import format_recipes
+
+    pins = {"tp": 8, "pp": 16, "cp": 1, "recompute": "none", "pp_first_layers": 7, "pp_last_layers": 7}
+    res = search("405b", 16384, "h100", gbs=2048, seq_len=8192, pins=pins, top=1)
+    (entry,) = [e for e in reference_recipes(res) if e["recipe"]["id"] == "nemo-perf-h100-llama31-405b-bf16-1024gpu"]
+    best = res.results[0]
+    assert entry["behind_best"] > 0
+    lo = entry["record"]["tokens_per_s_per_gpu_interval"]["p10"]
+    hi = best["tokens_per_s_per_gpu_interval"]["p90"]
+    assert (entry["ties_best"], lo > hi) == (False, True)
+    text = "\n".join(format_recipes([entry], "layouts that fit"))
+    assert "--pp 8 (pinned 16), --cp 2 (pinned 1)" in text and "overlaps" not in text

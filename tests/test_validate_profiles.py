@@ -573,3 +573,28 @@ def test_aleph_alpha_codebase_runs_without_sequence_parallelism_unless_stated():
     row = copy.deepcopy(next(r for r in group_rows(sheet) if r["layout"]["sequence_parallel"]))
     row["layout"]["tp"] = row["layout"]["dp"] = None
     assert "sequence_parallel" not in map_run(row).pins
+
+
+def test_aleph_alpha_codebase_keeps_bf16_gradients_and_reduces_them_after_the_last_micro_batch():
+    """Aleph-Alpha/scaling: gradients stay in the BF16 parameters' dtype (parameter_group.py) and are
+    all-reduced in Optimizer.step, after every micro-batch's backward (optimizer.py). Hagemann et al.'s
+    Llama 13B ran TP1 PP1 DP64 with full recompute on 80 GB A100s; with FP32 main grads (4 bytes per
+    parameter, 51 GB) it could not have."""
+    from planner.validate.predict import candidates
+    from planner.validate.ranking import group_rows, load_groups
+    from costmodel import evaluate_batch
+    from costmodel.calibration import DEFAULT
+
+    sheet = next(g for g in load_groups(Path("planner/data/ablations.json"))
+                 if g["id"] == "hagemann2023_llama13b_64gpu_fa2")
+    row = next(r for r in group_rows(sheet) if (r["layout"]["tp"], r["layout"]["pp"], r["layout"]["micro_batch_size"])
+               == (1, 1, 1) and r["layout"]["activation_recompute"].startswith("full"))
+    run = map_run(row)
+    assert run.pins["grad_dtype"] == "bf16" and run.pins["dp_comm_overlap"] is False
+    # Parameters by hand: untied 64000 x 5120 embedding and head, 40 layers of 4h^2 (q, k, v, o) +
+    # 3 h x 13824 (SwiGLU) + 2 h (RMSNorm scales), and the final norm.
+    h, f, layers, vocab = 5120, 13824, 40, 64000
+    params = 2 * vocab * h + layers * (4 * h * h + 3 * h * f + 2 * h) + h
+    out = evaluate_batch(run.model, run.cluster, candidates(run), gpu=run.gpu, calib=DEFAULT)
+    assert np.allclose(out.memory_gib["gradients"], 2 * params / 2**30, rtol=1e-3)  # 24.4 GiB, not 48.7
+    assert out.fits.any()

@@ -564,6 +564,18 @@ PROFILES: tuple[Profile, ...] = (
               source="Aleph-Alpha/scaling src/scaling/core/topology/topology_config.py: TopologyConfig."
                      "sequence_parallel defaults to False; Hagemann et al. 2023 turn it on only in the sweeps "
                      "that vary it (their seqpara sheets)"),
+        Entry({"dp_comm_overlap": False}, "data-parallel gradient all-reduce in the optimizer step, after the last "
+              "micro-batch",
+              source="Aleph-Alpha/scaling src/scaling/core/optimizer/optimizer.py: Optimizer.step calls "
+                     "allreduce_gradients once every micro-batch's backward has run; allreduce.py "
+                     "allreduce_no_retain then reduces the flattened gradients bucket by bucket"),
+        Entry({"grad_dtype": "bf16"}, "gradients kept in BF16 on the parameters",
+              source="Aleph-Alpha/scaling src/scaling/core/optimizer/parameter_group.py: gradients accumulate in the "
+                     "parameters' own dtype and only the rank's ZeRO slice is copied to FP32 in step_prequel "
+                     "('each data-parallel worker will still have all original-precision weights as well as "
+                     "gradients'). allreduce.py allreduce_tensor_in_float32 all-reduces each bucket in FP32, twice "
+                     "the bytes of the BF16 reduce-scatter planner prices, so the row's data-parallel traffic stays "
+                     "under-counted"),
     )),
     Profile("Composer/llm-foundry (2024)", r"composer|llm-foundry", (
         Entry({"kernels": "eager"}, _EAGER_STATED.assumption,

@@ -206,7 +206,8 @@ class ActivationBytes:
     """Bytes per logit alive at the loss (``compute.logit_bytes``, by loss kernel)."""
     working_dense: np.ndarray
     """A dense layer's activations rebuilt at once in backward under full recompute, per
-    micro-batch (0 without it)."""
+    micro-batch; without it, the unfused attention scores selective recompute rebuilds (0
+    when neither applies)."""
 
 
 def activation_bytes(ctx, selective) -> ActivationBytes:
@@ -215,11 +216,9 @@ def activation_bytes(ctx, selective) -> ActivationBytes:
     model, batch, tp, sp, fp8 = ctx.model, ctx.batch, ctx.tp, ctx.sp, ctx.fp8
     # Stored attention scores (unfused attention only) unless selective recompute drops them.
     unfused = unfused_attention(batch)
-    scores = (
-        np.where(selective.has("core_attn") == 1, 0.0, attention_scores_bytes_per_token(model, tp, batch.seq_len, unfused))
-        if unfused.any()
-        else 0.0
-    )
+    all_scores = attention_scores_bytes_per_token(model, tp, batch.seq_len, unfused) if unfused.any() else 0.0
+    dropped = selective.has("core_attn") == 1
+    scores = np.where(dropped, 0.0, all_scores)
     a_dense = activation_bytes_per_token(model, tp, sp, moe_layer=False, fp8=fp8, fused_attention=~unfused) + scores
     if model.hybrid_layers:  # the average Mamba / attention / MLP pattern layer (costmodel.ssm)
         from costmodel import ssm
@@ -236,8 +235,10 @@ def activation_bytes(ctx, selective) -> ActivationBytes:
         moe=a_moe,
         full=full_recompute_bytes_per_token(model, tp, sp),
         logit=logit_bytes(batch),
-        # Full recompute rebuilds one layer's activations at a time during backward.
-        working_dense=np.where(ctx.full, ctx.tokens_mb * a_dense, 0.0),
+        # Full recompute rebuilds one layer's activations at a time during backward; selective
+        # recompute of unfused attention rebuilds one layer's scores (Korthikanti et al. 2022
+        # Sec. 4.2: the 5as term is recomputed, so it is alive for one layer at a time).
+        working_dense=np.where(ctx.full, ctx.tokens_mb * a_dense, np.where(dropped, ctx.tokens_mb * all_scores, 0.0)),
     )
 
 
@@ -251,7 +252,7 @@ def stage_activations(ctx, act: ActivationBytes, share, n_dense, n_moe, rank):
         working = act.working_dense
     else:
         kept = tokens_mb * (share * (n_dense + n_moe) * act.full + (1.0 - share) * (n_dense * act.dense + n_moe * act.moe))
-        working = np.where(full, tokens_mb * np.maximum(act.dense, np.where(n_moe > 0, act.moe, 0.0)), 0.0)
+        working = np.where(full, tokens_mb * np.maximum(act.dense, np.where(n_moe > 0, act.moe, 0.0)), act.working_dense)
     if np.any(ctx.batch.cpu_offload_layers > 0):  # offloaded layers' activations wait in host memory
         from costmodel import offload
 

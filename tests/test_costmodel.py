@@ -283,6 +283,19 @@ def test_unfused_attention_is_slower_than_flash(h100):
     assert unfused.memory_gib["activations"][0] > flash.memory_gib["activations"][0]
 
 
+def test_selective_recompute_of_unfused_attention_holds_one_layers_scores(h100):
+    # Selective recompute drops the scores from what each layer keeps (Korthikanti Sec. 4.2), but
+    # rebuilds them one layer at a time: the peak holds one layer's 5as/t bytes per token (GPT has
+    # dropout: softmax output 2 B, mask 1 B, dropout output 2 B per score) over the flash layout's.
+    s, t, a = 8192, 8, GPT.num_attention_heads
+    lay = dict(tp=t, pp=1, dp=1, mbs=1, gbs=8, seq_len=s, recompute="selective")
+    flash = evaluate(GPT, h100, Layout(**lay))
+    unfused = evaluate(GPT, h100, Layout(attention="unfused", **lay))
+    one_layer = 5 * a * s / t * s / 2**30
+    extra = unfused.memory_gib["activations"][0] - flash.memory_gib["activations"][0]
+    assert extra == pytest.approx(one_layer, rel=1e-6)
+
+
 LLAMA2_7B = ModelSpec(  # Llama 2 7B: MHA (32 KV heads), SwiGLU 11008, no dropout
     name="llama2-7b-test", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=32,
     ffn_hidden_size=11008, vocab_size=32000, default_seq_len=4096,

@@ -368,6 +368,12 @@ def test_a_measurement_beyond_the_gpu_peak_is_refused_with_the_bound(tmp_path):
     path = _runs_file(tmp_path, [{**GOOD, "id": "fast", "tokens_per_s_per_gpu": 50_000}, {**GOOD, "id": "ok"}])
     code, out, err = run_cli("validate", "--runs", str(path))
     assert code == 0 and "not mapped: fast: 50,000 tokens/s/GPU is implausible" in out
+    # A BF16 row is held to the dense BF16 peak (989.4 TFLOP/s): 30,000 tokens/s/GPU is 136% MFU.
+    assert tokens_per_s_per_gpu_limit(model, gpu, "bf16") == pytest.approx(989.4e12 / (6 * n), rel=0.01)
+    path = _runs_file(tmp_path, [{**GOOD, "id": "bf16", "precision": "bf16", "tokens_per_s_per_gpu": 30_000},
+                                 {**GOOD, "id": "fp8", "precision": "fp8", "tokens_per_s_per_gpu": 30_000}])
+    code, out, err = run_cli("validate", "--runs", str(path))
+    assert code == 0 and "not mapped: bf16: 30,000 tokens/s/GPU is implausible" in out and "not mapped: fp8" not in out
 
 
 @pytest.mark.parametrize("gpu, cluster, domain", [("GB300", "gb300-nvl72", 72), ("B300", "dgx-b300", 8)])

@@ -80,22 +80,37 @@ MEMORY_SLACK = 1.1
 reserve mix-ups) before it is refused as impossible."""
 
 
-def tokens_per_s_per_gpu_limit(model, gpu) -> float:
+def peak_for_precision(gpu, precision: str = "") -> float:
+    """The highest dense tensor peak (TFLOP/s) a run in ``precision`` (the row's text) can use: a
+    16-bit run the BF16 peak, an FP8 run the FP8 one, a 4-bit run the FP4 one; a text naming none
+    of them, the highest the GPU has."""
+    text = str(precision or "").lower()
+    fp8 = max(gpu.bf16_tflops, gpu.fp8_tflops or 0.0)
+    if "fp4" in text or "4bit" in text or "4-bit" in text:
+        return max(fp8, gpu.fp4_tflops or 0.0)
+    if "fp8" in text or "float8" in text:
+        return fp8
+    if any(k in text for k in ("bf16", "fp16", "16-bit", "bfloat16", "float16", "half", "fp32", "tf32")):
+        return gpu.bf16_tflops
+    return max(fp8, gpu.fp4_tflops or 0.0)
+
+
+def tokens_per_s_per_gpu_limit(model, gpu, precision: str = "") -> float:
     """The most tokens/s/GPU physics allows: every token costs at least 6N training FLOPs (N the
-    active matmul weights; Kaplan et al. 2020 Sec. 2.1), done at no more than the GPU's highest
-    dense tensor peak (FP8 where it has one, else BF16): implied MFU <= 100%."""
+    active matmul weights; Kaplan et al. 2020 Sec. 2.1), done at no more than the GPU's dense
+    tensor peak in the row's precision (``peak_for_precision``): implied MFU <= 100%."""
     from costmodel.params import count_params
 
-    peak = max(gpu.bf16_tflops, gpu.fp8_tflops or 0.0)
-    return peak * 1e12 / (6.0 * count_params(model).matmul_active)
+    return peak_for_precision(gpu, precision) * 1e12 / (6.0 * count_params(model).matmul_active)
 
 
-def plausible(value: float, memory_gib: Optional[float], model, gpu) -> None:
+def plausible(value: float, memory_gib: Optional[float], model, gpu, precision: str = "") -> None:
     """ValueError naming the bound when a row's measurement is impossible on its GPU."""
-    limit = tokens_per_s_per_gpu_limit(model, gpu)
+    limit = tokens_per_s_per_gpu_limit(model, gpu, precision)
     if value > limit:
-        peak = max(gpu.bf16_tflops, gpu.fp8_tflops or 0.0)
-        raise ValueError(f"{value:,.0f} tokens/s/GPU is implausible: {gpu.name}'s dense peak of {peak:g} TFLOP/s "
+        peak = peak_for_precision(gpu, precision)
+        what = f" {precision}" if precision else ""
+        raise ValueError(f"{value:,.0f} tokens/s/GPU is implausible: {gpu.name}'s dense{what} peak of {peak:g} TFLOP/s "
                          f"allows at most {limit:,.0f} for {model.name} (6N FLOPs per token; MFU <= 100%)")
     if memory_gib is not None and memory_gib > gpu.memory_gib * MEMORY_SLACK:
         raise ValueError(f"peak memory {memory_gib:,.1f} GiB is implausible: {gpu.name} has {gpu.memory_gib:g} GiB")
@@ -106,7 +121,7 @@ def reported(row, model, gpu, gpus: int, gbs: Optional[int], seq: int) -> Report
     the notes saying how, and its peak memory in GiB; ValueError for an impossible measurement
     (``plausible``)."""
     out = _reported(row, model, gpu, gpus, gbs, seq)
-    plausible(out.tokens_per_s_per_gpu, out.memory_gib, model, gpu)
+    plausible(out.tokens_per_s_per_gpu, out.memory_gib, model, gpu, str(row.layout.precision or ""))
     return out
 
 

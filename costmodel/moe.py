@@ -111,8 +111,10 @@ def expert_load(batch: LayoutBatch) -> np.ndarray:
     ``moe_imbalance`` when dropless; at most the capacity factor F when tokens past capacity are
     dropped (Megatron-Core moe_utils.get_capacity: F x tokens x top_k / experts per expert); F
     exactly when every expert is padded to its capacity (token_dispatcher.py drop_and_pad), a
-    rank loaded below capacity running padding rows too."""
-    imbalance = np.asarray(batch.moe_imbalance, dtype=np.float64)
+    rank loaded below capacity running padding rows too. The busiest of ep ranks holds at most
+    every routed token, ep times the mean, so the imbalance is capped at ep (at EP 1 the one rank
+    is the mean)."""
+    imbalance = np.minimum(np.asarray(batch.moe_imbalance, dtype=np.float64), np.asarray(batch.ep, dtype=np.float64))
     factor = np.asarray(batch.moe_capacity_factor, dtype=np.float64)
     capped = np.where(factor > 0.0, np.minimum(imbalance, factor), imbalance)
     return np.where(padded_to_capacity(batch), factor, capped)

@@ -572,6 +572,7 @@ class Layout:
     """Load imbalance of the router: the busiest EP rank's routed tokens over the balanced
     mean. Every rank waits for the busiest one at the combine all-to-all, so its expert GEMMs,
     its received all-to-all bytes and its expert activations set the pace (costmodel.moe).
+    Capped at ep: the busiest of ep ranks holds at most every routed token (at EP 1, none waits).
     1.0 is the forced balance of published MoE benchmarks (Megatron
     --moe-router-force-load-balancing)."""
     moe_capacity_factor: float = option(

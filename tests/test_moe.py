@@ -47,6 +47,12 @@ def test_tokens_per_expert_on_the_busiest_rank():
     # The busiest rank at imbalance 1.5 gets 1.5x: 3072 per expert.
     busy = moe.moe_shape(QWEN3_30B, _batch(ep=8, dp=8, moe_imbalance=1.5), 4096.0, 1.0)
     assert busy.tokens_per_expert[0] == 3072.0
+    # The busiest of 8 ranks holds at most every routed token, 8x the mean: 16 x 2048 x 8 / 16 per
+    # expert at any imbalance above 8; at EP 1 the one rank is the mean, whatever the router does.
+    most = moe.moe_shape(QWEN3_30B, _batch(ep=8, dp=8, moe_imbalance=64.0), 4096.0, 1.0)
+    assert most.tokens_per_expert[0] == 2048.0 * 8 and most.routed_tokens[0] == 4096 * 8 * 8
+    alone = moe.moe_shape(QWEN3_30B, _batch(ep=1, dp=8, moe_imbalance=2.0), 4096.0, 1.0)
+    assert alone.routed_tokens[0] == 4096 * 8 and alone.local_experts[0] == 128.0
 
 
 def test_expert_gemm_efficiency_follows_deepgemm_tables():

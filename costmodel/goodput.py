@@ -418,10 +418,16 @@ def _f(x) -> float:
     return float(np.asarray(x).reshape(-1)[0])
 
 
+NEVER_FINISHES_GOODPUT = 1e-3
+"""Goodput below which a run is refused as never finishing (more than 1,000 x its training time in
+wall time): the failures outpace the checkpoints, and the day count stops meaning anything."""
+
+
 def _never_finishes(gpus, mtbf_s, restart_s, interval_s, save_s, inputs: RunInputs) -> None:
-    """One line instead of a division by zero: Daly's expected wall time ``M e^(R/M) (e^((tau + C)/M)
-    - 1) / tau`` per useful second overflows a double once ``(R + tau + C) / M`` passes ~709, i.e. the
-    job fails far more often than it can restart and save: the run never finishes."""
+    """One line instead of a division by zero or a day count of many digits: Daly's expected wall
+    time ``M e^(R/M) (e^((tau + C)/M) - 1) / tau`` per useful second overflows a double once
+    ``(R + tau + C) / M`` passes ~709, and passes 1,000 (``NEVER_FINISHES_GOODPUT``) well before:
+    the job fails far more often than it can restart and save, or than it checkpoints."""
     from hardware_catalog.errors import PlannerInputError
 
     given = inputs.checkpoint_interval_min is not None
@@ -454,7 +460,7 @@ def run_block(record: dict, model, cluster, gpu, inputs: RunInputs) -> dict:
     # as GPU-hours are counted: 4 GPUs of an 8-GPU node draw half of it, not all.
     it_watts = gpus * hw.watts_per_gpu
     mtbf = _f(g.mtbf_s)
-    if not _f(g.goodput) > 0.0:
+    if not _f(g.goodput) >= NEVER_FINISHES_GOODPUT:
         _never_finishes(gpus, mtbf, _f(g.restart_s) + _f(g.lost_extra_s), _f(g.interval_s), _f(g.save_s), inputs)
     out = {
         "inputs": {**inputs.to_dict(), "checkpoint_write_gbps": _f(write_bw), "checkpoint_read_gbps": _f(read_bw),

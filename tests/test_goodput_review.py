@@ -128,6 +128,21 @@ def test_a_near_zero_bandwidth_is_one_line_without_warnings():
     assert len(lines) == 1 and "never finishes" in lines[0] and "--checkpoint-*-gbps" in lines[0], res.output
 
 
+def test_an_interval_far_past_the_mtbf_is_one_line_not_a_day_count_of_many_digits():
+    """--checkpoint-interval-min 100000 (69 days) on 1,024 GPUs (a job MTBF of 50,677 GPU-hours /
+    1,024 = 49.5 h): Daly's wall time per useful second is ~e^(tau / M) = e^(6e6 s / 1.78e5 s) = e^34,
+    a goodput of ~1e-13 and a run of 1e15 days. Refused as never finishing, not printed."""
+    res = _cli("evaluate", "--model", "8b", "--gpus", "1024", "--gpu", "h100", "--recompute", "full", "--gbs", "1024",
+               "--train-tokens", "100T", "--checkpoint-interval-min", "100000")
+    assert res.exit_code == 2, res.output
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and "never finishes" in lines[0] and "lower --checkpoint-interval-min" in lines[0]
+    # An interval of a day on the same job is an answer.
+    ok = _cli("evaluate", "--model", "8b", "--gpus", "1024", "--gpu", "h100", "--recompute", "full", "--gbs", "1024",
+              "--train-tokens", "100T", "--checkpoint-interval-min", "1440")
+    assert ok.exit_code == 0 and "days for 100T tokens" in ok.output
+
+
 # ------------------------------------------------------------------------------ async interval
 
 

@@ -188,6 +188,20 @@ class Option:
     recorded: bool = True
     """False for an internal column that records never show: it is resolved into a recorded
     option first (``recompute_share`` -> ``recompute_layers``, ``costmodel.record``)."""
+    applies_with: str = ""
+    """The layout the setting has an effect in, "" for every one: "zero3" (zero = 3) or "fp8"
+    (precision fp8). Elsewhere the cost model ignores it, so summaries and headers leave it out
+    (``applies``)."""
+
+    def applies(self, values) -> bool:
+        """Whether the setting has an effect in the layout ``values`` (a dict or an object with
+        the layout's attributes)."""
+        get = values.get if isinstance(values, dict) else lambda k, d=None: getattr(values, k, d)
+        if self.applies_with == "zero3":
+            return get("zero", 1) == 3
+        if self.applies_with == "fp8":
+            return get("precision", "bf16") == "fp8"
+        return True
 
     @property
     def flag(self) -> str:
@@ -630,7 +644,7 @@ class Layout:
         "(tensorwise, amax of the tensor itself) | blockwise (1x128 / 128x128 scales, DeepSeek-V3) | mxfp8 (1x32 "
         "E8M0 block scales; Blackwell) | nvfp4 (4-bit E2M1 GEMMs, 1x16 E4M3 block scales; Blackwell).", kind=CHOICE,
         group=IMPLEMENTATION, choices=FP8_RECIPES, search=SETTING,
-        label="fp8-{value}", phrase="FP8 recipe {value}", phrase_when="set",
+        label="fp8-{value}", phrase="FP8 recipe {value}", phrase_when="set", applies_with="fp8",
         source="TransformerEngine transformer_engine/common/recipe (DelayedScaling, Float8CurrentScaling, "
                "Float8BlockScaling, MXFP8BlockScaling, NVFP4BlockScaling); DeepSeek-V3 report Sec. 3.3.2; OCP MX "
                "spec v1.0", rules=("block_scaling_needs_blackwell",))
@@ -665,7 +679,7 @@ class Layout:
         "flat", "ZeRO-3 implementation: flat (FSDP1 / DeepSpeed flat parameter buffers) | fsdp2 (PyTorch per-parameter "
         "DTensor sharding: copy-out after each all-gather) | megatron (Megatron-FSDP persistent buffers). Applies "
         "with zero = 3.", kind=CHOICE, group=IMPLEMENTATION, choices=FSDP_IMPLS, search=SETTING, label="{value}-FSDP",
-        phrase="FSDP {value}", phrase_when="set",
+        phrase="FSDP {value}", phrase_when="set", applies_with="zero3",
         source="PyTorch torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py (foreach_all_gather_copy_out, "
                "foreach_reduce copy-in); Megatron-Core megatron/core/distributed/fsdp (Megatron-FSDP)")
     """How ZeRO-3 lays out its shards (costmodel.data_parallel): flat (FSDP1 FlatParameter,
@@ -866,7 +880,7 @@ def setting_labels(values: dict) -> list[str]:
     for name in IMPLEMENTATION_OPTIONS:
         opt = OPTIONS_BY_NAME[name]
         value = values.get(name, opt.default)
-        if opt.label and value is not None and value != opt.default:
+        if opt.label and value is not None and value != opt.default and opt.applies(values):
             out.append(opt.label.format(value=value))
     return out
 

@@ -135,6 +135,9 @@ def test_torchtitan_toml_70b():
     r = resolve(launch, gpu="a100", gpus=64)  # the file's comment: a preset for 64 A100 GPUs
     assert r.layout.dp == 8 and r.layout.gbs == 64  # global_batch_size -1: 8 per data-parallel rank
     assert "optimizer.lr" in launch.ignored
+    # A dense BF16 model: torchtitan's FP8 recipe and grouped expert GEMMs do not apply, so they
+    # are not read into the layout (its summary showed 'fp8-current fused-experts').
+    assert "fp8_recipe" not in v and "moe_grouped_gemm" not in v
 
 
 def test_torchtitan_03_command_line(tmp_path):

@@ -93,6 +93,10 @@ def test_setting_labels_follow_the_declarations():
     assert setting_labels({"attention": "flash3", "tp_comm_overlap": True, "grad_dtype": "bf16"}) == \
         ["attn-flash3", "TP-overlap", "bf16-grads"]
     assert setting_labels({name: OPTIONS_BY_NAME[name].default for name in IMPLEMENTATION_OPTIONS}) == []
+    # A setting the layout ignores is not shown: the FSDP flavour below ZeRO-3, the FP8 recipe in BF16.
+    assert setting_labels({"fsdp": "fsdp2", "zero": 1, "fp8_recipe": "mxfp8", "precision": "bf16"}) == []
+    assert setting_labels({"fsdp": "fsdp2", "zero": 3, "fp8_recipe": "mxfp8", "precision": "fp8"}) == \
+        ["fp8-mxfp8", "fsdp2-FSDP"]
 
 
 def _evaluate(*extra):

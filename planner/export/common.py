@@ -118,7 +118,7 @@ def implementation_summary(plan: Plan) -> list[str]:
         opt = OPTIONS_BY_NAME[name]
         value = getattr(plan.layout, name)
         shown = {"always": True, "set": value != opt.default, "moe": plan.is_moe}[opt.phrase_when]
-        if opt.phrase and shown:
+        if opt.phrase and shown and opt.applies(plan.layout):
             out.append(opt.phrase.format(value=("on" if value else "off") if opt.kind == FLAG else value))
     return out
 

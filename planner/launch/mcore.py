@@ -324,6 +324,12 @@ def to_launch(s: Settings, launch: Launch, model=None) -> Launch:
 def prune_defaults(launch: Launch) -> None:
     """Drop defaults of settings that do not apply to this model or layout (MoE settings of a
     dense model, TP settings at tp 1, the virtual pipeline without a pipeline)."""
+    moot = moot_options(launch)
+    launch.defaults = [d for d in launch.defaults if d.option not in moot]
+
+
+def moot_options(launch: Launch) -> set:
+    """The options that do not apply to ``launch``'s model or layout as read so far."""
     v = launch.values
     moot = set()
     if launch.model is not None and launch.model.moe is None:
@@ -339,7 +345,7 @@ def prune_defaults(launch: Launch) -> None:
         moot |= {"fp8_recipe"}
     if v.get("zero") != 3:
         moot |= {"fsdp"}
-    launch.defaults = [d for d in launch.defaults if d.option not in moot]
+    return moot
 
 
 def _read(s: Settings, launch: Launch, option: str, convert=None, why: str = ""):

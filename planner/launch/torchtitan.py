@@ -364,15 +364,18 @@ def _table_options(c: _Config) -> None:
     """The table's options the readers above leave unset: what torchtitan always runs (rows without
     a setting: loss eager, SDPA attention, FP32 gradient reduction, FSDP2 prefetch and overlap, dense
     models), and any other option read from its rows (so a new torchtitan setting is one row)."""
+    from planner.launch.mcore import moot_options
+
     launch = c.launch
     stated = {key: c.get(key) for key in TABLE.keys() if c.get(key) is not None}
+    moot = moot_options(launch)  # e.g. the FP8 recipe of a BF16 run, the expert GEMMs of a dense model
     for option in TABLE.options:
         if option in launch.values or option == "tp_overlap_kind":  # the kind: with async TP only
             continue
         value, keys = TABLE.read(option, stated)
         if keys and any(c.stated(k) for k in keys):
             launch.state(option, value)
-        elif value is not None:
+        elif value is not None and option not in moot:
             launch.values[option] = value
     launch.notes.append("torchtitan: loss eager (F.cross_entropy on FP32 logits), attention flash (SDPA)")
 

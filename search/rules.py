@@ -175,7 +175,8 @@ def _pp_split(ctx, c):
     pp = _a(c, "pp", 1)
     first, last = _a(c, "pp_first_layers"), _a(c, "pp_last_layers")
     *_, valid = _split(ctx, c)
-    return valid & (pp <= ctx.num_layers) & (first >= 0) & (last >= 0)
+    # One stage has no first and last to size: a stated split needs pp > 1.
+    return valid & (pp <= ctx.num_layers) & (first >= 0) & (last >= 0) & ((pp > 1) | ((first <= 0) & (last <= 0)))
 
 
 def _vpp_layers(ctx, c):
@@ -307,6 +308,9 @@ def _x_pp(ctx, v):
     pp = v["pp"]
     if pp > ctx.num_layers:
         return f"pp={pp} exceeds the {ctx.num_layers} layers"
+    if pp == 1 and (v.get("pp_first_layers", 0) or v.get("pp_last_layers", 0)):
+        return (f"pp=1 has one stage, so first/last stage layers {v.get('pp_first_layers', 0) or 'auto'}/"
+                f"{v.get('pp_last_layers', 0) or 'auto'} split nothing (they need pp > 1)")
     f, m, l, _ = stage_layer_split(ctx.num_layers, pp, v.get("pp_first_layers", 0), v.get("pp_last_layers", 0))
     return (f"pp={pp} with first/last stage layers {v.get('pp_first_layers', 0) or 'auto'}/"
             f"{v.get('pp_last_layers', 0) or 'auto'} gives no valid split of {ctx.num_layers} layers "

@@ -187,6 +187,7 @@ BAD = [
     (dict(tp=3, dp=1), 3, "tp_divides_heads"),
     (dict(tp=16, dp=1), 16, "tp_within_scaleup_domain"),
     (dict(pp=9, dp=1), 9, "pp_stage_split"),
+    (dict(pp=1, dp=1, pp_first_layers=3), 1, "pp_stage_split"),  # one stage: nothing to split
     (dict(pp=2, vpp=3, dp=1), 2, "vpp_divides_stage_layers"),
     (dict(vpp=2, dp=1), 1, "vpp_needs_pipeline"),
     (dict(cp=3, dp=1, seq_len=1024), 3, "cp_divides_seq"),

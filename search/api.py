@@ -315,14 +315,14 @@ def search(request: SearchRequest) -> SearchResult:
     from search.rules import RuleContext, broken_rule_message, fixed_value_violations
 
     # A setting no GPU of the search can run (--fp8-recipe mxfp8 on Hopper) would be priced as the
-    # option's default where it does not apply (where_settings_apply): bad input, as in evaluate.
-    # A pin that breaks a rule on its own leaves nothing to search: said first when nothing fits.
+    # option's default where it does not apply (where_settings_apply), and a pin that breaks a rule
+    # on every GPU type and count of the search (--precision fp8 on an A100, --tp 16 past an
+    # 8-GPU domain) leaves nothing to search: bad input, as in evaluate (exit 2, nothing written).
     pin_violations = fixed_value_violations(
         [RuleContext.build(model_spec, n, c, g, allow_cross_node_tp) for g, c in hardware for n in counts],
         settings, {k: OPTIONS_BY_NAME[k].decode(c) for k, c in pins_n.items()}, {"gbs": gbs_v, "seq_len": seq_v})
-    for name, reason, reads_setting in pin_violations:
-        if reads_setting:
-            raise PlannerInputError(broken_rule_message(name, reason))
+    for name, reason, _ in pin_violations:
+        raise PlannerInputError(broken_rule_message(name, reason))
     problems = [
         Problem(model=model_spec, cluster=c, gpu=g, gpus=n, gbs=gbs_v, seq_len=seq_v, pins=pins_n,
                 allow_cross_node_tp=allow_cross_node_tp, stage_splits=stage_splits, implementation=impl,
@@ -391,7 +391,6 @@ def search(request: SearchRequest) -> SearchResult:
     closest, message = [], ""
     if not results:
         closest, message = _explain_nothing_fits(pools, stats, objectives, batch.origin,
-                                                 [(n, r) for n, r, _ in pin_violations],
                                                  problems if opts.look_around else (), calib)
     stats["seconds"] = time.perf_counter() - t0
     keys = np.sort(np.concatenate(pools.keys)) if pools.keys else np.zeros(0)
@@ -462,13 +461,12 @@ def _check_settings(method, sampler, top, trials, seed, memory_headroom, price, 
 
 
 def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "",
-                          pinned: list = (), problems: Sequence[Problem] = (), calib=None) -> tuple[list[dict], str]:
-    """(the closest layouts, one line on why nothing fits). ``pinned``: [(rule, reason)] that the
-    values the user fixed break on their own (``search.rules.fixed_value_violations``): the cause
-    whatever rule removed the most candidates (tp*cp*pp*dp = gpus nearly always does). Where the
-    rules leave no layout for a single job (one GPU type and count) and no pin alone breaks one,
-    the line ends with the nearest batch sizes and GPU counts that have layouts; where layouts exist
-    but none fits in memory, with the fewest GPUs at which one does (``search.nearest``)."""
+                          problems: Sequence[Problem] = (), calib=None) -> tuple[list[dict], str]:
+    """(the closest layouts, one line on why nothing fits). A value the user fixed that breaks a
+    rule on its own was refused before the search (``search.rules.fixed_value_violations``). Where
+    the rules leave no layout for a single job (one GPU type and count), the line ends with the
+    nearest batch sizes and GPU counts that have layouts; where layouts exist but none fits in
+    memory, with the fewest GPUs at which one does (``search.nearest``)."""
     if pools.outside_envelope:
         return [], (f"no layout inside the validated envelope fits: all {pools.outside_envelope:,} layouts that fit "
                     f"lie outside it (drop --within-envelope to see them, flagged)")
@@ -486,12 +484,11 @@ def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "",
             worst = sorted(removed.items(), key=lambda kv: -kv[1])
             parts = [f"{k} removed {v:,}" for k, v in worst[:4]]
             name = worst[0][0]
-            cause = (f"the values you fixed break rule {pinned[0][0]}: {pinned[0][1]}; " if pinned else "")
-            msg = (f"no layout obeys the rules: {cause}{'; '.join(parts)} of {stats.get('enumerated', 0):,} "
+            msg = (f"no layout obeys the rules: {'; '.join(parts)} of {stats.get('enumerated', 0):,} "
                    f"candidates (top rule: {RULES_BY_NAME[name].description})")
             if batch_origin and "gbs" in RULES_BY_NAME[name].fields:
                 msg += f"; {batch_origin}"
-            if len(problems) == 1 and not pinned:
+            if len(problems) == 1:
                 from search.nearest import format_nearest, nearest_jobs
 
                 job = problems[0]

@@ -106,14 +106,16 @@ def test_fp8_recipe_without_fp8_is_refused():
 def test_export_that_writes_nothing_says_so(tmp_path):
     # Every format refused the search's best layout (ZeRO-3 priced as FSDP1 flat parameters, which
     # no Megatron launcher has; the unfused loss torchtitan does not run; Ulysses CP under TP in
-    # DeepSpeed): 'skipped' lines, no file, exit 0 as if the launch files were there.
+    # DeepSpeed): 'skipped' lines, no file. search --export printed the same on stdout and exited 0
+    # as if the launch files were there: the table is the answer, the missing files an error (exit 2).
     job = ("--model", "70b", "--gpus", "64", "--gpu", "h100", "--tp", "2", "--cp", "2", "--zero", "3")
     res = cli("export", *job, "--out", tmp_path / "launch")
     line = one_error_line(res, "no launch file written", "every format refused")
     assert not (tmp_path / "launch").exists(), line
     res = cli("search", *job, "--top", "1", "--export", tmp_path / "launch")
-    assert res.exit_code == 0, res.output
-    assert "--export: no launch file written to" in res.stdout and not (tmp_path / "launch").exists()
+    assert res.exit_code == 2, res.output
+    assert "llama3-70b" in res.stdout and not (tmp_path / "launch").exists()
+    assert res.stderr.strip().splitlines()[-1].startswith("error: --export: no launch file written to")
 
 
 def test_catalog_without_a_subject_lists_the_subjects():
@@ -171,3 +173,4 @@ def test_expert_tp_is_shown_where_it_is_not_one():
     assert cells["EP"] == "8" and cells["ETP"] == "2", (head, row)
     dense = cli("search", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--top", "1")
     assert "ETP" not in dense.stdout.splitlines()[1]
+

@@ -182,6 +182,11 @@ def _run_search(request, framework_info, calibration, outputs, checked: dict, fo
         typer.echo(line, err=outputs.as_json)
     if not result.results:
         raise typer.Exit(EXIT_NOTHING_FITS)
+    if checked.get("export_failed"):  # asked for launch files and got none: as planner export, exit 2
+        from planner.cli.errors import EXIT_BAD_INPUT, say
+
+        say(f"error: {checked['export_failed']}")
+        raise typer.Exit(EXIT_BAD_INPUT)
 
 
 def _add_run_blocks(result, run_in) -> None:
@@ -250,7 +255,7 @@ def _write_outputs(result, again, outputs: dict, force: bool, recipes: Optional[
         if not report.written:
             from planner.cli.common import nothing_exported
 
-            lines.append(f"--export: {nothing_exported(outputs['export'])}")
+            outputs["export_failed"] = f"--export: {nothing_exported(outputs['export'])}"
     if outputs["csv"] is not None:
         lines.append(f"wrote {outputs['csv']}")
     if outputs["plot"] is not None:

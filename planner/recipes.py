@@ -163,7 +163,7 @@ def price_recipe(result, recipe: dict, specs: tuple, gpus: int, problem: dict) -
     rec["rank"] = result.rank_of(rec) if fits else None
     out.update(record=rec, fits=bool(fits), rank=rec["rank"], fitting=int(len(result.fitting_keys)),
                behind_best=rec["tokens_per_s_per_gpu"] / best["tokens_per_s_per_gpu"] - 1,
-               ties_best=_overlaps(rec, best), outside_search=outside_search(rec["layout"], problem.get("pins") or {}))
+               ties_best=bool(fits) and _overlaps(rec, best), outside_search=outside_search(rec["layout"], problem.get("pins") or {}))
     if not fits:
         out["reason"] = f"needs {rec['memory_gib']['peak']:.1f} GiB per GPU, over the {limit:.1f} GiB limit"
     return out

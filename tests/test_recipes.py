@@ -149,3 +149,11 @@ def test_recipe_ahead_of_a_pinned_search_names_the_pins_and_is_no_tie():
     assert (entry["ties_best"], lo > hi) == (False, True)
     text = "\n".join(format_recipes([entry], "layouts that fit"))
     assert "--pp 8 (pinned 16), --cp 2 (pinned 1)" in text and "overlaps" not in text
+
+
+def test_a_recipe_that_does_not_fit_is_no_tie():
+    """Megatron-Bridge 25.09's 70B recipe (TP4 PP8, FP8 in its table) priced in BF16 needs 82.5 GiB
+    on an 80 GB H100: not ranked, and not marked as a tie with #1 (the table showed '(-)≈')."""
+    res = search("llama3-70b", 64, "h100", top=1)
+    (entry,) = [e for e in reference_recipes(res) if e["recipe"]["id"] == "mbridge-2509-h100-llama3-70b-64gpu"]
+    assert not entry["fits"] and entry["rank"] is None and entry["ties_best"] is False

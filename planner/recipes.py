@@ -129,8 +129,9 @@ def _notes(recipe: dict, gpus: int, problem: dict) -> list[str]:
                      f"search's {problem['model']}")
     if gpus != recipe["gpus"]:
         split = recipe["layout"]["tp"] * recipe["layout"]["pp"] * recipe["layout"]["cp"]
-        notes.append(f"published for {recipe['gpus']:,} GPUs; DP scaled to {gpus:,} GPUs "
-                     f"(DP {recipe['gpus'] // split} -> {gpus // split})")
+        # Where TP x PP x CP does not divide the GPUs there is no DP to scale to (the reason says so).
+        notes.append(f"published for {recipe['gpus']:,} GPUs" + (f"; DP scaled to {gpus:,} GPUs (DP {recipe['gpus'] // split} "
+                                                                 f"-> {gpus // split})" if gpus % split == 0 else ""))
     for what, key, fmt in (("batch", "gbs", "{:,} sequences"), ("sequence", "seq_len", "{:,} tokens"),
                            ("precision", "precision", "{}")):
         if recipe[key] != problem[key]:

@@ -157,3 +157,12 @@ def test_a_recipe_that_does_not_fit_is_no_tie():
     res = search("llama3-70b", 64, "h100", top=1)
     (entry,) = [e for e in reference_recipes(res) if e["recipe"]["id"] == "mbridge-2509-h100-llama3-70b-64gpu"]
     assert not entry["fits"] and entry["rank"] is None and entry["ties_best"] is False
+
+
+def test_a_recipe_whose_split_does_not_divide_the_gpus_scales_no_dp():
+    """24 GPUs do not split into the 70B recipe's TP4 x PP4 x CP2 = 32: the note said 'DP scaled to
+    24 GPUs (DP 2 -> 0)'."""
+    res = search("llama3-70b", 24, "h100", top=1)
+    (entry,) = [e for e in reference_recipes(res) if e["recipe"]["id"] == "nemo-perf-h100-llama3-70b-bf16-64gpu"]
+    assert entry["reason"] == "24 GPUs do not split into TP4 x PP4 x CP2"
+    assert "published for 64 GPUs" in entry["notes"] and not any("DP scaled" in n for n in entry["notes"])

@@ -312,9 +312,10 @@ def _x_pp(ctx, v):
         return (f"pp=1 has one stage, so first/last stage layers {v.get('pp_first_layers', 0) or 'auto'}/"
                 f"{v.get('pp_last_layers', 0) or 'auto'} split nothing (they need pp > 1)")
     f, m, l, _ = stage_layer_split(ctx.num_layers, pp, v.get("pp_first_layers", 0), v.get("pp_last_layers", 0))
+    stages = f"{int(f)}/{int(l)}, first/last" if pp == 2 else f"{int(f)}/{int(m)}/{int(l)}, first/middle/last"
     return (f"pp={pp} with first/last stage layers {v.get('pp_first_layers', 0) or 'auto'}/"
             f"{v.get('pp_last_layers', 0) or 'auto'} gives no valid split of {ctx.num_layers} layers "
-            f"(stages {int(f)}/{int(m)}/{int(l)})")
+            f"(stages {stages})")
 
 
 def _x_vpp_layers(ctx, v):

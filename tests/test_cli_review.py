@@ -174,3 +174,14 @@ def test_expert_tp_is_shown_where_it_is_not_one():
     dense = cli("search", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--top", "1")
     assert "ETP" not in dense.stdout.splitlines()[1]
 
+
+
+def test_a_two_stage_pipeline_has_no_middle_stage_in_words():
+    # PP 2 printed 'stages 1 + 79 layers (first + middle + last)', and its rule error
+    # 'stages 30/30/30' for a 30 + 30 split of 80 layers.
+    from planner.reports.evaluate import stage_summary
+
+    assert stage_summary({"stage_layers": [1, 79]}) == "stages 1 + 79 layers (first + last)"
+    assert stage_summary({"stage_layers": [18, 21, 21, 20]}) == "stages 18 + 2x21 + 20 layers (first + middle + last)"
+    job = ("evaluate", "--model", "70b", "--gpus", "64", "--gpu", "h100", "--tp", "8", "--pp", "2")
+    one_error_line(cli(*job, "--pp-first-layers", "30", "--pp-last-layers", "30"), "(stages 30/30, first/last)")

@@ -79,8 +79,9 @@ def stage_summary(lay: dict) -> str:
     middle = stages[1:-1]
     if len(set(stages)) == 1:
         return f"{len(stages)} stages x {first} layers"
-    mid = f" + {len(middle)}x{middle[0]}" if middle else ""
-    return f"stages {first}{mid} + {last} layers (first + middle + last)"
+    if not middle:  # PP 2: no middle stage
+        return f"stages {first} + {last} layers (first + last)"
+    return f"stages {first} + {len(middle)}x{middle[0]} + {last} layers (first + middle + last)"
 
 
 def bar(fraction: float, width: int = 24) -> str:

@@ -529,9 +529,12 @@ def _cp_a2a_heads(ctx, c):
 
 
 def _x_cp_a2a_heads(ctx, v):
-    return (f"cp_comm_type={_name(CP_COMM_TYPES, v.get('cp_comm_type', 0))} splits the heads over its all-to-all "
-            f"ranks: the {ctx.heads} query and {ctx.kv_heads} KV heads per tp={v.get('tp', 1)} rank must divide "
-            f"by them (cp={v.get('cp', 1)})")
+    tp = max(int(v.get("tp", 1)), 1)
+    kind = v.get("cp_comm_type", 0)
+    a2a = int(np.asarray(cp_a2a_ranks(kind, v.get("cp", 1), tp, ctx.scaleup_domain)).reshape(-1)[0])
+    return (f"cp_comm_type={_name(CP_COMM_TYPES, kind)} splits the heads over its {a2a} all-to-all ranks: the "
+            f"{ctx.heads // tp} query and {max(ctx.kv_heads // tp, 1)} KV heads of each tp={tp} rank ({ctx.heads} and "
+            f"{ctx.kv_heads} in all) must divide by {a2a} (cp={v.get('cp', 1)})")
 
 
 def _window_cp_comm_type(ctx, c):

@@ -568,6 +568,9 @@ def test_cp_all_to_all_needs_heads_divisible():
         else:
             with pytest.raises(Exception, match="cp_a2a_divides_heads|cp_comm_type_needs_cp"):
                 check_layout(LLAMA_8B, H100, gpu, lay, gpus=tp * cp)
+    # The message counts each TP rank's heads: Llama 3 8B at tp 8 holds 4 query and 1 KV head a rank.
+    with pytest.raises(Exception, match=r"its 2 all-to-all ranks: the 4 query and 1 KV heads of each tp=8 rank"):
+        check_layout(LLAMA_8B, H100, gpu, Layout(tp=8, cp=2, dp=1, seq_len=65536, cp_comm_type="a2a"), gpus=16)
 
 
 def test_mtp_adds_one_layer_projection_and_head_on_the_last_stage():

@@ -287,3 +287,16 @@ def test_a_sweep_where_no_scenario_fits_exits_3():
     assert res.exit_code == 3, res.output
     assert "nothing fits" in res.output or "no layout fits" in res.output
     assert runner.invoke(app, ["sweep", "--model", "8b,405b", "--gpus", "8", "--gpu", "h100"]).exit_code == 0
+
+
+def test_a_worker_that_finds_the_study_done_says_so():
+    # Re-running a finished sweep printed '2 of 2 scenarios done' over 'ran 0 searches in 0.0 s;
+    # skipped 0 done or held by others', as if it had found nothing to do for another reason.
+    from planner.reports.sweep import format_summary
+
+    stats = {"spec": {"memory_headroom": 0.05}, "scenarios": 2, "done": 2, "study": "t1", "storage": "s.log"}
+    idle = {"worker": "vm:1", "ran": 0, "skipped": 0, "seconds": 0.0}
+    assert format_summary(stats, idle).splitlines()[1] == (
+        "this worker (vm:1) ran no search: every scenario was done before it started")
+    busy = {**idle, "ran": 1, "skipped": 1, "seconds": 0.2}
+    assert "ran 1 search in 0.2 s; skipped 1 done or held by others" in format_summary(stats, busy)

@@ -142,7 +142,9 @@ def format_summary(stats: dict, worker: Optional[dict]) -> str:
         # "*" is the price of every GPU type not named: "others" only beside named ones.
         line += "; $/GPU-hour " + ", ".join(
             f"{('others' if len(prices) > 1 else 'every GPU type') if k == '*' else k} {v:g}" for k, v in prices.items())
-    if worker:
+    if worker and not worker["ran"] and not worker["skipped"] and done == n:
+        line += f"\nthis worker ({worker['worker']}) ran no search: every scenario was done before it started"
+    elif worker:
         line += (f"\nthis worker ({worker['worker']}) ran {worker['ran']} search{'' if worker['ran'] == 1 else 'es'} in {worker['seconds']:.1f} s; "
                  f"skipped {worker['skipped']} done or held by others")
         if worker.get("queued"):

@@ -239,7 +239,8 @@ def format_recipes(entries: list[dict], fitting_label: str) -> list[str]:
         lines.append(head)
         if e.get("rank"):
             tie = "; its interval overlaps #1's" if e["ties_best"] else ""
-            where = (f"{-e['behind_best'] * 100:.0f}% behind #1" if e["behind_best"] <= 0 else
+            where = ("level with #1" if abs(e["behind_best"]) < 0.005 else
+                     f"{-e['behind_best'] * 100:.0f}% behind #1" if e["behind_best"] <= 0 else
                      f"{e['behind_best'] * 100:.0f}% ahead of #1 (it uses a value the search does not try: "
                      f"{e.get('outside_search') or outside_domain(r['layout'])})")
             lines.append(f"    rank {e['rank']:,} of {e['fitting']:,} {fitting_label}; predicted {where} in tokens/s/GPU{tie}")

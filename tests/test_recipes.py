@@ -166,3 +166,14 @@ def test_a_recipe_whose_split_does_not_divide_the_gpus_scales_no_dp():
     (entry,) = [e for e in reference_recipes(res) if e["recipe"]["id"] == "nemo-perf-h100-llama3-70b-bf16-64gpu"]
     assert entry["reason"] == "24 GPUs do not split into TP4 x PP4 x CP2"
     assert "published for 64 GPUs" in entry["notes"] and not any("DP scaled" in n for n in entry["notes"])
+
+
+def test_a_recipe_priced_as_number_one_reads_level_not_minus_zero():
+    """A sampled search can find the recipe's own layout: '-0% behind #1' read as a sign error."""
+    from planner.recipes import format_recipes
+
+    recipe = {"id": "r", "framework": "f", "source": {"repo": "o/r", "file": "x.csv", "commit": "a" * 40},
+              "layout": {"tp": 1}, "measured": None}
+    entry = {"recipe": recipe, "rank": 1, "fitting": 9, "ties_best": True, "behind_best": -0.0004, "notes": []}
+    (_, line) = format_recipes([entry], "layouts that fit")
+    assert "predicted level with #1 in tokens/s/GPU; its interval overlaps #1's" in line

@@ -133,10 +133,13 @@ def test_dp_shard_error_names_only_what_is_wrong():
 
 
 def test_top_one_has_no_empty_tie_count():
-    # "--top 1" printed "≈: ... 0 of 0 rows below #1".
-    res = cli("search", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--top", "1")
-    assert res.exit_code == 0, res.output
-    assert "0 of 0 rows" not in res.stdout and "≈: range overlaps #1's" in res.stdout
+    # "--top 1" printed "≈: ... 0 of 0 rows below #1", and the legend with no row marked '≈'.
+    for gpus, marked in (("104", False), ("64", True)):  # 70B's recipes do not split 104 GPUs; one ties #1 at 64
+        res = cli("search", "--model", "70b", "--gpus", gpus, "--gpu", "h100", "--top", "1")
+        assert res.exit_code == 0, res.output
+        rows = [line for line in res.stdout.splitlines() if line.lstrip().startswith(("1", "("))]
+        assert "0 of 0 rows" not in res.stdout
+        assert any("≈" in line for line in rows) == marked == ("≈: range overlaps #1's" in res.stdout), res.stdout
 
 
 def test_sweep_report_only_needs_a_stored_sweep():

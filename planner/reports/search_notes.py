@@ -45,13 +45,15 @@ def _recipe_row(entry: dict) -> dict:
     return rec
 
 
-def _interval_lines(results: list[dict], stats: dict) -> list[str]:
+def _interval_lines(results: list[dict], stats: dict, extra_ties: bool = False) -> list[str]:
+    """``extra_ties``: a row shown beside the ranking (a recipe) is marked as a tie."""
     interval = stats.get("interval") or {}
     ties = sum(1 for r in results[1:] if r.get("ties_best"))
     lines = [f"80% range: tokens/s/GPU p10-p90 under each leave-one-source-out fold's constants and the held-out "
              f"errors (search/data/uncertainty.json, {interval.get('generated')})"]
-    if not stats.get("objectives"):  # a Pareto front is not a ranking
-        # With --top 1 no row lies below #1 ("0 of 0 rows"); the legend stays for the recipe rows.
+    # A Pareto front is not a ranking; with --top 1 no row lies below #1 ("0 of 0 rows"): the legend
+    # only where a recipe row carries the mark.
+    if not stats.get("objectives") and (len(results) > 1 or extra_ties):
         counted = f": {ties} of {len(results) - 1} rows below #1" if len(results) > 1 else ""
         lines.append(f"≈: range overlaps #1's, the model cannot order the two{counted}")
     folded = sum(len(r.get("alternatives") or []) for r in results)
@@ -105,7 +107,9 @@ def table_notes(rows: list[dict], results: list[dict], stats: dict) -> tuple[lis
     """(each shown row's envelope marks, the interval, tie, envelope and MFU-basis lines below the
     table); ``rows``: what the table shows (results and any extra rows), ``results``: the ranked ones."""
     marks, footnotes = envelope_marks(rows)
-    return marks, [""] + _interval_lines(results, stats) + _envelope_lines(rows, footnotes, stats) + mfu_basis_lines(rows)
+    extra_ties = any(r.get("ties_best") for r in rows[len(results):])
+    return marks, ([""] + _interval_lines(results, stats, extra_ties) + _envelope_lines(rows, footnotes, stats)
+                   + mfu_basis_lines(rows))
 
 
 def table_rows(results: list[dict], recipes: list[dict], stats: dict) -> tuple[list[dict], list[str], list[str]]:

@@ -364,7 +364,7 @@ def test_a_measurement_beyond_the_gpu_peak_is_refused_with_the_bound(tmp_path):
     # H100 SXM: 1,979 dense FP8 TFLOP/s (NVIDIA H100 datasheet); Llama 3 8B: ~7.5e9 matmul weights
     # active per token (32 layers x (4096^2 x (2 + 2 x 1024/4096) + 3 x 4096 x 14336) + LM head 4096 x 128256).
     n = 32 * (4096 * 4096 * 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336) + 4096 * 128256
-    assert tokens_per_s_per_gpu_limit(model, gpu) == pytest.approx(1978.9e12 / (6 * n), rel=0.01)
+    assert tokens_per_s_per_gpu_limit(model, gpu, "fp8") == pytest.approx(1978.9e12 / (6 * n), rel=0.01)
     path = _runs_file(tmp_path, [{**GOOD, "id": "fast", "tokens_per_s_per_gpu": 50_000}, {**GOOD, "id": "ok"}])
     code, out, err = run_cli("validate", "--runs", str(path))
     assert code == 0 and "not mapped: fast: 50,000 tokens/s/GPU is implausible" in out
@@ -374,6 +374,8 @@ def test_a_measurement_beyond_the_gpu_peak_is_refused_with_the_bound(tmp_path):
                                  {**GOOD, "id": "fp8", "precision": "fp8", "tokens_per_s_per_gpu": 30_000}])
     code, out, err = run_cli("validate", "--runs", str(path))
     assert code == 0 and "not mapped: bf16: 30,000 tokens/s/GPU is implausible" in out and "not mapped: fp8" not in out
+    # Unstated, the row is priced in BF16 ('precision not stated: bf16'), so it is held to the BF16 peak.
+    assert tokens_per_s_per_gpu_limit(model, gpu) == tokens_per_s_per_gpu_limit(model, gpu, "bf16")
 
 
 @pytest.mark.parametrize("gpu, cluster, domain", [("GB300", "gb300-nvl72", 72), ("B300", "dgx-b300", 8)])

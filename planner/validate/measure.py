@@ -81,18 +81,17 @@ reserve mix-ups) before it is refused as impossible."""
 
 
 def peak_for_precision(gpu, precision: str = "") -> float:
-    """The highest dense tensor peak (TFLOP/s) a run in ``precision`` (the row's text) can use: a
-    16-bit run the BF16 peak, an FP8 run the FP8 one, a 4-bit run the FP4 one; a text naming none
-    of them, the highest the GPU has."""
+    """The highest dense tensor peak (TFLOP/s) a run in ``precision`` (the row's text) can use, as
+    the row is priced (``planner.validate.runs``: FP8 where the text says fp8 / float8, FP4 where
+    fp4, else BF16, an unstated precision included): an FP8 run the FP8 peak, a 4-bit run the FP4
+    one, any other the BF16 peak."""
     text = str(precision or "").lower()
     fp8 = max(gpu.bf16_tflops, gpu.fp8_tflops or 0.0)
     if "fp4" in text or "4bit" in text or "4-bit" in text:
         return max(fp8, gpu.fp4_tflops or 0.0)
     if "fp8" in text or "float8" in text:
         return fp8
-    if any(k in text for k in ("bf16", "fp16", "16-bit", "bfloat16", "float16", "half", "fp32", "tf32")):
-        return gpu.bf16_tflops
-    return max(fp8, gpu.fp4_tflops or 0.0)
+    return gpu.bf16_tflops
 
 
 def tokens_per_s_per_gpu_limit(model, gpu, precision: str = "") -> float:

@@ -273,10 +273,12 @@ def snapshot_time_s(held_bytes, host_link_gbps):
 
 def load_time_s(held_bytes, gpus, gpus_per_node, aggregate_read_gbps, node_gbps):
     """Seconds to load the checkpoint at a restart: every rank reads what it holds (replicas
-    read their copy), bounded by the aggregate read bandwidth and each node's link."""
+    read their copy), bounded by the aggregate read bandwidth and each node's link, which the job's
+    GPUs on that node share (all of them, or the job's own where it holds less than a node)."""
     gpus = np.asarray(gpus, dtype=np.float64)
     held = np.asarray(held_bytes, dtype=np.float64)
-    return np.maximum(held * gpus / (aggregate_read_gbps * GB), held * gpus_per_node / (node_gbps * GB))
+    on_node = np.minimum(gpus, gpus_per_node)
+    return np.maximum(held * gpus / (aggregate_read_gbps * GB), held * on_node / (node_gbps * GB))
 
 
 def young_interval_s(save_s, mtbf_s):

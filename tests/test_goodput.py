@@ -278,3 +278,14 @@ def test_search_ranks_time_to_train_in_wall_time():
     by_gpus = {r["gpus"]: r["goodput"] for r in res.results}
     if len(by_gpus) == 2:
         assert by_gpus[64] < by_gpus[8]
+
+
+def test_a_job_on_part_of_a_node_reads_its_checkpoint_over_that_share_of_the_link():
+    """4 GPUs each holding 40 GB on one 8-GPU node with a 40 GB/s link: 4 x 40 / 40 = 4 s (it was
+    8 x 40 / 40 = 8 s, as if the idle GPUs of the node read too); 16 GPUs on two nodes: 8 s each.
+    The aggregate bound (1,000 GB/s here) is below both."""
+    from costmodel.goodput import load_time_s
+
+    gb = 1e9
+    assert load_time_s(40 * gb, 4, 8, 1000.0, 40.0) == pytest.approx(4.0)
+    assert load_time_s(40 * gb, 16, 8, 1000.0, 40.0) == pytest.approx(8.0)

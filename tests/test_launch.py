@@ -234,6 +234,11 @@ def test_cli_search_from_launch_shows_the_reference_row():
     assert "reference (the file's layout): #" in out and "kept from the file: tp" in out
     code, _, err = run("search", "--from-launch", LLAMA, "--gpu", "h100", "--keep", "bogus")
     assert code == 2 and "--keep bogus" in err
+    # The ref row's headroom is against the same limit as the ranked rows' (79.2 GiB less 5%: 75.2),
+    # not the GPU's capacity: the file's 77.2 GiB layout shows -2.0 GiB beside 'DOES NOT FIT'.
+    code, out, err = run("search", "--from-launch", LLAMA, "--gpu", "h100", "--top", "2")
+    ref = next(line for line in out.splitlines() if line.lstrip().startswith("ref "))
+    assert "77.2/79 GiB  -2.0 GiB" in ref and "DOES NOT FIT the 75.2 GiB limit" in out, out
 
 
 def test_cli_export_from_launch_converts_megatron_to_torchtitan(tmp_path):

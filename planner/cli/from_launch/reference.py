@@ -180,6 +180,7 @@ def run_reference_search(launch, request, keep: str | None, calibration, outputs
     if calibration is not None:
         result.stats["calibration"] = str(calibration)
     limit = memory_limit_gib(r.setup.gpu.memory_gib, request.options.memory_headroom)
+    ref["memory_limit_gib"], ref["headroom_gib"] = limit, limit - ref["memory_gib"]["peak"]  # as search rows
     rank = rank_of(ref, result.results, request.ranking.top, result.stats.get("fits", len(result.results)))
     fits_ref = ref["memory_gib"]["peak"] <= limit
     if not fits_ref:

@@ -258,3 +258,35 @@ def test_megatron_v2_recompute_flags_are_read(tmp_path):
     path.write_text(base + "--activations-checkpoint-method block --activations-checkpoint-num-layers 4\n")
     launch = read_launch(str(path))
     assert (launch.values["recompute"], launch.values["recompute_layers"]) == ("full", 4)
+
+
+def _evaluate(*args):
+    from typer.testing import CliRunner
+
+    from planner.cli.main import app
+
+    return CliRunner().invoke(app, ["evaluate", *map(str, args)])
+
+
+def test_deepspeed_batch_keys_fix_dp_and_the_rest_of_the_gpus_must_be_stated(tmp_path):
+    """DeepSpeed's batch identity train_batch_size = micro x GA x dp (runtime/config.py
+    _batch_assertion): 512 = 1 x 4 x dp gives dp 128. On 512 GPUs the other 4x is model
+    parallelism the JSON cannot state: it was priced as DP 512 with GA 1 (a layout DeepSpeed
+    refuses, 21% faster than the one exported). Now refused unless --tp/--pp/--cp make up the 4;
+    with --tp 4 sequence parallelism takes planner's default (on), as the export priced it."""
+    import json
+
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 1,
+                               "gradient_accumulation_steps": 4, "bf16": {"enabled": True},
+                               "zero_optimization": {"stage": 3}, "steps_per_print": 10}))
+    job = ("--from-launch", cfg, "--model", "70b", "--gpus", "512", "--gpu", "h100")
+    res = _evaluate(*job)
+    assert res.exit_code == 2 and "batch keys give dp 128" in res.output and "tp x pp x cp = 4" in res.output, res.output
+    res = _evaluate(*job, "--tp", "4")
+    assert res.exit_code in (0, 3), res.output
+    layout = next(line for line in res.output.splitlines() if line.startswith("layout"))
+    assert "TP4" in layout and "DP128" in layout and "GA4" in layout and " SP" in layout and "no-SP" not in layout, layout
+    # The batch keys were read, so they are not listed as 'not priced'.
+    not_priced = res.output.split("not priced", 1)[1].split("\n  ")[0] + res.output.split("not priced", 1)[1].split("\n")[1]
+    assert "train_batch_size" not in not_priced and "steps_per_print" in not_priced

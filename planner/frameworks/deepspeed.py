@@ -117,9 +117,9 @@ _comment optimizer scheduler gradient_clipping steps_per_print wall_clock_breakd
 prescale_gradients gradient_predivide_factor sparse_gradients zero_allow_untested_optimizer zero_force_ds_cpu_optimizer
 flops_profiler tensorboard wandb csv_monitor comet comms_logger checkpoint data_efficiency curriculum_learning
 compression_training aio elasticity autotuning seed disable_allgather amp_params timers graph_harvesting
-use_data_before_expert_parallelism train_micro_batch_size_per_gpu train_batch_size gradient_accumulation_steps
+use_data_before_expert_parallelism
 """.split())
-"""Top-level keys that leave step time and memory alone (or that the reader handles itself)."""
+"""Top-level keys that leave step time and memory alone."""
 ZERO_KEYS = frozenset("""
 stage overlap_comm contiguous_gradients reduce_bucket_size allgather_bucket_size allgather_partitions reduce_scatter
 round_robin_gradients stage3_prefetch_bucket_size stage3_param_persistence_threshold stage3_max_live_parameters

@@ -60,6 +60,8 @@ def _batch(cfg: dict, launch: Launch) -> None:
                 raise PlannerInputError(f"train_batch_size={tb} is not train_micro_batch_size_per_gpu {launch.values['mbs']} x "
                                         f"gradient_accumulation_steps {ga} x a whole number of data-parallel ranks")
             launch.dp = tb // micro
+            launch.dp_note = (f"train_batch_size {tb} / (train_micro_batch_size_per_gpu {launch.values['mbs']} x "
+                              f"gradient_accumulation_steps {ga})")
     else:
         launch.gbs_rule, launch.gbs_per_dp = "per_dp*dp", launch.values["mbs"] * (ga or 1)
 
@@ -168,7 +170,8 @@ def read(text: str, path: str, model=None) -> Launch:
     _table_options(cfg, launch)
     _fixed(launch)
     handled = QUIET | {"zero_optimization", "bf16", "fp16", "communication_data_type", "data_types", "pipeline",
-                       "activation_checkpointing", "tensor_parallel", "sequence_parallel_size"}
+                       "activation_checkpointing", "tensor_parallel", "sequence_parallel_size", "train_batch_size",
+                       "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}
     launch.ignored += [k for k in cfg if k in QUIET]
     launch.unknown += [k for k in cfg if k not in handled]
     return launch
@@ -188,8 +191,10 @@ def _table_options(cfg: dict, launch: Launch) -> None:
 def _fixed(launch: Launch) -> None:
     """What a DeepSpeed config cannot state: the model code's and the launcher's part."""
     why = "not a DeepSpeed config key (Megatron-DeepSpeed takes it on its command line)"
-    for option, value in (("tp", 1), ("pp", 1), ("vpp", 1), ("sequence_parallel", False)):
+    for option, value in (("tp", 1), ("pp", 1), ("vpp", 1)):
         if option not in launch.values:
             launch.default(option, value, why)
+    # Sequence parallelism is a command-line flag too (--sequence-parallel): left at planner's
+    # default, on wherever --tp > 1 is given, as the DeepSpeed export priced it.
     launch.values.setdefault("ep", 1)
     launch.values.setdefault("etp", 1)

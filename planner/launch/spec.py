@@ -71,6 +71,8 @@ class Launch:
     dp: Optional[int] = None
     """Data-parallel width the file states where it gives no GPU count (DeepSpeed batch identity,
     torchtitan degrees): GPUs = dp * tp * pp * cp."""
+    dp_note: str = ""
+    """Where ``dp`` comes from, in the file's words."""
     gpu: Optional[str] = None
     """GPU type the file names (a recipe name, ``--gres=gpu:h100:8``); None: give --gpu."""
     defaults_from: str = ""

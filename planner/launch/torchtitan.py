@@ -234,6 +234,7 @@ def _data_parallel(c: _Config) -> None:
                       f"as ZeRO-{zero} over all data-parallel ranks (state the shard degree to price HSDP)")
     if shard > 0:
         launch.dp = replicate * shard
+        launch.dp_note = f"data_parallel_replicate_degree {replicate} x data_parallel_shard_degree {shard}"
 
 
 def _batch(c: _Config) -> None:

@@ -72,6 +72,16 @@ def _model(launch: Launch, model):
 
 def _gpus(launch: Launch, gpus, values: dict, derived: list) -> int:
     if gpus is not None:
+        if launch.dp is not None:
+            split = values["tp"] * values["pp"] * values["cp"]
+            if gpus != launch.dp * split:
+                # DeepSpeed's batch keys fix the data-parallel width (runtime/config.py _batch_assertion);
+                # the rest of --gpus is model parallelism the config cannot state.
+                need = f"tp x pp x cp = {gpus // launch.dp}" if gpus % launch.dp == 0 else "a --gpus that dp divides"
+                raise PlannerInputError(
+                    f"{launch.path}: its batch keys give dp {launch.dp} ({launch.dp_note}), and --gpus {gpus} over tp "
+                    f"{values['tp']} x pp {values['pp']} x cp {values['cp']} gives dp {gpus // split}: give --tp / "
+                    f"--pp / --cp with {need} (a DeepSpeed config does not state them)")
         return gpus
     if launch.gpus is not None:
         derived.append(f"GPUs {launch.gpus} from the file ({launch.gpus_note})")

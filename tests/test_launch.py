@@ -212,6 +212,11 @@ def test_cli_evaluate_from_launch_json_and_override_note():
     rec = json.loads(out)
     assert rec["layout"]["seq_len"] == 4096 and rec["layout"]["gbs"] == 128
     assert any(o.startswith("--seq-len 4096") for o in rec["launch"]["overrides"])
+    # --gpus over the file's own count (torchrun --nnodes 1 --nproc-per-node 8) is an override too.
+    code, out, err = run("evaluate", "--from-launch", LLAMA, "--gpu", "h100", "--gpus", "16", "--json")
+    rec = json.loads(out)
+    assert rec["gpus"] == 16 and rec["launch"]["gpus"] == 8
+    assert any(o.startswith("--gpus 16 (the file: 8,") for o in rec["launch"]["overrides"]), rec["launch"]["overrides"]
 
 
 @pytest.mark.parametrize("args,needle", [

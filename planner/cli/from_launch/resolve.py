@@ -139,6 +139,8 @@ def launch_job(launch: Launch, *, model=None, gpus=None, gpu=None, cluster=None,
         overrides.append(f"--model {model_spec.name} (the file: {launch.model.name})")
     gpu, cluster = _hardware(launch, gpu, cluster)
     n = _gpus(launch, gpus, values, derived)
+    if gpus is not None and launch.gpus is not None and gpus != launch.gpus:
+        overrides.append(f"--gpus {gpus} (the file: {launch.gpus}, {launch.gpus_note})")
     gbs, seq = _batch(launch, model_spec, values, n, tokens_per_batch, derived)
     if launch.mbs_from_gbs_ga and values.get("mbs") is None:
         ga, dp = launch.mbs_from_gbs_ga, max(n // (values["tp"] * values["pp"] * values["cp"]), 1)

@@ -581,3 +581,14 @@ def test_sequence_parallel_text_that_is_no_flag_is_refused_saying_what_is_allowe
 
     with pytest.raises(RowError, match=r"layout\.sequence_parallel: expected true or false, or null / text saying it is not known"):
         parse_row({**GOOD, "sequence_parallel": "maybe"})
+
+
+def test_a_global_batch_in_sequences_and_in_tokens_that_disagree_is_refused(tmp_path):
+    """gbs 64 and global_batch_tokens 1,048,576 at seq 8192 (= 128 sequences): the row was priced at
+    gbs 64 with no word. Agreeing values are fine."""
+    rows = [{**GOOD, "id": "clash", "global_batch_tokens": 1_048_576},
+            {**GOOD, "id": "agree", "global_batch_tokens": 64 * 8192}]
+    code, out, err = run_cli("validate", "--runs", str(_runs_file(tmp_path, rows)))
+    assert code == 0, err
+    assert "not mapped: clash: global_batch_size 64 and global_batch_tokens 1,048,576 disagree at seq 8192" in out
+    assert "not mapped: agree" not in out

@@ -242,6 +242,10 @@ def _seq(row: RunRow, model, from_preset: bool) -> tuple[int, list[str]]:
 def _gbs(row: RunRow, seq: int) -> tuple[int, list[str]]:
     lay = row.layout
     if isinstance(lay.global_batch_size, int):
+        tokens = lay.global_batch_tokens
+        if tokens and tokens != lay.global_batch_size * seq:
+            raise PlannerInputError(f"global_batch_size {lay.global_batch_size} and global_batch_tokens {tokens:,} disagree "
+                                    f"at seq {seq} ({tokens:,} / {seq} = {tokens / seq:g} sequences): give one")
         return lay.global_batch_size, []
     if lay.global_batch_tokens:
         gbs = max(lay.global_batch_tokens // seq, 1)

@@ -188,3 +188,16 @@ def test_a_two_stage_pipeline_has_no_middle_stage_in_words():
     assert stage_summary({"stage_layers": [18, 21, 21, 20]}) == "stages 18 + 2x21 + 20 layers (first + middle + last)"
     job = ("evaluate", "--model", "70b", "--gpus", "64", "--gpu", "h100", "--tp", "8", "--pp", "2")
     one_error_line(cli(*job, "--pp-first-layers", "30", "--pp-last-layers", "30"), "(stages 30/30, first/last)")
+
+
+def test_counts_agree_in_number_and_cp_time_names_its_exchange():
+    # "1 micro-batches/step", "(1 steps)", "1 rows"; and "context-parallel KV ring (exposed)" for a
+    # layout whose CP exchange is an all-gather (gpt-oss at 128K tokens takes allgather: its window).
+    from planner.reports import counted
+
+    assert (counted(1, "row"), counted(117, "row"), counted(1024, "step")) == ("1 row", "117 rows", "1,024 steps")
+    assert counted(1, "micro-batch", "micro-batches") == "1 micro-batch"
+    res = cli("evaluate", "--model", "gpt-oss-120b", "--gpus", "64", "--gpu", "h100", "--seq-len", "131072", "--gbs",
+              "32", "--tp", "2", "--pp", "1", "--cp", "16", "--ep", "32", "--recompute", "none")
+    assert "cp-allgather" in res.stdout and "context-parallel KV all-gather (exposed)" in res.stdout, res.stdout
+    assert "KV ring" not in res.stdout

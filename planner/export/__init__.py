@@ -182,7 +182,7 @@ def export_layout(
     if not force:
         for path in rendered:
             if path.exists():
-                raise PlannerInputError(f"{path} already exists: pass force=True (--force) to overwrite")
+                raise PlannerInputError(f"{path} already exists: pass --force (export_layout(force=True) from Python) to overwrite")
     try:
         report.written = write_atomically(rendered)
     except OSError as err:  # a read-only or immutable directory, /proc, a full disk: nothing was written

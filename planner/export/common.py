@@ -20,6 +20,7 @@ from hardware_catalog.errors import DoesNotFit, PlannerInputError
 from hardware_catalog.schema import ClusterSpec, ModelSpec
 from planner.frameworks import window_text  # noqa: F401 (exporters import it from here)
 from planner.frameworks.table import CannotExpress  # noqa: F401 (exporters import it from here)
+from planner.reports import counted
 
 _REQUIRED = tuple(o.name for o in OPTIONS if o.kind == INT)
 """Options every record states: the integers of a layout (degrees, ZeRO stage, batch)."""
@@ -103,7 +104,7 @@ class Plan:
             recompute += f" ({', '.join(modules)})"
         return (
             f"TP{self.tp} PP{self.pp}{split} DP{self.dp} CP{self.cp} EP{self.ep} ETP{self.etp} VPP{self.vpp} "
-            f"ZeRO-{self.zero} SP {sp}; mbs {self.mbs}, gbs {self.gbs} ({self.grad_accum} micro-batches/step), "
+            f"ZeRO-{self.zero} SP {sp}; mbs {self.mbs}, gbs {self.gbs} ({counted(self.grad_accum, 'micro-batch', 'micro-batches')}/step), "
             f"seq {self.seq_len}, recompute {recompute}, {self.precision}; "
             + ", ".join(implementation_summary(self))
         )

@@ -20,6 +20,14 @@ TERM_LABELS = {
     "optimizer": "optimizer step",
 }
 
+CP_COMM_LABELS = {
+    "p2p": "context-parallel KV ring (exposed)",
+    "a2a": "context-parallel head all-to-all (exposed)",
+    "allgather": "context-parallel KV all-gather (exposed)",
+    "a2a+p2p": "context-parallel all-to-all + KV ring (exposed)",
+}
+"""The cp_comm line by ``cp_comm_type`` (costmodel.context_parallel)."""
+
 MEMORY_LABELS = {
     "weights": "weights",
     "gradients": "gradients (fp32 main grads)",
@@ -148,7 +156,10 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
         if value <= 0 and term not in ("compute",):
             continue
         share = value / step if step else 0.0
-        lines.append(f"  {TERM_LABELS[term]:<44}{value:>10.3f}{share * 100:>7.1f}%  {bar(share)}")
+        label = TERM_LABELS[term]
+        if term == "cp_comm":  # what the layout's --cp-comm-type exchanges
+            label = CP_COMM_LABELS.get(rec.get("layout", {}).get("cp_comm_type"), label)
+        lines.append(f"  {label:<44}{value:>10.3f}{share * 100:>7.1f}%  {bar(share)}")
     hidden = {k: v for k, v in rec.get("overlapped", {}).items() if v > 1e-9}
     for k, v in hidden.items():
         lines.append(f"  {'(hidden behind compute: ' + k + ')':<44}{v:>10.3f}")

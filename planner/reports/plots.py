@@ -761,7 +761,7 @@ def validation_figure(results: list, summary: dict, whose: str = "published"):
     _label_outside([ax, ax_err], results, [lambda r: r.predicted, lambda r: r.error * 100])
     rows = sum(r.predicted is not None for r in results)
     s = summary
-    line = (f"{s['rows']} {s['confidence']}-confidence rows: median |error| {s['median_abs_error'] * 100:.1f}%, "
+    line = (f"{s['rows']} {s['confidence']}-confidence {'row' if s['rows'] == 1 else 'rows'}: median |error| {s['median_abs_error'] * 100:.1f}%, "
             f"p90 {s['p90_abs_error'] * 100:.1f}%, mean signed {s['mean_signed_error'] * 100:+.1f}%") if s.get("rows") else ""
     ax.set_title(f"predicted vs measured, log-log; runs outside \u00b1{BAND * 100:.0f}% labelled", fontsize=10)
     fig.suptitle(f"planner validate: predicted vs measured training throughput of {rows} {whose} runs\n{line}",

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from planner.reports import counted
+
 
 def _duration(s: float) -> str:
     if s >= 86400:
@@ -44,7 +46,7 @@ def format_run(run: dict) -> str:
                 f"training ({bw})")
     else:
         took = f"sync: blocks {ck['blocking_s']:.1f} s ({bw})"
-    lines.append(f"              every {ck['interval_min']:.1f} min ({ck['interval_steps']:,} steps); {took}")
+    lines.append(f"              every {ck['interval_min']:.1f} min ({counted(ck['interval_steps'], 'step')}); {took}")
     lines.append(f"              interval: {ck['interval_source']}; Young sqrt(2CM) {ck['young_interval_min']:.1f} min, "
                  f"Daly {ck['daly_interval_min']:.1f} min (C = the time a save blocks, M = the job's MTBF)")
     lines.append(f"  restart     {rs['total_s']:.0f} s = relaunch {rs['relaunch_s']:g} s + NCCL init "

@@ -14,6 +14,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from planner.reports import counted
+
 THIN_NETWORK_GBPS_PER_GPU = 12.5
 """Network bandwidth per GPU (GB/s, one direction) at or below which a network is thin: 100
 Gb/s per GPU, half of a DGX A100's 200 Gb/s HDR rail per GPU (AWS p4d: 4 x 100 Gb/s EFA for 8
@@ -91,5 +93,5 @@ def family_stats(traits: list, errors) -> list[dict]:
 def format_family_line(st: dict) -> str:
     if not st["rows"]:
         return f"  {st['family']:<26}no rows"
-    return (f"  {st['family']:<26}{st['rows']:>3} rows: median |err| {st['median_abs_error'] * 100:.1f}%, "
+    return (f"  {st['family']:<26}{counted(st['rows'], 'row'):>8}: median |err| {st['median_abs_error'] * 100:.1f}%, "
             f"p90 {st['p90_abs_error'] * 100:.1f}%")

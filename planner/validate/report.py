@@ -9,6 +9,7 @@ from typing import Optional
 import numpy as np
 
 from hardware_catalog.errors import PlannerInputError
+from planner.reports import counted
 from planner.validate.predict import RowResult, validate_rows
 from planner.validate.runs import read_runs
 
@@ -105,7 +106,7 @@ def format_table(results: list[RowResult], summary: dict, users: bool = False) -
     def fmt(st):
         if not st["rows"]:
             return "no rows"
-        return (f"{st['rows']} rows: median |err| {st['median_abs_error'] * 100:.1f}%, "
+        return (f"{counted(st['rows'], 'row')}: median |err| {st['median_abs_error'] * 100:.1f}%, "
                 f"p90 {st['p90_abs_error'] * 100:.1f}%, MAPE {st['mape'] * 100:.1f}%, mean signed {st['mean_signed_error'] * 100:+.1f}%")
 
     def fmt_memory(st):

@@ -345,3 +345,31 @@ def test_rows_on_clusters_of_one_name_are_priced_each_on_its_own():
     alone = [r.predicted for r in validate_rows(rows)]
     assert alone[0] != alone[1]
     assert np.allclose(predictor(DEFAULT), alone, rtol=1e-6)
+
+
+def test_a_constant_only_capped_runs_depend_on_is_explained_by_them(tmp_path):
+    """Two BF16 runs and one FP8 run 23% slower than predicted: only the FP8 run depends on the FP8
+    GEMM constant, and it is past the 20% cap. The explanation named all three runs (the BF16 ones
+    do not depend on it at all) and the warning said the capped run 'barely moves the fit', though
+    it alone moved the constant."""
+    rows = [
+        {"id": "a-8b", "model": "llama3-8b", "gpu": "h100", "num_gpus": 8, "seq_len": 8192, "gbs": 128, "mbs": 1,
+         "tp": 1, "pp": 1, "zero": 1, "recompute": "none", "precision": "bf16", "framework": "Megatron-Core 0.8",
+         "tokens_per_s_per_gpu": 8000},
+        {"id": "d-mixtral", "model": "mixtral-8x7b", "gpu": "h100", "num_gpus": 64, "seq_len": 4096, "gbs": 256,
+         "mbs": 1, "tp": 2, "pp": 4, "ep": 8, "zero": 1, "recompute": "full", "precision": "bf16",
+         "framework": "Megatron-Core 0.8", "tokens_per_s_per_gpu": 3500},
+        {"id": "c-fp8", "model": "llama3-8b", "gpu": "h100", "num_gpus": 8, "seq_len": 8192, "gbs": 128, "mbs": 1,
+         "tp": 1, "pp": 1, "zero": 1, "recompute": "none", "precision": "fp8", "framework": "Megatron-Core 0.8",
+         "tokens_per_s_per_gpu": 10000},
+    ]
+    runs = tmp_path / "runs.json"
+    runs.write_text(json.dumps(rows))
+    out = subprocess.run([sys.executable, "-m", "planner", "calibrate", "--runs", str(runs), "--out",
+                          str(tmp_path / "p.toml")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    line = next(x for x in out.stdout.splitlines() if x.strip().startswith("gemm_efficiency_fp8"))
+    assert "run c-fp8, which depends on it most" in line and "a-8b" not in line, line
+    assert "(only runs off by more than 20% depend on it)" in line
+    text = out.stdout + out.stderr
+    assert "barely move" not in text and "still pulls on the constants it depends on" in text

@@ -168,11 +168,15 @@ class Calibrated:
 
 def _why(predictor: Predictor, calib: Calibration, name: str) -> str:
     """Which runs moved a constant, and their error before and after."""
-    s = np.abs(sensitivity(predictor, calib, name))
+    raw = np.abs(sensitivity(predictor, calib, name))
     # Runs off by more than CLIP with the shipped constants count only up to CLIP in the fit
-    # (a unit slip, a mechanism the model lacks): they would swamp the mean said here.
+    # (a unit slip, a mechanism the model lacks): they would swamp the mean said here, unless
+    # they alone depend on the constant.
     counted = np.abs(predictor.errors(DEFAULT)) <= CLIP
-    s = np.where(counted, s, 0.0) if counted.any() else s
+    s = np.where(counted, raw, 0.0)
+    only_capped = not s.max() > 0 and raw.max() > 0
+    if only_capped:
+        s = raw
     informed = np.nonzero(s >= 0.25 * s.max())[0] if s.max() > 0 else np.arange(len(s))
     before = float(np.mean(predictor.errors(DEFAULT)[informed]))
     after = round(float(np.mean(predictor.errors(calib)[informed])), 4) + 0.0  # no "-0.0%"
@@ -180,8 +184,9 @@ def _why(predictor: Predictor, calib: Calibration, name: str) -> str:
     runs = f"the {len(informed)} runs that depend on it most ({ids}) were" if len(informed) > 1 \
         else f"run {ids}, which depends on it most, was"
     pace = "fast" if before > 0 else "slow"
+    capped = f" (only runs off by more than {CLIP:.0%} depend on it)" if only_capped else ""
     return (f"{MEANING[name]}: {runs} predicted {abs(before) * 100:.1f}% {pace} with the shipped "
-            f"{getattr(DEFAULT, name):g}; now {after * 100:+.1f}%")
+            f"{getattr(DEFAULT, name):g}; now {after * 100:+.1f}%{capped}")
 
 
 def _stayed(predictor: Predictor, name: str) -> str:

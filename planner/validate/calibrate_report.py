@@ -89,8 +89,10 @@ def warnings(result: Calibrated) -> list[str]:
     if capped:
         said = ", ".join(f"{rid} {err * 100:+.0f}%" for rid, err in capped[:5]) + (", ..." if len(capped) > 5 else "")
         out.append(f"{len(capped)} run{'s' if len(capped) > 1 else ''} off by more than {clip:.0%} with the shipped "
-                   f"constants ({said}): the fit counts no error past {clip:.0%}, so "
-                   f"{'they barely move' if len(capped) > 1 else 'it barely moves'} the fit; check the measurement and units (step_time_s in seconds, tokens_per_s the total of all GPUs, mfu a fraction)")
+                   f"constants ({said}): the fit counts each error only up to {clip:.0%}, yet "
+                   f"{'such runs still pull' if len(capped) > 1 else 'such a run still pulls'} on the constants "
+                   f"{'they depend' if len(capped) > 1 else 'it depends'} on; check the measurement and units "
+                   "(step_time_s in seconds, tokens_per_s the total of all GPUs, mfu a fraction)")
     if result.moved and s["fitted"]["mape"] > s["shipped"]["mape"]:
         out.append(f"the profile predicts the runs it was fitted on worse than the shipped constants (MAPE "
                    f"{s['shipped']['mape'] * 100:.1f}% -> {s['fitted']['mape'] * 100:.1f}%)")

@@ -201,3 +201,13 @@ def test_counts_agree_in_number_and_cp_time_names_its_exchange():
               "32", "--tp", "2", "--pp", "1", "--cp", "16", "--ep", "32", "--recompute", "none")
     assert "cp-allgather" in res.stdout and "context-parallel KV all-gather (exposed)" in res.stdout, res.stdout
     assert "KV ring" not in res.stdout
+
+
+def test_a_price_pareto_at_one_gpu_count_says_why_it_has_one_point():
+    # At one GPU type and count, cost = GPUs x time x price: the time/cost front is one layout,
+    # printed as '(1 points)' with no word on why.
+    res = cli("search", "--model", "8b", "--gpus", "64", "--gpu", "h100", "--gbs", "256", "--pareto",
+              "--train-tokens", "1T", "--price-per-gpu-hour", "2")
+    assert res.exit_code == 0, res.output
+    head = res.stdout.splitlines()
+    assert head[0].endswith("(1 point)") and "cost is proportional to time" in head[1]

@@ -17,6 +17,7 @@ import typer
 from planner.cli.errors import EXIT_NOTHING_FITS
 from planner.cli.options import layout_options, run_options
 from planner.cli.from_launch.options import FromLaunchOpt, KeepOpt, LaunchFormatOpt
+from planner.reports import counted
 from planner.reports.search_notes import ranked_by, table_rows
 from planner.reports.search import (check_outputs, format_nothing_fits, format_summary, format_table, json_default,
                                    sampled_note, write_csv)
@@ -276,7 +277,10 @@ def _print_result(result, as_json: bool, pareto: bool, pinned_splits: bool, reci
         title = f"{stats['model']}, gbs {stats['gbs']} x seq {stats['seq_len']}"
         if pareto:
             a, b = stats["objectives"]
-            title += f" -- Pareto front, {a} vs {b} ({stats['pareto_front_size']} points)"
+            title += f" -- Pareto front, {a} vs {b} ({counted(stats['pareto_front_size'], 'point')})"
+            if b.endswith("_usd") and not multi:  # one price, one GPU count: cost = GPUs x time x price
+                title += ("\n(one GPU type and count: cost is proportional to time, so the front is the fastest layout; "
+                          "give several --gpus for a time/cost front, or leave out the price for time vs memory)")
         else:
             title += f" -- top {len(result.results)} layouts {ranked_by(stats)}"
         title += sampled_note(stats)

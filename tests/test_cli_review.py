@@ -211,3 +211,17 @@ def test_a_price_pareto_at_one_gpu_count_says_why_it_has_one_point():
     assert res.exit_code == 0, res.output
     head = res.stdout.splitlines()
     assert head[0].endswith("(1 point)") and "cost is proportional to time" in head[1]
+
+
+def test_search_export_with_a_framework_writes_only_that_frameworks_formats(tmp_path):
+    # Megatron-Core r0.8 has no ZeRO-3 (no FSDP flag in core_r0.8.0 arguments.py), yet its #1 for
+    # 70B on 64 H100s is flat ZeRO-3: Megatron's formats refuse it, and the search used to write
+    # DeepSpeed's config instead, for a Megatron release. Now nothing is written, exit 2, and the
+    # note under the table names the release's formats.
+    out = tmp_path / "o"
+    res = cli("search", "--model", "70b", "--gpus", "64", "--gpu", "h100", "--gbs", "128", "--top", "3",
+              "--framework", "megatron-core-0.8", "--export", out)
+    assert res.exit_code == 2, res.output
+    assert not out.exists() or not any(out.iterdir())
+    assert "launch: no format that launches megatron-core-0.8 (megatron, torchrun, slurm) runs #1" in res.stdout
+    assert "skipped deepspeed" not in res.output and "megatron-core-0.8's formats (megatron, torchrun, slurm)" in res.stderr

@@ -31,14 +31,21 @@ def test_refusals_name_each_framework_rule():
 def test_note_only_when_the_best_row_exports_nowhere():
     unlaunchable, plain = _cases()
     specs = [(LLAMA3_8B, DGX_H100, None)] * 2
-    lines = launch_notes([unlaunchable, plain], specs, framework_searched=False)
+    lines = launch_notes([unlaunchable, plain], specs)
     assert lines[0].startswith("launch: no format planner exports runs #1 as priced")
     assert "megatron_fsdp_flat" in lines[0]
     assert "best row that exports is #2" in lines[1] and "megatron" in lines[1]
     assert "--framework" in lines[-1]
-    assert launch_notes([plain, unlaunchable], specs, framework_searched=False) == []
-    # With --framework the hint to use it is left out.
-    assert not any("--framework" in line for line in launch_notes([unlaunchable], specs[:1], True))
+    assert launch_notes([plain, unlaunchable], specs) == []
+    # With --framework only the formats that launch the release count, and the hint is left out.
+    from planner.frameworks.releases import get_release
+
+    lines = launch_notes([unlaunchable], specs[:1], get_release("megatron-core-0.8"))
+    assert lines[0].startswith("launch: no format that launches megatron-core-0.8 (megatron, torchrun, slurm) runs #1")
+    assert not any("--framework" in line for line in lines)
+    # A release planner writes no files for says so whatever the row.
+    assert launch_notes([plain], specs[:1], get_release("llm-foundry-0.10")) == [
+        "launch: planner has no exporter for llm-foundry-0.10: it writes none of its files"]
 
 
 def test_megatron_releases_price_zero3_as_megatron_fsdp():

@@ -239,6 +239,16 @@ def _progress_mode(progress: Optional[bool]):
     return progress
 
 
+def search_release(stats: dict):
+    """The ``--framework`` release a search was priced with (None: none)."""
+    name = (stats.get("framework") or {}).get("name")
+    if not name:
+        return None
+    from planner.frameworks.releases import get_release
+
+    return get_release(name)
+
+
 def _write_outputs(result, again, outputs: dict, force: bool, recipes: Optional[list] = None) -> list[str]:
     """Write the CSV, the best layout's launch files and the plot; the lines that say so."""
     lines = []
@@ -249,14 +259,35 @@ def _write_outputs(result, again, outputs: dict, force: bool, recipes: Optional[
         from planner.export import export_layout
 
         m, c, _ = result.specs[0]
-        report = export_layout(result.results[0], m, c, "all", Path(outputs["export"]), force=force,
-                               command=command_line())
-        lines += [f"wrote {p}" for p in report.written]
-        lines += [f"skipped {n}: {why}" for n, why in report.skipped.items()]
-        if not report.written:
+        release = search_release(result.stats)
+        if release is None:
+            report = export_layout(result.results[0], m, c, "all", Path(outputs["export"]), force=force,
+                                   command=command_line())
+            skipped = report.skipped
+        else:  # --framework: only the formats that launch that release, the others not tried
+            from planner.export.expressible import refusals
+
+            refused = refusals(result.results[0], m, c)
+            skipped = {f: refused[f] for f in release.formats if f in refused}
+            writable = [f for f in release.formats if f not in refused]
+            report = None
+            if writable:
+                report = export_layout(result.results[0], m, c, writable, Path(outputs["export"]), force=force,
+                                       command=command_line())
+                skipped = {**skipped, **report.skipped}
+        written = report.written if report is not None else []
+        lines += [f"wrote {p}" for p in written]
+        lines += [f"skipped {n}: {why}" for n, why in skipped.items()]
+        if not written:
             from planner.cli.common import nothing_exported
 
-            outputs["export_failed"] = f"--export: {nothing_exported(outputs['export'])}"
+            why = nothing_exported(outputs["export"])
+            if release is not None:
+                why = (f"no launch file written to {outputs['export']}: planner has no exporter for {release.name}"
+                       if not release.formats else why.replace("every format", f"{release.name}'s "
+                                                               f"format{'s' if len(release.formats) > 1 else ''} "
+                                                               f"({', '.join(release.formats)})"))
+            outputs["export_failed"] = f"--export: {why}"
     if outputs["csv"] is not None:
         lines.append(f"wrote {outputs['csv']}")
     if outputs["plot"] is not None:
@@ -295,7 +326,7 @@ def _print_result(result, as_json: bool, pareto: bool, pinned_splits: bool, reci
         window = window_cp_lines(result.results, result.specs)
         if window:
             typer.echo("\n".join(window))
-        launch = launch_notes(result.results, result.specs, "framework" in stats)
+        launch = launch_notes(result.results, result.specs, search_release(stats))
         if launch:
             typer.echo("\n".join(launch))
     else:

@@ -48,27 +48,34 @@ def rule_names(reason: str) -> str:
     return reason.split(":")[0][:60]
 
 
-def launch_notes(records: list[dict], specs: list, framework_searched: bool) -> list[str]:
-    """Lines for under the search table when its best row exports to no format: which rule each
-    framework's exporter names, and the best row that does export (or that none shown does).
-    Empty when the best row exports (the common case) or there is no row."""
+def launch_notes(records: list[dict], specs: list, release=None) -> list[str]:
+    """Lines for under the search table when its best row exports to no format (with
+    ``--framework``, ``release``: to none of the formats that launch that release): which rule each
+    exporter names, and the best row that does export (or that none shown does). Empty when the
+    best row exports (the common case) or there is no row."""
     if not records:
         return []
+    formats = list(EXPORTERS) if release is None else list(release.formats)
+    if not formats:
+        return [f"launch: planner has no exporter for {release.name}: it writes none of its files"]
     best = refusals(records[0], specs[0][0], specs[0][1])
-    if len(best) < len(EXPORTERS):
+    if any(f not in best for f in formats):
         return []
     # torchrun and slurm launch Megatron-LM: they refuse with Megatron's rule, said once.
-    rules = list(dict.fromkeys(rule_names(reason) for reason in best.values()))
-    lines = [f"launch: no format planner exports runs #1 as priced (rules {', '.join(rules)}; "
-             f"planner export --format all prints each reason)"]
+    rules = list(dict.fromkeys(rule_names(best[f]) for f in formats))
+    which = ("no format planner exports" if release is None else
+             f"no format that launches {release.name} ({', '.join(formats)})")
+    lines = [f"launch: {which} runs #1 as priced (rules {', '.join(rules)}; "
+             f"planner export --format {'all' if release is None else formats[0]} prints each reason)"]
     for rec, (model, cluster, _) in list(zip(records, specs))[1:]:
         refused = refusals(rec, model, cluster)
-        writes = [name for name in EXPORTERS if name not in refused]
+        writes = [name for name in formats if name not in refused]
         if writes:
             lines.append(f"  the best row that exports is #{rec.get('rank')} ({', '.join(writes)})")
             break
     else:
         lines.append("  nor does any row shown")
-    if not framework_searched:
-        lines.append("  --framework RELEASE ranks only what that release runs ('planner catalog frameworks' lists them)")
+    if release is None:
+        lines.append("  --framework RELEASE prices as a release runs and checks its rows against that release's "
+                     "launch formats ('planner catalog frameworks' lists them)")
     return lines

@@ -634,6 +634,9 @@ PROFILES: tuple[Profile, ...] = (
     )),
     Profile("DeepSpeed ZeRO-3 (2021)", r"deepspeed", (
         _BEFORE_FLASH,
+        Entry({"vpp": 1}, "",
+              source="DeepSpeed runtime/pipe/schedule.py: TrainSchedule is 1F1B over one stage per rank (no "
+                     "interleaved chunks); planner's DeepSpeed exporter refuses vpp > 1 (deepspeed_no_interleaving)"),
         Entry({"zero3_gather": "blocking"},
               "blocking per-tensor ZeRO-3 gathers and reduce-scatters (DeepSpeed 2021)",
               source="DeepSpeed v0.3.13-0.5 runtime/zero/partition_parameters.py: one all-gather per weight "

@@ -34,29 +34,33 @@ class Release:
     export_release: str = ""
     """For torchtitan: the release the export's files target (a name ``planner.frameworks.torchtitan.
     release_for`` takes, as ``--torchtitan-version`` does), so one name picks the profile and the files."""
+    formats: tuple = ()
+    """The export formats that launch this framework (``planner export --format``); empty: planner
+    writes none of its files."""
 
 
 RELEASES: tuple[Release, ...] = (
     Release("megatron-lm-2021", "Megatron-LM (PTD-P)", 2021,
-            "Narayanan et al. 2021 (SC'21), Megatron-LM v2.x: PTD-P, before FlashAttention"),
+            "Narayanan et al. 2021 (SC'21), Megatron-LM v2.x: PTD-P, before FlashAttention", formats=("megatron", "torchrun", "slurm")),
     Release("megatron-core-0.8", "Megatron-Core r0.8", 2024,
-            "Megatron-LM tag core_r0.8.0 (July 2024), TransformerEngine attention"),
+            "Megatron-LM tag core_r0.8.0 (July 2024), TransformerEngine attention", formats=("megatron", "torchrun", "slurm")),
     Release("megatron-core-0.13", "Megatron-Core r0.13", 2025,
-            "Megatron-LM tag core_r0.13.0 (2025), TransformerEngine attention"),
+            "Megatron-LM tag core_r0.13.0 (2025), TransformerEngine attention", formats=("megatron", "torchrun", "slurm")),
     Release("nemo-24.07", "NeMo 24.07 (Megatron-Core)", 2024,
-            "NVIDIA NeMo container 24.07 performance recipes"),
+            "NVIDIA NeMo container 24.07 performance recipes", formats=("megatron", "torchrun", "slurm", "megatron-bridge")),
     Release("nemo-25.04", "NeMo 25.04 (Megatron-Core)", 2025,
-            "NVIDIA NeMo container 25.04 performance scripts (scripts/performance/llm)"),
+            "NVIDIA NeMo container 25.04 performance scripts (scripts/performance/llm)", formats=("megatron", "torchrun", "slurm", "megatron-bridge")),
     Release("megatron-bridge-25.09", "Megatron-Bridge 25.09 (Megatron-Core)", 2025,
-            "NVIDIA Megatron-Bridge 25.09 performance recipes"),
+            "NVIDIA Megatron-Bridge 25.09 performance recipes", formats=("megatron-bridge",)),
     Release("torchtitan-0.2", "torchtitan 0.2", 2025,
             "pytorch/torchtitan v0.2.x: SDPA attention, per-op SAC, eager FP32 loss; priced with [compile] "
-            "on (add --kernels eager without it)", export_release="0.2"),
+            "on (add --kernels eager without it)", export_release="0.2", formats=("torchtitan",)),
     Release("llm-foundry-0.10", "llm-foundry 0.10 (Composer FSDP)", 2024,
             "mosaicml/llm-foundry v0.10 with Composer FSDP; no compile_config by default, so eager "
             "operators (add --kernels fused when you compile)"),
     Release("deepspeed-0.5", "DeepSpeed 0.5 (ZeRO-3)", 2021,
-            "microsoft/DeepSpeed v0.5 (2021): per-tensor ZeRO-3 gathers, before FlashAttention"),
+            "microsoft/DeepSpeed v0.5 (2021): per-tensor ZeRO-3 gathers, before FlashAttention",
+            formats=("deepspeed",)),
 )
 """The releases --framework takes; each maps to a validate profile by its text."""
 

@@ -158,6 +158,8 @@ def launch_job(launch: Launch, *, model=None, gpus=None, gpu=None, cluster=None,
         # Megatron's validate_args (and every framework) turns sequence parallelism off without TP.
         values["sequence_parallel"] = False
         derived.append("sequence parallelism off: it splits along TP, and tp is 1")
+    elif values.get("sequence_parallel") is None and values.get("tp", 1) == 1:
+        values["sequence_parallel"] = False  # unstated (a DeepSpeed config): moot at tp 1, as planner records it
     problem = ProblemRequest(model_spec, n, gpu, cluster, gbs=gbs, seq_len=seq, allow_cross_node_tp=allow_cross_node_tp)
     return problem, {k: v for k, v in values.items() if k in OPTIONS_BY_NAME}, overrides, derived
 

@@ -115,6 +115,10 @@ def test_profile_changes_predictions_only_through_its_constants(tmp_path):
     # validate with the profile: the runs it was fitted on are now within 1%.
     code, out, _ = run_cli("validate", "--runs", str(runs), "--calibration", str(profile), "--json")
     assert code == 0 and all(abs(r["error"]) < 0.01 for r in json.loads(out)["rows"])
+    # ...and says whose constants, as evaluate and search do (it said nothing).
+    assert json.loads(out)["calibration"] == str(profile)
+    code, out, _ = run_cli("validate", "--runs", str(runs), "--calibration", str(profile))
+    assert f"constants from calibration profile {profile}" in out
 
 
 def test_a_profile_of_the_shipped_values_changes_nothing(tmp_path):

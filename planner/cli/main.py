@@ -435,7 +435,7 @@ def _validate(runs, as_json, confidence, cross_validate, bootstrap, plot, calibr
     from planner.calibration_profile import calibration_option
 
     run_validate(runs, as_json=as_json, confidence=confidence, plot=plot, calib=calibration_option(calibration),
-                 skip_invalid=skip_invalid)
+                 skip_invalid=skip_invalid, calibration=None if calibration is None else str(calibration))
 
 
 _COMM_HELP = (

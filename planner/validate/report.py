@@ -187,10 +187,11 @@ def _row_json(r) -> dict:
 
 
 def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = "high", plot: Optional[Path] = None,
-                 calib=None, skip_invalid: bool = False) -> None:
+                 calib=None, skip_invalid: bool = False, calibration: Optional[str] = None) -> None:
     """The command. The shipped reference set's table is printed as published (its rows state
     their own notes); a user's runs file also gets each row's notes and the rows the confidence
-    filter leaves out. Exit 3 when no row of the file could be mapped."""
+    filter leaves out. Exit 3 when no row of the file could be mapped. ``calibration``: the
+    profile ``calib`` was read from, said with the figures (as evaluate and search say it)."""
     import typer
 
     from costmodel.calibration import DEFAULT
@@ -215,6 +216,8 @@ def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = 
     check = None if users else llama3_405b_production_check()
     if as_json:
         out = {"rows": [_row_json(r) for r in results], "summary": summary}
+        if calibration is not None:
+            out["calibration"] = calibration
         if check is not None:
             out["llama3_405b_production"] = check
         if skipped:
@@ -222,6 +225,8 @@ def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = 
         typer.echo(json.dumps(out, indent=2))
     else:
         typer.echo(format_table(results, summary, users))
+        if calibration is not None:
+            typer.echo(f"constants from calibration profile {calibration}")
         if users:
             typer.echo("")
             typer.echo(format_notes(results))

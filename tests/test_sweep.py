@@ -300,3 +300,21 @@ def test_a_worker_that_finds_the_study_done_says_so():
         "this worker (vm:1) ran no search: every scenario was done before it started")
     busy = {**idle, "ran": 1, "skipped": 1, "seconds": 0.2}
     assert "ran 1 search in 0.2 s; skipped 1 done or held by others" in format_summary(stats, busy)
+
+
+def test_every_scenario_invalid_is_bad_input_and_the_plot_format_is_checked_first(tmp_path):
+    """A batch no scenario can take (search: exit 2) made sweep exit 3, 'nothing fits'; and --plot
+    x.pdf failed only after every search had run and the CSV was written."""
+    from typer.testing import CliRunner
+
+    from planner.cli.main import app
+
+    runner = CliRunner()
+    csv = tmp_path / "y.csv"
+    res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "16", "--gpu", "h100", "--tokens-per-batch",
+                              "1000000", "--seq-len", "8192", "--csv", str(csv), "--no-progress"])
+    assert res.exit_code == 2 and "every scenario is invalid: --tokens-per-batch=1,000,000" in res.output
+    assert not csv.exists()
+    res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "64,128", "--gpu", "h100", "--csv", str(csv),
+                              "--plot", str(tmp_path / "x.pdf"), "--no-progress"])
+    assert res.exit_code == 2 and "the file must end in .png, .svg, .html" in res.output and not csv.exists()

@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
         reclaim_running: bool = typer.Option(False, "--reclaim-running", help="Fail the study's RUNNING trials first, so they are redone (only when no worker is alive: journal files have no heartbeat)."),
         as_json: bool = typer.Option(False, "--json", help="Print {\"scenarios\": [...], \"stats\": {...}}."),
         csv_file: Optional[Path] = typer.Option(None, "--csv", help="Also write one row per scenario to this CSV file."),
-        plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: tokens/s/GPU and cost (or time to train) vs GPU count."),
+        plot: Optional[Path] = typer.Option(None, "--plot", help="Write a picture (.png, .svg or .html): tokens/s/GPU and cost (or time to train) vs GPU count."),
         progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar on stderr. Default: when stderr is a terminal."),
         force: bool = typer.Option(False, "--force", help="Overwrite existing files (--csv, --plot)."),
         objective: Optional[str] = typer.Option(None, "--objective", help="Mark each series' best GPU count by step-time | tokens-per-gpu | time-to-train | cost | energy (the last three need --train-tokens; wall time with failures, checkpoints and restarts), and where adding GPUs stops paying."),
@@ -68,9 +68,17 @@ def register(app: typer.Typer) -> None:
         run_in = run_inputs(run)  # bad values fail before any work
         check_output_file(csv_file, "--csv", force)
         check_output_file(plot, "--plot", force)
+        from planner.reports.plots import check_plot_path
+
+        check_plot_path(plot)  # the picture's format too, before any work
         result = _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, run_in, price, memory_headroom,
                       allow_cross_node_tp, storage, study_name, wait, report_only, reclaim_running,
                       sys.stderr.isatty() if progress is None else progress, objective, min_scaling_efficiency)
+        invalid = [r for r in result.rows if r.get("status") == "invalid"]
+        if result.rows and len(invalid) == len(result.rows):  # bad input in every scenario: as search says it
+            from hardware_catalog.errors import PlannerInputError
+
+            raise PlannerInputError(f"every scenario is invalid: {invalid[0].get('reason')}")
         _write_files(result, csv_file, plot)  # before printing: `| head` still gets them
         _print(result, as_json, csv_file, plot)
         if result.rows and not any(r.get("best") for r in result.rows):

@@ -278,18 +278,7 @@ def plot(path: Path, rows: list[dict], title: str = "", objective: Optional[str]
     fig.suptitle(title or "planner sweep: best layout per scenario")
     rows_legend = -(-len(series) // ncol)
     fig.tight_layout(rect=(0, 0.04 + 0.035 * rows_legend, 1, 1))
-    try:
-        _save_atomically(fig, Path(path))
-    finally:
-        plt.close(fig)
+    from planner.reports.plots import save_figure
 
+    save_figure(fig, Path(path))  # .png, .svg or .html, as every --plot (it closes the figure)
 
-def _save_atomically(fig, path: Path) -> None:
-    """``fig`` to ``path`` (format from its extension, PNG without one) through the one writer
-    (``planner.outputs.write_atomically``)."""
-    from planner.outputs import write_atomically
-
-    try:
-        write_atomically(path, lambda fh: fig.savefig(fh, format=path.suffix[1:].lower() or "png", dpi=110), "--plot")
-    except ValueError as err:  # matplotlib: an unknown format
-        raise PlannerInputError(f"--plot {path}: cannot write ({err})") from None

@@ -235,7 +235,7 @@ def format_recipes(entries: list[dict], fitting_label: str) -> list[str]:
     lines = []
     for e in entries:
         r = e["recipe"]
-        head = f"({e['rank'] if e.get('rank') else '-'}) published recipe {r['id']} ({r['framework']}; {recipe_source(r)})"
+        head = f"({format(e['rank'], ',') if e.get('rank') else '-'}) published recipe {r['id']} ({r['framework']}; {recipe_source(r)})"
         lines.append(head)
         if e.get("rank"):
             tie = "; its interval overlaps #1's" if e["ties_best"] else ""

@@ -22,7 +22,7 @@ ROWS = {r["id"]: r for r in load_runs(None)}
 # Which profile each shipped row is meant for, by the start of its framework text.
 EXPECTED = {
     "Megatron-LM": "Megatron-LM 2021-22 (PTD-P)",
-    "Megatron-Core r0.8": "Megatron-Core r0.8",
+    "Megatron-Core r0.8": "Megatron-Core r0.8+",
     "NeMo 24.": "NeMo 24.x / Megatron-Bridge 25.09",
     "Megatron-Bridge / NeMo 25.09": "NeMo 24.x / Megatron-Bridge 25.09",
     "torchtitan (Dec 2024)": "torchtitan (Dec 2024)",
@@ -33,7 +33,7 @@ EXPECTED = {
     "MegaScale": "Megatron-LM 2021-22 (PTD-P)",
     "Megatron-Bridge / NeMo 2": "NeMo 24.x / Megatron-Bridge 25.09",
     "NeMo 25.": "NeMo 24.x / Megatron-Bridge 25.09",
-    "Megatron-Core v0.8": "Megatron-Core r0.8",
+    "Megatron-Core v0.8": "Megatron-Core r0.8+",
     "Megatron-DeepSpeed": "Megatron-DeepSpeed (DeepSpeed pipeline engine)",
     # GPT-NeoX trains through DeepSpeed's pipeline engine (PipelineModule; its configs set pipe_parallel_size).
     "GPT-NeoX": "Megatron-DeepSpeed (DeepSpeed pipeline engine)",

@@ -523,7 +523,7 @@ PROFILES: tuple[Profile, ...] = (
         _BRIDGE_TE_GROUPED_LINEAR_LOOP,
         _MEGATRON_FSDP,
     )),
-    Profile("Megatron-Core r0.8", r"megatron-core", (_TE_ATTENTION, _TPO_STATED, _TPO_SEARCHED, _DEEPEP,
+    Profile("Megatron-Core r0.8+", r"megatron-core", (_TE_ATTENTION, _TPO_STATED, _TPO_SEARCHED, _DEEPEP,
                                                      _CUTLASS_GROUPED_GEMM, _MEGATRON_FSDP)),
     Profile("torchtitan (Dec 2024)", r"torchtitan", (
         _TT_STAGE_MICROBATCHES,

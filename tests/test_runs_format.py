@@ -592,3 +592,14 @@ def test_a_global_batch_in_sequences_and_in_tokens_that_disagree_is_refused(tmp_
     assert code == 0, err
     assert "not mapped: clash: global_batch_size 64 and global_batch_tokens 1,048,576 disagree at seq 8192" in out
     assert "not mapped: agree" not in out
+
+
+def test_the_searched_note_leaves_out_virtual_stages_at_pipeline_one(tmp_path):
+    # 'not stated, searched: ...; vpp (1-40)' on a row that states pp 1: one stage has no chunks.
+    rows = [{**GOOD, "id": "flat", "mbs": 1, "zero": 1, "recompute": "full", "precision": "bf16"},
+            {**GOOD, "id": "piped", "pp": 2, "mbs": 1, "zero": 1, "recompute": "full", "precision": "bf16"}]
+    code, out, err = run_cli("validate", "--runs", str(_runs_file(tmp_path, rows)))
+    assert code == 0, err
+    notes = out.split("how each row was read", 1)[1]
+    flat, piped = notes.split("piped", 1) if notes.index("flat") < notes.index("piped") else notes.split("flat", 1)[::-1]
+    assert "vpp (" not in flat and "vpp (" in piped, notes

@@ -478,8 +478,9 @@ def map_run(row: Union[dict, RunRow], base_dir: Optional[Path] = None) -> Mapped
         raise PlannerInputError(str(err)) from None
     if row.reference is None:  # the reference set's rows state this in their own notes
         degrees = [k for k in ("tp", "pp", "dp") if k not in pins]
+        # Virtual stages only where a pipeline can have them (a row pinned to pp 1 searches none).
         said = ([f"{', '.join(degrees)} (every split of the GPUs the rules allow)"] if degrees else []) \
-            + [f"{k} ({_span(v)})" for k, v in searched.items()]
+            + [f"{k} ({_span(v)})" for k, v in searched.items() if not (k == "vpp" and pins.get("pp") == 1)]
         cp = [] if "cp" in pins else ["cp 1 (not stated)"]
         if said or cp:  # (a row that states every knob searches nothing)
             notes.append("; ".join((["not stated, searched: " + "; ".join(said)] if said else []) + cp))

@@ -132,3 +132,8 @@ def test_catalog_lists_every_release():
     assert rows["megatron-lm-2021"]["always"] == {"attention": "unfused", "p2p_comm_overlap": False, "cp": 1,
                                                   "sequence_parallel": False, "recompute_modules": "core_attn"}
     assert "recompute_modules" not in rows["megatron-core-0.13"]["always"]
+    # r0.8's --moe-grouped-gemm is the one-launch GroupedMLP for any MoE model (not only MLA on H100,
+    # as the catalog's one MoE case read); from r0.9 TE's per-expert loop is the default.
+    assert rows["megatron-core-0.8"]["when"]["moe"] == {"moe_grouped_gemm": "fused"}
+    assert "moe" not in rows["megatron-core-0.13"]["when"]
+    assert rows["megatron-core-0.13"]["when"]["moe+mla on h100"] == {"moe_dispatcher": "deepep"}

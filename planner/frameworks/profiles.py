@@ -229,8 +229,9 @@ _CUTLASS_GROUPED_GEMM = Entry(
     {"moe_grouped_gemm": "fused"}, "expert GEMMs as one grouped kernel (legacy GroupedMLP, grouped_gemm package)",
     source="Megatron-Core r0.8 --moe-grouped-gemm runs GroupedMLP (megatron/core/transformer/moe/experts.py: "
            "grouped_gemm.ops.gmm, one CUTLASS grouped launch); TEGroupedMLP (TransformerEngine's per-expert "
-           "loop) became the default in r0.9, the old path kept behind --moe-use-legacy-grouped-gemm",
-    when=(When(model=("moe",)),))
+           "loop) became the default in r0.9, the old path kept behind --moe-use-legacy-grouped-gemm: so r0.8 "
+           "only (a later Megatron-Core prices TE's loop, the option's default)",
+    when=(When(model=("moe",), text="0.8"),))
 _TORCH_GROUPED_MM = Entry(
     {"moe_grouped_gemm": "fused"}, "expert GEMMs as torch._grouped_mm (one launch)",
     source="torchtitan models/moe GroupedExperts: torch._grouped_mm over the experts with device-side offsets",

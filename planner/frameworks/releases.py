@@ -167,8 +167,10 @@ def apply_framework(fw: FrameworkSettings, layout: dict, given) -> dict:
 
 
 _CATALOG_CASES = (("fp8", dict(precision="fp8")), ("selective", dict(recompute="selective")),
+                  ("moe", dict(model_parts=frozenset({"moe"}))),
                   ("moe+mla on h100", dict(model_parts=frozenset({"moe", "mla"}), gpu="h100-sxm")))
-"""The job facts the catalog tries beside a dense BF16 job, to show what an entry depends on."""
+"""The job facts the catalog tries beside a dense BF16 job, to show what an entry depends on; a
+case that extends an earlier one (moe+mla on h100 after moe) lists only what it adds."""
 
 
 def _shown(values: dict) -> dict:
@@ -190,10 +192,13 @@ def catalog_rows() -> list[dict]:
     for r in RELEASES:
         base = RowFacts(framework=r.text.lower(), year=r.year, precision="bf16")
         always, notes = apply_profiles(base)
-        cases = {}
+        cases, seen = {}, {}
         for label, change in _CATALOG_CASES:
             values = apply_profiles(replace(base, **change))[0]
             diff = {k: v for k, v in values.items() if always.get(k) != v}
+            seen[label] = diff
+            earlier = seen.get(label.split("+")[0], {}) if "+" in label else {}
+            diff = {k: v for k, v in diff.items() if earlier.get(k) != v}
             if diff:
                 cases[label] = _shown(diff)
         rows.append({"name": r.name, "profile": profiles_for(base.framework)[0].name, "year": r.year,

@@ -228,6 +228,16 @@ def _apply_framework(ctx, framework, model, gpu, cluster, layout: dict):
         gpu_name = get_gpu(gpu).name if gpu and "," not in gpu else ""
     fw = framework_settings(framework, model_spec, gpu_name, layout.get("precision") or "bf16", layout.get("recompute"),
                             takes=set(layout))
+    if "recompute" in fw.not_applied:  # the release's word for the typed mode needs knobs search does not take
+        from hardware_catalog.errors import PlannerInputError
+
+        whole = framework_settings(framework, model_spec, gpu_name, layout.get("precision") or "bf16",
+                                   layout.get("recompute"))
+        said = [a for a in whole.assumptions if "recompute" in a]
+        raise PlannerInputError(
+            f"--framework {framework} --recompute {layout.get('recompute')}: {said[0] if said else 'priced with a recompute share'}"
+            f", which search does not try (it takes no share of layers); price it with planner evaluate, or search "
+            f"--recompute full or none")
     return apply_framework(fw, layout, set(typed_flags(ctx, tuple(layout))))
 
 

@@ -626,8 +626,8 @@ def _objective_value(row: dict, objective: str) -> Optional[float]:
 def mark_scaling(rows: list[dict], objective: str, threshold: Optional[float] = None) -> list[dict]:
     """Per series (model, GPU type, sequence, batch) over GPU counts: the optimum by ``objective``
     (row["optimum"] = True) and, with a time to train, the first count where adding GPUs stops
-    paying (row["diminishing"] = True, ``costmodel.goodput.diminishing_from``). Returns one
-    summary dict per series."""
+    paying (row["diminishing"] = True, ``costmodel.goodput.diminishing_from``), on the time to
+    train where a token budget gives one, else on the step time. Returns one summary dict per series."""
     from costmodel.goodput import DIMINISHING, diminishing_from
 
     threshold = DIMINISHING if threshold is None else threshold
@@ -643,21 +643,27 @@ def mark_scaling(rows: list[dict], objective: str, threshold: Optional[float] = 
         best = min(valued, key=lambda r: _objective_value(r, objective)) if valued else None
         if best is not None:
             best["optimum"] = True
-        summary = {"model": key[0], "gpu": key[1], "objective": objective,
+        summary = {"model": key[0], "gpu": key[1], "seq_len": key[2], "gbs": key[3], "objective": objective,
                    "optimum_gpus": best["scenario"]["gpus"] if best else None, "diminishing_from_gpus": None}
-        timed = [r for r in members if r.get("run_time_s")]
+        # The time of the same work at each count: the run's (with a token budget), else the step's
+        # (one series shares its batch and sequence, so a step is the same tokens at every count).
+        def time_of(r):
+            return r.get("run_time_s") or r["best"]["step_time_s"]
+
+        timed = [r for r in members if time_of(r)]
         if len(timed) > 1:
-            n = diminishing_from([r["scenario"]["gpus"] for r in timed], [r["run_time_s"] for r in timed], threshold)
+            n = diminishing_from([r["scenario"]["gpus"] for r in timed], [time_of(r) for r in timed], threshold)
             if n is not None:
                 for r in timed:
                     if r["scenario"]["gpus"] == n:
                         r["diminishing"] = True
                 summary["diminishing_from_gpus"] = n
             summary["threshold"] = threshold
+            summary["timed_by"] = "run" if all(r.get("run_time_s") for r in timed) else "step"
             summary["marginal"] = [
                 {"from": a["scenario"]["gpus"], "to": b["scenario"]["gpus"],
-                 "speedup": a["run_time_s"] / b["run_time_s"],
-                 "efficiency": (a["run_time_s"] / b["run_time_s"] - 1) / (b["scenario"]["gpus"] / a["scenario"]["gpus"] - 1)}
+                 "speedup": time_of(a) / time_of(b),
+                 "efficiency": (time_of(a) / time_of(b) - 1) / (b["scenario"]["gpus"] / a["scenario"]["gpus"] - 1)}
                 for a, b in zip(timed, timed[1:])]
         out.append(summary)
     return out

@@ -318,3 +318,26 @@ def test_every_scenario_invalid_is_bad_input_and_the_plot_format_is_checked_firs
     res = runner.invoke(app, ["sweep", "--model", "8b", "--gpus", "64,128", "--gpu", "h100", "--csv", str(csv),
                               "--plot", str(tmp_path / "x.pdf"), "--no-progress"])
     assert res.exit_code == 2 and "the file must end in .png, .svg, .html" in res.output and not csv.exists()
+
+
+def test_scaling_marks_use_the_step_time_without_a_token_budget_and_name_each_series():
+    """--min-scaling-efficiency with --objective step-time and no --train-tokens was ignored (no
+    'stops paying' line, diminishing_from_gpus null); two sequence lengths of one model and GPU
+    printed the same 'llama3-8b on h100-sxm' line twice."""
+    def row(gpus, step, seq=8192, gbs=512):
+        return {"scenario": {"model": "m", "gpu": "g", "gpus": gpus}, "seq_len_used": seq, "gbs_used": gbs,
+                "best": {"step_time_s": step, "tokens_per_s_per_gpu": 1.0}}
+
+    # 1,024 -> 2,048 GPUs: 10 s -> 5.3 s, 1.89x for 2x the GPUs (89% of the added GPUs); 2,048 ->
+    # 4,096: 5.3 -> 3.05 s, 1.74x (74%): below 0.8 from 4,096.
+    rows = [row(1024, 10.0), row(2048, 10.0 / 1.89), row(4096, 10.0 / 1.89 / 1.74)]
+    (summary,) = sw.mark_scaling(rows, "step-time", 0.8)
+    assert summary["diminishing_from_gpus"] == 4096 and summary["timed_by"] == "step"
+    assert [round(m["efficiency"], 2) for m in summary["marginal"]] == [0.89, 0.74]
+    from planner.reports.sweep import format_scaling
+
+    two = sw.mark_scaling([row(16, 2.0, 4096, 1024), row(32, 1.0, 4096, 1024), row(16, 8.0, 16384, 256),
+                           row(32, 4.0, 16384, 256)], "step-time")
+    text = format_scaling({"scaling": two})
+    assert "m on g (seq 4096, gbs 1024): best" in text and "m on g (seq 16384, gbs 256): best" in text
+    assert "step time, count by count" in text

@@ -109,10 +109,14 @@ def format_scaling(stats: dict) -> str:
     """Per series: the best GPU count by the objective and where adding GPUs stops paying (the
     share of the GPUs added that turned into speed, step by step)."""
     lines = [""]
+    pairs = [(sc["model"], sc["gpu"]) for sc in stats["scaling"]]
     for sc in stats["scaling"]:
         word = _OBJECTIVE_WORDS[sc["objective"]]
         best = f"{sc['optimum_gpus']:,} GPUs" if sc["optimum_gpus"] else "none"
-        line = f"{sc['model']} on {sc['gpu']}: best by {word} at {best}"
+        # Series of one model and GPU at several sequences or batches: named as the plot's legend does.
+        which = (f" (seq {sc['seq_len']}, gbs {sc['gbs']})"
+                 if pairs.count((sc["model"], sc["gpu"])) > 1 and sc.get("seq_len") else "")
+        line = f"{sc['model']} on {sc['gpu']}{which}: best by {word} at {best}"
         if sc.get("marginal"):
             if sc["diminishing_from_gpus"]:
                 line += (f"; adding GPUs stops paying from {sc['diminishing_from_gpus']:,} (less than "
@@ -121,7 +125,8 @@ def format_scaling(stats: dict) -> str:
                 line += f"; every step up still turns at least {sc['threshold'] * 100:.0f}% of the GPUs added into speed"
             steps = ", ".join(f"{m['from']:,}->{m['to']:,} {m['speedup']:.2f}x ({m['efficiency'] * 100:.0f}%)"
                               for m in sc["marginal"])
-            line += f"\n  time to train, step by step (speed-up, share of the added GPUs it is worth): {steps}"
+            what = "step time, count by count" if sc.get("timed_by") == "step" else "time to train, step by step"
+            line += f"\n  {what} (speed-up, share of the added GPUs it is worth): {steps}"
         lines.append(line)
     return "\n".join(lines)
 

@@ -608,8 +608,35 @@ def hf_config_to_model(config: dict, name: str, label: str) -> ModelSpec:
             **spec,
         )
     except ValidationError as err:
-        raise PlannerInputError(f"{label}: {condense_validation_error(err)}") from None
+        raise PlannerInputError(f"{label}: {_in_config_words(condense_validation_error(err), config)}") from None
     except (TypeError, ValueError) as err:
         if isinstance(err, PlannerInputError):
             raise
-        raise PlannerInputError(f"{label}: {' '.join(str(err).split())}") from None
+        raise PlannerInputError(f"{label}: {_in_config_words(' '.join(str(err).split()), config)}") from None
+
+
+_CONFIG_KEYS = {
+    "num_layers": ("num_hidden_layers", "n_layer"),
+    "hidden_size": ("hidden_size", "n_embd"),
+    "num_attention_heads": ("num_attention_heads", "n_head"),
+    "num_kv_heads": ("num_key_value_heads",),
+    "ffn_hidden_size": ("intermediate_size", "n_inner"),
+    "vocab_size": ("vocab_size",),
+    "max_position_embeddings": ("max_position_embeddings", "n_positions"),
+    "default_seq_len": ("max_position_embeddings", "n_positions"),
+    "head_dim": ("head_dim",),
+    "sliding_window": ("sliding_window",),
+}
+"""planner's field -> the config.json keys it is read from (the first present is named)."""
+
+
+def _in_config_words(message: str, config: dict) -> str:
+    """An error about planner's fields, in the config.json's own keys ('num_kv_heads=5' ->
+    'num_key_value_heads=5'); a field read from none of them stays as it is."""
+    import re
+
+    for field, keys in _CONFIG_KEYS.items():
+        key = next((k for k in keys if k in config), None)
+        if key is not None and key != field:
+            message = re.sub(rf"\b{field}\b", key, message)
+    return "; ".join(dict.fromkeys(message.split("; ")))  # two fields read from one key: said once

@@ -284,3 +284,20 @@ def test_unstated_network_facts_come_from_a_preset_on_the_same_kind_of_network(t
     ours, theirs = get_cluster(str(path)), get_cluster(preset)
     for field in ("network_efficiency", "scaleup_efficiency", "nics_per_node", "scaleup_latency_us"):
         assert getattr(ours, field) == getattr(theirs, field), field
+
+
+def test_hf_config_errors_name_the_config_keys():
+    """'num_kv_heads=5 must divide ...' for a config.json whose key is num_key_value_heads, and
+    'field max_position_embeddings ...; field default_seq_len ...' where the file has one key."""
+    from hardware_catalog.errors import PlannerInputError
+    from hardware_catalog.hf_config import model_from_hf_config
+
+    base = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8,
+            "num_key_value_heads": 8, "intermediate_size": 1024, "vocab_size": 32000, "max_position_embeddings": 4096}
+    with pytest.raises(PlannerInputError) as err:
+        model_from_hf_config({**base, "num_key_value_heads": 5}, "t")
+    assert "num_key_value_heads=5 must divide num_attention_heads=8" in str(err.value)
+    with pytest.raises(PlannerInputError) as err:
+        model_from_hf_config({**base, "max_position_embeddings": 0}, "t")
+    msg = str(err.value)
+    assert "default_seq_len" not in msg and msg.count("max_position_embeddings") == 1, msg

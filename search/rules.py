@@ -244,6 +244,20 @@ def _sp(ctx, c):
     return ~sp | (_a(c, "tp", 1) > 1)
 
 
+def _moe_tp_sp(ctx, c):
+    tp = _a(c, "tp", 1)
+    if getattr(ctx.model, "moe", None) is None:
+        return np.ones(np.shape(tp), dtype=bool)
+    sp = c.get("sequence_parallel", None)
+    on = np.ones(np.shape(tp), dtype=bool) if sp is None else np.asarray(sp).astype(bool)  # None: on where tp > 1
+    return (tp == 1) | on
+
+
+def _x_moe_tp_sp(ctx, v):
+    return (f"an MoE model at tp={v.get('tp', 1)} needs sequence parallelism (got sequence_parallel off): "
+            "Megatron-Core refuses to train MoE layers under TP without it")
+
+
 def _recompute(ctx, c):
     r = _a(c, "recompute", 1)
     return (r >= 0) & (r < len(RECOMPUTE))
@@ -761,6 +775,11 @@ RULES: tuple[Rule, ...] = (
          source="Rajbhandari et al. 2020, Sec. 5"),
     Rule("sequence_parallel_needs_tp", "sequence parallelism needs tp > 1", ("sequence_parallel", "tp"), _sp, _x_sp,
          source="Korthikanti et al. 2022, Sec. 4.2.2 (SP splits along the TP group)"),
+    Rule("moe_tp_needs_sequence_parallel", "an MoE model under tp > 1 runs with sequence parallelism",
+         ("sequence_parallel", "tp"), _moe_tp_sp, _x_moe_tp_sp,
+         source="Megatron-Core transformer/moe/moe_layer.py MoELayer.forward (core_r0.9.0 to d98e8a64): 'performance "
+                "may degrade if MoE and tensor parallelism are enabled without also enabling sequence parallelism' "
+                "(ValueError in training)"),
     Rule("recompute_valid", "recompute is one of none, selective, full", ("recompute",), _recompute, _x_recompute,
          source="Korthikanti et al. 2022, Sec. 5"),
     Rule("partial_recompute_needs_full", "recomputing only some layers is a form of full recompute",

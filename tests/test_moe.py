@@ -350,3 +350,18 @@ def test_token_drop_never_runs_more_than_dropless_or_padded():
     padded = moe.expert_load(LayoutBatch.from_arrays(moe_imbalance=imb, moe_capacity_factor=cap,
                                                      moe_pad_to_capacity=np.ones(imb.size, dtype=bool)))
     assert np.all(capped <= dropless) and np.all(capped <= padded) and np.all(padded == cap)
+
+
+def test_moe_under_tp_needs_sequence_parallel():
+    """Megatron-Core's MoELayer refuses to train under TP without SP (moe_layer.py, core_r0.9.0 on),
+    and the cost model prices the all-to-all for the whole sequence on every TP rank there while the
+    expert GEMMs keep 1/tp of the tokens: refused, as Megatron does. Dense layers may run without."""
+    from search.rules import check_layout
+
+    cluster = get_cluster("dgx-h100")
+    gpu = get_gpu(cluster.gpu)
+    with pytest.raises(PlannerInputError, match="moe_tp_needs_sequence_parallel"):
+        check_layout(MIXTRAL, cluster, gpu, Layout(tp=4, pp=2, ep=8, dp=8, gbs=256, seq_len=4096,
+                                                   sequence_parallel=False), gpus=64)
+    check_layout(MIXTRAL, cluster, gpu, Layout(tp=4, pp=2, ep=8, dp=8, gbs=256, seq_len=4096), gpus=64)
+    check_layout(get_model("llama3-8b"), cluster, gpu, Layout(tp=2, dp=4, gbs=64, sequence_parallel=False), gpus=8)

@@ -306,8 +306,12 @@ def stage_model_states(ctx, sh, per_layer, params, n_moe):
         grad_bytes=sh.grad_bytes,
     )
     # ZeRO-3 materialises the current and the prefetched layer in full (under a pipeline the
-    # whole stage is gathered after a backward, counted by state_divisors).
-    layer_params = np.where(n_moe > 0, per_layer.moe_dense + per_layer.moe_expert, per_layer.dense_layer)
+    # whole stage is gathered after a backward, counted by state_divisors): beyond the shard of
+    # them each rank holds, 1 - 1/shard of each (nothing where a group of one holds it all).
+    dense_gathered = 1.0 - 1.0 / np.maximum(sh.dense_shard, 1.0)
+    expert_gathered = 1.0 - 1.0 / np.maximum(sh.expert_shard, 1.0)
+    layer_params = np.where(n_moe > 0, per_layer.moe_dense * dense_gathered + per_layer.moe_expert * expert_gathered,
+                            per_layer.dense_layer * dense_gathered)
     weights = weights + np.where((sh.zero == 3) & ~sh.pipelined_fsdp, 2.0 * WEIGHT_BYTES * layer_params, 0.0)
     return weights, grads, optim
 

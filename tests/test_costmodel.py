@@ -18,7 +18,7 @@ from costmodel.memory import (
 from costmodel.params import count_params
 from costmodel.pipeline import stage_layer_split
 from costmodel.placement import group_span
-from hardware_catalog import get_cluster, get_gpu
+from hardware_catalog import get_cluster, get_gpu, get_model
 from hardware_catalog.schema import ModelSpec
 
 GPT = ModelSpec(  # Korthikanti et al. 2022 GPT layer: GeLU 4h MLP, MHA, dropout
@@ -321,3 +321,17 @@ def test_fp8_activation_bytes_follow_transformer_engine_saves():
     bf16 = activation_bytes_per_token(LLAMA2_7B, t, np.array(True), moe_layer=False)
     assert float(bf16) == pytest.approx((4 * h + 4 * h + 6 * h + 2 * h + 6 * F) / t)
     assert float(bf16) - float(fused) == pytest.approx((h + F) / t)
+
+
+def test_zero3_gathers_only_what_other_ranks_hold(h100):
+    # ZeRO-3 holds the current and the prefetched layer whole: beyond each rank's own shard of them,
+    # 2 x layer x (1 - 1/N) BF16 weights. With nothing to shard (dp 1) it is ZeRO-2's memory; over 8
+    # ranks the extra is 2 x 2 B x layer x 7/8 (Llama 3 8B layer: 218,112,000 weights).
+    lay = dict(tp=8, pp=1, mbs=1, gbs=8, seq_len=4096, recompute="full")
+    z2, z3 = (evaluate(get_model("llama3-8b"), h100, Layout(dp=1, zero=z, **lay)) for z in (2, 3))
+    assert z3.memory_gib["peak"][0] == pytest.approx(z2.memory_gib["peak"][0], rel=1e-12)
+    lay8 = dict(lay, tp=1, gbs=64)
+    w3 = evaluate(get_model("llama3-8b"), h100, Layout(dp=8, zero=3, **lay8)).memory_gib["weights"][0]
+    layer = 4096 * (4096 + 2 * 1024 + 4096) + 3 * 4096 * 14336 + 2 * 4096
+    sharded_only = (count_params(get_model("llama3-8b")).total * 2 / 8) / 2**30
+    assert w3 - sharded_only == pytest.approx(2 * 2 * layer * 7 / 8 / 2**30, rel=1e-3)

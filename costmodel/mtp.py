@@ -25,12 +25,13 @@ PROJECTION_IN = 2.0
 next token] (DeepSeek-V3 report Eq. 21; Megatron-Core MultiTokenPredictionLayer.eh_proj)."""
 
 
-def last_stage_time(ctx, dense: LayerTimes, moe: LayerTimes, ep_per_pass, head_forward, head_backward):
-    """(forward, backward) seconds per micro-batch the MTP modules add to the last stage: for
-    each, one more layer of the kind the model ends with (MoE for an MoE model) with its
-    expert-parallel all-to-alls (dispatch + combine each pass, ``ep_per_pass``), the [2h x h]
+def last_stage_time(ctx, dense: LayerTimes, moe: LayerTimes, head_forward, head_backward):
+    """(forward, backward) compute seconds per micro-batch the MTP modules add to the last stage:
+    for each, one more layer of the kind the model ends with (MoE for an MoE model), the [2h x h]
     projection (a BF16 GEMM; backward dgrad + wgrad, 2x) and the shared LM head and loss again
-    (``head_forward`` / ``head_backward``, as ``costmodel.compute.lm_head_times`` prices them)."""
+    (``head_forward`` / ``head_backward``, as ``costmodel.compute.lm_head_times`` prices them).
+    That layer's TP collectives and expert-parallel all-to-alls are the stage's TP and EP terms
+    (``costmodel.schedule.stage_time``: ``layers`` of them)."""
     model = ctx.model
     n = float(model.mtp_layers)
     if not n:
@@ -41,10 +42,15 @@ def last_stage_time(ctx, dense: LayerTimes, moe: LayerTimes, ep_per_pass, head_f
     gpu, calib = ctx.gpu_clocked, ctx.calib
     proj, _ = gemm_time(ctx.tokens_mb, PROJECTION_IN * h, h / ctx.tp, gpu.bf16_tflops * 1e12,
                         bf16_gemm_efficiency(gpu, calib), gpu.memory_bandwidth_gbps * 1e9, BF16_BYTES)
-    a2a = ep_per_pass if model.moe is not None else 0.0
-    forward = n * (layer.forward + a2a + proj + head_forward)
-    backward = n * (layer.backward + a2a + 2.0 * proj + head_backward)
+    forward = n * (layer.forward + proj + head_forward)
+    backward = n * (layer.backward + 2.0 * proj + head_backward)
     return forward, backward
+
+
+def layers(model) -> tuple[float, float]:
+    """(dense, MoE) layers the MTP modules add to the last stage, for its TP and EP terms."""
+    n = float(model.mtp_layers or 0)
+    return (0.0, n) if model.moe is not None else (n, 0.0)
 
 
 def last_stage_params(ctx, moe_dense, moe_expert, dense_layer):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel import collectives, context_parallel, expert_parallel, recompute, tensor_parallel
+from costmodel import collectives, context_parallel, expert_parallel, mtp, recompute, tensor_parallel
 from costmodel.compute import LayerTimes
 from costmodel.context import ChunkContext
 from costmodel.pipeline import StageSplit, argmax3, select3, stage_layer_mix
@@ -83,6 +83,15 @@ def stage_time(ctx: ChunkContext, costs: LayerCosts, n_layers, first_stage: bool
         compute = compute + np.where(last_stage, costs.head_forward + costs.head_backward, 0.0)
     if ep_sm_cost is not None:
         compute = compute + ep_sm_cost
+    mtp_dense, mtp_moe = mtp.layers(ctx.model)
+    if (mtp_dense or mtp_moe) and last_stage is not False:
+        # The MTP modules' layer (on the last stage) communicates as the others, forward + backward.
+        on = np.asarray(last_stage, dtype=bool) if last_stage is not True else True
+        tp = tp + np.where(on, tensor_parallel.stage_time(costs.tp, 2.0, mtp_dense, mtp_moe), 0.0)
+        extra_ep, extra_sm = expert_parallel.stage_time(costs.ep, 2.0, mtp_moe, ctx.calib.comm_sm_fraction)
+        ep = ep + np.where(on, extra_ep, 0.0)
+        if extra_sm is not None:
+            compute = compute + np.where(on, extra_sm, 0.0)
     return StageTime(compute, recompute_t, tp, cp, ep)
 
 

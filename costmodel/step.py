@@ -103,7 +103,7 @@ def layer_costs(ctx, split: StageSplit) -> tuple[LayerCosts, recompute.Selective
     selective = recompute.SelectiveRecompute(ctx)
     ep = expert_parallel.layer_comm(ctx, moe)
     # Multi-token-prediction modules run on the last stage beside the LM head.
-    mtp_fwd, mtp_bwd = mtp.last_stage_time(ctx, dense, moe, ep.per_pass, head_fwd, head_bwd)
+    mtp_fwd, mtp_bwd = mtp.last_stage_time(ctx, dense, moe, head_fwd, head_bwd)
     costs = LayerCosts(
         dense=dense,
         moe=moe,

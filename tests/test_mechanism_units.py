@@ -575,7 +575,8 @@ def test_cp_all_to_all_needs_heads_divisible():
 
 def test_mtp_adds_one_layer_projection_and_head_on_the_last_stage():
     # DeepSeek-V3 trains one MTP module (report Sec. 2.2): one more MoE layer (forward 5 ms,
-    # backward 10 ms) with its all-to-alls (1 ms a pass), the [4096 x 2h] @ [2h x h/t] projection
+    # backward 10 ms; its all-to-alls and TP collectives are the stage's EP and TP terms, one MoE
+    # layer more: mtp.layers), the [4096 x 2h] @ [2h x h/t] projection
     # and the head again (2 ms forward, 4 ms backward). The projection on a 1000 TFLOP/s GPU at
     # efficiency 0.5, t = 2, h = 7168: 2·4096·14336·3584 FLOPs / 5e14 · (1 + 350/14336), above its
     # traffic (4096·14336 + 14336·3584 + 4096·3584)·2 B / 2 TB/s = 0.12 ms.
@@ -585,9 +586,10 @@ def test_mtp_adds_one_layer_projection_and_head_on_the_last_stage():
     ctx = SimpleNamespace(model=DEEPSEEK_V3, n=1, tokens_mb=4096.0, tp=np.array([2.0]), gpu_clocked=gpu, calib=DEFAULT)
     moe = _layer(forward=5e-3, backward=10e-3)
     proj = 2 * 4096 * 2 * h * (h / 2) / 5e14 * (1 + 350 / (2 * h))
-    fwd, bwd = mtp.last_stage_time(ctx, _layer(), moe, 1e-3, 2e-3, 4e-3)
-    assert fwd[0] == pytest.approx(5e-3 + 1e-3 + proj + 2e-3)
-    assert bwd[0] == pytest.approx(10e-3 + 1e-3 + 2 * proj + 4e-3)
+    fwd, bwd = mtp.last_stage_time(ctx, _layer(), moe, 2e-3, 4e-3)
+    assert fwd[0] == pytest.approx(5e-3 + proj + 2e-3)
+    assert bwd[0] == pytest.approx(10e-3 + 2 * proj + 4e-3)
+    assert mtp.layers(DEEPSEEK_V3) == (0.0, 1.0) and mtp.layers(MIXTRAL) == (0.0, 0.0)
     # Its parameters: the layer's non-expert part and 2h·h/t of projection, an embedding copy
     # over t, the experts over ep x etp as passed.
     counts = SimpleNamespace(embedding=129280 * h)
@@ -597,7 +599,7 @@ def test_mtp_adds_one_layer_projection_and_head_on_the_last_stage():
     assert expert == 3e8
     # A model without MTP adds nothing.
     ctx = SimpleNamespace(model=MIXTRAL, n=1)
-    fwd, bwd = mtp.last_stage_time(ctx, _layer(), moe, 1e-3, 2e-3, 4e-3)
+    fwd, bwd = mtp.last_stage_time(ctx, _layer(), moe, 2e-3, 4e-3)
     assert fwd[0] == bwd[0] == 0.0
 
 
@@ -639,3 +641,19 @@ def test_blocking_launches_add_their_idle_time_per_kernel():
     assert float(blocking.backward[0] - plain.backward[0]) == pytest.approx(2 * 30 * 30e-6)
     graphed, both = layer(cuda_graphs=True), layer(cuda_graphs=True, launch_blocking=True)
     assert float(both.forward[0]) == pytest.approx(float(graphed.forward[0]))
+
+
+def test_the_mtp_layers_all_to_alls_are_communication_not_compute():
+    """DeepSeek-V3's MTP all-to-alls were added to the head's compute, so compute changed with the
+    network (30.9 s with 8 NICs a node, 46.9 s with 1): now the EP term holds them, and compute is
+    the same on both clusters."""
+    from costmodel import Layout, evaluate
+    from hardware_catalog.schema import ClusterSpec
+
+    lay = Layout(tp=2, pp=8, vpp=4, dp=64, ep=64, gbs=8192, seq_len=4096)
+    base = get_cluster("dgx-h100")
+    runs = [evaluate(DEEPSEEK_V3, base.model_copy(update={"nics_per_node": n}), lay, gpu=get_gpu(base.gpu))
+            for n in (8, 1)]
+    compute = [r.time_terms["compute"][0] for r in runs]
+    ep = [r.time_terms["ep_comm"][0] for r in runs]
+    assert compute[0] == pytest.approx(compute[1], rel=1e-9) and ep[1] > 4 * ep[0]

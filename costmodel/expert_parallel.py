@@ -75,9 +75,15 @@ def all_to_all_per_pass(ctx: ChunkContext):
     domain is the NVLink domain, 72 GPUs on an NVL72 rack, so an EP group inside the rack never
     crosses the network); allgather gathers every EP rank's tokens (not k copies: the experts
     pick theirs locally) and reduce-scatters the outputs back (Megatron-Core
-    MoEAllGatherTokenDispatcher)."""
+    MoEAllGatherTokenDispatcher).
+
+    Under expert tensor parallelism (etp > 1) the alltoall and deepep dispatchers then all-gather
+    the received rows over the etp group and reduce-scatter the experts' outputs before the
+    combine (Megatron-Core token_dispatcher.py MoEAlltoAllTokenDispatcher: gather_from_sequence_
+    parallel_region / reduce_scatter_to_sequence_parallel_region over the expert-TP group):
+    ``expert_tp_per_pass``."""
     batch, moe = ctx.batch, ctx.model.moe
-    if moe is None or not np.any(ctx.ep > 1):
+    if moe is None or not (np.any(ctx.ep > 1) or np.any(batch.etp > 1)):
         return np.zeros(ctx.n)
     ep_local, ep_nodes = group_span(batch.ep, batch.etp, ctx.domain)
     imbalance = expert_load(batch)
@@ -90,13 +96,27 @@ def all_to_all_per_pass(ctx: ChunkContext):
                                               ep_nodes, ctx.fabric)
     combine, _ = collectives.collective_time("all_to_all", routed * BF16, ep_local, ep_nodes, ctx.fabric)
     a2a = dispatch + combine
+    a2a = np.where(ctx.ep > 1, a2a, 0.0)
     allgather = batch.is_("moe_dispatcher", "allgather")
     if allgather.any():
         gathered = tokens * ctx.h * BF16 * ctx.ep
         ag, _ = collectives.collective_time("all_gather", gathered, ep_local, ep_nodes, ctx.fabric)
         rs, _ = collectives.collective_time("reduce_scatter", gathered, ep_local, ep_nodes, ctx.fabric)
         a2a = np.where(allgather, ag + rs, a2a)
-    return a2a
+    return a2a + np.where(allgather, 0.0, expert_tp_per_pass(ctx, tokens * moe.top_k * ctx.h * imbalance))
+
+
+def expert_tp_per_pass(ctx: ChunkContext, received):
+    """All-gather of the ``received`` routed rows (elements) over the etp group and the
+    reduce-scatter of the experts' outputs, one pass (BF16 rows; zero where etp = 1)."""
+    etp = ctx.batch.etp.astype(np.float64)
+    if not np.any(etp > 1):
+        return np.zeros(ctx.n)
+    local, nodes = group_span(ctx.batch.etp, 1, ctx.domain)
+    gathered = received * BF16 * etp
+    ag, _ = collectives.collective_time("all_gather", gathered, local, nodes, ctx.fabric)
+    rs, _ = collectives.collective_time("reduce_scatter", gathered, local, nodes, ctx.fabric)
+    return np.where(etp > 1, ag + rs, 0.0)
 
 
 def paired_exposure(one_a2a, moe_layer: LayerTimes, synced=False):

@@ -365,3 +365,18 @@ def test_moe_under_tp_needs_sequence_parallel():
                                                    sequence_parallel=False), gpus=64)
     check_layout(MIXTRAL, cluster, gpu, Layout(tp=4, pp=2, ep=8, dp=8, gbs=256, seq_len=4096), gpus=64)
     check_layout(get_model("llama3-8b"), cluster, gpu, Layout(tp=2, dp=4, gbs=64, sequence_parallel=False), gpus=8)
+
+
+def test_expert_tp_all_gathers_the_received_rows_and_reduce_scatters_the_outputs():
+    """Megatron-Core's alltoall dispatcher, under etp > 1, all-gathers the rows it received over
+    the expert-TP group and reduce-scatters the experts' outputs before the combine
+    (token_dispatcher.py); they were not priced, so ETP 4 looked free. Mixtral at TP4 SP, EP1
+    ETP4, one 4,096-token micro-batch: each rank holds 1,024 tokens x top-2 x 4,096 = 8.39M
+    elements; gathered over 4 ranks in BF16, S = 67,108,864 B. On the test fabric's 100 GB/s
+    switch with 1 us steps: all-gather and reduce-scatter 3 x 1 us + 3/4 x S / 100 GB/s each."""
+    ctx = _ctx(MIXTRAL, tp=4, ep=1, etp=4, dp=16, sequence_parallel=True, mbs=1)
+    S = 1024 * 2 * 4096 * 2 * 4
+    expected = 2 * (3 * ALPHA_IN + 0.75 * S / B_IN)
+    assert expert_parallel.all_to_all_per_pass(ctx)[0] == pytest.approx(expected, rel=1e-9)
+    assert expert_parallel.all_to_all_per_pass(_ctx(MIXTRAL, tp=4, ep=1, etp=1, dp=16, sequence_parallel=True,
+                                                    mbs=1))[0] == 0.0

@@ -376,7 +376,6 @@ def test_vocab_is_not_padded_by_megatron():
     (LLAMA3_405B, dict(tp=16, pp=8, dp=128, gbs=2048), "megatron_query_groups_divisible_by_tp"),
     (LLAMA3_405B, dict(tp=8, pp=16, dp=128, vpp=4, gbs=2048, pp_first_layers=6, pp_last_layers=8), "megatron_uneven_vpp"),
     (LLAMA3_8B, dict(tp=1, pp=2, dp=4, zero=3, gbs=64), "megatron_fsdp_no_pp"),
-    (MIXTRAL, dict(tp=2, dp=4, ep=4, gbs=64, sequence_parallel=False), "megatron_ep_tp_needs_sp"),
 ])
 def test_megatron_refusals(tmp_path, model, layout, rule):
     rec = record(model, **layout)
@@ -797,3 +796,12 @@ def test_megatron_implementation_flags(tmp_path):
     assert "--tp-comm-overlap" not in args and "--cross-entropy-loss-fusion" not in args
     assert "--grad-reduce-in-bf16" not in args
     assert dict(zip(args, args[1:]))["--moe-token-dispatcher-type"] == "alltoall"
+
+
+def test_moe_under_tp_without_sp_is_refused_for_every_format(tmp_path):
+    # Megatron's exporter refused it (megatron_ep_tp_needs_sp); it is now a layout rule
+    # (search.rules moe_tp_needs_sequence_parallel), so no format writes it and search never ranks it.
+    rec = record(MIXTRAL, tp=2, dp=4, ep=4, gbs=64, sequence_parallel=False)
+    with pytest.raises(PlannerInputError, match="moe_tp_needs_sequence_parallel"):
+        export(rec, MIXTRAL, tmp_path, formats="all")
+    assert not any(tmp_path.iterdir())

@@ -20,7 +20,6 @@ FILE_NAME = "megatron_args.sh"
 _TCFG = "Megatron-LM megatron/core/transformer/transformer_config.py (uneven pipeline checks)"
 _SCHED = "Megatron-LM megatron/core/pipeline_parallel/schedules.py (interleaved 1F1B)"
 _ATTN = "Megatron-LM megatron/core/transformer/attention.py (divide(num_query_groups, TP))"
-_MPCFG = "Megatron-LM megatron/core/model_parallel_config.py"
 _TCFG_OFFLOAD = "Megatron-LM megatron/core/transformer/transformer_config.py __post_init__ (cpu_offloading)"
 _FSDP = "Megatron-FSDP supports TP/EP/CP but not PP (Megatron-LM docs; issue NVIDIA/Megatron-LM#1455)"
 
@@ -60,10 +59,8 @@ def check_megatron(plan: Plan) -> None:
                                 "Megatron-LM megatron/core/tensor_parallel/layers.py (column/row-parallel split)")
     # ep_divides_experts, ep_divides_dp_cp, cp_divides_seq and vpp_divides_stage_layers are rules of
     # search.rules, which build_plan has checked: not repeated here.
+    # An MoE model under TP without sequence parallelism is search.rules' moe_tp_needs_sequence_parallel.
     if m.moe is not None:
-        if plan.ep > 1 and tp > 1 and not plan.sp:
-            raise CannotExpress("megatron_ep_tp_needs_sp", f"ep={plan.ep} with tp={tp} needs sequence parallelism "
-                                "(ModelParallelConfig raises without it)", _MPCFG)
         if (m.linear_bias) and plan.etp > 1:
             raise CannotExpress("megatron_moe_bias_etp", f"MoE with linear biases requires etp=1 (got etp={plan.etp})", _TCFG)
     if plan.zero >= 2 and pp > 1:

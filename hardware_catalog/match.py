@@ -51,8 +51,17 @@ def match_gpu(text: str, specs: Sequence, index: dict):
     Raises ``PlannerInputError`` when the base part is known but the memory or form factor
     matches none of its entries."""
     low = text.strip().lower()
-    bases = sorted({_SEP.split(n)[0] for s in specs for n in (s.name, *s.aliases)}, key=len, reverse=True)
-    base = next((b for b in bases if _base_pattern(b).search(low)), None)
+    # Longest first, then by name: the same text always finds the same part.
+    bases = sorted({_SEP.split(n)[0] for s in specs for n in (s.name, *s.aliases)}, key=lambda b: (-len(b), b))
+    found = [b for b in bases if _base_pattern(b).search(low)]
+    # Two names of parts with nothing in common ('h100,b200') are two GPUs; a vendor word beside a
+    # part ('AMD Instinct MI300X') names that part.
+    families = {b: {s.name for s in specs if any(_SEP.split(n)[0] == b for n in (s.name, *s.aliases))} for b in found}
+    apart = sorted({b for b in found for o in found if not families[b] & families[o]})
+    if apart:
+        raise PlannerInputError(f"gpu '{text.strip()}' names more than one GPU ({', '.join(apart)}): give one "
+                                "(planner search --model ... takes several as --gpu A,B)")
+    base = found[0] if found else None
     if base is None:
         return None
     family = [s for s in specs if any(_SEP.split(n)[0] == base for n in (s.name, *s.aliases))]

@@ -393,3 +393,16 @@ def test_non_string_name():
         hw.get_gpu(None)  # type: ignore[arg-type]
     with pytest.raises(PlannerInputError):
         hw.get_cluster(42)  # type: ignore[arg-type]
+
+
+def test_a_gpu_text_naming_two_parts_is_refused_not_resolved_by_chance():
+    """'h100,b200' given to evaluate matched whichever base a set's order put first (the hash seed
+    decided: H100 80.4 s or B200 42.4 s for one command). Two parts with nothing in common are
+    refused; a vendor word beside a part still names that part."""
+    from hardware_catalog import get_gpu
+    from hardware_catalog.errors import PlannerInputError
+
+    with pytest.raises(PlannerInputError, match=r"names more than one GPU \(b200, h100\)"):
+        get_gpu("h100,b200")
+    assert get_gpu("AMD Instinct MI300X").name == "mi300x"
+    assert get_gpu("NVIDIA H100-SXM5-80GB").name == "h100-sxm"

@@ -156,7 +156,7 @@ def price_recipe(result, recipe: dict, specs: tuple, gpus: int, problem: dict) -
         return out
     rec = result_record(model, cluster, gpu, res, 0)
     annotate_batch(rec, model, cluster, gpu, res.batch)
-    rec.update(result.objectives.extras(rec["step_time_s"], rec["tokens_per_s"], rec["gpus"]))
+    rec.update(result.objectives.extras(rec["step_time_s"], rec["tokens_per_s"], rec["gpus"], rec["gpu"]))
     limit = memory_limit_gib(gpu.memory_gib, problem["memory_headroom"])
     fits = rec["memory_gib"]["peak"] <= limit
     rec["memory_limit_gib"], rec["headroom_gib"] = limit, limit - rec["memory_gib"]["peak"]  # as search rows
@@ -164,17 +164,26 @@ def price_recipe(result, recipe: dict, specs: tuple, gpus: int, problem: dict) -
     rec["rank"] = result.rank_of(rec) if fits else None
     out.update(record=rec, fits=bool(fits), rank=rec["rank"], fitting=int(len(result.fitting_keys)),
                behind_best=rec["tokens_per_s_per_gpu"] / best["tokens_per_s_per_gpu"] - 1,
-               ties_best=bool(fits) and _overlaps(rec, best), outside_search=outside_search(rec["layout"], problem.get("pins") or {}))
+               ties_best=bool(fits) and _overlaps(rec, best, result.objectives), outside_search=outside_search(rec["layout"], problem.get("pins") or {}))
     if not fits:
         out["reason"] = f"needs {rec['memory_gib']['peak']:.1f} GiB per GPU, over the {limit:.1f} GiB limit"
     return out
 
 
-def _overlaps(rec: dict, best: dict) -> bool:
-    """The recipe's 80% interval on step time overlaps #1's, on either side: unlike a search
-    row, a recipe may be predicted faster than #1."""
-    a, b = rec["step_time_s_interval"], best["step_time_s_interval"]
-    return a["p10"] <= b["p90"] and b["p10"] <= a["p90"]
+def _overlaps(rec: dict, best: dict, objectives) -> bool:
+    """The recipe's 80% interval on the ranked quantity (``objectives.rank_value``: step time,
+    GPU-seconds, cost, energy or time per token) overlaps #1's, on either side: unlike a search
+    row, a recipe may be predicted faster than #1. Each record's quantity scales inversely with
+    its tokens/s/GPU, as ``search.ranking.Ranked.key_range`` scales a row's."""
+    import numpy as np
+
+    def span(r):
+        key = float(np.asarray(objectives.rank_value(r["step_time_s"], r["tokens_per_s"], r["gpus"], r["gpu"])))
+        tps, q = r["tokens_per_s_per_gpu"], r["tokens_per_s_per_gpu_interval"]
+        return key * tps / q["p90"], key * tps / q["p10"]
+
+    (a_lo, a_hi), (b_lo, b_hi) = span(rec), span(best)
+    return a_lo <= b_hi and b_lo <= a_hi
 
 
 def reference_recipes(result) -> list[dict]:

@@ -177,3 +177,17 @@ def test_a_recipe_priced_as_number_one_reads_level_not_minus_zero():
     entry = {"recipe": recipe, "rank": 1, "fitting": 9, "ties_best": True, "behind_best": -0.0004, "notes": []}
     (_, line) = format_recipes([entry], "layouts that fit")
     assert "predicted level with #1 in tokens/s/GPU; its interval overlaps #1's" in line
+
+
+def test_recipe_rows_are_priced_and_tied_on_what_the_search_ranks():
+    """A recipe row in a search over two GPU types took the default GPU's power for its energy
+    (8B on 64 B200s: 16 MWh beside #1's 35 MWh for the same layout), and its tie mark compared
+    step-time intervals while the search ranked tokens/s/GPU (70B on 64 and 128 B200s: ranges
+    1,833-2,173 and 1,939-2,298 overlap, yet no mark)."""
+    res = search("llama3-8b", 64, "a100,b200", top=1, train_tokens=1e12)
+    (entry,) = [e for e in reference_recipes(res) if e["record"]["layout"] == res.results[0]["layout"]][:1]
+    assert entry["record"]["run_energy_mwh"] == pytest.approx(res.results[0]["run_energy_mwh"], rel=1e-9)
+    res = search("llama3-70b", [64, 128], "b200", top=3, objective="tokens-per-gpu")
+    (entry,) = [e for e in reference_recipes(res) if e["recipe"]["id"] == "nemo-perf-b200-llama3-70b-bf16-64gpu"]
+    lo = entry["record"]["tokens_per_s_per_gpu_interval"]["p90"]
+    assert lo > res.results[0]["tokens_per_s_per_gpu_interval"]["p10"] and entry["ties_best"] is True

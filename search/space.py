@@ -268,7 +268,8 @@ def domains(problem: Problem) -> dict[str, tuple]:
     pick("zero", range(4))
     pick("recompute", range(len(RECOMPUTE)))
     full = RECOMPUTE.index("full")
-    dom["recompute_share"] = RECOMPUTE_SHARES if full in dom["recompute"] else (0,)
+    # Partial full recompute where the search chooses the mode; --recompute full pins every layer.
+    dom["recompute_share"] = RECOMPUTE_SHARES if full in dom["recompute"] and "recompute" not in pins else (0,)
     dom["precision"] = (pins.get("precision", 0),)
     dom["sequence_parallel"] = (bool(pins.get("sequence_parallel", True)),)
     dom["gbs"] = (problem.gbs,)

@@ -289,3 +289,19 @@ def test_cli_from_launch_honours_calibration(tmp_path):
     code, out, err = run("evaluate", "--from-launch", LLAMA, "--gpu", "h100", "--json", "--calibration", profile)
     assert code == 0, err
     assert json.loads(out)["step_time_s"] > base["step_time_s"] * 1.15
+
+
+def test_cli_search_from_launch_ref_row_gets_run_figures_and_pareto_is_refused():
+    """The file's row showed '-' for cost, run time, goodput and MWh beside ranked rows that had
+    them; --pareto printed a front under the 'top N layouts' header and ranked the file's layout
+    against the front's few rows (#12 of 2,582 where it is behind the 200 best)."""
+    toml = DATA / "torchtitan_llama3_70b.toml"
+    code, out, err = run("search", "--from-launch", toml, "--gpu", "h100", "--gpus", "64", "--top", "2",
+                         "--price-per-gpu-hour", "2", "--train-tokens", "1T", "--json")
+    assert code == 0, err
+    ref = json.loads(out)["reference"]["record"]
+    # 1T tokens at its own tokens/s over 64 GPUs, in wall time (goodput), at $2 per GPU-hour.
+    assert ref["run_time_s"] == pytest.approx(1e12 / ref["tokens_per_s"] / ref["goodput"], rel=1e-6)
+    assert ref["run_cost_usd"] == pytest.approx(64 * ref["run_time_s"] * 2 / 3600, rel=1e-9)
+    code, out, err = run("search", "--from-launch", toml, "--gpu", "h100", "--gpus", "64", "--pareto")
+    assert code == 2 and "--pareto shows a front" in err and out == ""

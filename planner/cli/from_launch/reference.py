@@ -167,6 +167,11 @@ def run_reference_search(launch, request, keep: str | None, calibration, outputs
     from search.api import search
     from search.exhaustive import memory_limit_gib
 
+    if request.ranking.pareto:  # the file's layout has a place in a ranking, not on a front
+        from hardware_catalog.errors import PlannerInputError
+
+        raise PlannerInputError("--pareto shows a front, where the file's layout has no rank: give --from-launch "
+                                "without --pareto (or search the front with --model)")
     checked = check_outputs(files.csv, files.export, outputs.plot, outputs.force)
     keep = parse_keep(keep)
     problem_given = {k: v for k, v in launch.given.items() if OPTIONS_BY_NAME[k].search != SEARCHED}
@@ -181,6 +186,8 @@ def run_reference_search(launch, request, keep: str | None, calibration, outputs
         result.stats["calibration"] = str(calibration)
     limit = memory_limit_gib(r.setup.gpu.memory_gib, request.options.memory_headroom)
     ref["memory_limit_gib"], ref["headroom_gib"] = limit, limit - ref["memory_gib"]["peak"]  # as search rows
+    # Cost and run figures as the ranked rows carry them (price, token budget, objective).
+    ref.update(result.objectives.extras(ref["step_time_s"], ref["tokens_per_s"], ref["gpus"], ref.get("gpu")))
     rank = rank_of(ref, result.results, request.ranking.top, result.stats.get("fits", len(result.results)))
     fits_ref = ref["memory_gib"]["peak"] <= limit
     if not fits_ref:

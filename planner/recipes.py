@@ -164,7 +164,9 @@ def price_recipe(result, recipe: dict, specs: tuple, gpus: int, problem: dict) -
     rec["rank"] = result.rank_of(rec) if fits else None
     out.update(record=rec, fits=bool(fits), rank=rec["rank"], fitting=int(len(result.fitting_keys)),
                behind_best=rec["tokens_per_s_per_gpu"] / best["tokens_per_s_per_gpu"] - 1,
-               ties_best=bool(fits) and _overlaps(rec, best, result.objectives), outside_search=outside_search(rec["layout"], problem.get("pins") or {}))
+               ties_best=bool(fits) and _overlaps(rec, best, result.objectives),
+               outside_search=outside_search(rec["layout"], problem.get("pins") or {}),
+               sampled=result.stats.get("method") == "optuna")
     if not fits:
         out["reason"] = f"needs {rec['memory_gib']['peak']:.1f} GiB per GPU, over the {limit:.1f} GiB limit"
     return out
@@ -216,11 +218,12 @@ def outside_search(layout: dict, pins: dict) -> str:
 
     found = [f"{OPTIONS_BY_NAME[k].flag} {layout[k]} (pinned {v})" for k, v in pins.items()
              if k in OPTIONS_BY_NAME and k in layout and layout[k] is not None and layout[k] != v]
-    return ", ".join(found) or outside_domain(layout)
+    return ", ".join(found) or outside_domain(layout, default="")
 
 
-def outside_domain(layout: dict) -> str:
-    """Which of the recipe's values the search's default domains leave out (``search.space``)."""
+def outside_domain(layout: dict, default: str = "a setting outside its domain") -> str:
+    """Which of the recipe's values the search's default domains leave out (``search.space``);
+    ``default`` where none is."""
     from search.space import MBS_CHOICES, VPP_MAX
 
     found = []
@@ -230,7 +233,7 @@ def outside_domain(layout: dict) -> str:
         found.append(f"micro-batch {layout['mbs']}")
     if layout.get("recompute_layers"):
         found.append(f"full recompute of {layout['recompute_layers']} layers per stage")
-    return ", ".join(found) or "a setting outside its domain"
+    return ", ".join(found) or default
 
 
 def recipe_source(recipe: dict) -> str:
@@ -248,10 +251,13 @@ def format_recipes(entries: list[dict], fitting_label: str) -> list[str]:
         lines.append(head)
         if e.get("rank"):
             tie = "; its interval overlaps #1's" if e["ties_best"] else ""
+            outside = e.get("outside_search")
+            why = (f"it uses a value the search does not try: {outside}" if outside else
+                   "the sampled search did not try it" if e.get("sampled") else
+                   f"it uses a value the search does not try: {outside_domain(r['layout'])}")
             where = ("level with #1" if abs(e["behind_best"]) < 0.005 else
                      f"{-e['behind_best'] * 100:.0f}% behind #1" if e["behind_best"] <= 0 else
-                     f"{e['behind_best'] * 100:.0f}% ahead of #1 (it uses a value the search does not try: "
-                     f"{e.get('outside_search') or outside_domain(r['layout'])})")
+                     f"{e['behind_best'] * 100:.0f}% ahead of #1 ({why})")
             lines.append(f"    rank {e['rank']:,} of {e['fitting']:,} {fitting_label}; predicted {where} in tokens/s/GPU{tie}")
         elif e.get("reason"):
             lines.append(f"    not ranked: {e['reason']}")

@@ -191,3 +191,16 @@ def test_recipe_rows_are_priced_and_tied_on_what_the_search_ranks():
     (entry,) = [e for e in reference_recipes(res) if e["recipe"]["id"] == "nemo-perf-b200-llama3-70b-bf16-64gpu"]
     lo = entry["record"]["tokens_per_s_per_gpu_interval"]["p90"]
     assert lo > res.results[0]["tokens_per_s_per_gpu_interval"]["p10"] and entry["ties_best"] is True
+
+
+def test_a_recipe_ahead_of_a_sampled_search_says_it_was_not_sampled():
+    """Optuna's 10 trials missed NeMo's 70B recipe layout, which the exhaustive search ranks: the note
+    blamed 'a setting outside its domain'."""
+    from planner.recipes import format_recipes
+
+    res = search("llama3-70b", 64, "h100", top=1, method="optuna", trials=10, seed=0)
+    ahead = [e for e in reference_recipes(res) if e.get("rank") and e["behind_best"] > 0.005]
+    assert ahead  # with seed 0 the recipe is 2.5% ahead of the sampled #1
+    for e in ahead:
+        text = "\n".join(format_recipes([e], "layouts that fit"))
+        assert "the sampled search did not try it" in text and "outside its domain" not in text

@@ -381,6 +381,7 @@ def search(request: SearchRequest) -> SearchResult:
         "recompute_modules": list(recompute_modules) if recompute_modules is not None else None,
         "objective": objective,
         "rank_by": rank_by,
+        "rerank_pool": pool if rank_by == "p10" else None,
         "within_envelope": bool(within_envelope),
         "outside_envelope": pools.outside_envelope,
         "interval": _interval_provenance(),

@@ -245,3 +245,16 @@ def test_search_refuses_a_framework_recompute_it_cannot_price_as_evaluate_does()
     res = cli("search", "--model", "70b", "--gpus", "64", "--gpu", "h100", "--gbs", "128",
               "--framework", "torchtitan-0.2", "--recompute", "selective", "--top", "1")
     one_error_line(res, "--framework torchtitan-0.2 --recompute selective", "per-op SAC", "planner evaluate")
+
+
+def test_sampler_flags_with_an_exhaustive_search_and_the_pareto_and_p10_legends():
+    # --trials / --sampler / --seed under --method exhaustive ran and were ignored (--storage there
+    # is refused); a Pareto front marked rows '≈' without the legend (a front is not a ranking);
+    # --rank-by p10 with --top 300 said it re-ranked 'the 256 best' of a pool of 1,200.
+    job = ("search", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--no-progress")
+    one_error_line(cli(*job, "--method", "exhaustive", "--trials", "10"), "--trials sets the optuna sampler")
+    res = cli(*job, "--pareto", "--top", "4")
+    rows = [line for line in res.stdout.splitlines()[2:6]]
+    assert res.exit_code == 0 and not any("≈" in line for line in rows), res.stdout
+    res = cli("search", "--model", "8b", "--gpus", "64", "--gpu", "h100", "--top", "300", "--rank-by", "p10")
+    assert "(the 1,200 best by the point prediction, re-ranked)" in res.stdout.splitlines()[0]

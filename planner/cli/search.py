@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
         keep: Optional[str] = KeepOpt,
         force: bool = typer.Option(False, "--force", help="Overwrite existing files (--csv, --export, --plot)."),
         calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile (TOML from 'planner calibrate'): its fitted constants replace the shipped ones."),
-        rank_by: str = typer.Option("median", "--rank-by", help="median (the point prediction) | p10: re-rank the 256 best by the pessimistic end of their 80% interval, for a safe pick."),
+        rank_by: str = typer.Option("median", "--rank-by", help="median (the point prediction) | p10: re-rank the best by the point prediction (256, or 4 x --top if more) by the pessimistic end of their 80% interval, for a safe pick."),
         objective: str = typer.Option("step-time", "--objective", help="What the top list ranks by: step-time | tokens-per-gpu | cost | time-to-train | energy (they differ over a GPU-count range; the last three in wall time with failures, checkpoints and restarts)."),
         within_envelope: bool = typer.Option(False, "--within-envelope", help="Only layouts whose every mechanism lies where the reference runs measured it (the validated envelope)."),
         framework: Optional[str] = typer.Option(None, "--framework", help="Framework release whose profile sets how every candidate runs (attention kernel, loss, gradient dtype, ZeRO-3 gathers, ...), as validate prices its runs; flags you type win. 'planner catalog frameworks' lists them."),
@@ -76,6 +76,13 @@ def register(app: typer.Typer) -> None:
         price_per_gpu_hour = run_in.price_per_gpu_hour if run_in else None
 
         check_framework_use(framework, None, from_launch)
+        if method == "exhaustive":  # as --storage: the sampler's settings mean nothing there
+            from planner.cli.common import typed_flags
+
+            typed = typed_flags(ctx, ("trials", "sampler", "seed"))
+            if typed:
+                raise PlannerInputError(f"--{next(iter(typed))} sets the optuna sampler: use it with --method optuna "
+                                        "(or auto), not exhaustive")
         # The command line is stamped on the launch file's priced row only (a plain search's
         # --export asks for it itself): shell-quoting it loads the exporters.
         outputs = Outputs(command_line() if from_launch is not None else None, as_json, plot, force)
@@ -322,6 +329,8 @@ def _print_result(result, as_json: bool, pareto: bool, pinned_splits: bool, reci
             if b.endswith("_usd") and not multi:  # one price, one GPU count: cost = GPUs x time x price
                 title += ("\n(one GPU type and count: cost is proportional to time, so the front is the fastest layout; "
                           "give several --gpus for a time/cost front, or leave out the price for time vs memory)")
+            # A front is not a ranking: no row ties #1 (the JSON keeps the intervals).
+            result = replace(result, results=[{**r, "ties_best": False} for r in result.results])
         else:
             title += f" -- top {len(result.results)} layouts {ranked_by(stats)}"
         title += sampled_note(stats)

@@ -16,8 +16,9 @@ def ranked_by(stats: dict) -> str:
     if stats.get("rank_by") == "p10":
         from search.ranking import RERANK_POOL
 
+        pool = stats.get("rerank_pool") or RERANK_POOL  # 256, or 4 x --top beyond it
         return (f"by {label} at the pessimistic end (p10) of the 80% interval "
-                f"(the {RERANK_POOL} best by the point prediction, re-ranked)")
+                f"(the {pool:,} best by the point prediction, re-ranked)")
     return f"by {label}"
 
 

@@ -3,6 +3,8 @@ command that answered wrongly or unhelpfully before its fix."""
 
 from __future__ import annotations
 
+import pytest
+
 from test_hostile_inputs import cli, one_error_line
 
 
@@ -258,3 +260,21 @@ def test_sampler_flags_with_an_exhaustive_search_and_the_pareto_and_p10_legends(
     assert res.exit_code == 0 and not any("≈" in line for line in rows), res.stdout
     res = cli("search", "--model", "8b", "--gpus", "64", "--gpu", "h100", "--top", "300", "--rank-by", "p10")
     assert "(the 1,200 best by the point prediction, re-ranked)" in res.stdout.splitlines()[0]
+
+
+def test_search_csv_carries_the_ranked_run_figures_and_the_interval(tmp_path):
+    # Ranked by energy, the CSV had no MWh, goodput or interval column: the quantity ranked was missing.
+    import csv
+
+    out = tmp_path / "c.csv"
+    res = cli("search", "--model", "8b", "--gpus", "16", "--gpu", "h100", "--top", "2", "--objective", "energy",
+              "--train-tokens", "1T", "--csv", out, "--json")
+    assert res.exit_code == 0, res.output
+    import json
+
+    records = json.loads(res.stdout)["results"]
+    rows = list(csv.DictReader(out.open()))
+    for rec, row in zip(records, rows):
+        assert float(row["run_energy_mwh"]) == pytest.approx(rec["run_energy_mwh"])
+        assert float(row["goodput"]) == pytest.approx(rec["goodput"])
+        assert float(row["tokens_per_s_per_gpu_p10"]) == pytest.approx(rec["tokens_per_s_per_gpu_interval"]["p10"])

@@ -183,7 +183,8 @@ def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
             + ["step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "fits", "largest_term"]
             + [f"mem_{k}_gib" for k in list(MEMORY_TERMS) + ["peak", "capacity"]]
             + [f"time_{k}_s" for k in TIME_TERMS]
-            + ["cost_per_step_usd", "run_time_s", "run_cost_usd", "memory_limit_gib", "headroom_gib"])
+            + ["cost_per_step_usd", "run_time_s", "run_cost_usd", "memory_limit_gib", "headroom_gib"]
+            + ["goodput", "run_energy_mwh", "tokens_per_s_per_gpu_p10", "tokens_per_s_per_gpu_p90", "ties_best"])
     rows = []
     for r in records:
         lay = r["layout"]
@@ -194,6 +195,8 @@ def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
         row += [r["breakdown"].get(k) for k in TIME_TERMS]
         row += [r.get("cost_per_step_usd"), r.get("run_time_s"), r.get("run_cost_usd"), r.get("memory_limit_gib"),
                 r.get("headroom_gib")]
+        q = r.get("tokens_per_s_per_gpu_interval") or {}
+        row += [r.get("goodput"), r.get("run_energy_mwh"), q.get("p10"), q.get("p90"), r.get("ties_best")]
         rows.append(row)
     return head, rows
 

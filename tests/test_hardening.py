@@ -139,8 +139,8 @@ def test_recompute_layers_are_layers_per_stage_a_multiple_of_vpp_within_the_stag
 
 
 def test_search_records_state_recompute_layers_per_stage_and_evaluate_takes_them_back(tmp_path):
-    res = cli("search", "--model", "70b", "--gpus", "64", "--gpu", "h100", "--recompute", "full", "--pp", "4",
-              "--vpp", "2", "--top", "10", "--json", "--no-progress")
+    res = cli("search", "--model", "70b", "--gpus", "64", "--gpu", "h100", "--pp", "4",
+              "--vpp", "2", "--top", "10", "--json", "--no-progress")  # the mode left to the search
     assert res.exit_code == 0, res.output
     results = json.loads(res.stdout)["results"]
     partial = [r for r in results if r["layout"]["recompute_layers"]]

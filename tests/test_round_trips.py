@@ -23,9 +23,10 @@ def cli(*args):
 
 @pytest.fixture(scope="module")
 def search(tmp_path_factory):
-    """A search whose top layouts differ in degrees, vpp and partial recompute."""
+    """A search whose top layouts differ in degrees, vpp and partial recompute (the search chooses
+    the recompute mode: a pinned --recompute full recomputes every layer)."""
     tmp = tmp_path_factory.mktemp("rt")
-    res = cli("search", "--model", "70b", "--gpus", "64", "--gpu", "h100", "--recompute", "full", "--pp", "4",
+    res = cli("search", "--model", "70b", "--gpus", "32", "--gpu", "h100", "--pp", "4",
               "--top", "6", "--json", "--csv", tmp / "s.csv", "--no-progress")
     (tmp / "s.json").write_text(res.stdout)
     results = json.loads(res.stdout)["results"]

@@ -116,8 +116,9 @@ def brute_force(model, gpus, gbs, seq, gpu=GPU, cluster=CLUSTER, fixed=None):
         if gpus % (tp * cp * pp):
             continue
         etp = tp if etp_mode == "tp" else 1
-        # Full recompute also comes partial: 3, 2 or 1 quarters of each stage's layers.
-        for share in ((None, 3, 2, 1) if rec == "full" else (None,)):
+        # Full recompute also comes partial: 3, 2 or 1 quarters of each stage's layers, where the
+        # search chooses the mode (a pinned --recompute full recomputes every layer).
+        for share in ((None, 3, 2, 1) if rec == "full" and "recompute" not in fixed else (None,)):
             lay = Layout(tp=tp, cp=cp, pp=pp, dp=gpus // (tp * cp * pp), ep=ep, etp=etp, vpp=vpp, zero=zero,
                          mbs=mbs, gbs=gbs, seq_len=seq, recompute=rec, recompute_share=share)
             if lay in seen or not plain_valid(model, gpus, cluster.scaleup_domain_size, lay):

@@ -321,7 +321,8 @@ def search(request: SearchRequest) -> SearchResult:
     pin_violations = fixed_value_violations(
         [RuleContext.build(model_spec, n, c, g, allow_cross_node_tp) for g, c in hardware for n in counts],
         settings, {k: OPTIONS_BY_NAME[k].decode(c) for k, c in pins_n.items()}, {"gbs": gbs_v, "seq_len": seq_v})
-    for name, reason, _ in pin_violations:
+    if pin_violations:
+        name, reason, _ = pin_violations[0]
         raise PlannerInputError(broken_rule_message(name, reason))
     problems = [
         Problem(model=model_spec, cluster=c, gpu=g, gpus=n, gbs=gbs_v, seq_len=seq_v, pins=pins_n,

@@ -159,6 +159,20 @@ def replica_all_reduce(ctx: ChunkContext, sh: Sharding, heavy: HeaviestStage, pi
                                       ctx.domain)
     shard_bytes = sh.grad_bytes * (heavy.dense / sh.dense_shard + heavy.expert / sh.expert_shard) / pieces
     t, _ = collectives.collective_time("all_reduce", shard_bytes, rep_local, rep_nodes, ctx.fabric)
+    # A shard group smaller than the experts' (dp_shard < ep·etp / tp·cp) leaves each expert whole on
+    # its expert-data-parallel ranks: their gradients are all-reduced over that group (size
+    # t·c·dp / (ep·etp), stride ep·etp), not over the dense replicas.
+    edp = ctx.tp * ctx.cp * ctx.dp / (ctx.ep * ctx.etp)
+    expert_replicas = edp / sh.expert_shard
+    apart = (heavy.expert > 0) & (expert_replicas < sh.replicas)
+    if np.any(apart):
+        dense_bytes = sh.grad_bytes * heavy.dense / sh.dense_shard / pieces
+        dense_t, _ = collectives.collective_time("all_reduce", dense_bytes, rep_local, rep_nodes, ctx.fabric)
+        e_local, e_nodes = group_span(np.maximum(expert_replicas, 1.0).astype(np.int64),
+                                      (batch.ep * batch.etp * sh.expert_shard).astype(np.int64), ctx.domain)
+        expert_bytes = sh.grad_bytes * heavy.expert / sh.expert_shard / pieces
+        expert_t, _ = collectives.collective_time("all_reduce", expert_bytes, e_local, e_nodes, ctx.fabric)
+        t = np.where(apart, dense_t + np.where(expert_replicas > 1, expert_t, 0.0), t)
     return np.where(sh.replicas > 1, pieces * t, 0.0)
 
 

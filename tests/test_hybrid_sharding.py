@@ -69,3 +69,23 @@ def test_torchtitan_hsdp_reads_back_as_its_shard_group(tmp_path):
     assert code in (0, 3), err
     lay = json.loads(out)["layout"]
     assert (lay["dp"], lay["dp_shard"], lay["zero"]) == (32, 8, 3)
+
+
+def test_experts_left_whole_by_a_small_shard_group_reduce_over_their_own_group():
+    """Mixtral at EP 4 on 128 GPUs with --dp-shard 2: a shard group of 2 cannot split the experts
+    (their data-parallel group is 128 / 4 = 32 ranks), so each rank all-reduces its whole experts'
+    gradients with the 31 others holding them. Priced over the dense replica group, it came out
+    cheaper (0.55 s) than --dp-shard 4 (1.05 s), which reduces no more: a smaller shard group never
+    leaves less to reduce."""
+    from costmodel import Layout, evaluate
+    from hardware_catalog import get_cluster, get_gpu, get_model
+
+    cluster = get_cluster("dgx-h100")
+    model = get_model("mixtral-8x7b")
+
+    def dp_time(shard):
+        lay = Layout(tp=1, pp=1, ep=4, dp=128, gbs=128, seq_len=4096, recompute="full", zero=1,
+                     dp_comm_overlap=False, dp_shard=shard)
+        return evaluate(model, cluster, lay, gpu=get_gpu(cluster.gpu)).time_terms["dp_comm"][0]
+
+    assert dp_time(2) >= dp_time(4) >= dp_time(None)

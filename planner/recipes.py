@@ -176,13 +176,15 @@ def _overlaps(rec: dict, best: dict, objectives) -> bool:
     """The recipe's 80% interval on the ranked quantity (``objectives.rank_value``: step time,
     GPU-seconds, cost, energy or time per token) overlaps #1's, on either side: unlike a search
     row, a recipe may be predicted faster than #1. Each record's quantity scales inversely with
-    its tokens/s/GPU, as ``search.ranking.Ranked.key_range`` scales a row's."""
+    its tokens/s/GPU (``search.ranking.key_span``, as a search row's)."""
     import numpy as np
+
+    from search.ranking import key_span
 
     def span(r):
         key = float(np.asarray(objectives.rank_value(r["step_time_s"], r["tokens_per_s"], r["gpus"], r["gpu"])))
-        tps, q = r["tokens_per_s_per_gpu"], r["tokens_per_s_per_gpu_interval"]
-        return key * tps / q["p90"], key * tps / q["p10"]
+        q = r["tokens_per_s_per_gpu_interval"]
+        return key_span(key, r["tokens_per_s_per_gpu"], q["p10"], q["p90"])
 
     (a_lo, a_hi), (b_lo, b_hi) = span(rec), span(best)
     return a_lo <= b_hi and b_lo <= a_hi

@@ -64,8 +64,13 @@ class Ranked:
 
     def key_range(self) -> tuple[float, float]:
         """The ranked quantity (lower is better) at the interval's good and bad ends."""
-        c = self.cand
-        return c.key * self.tps / self.interval[2], c.key * self.tps / self.interval[0]
+        return key_span(self.cand.key, self.tps, self.interval[0], self.interval[2])
+
+
+def key_span(key, tokens_per_s_per_gpu, p10, p90) -> tuple[float, float]:
+    """A ranked quantity (``key``, lower is better, inversely proportional to tokens/s/GPU at a
+    fixed job) at the good and bad ends of the tokens/s/GPU interval (p90, p10)."""
+    return key * tokens_per_s_per_gpu / p90, key * tokens_per_s_per_gpu / p10
 
 
 def intervals(cands: list) -> np.ndarray:

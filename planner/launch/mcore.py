@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from costmodel.options import RECOMPUTE_MODULES
+from costmodel.options import OPTIONS, RECOMPUTE_MODULES
 from hardware_catalog.schema import windowed_layer_count
 from planner.frameworks.bridge import GLU_CLAMP
 from planner.frameworks.megatron import ARGS, TABLE
@@ -341,10 +341,9 @@ def moot_options(launch: Launch) -> set:
         moot |= {"vpp"}
     if v.get("cp", 1) == 1:
         moot |= {"cp_comm_type"}
-    if v.get("precision") != "fp8":
-        moot |= {"fp8_recipe"}
-    if v.get("zero") != 3:
-        moot |= {"fsdp"}
+    # Settings that apply only in some layouts say so themselves (Option.applies_with: fsdp at
+    # ZeRO-3, the FP8 recipe under FP8).
+    moot |= {o.name for o in OPTIONS if o.applies_with and not o.applies(v)}
     return moot
 
 

@@ -126,3 +126,17 @@ def test_search_ranks_time_to_train_with_the_typed_failure_rate():
                     "--objective", "time-to-train", "--mtbf-gpu-hours", "20", "--top", "1", "--json"))
     best = out["results"][0]
     assert best["gpus"] == 64 and best["run"]["inputs"]["mtbf_gpu_hours"] == 20
+
+
+def test_the_time_cost_front_counts_the_typed_failure_rate():
+    # The front was drawn in useful time (no failures) while its rows reported wall time with
+    # --mtbf-gpu-hours: at 20 GPU-hours each, 512 and 256 GPUs took longer (106 and 36 days) and
+    # cost more than 128 (28 days), yet stood on the front. A front is a set of rows none of
+    # which another row beats on both its reported time and its reported cost.
+    out = _json(cli("search", "--model", "8b", "--gpus", "64..512", "--gpu", "h100", "--pareto",
+                    "--price-per-gpu-hour", "2", "--train-tokens", "1T", "--mtbf-gpu-hours", "20", "--json"))
+    front = [(r["run_time_s"], r["run_cost_usd"]) for r in out["results"]]
+    assert front and out["stats"]["objectives"] == ["run_time_s", "run_cost_usd"]
+    for t, c in front:
+        assert not any(t2 <= t and c2 <= c and (t2, c2) != (t, c) for t2, c2 in front), (t, c, front)
+    assert 512 not in {r["gpus"] for r in out["results"]}

@@ -656,7 +656,7 @@ def run_sweep(spec: Optional[SweepSpec], *, storage: Optional[str] = None, study
     series' best GPU count by it (``OBJECTIVES``) and where adding GPUs stops paying;
     ``run_flags``: the run-model flags typed, refused without a token budget (given or stored),
     as they change nothing else the sweep reports."""
-    from costmodel.goodput import refuse_unused_run_settings
+    from costmodel.goodput import parse_prices, refuse_unused_run_settings
     from search.api import TRAIN_TOKENS
 
     if train_tokens is not None:
@@ -684,6 +684,8 @@ def run_sweep(spec: Optional[SweepSpec], *, storage: Optional[str] = None, study
         raise PlannerInputError(f"--objective {objective} prices the whole run: give --train-tokens (e.g. 15T)")
     if not report.get("train_tokens"):  # a joined sweep's stored budget puts them to use
         refuse_unused_run_settings(run_flags, "sweep", "--train-tokens")
+    if prices:  # joining a stored sweep without axes, its GPU types are known only now
+        parse_prices(prices, spec.gpu, "this sweep")
     worker = WorkerStats()
     if reclaim:
         worker.reclaimed = reclaim_running(study)

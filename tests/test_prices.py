@@ -140,3 +140,17 @@ def test_the_time_cost_front_counts_the_typed_failure_rate():
     for t, c in front:
         assert not any(t2 <= t and c2 <= c and (t2, c2) != (t, c) for t2, c2 in front), (t, c, front)
     assert 512 not in {r["gpus"] for r in out["results"]}
+
+
+def test_joining_a_stored_sweep_checks_the_price_against_its_gpu_types(tmp_path):
+    # Without axes the sweep's GPU types come from the study: a price given then was not checked
+    # against them, and a type without one was left without its cost.
+    store = tmp_path / "sweep.log"
+    res = cli("sweep", "--model", "8b", "--gpus", "8", "--gpu", "h100,a100", "--storage", store)
+    assert res.exit_code == 0, res.output
+    one_error_line(cli("sweep", "--storage", store, "--report-only", "--price-per-gpu-hour", "h100=2"),
+                   "no price for a100-80gb")
+    one_error_line(cli("sweep", "--storage", store, "--report-only", "--mtbf-gpu-hours", "9000"),
+                   "--mtbf-gpu-hours", "--train-tokens")
+    res = cli("sweep", "--storage", store, "--report-only", "--price-per-gpu-hour", "h100=2,a100=1")
+    assert res.exit_code == 0 and "$/GPU-hour h100-sxm 2, a100-80gb 1" in res.stdout, res.output

@@ -223,7 +223,9 @@ def _add_run_blocks(result, run_in) -> None:
             rec["run_energy_mwh"] = run["energy_mwh"]
         if "cost_usd" in run and "run_cost_usd" in rec:
             rec["run_cost_usd"] = run["cost_usd"]
-    result.stats["run_inputs"] = run_in.to_dict()
+    prices = result.objectives.prices or {}  # one price as a number (as before per-type prices), else by type
+    result.stats["run_inputs"] = {**run_in.to_dict(),
+                                  "price_per_gpu_hour": prices.get("*") if set(prices) == {"*"} else prices or None}
 
 
 def _apply_framework(ctx, framework, model, gpu, cluster, layout: dict):

@@ -153,6 +153,7 @@ RUN_SETTINGS = (
 )
 RUN_SETTINGS_BY_NAME = {s.name: s for s in RUN_SETTINGS}
 
+
 def refuse_unused_run_settings(flags, command: str, needs: str) -> None:
     """Run-model ``flags`` (of ``RUN_SETTINGS``) given where ``command`` computes no figure they
     change: refused in one line naming the first and what puts them to use (``needs``), not
@@ -170,7 +171,9 @@ TRAIN_TOKENS = Bound("--train-tokens", integer=False, above=0, maximum=1e15)
 PRICE_PER_GPU_HOUR = Bound("--price-per-gpu-hour", integer=False, above=0, maximum=1000)
 """USD per GPU-hour: 1,000 is far above any rental price and catches a wrong unit."""
 
-PRICES_ALLOWED = "USD per GPU-hour > 0, e.g. 2.5, or per GPU type h100=2.5,b200=4.2 (a bare number: the types not named)"
+PRICES_ALLOWED = ("USD per GPU-hour > 0, e.g. 2.5, or per GPU type h100=2.5,b200=4.2 (a bare number: the types "
+                  "not named)")
+"""What ``--price-per-gpu-hour`` takes, in its errors."""
 
 
 def parse_prices(text, gpu_types=(), what: str = "") -> dict:
@@ -199,15 +202,16 @@ def parse_prices(text, gpu_types=(), what: str = "") -> dict:
                 raise ValueError
             price = float(value)
         except (TypeError, ValueError):
-            raise PlannerInputError(f"--price-per-gpu-hour {shown!r} is not understood (allowed: {PRICES_ALLOWED})") from None
+            raise PlannerInputError(f"--price-per-gpu-hour {shown!r} is not understood "
+                                    f"(allowed: {PRICES_ALLOWED})") from None
         price = PRICE_PER_GPU_HOUR.parse(price, where=f"--price-per-gpu-hour {name}" if name else "")
         key = get_gpu(name).name if name else "*"
         if key in prices:
             raise PlannerInputError(f"--price-per-gpu-hour {shown!r}: {name or 'a price for every GPU type'} given "
                                     f"twice; allowed: one price per GPU type")
         if gpu_types and key != "*" and key not in gpu_types:
-            raise PlannerInputError(f"--price-per-gpu-hour {name}={value}: {key} is not a GPU type of {what or 'this run'} "
-                                    f"(allowed: {', '.join(gpu_types)})")
+            raise PlannerInputError(f"--price-per-gpu-hour {name}={value}: {key} is not a GPU type of "
+                                    f"{what or 'this run'} (allowed: {', '.join(gpu_types)})")
         prices[key] = price
     unpriced = [g for g in gpu_types if price_for(prices, g) is None]
     if unpriced:

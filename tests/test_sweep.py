@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from costmodel.goodput import parse_prices
 from hardware_catalog.errors import PlannerInputError
 from planner import sweep as sw
-from costmodel.goodput import parse_prices
 from planner.sweep import SweepSpec, build_spec, parse_int_list, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -112,7 +112,6 @@ _BUDGET_HELP = {
 }
 
 
-
 def _run_parameters(command: str) -> list:
     from costmodel.goodput import RUN_SETTINGS
 

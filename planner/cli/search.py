@@ -65,10 +65,10 @@ def register(app: typer.Typer) -> None:
         run: dict = None,
     ):
         """Find the fastest parallel layouts that fit in memory (exit 3 if none fits)."""
+        from costmodel.goodput import refuse_unused_run_settings
         from hardware_catalog.errors import PlannerInputError
         from planner.cli.common import check_fp8_recipe_use, check_framework_use
         from planner.cli.errors import command_line
-        from costmodel.goodput import refuse_unused_run_settings
         from planner.cli.options import run_inputs, run_settings_given
         from planner.job import Outputs
 

@@ -29,7 +29,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from costmodel.goodput import PRICE_PER_GPU_HOUR, TRAIN_TOKENS, parse_prices  # declared with the run model
+from costmodel.goodput import TRAIN_TOKENS, parse_prices  # declared with the run model
 from costmodel.layout import RECOMPUTE, check_implementation, parse_recompute_modules, recompute_modules_mask
 from costmodel.options import GPUS, OPTIONS_BY_NAME, Bound, resolve_batch
 from hardware_catalog.errors import PlannerInputError

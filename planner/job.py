@@ -55,6 +55,9 @@ class Outputs:
     run: Any = None
     """--train-tokens and the run settings (``costmodel.goodput.RunInputs``): add the whole-run block
     (failures, checkpoints, goodput, days, MWh, $); None: none."""
+    prices: Any = None
+    """--price-per-gpu-hour as typed (one number, or per GPU type: ``costmodel.goodput.parse_prices``):
+    the run block is costed at the evaluated GPU's price, which it must name (or give one for all)."""
 
 
 @dataclass(frozen=True)

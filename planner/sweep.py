@@ -192,36 +192,6 @@ def _check_batches(spec: SweepSpec) -> None:
                                         f"({m}); allowed: at least the sequence length")
 
 
-def parse_prices(text: Optional[str], gpu_types=()) -> dict:
-    """``"2.5"`` -> {"*": 2.5}; ``"h100=2.5,b200=4"`` -> per GPU type (canonical names), "*" for the rest.
-    ``gpu_types``: the sweep's GPU types (canonical names); a price for another type, or one given
-    twice, is refused (it would be dropped without a word)."""
-    from search.api import PRICE_PER_GPU_HOUR
-
-    if text is None or str(text).strip() == "":
-        return {}
-    prices = {}
-    for part in str(text).replace(" ", "").split(","):
-        name, _, value = part.rpartition("=")
-        try:
-            if "=" in name:  # 'h100=2.5 b200=3': two prices run together, not a GPU named 'h100=2.5b200'
-                raise ValueError
-            price = float(value)
-        except ValueError:
-            raise PlannerInputError(f"--price-per-gpu-hour {text!r} is not understood (allowed: USD per GPU-hour "
-                                    f"> 0, e.g. 2.5, or per GPU type h100=2.5,b200=4.2)") from None
-        price = PRICE_PER_GPU_HOUR.parse(price, where=f"--price-per-gpu-hour {name}" if name else "")
-        key = _gpu_name(name) if name else "*"
-        if key in prices:
-            raise PlannerInputError(f"--price-per-gpu-hour {text!r}: {name or 'a price for every GPU type'} given "
-                                    f"twice; allowed: one price per GPU type")
-        if gpu_types and key != "*" and key not in gpu_types:
-            raise PlannerInputError(f"--price-per-gpu-hour {name}={value}: {key} is not a GPU type of this sweep "
-                                    f"(allowed: {', '.join(gpu_types)})")
-        prices[key] = price
-    return prices
-
-
 # -------------------------------------------------------------------------------- claim protocol
 
 
@@ -578,7 +548,7 @@ def add_costs(rows: list[dict], train_tokens: Optional[float], prices: dict, run
     (``costmodel.goodput.run_block``: failures, checkpoints, restarts, goodput, energy) and
     run_time_s (wall time with goodput), goodput, energy_mwh and run_cost_usd, to the rows that
     found a layout, in place. ``run``: the ``RunInputs`` (None: their defaults)."""
-    from costmodel.goodput import RunInputs, run_block
+    from costmodel.goodput import RunInputs, price_for, run_block
     from hardware_catalog import default_cluster_for_gpu, get_gpu, get_model
 
     for row in rows:
@@ -586,7 +556,7 @@ def add_costs(rows: list[dict], train_tokens: Optional[float], prices: dict, run
         if not best:
             continue
         tps, gpus = best["tokens_per_s"], best["gpus"]
-        price = prices.get(row["scenario"]["gpu"], prices.get("*"))
+        price = price_for(prices, row["scenario"]["gpu"])
         if price:
             row["usd_per_mtok"] = gpus * price / 3600.0 / tps * 1e6
         if train_tokens:
@@ -679,10 +649,14 @@ class SweepResult:
 def run_sweep(spec: Optional[SweepSpec], *, storage: Optional[str] = None, study_name: Optional[str] = None,
               train_tokens: Optional[float] = None, prices: Optional[dict] = None, progress: bool = False,
               wait_s: float = DEFAULT_WAIT_S, report_only: bool = False, reclaim: bool = False,
-              run=None, objective: Optional[str] = None, min_scaling_efficiency: Optional[float] = None) -> SweepResult:
+              run=None, objective: Optional[str] = None, min_scaling_efficiency: Optional[float] = None,
+              run_flags: tuple = ()) -> SweepResult:
     """Create or join the sweep, work on it (unless ``report_only``), and collect the table.
     ``run``: ``costmodel.goodput.RunInputs`` for the run block; ``objective``: mark each
-    series' best GPU count by it (``OBJECTIVES``) and where adding GPUs stops paying."""
+    series' best GPU count by it (``OBJECTIVES``) and where adding GPUs stops paying;
+    ``run_flags``: the run-model flags typed, refused without a token budget (given or stored),
+    as they change nothing else the sweep reports."""
+    from costmodel.goodput import parse_prices, refuse_unused_run_settings
     from search.api import TRAIN_TOKENS
 
     if train_tokens is not None:
@@ -699,6 +673,8 @@ def run_sweep(spec: Optional[SweepSpec], *, storage: Optional[str] = None, study
                                     f"stops paying")
     if objective in ("time-to-train", "cost", "energy") and train_tokens is None and storage is None:
         raise PlannerInputError(f"--objective {objective} prices the whole run: give --train-tokens (e.g. 15T)")
+    if train_tokens is None and storage is None:
+        refuse_unused_run_settings(run_flags, "sweep", "--train-tokens")
     wait_s = WAIT.parse(wait_s)
     if wait_s < 0:
         raise PlannerInputError(f"--wait {wait_s}: must be >= 0 seconds")
@@ -706,6 +682,10 @@ def run_sweep(spec: Optional[SweepSpec], *, storage: Optional[str] = None, study
                                      report_only=report_only)
     if objective in ("time-to-train", "cost", "energy") and not report.get("train_tokens"):
         raise PlannerInputError(f"--objective {objective} prices the whole run: give --train-tokens (e.g. 15T)")
+    if not report.get("train_tokens"):  # a joined sweep's stored budget puts them to use
+        refuse_unused_run_settings(run_flags, "sweep", "--train-tokens")
+    if prices:  # joining a stored sweep without axes, its GPU types are known only now
+        parse_prices(prices, spec.gpu, "this sweep")
     worker = WorkerStats()
     if reclaim:
         worker.reclaimed = reclaim_running(study)

@@ -29,7 +29,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from costmodel.goodput import PRICE_PER_GPU_HOUR, TRAIN_TOKENS  # declared with the run model
+from costmodel.goodput import TRAIN_TOKENS, parse_prices  # declared with the run model
 from costmodel.layout import RECOMPUTE, check_implementation, parse_recompute_modules, recompute_modules_mask
 from costmodel.options import GPUS, OPTIONS_BY_NAME, Bound, resolve_batch
 from hardware_catalog.errors import PlannerInputError
@@ -294,6 +294,8 @@ def search(request: SearchRequest) -> SearchResult:
     _check_ranking(rank_by, objective, pareto)
     model_spec = _resolve_model(model)
     hardware = _resolve_hardware(gpu, cluster)
+    # a price for every GPU type of the search, or per type (each row at its own GPU's price)
+    prices = parse_prices(price_per_gpu_hour, tuple(g.name for g, _ in hardware), "this search") or None
     counts = parse_gpu_counts(gpus)
     batch = resolve_batch(model_spec, job.seq_len, job.gbs, job.tokens_per_batch)
     gbs_v, seq_v = batch.gbs, batch.seq_len
@@ -330,7 +332,7 @@ def search(request: SearchRequest) -> SearchResult:
                 recompute_modules=modules_mask, within_envelope=bool(within_envelope))
         for g, c in hardware for n in counts
     ]
-    objectives = Objectives(pareto=bool(pareto), price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
+    objectives = Objectives(pareto=bool(pareto), prices=prices, train_tokens=train_tokens,
                             rank=objective, run=_run_model(run, objective, train_tokens, model_spec, hardware))
     from search.ranking import pool_size
 
@@ -385,6 +387,7 @@ def search(request: SearchRequest) -> SearchResult:
         "rerank_pool": pool if rank_by == "p10" else None,
         "within_envelope": bool(within_envelope),
         "outside_envelope": pools.outside_envelope,
+        "prices": prices or {},
         "interval": _interval_provenance(),
     })
     if pareto:
@@ -458,7 +461,7 @@ def _check_settings(method, sampler, top, trials, seed, memory_headroom, price, 
         if sampler not in SAMPLERS:
             raise _err(f"--sampler {sampler!r} is not allowed (allowed: {', '.join(SAMPLERS)})")
     return (TOP.parse(top), TRIALS.parse(trials), SEED.parse(seed), MEMORY_HEADROOM.parse(memory_headroom),
-            None if price is None else PRICE_PER_GPU_HOUR.parse(price),
+            price,  # read with the search's GPU types (costmodel.goodput.parse_prices)
             None if train_tokens is None else TRAIN_TOKENS.parse(train_tokens))
 
 

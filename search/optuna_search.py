@@ -145,7 +145,7 @@ class _Cores:
             self.counters["no_fit_trials"] += 1
             return self._penalty(PENALTY_MEMORY + float(np.min(peak - limit)))
         if self.objectives.pareto:
-            a, b = self.objectives.values(result, batch.tp * batch.pp * batch.dp * batch.cp)
+            a, b = self.objectives.values(result, batch.tp * batch.pp * batch.dp * batch.cp, p.gpu.name)
             return float(np.min(a[fit])), float(np.min(b[fit]))
         return float(np.min(step[fit]))
 
@@ -264,7 +264,10 @@ def _create_study(problems, sampler, directions, storage, study_name, memory_hea
                       "implementation": {k: str(v) for k, v in sorted(p.implementation.items())},
                       "recompute_modules": int(p.recompute_modules)} for p in problems],
         "memory_headroom": float(memory_headroom), "pareto": objectives.pareto,
-        "price_per_gpu_hour": objectives.price_per_gpu_hour, "train_tokens": objectives.train_tokens,
+        # one price for every GPU as a number, as studies stored before per-type prices name it
+        "price_per_gpu_hour": (objectives.prices.get("*") if set(objectives.prices or {}) == {"*"}
+                               else objectives.prices),
+        "train_tokens": objectives.train_tokens,
         "sampler": sampler_name or "",
     }
     return join_study(open_storage(storage), study_name or "planner-search", "planner_search", fingerprint,

@@ -86,8 +86,11 @@ class Ranking:
     """Layouts reported (count)."""
     pareto: bool = False
     """Report the time vs memory front instead (vs cost with ``price_per_gpu_hour``)."""
-    price_per_gpu_hour: Optional[float] = None
-    """USD per GPU-hour: adds the cost per step (and of the run, with ``train_tokens``)."""
+    price_per_gpu_hour: Any = None
+    """USD per GPU-hour: a number for every GPU, or per GPU type as ``--price-per-gpu-hour`` takes it
+    (``"h100=2.5,b200=4"`` or {"h100": 2.5, "b200": 4}; ``costmodel.goodput.parse_prices``: every GPU
+    type of the search needs a price, none other may be named). Adds the cost per step (and of the
+    run, with ``train_tokens``), each layout at its own GPU's price."""
     train_tokens: Optional[float] = None
     """Tokens of the whole training run: adds its time (and cost)."""
     objective: str = "step-time"

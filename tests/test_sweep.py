@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from costmodel.goodput import parse_prices
 from hardware_catalog.errors import PlannerInputError
 from planner import sweep as sw
-from planner.sweep import SweepSpec, build_spec, parse_int_list, parse_prices, run_sweep
+from planner.sweep import SweepSpec, build_spec, parse_int_list, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(model="8b", gpus="8,16", gpu="h100,a100")  # 4 quick scenarios

@@ -78,6 +78,14 @@ def show_evaluation(priced, outputs, before: str = "") -> None:
     from planner.cli.errors import EXIT_NOTHING_FITS, say
 
     setup, record = priced.setup, priced.record
+    run = outputs.run
+    if run is not None and outputs.prices:
+        from costmodel.goodput import parse_prices, price_for
+
+        # the evaluated GPU's price, checked before anything is written: a price for another GPU
+        # type, or none for this one, is refused as the search and the sweep refuse it
+        prices = parse_prices(outputs.prices, (setup.gpu.name,), "this evaluation")
+        run = run.with_(price_per_gpu_hour=price_for(prices, setup.gpu.name))
     if outputs.plot is not None:
         from planner.reports.plots import plot_evaluation
 
@@ -91,10 +99,10 @@ def show_evaluation(priced, outputs, before: str = "") -> None:
     if setup.model.sliding_window is not None:  # what the attention FLOPs were priced with
         record["model_params"].update(sliding_window=setup.model.sliding_window,
                                       windowed_layers=setup.model.windowed_layers, layers=setup.model.num_layers)
-    if outputs.run is not None:
+    if run is not None:
         from costmodel.goodput import run_block
 
-        record["run"] = run_block(record, setup.model, setup.cluster, setup.gpu, outputs.run)
+        record["run"] = run_block(record, setup.model, setup.cluster, setup.gpu, run)
     if outputs.as_json:
         typer.echo(json.dumps(record, indent=2))
     else:
@@ -104,7 +112,7 @@ def show_evaluation(priced, outputs, before: str = "") -> None:
             typer.echo(before)
             typer.echo("")
         typer.echo(format_evaluation(record, cluster_line(setup)))
-        if outputs.run is not None:
+        if run is not None:
             from planner.reports.run import format_run
 
             typer.echo("")

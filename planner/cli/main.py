@@ -166,7 +166,8 @@ def evaluate(
 
     run_in = run_inputs(run)  # bad values fail before any work
     check_framework_use(framework, from_file, from_launch)
-    outputs = Outputs(command_line(), as_json, plot, force, run_in)
+    # the price as typed (run_inputs read its form): show_evaluation reads it with the GPU evaluated
+    outputs = Outputs(command_line(), as_json, plot, force, run_in, run["price_per_gpu_hour"])
     if from_launch is not None:
         from planner.cli.from_launch.commands import LaunchRequest, evaluate_from_launch
 

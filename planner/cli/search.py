@@ -65,15 +65,21 @@ def register(app: typer.Typer) -> None:
         run: dict = None,
     ):
         """Find the fastest parallel layouts that fit in memory (exit 3 if none fits)."""
+        from costmodel.goodput import refuse_unused_run_settings
         from hardware_catalog.errors import PlannerInputError
         from planner.cli.common import check_fp8_recipe_use, check_framework_use
         from planner.cli.errors import command_line
-        from planner.cli.options import run_inputs
+        from planner.cli.options import run_inputs, run_settings_given
         from planner.job import Outputs
 
         run_in = run_inputs(run)  # bad values fail before any work
         train_tokens = run_in.train_tokens if run_in else None
-        price_per_gpu_hour = run_in.price_per_gpu_hour if run_in else None
+        # as typed (run_inputs read its form): search.api reads it with the search's GPU types, each
+        # needing a price and no other type named (costmodel.goodput.parse_prices)
+        prices = run["price_per_gpu_hour"]
+        if not train_tokens and objective not in ("time-to-train", "cost", "energy"):  # no goodput computed
+            refuse_unused_run_settings(run_settings_given(run), "search",
+                                       "--train-tokens, or --objective time-to-train, cost or energy")
 
         check_framework_use(framework, None, from_launch)
         if method == "exhaustive":  # as --storage: the sampler's settings mean nothing there
@@ -98,9 +104,9 @@ def register(app: typer.Typer) -> None:
                            options=dict(stage_splits=stage_splits, method=method, trials=trials, seed=seed,
                                         sampler=sampler, memory_headroom=memory_headroom,
                                         progress=_progress_mode(progress), storage=storage, study_name=study_name),
-                           ranking=dict(top=top, pareto=pareto, price_per_gpu_hour=price_per_gpu_hour,
+                           ranking=dict(top=top, pareto=pareto, price_per_gpu_hour=prices,
                                         train_tokens=train_tokens, objective=objective, rank_by=rank_by,
-                                        within_envelope=within_envelope),
+                                        within_envelope=within_envelope, run=run_in),
                            calibration=calibration, from_launch=from_launch is not None)
         if from_launch is not None:
             from planner.cli.from_launch.commands import LaunchRequest
@@ -203,7 +209,9 @@ def _add_run_blocks(result, run_in) -> None:
     from costmodel.goodput import run_block
 
     for rec, (m, c, g) in zip(result.results, result.specs):
-        run = rec["run"] = run_block(rec, m, c, g, run_in)
+        # each row at its own GPU type's price (--price-per-gpu-hour h100=2.5,b200=4)
+        priced = run_in.with_(price_per_gpu_hour=result.objectives.price(g.name))
+        run = rec["run"] = run_block(rec, m, c, g, priced)
         # The table's columns from the same block the record carries: the search ranked with a
         # vectorized goodput (no rounding of the checkpoint interval to whole steps), which can
         # differ from it by a tenth of a point.
@@ -215,7 +223,9 @@ def _add_run_blocks(result, run_in) -> None:
             rec["run_energy_mwh"] = run["energy_mwh"]
         if "cost_usd" in run and "run_cost_usd" in rec:
             rec["run_cost_usd"] = run["cost_usd"]
-    result.stats["run_inputs"] = run_in.to_dict()
+    prices = result.objectives.prices or {}  # one price as a number (as before per-type prices), else by type
+    result.stats["run_inputs"] = {**run_in.to_dict(),
+                                  "price_per_gpu_hour": prices.get("*") if set(prices) == {"*"} else prices or None}
 
 
 def _apply_framework(ctx, framework, model, gpu, cluster, layout: dict):

@@ -327,7 +327,7 @@ def search(request: SearchRequest) -> SearchResult:
     problems = [
         Problem(model=model_spec, cluster=c, gpu=g, gpus=n, gbs=gbs_v, seq_len=seq_v, pins=pins_n,
                 allow_cross_node_tp=allow_cross_node_tp, stage_splits=stage_splits, implementation=impl,
-                recompute_modules=modules_mask, within_envelope=bool(within_envelope))
+                recompute_modules=modules_mask, within_envelope=bool(within_envelope), domain=opts.domain)
         for g, c in hardware for n in counts
     ]
     objectives = Objectives(pareto=bool(pareto), price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
@@ -364,7 +364,10 @@ def search(request: SearchRequest) -> SearchResult:
                                   calib=calib)
     if auto is not None:
         stats["auto"] = {"layouts": auto.layouts, "predicted_seconds": auto.predicted_s, "limit_seconds": AUTO_SECONDS}
-    results, chosen_c = _top_records(pools, objectives, top, rank_by)
+    if opts.domain is not None and pools.evaluated and not pools.launchable:
+        _refuse_pinned(opts.domain, pools, pins_n)
+    dropped: dict = {}
+    results, chosen_c = _top_records(pools, objectives, top, rank_by, opts.domain, dropped)
     specs = [(c.problem.model, c.problem.cluster, c.problem.gpu) for c in chosen_c]
     stats.update({
         "method_requested": method,
@@ -387,6 +390,11 @@ def search(request: SearchRequest) -> SearchResult:
         "outside_envelope": pools.outside_envelope,
         "interval": _interval_provenance(),
     })
+    if opts.domain is not None:
+        stats["domain"] = {"release": opts.domain.release, "formats": list(opts.domain.formats),
+                           "left_out": pools.outside_domain, "rules": dict(pools.domain_rules),
+                           "rows_dropped": dropped, "launchable": pools.launchable,
+                           "rules_all": dict(pools.domain_rules_all)}
     if pareto:
         stats["objectives"] = list(objectives.names)
         stats["pareto_front_size"] = len(pools.front)
@@ -423,14 +431,19 @@ def _check_ranking(rank_by: str, objective: str, pareto: bool) -> None:
         raise _err("--pareto shows a front, not a ranking: give it without --rank-by / --objective")
 
 
-def _top_records(pools, objectives: Objectives, top: int, rank_by: str) -> tuple[list[dict], list]:
-    """The result records (ranked, folded, with intervals and envelope flags) and their candidates."""
+def _top_records(pools, objectives: Objectives, top: int, rank_by: str, domain=None,
+                 dropped: Optional[dict] = None) -> tuple[list[dict], list]:
+    """The result records (ranked, folded, with intervals and envelope flags) and their candidates;
+    with a ``domain``, rows no launch format of the release writes are dropped for the next
+    (``_launchable_rows``), counted by rule in ``dropped``."""
     from search.ranking import Ranked, annotate, intervals, rank
 
     if objectives.pareto:
         chosen = _spread(sorted(pools.front, key=lambda c: c.obj), top)
         q = intervals(chosen)
         rows = [Ranked(c, q[:, i], c.key) for i, c in enumerate(chosen)]
+    elif domain is not None:
+        rows = _launchable_rows(pools.best, top, rank_by, domain, objectives, {} if dropped is None else dropped)
     else:
         rows = rank(pools.best, top, rank_by)
     records = []
@@ -439,6 +452,49 @@ def _top_records(pools, objectives: Objectives, top: int, rank_by: str) -> tuple
         annotate(rec, row, rows[0])
         records.append(rec)
     return records, [r.cand for r in rows]
+
+
+def _launchable_rows(cands: list, top: int, rank_by: str, domain, objectives: Objectives, dropped: dict) -> list:
+    """The ``top`` rows of ``cands`` that a launch format of the release writes. The pools left out
+    what the formats' tables refuse (vectorized); the checks the exporters make beside their tables
+    (pipeline split, micro-batches, shapes) run here, on the rows about to be shown only, and a
+    refused row gives its place to the next (``dropped``: rule -> rows dropped)."""
+    from search.ranking import rank
+
+    cands, checked = list(cands), {}
+    while True:
+        rows = rank(cands, top, rank_by)
+        bad = []
+        for row in rows:
+            c = row.cand
+            if id(c) not in checked:
+                p = c.problem
+                checked[id(c)] = domain.refused(_record(c, objectives, 0), p.model, p.cluster)
+            if checked[id(c)]:
+                rule = checked[id(c)][0]
+                dropped[rule] = dropped.get(rule, 0) + 1
+                bad.append(id(c))
+        if not bad:
+            return rows
+        cands = [c for c in cands if id(c) not in bad]
+
+
+def _refuse_pinned(domain, pools, pins: dict) -> None:
+    """Every layout the search priced is one the release cannot launch: when the rule that left out
+    most of them reads a value the user pinned, that value is bad input (one line, exit 2)."""
+    if not pools.domain_rules_all:
+        return
+    rule = max(pools.domain_rules_all, key=pools.domain_rules_all.get)
+    pinned = [k for k in pools.domain_reads.get(rule, ()) if k in pins]
+    if not pinned:
+        return
+    said = " ".join(f"{OPTIONS_BY_NAME[k].flag} {_shown(OPTIONS_BY_NAME[k].decode(pins[k]))}" for k in pinned)
+    raise PlannerInputError(f"{said}: {domain.release} cannot launch it: every format that launches it "
+                            f"({', '.join(domain.formats)}) refuses it, {pools.domain_reasons[rule]}")
+
+
+def _shown(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _interval_provenance() -> dict:
@@ -469,6 +525,18 @@ def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "",
     the rules leave no layout for a single job (one GPU type and count), the line ends with the
     nearest batch sizes and GPU counts that have layouts; where layouts exist but none fits in
     memory, with the fewest GPUs at which one does (``search.nearest``)."""
+    domain = stats.get("domain")
+    if domain and pools.outside_domain and not pools.best:
+        rules = sorted(domain["rules"].items(), key=lambda kv: -kv[1])
+        return [], (f"no layout {domain['release']} can launch fits: all {pools.outside_domain:,} layouts that fit are "
+                    f"refused by every format that launches it ({', '.join(domain['formats'])}; "
+                    + "; ".join(f"{k} left out {v:,}" for k, v in rules[:3])
+                    + "); search without --framework to see them")
+    if domain and not domain["launchable"] and stats.get("feasible", 0) and domain["rules_all"]:
+        rules = sorted(domain["rules_all"].items(), key=lambda kv: -kv[1])
+        return [], (f"no layout {domain['release']} can launch: every layout the rules leave is refused by every "
+                    f"format that launches it ({', '.join(domain['formats'])}; "
+                    + "; ".join(f"{k} left out {v:,}" for k, v in rules[:3]) + ")")
     if pools.outside_envelope:
         return [], (f"no layout inside the validated envelope fits: all {pools.outside_envelope:,} layouts that fit "
                     f"lie outside it (drop --within-envelope to see them, flagged)")

@@ -204,7 +204,7 @@ class LaunchDomain:
 
         if not record.get("framework"):  # the export release it targets (torchtitan's files)
             record = {**record, "framework": {"name": self.release}}
-        why = refusals(record, model, cluster)
+        why = refusals(record, model, cluster, self.formats, until_one_writes=True)
         if any(f not in why for f in self.formats):
             return None
         return rule_names(why[self.formats[0]]), why[self.formats[0]]

@@ -365,7 +365,8 @@ def search(request: SearchRequest) -> SearchResult:
     if auto is not None:
         stats["auto"] = {"layouts": auto.layouts, "predicted_seconds": auto.predicted_s, "limit_seconds": AUTO_SECONDS}
     if opts.domain is not None and pools.evaluated and not pools.launchable:
-        _refuse_pinned(opts.domain, pools, pins_n)
+        _refuse_pinned(opts.domain, pools, {**{k: OPTIONS_BY_NAME[k].decode(c) for k, c in pins_n.items()},
+                                            **{k: v for k, v in settings.items() if k in opts.domain.typed}})
     dropped: dict = {}
     results, chosen_c = _top_records(pools, objectives, top, rank_by, opts.domain, dropped)
     specs = [(c.problem.model, c.problem.cluster, c.problem.gpu) for c in chosen_c]
@@ -479,18 +480,21 @@ def _launchable_rows(cands: list, top: int, rank_by: str, domain, objectives: Ob
         cands = [c for c in cands if id(c) not in bad]
 
 
-def _refuse_pinned(domain, pools, pins: dict) -> None:
-    """Every layout the search priced is one the release cannot launch: when the rule that left out
-    most of them reads a value the user pinned, that value is bad input (one line, exit 2)."""
-    if not pools.domain_rules_all:
+def _refuse_pinned(domain, pools, given: dict) -> None:
+    """Every layout the search priced is one the release cannot launch: when the rules that left
+    them out read values the user typed (``given``: option -> value, of which those named in
+    ``domain.typed`` count), those values are bad input (one line, exit 2)."""
+    typed = {k: v for k, v in given.items() if k in domain.typed}
+    rules = sorted(pools.domain_rules_all, key=lambda r: -pools.domain_rules_all[r])
+    named = list(dict.fromkeys(k for r in rules for k in pools.domain_reads.get(r, ()) if k in typed))
+    if not named:
         return
-    rule = max(pools.domain_rules_all, key=pools.domain_rules_all.get)
-    pinned = [k for k in pools.domain_reads.get(rule, ()) if k in pins]
-    if not pinned:
-        return
-    said = " ".join(f"{OPTIONS_BY_NAME[k].flag} {_shown(OPTIONS_BY_NAME[k].decode(pins[k]))}" for k in pinned)
+    said = " ".join(f"{OPTIONS_BY_NAME[k].flag} {_shown(typed[k])}" for k in named)
+    top = next(r for r in rules if set(pools.domain_reads.get(r, ())) & set(named))
+    also = [r for r in rules if r != top]
+    others = f" (and {', '.join(also[:3])}{', ...' if len(also) > 3 else ''} for the rest)" if also else ""
     raise PlannerInputError(f"{said}: {domain.release} cannot launch it: every format that launches it "
-                            f"({', '.join(domain.formats)}) refuses it, {pools.domain_reasons[rule]}")
+                            f"({', '.join(domain.formats)}) refuses it{others}, {pools.domain_reasons[top]}")
 
 
 def _shown(value) -> str:
@@ -532,6 +536,11 @@ def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "",
                     f"refused by every format that launches it ({', '.join(domain['formats'])}; "
                     + "; ".join(f"{k} left out {v:,}" for k, v in rules[:3])
                     + "); search without --framework to see them")
+    if domain and domain["rows_dropped"] and pools.best:
+        rules = sorted(domain["rows_dropped"].items(), key=lambda kv: -kv[1])
+        return [], (f"no layout {domain['release']} can launch fits: the {len(pools.best):,} best that fit are refused "
+                    f"by every format that launches it ({', '.join(domain['formats'])}; "
+                    + "; ".join(f"{k} {v:,}" for k, v in rules[:3]) + "); search without --framework to see them")
     if domain and not domain["launchable"] and stats.get("feasible", 0) and domain["rules_all"]:
         rules = sorted(domain["rules_all"].items(), key=lambda kv: -kv[1])
         return [], (f"no layout {domain['release']} can launch: every layout the rules leave is refused by every "

@@ -148,6 +148,9 @@ class LaunchDomain:
 
     release: str
     formats: tuple
+    typed: tuple = ()
+    """The layout options the user typed (``search.api`` names one as bad input when the rule that
+    leaves out every layout reads it)."""
 
     @property
     def tables(self) -> list:
@@ -210,10 +213,10 @@ class LaunchDomain:
         return rule_names(why[self.formats[0]]), why[self.formats[0]]
 
 
-def launch_domain(release) -> LaunchDomain | None:
-    """The domain of a ``planner.frameworks.releases.Release`` for the search; None for a release
-    planner writes no files for (llm-foundry): nothing to derive a domain from, so its search
-    ranks every layout as before."""
+def launch_domain(release, typed=()) -> LaunchDomain | None:
+    """The domain of a ``planner.frameworks.releases.Release`` for the search (``typed``: the layout
+    options the user typed); None for a release planner writes no files for (llm-foundry):
+    nothing to derive a domain from, so its search ranks every layout as before."""
     if release is None or not release.formats:
         return None
-    return LaunchDomain(release.name, tuple(release.formats))
+    return LaunchDomain(release.name, tuple(release.formats), tuple(typed))

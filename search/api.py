@@ -538,8 +538,8 @@ def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "",
                     + "); search without --framework to see them")
     if domain and domain["rows_dropped"] and pools.best:
         rules = sorted(domain["rows_dropped"].items(), key=lambda kv: -kv[1])
-        return [], (f"no layout {domain['release']} can launch fits: the {len(pools.best):,} best that fit are refused "
-                    f"by every format that launches it ({', '.join(domain['formats'])}; "
+        return [], (f"none of the {len(pools.best):,} best layouts that fit is one {domain['release']} can launch: every "
+                    f"format that launches it refuses them ({', '.join(domain['formats'])}; "
                     + "; ".join(f"{k} {v:,}" for k, v in rules[:3]) + "); search without --framework to see them")
     if domain and not domain["launchable"] and stats.get("feasible", 0) and domain["rules_all"]:
         rules = sorted(domain["rules_all"].items(), key=lambda kv: -kv[1])

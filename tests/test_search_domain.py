@@ -138,3 +138,47 @@ def test_nothing_the_release_launches_fits_says_the_domain_is_why():
     assert rc == 3, err
     assert "nothing fits: no layout megatron-core-0.8 can launch fits" in out
     assert "megatron_fsdp_flat" in out
+
+
+class _RefusesZero3:
+    """A domain whose tables refuse nothing and whose exporters refuse ZeRO-3 (or every layout):
+    the rows about to be shown are checked and a refused one gives its place to the next."""
+
+    release, formats, typed = "test-release", ("megatron",), ()
+
+    def __init__(self, everything=False):
+        self.everything = everything
+
+    def outside(self, batch, model, cluster):
+        from planner.export.domain import Refused
+
+        return Refused(np.zeros(len(batch), bool))
+
+    def refused(self, record, model, cluster):
+        if self.everything or record["layout"]["zero"] == 3:
+            return "test_rule", "refused (rule test_rule)"
+        return None
+
+
+def _search(domain):
+    from search.api import search
+    from search.request import SearchRequest
+
+    return search(SearchRequest.of("70b", 64, "h100", top=3, domain=domain))
+
+
+def test_shown_rows_a_format_refuses_give_their_place_to_the_next():
+    plain = _search(None)
+    assert plain.results[0]["layout"]["zero"] == 3  # the README's flat ZeRO-3 first
+    kept = _search(_RefusesZero3())
+    assert kept.results and all(r["layout"]["zero"] != 3 for r in kept.results)
+    assert kept.stats["domain"]["rows_dropped"]["test_rule"] >= 1
+    # the rows kept are the best of the rest, in the order the plain search ranks them
+    rest = [r["step_time_s"] for r in kept.results]
+    assert rest == sorted(rest)
+
+
+def test_every_shown_row_refused_is_nothing_the_release_launches():
+    res = _search(_RefusesZero3(everything=True))
+    assert res.results == []
+    assert res.message.startswith("none of the") and "test-release" in res.message and "test_rule" in res.message

@@ -72,37 +72,55 @@ class _Reader:
         raise _NotColumns(name)
 
 
-def _codes(column: np.ndarray) -> tuple[np.ndarray, int]:
-    """(group code of each row, number of codes) for one column (small integer codes)."""
+def _codes(column: np.ndarray) -> tuple[np.ndarray | None, int]:
+    """(dense code of each row, number of codes) for one column of small integer codes; (None, 1)
+    for a column that holds one value (most implementation settings: no work per row)."""
     col = np.asarray(column)
     if col.dtype == bool:
-        return col.astype(np.int64), 2
-    lo = int(col.min())
-    span = int(col.max()) - lo + 1
-    if span <= 1 << 20:
-        present = np.bincount((col - lo).astype(np.int64), minlength=span) > 0
-        lookup = np.cumsum(present) - 1
-        return lookup[(col - lo).astype(np.int64)], int(present.sum())
+        return (None, 1) if col.all() or not col.any() else (col, 2)
+    lo, hi = int(col.min()), int(col.max())
+    if lo == hi:
+        return None, 1
+    if lo >= 0 and hi < 1 << 20:
+        present = np.bincount(col, minlength=hi + 1) > 0
+        if present.all():
+            return col, hi + 1
+        return (np.cumsum(present) - 1)[col], int(present.sum())
     uniq, inv = np.unique(col, return_inverse=True)
-    return inv.astype(np.int64), len(uniq)
+    return inv.reshape(-1), len(uniq)
 
 
 def _groups(columns: dict, names: list, n: int, cache: dict) -> tuple[np.ndarray, np.ndarray]:
     """(group of each row, one row of each group) by the values of ``names``."""
-    key = np.zeros(n, dtype=np.int64)
+    varying = []
     size = 1
     for name in sorted(names):
         if name not in cache:
             cache[name] = _codes(columns[name])
         codes, count = cache[name]
-        if count <= 1:
-            continue
-        key = key * count + codes
-        size *= count
+        if count > 1:
+            varying.append((codes, count))
+            size *= count
     if size == 1:
         return np.zeros(n, dtype=np.int64), np.zeros(1, dtype=np.int64)
-    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
-    return inv.reshape(-1), first
+    if size >= 1 << 62:
+        _, inv = np.unique(np.stack([c for c, _ in varying], axis=1), axis=0, return_inverse=True)
+        return _any_member(inv.reshape(-1))
+    key = varying[0][0].astype(np.int64)
+    for codes, count in varying[1:]:  # one integer per combination: mixed radix over the dense codes
+        key = key * count + codes
+    if size <= 1 << 22:  # dense: no sort
+        present = np.bincount(key, minlength=size) > 0
+        return _any_member((np.cumsum(present) - 1)[key])
+    _, inv = np.unique(key, return_inverse=True)
+    return _any_member(inv.reshape(-1))
+
+
+def _any_member(group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(``group``, one row of each group): every row of a group answers alike, so any one will do."""
+    rep = np.empty(int(group.max()) + 1, dtype=np.int64)
+    rep[group] = np.arange(len(group))
+    return group, rep
 
 
 def _refused_by(table, option: str, batch, model, cluster, cache: dict) -> tuple[np.ndarray, np.ndarray, list, set]:
@@ -120,7 +138,7 @@ def _refused_by(table, option: str, batch, model, cluster, cache: dict) -> tuple
                 table.write(option, getattr(reader, option), reader)
             except CannotExpress as err:
                 errors[g] = err
-            except _NotColumns:
+            except (_NotColumns, AttributeError, TypeError):  # asks for more than a layout's columns
                 pass
         if seen <= read:
             refused = np.array([e is not None for e in errors])

@@ -278,8 +278,10 @@ def search(request: SearchRequest) -> SearchResult:
     inside the validated envelope (``search.envelope``). Every result carries an 80% interval,
     its envelope flags and ``ties_best``. ``ranking.run``: a ``costmodel.goodput.RunInputs`` (failures,
     checkpoints, restarts, power): whole-run time, cost and energy count the wall time with goodput
-    (default: its defaults when ranking by time-to-train, cost or energy). Raises ``PlannerInputError``
-    on bad input.
+    (default: its defaults when ranking by time-to-train, cost or energy). ``options.domain`` (a
+    ``--framework`` release's, ``planner.export.domain``): only layouts a format launching that
+    release writes are ranked; ``stats["domain"]`` counts what it left out, a typed value every
+    layout's refusal reads is bad input. Raises ``PlannerInputError`` on bad input.
     """
     job, opts, ranking, calib = request.problem, request.options, request.ranking, request.calib
     model, gpus, gpu, cluster = job.model, job.gpus, job.gpu, job.cluster

@@ -160,6 +160,7 @@ def _request(ctx, framework, layout: dict, model, gpus, gpu, cluster, tokens_per
         from planner.export.domain import launch_domain
         from planner.frameworks.releases import get_release
 
+        # None for a release planner writes no files for (llm-foundry): its search ranks as before.
         typed = typed_flags(ctx, tuple(layout))
         options = {**options, "domain": launch_domain(get_release(framework), typed)}
     problem = ProblemRequest(model, gpus, gpu, cluster, gbs=layout["gbs"], seq_len=layout["seq_len"],

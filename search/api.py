@@ -278,8 +278,10 @@ def search(request: SearchRequest) -> SearchResult:
     inside the validated envelope (``search.envelope``). Every result carries an 80% interval,
     its envelope flags and ``ties_best``. ``ranking.run``: a ``costmodel.goodput.RunInputs`` (failures,
     checkpoints, restarts, power): whole-run time, cost and energy count the wall time with goodput
-    (default: its defaults when ranking by time-to-train, cost or energy). Raises ``PlannerInputError``
-    on bad input.
+    (default: its defaults when ranking by time-to-train, cost or energy). ``options.domain`` (a
+    ``--framework`` release's, ``planner.export.domain``): only layouts a format launching that
+    release writes are ranked; ``stats["domain"]`` counts what it left out, a typed value every
+    layout's refusal reads is bad input. Raises ``PlannerInputError`` on bad input.
     """
     job, opts, ranking, calib = request.problem, request.options, request.ranking, request.calib
     model, gpus, gpu, cluster = job.model, job.gpus, job.gpu, job.cluster
@@ -329,7 +331,7 @@ def search(request: SearchRequest) -> SearchResult:
     problems = [
         Problem(model=model_spec, cluster=c, gpu=g, gpus=n, gbs=gbs_v, seq_len=seq_v, pins=pins_n,
                 allow_cross_node_tp=allow_cross_node_tp, stage_splits=stage_splits, implementation=impl,
-                recompute_modules=modules_mask, within_envelope=bool(within_envelope))
+                recompute_modules=modules_mask, within_envelope=bool(within_envelope), domain=opts.domain)
         for g, c in hardware for n in counts
     ]
     objectives = Objectives(pareto=bool(pareto), prices=prices, train_tokens=train_tokens,
@@ -366,7 +368,11 @@ def search(request: SearchRequest) -> SearchResult:
                                   calib=calib)
     if auto is not None:
         stats["auto"] = {"layouts": auto.layouts, "predicted_seconds": auto.predicted_s, "limit_seconds": AUTO_SECONDS}
-    results, chosen_c = _top_records(pools, objectives, top, rank_by)
+    if opts.domain is not None and pools.evaluated and not pools.launchable:
+        _refuse_pinned(opts.domain, pools, {**{k: OPTIONS_BY_NAME[k].decode(c) for k, c in pins_n.items()},
+                                            **{k: v for k, v in settings.items() if k in opts.domain.typed}})
+    dropped: dict = {}
+    results, chosen_c = _top_records(pools, objectives, top, rank_by, opts.domain, dropped)
     specs = [(c.problem.model, c.problem.cluster, c.problem.gpu) for c in chosen_c]
     stats.update({
         "method_requested": method,
@@ -390,6 +396,11 @@ def search(request: SearchRequest) -> SearchResult:
         "prices": prices or {},
         "interval": _interval_provenance(),
     })
+    if opts.domain is not None:
+        stats["domain"] = {"release": opts.domain.release, "formats": list(opts.domain.formats),
+                           "left_out": pools.outside_domain, "rules": dict(pools.domain_rules),
+                           "rows_dropped": dropped, "launchable": pools.launchable,
+                           "rules_all": dict(pools.domain_rules_all)}
     if pareto:
         stats["objectives"] = list(objectives.names)
         stats["pareto_front_size"] = len(pools.front)
@@ -426,14 +437,19 @@ def _check_ranking(rank_by: str, objective: str, pareto: bool) -> None:
         raise _err("--pareto shows a front, not a ranking: give it without --rank-by / --objective")
 
 
-def _top_records(pools, objectives: Objectives, top: int, rank_by: str) -> tuple[list[dict], list]:
-    """The result records (ranked, folded, with intervals and envelope flags) and their candidates."""
+def _top_records(pools, objectives: Objectives, top: int, rank_by: str, domain=None,
+                 dropped: Optional[dict] = None) -> tuple[list[dict], list]:
+    """The result records (ranked, folded, with intervals and envelope flags) and their candidates;
+    with a ``domain``, rows no launch format of the release writes are dropped for the next
+    (``_launchable_rows``), counted by rule in ``dropped``."""
     from search.ranking import Ranked, annotate, intervals, rank
 
     if objectives.pareto:
         chosen = _spread(sorted(pools.front, key=lambda c: c.obj), top)
         q = intervals(chosen)
         rows = [Ranked(c, q[:, i], c.key) for i, c in enumerate(chosen)]
+    elif domain is not None:
+        rows = _launchable_rows(pools.best, top, rank_by, domain, objectives, {} if dropped is None else dropped)
     else:
         rows = rank(pools.best, top, rank_by)
     records = []
@@ -442,6 +458,52 @@ def _top_records(pools, objectives: Objectives, top: int, rank_by: str) -> tuple
         annotate(rec, row, rows[0])
         records.append(rec)
     return records, [r.cand for r in rows]
+
+
+def _launchable_rows(cands: list, top: int, rank_by: str, domain, objectives: Objectives, dropped: dict) -> list:
+    """The ``top`` rows of ``cands`` that a launch format of the release writes. The pools left out
+    what the formats' tables refuse (vectorized); the checks the exporters make beside their tables
+    (pipeline split, micro-batches, shapes) run here, on the rows about to be shown only, and a
+    refused row gives its place to the next (``dropped``: rule -> rows dropped)."""
+    from search.ranking import rank
+
+    cands, checked = list(cands), {}
+    while True:
+        rows = rank(cands, top, rank_by)
+        bad = []
+        for row in rows:
+            c = row.cand
+            if id(c) not in checked:
+                p = c.problem
+                checked[id(c)] = domain.refused(_record(c, objectives, 0), p.model, p.cluster)
+            if checked[id(c)]:
+                rule = checked[id(c)][0]
+                dropped[rule] = dropped.get(rule, 0) + 1
+                bad.append(id(c))
+        if not bad:
+            return rows
+        cands = [c for c in cands if id(c) not in bad]
+
+
+def _refuse_pinned(domain, pools, given: dict) -> None:
+    """Every layout the search priced is one the release cannot launch: when the rules that left
+    them out read values the user typed (``given``: option -> value, of which those named in
+    ``domain.typed`` count), those values are bad input (one line, exit 2)."""
+    typed = {k: v for k, v in given.items() if k in domain.typed}
+    rules = sorted(pools.domain_rules_all, key=lambda r: -pools.domain_rules_all[r])
+    named = list(dict.fromkeys(k for r in rules for k in pools.domain_reads.get(r, ()) if k in typed))
+    if not named:
+        return
+    said = " ".join(f"{OPTIONS_BY_NAME[k].flag} {_shown(typed[k])}" for k in named)
+    top = next(r for r in rules if set(pools.domain_reads.get(r, ())) & set(named))
+    also = [r for r in rules if r != top]
+    others = f" (and {', '.join(also[:3])}{', ...' if len(also) > 3 else ''} for the rest)" if also else ""
+    raise PlannerInputError(f"{said}: {domain.release} cannot launch it: every format that launches it "
+                            f"({', '.join(domain.formats)}) refuses it{others}, {pools.domain_reasons[top]}")
+
+
+def _shown(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _interval_provenance() -> dict:
@@ -472,6 +534,23 @@ def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "",
     the rules leave no layout for a single job (one GPU type and count), the line ends with the
     nearest batch sizes and GPU counts that have layouts; where layouts exist but none fits in
     memory, with the fewest GPUs at which one does (``search.nearest``)."""
+    domain = stats.get("domain")
+    if domain and pools.outside_domain and not pools.best:
+        rules = sorted(domain["rules"].items(), key=lambda kv: -kv[1])
+        return [], (f"no layout {domain['release']} can launch fits: all {pools.outside_domain:,} layouts that fit are "
+                    f"refused by every format that launches it ({', '.join(domain['formats'])}; "
+                    + "; ".join(f"{k} left out {v:,}" for k, v in rules[:3])
+                    + "); search without --framework to see them")
+    if domain and domain["rows_dropped"] and pools.best:
+        rules = sorted(domain["rows_dropped"].items(), key=lambda kv: -kv[1])
+        return [], (f"none of the {len(pools.best):,} best layouts that fit is one {domain['release']} can launch: every "
+                    f"format that launches it refuses them ({', '.join(domain['formats'])}; "
+                    + "; ".join(f"{k} {v:,}" for k, v in rules[:3]) + "); search without --framework to see them")
+    if domain and not domain["launchable"] and stats.get("feasible", 0) and domain["rules_all"]:
+        rules = sorted(domain["rules_all"].items(), key=lambda kv: -kv[1])
+        return [], (f"no layout {domain['release']} can launch: every layout the rules leave is refused by every "
+                    f"format that launches it ({', '.join(domain['formats'])}; "
+                    + "; ".join(f"{k} left out {v:,}" for k, v in rules[:3]) + ")")
     if pools.outside_envelope:
         return [], (f"no layout inside the validated envelope fits: all {pools.outside_envelope:,} layouts that fit "
                     f"lie outside it (drop --within-envelope to see them, flagged)")

@@ -192,6 +192,19 @@ class Pools:
     """Offer ZeRO-2 under a pipeline although the user did not ask (``_offered_zero``)."""
     outside_envelope: int = 0
     """Layouts counted in ``fits`` but left out by ``within_envelope``."""
+    outside_domain: int = 0
+    """Layouts counted in ``fits`` but left out because the ``--framework`` release's launch formats
+    all refuse them (``Problem.domain``)."""
+    launchable: int = 0
+    """Layouts the domain was asked about and kept: while 0, every layout is asked (also those that
+    do not fit), so that 0 at the end means the release launches none of them."""
+    domain_rules: dict = field(default_factory=dict)
+    """Rule -> layouts it left out (the first format's first refusal); with ``domain_reasons`` and
+    ``domain_reads`` (the options each rule's answer read)."""
+    domain_reasons: dict = field(default_factory=dict)
+    domain_reads: dict = field(default_factory=dict)
+    domain_rules_all: dict = field(default_factory=dict)
+    """Rule -> every layout asked about it left out, fitting or not."""
 
     def add(self, problem: Problem, result, limit: float) -> None:
         n = len(result)
@@ -203,6 +216,8 @@ class Pools:
         ok = ((peak <= limit) & np.isfinite(step) & _distinct_recompute(problem, result.batch)
               & _offered_zero(problem, result.batch, self.sharded_pipeline_grads))
         self.fits += int(ok.sum())
+        if problem.domain is not None:
+            ok = self._within_domain(problem, result.batch, ok)
         if problem.within_envelope:
             ok = self._within_envelope(problem, result.batch, ok)
         fit_idx = np.flatnonzero(ok)
@@ -246,6 +261,32 @@ class Pools:
         keep = ok & inside(Job(problem.model, problem.gpu, problem.gpus, problem.seq_len), batch.columns())
         self.outside_envelope += int(ok.sum() - keep.sum())
         return keep
+
+    def _within_domain(self, problem: Problem, batch, ok: np.ndarray) -> np.ndarray:
+        """``ok`` less the layouts no launch format of the release writes (``Problem.domain``); asks
+        the domain about the fitting layouts, and about the others too until one is launchable."""
+        rows = np.flatnonzero(ok)
+        out = self._ask_domain(problem, batch, rows)
+        refused = np.zeros(len(batch), bool)
+        refused[rows] = out
+        if self.launchable == 0:
+            rest = np.flatnonzero(~ok)
+            refused[rest] = self._ask_domain(problem, batch, rest, count=False)
+        self.outside_domain += int((ok & refused).sum())
+        return ok & ~refused
+
+    def _ask_domain(self, problem: Problem, batch, rows: np.ndarray, count: bool = True) -> np.ndarray:
+        if len(rows) == 0:
+            return np.zeros(0, bool)
+        out = problem.domain.outside(batch.take(rows), problem.model, problem.cluster)
+        self.launchable += int((~out.mask).sum())
+        for rule, n in out.rules.items():
+            if count:
+                self.domain_rules[rule] = self.domain_rules.get(rule, 0) + n
+            self.domain_rules_all[rule] = self.domain_rules_all.get(rule, 0) + n
+            self.domain_reasons.setdefault(rule, out.reasons[rule])
+            self.domain_reads.setdefault(rule, out.reads[rule])
+        return out.mask
 
     @staticmethod
     def _cand(problem, result, i, step, peak, limit, key=None) -> Candidate:

@@ -141,6 +141,8 @@ class _Cores:
         # the search does not offer must not steer the sampler towards its core.
         fit = ((peak <= limit) & np.isfinite(step) & _distinct_recompute(p, batch)
                & _offered_zero(p, batch, self.pools.sharded_pipeline_grads))
+        if p.domain is not None and fit.any():  # nor one the --framework release cannot launch
+            fit[fit] = ~p.domain.outside(batch.take(np.flatnonzero(fit)), p.model, p.cluster).mask
         if not fit.any():
             self.counters["no_fit_trials"] += 1
             return self._penalty(PENALTY_MEMORY + float(np.min(peak - limit)))

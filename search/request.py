@@ -72,6 +72,9 @@ class SearchOptions:
     """Fraction of each GPU's HBM kept free (0 to < 1)."""
     progress: Any = False
     """Report progress on stderr (True, False or a mode of ``planner search --progress``)."""
+    domain: Any = None
+    """What the ``--framework`` release can launch (``planner.export.domain.launch_domain``): layouts
+    every launch format of the release refuses are not ranked. None: every layout."""
     look_around: bool = True
     """When nothing fits, also search nearby jobs (batch sizes, GPU counts) to name the nearest that
     has a layout (``search.nearest``; up to a few seconds). A sweep, which reports every scenario

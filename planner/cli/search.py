@@ -161,6 +161,14 @@ def _request(ctx, framework, layout: dict, model, gpus, gpu, cluster, tokens_per
     from search.request import ProblemRequest, Ranking, SearchOptions, SearchRequest
 
     framework_info = None if from_launch else _apply_framework(ctx, framework, model, gpu, cluster, layout)
+    if framework_info is not None:  # the layouts the release's launch formats can write (planner.export.domain)
+        from planner.cli.common import typed_flags
+        from planner.export.domain import launch_domain
+        from planner.frameworks.releases import get_release
+
+        # None for a release planner writes no files for (llm-foundry): its search ranks as before.
+        typed = typed_flags(ctx, tuple(layout))
+        options = {**options, "domain": launch_domain(get_release(framework), typed)}
     problem = ProblemRequest(model, gpus, gpu, cluster, gbs=layout["gbs"], seq_len=layout["seq_len"],
                              tokens_per_batch=tokens_per_batch, allow_cross_node_tp=allow_cross_node_tp)
     choices = SearchOptions(pins={k: v for k, v in layout.items() if OPTIONS_BY_NAME[k].search == SEARCHED},

@@ -151,5 +151,6 @@ EXPORTER = Exporter(
     name="megatron-bridge",
     files={FILE_NAME: PLAIN},
     render=one_file(FILE_NAME, lambda plan, entrypoint: render(plan)),
+    table=TABLE,
     description="Megatron-Bridge / NeMo 2 ConfigContainer overrides (YAML) for a recipe",
 )

@@ -41,6 +41,10 @@ class Exporter:
     a reason while others are written is reported as ``"format:file"``."""
     description: str = field(default="")
     """One line: what the files are for."""
+    table: object = field(default=None)
+    """The framework table (``planner.frameworks.table.Table``) whose every refusal this format
+    raises for any plan (its ``check`` runs inside ``render``); None: none declared. The search's
+    ``--framework`` domain reads it (``planner.export.domain``)."""
 
 
 EXPORTERS: dict[str, Exporter] = {}

@@ -499,6 +499,7 @@ EXPORTER = Exporter(
     # The 0.3 command line and the job-config TOML refuse independently.
     render=each_file({OVERRIDES_FILE: lambda plan, entrypoint: render_overrides(plan),
                       TOML_FILE: lambda plan, entrypoint: render_toml(plan)}),
+    table=TABLE,
     description="torchtitan 0.3.0 command line (run it to launch), and the same layout as a TOML job config for "
                 "torchtitan 0.2.2 (0.1.x / 0.2.x with --torchtitan-version)",
 )

@@ -151,6 +151,14 @@ def format_summary(stats: dict) -> str:
         from planner.reports.evaluate import framework_lines
 
         line += "\n" + "\n".join(framework_lines(stats["framework"]))
+    domain = stats.get("domain")
+    if domain and (domain["left_out"] or domain["rows_dropped"]):
+        rules = sorted({**domain["rules"], **domain["rows_dropped"]}, key=lambda k: -(domain["rules"].get(k, 0)
+                                                                                  + domain["rows_dropped"].get(k, 0)))
+        dropped = sum(domain["rows_dropped"].values())
+        line += (f"\nleft out {domain['left_out'] + dropped:,} fitting layouts that no format launching "
+                 f"{domain['release']} ({', '.join(domain['formats'])}) writes (rules {', '.join(rules[:3])}"
+                 f"{', ...' if len(rules) > 3 else ''})")
     return line
 
 

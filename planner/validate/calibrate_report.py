@@ -85,14 +85,16 @@ def warnings(result: Calibrated) -> list[str]:
         out.append(f"fitted to 1 run: {len(result.moved)} constant{'s' if many else ''} moved to match one number, "
                    f"and no run it did not see checks {'them' if many else 'it'}; give at least 2 runs before using "
                    "the profile")
-    capped = _capped(result)
-    if capped:
-        said = ", ".join(f"{rid} {err * 100:+.0f}%" for rid, err in capped[:5]) + (", ..." if len(capped) > 5 else "")
-        out.append(f"{len(capped)} run{'s' if len(capped) > 1 else ''} off by more than {clip:.0%} with the shipped "
-                   f"constants ({said}): the fit counts each error only up to {clip:.0%}, yet "
-                   f"{'such runs still pull' if len(capped) > 1 else 'such a run still pulls'} on the constants "
-                   f"{'they depend' if len(capped) > 1 else 'it depends'} on; check the measurement and units "
-                   "(step_time_s in seconds, tokens_per_s the total of all GPUs, mfu a fraction)")
+    from planner.validate.measure import suspect_runs_warning
+
+    many = len(_capped(result)) > 1
+    slip = suspect_runs_warning([(rid, (a - rep) / rep) for rid, _, rep, a, *_ in result.rows], clip,
+                                against=" with the shipped constants",
+                                consequence=f"the fit counts each error only up to {clip:.0%}, yet "
+                                f"{'such runs still pull' if many else 'such a run still pulls'} on the constants "
+                                f"{'they depend' if many else 'it depends'} on")
+    if slip:
+        out.append(slip)
     if result.moved and s["fitted"]["mape"] > s["shipped"]["mape"]:
         out.append(f"the profile predicts the runs it was fitted on worse than the shipped constants (MAPE "
                    f"{s['shipped']['mape'] * 100:.1f}% -> {s['fitted']['mape'] * 100:.1f}%)")

@@ -231,8 +231,9 @@ def _why(predictor: Predictor, calib: Calibration, name: str) -> str:
     before = float(np.mean(predictor.errors(DEFAULT)[informed]))
     # What this constant's own move does: the shipped constants with only it at the fitted value
     # (the fit moves several at once; crediting one with the sum would misattribute).
-    alone = round(float(np.mean(predictor.errors(DEFAULT.with_(**{name: getattr(calib, name)}))[informed])), 4) + 0.0
-    together = round(float(np.mean(predictor.errors(calib)[informed])), 4) + 0.0  # + 0.0: no "-0.0%"
+    # In percent, rounded once as printed (+ 0.0: no "-0.0%").
+    alone = round(100 * float(np.mean(predictor.errors(DEFAULT.with_(**{name: getattr(calib, name)}))[informed])), 1) + 0.0
+    together = round(100 * float(np.mean(predictor.errors(calib)[informed])), 1) + 0.0
     ids = ", ".join(predictor.rows[i].id for i in informed[:4]) + (", ..." if len(informed) > 4 else "")
     runs = f"the {len(informed)} runs that depend on it most ({ids}) were" if len(informed) > 1 \
         else f"run {ids}, which depends on it most, was"
@@ -240,10 +241,10 @@ def _why(predictor: Predictor, calib: Calibration, name: str) -> str:
     capped = f" (only runs off by more than {CLIP:.0%} depend on it)" if only_capped else ""
     head = (f"{MEANING[name]}: {runs} predicted {abs(before) * 100:.1f}% {pace} with the shipped "
             f"{getattr(DEFAULT, name):g}")
-    if abs(alone) < abs(before):
-        return f"{head}; this constant's move alone: {alone * 100:+.1f}%{capped}"
+    if abs(alone) < abs(before) * 100:
+        return f"{head}; this constant's move alone: {alone:+.1f}%{capped}"
     return (f"{head}; this constant's move alone does not bring {'them' if len(informed) > 1 else 'it'} closer "
-            f"({alone * 100:+.1f}%): it moved with the others (all the moves together: {together * 100:+.1f}%){capped}")
+            f"({alone:+.1f}%): it moved with the others (all the moves together: {together:+.1f}%){capped}")
 
 
 def _stayed(predictor: Predictor, name: str) -> str:

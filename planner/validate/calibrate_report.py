@@ -51,6 +51,13 @@ def _pct(stats: Optional[dict]) -> str:
             f"{round(stats['mean_signed_error'] * 100, 1) + 0.0:>+12.1f}%")  # + 0.0: no '-0.0%'
 
 
+def better_held_out(stats: dict) -> Optional[bool]:
+    """Whether the runs held out are predicted better (capped mean |error|) than by the shipped
+    constants; None without a held-out estimate."""
+    held = stats.get("held_out")
+    return None if not held else held["capped_mape"] < stats["shipped"]["capped_mape"]
+
+
 def verdict(stats: dict) -> str:
     """Whether the fit predicts runs it did not see better than the shipped constants, judged as
     the fit judges: the mean |error| with each run's capped at ``fit.CLIP`` (a unit slip off by
@@ -62,7 +69,7 @@ def verdict(stats: dict) -> str:
     before, after = shipped["capped_mape"] * 100, held["capped_mape"] * 100
     judged = (f"leaving one {unit} out, mean |error| capped at {_clip():.0%} per run (as the fit counts it) "
               f"{before:.1f}% -> {after:.1f}%")
-    if after < before:
+    if better_held_out(stats):
         return f"{judged}: expect the profile to predict new runs of this cluster better than the shipped constants"
     return (f"{judged}: no better than the shipped constants; these runs disagree in a way no global constant "
             "explains, and the shipped constants are the better guess")
@@ -107,7 +114,7 @@ def warnings(result: Calibrated) -> list[str]:
         out.append(f"the profile predicts the runs it was fitted on worse than the shipped constants (mean |error| "
                    f"capped at {clip:.0%}: {s['shipped']['capped_mape'] * 100:.1f}% -> "
                    f"{s['fitted']['capped_mape'] * 100:.1f}%)")
-    if result.moved and s.get("held_out") and s["held_out"]["capped_mape"] >= s["shipped"]["capped_mape"]:
+    if result.moved and better_held_out(s) is False:
         out.append("the profile predicts runs it did not see no better than the shipped constants (see the verdict)")
     return out
 
@@ -153,7 +160,7 @@ def profile_text(result: Calibrated, runs_file: Path, version: str) -> str:
                           "planner_version": version, "runs_file": str(runs_file),
                           "runs": [r[0] for r in result.rows], "method": METHOD},
               "fit": {f"{k}_{m}": s[k][m] for k in ("shipped", "fitted", "held_out") if s.get(k)
-                      for m in ("median_abs_error", "mape", "mean_signed_error")}}
+                      for m in ("median_abs_error", "mape", "capped_mape", "mean_signed_error")}}
     tables["fit"]["leave_one_out"] = s["loo_unit"] or "none (one run)"
     tables["fit"]["verdict"] = verdict(s)
     tables["fit"]["warnings"] = warnings(result) or None
@@ -238,7 +245,7 @@ def _print(result: Calibrated, runs_file, out, notes, as_json: bool, confidence:
     typer.echo("")
     for line in warnings(result):  # on stderr too, so a script that keeps only stderr sees them
         typer.echo(f"warning: {line}", err=True)
-    if out is not None and result.moved and "no better" in verdict(result.stats):
+    if out is not None and result.moved and better_held_out(result.stats) is False:
         typer.echo(f"wrote {out}, though the verdict above finds it no better than the shipped constants on runs it "
                    "did not see: keep the shipped constants (no --calibration) unless you know why")
     elif out is not None:

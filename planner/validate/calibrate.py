@@ -213,7 +213,8 @@ class Calibrated:
     """shipped / fitted / held_out: ``fit.error_stats`` plus ``capped_mape`` (the fit's yardstick);
     loo_unit: run, configuration, source or None."""
     configurations: int = 0
-    """Distinct configurations among the runs (copies of one run count once)."""
+    """Distinct configurations among the runs (copies of one run count once; 0: not counted, each
+    run taken as its own)."""
 
 
 def _why(predictor: Predictor, calib: Calibration, name: str) -> str:

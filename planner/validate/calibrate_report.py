@@ -93,7 +93,7 @@ def warnings(result: Calibrated) -> list[str]:
     the runs it was fitted on, or those it did not see, worse than the shipped constants."""
     clip = _clip()
     s, out = result.stats, []
-    if result.configurations < 2 and result.moved:
+    if (result.configurations or len(result.rows)) < 2 and result.moved:
         many = len(result.moved) > 1
         copies = (f" ({len(result.rows)} runs of one configuration: copies of a run add no evidence)"
                   if len(result.rows) > 1 else "")
@@ -229,7 +229,7 @@ def _print(result: Calibrated, runs_file, out, notes, as_json: bool, confidence:
         typer.echo(json.dumps({
             "constants": {m.name: {"value": m.value, "shipped": m.shipped, "interval": list(m.interval), "why": m.why}
                           for m in result.moved},
-            "unchanged": result.unchanged, "errors": result.stats, "verdict": verdict(result.stats), "method": METHOD,
+            "unchanged": result.unchanged, "errors": result.stats, "configurations": result.configurations, "verdict": verdict(result.stats), "method": METHOD,
             "rows": [dict(zip(("id", "source", "reported", "shipped", "fitted", "held_out"), r)) for r in result.rows],
             "notes": notes, "warnings": warnings(result), "profile": str(out) if out else None}, indent=2))
         return
@@ -238,7 +238,7 @@ def _print(result: Calibrated, runs_file, out, notes, as_json: bool, confidence:
     of = f"{n} of {given} runs" if given > n else counted(n, "run")
     why = [f"{unmapped} not mapped"] * bool(unmapped) + [f"{left_out} left out by --confidence"] * bool(left_out)
     copies = (f", {counted(result.configurations, 'distinct configuration')}"
-              if result.configurations < n else "")
+              if 0 < result.configurations < n else "")
     head = [f"calibrating on {of} of {runs_file} ({confidence}-confidence{', ' if why else ''}{', '.join(why)}), "
             f"{counted(len(sources), 'source')}{copies}", f"fit: {METHOD}"] + notes
     typer.echo(format_calibration(result, head))

@@ -182,3 +182,16 @@ def test_every_shown_row_refused_is_nothing_the_release_launches():
     res = _search(_RefusesZero3(everything=True))
     assert res.results == []
     assert res.message.startswith("none of the") and "test-release" in res.message and "test_rule" in res.message
+
+
+def test_deepspeed_release_prices_pipeline_sends_as_its_engine_sends_them():
+    """DeepSpeed's pipeline engine partitions every send over the TP ranks when TP is on without
+    sequence parallelism (runtime/pipe/engine.py is_pipe_partitioned), which is why its exporter
+    refuses p2p_scatter_gather off (deepspeed_p2p_scatter_gather). The deepspeed-0.5 profile sets it
+    on, so a TP x PP layout priced for that release is one the DeepSpeed format writes."""
+    code, out, err = run("search", "--model", "70b", "--gpus", "256", "--gpu", "a100", "--framework", "deepspeed-0.5",
+                         "--tp", "8", "--pp", "8", "--top", "1", "--json")
+    assert code == 0, err
+    best = json.loads(out)["results"][0]
+    assert best["layout"]["tp"] == 8 and best["layout"]["pp"] == 8
+    assert best["layout"]["p2p_scatter_gather"] is True

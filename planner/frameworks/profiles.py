@@ -635,6 +635,7 @@ PROFILES: tuple[Profile, ...] = (
     )),
     Profile("DeepSpeed ZeRO-3 (2021)", r"deepspeed", (
         _BEFORE_FLASH,
+        _DS_PIPE_SCATTER,
         Entry({"vpp": 1}, "",
               source="DeepSpeed runtime/pipe/schedule.py: TrainSchedule is 1F1B over one stage per rank (no "
                      "interleaved chunks); planner's DeepSpeed exporter refuses vpp > 1 (deepspeed_no_interleaving)"),

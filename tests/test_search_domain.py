@@ -195,3 +195,15 @@ def test_deepspeed_release_prices_pipeline_sends_as_its_engine_sends_them():
     best = json.loads(out)["results"][0]
     assert best["layout"]["tp"] == 8 and best["layout"]["pp"] == 8
     assert best["layout"]["p2p_scatter_gather"] is True
+
+
+def test_a_flag_only_the_exporters_target_commit_lacks_does_not_shrink_the_releases_domain():
+    """megatron-core-0.8 runs Mixtral's experts as GroupedMLP (its profile: moe_grouped_gemm fused);
+    the Megatron exporter refuses that only because the one Megatron-LM commit it writes for removed
+    the flag (megatron_release_moe_grouped_gemm). That is no limit of r0.8, so the search ranks the
+    layouts and its launch note names the rule, where it used to answer "nothing fits"."""
+    code, out, err = run("search", "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "h100",
+                         "--framework", "megatron-core-0.8", "--top", "2")
+    assert code == 0, err
+    assert "launch: no format that launches megatron-core-0.8" in out
+    assert "megatron_release_moe_grouped_gemm" in out.split("launch:")[1].splitlines()[0]

@@ -33,6 +33,11 @@ from planner.export import EXPORTERS
 from planner.export.common import Plan
 from planner.frameworks.table import CannotExpress
 
+_EXPORT_TARGET_RULE = "megatron_release_"
+"""Refusals of the Megatron exporter's one target commit (``planner.export.megatron.validate_flags``):
+a flag of another release, which the release the user named may have. Not a limit of that release,
+so not of its domain."""
+
 _VIA_RECOMPUTE = ("recompute_layers", "recompute_share", "recompute_modules")
 """Options ``LayoutBatch.layout`` leaves at None unless the recompute mode uses them."""
 
@@ -228,7 +233,14 @@ class LaunchDomain:
         why = refusals(record, model, cluster, self.formats, until_one_writes=True)
         if any(f not in why for f in self.formats):
             return None
-        return rule_names(why[self.formats[0]]), why[self.formats[0]]
+        rules = [rule_names(why[f]) for f in self.formats]
+        if all(r.startswith(_EXPORT_TARGET_RULE) for r in rules):
+            # The release runs it; only the one Megatron-LM commit the files target lacks the flag
+            # (e.g. r0.8's GroupedMLP, which `--moe-grouped-gemm` picked before r0.9 and which
+            # Megatron-LM 2caa681a1d removed). It stays ranked and the launch note says why no file
+            # is written.
+            return None
+        return rules[0], why[self.formats[0]]
 
 
 def launch_domain(release, typed=()) -> LaunchDomain | None:

@@ -1,5 +1,6 @@
 """``planner comm``: one collective or P2P (or a sweep of message sizes) on a topology you
-describe: time, algorithm, steps, bytes per GPU, algbw/busbw, and the formula with its source.
+describe: time, algorithm, steps, the bytes each GPU sends and the bytes charged at B, algbw/busbw,
+and the formula with its source.
 
 This is the communication calculator of seed document 003 (sections 3 and 4). The pricing is
 ``costmodel.collectives``' own (the model the planner uses for every layout); this module parses
@@ -10,17 +11,28 @@ network level; a group spans ``n_local`` GPUs in each of ``n_nodes`` domains):
 * one level (``--topology ring|tree|switch|mesh2d|torus2d --gpus N``): every GPU is a domain
   of its own (r = 1, q = N), so the group lies on the ``inter`` level alone and the model's
   formulas are the one-level textbook ones; collectives.py then also offers recursive halving /
-  doubling for all-gather / reduce-scatter on a switch (NCCL's PAT: one GPU per node).
+  doubling for all-gather / reduce-scatter on a switch (NCCL's PAT: one GPU per node). The
+  calculator asks collectives.py for its textbook algorithms too (``textbook=True``; the training
+  model does not): on a ``switch``, where any two GPUs are directly connected (seed doc 003 sec.
+  3.2 and glossary), the one-shot ``direct`` ones (all-reduce in 2 steps, all-gather and
+  reduce-scatter in 1, broadcast and reduce in 2); on a ``tree``, each GPU linked to its parent and
+  children, the seed's unpipelined tree all-reduce (sec. 4.2) instead of NCCL's double binary tree,
+  whose second tree would need links a physical tree lacks. So the two topologies differ: a switch
+  offers ring, NCCL's tree, the unpipelined tree and direct; a tree offers ring and the unpipelined
+  tree for an all-reduce, no one-shot algorithm (not every pair of GPUs is linked).
 * ``hierarchical`` (``--gpus-per-node G``): ``intra`` an NVSwitch-like switch of G GPUs at
   --bandwidth / --latency, ``inter`` the --network-topology at --network-bandwidth / -latency.
 * ``--cluster NAME``: ``fabric_from_cluster`` (catalog bandwidths times their efficiencies),
   the group placed on whole scale-up domains as ``costmodel.placement.group_span`` places DP.
 
-Steps and bytes are read off the model rather than written again: with the algorithm fixed,
-every time it returns is a sum of ``steps_L * alpha_L`` and ``bytes_L / B_L`` terms over the levels
-L (Hockney's alpha-beta model), the bytes of levels that work at once under a max; so
-``steps_L = dt/d(alpha_L)`` and ``bytes_L = dt/d(1/B_L)``. Then ``t = sum(steps_L * alpha_L) +
-sum(bytes_L / B_L)``, except where two levels tie for the slowest: both count in full.
+Steps and charged bytes are read off the model rather than written again: with the algorithm
+fixed, every time it returns is a sum of ``steps_L * alpha_L`` and ``bytes_L / B_L`` terms over the
+levels L (Hockney's alpha-beta model), the bytes of levels that work at once under a max; so
+``steps_L = dt/d(alpha_L)`` (an integer, taken as an exact secant) and ``bytes_L = dt/d(1/B_L)``
+("bytes at B": larger than what a GPU sends where B is spread over several links). Then ``t =
+sum(steps_L * alpha_L) + sum(bytes_L / B_L)`` for levels one after the other, ``+ max(...)`` for
+levels at once (``levels_at_once``). What each GPU sends (``bytes_sent``, "bytes/GPU", seed doc
+003's 通信量) follows from the algorithm alone.
 """
 
 from __future__ import annotations

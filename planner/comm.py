@@ -86,11 +86,12 @@ BANDWIDTH_UNITS = "GB/s, MB/s, TB/s, GiB/s (bytes) or Gb/s, Gbps (bits), e.g. 40
 LATENCY_UNITS = "s, ms, us (or \u00b5s), ns, e.g. 2us"
 
 
-def _split(text: Optional[str], what: str, allowed: str, bare_ok: bool = False) -> tuple[float, str]:
+def _split(text: Optional[str], what: str, allowed: str, bare_ok: bool = False,
+           sign: str = "must be positive") -> tuple[float, str]:
     """(number, unit) of '400GB/s'; a bare number only where ``bare_ok`` (sizes: bytes)."""
     m = _NUMBER.match(text or "")
-    if not m and _NUMBER.match((text or "").strip()[1:]) and (text or "").strip()[:1] == "-":
-        raise PlannerInputError(f"{what} {text!r}: must be positive ({allowed})")
+    if not m and (text or "").strip()[:1] == "-" and _NUMBER.match((text or "").strip()[1:]):
+        raise PlannerInputError(f"{what} {text!r}: {sign} ({allowed})")
     if not m:
         raise PlannerInputError(f"{what} {text!r}: expected a number and a unit ({allowed})")
     if not m.group(2) and not bare_ok:
@@ -152,7 +153,7 @@ def parse_bandwidth(text: Optional[str], what: str = "--bandwidth") -> float:
 
 def parse_latency(text: Optional[str], what: str = "--latency") -> float:
     """Seconds: '2us' / '2\u00b5s' -> 2e-6, '1.5ms' -> 1.5e-3, '500ns' -> 5e-7."""
-    value, unit = _split(text, what, LATENCY_UNITS)
+    value, unit = _split(text, what, LATENCY_UNITS, sign="must be 0 or positive")
     if unit.lower() not in _LATENCY:
         raise PlannerInputError(f"{what} {text!r}: unknown unit '{unit}'; allowed {LATENCY_UNITS}")
     if value / _LATENCY[unit.lower()] > 1.0:
@@ -990,8 +991,13 @@ def format_sweep(res: dict) -> str:
 # Plot (matplotlib, Agg; imported here only, so `planner --help` stays fast).
 
 
-def _size_ticks(lo: float, hi: float, every: Optional[int] = None) -> list[float]:
-    """Powers of 2 between lo and hi, every 1, 2, 5 or 10 (1 KiB, 1 MiB, 1 GiB...) octaves."""
+def _size_ticks(lo: float, hi: float, every: Optional[int] = None, decimal: bool = False) -> list[float]:
+    """Powers of 2 between lo and hi, every 1, 2, 5 or 10 (1 KiB, 1 MiB, 1 GiB...) octaves; with
+    ``decimal`` powers of 10, every 1 or 3 decades (1 kB, 1 MB, 1 GB...)."""
+    if decimal:
+        k0, k1 = math.ceil(math.log10(lo) - 1e-9), math.floor(math.log10(hi) + 1e-9)
+        step = every or (1 if k1 - k0 <= 6 else 3)
+        return [10.0**k for k in range(k0, k1 + 1) if k % step == 0]
     k0, k1 = math.ceil(math.log2(lo) - 1e-9), math.floor(math.log2(hi) + 1e-9)
     step = every or next(s for limit, s in ((8, 1), (16, 2), (20, 5), (math.inf, 10)) if k1 - k0 <= limit)
     return [2.0**k for k in range(k0, k1 + 1) if k % step == 0]
@@ -1006,6 +1012,7 @@ def plot_sweep(res: dict, path: Path) -> None:
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
     sizes = [row["size_bytes"] for row in res["rows"]]
+    dec = _decimal(res)
     fig, ax = plt.subplots(figsize=(9, 5.5), layout="constrained")
     auto = [row["auto"]["time_s"] for row in res["rows"]]
     ax.loglog(sizes, auto, color="0.2", lw=7, alpha=0.18, solid_capstyle="round", label=f"auto ({_auto_meaning(res)})")
@@ -1013,12 +1020,12 @@ def plot_sweep(res: dict, path: Path) -> None:
         ax.loglog(sizes, [row["time_s"][algo] for row in res["rows"]], marker="o", ms=3, lw=1.6, label=algo)
     for c in res["crossovers"]:
         ax.axvline(c["size_bytes"], color="0.35", ls="--", lw=1)
-        ax.annotate(f"{c['from']} \u2192 {c['to']}\n{fmt_bytes(c['size_bytes'])}", (c["size_bytes"], 0.97),
+        ax.annotate(f"{c['from']} \u2192 {c['to']}\n{fmt_bytes(c['size_bytes'], dec)}", (c["size_bytes"], 0.97),
                     xycoords=("data", "axes fraction"), ha="right", va="top", fontsize=9,
                     xytext=(-4, 0), textcoords="offset points")
-    ax.set_xticks(_size_ticks(sizes[0], sizes[-1]))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: fmt_bytes(x)))
-    ax.xaxis.set_minor_locator(FixedLocator(_size_ticks(sizes[0], sizes[-1], every=1)))
+    ax.set_xticks(_size_ticks(sizes[0], sizes[-1], decimal=dec))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: fmt_bytes(x, dec)))
+    ax.xaxis.set_minor_locator(FixedLocator(_size_ticks(sizes[0], sizes[-1], every=1, decimal=dec)))
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: fmt_time(y)))
     ax.set_xlabel("message size")

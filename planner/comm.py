@@ -19,7 +19,9 @@ network level; a group spans ``n_local`` GPUs in each of ``n_nodes`` domains):
   children, the seed's unpipelined tree all-reduce (sec. 4.2) instead of NCCL's double binary tree,
   whose second tree would need links a physical tree lacks. So the two topologies differ: a switch
   offers ring, NCCL's tree, the unpipelined tree and direct; a tree offers ring and the unpipelined
-  tree for an all-reduce, no one-shot algorithm (not every pair of GPUs is linked).
+  tree for an all-reduce, no one-shot algorithm (not every pair of GPUs is linked). Its other
+  algorithms keep collectives.py's pricing of a tree level (switched, full B per GPU: a ring along
+  the tree's Euler tour uses each directed link once).
 * ``hierarchical`` (``--gpus-per-node G``): ``intra`` an NVSwitch-like switch of G GPUs at
   --bandwidth / --latency, ``inter`` the --network-topology at --network-bandwidth / -latency.
 * ``--cluster NAME``: ``fabric_from_cluster`` (catalog bandwidths times their efficiencies),

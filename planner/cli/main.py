@@ -440,11 +440,15 @@ def _validate(runs, as_json, confidence, cross_validate, bootstrap, plot, calibr
 
 
 _COMM_HELP = (
-    "Time of one collective or P2P on a topology: the algorithm chosen and why, steps, bytes per GPU, "
-    "algbw and busbw (as nccl-tests reports them), and the formula with its source.\n\n"
+    "Time of one collective or P2P on a topology: the algorithm chosen and why, steps, the bytes each GPU "
+    "sends (bytes/GPU) and the bytes its links are charged at B (bytes at B), algbw and busbw (as nccl-tests "
+    "reports them), and the formula with its source.\n\n"
     "One level: --topology ring|tree|switch|mesh2d|torus2d --gpus N --bandwidth B --latency alpha. B is all one "
-    "GPU sends per direction: a ring GPU has two links of B/2, a mesh/torus GPU four of B/4; a tree is a "
-    "switched (fat) tree, priced like a switch.\n\n"
+    "GPU sends per direction: a ring GPU has two links of B/2, a mesh/torus GPU four of B/4. A switch links "
+    "any two GPUs directly (one-shot 'direct' algorithms: all-reduce in 2 steps); a tree links each GPU to "
+    "its parent and children (the seed's unpipelined tree all-reduce).\n\n"
+    "Units: every bandwidth printed, and every *_gbps key of --json, is GB/s = 10^9 BYTES per second "
+    "(not gigabits; type 400Gb/s for bits). Sizes print in the system typed: 1GB as GB, 1GiB as GiB.\n\n"
     "Two levels: --topology hierarchical --gpus N --gpus-per-node G --bandwidth B1 --latency a1 "
     "--network-bandwidth B2 --network-latency a2 [--network-topology switch]: G GPUs per node on an "
     "NVSwitch-like switch, the nodes joined by the network (B2: each GPU's share of the NICs). "
@@ -456,20 +460,20 @@ _COMM_HELP = (
 
 @app.command(help=_COMM_HELP)
 def comm(
-    op: str = typer.Argument(..., help="all-reduce | all-gather | reduce-scatter | broadcast | all-to-all | p2p (underscores too)."),
+    op: str = typer.Argument(..., help="all-reduce | all-gather | reduce-scatter | broadcast | reduce | all-to-all | p2p (underscores too)."),
     size: Optional[str] = typer.Option(None, "--size", help="Message: 1GiB, 64MB, 4096 (B; KB MB GB TB = 10^3; KiB MiB GiB TiB = 2^10). All-gather: the gathered output; reduce-scatter: the input; all-to-all: all one GPU sends."),
     sweep: Optional[str] = typer.Option(None, "--sweep", help="Table of time vs size instead: A..B doubling (1KiB..16GiB) or A..B:xF (1KB..1GB:x10), with the crossovers."),
     topology: Optional[str] = typer.Option(None, "--topology", help="ring | tree | switch | mesh2d | torus2d (one level) | hierarchical (nodes + network)."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs taking part (N)."),
     dims: Optional[str] = typer.Option(None, "--dims", help="mesh2d / torus2d grid XxY (instead of --gpus; default: the most square grid of N). Hierarchical: the grid of nodes."),
-    bandwidth: Optional[str] = typer.Option(None, "--bandwidth", help="B per GPU per direction, as achieved: 400GB/s, 400Gb/s (bits), 1TiB/s. Hierarchical: inside a node."),
+    bandwidth: Optional[str] = typer.Option(None, "--bandwidth", help="B per GPU per direction, as achieved: 400GB/s (bytes), 400Gb/s (bits), 1TiB/s. Hierarchical: inside a node."),
     latency: Optional[str] = typer.Option(None, "--latency", help="alpha, per algorithm step: 2us, 2µs, 500ns, 1ms. Hierarchical: inside a node."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Catalog cluster (planner catalog clusters) or cluster file: its scale-up domain + network, with --gpus."),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="Hierarchical: GPUs per node (G), joined by a switch."),
     network_bandwidth: Optional[str] = typer.Option(None, "--network-bandwidth", help="Hierarchical: B2 per GPU between nodes (its NIC share), e.g. 400Gb/s."),
     network_latency: Optional[str] = typer.Option(None, "--network-latency", help="Hierarchical: alpha2 per step between nodes, e.g. 5us."),
     network_topology: Optional[str] = typer.Option(None, "--network-topology", help="Hierarchical: switch (default) | tree | ring | mesh2d | torus2d between nodes."),
-    algorithm: str = typer.Option("auto", "--algorithm", help="auto (what NCCL would pick: the fastest, except rings for all-gather and reduce-scatter across nodes) | ring | tree | hierarchical | direct | torus2d | mesh2d."),
+    algorithm: str = typer.Option("auto", "--algorithm", help="auto (the fastest; across nodes what NCCL would pick: rings for all-gather and reduce-scatter) | ring | tree (NCCL's) | unpipelined_tree (the seed's) | hierarchical | direct (one-shot on a switch; all-to-all's pairwise exchange) | torus2d | mesh2d."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="With --sweep: write a log-log plot of time vs size (.png, .svg or .html)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     force: bool = ForceOpt,

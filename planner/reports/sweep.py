@@ -131,6 +131,16 @@ def format_scaling(stats: dict) -> str:
     return "\n".join(lines)
 
 
+def constants_line(spec: dict) -> str:
+    """Which constants priced every scenario: the shipped ones, or a calibration profile's (those it changed)."""
+    cal = spec.get("calibration")
+    if not cal:
+        return "constants: shipped (costmodel/calibration.py)"
+    from planner.calibration_use import calibration_line
+
+    return calibration_line({"calibration": cal["profile"], "calibration_constants": cal["constants"]})
+
+
 def format_summary(stats: dict, worker: Optional[dict]) -> str:
     spec = stats["spec"]
     n, done = stats["scenarios"], stats["done"]
@@ -147,6 +157,7 @@ def format_summary(stats: dict, worker: Optional[dict]) -> str:
         # "*" is the price of every GPU type not named: "others" only beside named ones.
         line += "; $/GPU-hour " + ", ".join(
             f"{('others' if len(prices) > 1 else 'every GPU type') if k == '*' else k} {v:g}" for k, v in prices.items())
+    line += "\n" + constants_line(spec)
     if worker and not worker["ran"] and not worker["skipped"] and done == n:
         line += f"\nthis worker ({worker['worker']}) ran no search: every scenario was done before it started"
     elif worker:

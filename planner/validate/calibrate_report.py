@@ -131,13 +131,14 @@ def format_calibration(result: Calibrated, head: list[str]) -> str:
     return "\n".join(lines)
 
 
-def profile_text(result: Calibrated, runs_file: Path, version: str) -> str:
+def profile_text(result: Calibrated, runs_file: Path, version: str, fitted_on: Optional[dict] = None) -> str:
     from planner.calibration_profile import render_profile
 
     s = result.stats
     tables = {"profile": {"created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                           "planner_version": version, "runs_file": str(runs_file),
-                          "runs": [r[0] for r in result.rows], "method": METHOD},
+                          "runs": [r[0] for r in result.rows], "method": METHOD,
+                          **(fitted_on or {})},  # gpus / models of the runs: --calibration warns on another GPU
               "fit": {f"{k}_{m}": s[k][m] for k in ("shipped", "fitted", "held_out") if s.get(k)
                       for m in ("median_abs_error", "mape", "mean_signed_error")}}
     tables["fit"]["leave_one_out"] = s["loo_unit"] or "none (one run)"
@@ -188,7 +189,8 @@ def run_calibrate(runs_file: Path, out: Optional[Path], confidence: str = "high"
         typer.echo(f"error: no row of {runs_file} could be used to calibrate", err=True)
         raise typer.Exit(NOTHING_MAPPED)
     result = calibrate(Predictor(rows))
-    text = profile_text(result, runs_file, version)
+    fitted_on = {"gpus": sorted({r.run.gpu.name for r in rows}), "models": sorted({r.run.model.name for r in rows})}
+    text = profile_text(result, runs_file, version, fitted_on)
     if out is not None:
         write_profile(Path(out), text, force=force)
     _print(result, runs_file, out, notes, as_json, confidence)

@@ -159,7 +159,8 @@ class SweepSpec:
         from planner.calibration_use import AppliedCalibration
 
         return AppliedCalibration.from_record({"calibration": self.calibration["profile"],
-                                               "calibration_constants": self.calibration["constants"]},
+                                               "calibration_constants": self.calibration["constants"],
+                                               "calibration_fitted_gpus": self.calibration.get("fitted_gpus")},
                                               "the sweep's stored calibration")
 
     def describe(self) -> str:
@@ -202,7 +203,10 @@ def _calibration(path) -> Optional[dict]:
     from planner.calibration_use import AppliedCalibration
 
     applied = AppliedCalibration.from_path(path)
-    return {"profile": applied.profile, "constants": dict(applied.constants)}
+    out = {"profile": applied.profile, "constants": dict(applied.constants)}
+    if applied.fitted_gpus:  # the GPU types of the profile's runs: the output warns on others
+        out["fitted_gpus"] = list(applied.fitted_gpus)
+    return out
 
 
 def _check_batches(spec: SweepSpec) -> None:

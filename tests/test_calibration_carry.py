@@ -133,6 +133,14 @@ def test_a_profile_fitted_on_other_gpus_warns(tmp_path):
     assert f"calibration profile {prof} was fitted on runs on a100-80gb only, not on h100-sxm" in res.output
     same = _profile(tmp_path / "h100.toml", gpus=["h100-sxm"])
     assert "fitted on runs on" not in cli("evaluate", *JOB, "--calibration", same).output
+    sweep = cli("sweep", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100,b200", "--seq-len", "4096", "--gbs", "64",
+                "--calibration", same, "--no-progress")
+    assert "fitted on runs on h100-sxm only, not on b200" in sweep.output and "not on h100-sxm" not in sweep.output
+
+
+def test_a_stored_sweep_keeps_its_constants(tmp_path):
+    res = cli("sweep", "--storage", tmp_path / "s.log", "--calibration", _profile(tmp_path / "p.toml"), code=2)
+    assert "--calibration" in res.output and "goes with the scenario axes" in res.output
 
 
 def test_a_record_with_bad_constants_is_one_line_exit_2(searched, tmp_path):

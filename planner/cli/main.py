@@ -219,6 +219,8 @@ def evaluate(
             raise
         values = _searched_layout(ctx, problem, values, layout, calibration, framework)
         priced = price(job, values)
+    if as_json:  # the text report says it under its calibration line
+        _warn_calibration_gpu(priced.record)
     show_evaluation(priced, outputs)
 
 

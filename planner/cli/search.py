@@ -211,6 +211,8 @@ def _run_search(request, framework_info, calibration, outputs, checked: dict, fo
         again = more_points(request, result)  # the plot's extra points, asked here: the plot runs no search
     written = _write_outputs(result, again, checked, force, recipes)  # before printing: `| head` still gets them
     _print_result(result, outputs.as_json, request.ranking.pareto, pinned_splits, recipes)
+    if outputs.as_json and result.stats.get("calibration_warning"):  # the text summary says it itself
+        typer.echo(result.stats["calibration_warning"], err=True)
     for line in written:
         typer.echo(line, err=outputs.as_json)
     if not result.results:

@@ -138,7 +138,12 @@ def constants_line(spec: dict) -> str:
         return "constants: shipped (costmodel/calibration.py)"
     from planner.calibration_use import calibration_line
 
-    return calibration_line({"calibration": cal["profile"], "calibration_constants": cal["constants"]})
+    from planner.sweep import SweepSpec
+
+    applied = SweepSpec.from_dict(spec).applied_calibration()
+    warnings = [w for w in map(applied.gpu_warning, spec.get("gpu") or ()) if w]
+    return calibration_line({"calibration": cal["profile"], "calibration_constants": cal["constants"],
+                             "calibration_warning": "\n".join(warnings) or None})
 
 
 def format_summary(stats: dict, worker: Optional[dict]) -> str:
@@ -157,7 +162,6 @@ def format_summary(stats: dict, worker: Optional[dict]) -> str:
         # "*" is the price of every GPU type not named: "others" only beside named ones.
         line += "; $/GPU-hour " + ", ".join(
             f"{('others' if len(prices) > 1 else 'every GPU type') if k == '*' else k} {v:g}" for k, v in prices.items())
-    line += "\n" + constants_line(spec)
     if worker and not worker["ran"] and not worker["skipped"] and done == n:
         line += f"\nthis worker ({worker['worker']}) ran no search: every scenario was done before it started"
     elif worker:
@@ -170,7 +174,7 @@ def format_summary(stats: dict, worker: Optional[dict]) -> str:
     if done < n:
         line += (f"\n{n - done} scenarios not done: {stats.get('trials_running', 0)} running in other workers; "
                  f"run the same command again to finish them (with --reclaim-running if their workers died)")
-    return line
+    return line + "\n" + constants_line(spec)
 
 
 def to_json(rows: list[dict], stats: dict) -> dict:

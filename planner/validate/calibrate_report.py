@@ -150,7 +150,7 @@ def profile_text(result: Calibrated, runs_file: Path, version: str, fitted_on: O
     for m in result.moved:
         tables[f"constants.{m.name}"] = {"value": m.value, "shipped": m.shipped, "interval": list(m.interval), "why": m.why}
     header = ("planner calibration profile, written by `planner calibrate`.\n"
-              "Use it with --calibration FILE on evaluate, search, export and validate. The constants below\n"
+              "Use it with --calibration FILE on evaluate, search, export, sweep and validate. The constants below\n"
               "replace the shipped ones (costmodel/calibration.py); every other constant keeps its shipped value.")
     return render_profile(tables, header)
 
@@ -216,6 +216,6 @@ def _print(result: Calibrated, runs_file, out, notes, as_json: bool, confidence:
     for line in warnings(result):  # on stderr too, so a script that keeps only stderr sees them
         typer.echo(f"warning: {line}", err=True)
     if out is not None:
-        typer.echo(f"wrote {out}: use it with --calibration {out} on evaluate, search, export and validate")
+        typer.echo(f"wrote {out}: use it with --calibration {out} on evaluate, search, export, sweep and validate")
     else:
         typer.echo("(give --out PROFILE.toml to write these constants as a profile)")

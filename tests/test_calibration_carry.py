@@ -36,7 +36,7 @@ def _profile(path, name="attention_efficiency", value=ATTENTION, gpus=None):
 
 
 def _predicted_tps(folder) -> str:
-    """The tokens/s/GPU a Megatron launch file's header states, and its whole 'Predicted' line."""
+    """The "# Predicted" line of a Megatron launch file's header."""
     line = next(ln for ln in (folder / "megatron_args.sh").read_text().splitlines() if ln.startswith("# Predicted"))
     return line
 

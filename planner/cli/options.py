@@ -190,4 +190,4 @@ def calibration_flag():
     return typer.Option(
         None, "--calibration",
         help="Calibration profile (TOML from 'planner calibrate'): its fitted constants replace the shipped ones. "
-             "With --from, it replaces the constants the record was priced with (a note says so).")
+             "With --from (evaluate, export), it replaces the constants the record was priced with (a note says so).")

@@ -133,6 +133,11 @@ def _csv_records(path: Path, text: str) -> list[dict]:
                "gpus": _cell(OPTIONS_BY_NAME["tp"], row["gpus"], f"{where}: gpus"), "layout": layout}
         for key in ("step_time_s", "tokens_per_s_per_gpu", "mfu"):
             rec[key] = _number(row.get(key, ""), f"{where}: {key}")
+        if row.get("calibration"):  # the profile that priced the row and its constants (planner.calibration_use)
+            from planner.calibration_use import CONSTANTS_KEY, parse_csv_constants
+
+            rec["calibration"] = row["calibration"]
+            rec[CONSTANTS_KEY] = parse_csv_constants(row.get(CONSTANTS_KEY) or "", f"{where}: {CONSTANTS_KEY}")
         out.append(rec)
     return out
 

@@ -125,6 +125,9 @@ class SweepSpec:
     tokens_per_batch: tuple = (None,)
     memory_headroom: float = 0.05
     allow_cross_node_tp: bool = False
+    calibration: Optional[dict] = None
+    """--calibration: {"profile": its path, "constants": name -> value} (``planner.calibration_use``),
+    stored with the study so every worker prices with the same constants; None: the shipped ones."""
 
     @property
     def size(self) -> int:
@@ -138,13 +141,27 @@ class SweepSpec:
         return {k: list(getattr(self, k)) for k in AXES}
 
     def to_dict(self) -> dict:
-        return {"version": 1, **self.grid(), "memory_headroom": float(self.memory_headroom),
-                "allow_cross_node_tp": bool(self.allow_cross_node_tp)}
+        d = {"version": 1, **self.grid(), "memory_headroom": float(self.memory_headroom),
+             "allow_cross_node_tp": bool(self.allow_cross_node_tp)}
+        if self.calibration is not None:  # absent when shipped: a study stored before keeps its fingerprint
+            d["calibration"] = self.calibration
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "SweepSpec":
         return cls(**{k: tuple(d[k]) for k in AXES}, memory_headroom=d["memory_headroom"],
-                   allow_cross_node_tp=d["allow_cross_node_tp"])
+                   allow_cross_node_tp=d["allow_cross_node_tp"], calibration=d.get("calibration"))
+
+    def applied_calibration(self):
+        """The ``AppliedCalibration`` every scenario is priced with (None: the shipped constants)."""
+        if self.calibration is None:
+            return None
+        from planner.calibration_use import AppliedCalibration
+
+        return AppliedCalibration.from_record({"calibration": self.calibration["profile"],
+                                               "calibration_constants": self.calibration["constants"],
+                                               "calibration_fitted_gpus": self.calibration.get("fitted_gpus")},
+                                              "the sweep's stored calibration")
 
     def describe(self) -> str:
         counts = [(len(getattr(self, k)), label) for k, label in (
@@ -156,7 +173,7 @@ class SweepSpec:
 
 def build_spec(model: str, gpus: str, gpu: str, seq_len: Optional[str] = None, gbs: Optional[str] = None,
                tokens_per_batch: Optional[str] = None, memory_headroom: float = 0.05,
-               allow_cross_node_tp: bool = False) -> SweepSpec:
+               allow_cross_node_tp: bool = False, calibration=None) -> SweepSpec:
     """A SweepSpec from the option strings; PlannerInputError (one line) on bad input."""
     from costmodel.options import OPTIONS_BY_NAME, TOKENS_PER_BATCH
     from search.api import MEMORY_HEADROOM, parse_gpu_counts
@@ -171,11 +188,25 @@ def build_spec(model: str, gpus: str, gpu: str, seq_len: Optional[str] = None, g
         gbs=tuple(parse_int_list("--gbs", gbs, OPTIONS_BY_NAME["gbs"])),
         tokens_per_batch=tuple(parse_int_list("--tokens-per-batch", tokens_per_batch, TOKENS_PER_BATCH)),
         memory_headroom=memory_headroom, allow_cross_node_tp=bool(allow_cross_node_tp),
+        calibration=_calibration(calibration),
     )
     if spec.size > MAX_SCENARIOS:
         raise PlannerInputError(f"the sweep has {spec.size:,} scenarios (at most {MAX_SCENARIOS:,}); narrow an axis")
     _check_batches(spec)
     return spec
+
+
+def _calibration(path) -> Optional[dict]:
+    """--calibration PROFILE as the spec stores it: its path and constants (checked, one-line errors)."""
+    if path is None:
+        return None
+    from planner.calibration_use import AppliedCalibration
+
+    applied = AppliedCalibration.from_path(path)
+    out = {"profile": applied.profile, "constants": dict(applied.constants)}
+    if applied.fitted_gpus:  # the GPU types of the profile's runs: the output warns on others
+        out["fitted_gpus"] = list(applied.fitted_gpus)
+    return out
 
 
 def _check_batches(spec: SweepSpec) -> None:
@@ -365,8 +396,12 @@ def run_scenario(spec: SweepSpec, params: dict) -> dict:
         problem = ProblemRequest(params["model"], params["gpus"], params["gpu"], gbs=params["gbs"],
                                  seq_len=params["seq_len"], tokens_per_batch=params["tokens_per_batch"],
                                  allow_cross_node_tp=spec.allow_cross_node_tp)
+        applied = spec.applied_calibration()
         res = search(SearchRequest(problem, SearchOptions(method="exhaustive", memory_headroom=spec.memory_headroom,
-                                                          look_around=False), Ranking(top=1)))
+                                                          look_around=False), Ranking(top=1),
+                                   applied.calib() if applied is not None else None))
+        if applied is not None and res.best is not None:
+            applied.stamp(res.best)  # the scenario's record says which constants priced it
     except PlannerInputError as err:
         out.update(status="invalid", reason=str(err))
     except Exception as err:  # a scenario that breaks the cost model must not stop the sweep

@@ -100,6 +100,10 @@ def test_profile_changes_predictions_only_through_its_constants(tmp_path):
     code, out, err = run_cli("calibrate", "--runs", str(runs), "--out", str(profile))
     assert code == 0, err
     assert f"gemm_efficiency_bf16 {SHIPPED_BF16} -> 0.74" in out and "leave one run out" in out
+    import tomllib
+
+    fitted_on = tomllib.loads(profile.read_text())["profile"]  # the runs' GPU type and model (SETUPS: 8B on A100)
+    assert fitted_on["gpus"] == [get_gpu("a100").name] and fitted_on["models"] == [get_model("llama3-8b").name]
     calib = load_profile(profile)
     written = {f.name for f in dataclasses.fields(Calibration) if getattr(calib, f.name) != getattr(DEFAULT, f.name)}
     assert written == {"gemm_efficiency_bf16"} and calib == DEFAULT.with_(gemm_efficiency_bf16=0.74)
@@ -128,7 +132,7 @@ def test_a_profile_of_the_shipped_values_changes_nothing(tmp_path):
     plain = json.loads(run_cli(*args)[1])
     same = json.loads(run_cli(*args, "--calibration", str(profile))[1])
     for rec in (plain, same):
-        rec.pop("command"), rec.pop("calibration", None)
+        rec.pop("command"), rec.pop("calibration", None), rec.pop("calibration_constants", None)
     assert plain == same
 
 

@@ -16,7 +16,7 @@ from hardware_catalog.errors import PlannerInputError
 from planner.cli.common import check_fp8_recipe_use, check_framework_use, show_evaluation, typed_flags, write_export
 from planner.common import planner_version
 from planner.cli.errors import PlannerGroup, command_line, say
-from planner.cli.options import layout_options, run_options
+from planner.cli.options import calibration_flag, layout_options, run_options
 from planner.cli.from_launch.options import FromLaunchOpt, LaunchFormatOpt
 from planner.outputs import check_output_dir, check_output_file
 from planner.reports.plots import check_plot_path
@@ -57,7 +57,7 @@ FromOpt = typer.Option(None, "--from", help="A layout planner wrote: 'planner ev
 RankOpt = typer.Option(None, "--rank", help="With --from a search result: the rank of the layout to take (1 = the best).")
 ForceOpt = typer.Option(False, "--force", help="Overwrite existing files.")
 _JOB_FLAGS = ("model", "gpus", "gpu", "cluster", "tokens_per_batch")
-CalibrationOpt = typer.Option(None, "--calibration", help="Calibration profile (TOML from 'planner calibrate'): its fitted constants replace the shipped ones.")
+CalibrationOpt = calibration_flag()
 FrameworkOpt = typer.Option(None, "--framework", help="Framework release whose profile sets how the layout runs (attention kernel, loss, gradient dtype, ZeRO-3 gathers, ...), as validate prices its runs; flags you type win. 'planner catalog frameworks' lists them (e.g. megatron-core-0.13, nemo-24.07, torchtitan-0.2, deepspeed-0.5).")
 
 
@@ -109,6 +109,27 @@ def _record_calibration(record: dict, from_file) -> Optional[Path]:
     return None
 
 
+def _calibration_for(record: Optional[dict], from_file, given):
+    """(what prices a --from record, whether that differs from what the record states): the
+    constants it states it was priced with (``calibration_constants``; an older record naming only
+    a profile: that file, when still there). ``--calibration P`` next to --from replaces them, as
+    any flag replaces the record's value: priced again with P, and a note says so."""
+    if record is None:
+        return given, False
+    from planner.calibration_use import AppliedCalibration
+
+    stated = AppliedCalibration.from_record(record, f"--from {from_file}")
+    if given is None:
+        return (stated if stated is not None else _record_calibration(record, from_file)), False
+    applied = AppliedCalibration.from_path(given)
+    if stated is not None and stated.constants == applied.constants:
+        return applied, False  # the same constants under another name: nothing changes
+    was = (f"calibration={record['calibration']}" if record.get("calibration")
+           else "the shipped constants it was priced with")
+    say(f"note: --calibration {given} replaces {was} from {from_file}")
+    return applied, True
+
+
 def _note_repriced(stated: dict, record: dict, from_file) -> None:
     """One note when what a --from file states differs from what planner prices for its layout."""
     def num(rec, *keys):
@@ -127,6 +148,16 @@ def _note_repriced(stated: dict, record: dict, from_file) -> None:
     if changed:
         say(f"note: --from {from_file} states other numbers than planner prices for its layout "
             f"({'; '.join(changed)}): the files state planner's")
+
+
+def _warn_calibration_gpu(record: dict) -> None:
+    """One line on stderr when the record's calibration profile was fitted on other GPU types."""
+    from planner.calibration_use import record_calibration
+
+    applied = record_calibration(record)
+    warning = applied.gpu_warning(record.get("gpu")) if applied is not None else None
+    if warning:
+        say(warning)
 
 
 def _pricing(ctx: typer.Context, calibration, framework, layout: dict):
@@ -175,9 +206,10 @@ def evaluate(
                                                      tokens_per_batch, allow_cross_node_tp, layout),
                                     _pricing(ctx, calibration, None, layout), outputs)
     plot = check_output_file(check_plot_path(plot), "--plot", force)
-    problem, values, _, _ = _job(ctx, from_file, rank, dict(
+    problem, values, record, _ = _job(ctx, from_file, rank, dict(
         model=model, gpus=gpus, gpu=gpu, cluster=cluster, tokens_per_batch=tokens_per_batch,
         allow_cross_node_tp=allow_cross_node_tp, layout=layout))
+    calibration, _ = _calibration_for(record, from_file, calibration)
     check_fp8_recipe_use(ctx, values)
     job = Job(problem, _pricing(ctx, calibration, framework, layout), outputs)
     try:
@@ -187,6 +219,8 @@ def evaluate(
             raise
         values = _searched_layout(ctx, problem, values, layout, calibration, framework)
         priced = price(job, values)
+    if as_json:  # the text report says it under its calibration line
+        _warn_calibration_gpu(priced.record)
     show_evaluation(priced, outputs)
 
 
@@ -338,21 +372,21 @@ def export(
         return export_from_launch(LaunchRequest.of(from_launch, launch_format, model, gpus, gpu, cluster,
                                                    tokens_per_batch, allow_cross_node_tp, layout),
                                   _pricing(ctx, calibration, None, layout), outputs, target)
-    if from_file is not None and calibration is not None:
-        raise PlannerInputError("--calibration prices the layout export evaluates (--model ...); a --from record "
-                                "keeps the numbers it was evaluated with")
     problem, values, record, price_again = _job(ctx, from_file, rank, dict(
         model=model, gpus=gpus, gpu=gpu, cluster=cluster, tokens_per_batch=tokens_per_batch,
         allow_cross_node_tp=allow_cross_node_tp, layout=layout))
+    # A --from record is priced with the constants it states (a --calibration next to it replaces them).
+    calibration, recalibrated = _calibration_for(record, from_file, calibration)
     stated = None
-    if not price_again:
-        # A file's numbers are not trusted: the layout it names is priced again (with the profile
+    if not (price_again or recalibrated):
+        # A file's numbers are not trusted: the layout it names is priced again (with the constants
         # it was priced with), so a hand-edited step time or "fits": true never reaches a header.
-        stated, calibration = record, _record_calibration(record, from_file)
+        stated = record
     priced = price(Job(problem, _pricing(ctx, calibration, framework, layout), outputs), values)
     record, model_spec, cluster_spec = priced.record, priced.setup.model, priced.setup.cluster
     if stated is not None:
         _note_repriced(stated, record, from_file)
+    _warn_calibration_gpu(record)
     write_export(target, record, model_spec, cluster_spec, outputs.command)
 
 

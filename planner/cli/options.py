@@ -182,3 +182,12 @@ def run_settings_given(run: dict) -> tuple:
     from costmodel.goodput import RUN_SETTINGS
 
     return tuple(s.flag for s in RUN_SETTINGS if (run or {}).get(s.name) not in (None, False))
+
+
+def calibration_flag():
+    """``--calibration PROFILE``, declared once for every command that prices (evaluate, export,
+    search, sweep, validate)."""
+    return typer.Option(
+        None, "--calibration",
+        help="Calibration profile (TOML from 'planner calibrate'): its fitted constants replace the shipped ones. "
+             "With --from (evaluate, export), it replaces the constants the record was priced with (a note says so).")

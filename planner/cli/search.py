@@ -15,7 +15,7 @@ from typing import Optional
 import typer
 
 from planner.cli.errors import EXIT_NOTHING_FITS
-from planner.cli.options import layout_options, run_options
+from planner.cli.options import calibration_flag, layout_options, run_options
 from planner.cli.from_launch.options import FromLaunchOpt, KeepOpt, LaunchFormatOpt
 from planner.reports import counted
 from planner.reports.search_notes import ranked_by, table_rows
@@ -56,7 +56,7 @@ def register(app: typer.Typer) -> None:
         launch_format: Optional[str] = LaunchFormatOpt,
         keep: Optional[str] = KeepOpt,
         force: bool = typer.Option(False, "--force", help="Overwrite existing files (--csv, --export, --plot)."),
-        calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile (TOML from 'planner calibrate'): its fitted constants replace the shipped ones."),
+        calibration: Optional[Path] = calibration_flag(),
         rank_by: str = typer.Option("median", "--rank-by", help="median (the point prediction) | p10: re-rank the best by the point prediction (256, or 4 x --top if more) by the pessimistic end of their 80% interval, for a safe pick."),
         objective: str = typer.Option("step-time", "--objective", help="What the top list ranks by: step-time | tokens-per-gpu | cost | time-to-train | energy (they differ over a GPU-count range; the last three in wall time with failures, checkpoints and restarts)."),
         within_envelope: bool = typer.Option(False, "--within-envelope", help="Only layouts whose every mechanism lies where the reference runs measured it (the validated envelope)."),
@@ -100,6 +100,9 @@ def register(app: typer.Typer) -> None:
             check_fp8_recipe_use(ctx, layout)
             _check_window_cp_comm_type(ctx, model, layout)
         checked = check_outputs(files.csv, files.export, plot, force) if from_launch is None else None
+        from planner.calibration_use import as_applied
+
+        calibration = as_applied(calibration)  # the profile read once: its constants price and stamp every row
         framework_info, request = _request(ctx, framework, layout, model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp,
                            options=dict(stage_splits=stage_splits, method=method, trials=trials, seed=seed,
                                         sampler=sampler, memory_headroom=memory_headroom,
@@ -157,7 +160,7 @@ def _request(ctx, framework, layout: dict, model, gpus, gpu, cluster, tokens_per
     and the constants (``search.request``). With --from-launch the file's problem replaces the
     request's (``planner.cli.from_launch.reference``)."""
     from costmodel.options import IMPLEMENTATION_OPTIONS, OPTIONS_BY_NAME, SEARCHED
-    from planner.calibration_profile import calibration_option
+    from planner.calibration_use import as_applied
     from search.request import ProblemRequest, Ranking, SearchOptions, SearchRequest
 
     framework_info = None if from_launch else _apply_framework(ctx, framework, model, gpu, cluster, layout)
@@ -174,8 +177,25 @@ def _request(ctx, framework, layout: dict, model, gpus, gpu, cluster, tokens_per
     choices = SearchOptions(pins={k: v for k, v in layout.items() if OPTIONS_BY_NAME[k].search == SEARCHED},
                             implementation={k: layout[k] for k in IMPLEMENTATION_OPTIONS},
                             recompute_modules=layout["recompute_modules"], **options)
-    request = SearchRequest(problem, choices, Ranking(**ranking), calibration_option(calibration))
+    applied = as_applied(calibration)
+    request = SearchRequest(problem, choices, Ranking(**ranking), applied.calib() if applied is not None else None)
     return framework_info, request
+
+
+def stamp_calibration(result, calibration) -> None:
+    """Each result record (and the stats) states the calibration profile and its constants, so
+    ``--from`` a search result (JSON or CSV) prices with them, wherever the profile file went."""
+    if calibration is None:
+        return
+    calibration.stamp(result.stats)
+    for rec in [*result.results, *result.closest]:
+        calibration.stamp(rec)
+    if result.best is not None:
+        calibration.stamp(result.best)
+    gpus = {r.get("gpu") for r in [*result.results, *result.closest]}
+    warnings = [w for w in map(calibration.gpu_warning, sorted(g for g in gpus if g)) if w]
+    if warnings:  # the profile's runs used other GPU types: its constants were fitted to theirs
+        result.stats["calibration_warning"] = warnings[0]
 
 
 def _run_search(request, framework_info, calibration, outputs, checked: dict, force: bool, pinned_splits: bool,
@@ -186,8 +206,7 @@ def _run_search(request, framework_info, calibration, outputs, checked: dict, fo
     result = search(request)
     if run_in is not None:
         _add_run_blocks(result, run_in)
-    if calibration is not None:
-        result.stats["calibration"] = str(calibration)
+    stamp_calibration(result, calibration)
     if framework_info is not None:
         result.stats["framework"] = framework_info
     from planner.recipes import reference_recipes
@@ -200,6 +219,8 @@ def _run_search(request, framework_info, calibration, outputs, checked: dict, fo
         again = more_points(request, result)  # the plot's extra points, asked here: the plot runs no search
     written = _write_outputs(result, again, checked, force, recipes)  # before printing: `| head` still gets them
     _print_result(result, outputs.as_json, request.ranking.pareto, pinned_splits, recipes)
+    if outputs.as_json and result.stats.get("calibration_warning"):  # the text summary says it itself
+        typer.echo(result.stats["calibration_warning"], err=True)
     for line in written:
         typer.echo(line, err=outputs.as_json)
     if not result.results:

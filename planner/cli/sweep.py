@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from planner.cli.options import run_options
+from planner.cli.options import calibration_flag, run_options
 
 SWEEP_HELP = """Best layout, time to train and cost for every scenario of a grid: models x GPU types x
 GPU counts x sequence lengths x batch sizes. Each scenario is one exhaustive search (a trial of an
@@ -58,6 +58,7 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Overwrite existing files (--csv, --plot)."),
         objective: Optional[str] = typer.Option(None, "--objective", help="Mark each series' best GPU count by step-time | tokens-per-gpu | time-to-train | cost | energy (the last three need --train-tokens; wall time with failures, checkpoints and restarts), and where adding GPUs stops paying."),
         min_scaling_efficiency: Optional[float] = typer.Option(None, "--min-scaling-efficiency", help="With --objective: a step up in GPU count stops paying when less than this share of the GPUs added turns into speed (default 0.8)."),
+        calibration: Optional[Path] = calibration_flag(),
         run: dict = None,
     ):
         from planner.cli.options import run_inputs, run_settings_given
@@ -74,7 +75,7 @@ def register(app: typer.Typer) -> None:
         result = _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, run_in, price, memory_headroom,
                       allow_cross_node_tp, storage, study_name, wait, report_only, reclaim_running,
                       sys.stderr.isatty() if progress is None else progress, objective, min_scaling_efficiency,
-                      run_settings_given(run))
+                      run_settings_given(run), calibration)
         invalid = [r for r in result.rows if r.get("status") == "invalid"]
         if result.rows and len(invalid) == len(result.rows):  # bad input in every scenario: as search says it
             from hardware_catalog.errors import PlannerInputError
@@ -90,7 +91,7 @@ def register(app: typer.Typer) -> None:
 
 def _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, run_in, price, memory_headroom,
          allow_cross_node_tp, storage, study_name, wait, report_only, reclaim, progress, objective=None,
-         min_scaling_efficiency=None, run_flags=()):
+         min_scaling_efficiency=None, run_flags=(), calibration=None):
     from costmodel.goodput import parse_prices
     from hardware_catalog.errors import PlannerInputError
     from planner.sweep import build_spec, run_sweep
@@ -107,8 +108,11 @@ def _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, run_in, price, memory
     if not given and (others or storage is None):
         raise PlannerInputError("give the scenario axes --model, --gpus and --gpu (e.g. --model 8b --gpus "
                                 "8..64 --gpu h100), or --storage of an existing sweep")
+    if calibration is not None and not given:  # a stored sweep keeps the constants it was started with
+        raise PlannerInputError(f"--calibration {calibration} goes with the scenario axes (--model, --gpus, --gpu): "
+                                f"a stored sweep prices with the constants it was started with (its output names them)")
     spec = build_spec(model, gpus, gpu, seq_len, gbs, tokens_per_batch, memory_headroom,
-                      allow_cross_node_tp) if given else None
+                      allow_cross_node_tp, calibration) if given else None
     prices = parse_prices(price, spec.gpu if spec is not None else (), "this sweep")
     return run_sweep(spec, storage=storage, study_name=study_name,
                      train_tokens=run_in.train_tokens if run_in else None, prices=prices or None, progress=progress,

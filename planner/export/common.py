@@ -276,7 +276,10 @@ def _with_header(plan: Plan, command: str) -> Plan:
     if mfu is not None:
         pred.append(f"MFU {100 * mfu:.1f}%")
     if pred:
-        lines.append("Predicted: " + ", ".join(pred) + ".")
+        from planner.calibration_use import header_words
+
+        calibrated = header_words(r)  # numbers from a calibration profile say so, and which constants
+        lines.append("Predicted: " + ", ".join(pred) + (f"; {calibrated}" if calibrated else "") + ".")
     mem = r.get("memory_gib") or {}
     peak, cap = mem.get("peak"), mem.get("capacity")
     if isinstance(peak, (int, float)) and isinstance(cap, (int, float)):

@@ -136,8 +136,10 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
     stages = stage_summary(lay)
     if stages:
         lines.append(f"stages  {stages}")
-    if rec.get("calibration"):
-        lines.append(f"constants from calibration profile {rec['calibration']}")
+    if rec.get("calibration"):  # the profile and the constants it changed (planner.calibration_use)
+        from planner.calibration_use import calibration_line
+
+        lines.append(calibration_line(rec, rec.get("gpu")))
     if rec.get("framework"):
         lines += framework_lines(rec["framework"])
     lines.append("")

@@ -145,8 +145,10 @@ def format_summary(stats: dict) -> str:
         impl["recompute_modules"] = "+".join(stats["recompute_modules"])
     if impl:
         line += "\npriced with " + ", ".join(f"{k}={v}" for k, v in impl.items())
-    if stats.get("calibration"):
-        line += f"\nconstants from calibration profile {stats['calibration']}"
+    if stats.get("calibration"):  # the profile and the constants it changed (planner.calibration_use)
+        from planner.calibration_use import calibration_line
+
+        line += "\n" + calibration_line(stats)
     if stats.get("framework"):
         from planner.reports.evaluate import framework_lines
 
@@ -185,6 +187,7 @@ def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
     from costmodel.result import MEMORY_TERMS, TIME_TERMS
 
     from costmodel.options import RECORDED_OPTIONS
+    from planner.calibration_use import CONSTANTS_KEY, csv_constants
 
     lay_keys = ["gpus", "grad_accum"] + [o.name for o in RECORDED_OPTIONS]
     head = (["rank", "model", "gpu", "cluster"] + lay_keys
@@ -192,7 +195,8 @@ def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
             + [f"mem_{k}_gib" for k in list(MEMORY_TERMS) + ["peak", "capacity"]]
             + [f"time_{k}_s" for k in TIME_TERMS]
             + ["cost_per_step_usd", "run_time_s", "run_cost_usd", "memory_limit_gib", "headroom_gib"]
-            + ["goodput", "run_energy_mwh", "tokens_per_s_per_gpu_p10", "tokens_per_s_per_gpu_p90", "ties_best"])
+            + ["goodput", "run_energy_mwh", "tokens_per_s_per_gpu_p10", "tokens_per_s_per_gpu_p90", "ties_best"]
+            + ["calibration", CONSTANTS_KEY])  # what priced the row: --from reads it back
     rows = []
     for r in records:
         lay = r["layout"]
@@ -205,6 +209,7 @@ def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
                 r.get("headroom_gib")]
         q = r.get("tokens_per_s_per_gpu_interval") or {}
         row += [r.get("goodput"), r.get("run_energy_mwh"), q.get("p10"), q.get("p90"), r.get("ties_best")]
+        row += [r.get("calibration"), csv_constants(r.get(CONSTANTS_KEY))]
         rows.append(row)
     return head, rows
 

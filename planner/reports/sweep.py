@@ -131,6 +131,21 @@ def format_scaling(stats: dict) -> str:
     return "\n".join(lines)
 
 
+def constants_line(spec: dict) -> str:
+    """Which constants priced every scenario: the shipped ones, or a calibration profile's (those it changed)."""
+    cal = spec.get("calibration")
+    if not cal:
+        return "constants: shipped (costmodel/calibration.py)"
+    from planner.calibration_use import calibration_line
+
+    from planner.sweep import SweepSpec
+
+    applied = SweepSpec.from_dict(spec).applied_calibration()
+    warnings = [w for w in map(applied.gpu_warning, spec.get("gpu") or ()) if w]
+    return calibration_line({"calibration": cal["profile"], "calibration_constants": cal["constants"],
+                             "calibration_warning": "\n".join(warnings) or None})
+
+
 def format_summary(stats: dict, worker: Optional[dict]) -> str:
     spec = stats["spec"]
     n, done = stats["scenarios"], stats["done"]
@@ -159,7 +174,7 @@ def format_summary(stats: dict, worker: Optional[dict]) -> str:
     if done < n:
         line += (f"\n{n - done} scenarios not done: {stats.get('trials_running', 0)} running in other workers; "
                  f"run the same command again to finish them (with --reclaim-running if their workers died)")
-    return line
+    return line + "\n" + constants_line(spec)
 
 
 def to_json(rows: list[dict], stats: dict) -> dict:

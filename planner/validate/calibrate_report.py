@@ -152,13 +152,14 @@ def format_calibration(result: Calibrated, head: list[str]) -> str:
     return "\n".join(lines)
 
 
-def profile_text(result: Calibrated, runs_file: Path, version: str) -> str:
+def profile_text(result: Calibrated, runs_file: Path, version: str, fitted_on: Optional[dict] = None) -> str:
     from planner.calibration_profile import render_profile
 
     s = result.stats
     tables = {"profile": {"created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                           "planner_version": version, "runs_file": str(runs_file),
-                          "runs": [r[0] for r in result.rows], "method": METHOD},
+                          "runs": [r[0] for r in result.rows], "method": METHOD,
+                          **(fitted_on or {})},  # gpus / models of the runs: --calibration warns on another GPU
               "fit": {f"{k}_{m}": s[k][m] for k in ("shipped", "fitted", "held_out") if s.get(k)
                       for m in ("median_abs_error", "mape", "capped_mape", "mean_signed_error")}}
     tables["fit"]["leave_one_out"] = s["loo_unit"] or "none (one run)"
@@ -170,7 +171,7 @@ def profile_text(result: Calibrated, runs_file: Path, version: str) -> str:
     for m in result.moved:
         tables[f"constants.{m.name}"] = {"value": m.value, "shipped": m.shipped, "interval": list(m.interval), "why": m.why}
     header = ("planner calibration profile, written by `planner calibrate`.\n"
-              "Use it with --calibration FILE on evaluate, search, export and validate. The constants below\n"
+              "Use it with --calibration FILE on evaluate, search, export, sweep and validate. The constants below\n"
               "replace the shipped ones (costmodel/calibration.py); every other constant keeps its shipped value.")
     return render_profile(tables, header)
 
@@ -214,7 +215,8 @@ def run_calibrate(runs_file: Path, out: Optional[Path], confidence: str = "high"
         typer.echo(f"error: no row of {runs_file} could be used to calibrate", err=True)
         raise typer.Exit(NOTHING_MAPPED)
     result = calibrate(Predictor(rows))
-    text = profile_text(result, runs_file, version)
+    fitted_on = {"gpus": sorted({r.run.gpu.name for r in rows}), "models": sorted({r.run.model.name for r in rows})}
+    text = profile_text(result, runs_file, version, fitted_on)
     if out is not None:
         write_profile(Path(out), text, force=force)
     _print(result, runs_file, out, notes, as_json, confidence,
@@ -249,6 +251,6 @@ def _print(result: Calibrated, runs_file, out, notes, as_json: bool, confidence:
         typer.echo(f"wrote {out}, though the verdict above finds it no better than the shipped constants on runs it "
                    "did not see: keep the shipped constants (no --calibration) unless you know why")
     elif out is not None:
-        typer.echo(f"wrote {out}: use it with --calibration {out} on evaluate, search, export and validate")
+        typer.echo(f"wrote {out}: use it with --calibration {out} on evaluate, search, export, sweep and validate")
     else:
         typer.echo("(give --out PROFILE.toml to write these constants as a profile)")

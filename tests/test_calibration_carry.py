@@ -148,3 +148,21 @@ def test_a_record_with_bad_constants_is_one_line_exit_2(searched, tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps(dict(data["results"][0], calibration_constants={"nonsense": 1.0})))
     res = cli("evaluate", "--from", tmp_path / "bad.json", code=2)
     assert re.search(r"calibration_constants\.nonsense: not a fitted constant", res.output)
+
+
+def test_sweep_json_warns_on_stderr_and_in_its_stats_as_search_json_does(tmp_path):
+    """``sweep --json``: the warning about a GPU type the profile was not fitted on goes to stderr (stdout
+    is the JSON) and into the stats as ``calibration_warning``, as ``search --json`` puts it."""
+    same = _profile(tmp_path / "h100.toml", gpus=["h100-sxm"])
+    res = cli("sweep", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100,b200", "--seq-len", "4096", "--gbs", "64",
+              "--calibration", same, "--no-progress", "--json")
+    line = f"warning: calibration profile {same} was fitted on runs on h100-sxm only, not on b200"
+    assert res.stderr.strip() == line
+    out = json.loads(res.stdout)
+    assert out["stats"]["calibration_warning"] == line
+    searched = cli("search", "--model", "llama3-8b", "--gpus", "8", "--gpu", "b200", "--seq-len", "4096", "--gbs", "64",
+                   "--calibration", same, "--no-progress", "--json")
+    assert json.loads(searched.stdout)["stats"]["calibration_warning"] == line and line in searched.stderr
+    quiet = cli("sweep", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100", "--seq-len", "4096", "--gbs", "64",
+                "--calibration", same, "--no-progress", "--json")
+    assert "calibration_warning" not in json.loads(quiet.stdout)["stats"] and "fitted on" not in quiet.stderr

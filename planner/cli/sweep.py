@@ -133,7 +133,10 @@ def _print(result, as_json: bool, csv_file, plot) -> None:
     from planner.reports import sweep as sweep_report
 
     if as_json:
-        typer.echo(json.dumps(sweep_report.to_json(result.rows, result.stats), indent=2))
+        out = sweep_report.to_json(result.rows, result.stats)
+        typer.echo(json.dumps(out, indent=2))
+        if out["stats"].get("calibration_warning"):  # as search --json: the text summary says it itself
+            typer.echo(out["stats"]["calibration_warning"], err=True)
     else:
         from planner.sweep import SweepSpec
 

@@ -138,12 +138,19 @@ def constants_line(spec: dict) -> str:
         return "constants: shipped (costmodel/calibration.py)"
     from planner.calibration_use import calibration_line
 
+    return calibration_line({"calibration": cal["profile"], "calibration_constants": cal["constants"],
+                             "calibration_warning": "\n".join(calibration_warnings(spec)) or None})
+
+
+def calibration_warnings(spec: dict) -> list[str]:
+    """One line per GPU type of the sweep that the calibration profile's runs did not use (its
+    constants were fitted to other GPUs' kernels); empty without a profile or when it covers them all."""
+    if not spec.get("calibration"):
+        return []
     from planner.sweep import SweepSpec
 
     applied = SweepSpec.from_dict(spec).applied_calibration()
-    warnings = [w for w in map(applied.gpu_warning, spec.get("gpu") or ()) if w]
-    return calibration_line({"calibration": cal["profile"], "calibration_constants": cal["constants"],
-                             "calibration_warning": "\n".join(warnings) or None})
+    return [w for w in map(applied.gpu_warning, spec.get("gpu") or ()) if w]
 
 
 def format_summary(stats: dict, worker: Optional[dict]) -> str:
@@ -178,6 +185,11 @@ def format_summary(stats: dict, worker: Optional[dict]) -> str:
 
 
 def to_json(rows: list[dict], stats: dict) -> dict:
+    """``{"scenarios": [...], "stats": {...}}``; the stats state ``calibration_warning`` (as ``search
+    --json``'s do) when the profile's runs used other GPU types than some of the sweep's."""
+    warnings = calibration_warnings(stats["spec"]) if stats.get("spec") else []
+    if warnings:
+        stats = {**stats, "calibration_warning": "\n".join(warnings)}
     return {"scenarios": rows, "stats": stats}
 
 

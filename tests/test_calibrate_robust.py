@@ -225,3 +225,38 @@ def test_calibrate_says_a_peak_memory_is_not_fitted(tmp_path):
     code, out, err = run_cli("calibrate", "--runs", str(path))
     assert code == 0, err
     assert f"peak memory given for 1 run ({runs[2]['id']}): not fitted" in out
+
+
+def test_the_error_table_weighs_each_configuration_once_as_the_fit_does():
+    """Errors +10% (run a), -30% three times (copies of run b), +5% (run c). Each configuration counts
+    once, copies 1/3 each: MAPE (10 + 30 + 5) / 3 = 15%, mean signed (10 - 30 + 5) / 3 = -5%, capped
+    at 20% (10 + 20 + 5) / 3 = 11.67%, median of |10|, |30|, |5| = 10%, p90 (type 7 over 5, 10, 30: position
+    0.9 x 2 = 1.8) = 10 + 0.8 x 20 = 26%; counted per run instead, MAPE would be 105 / 5 = 21%."""
+    from planner.validate.calibrate import _stats
+
+    s = _stats(np.array([0.10, -0.30, -0.30, -0.30, 0.05]), np.array([0, 1, 1, 1, 2]))
+    assert s["rows"] == 5
+    assert s["mape"] == pytest.approx(0.15) and s["mean_signed_error"] == pytest.approx(-0.05)
+    assert s["capped_mape"] == pytest.approx(0.35 / 3) and s["median_abs_error"] == pytest.approx(0.10)
+    assert s["p90_abs_error"] == pytest.approx(0.26)
+    # two measurements of one configuration that differ (8% and 12%) share its weight: 1/2 each
+    s = _stats(np.array([0.08, 0.12, 0.30]), np.array([0, 0, 1]))
+    assert s["mape"] == pytest.approx((0.04 + 0.06 + 0.30) / 2) and s["capped_mape"] == pytest.approx(0.15)
+
+
+def test_copies_of_a_run_move_neither_the_error_table_nor_the_verdict(three):
+    """The review's case: six more copies of one run left the fit as it was but moved the shipped MAPE
+    and the held-out error (each copy counted as a run). Counted by configuration, the table and the
+    verdict's figures are those of the runs without the copies."""
+    from planner.validate.calibrate_report import verdict
+
+    runs = _synthetic_runs()
+    copies = runs + [{**runs[1], "id": f"{runs[1]['id']}-copy{i}"} for i in range(6)]
+    res = calibrate(Predictor(prepare([map_run(r) for r in copies])))
+    assert res.calib == three.calib and res.configurations == 3
+    for key in ("shipped", "fitted", "held_out"):
+        got, want = res.stats[key], three.stats[key]
+        assert got["rows"] == 9 and want["rows"] == 3
+        for m in ("median_abs_error", "p90_abs_error", "mape", "capped_mape", "mean_signed_error"):
+            assert got[m] == pytest.approx(want[m], abs=1e-12), (key, m)
+    assert verdict(res.stats) == verdict(three.stats).replace("one run out", "one configuration out")

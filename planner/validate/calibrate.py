@@ -312,14 +312,51 @@ def calibrate(predictor: Predictor) -> Calibrated:
     shipped, fitted = predictor(DEFAULT), predictor(calib)
     rows = [(r.id, r.source, float(rep), float(a), float(b), None if np.isnan(h) else float(h))
             for r, rep, a, b, h in zip(predictor.rows, reported, shipped, fitted, loo)]
-    stats = {"shipped": _stats((shipped - reported) / reported), "fitted": _stats((fitted - reported) / reported),
-             "held_out": _stats((loo - reported) / reported) if unit else None, "loo_unit": unit}
+    # Each configuration counts once in the table and the verdict, as in the fit (copies 1/k each).
+    stats = {"shipped": _stats((shipped - reported) / reported, configs),
+             "fitted": _stats((fitted - reported) / reported, configs),
+             "held_out": _stats((loo - reported) / reported, configs) if unit else None, "loo_unit": unit}
     return Calibrated(calib, rows, moved, unchanged, stats, len(set(configs.tolist())))
 
 
-def _stats(errors: np.ndarray) -> dict:
+def _stats(errors: np.ndarray, configs: np.ndarray | None = None) -> dict:
     """``fit.error_stats`` and ``capped_mape``: the mean |error| with each run's capped at
-    ``CLIP``, as the fit counts it (one unit slip cannot outweigh every other run)."""
-    out = error_stats(errors)
-    out["capped_mape"] = float(np.mean(np.minimum(np.abs(errors), CLIP))) if len(errors) else None
-    return out
+    ``CLIP``, as the fit counts it (one unit slip cannot outweigh every other run). With
+    ``configs`` (``configuration_keys``), each configuration weighs as one run, each of its k
+    copies 1/k (``configuration_weights``, the fit's weights), in every figure but ``rows`` (the
+    runs): measuring one configuration again moves neither the fit nor its error table."""
+    errors = np.asarray(errors, dtype=float)
+    if configs is None or not len(errors):
+        out = error_stats(errors)
+        out["capped_mape"] = float(np.mean(np.minimum(np.abs(errors), CLIP))) if len(errors) else None
+        return out
+    weights = configuration_weights(np.asarray(configs))
+    a = np.abs(errors)
+
+    def mean(x):
+        return float(np.sum(weights * x) / np.sum(weights))
+
+    return {"rows": int(len(a)), "median_abs_error": _weighted_percentile(a, configs, 50),
+            "p90_abs_error": _weighted_percentile(a, configs, 90), "mape": mean(a),
+            "mean_signed_error": mean(errors), "capped_mape": mean(np.minimum(a, CLIP))}
+
+
+def _weighted_percentile(values: np.ndarray, configs: np.ndarray, q: float) -> float:
+    """``np.percentile(values, q)`` (linear: Hyndman & Fan 1996 type 7) with each configuration
+    weighing one value: a configuration's runs with equal values are one point of weight 1 (so
+    exact copies give the percentile of the distinct configurations exactly); unequal repeats
+    share its weight (1/k each). Point i of the sorted points sits at (weight before it) /
+    (total weight - last point's weight), which is type 7's i / (n - 1) when all weigh 1."""
+    points: dict = {}
+    for v, c in zip(np.asarray(values, dtype=float).tolist(), np.asarray(configs).tolist()):
+        points.setdefault((c, v), 0.0)
+    counts = np.bincount(np.asarray(configs))
+    for v, c in zip(np.asarray(values, dtype=float).tolist(), np.asarray(configs).tolist()):
+        points[(c, v)] += 1.0 / counts[c]
+    order = sorted(points.items(), key=lambda kv: kv[0][1])
+    xs = np.array([v for (_, v), _ in order])
+    ws = np.array([w for _, w in order])
+    if len(xs) == 1:
+        return float(xs[0])
+    pos = (np.cumsum(ws) - ws) / (ws.sum() - ws[-1])
+    return float(np.interp(q / 100.0, pos, xs))

@@ -129,7 +129,9 @@ def format_calibration(result: Calibrated, head: list[str]) -> str:
                     f"  {'fitted, leave one ' + (unit or 'run') + ' out':<36}{_pct(s['held_out'])}"
                     + ("" if unit else "  (needs at least 2 configurations)"),
                     f"({capped}: each run's |error| counted up to {_clip():.0%}, as the fit counts it; the verdict "
-                    "is judged on it)", f"-> {verdict(s)}", ""]
+                    "is judged on it" + ("; each configuration counts once, each of its k copies 1/k, as in the fit"
+                                         if 0 < result.configurations < len(result.rows) else "") + ")",
+                    f"-> {verdict(s)}", ""]
     if result.moved:
         lines.append("constants that moved (90% interval):")
         for m in result.moved:

@@ -414,6 +414,20 @@ class _Span:
             return self._lookup(_Span._grid_a2a_raw)[0] * S
         return self.used_f * t
 
+    def physical_tree_a2a(self, S):
+        """Pairwise all-to-all on a physical tree (the calculator's one-level ``tree``: GPU i
+        linked to its parent (i-1)//2 and its children, each link B per direction, as the Euler-tour
+        ring and the unpipelined tree all-reduce price it): (n-1) alpha + (busiest link) / B.
+
+        Routes in a tree are unique, so the link that cuts off a subtree of m GPUs carries exactly
+        m(n-m)/n * S each way (each of its m GPUs sends S/n to each of the n-m others). The
+        busiest is the cut nearest to halves: the tree's bisection, one link (a complete binary
+        tree has bisection width 1: Leighton 1992, ch. 1, arrays and trees; seed doc 003's glossary keeps full
+        bisection for the switch alone), floor(n/2)ceil(n/2)/n * S = n/4 * S for n a power of two,
+        where a switch moves (n-1)/n * S per port. A leaf's own link, (n-1)/n * S, never binds more."""
+        share = np.vectorize(_tree_busiest_share, otypes=[np.float64])(np.asarray(self.n, dtype=np.float64))
+        return self.nm1 * self.alpha + self.used_f * share * S / self.B
+
     def _grid_a2a_raw(self):
         gx, gy, wx, wy = self.grid
         ports = 2.0 * _flag(gx > 1) + 2.0 * _flag(gy > 1)
@@ -448,6 +462,32 @@ class _Span:
         if self.topo in _GRID:
             t = np.minimum(t, 2.0 * self.dims_rs(S))
         return t
+
+
+def _tree_busiest_share(n: float) -> float:
+    """max over the links of the heap-ordered binary tree of n GPUs of m(n-m)/n, m the GPUs on
+    the link's child side (``_Span.physical_tree_a2a``). Subtrees larger than n/2 form one chain
+    from the root (no node has two), and the largest subtree of at most n/2 GPUs hangs off that
+    chain, so walking the chain and its children's sizes finds the most even cut."""
+    n = int(n)
+    if n < 2:
+        return 0.0
+
+    def size(j: int) -> int:  # GPUs in the subtree of heap node j (1-based)
+        count, lo, width = 0, j, 1
+        while lo <= n:
+            count += min(n, lo + width - 1) - lo + 1
+            lo, width = 2 * lo, 2 * width
+        return count
+
+    best, j = 0, 1
+    while True:
+        kids = [(c, size(c)) for c in (2 * j, 2 * j + 1) if c <= n]
+        best = max([best] + [m * (n - m) for _, m in kids])
+        bigger = [c for c, m in kids if 2 * m > n]
+        if not bigger:
+            return best / n
+        j = bigger[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -556,10 +596,20 @@ def _candidates(op, S, I, E, want, textbook=False):
             # links for NCCL's second, complementary tree: there the tree all-reduce is the
             # seed's unpipelined one (UNPIPELINED_TREE).
             out[TREE] = out[TREE] + _barrier(~one_level)
+        if textbook and op in ("all_gather", "reduce_scatter") and E.topo == "tree":
+            # Recursive halving / doubling (TREE here) prices (n-1)/n * S/B on full bisection: its
+            # first step pairs every GPU with one n/2 ranks away, n/2 pairs swapping S/2 at once;
+            # on a physical tree all of them cross the one link joining the halves (n/4 * S each
+            # way, not S/2). Not offered there: the ring along the tree's Euler tour is.
+            out[TREE] = out[TREE] + _barrier(~one_level)
     if HIERARCHICAL in want and not a2a:
         out[HIERARCHICAL] = _hierarchical(op, S, I, E)
     if DIRECT in want and a2a:
         out[DIRECT] = _direct(op, S, I, E)
+        if textbook and E.topo == "tree":
+            # The calculator's one-level tree is a physical tree, not a switched one: its
+            # all-to-all is bound by the one link of its bisection (_Span.physical_tree_a2a).
+            out[DIRECT] = _choose(one_level, E.physical_tree_a2a(S), out[DIRECT])
     elif DIRECT in want and textbook and E.topo == "switch":
         out[DIRECT] = E.direct_op(op, S) + _barrier(one_level)
     if UNPIPELINED_TREE in want and textbook and op == "all_reduce" and E.switched:
@@ -608,8 +658,9 @@ def collective_time(op: str, message_bytes, n_local, n_nodes, fabric: Fabric, al
 
     ``textbook``: also the calculator's textbook algorithms for a group on one level (seed doc
     003): the one-shot ``direct`` all-reduce / all-gather / reduce-scatter / broadcast / reduce on
-    a switch, and the seed's ``unpipelined_tree`` all-reduce; on a one-level ``tree`` topology the
-    tree all-reduce is the unpipelined one. NCCL runs none of these at scale, so the training
+    a switch, and the seed's ``unpipelined_tree`` all-reduce; on a one-level ``tree`` topology (a
+    physical tree) the tree all-reduce is the unpipelined one, the all-to-all is bound by the
+    tree's one-link bisection, and recursive halving / doubling is not offered. NCCL runs none of these at scale, so the training
     model (the default, False) keeps to NCCL's algorithms.
     """
     if _MEMO is not None:

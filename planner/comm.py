@@ -19,9 +19,13 @@ network level; a group spans ``n_local`` GPUs in each of ``n_nodes`` domains):
   children, the seed's unpipelined tree all-reduce (sec. 4.2) instead of NCCL's double binary tree,
   whose second tree would need links a physical tree lacks. So the two topologies differ: a switch
   offers ring, NCCL's tree, the unpipelined tree and direct; a tree offers ring and the unpipelined
-  tree for an all-reduce, no one-shot algorithm (not every pair of GPUs is linked). Its other
-  algorithms keep collectives.py's pricing of a tree level (switched, full B per GPU: a ring along
-  the tree's Euler tour uses each directed link once).
+  tree for an all-reduce, no one-shot algorithm (not every pair of GPUs is linked). Each tree link
+  carries B per direction (a ring along the tree's Euler tour uses each directed link once, so
+  rings get the full B). Its all-to-all is bound by its bisection, one link (GPU i linked to
+  (i-1)//2: the link cutting off m GPUs carries m(n-m)/n of S, Leighton 1992 ch. 1), and recursive
+  halving / doubling is not offered for all-gather / reduce-scatter (its first step sends n/4 of S
+  through that one link: it needs a switch's full bisection); the binomial broadcast is, as a
+  broadcast down the tree itself (depth floor(log2 n), no link shared in a step) is no slower.
 * ``hierarchical`` (``--gpus-per-node G``): ``intra`` an NVSwitch-like switch of G GPUs at
   --bandwidth / --latency, ``inter`` the --network-topology at --network-bandwidth / -latency.
 * ``--cluster NAME``: ``fabric_from_cluster`` (catalog bandwidths times their efficiencies),
@@ -482,8 +486,11 @@ FORMULAS: dict[tuple[str, str, bool], tuple[str, str]] = {
         "t = \u2308log2 n\u2309\u00b7(\u03b1 + S/B): binomial tree", f"{_THAKUR} sec. 4.1"),
     ("direct", "all_to_all", False): (
         "t = (n-1)\u00b7\u03b1 + max((n-1)/n \u00b7 S/B, bisection): pairwise exchange of S/n with every peer; on a "
-        "ring, mesh or torus the two halves also swap \u230an/2\u230b\u2308n/2\u2309/n \u00b7 S over the cut links",
-        f"{_THAKUR} sec. 3.6; {_BISECT}; seed doc 003 sec. 4.1 (CP all-to-all, L7)"),
+        "ring, mesh or torus the two halves also swap \u230an/2\u230b\u2308n/2\u2309/n \u00b7 S over the cut links; "
+        "on a tree (GPU i linked to (i-1)//2) over one link: the link cutting off m GPUs carries m(n-m)/n \u00b7 S, "
+        "the most even cut (n/4 \u00b7 S for n a power of 2) binds",
+        f"{_THAKUR} sec. 3.6; {_BISECT}; Leighton 1992 ch. 1 (a complete binary tree's bisection is 1 link); "
+        "seed doc 003 sec. 4.1 (CP all-to-all, L7) and glossary (full bisection: the switch)"),
     ("dims", "gather", False): (
         "t = (s_x + s_y)\u00b7\u03b1 + bandwidth term: one dimension after the other, half the data X then Y and "
         "half Y then X so all four links work; a dimension of g GPUs takes \u2308(g-1)/2\u2309 steps on a torus "
@@ -901,7 +908,11 @@ def _sent(rec: dict) -> str:
     if rec["op"] == P2P:
         return f"{b}: the one message, sent by one GPU to the other"
     who = "the root receives" if rec["op"] == "reduce" else "the busiest GPU sends"
-    return f"{b}: what {who} in all (data per step x steps)"
+    # Summed over the steps: "data per step x steps" is false where the steps differ (recursive
+    # halving) or where a GPU sends in only some of them (the unpipelined tree's busiest GPU
+    # receives in its reduce steps and sends in its broadcast steps).
+    verb = "receives" if rec["op"] == "reduce" else "sends"
+    return f"{b}: what {who} in all (summed over the steps it {verb} in)"
 
 
 def _charged(rec: dict) -> str:
@@ -929,6 +940,9 @@ def _charged(rec: dict) -> str:
         counts, names = " / ".join(str(k) for _, k in shared), " / ".join(t for t, _ in shared)
         moved += (f"; B is a GPU's total over its {counts} {names} links, so traffic that one link or the "
                   "bisection limits is charged more bytes than the GPU sends")
+    elif rec["op"] == "all_to_all" and any(lvl["topology"] == "tree" for lvl in rec["levels"]) and len(rec["levels"]) == 1:
+        moved += ("; the tree's halves swap their data over the one link joining them (its bisection), so it "
+                  "is charged more bytes than a GPU sends")
     elif rec["algorithm"] == "unpipelined_tree":
         moved += ("; its busiest GPU receives the whole message in each reduce step and sends it in each "
                   "broadcast step, one after the other")

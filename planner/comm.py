@@ -674,7 +674,7 @@ def _one_level_of(level: LinkLevel, n: int) -> Setup:
 
 def bytes_sent(setup: Setup, op: str, algorithm: str, S: float) -> float:
     """Bytes the busiest GPU sends (for a reduce: receives, the broadcast mirrored): seed doc 003
-    sec. 4's 通信量, data per step x steps, whatever the links. With f = (n-1)/n over the N GPUs:
+    sec. 4's 通信量, its sends summed over the steps, whatever the links. With f = (n-1)/n over the N GPUs:
     rings and the other bandwidth-optimal algorithms (one-shot, 2-D, recursive halving / doubling,
     Patarasuk & Yuan 2009; Thakur et al. 2005) send f*S for all-gather / reduce-scatter, 2f*S for
     all-reduce and scatter + all-gather broadcasts; a ring broadcast forwards S; NCCL's double

@@ -30,7 +30,7 @@ def run_cli(*args):
 
 
 def _synthetic_runs():
-    from tests.test_calibrate import TRUTH, _runs
+    from test_calibrate import TRUTH, _runs
 
     return _runs(TRUTH)
 

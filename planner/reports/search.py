@@ -273,6 +273,7 @@ def more_points(request, result) -> Optional[dict]:
     trials) or found nothing."""
     from dataclasses import replace
 
+    from costmodel.goodput import parse_prices, price_for
     from planner.reports.plots import CLOUD_TOP, FRONT_TOP
     from search.api import search
 
@@ -281,10 +282,15 @@ def more_points(request, result) -> Optional[dict]:
     stats = result.stats
     series = [(g, n) for g in stats.get("gpu_types", []) for n in stats.get("gpu_counts", [])]
     options = replace(request.options, method="exhaustive", progress=False)
+    prices = parse_prices(request.ranking.price_per_gpu_hour)  # type -> USD; "*" for the rest
     per = {}
     for g, n in series:
         problem = replace(request.problem, gpus=n, **({"gpu": g} if request.problem.cluster is None else {}))
-        ranking = replace(request.ranking, pareto=False, top=max(CLOUD_TOP // len(series), 20))
+        # One GPU type per series: its own price, not the whole map (a price for another type is
+        # refused by that search as naming a GPU type it does not price).
+        price = price_for(prices, g) if prices else request.ranking.price_per_gpu_hour
+        ranking = replace(request.ranking, pareto=False, top=max(CLOUD_TOP // len(series), 20),
+                          price_per_gpu_hour=price)
         per[(g, n)] = search(replace(request, problem=problem, options=options, ranking=ranking)).results
     front = search(replace(request, options=options, ranking=replace(request.ranking, pareto=True, top=FRONT_TOP)))
     return {"per_series": per, "front": front.results}

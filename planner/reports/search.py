@@ -196,7 +196,8 @@ def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
             + [f"time_{k}_s" for k in TIME_TERMS]
             + ["cost_per_step_usd", "run_time_s", "run_cost_usd", "memory_limit_gib", "headroom_gib"]
             + ["goodput", "run_energy_mwh", "tokens_per_s_per_gpu_p10", "tokens_per_s_per_gpu_p90", "ties_best"]
-            + ["calibration", CONSTANTS_KEY])  # what priced the row: --from reads it back
+            + ["calibration", CONSTANTS_KEY]  # what priced the row: --from reads it back
+            + ["framework"])  # the --framework release that priced it (its launch formats, torchtitan's files)
     rows = []
     for r in records:
         lay = r["layout"]
@@ -210,6 +211,7 @@ def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
         q = r.get("tokens_per_s_per_gpu_interval") or {}
         row += [r.get("goodput"), r.get("run_energy_mwh"), q.get("p10"), q.get("p90"), r.get("ties_best")]
         row += [r.get("calibration"), csv_constants(r.get(CONSTANTS_KEY))]
+        row += [(r.get("framework") or {}).get("name") if isinstance(r.get("framework"), dict) else None]
         rows.append(row)
     return head, rows
 

@@ -207,3 +207,18 @@ def test_a_flag_only_the_exporters_target_commit_lacks_does_not_shrink_the_relea
     assert code == 0, err
     assert "launch: no format that launches megatron-core-0.8" in out
     assert "megatron_release_moe_grouped_gemm" in out.split("launch:")[1].splitlines()[0]
+
+
+def test_refused_names_the_rule_of_the_file_the_release_reads():
+    """torchtitan 0.2 reads torchtitan.toml only; its 0.3 command-line file is refused for the
+    release (torchtitan_cli_release), which is no reason the layout cannot run. Llama 2 70B's
+    shape (80 layers, hidden 8192, FFN 28672, vocab 32000) matches no torchtitan llama3 flavor
+    (torchtitan/models/llama3/__init__.py: 8B, 70B and 405B have vocab 128256), so the domain
+    must name torchtitan_flavor."""
+    from hardware_catalog import get_model
+    from test_export import record
+
+    model = get_model("llama2-70b")
+    rec = record(model, tp=8, pp=1, dp=2, zero=3, fsdp="fsdp2", gbs=16, recompute="full", loss="eager")
+    rule, _ = launch_domain(get_release("torchtitan-0.2")).refused(rec, model, DGX_H100)
+    assert rule == "torchtitan_flavor"

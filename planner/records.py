@@ -138,6 +138,14 @@ def _csv_records(path: Path, text: str) -> list[dict]:
 
             rec["calibration"] = row["calibration"]
             rec[CONSTANTS_KEY] = parse_csv_constants(row.get(CONSTANTS_KEY) or "", f"{where}: {CONSTANTS_KEY}")
+        if row.get("framework"):  # the --framework release that priced the row (planner.frameworks.releases)
+            from planner.frameworks.releases import RELEASES_BY_NAME
+
+            name = row["framework"].strip().lower()
+            if name not in RELEASES_BY_NAME:
+                raise PlannerInputError(f"{where}: framework {row['framework'][:40]!r} is not a framework release "
+                                        f"(allowed: {', '.join(RELEASES_BY_NAME)})")
+            rec["framework"] = {"name": name}
         out.append(rec)
     return out
 

@@ -552,8 +552,9 @@ def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "",
                     f"format that launches it ({', '.join(domain['formats'])}; "
                     + "; ".join(f"{k} left out {v:,}" for k, v in rules[:3]) + ")")
     if pools.outside_envelope:
-        return [], (f"no layout inside the validated envelope fits: all {pools.outside_envelope:,} layouts that fit "
-                    f"lie outside it (drop --within-envelope to see them, flagged)")
+        launched = f" and {domain['release']} launches" if domain else ""  # the envelope filters what the domain kept
+        return [], (f"no layout inside the validated envelope fits: all {pools.outside_envelope:,} layouts that fit"
+                    f"{launched} lie outside it (drop --within-envelope to see them, flagged)")
     closest = []
     for i, c in enumerate(pools.closest):
         rec = _record(c, objectives, i + 1)

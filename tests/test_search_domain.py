@@ -207,3 +207,58 @@ def test_a_flag_only_the_exporters_target_commit_lacks_does_not_shrink_the_relea
     assert code == 0, err
     assert "launch: no format that launches megatron-core-0.8" in out
     assert "megatron_release_moe_grouped_gemm" in out.split("launch:")[1].splitlines()[0]
+
+
+def test_refused_names_the_rule_of_the_file_the_release_reads():
+    """torchtitan 0.2 reads torchtitan.toml only; its 0.3 command-line file is refused for the
+    release (torchtitan_cli_release), which is no reason the layout cannot run. Llama 2 70B's
+    shape (80 layers, hidden 8192, FFN 28672, vocab 32000) matches no torchtitan llama3 flavor
+    (torchtitan/models/llama3/__init__.py: 8B, 70B and 405B have vocab 128256), so the domain
+    must name torchtitan_flavor."""
+    from hardware_catalog import get_model
+    from test_export import record
+
+    model = get_model("llama2-70b")
+    rec = record(model, tp=8, pp=1, dp=2, zero=3, fsdp="fsdp2", gbs=16, recompute="full", loss="eager")
+    rule, _ = launch_domain(get_release("torchtitan-0.2")).refused(rec, model, DGX_H100)
+    assert rule == "torchtitan_flavor"
+
+
+@pytest.fixture(scope="module")
+def megatron_within_envelope():
+    """Llama 3 8B on 64 H100s with --framework megatron-core-0.8 --within-envelope: JSON and text."""
+    args = ("search", "--model", "llama3-8b", "--gpus", "64", "--gpu", "h100", "--top", "2",
+            "--framework", "megatron-core-0.8", "--within-envelope")
+    code, out, err = run(*args, "--json")
+    assert code == 0, err
+    code, text, err = run(*args)
+    assert code == 0, err
+    return json.loads(out), text
+
+
+def test_a_recipe_the_release_cannot_launch_is_not_ranked(megatron_within_envelope):
+    """Megatron has no flat (FSDP1-style) ZeRO-3 (planner/frameworks/megatron.py Refusal
+    megatron_fsdp_flat), so a published recipe priced as one is not ranked among the layouts
+    megatron-core-0.8 launches, and says why."""
+    data, text = megatron_within_envelope
+    flat = [e for e in data["reference_recipes"]
+            if e.get("record") and e["record"]["layout"]["zero"] == 3 and e["record"]["layout"]["fsdp"] == "flat"]
+    assert flat, "the Megatron-Bridge 25.09 Llama 3 8B recipe (flat ZeRO-3) matches this search"
+    for e in flat:
+        assert e["rank"] is None and not e["ties_best"]
+        assert e["reason"] == "megatron-core-0.8 cannot launch it (rule megatron_fsdp_flat)"
+    assert "not ranked: megatron-core-0.8 cannot launch it (rule megatron_fsdp_flat)" in text
+
+
+def test_within_envelope_counts_the_layouts_the_domain_kept(megatron_within_envelope):
+    """The envelope filters what the domain kept: outside + inside = fitting - left out by the domain."""
+    data, text = megatron_within_envelope
+    stats = data["stats"]
+    launched = stats["fits"] - stats["domain"]["left_out"]
+    assert stats["domain"]["left_out"] > 0 and stats["outside_envelope"] > 0
+    line = next(l for l in text.splitlines() if l.startswith("--within-envelope:"))
+    assert line == (f"--within-envelope: {stats['outside_envelope']:,} of {launched:,} fitting layouts "
+                    f"megatron-core-0.8 launches lie outside it and are left out")
+    ranked = [e for e in data["reference_recipes"] if e.get("rank")]
+    for e in ranked:  # a ranked recipe's denominator: the layouts left inside
+        assert e["fitting"] + stats["outside_envelope"] == launched

@@ -13,7 +13,8 @@ from typing import Optional
 import typer
 
 from hardware_catalog.errors import PlannerInputError
-from planner.cli.common import check_fp8_recipe_use, check_framework_use, show_evaluation, typed_flags, write_export
+from planner.cli.common import (carry_framework, check_fp8_recipe_use, check_framework_use, show_evaluation, typed_flags,
+                                write_export)
 from planner.common import planner_version
 from planner.cli.errors import PlannerGroup, command_line, say
 from planner.cli.options import calibration_flag, layout_options, run_options
@@ -219,6 +220,7 @@ def evaluate(
             raise
         values = _searched_layout(ctx, problem, values, layout, calibration, framework)
         priced = price(job, values)
+    carry_framework(record, priced.record)  # --from a --framework record: the release that priced it
     if as_json:  # the text report says it under its calibration line
         _warn_calibration_gpu(priced.record)
     show_evaluation(priced, outputs)
@@ -383,6 +385,7 @@ def export(
         # it was priced with), so a hand-edited step time or "fits": true never reaches a header.
         stated = record
     priced = price(Job(problem, _pricing(ctx, calibration, framework, layout), outputs), values)
+    carry_framework(record, priced.record)  # --from a --framework search: its release's formats and files
     record, model_spec, cluster_spec = priced.record, priced.setup.model, priced.setup.cluster
     if stated is not None:
         _note_repriced(stated, record, from_file)

@@ -198,6 +198,15 @@ def stamp_calibration(result, calibration) -> None:
         result.stats["calibration_warning"] = warnings[0]
 
 
+def stamp_framework(result, framework_info: dict) -> None:
+    """Each result record names the ``--framework`` release that priced it (as an evaluate record
+    does), so its launch files target that release (torchtitan-0.2: the 0.2 files) and
+    ``export --from`` / ``evaluate --from`` one row of the JSON or CSV keep to its formats."""
+    stamp = {"name": framework_info["name"], "profile": framework_info.get("profile")}
+    for rec in [*result.results, *result.closest, *([result.best] if result.best is not None else [])]:
+        rec.setdefault("framework", dict(stamp))
+
+
 def _run_search(request, framework_info, calibration, outputs, checked: dict, force: bool, pinned_splits: bool,
                 run_in=None) -> None:
     """Search, write the files, print; exit 3 when nothing fits."""
@@ -209,6 +218,7 @@ def _run_search(request, framework_info, calibration, outputs, checked: dict, fo
     stamp_calibration(result, calibration)
     if framework_info is not None:
         result.stats["framework"] = framework_info
+        stamp_framework(result, framework_info)
     from planner.recipes import reference_recipes
 
     recipes = reference_recipes(result)

@@ -19,7 +19,7 @@ from costmodel.options import FLAG, IMPLEMENTATION_OPTIONS, INT, OPTIONS, OPTION
 from hardware_catalog.errors import DoesNotFit, PlannerInputError
 from hardware_catalog.schema import ClusterSpec, ModelSpec
 from planner.frameworks import window_text  # noqa: F401 (exporters import it from here)
-from planner.frameworks.table import CannotExpress  # noqa: F401 (exporters import it from here)
+from planner.frameworks.table import CannotExpress, NotThisRelease  # noqa: F401 (exporters import them from here)
 from planner.reports import counted
 
 _REQUIRED = tuple(o.name for o in OPTIONS if o.kind == INT)

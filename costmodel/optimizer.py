@@ -19,7 +19,7 @@ reads gradient, master, m and v and writes master, m and v (28 B); the updated m
 into the BF16 model weight (read 4 B, write 2 B). torchtitan's fused AdamW plus
 clip_grad_norm_'s scale (4 + 8 + 28 B, no copy: FSDP2 casts at the all-gather) is within 2 B.
 On a lent H100 SXM (benchmarks/device_kernels.py --sections optimizer ->
-benchmarks/results/h100_kernel_sweep.json, 537M parameters) the three kernels ran at 0.82-0.89 of
+benchmarks/results/h100_kernel_sweep.json, 537M parameters) the three kernels ran at 0.82-0.88 of
 the device copy's rate (0.71-0.76 of the datasheet bandwidth): 0.9 + 6.0 + 1.3 = 8.1 ms against
 6.8 ms priced. (Counting 38 B where 34 were counted before 2026-11-28 moved no reference run by
 more than 0.6%.) PyTorch's

@@ -445,7 +445,9 @@ def _top_records(pools, objectives: Objectives, top: int, rank_by: str, domain=N
     from search.ranking import Ranked, annotate, intervals, rank
 
     if objectives.pareto:
-        chosen = _spread(sorted(pools.front, key=lambda c: c.obj), top)
+        front = pools.front if domain is None else _shown_by(pools.front, domain, objectives,
+                                                             {} if dropped is None else dropped)
+        chosen = _spread(sorted(front, key=lambda c: c.obj), top)
         q = intervals(chosen)
         rows = [Ranked(c, q[:, i], c.key) for i, c in enumerate(chosen)]
     elif domain is not None:
@@ -458,6 +460,28 @@ def _top_records(pools, objectives: Objectives, top: int, rank_by: str, domain=N
         annotate(rec, row, rows[0])
         records.append(rec)
     return records, [r.cand for r in rows]
+
+
+def _refused_rule(c, domain, objectives: Objectives, checked: dict):
+    """The rule by which every launch format of the release refuses candidate ``c`` (None: one
+    writes it), asked once per candidate (``checked``: id -> the exporters' answer)."""
+    if id(c) not in checked:
+        p = c.problem
+        checked[id(c)] = domain.refused(_record(c, objectives, 0), p.model, p.cluster)
+    return checked[id(c)][0] if checked[id(c)] else None
+
+
+def _shown_by(cands: list, domain, objectives: Objectives, dropped: dict) -> list:
+    """The candidates of a Pareto front that a launch format of the release writes; each refused one
+    is counted by its rule in ``dropped`` (the same check ``_launchable_rows`` makes on ranked rows)."""
+    kept, checked = [], {}
+    for c in cands:
+        rule = _refused_rule(c, domain, objectives, checked)
+        if rule is None:
+            kept.append(c)
+        else:
+            dropped[rule] = dropped.get(rule, 0) + 1
+    return kept
 
 
 def _launchable_rows(cands: list, top: int, rank_by: str, domain, objectives: Objectives, dropped: dict) -> list:
@@ -473,11 +497,8 @@ def _launchable_rows(cands: list, top: int, rank_by: str, domain, objectives: Ob
         bad = []
         for row in rows:
             c = row.cand
-            if id(c) not in checked:
-                p = c.problem
-                checked[id(c)] = domain.refused(_record(c, objectives, 0), p.model, p.cluster)
-            if checked[id(c)]:
-                rule = checked[id(c)][0]
+            rule = _refused_rule(c, domain, objectives, checked)
+            if rule is not None:  # removed from cands below, so counted once
                 dropped[rule] = dropped.get(rule, 0) + 1
                 bad.append(id(c))
         if not bad:

@@ -262,3 +262,21 @@ def test_within_envelope_counts_the_layouts_the_domain_kept(megatron_within_enve
     ranked = [e for e in data["reference_recipes"] if e.get("rank")]
     for e in ranked:  # a ranked recipe's denominator: the layouts left inside
         assert e["fitting"] + stats["outside_envelope"] == launched
+
+
+def test_pareto_front_shows_only_rows_a_format_writes():
+    """--pareto with --framework: the front's rows pass the same shown-row check as a ranking.
+    Without a domain the 70B / 64 H100 front holds ZeRO-3 rows (its fastest layout is flat ZeRO-3,
+    test above, and the fastest layout is always a point of the time-memory front); with a domain
+    refusing ZeRO-3 none is shown and the refused ones are counted."""
+    from search.api import search
+    from search.request import SearchRequest
+
+    def front(domain):
+        return search(SearchRequest.of("70b", 64, "h100", top=8, pareto=True, domain=domain))
+
+    plain = front(None)
+    assert any(r["layout"]["zero"] == 3 for r in plain.results)
+    kept = front(_RefusesZero3())
+    assert kept.results and all(r["layout"]["zero"] != 3 for r in kept.results)
+    assert kept.stats["domain"]["rows_dropped"]["test_rule"] >= 1

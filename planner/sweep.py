@@ -334,6 +334,10 @@ def open_sweep(spec: Optional[SweepSpec], storage: Optional[str] = None, study_n
     name = study_name or "planner-sweep"
     if spec is None:
         spec = _stored_spec(store, name)
+    if (report or {}).get("prices"):  # a price for a type the sweep lacks is refused before it is stored
+        from costmodel.goodput import parse_prices
+
+        parse_prices(report["prices"], spec.gpu, "this sweep")
     sampler = _grid_sampler(spec)
     fingerprint = {**spec.to_dict(), "grid_order": _grid_order(sampler)}
     if report_only and storage is not None:  # read what is there: create no study
@@ -691,7 +695,7 @@ def run_sweep(spec: Optional[SweepSpec], *, storage: Optional[str] = None, study
     series' best GPU count by it (``OBJECTIVES``) and where adding GPUs stops paying;
     ``run_flags``: the run-model flags typed, refused without a token budget (given or stored),
     as they change nothing else the sweep reports."""
-    from costmodel.goodput import parse_prices, refuse_unused_run_settings
+    from costmodel.goodput import refuse_unused_run_settings
     from search.api import TRAIN_TOKENS
 
     if train_tokens is not None:
@@ -719,8 +723,6 @@ def run_sweep(spec: Optional[SweepSpec], *, storage: Optional[str] = None, study
         raise PlannerInputError(f"--objective {objective} prices the whole run: give --train-tokens (e.g. 15T)")
     if not report.get("train_tokens"):  # a joined sweep's stored budget puts them to use
         refuse_unused_run_settings(run_flags, "sweep", "--train-tokens")
-    if prices:  # joining a stored sweep without axes, its GPU types are known only now
-        parse_prices(prices, spec.gpu, "this sweep")
     worker = WorkerStats()
     if reclaim:
         worker.reclaimed = reclaim_running(study)

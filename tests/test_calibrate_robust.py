@@ -260,3 +260,38 @@ def test_copies_of_a_run_move_neither_the_error_table_nor_the_verdict(three):
         for m in ("median_abs_error", "p90_abs_error", "mape", "capped_mape", "mean_signed_error"):
             assert got[m] == pytest.approx(want[m], abs=1e-12), (key, m)
     assert verdict(res.stats) == verdict(three.stats).replace("one run out", "one configuration out")
+
+
+def test_sources_linked_into_one_fold_leave_one_configuration_out():
+    """Source A measured configurations X and Y, source B measured X again: X links A and B, so
+    holding out by source leaves one fold and no estimate. With 2 configurations the estimate
+    leaves one configuration out instead (X's two runs together), and no verdict says "one
+    configuration"."""
+    from planner.validate.calibrate import _fold_keys, configuration_keys
+    from planner.validate.calibrate_report import verdict
+
+    x, y = _synthetic_runs()[:2]
+    runs = [{**x, "id": "x-a", "source": "A"}, {**y, "id": "y-a", "source": "A"}, {**x, "id": "x-b", "source": "B"}]
+    predictor = Predictor(prepare([map_run(r) for r in runs]))
+    configs = configuration_keys(predictor)
+    keys, unit = _fold_keys(predictor, configs)
+    assert unit == "configuration" and keys[0] == keys[2] != keys[1]
+    res = calibrate(predictor)
+    assert res.configurations == 2 and res.stats["loo_unit"] == "configuration"
+    held = {rid: h for rid, *_, h in res.rows}
+    assert None not in held.values() and held["x-a"] == held["x-b"]
+    said = verdict(res.stats, res.configurations)
+    assert said.startswith("leaving one configuration out") and "one configuration:" not in said
+
+
+def test_no_held_out_estimate_is_worded_from_the_configurations():
+    """Without a held-out estimate the verdict names what there is: one run, one configuration
+    (its copies), never one configuration when the runs hold more."""
+    from planner.validate.calibrate import _stats
+    from planner.validate.calibrate_report import verdict
+
+    two = {"shipped": _stats(np.array([0.1, 0.2])), "held_out": None, "loo_unit": None}
+    assert verdict(two, 1).startswith("one configuration: no leave-one-out estimate")
+    assert verdict(two, 2).startswith("2 configurations: no leave-one-out estimate")
+    one = {"shipped": _stats(np.array([0.1])), "held_out": None, "loo_unit": None}
+    assert verdict(one, 1).startswith("one run: no leave-one-out estimate")

@@ -166,10 +166,11 @@ def configuration_weights(keys: np.ndarray) -> np.ndarray:
 
 
 def _fold_keys(predictor: Predictor, configs: np.ndarray) -> tuple[np.ndarray, str]:
-    """The held-out unit per run and its name: the source when the runs come from several, else
-    the run; in both, the runs of one configuration stay in one fold (sources sharing a
-    configuration are held out together), so a copy never predicts its twin."""
+    """The held-out unit per run and its name: the source when the runs come from several (and
+    they form at least 2 folds), else the run; in both, the runs of one configuration stay in one
+    fold (sources sharing a configuration are held out together), so a copy never predicts its twin."""
     sources = [r.source for r in predictor.rows]
+    unit = "configuration" if len(set(configs.tolist())) < len(configs) else "run"
     if len(set(sources)) > 1:
         # union-find over sources linked by a shared configuration
         parent = {s: s for s in sources}
@@ -182,8 +183,11 @@ def _fold_keys(predictor: Predictor, configs: np.ndarray) -> tuple[np.ndarray, s
         first: dict = {}
         for s, c in zip(sources, configs.tolist()):
             parent[root(s)] = root(first.setdefault(c, s))
-        return np.array([root(s) for s in sources]), "source"
-    unit = "configuration" if len(set(configs.tolist())) < len(configs) else "run"
+        linked = np.array([root(s) for s in sources])
+        if len(set(linked.tolist())) > 1:
+            return linked, "source"
+        # shared configurations link every source into one fold: leave one configuration out
+        # instead, which still keeps a copy from predicting its twin
     return configs, unit
 
 

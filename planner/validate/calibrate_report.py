@@ -58,14 +58,30 @@ def better_held_out(stats: dict) -> Optional[bool]:
     return None if not held else held["capped_mape"] < stats["shipped"]["capped_mape"]
 
 
-def verdict(stats: dict) -> str:
+def _alone(stats: dict, configurations: int) -> str:
+    """What there is no leave-one-out estimate for, said from the number of configurations
+    (0: not counted, taken as one) and runs: "one run", "one configuration" (copies of one run),
+    or how many configurations."""
+    runs = stats["shipped"]["rows"]
+    n = configurations or 1
+    if n > 1:
+        return f"{n} configurations"
+    return "one configuration" if runs > 1 else "one run"
+
+
+def verdict(stats: dict, configurations: int = 0) -> str:
     """Whether the fit predicts runs it did not see better than the shipped constants, judged as
     the fit judges: the mean |error| with each run's capped at ``fit.CLIP`` (a unit slip off by
-    1,000% would otherwise decide it alone; it is warned about separately)."""
+    1,000% would otherwise decide it alone; it is warned about separately). ``configurations``:
+    distinct configurations among the runs (``Calibrated.configurations``), which word the verdict
+    when there is no held-out estimate."""
     held, shipped, unit = stats.get("held_out"), stats["shipped"], stats["loo_unit"]
     if not held:
-        return ("one configuration: no leave-one-out estimate; the fit is what this configuration alone says"
-                if shipped["rows"] > 1 else "one run: no leave-one-out estimate; the fit is what this run alone says")
+        alone = _alone(stats, configurations)
+        if alone.startswith("one "):
+            what = alone.removeprefix("one ")
+            return f"{alone}: no leave-one-out estimate; the fit is what this {what} alone says"
+        return f"{alone}: no leave-one-out estimate"
     before, after = shipped["capped_mape"] * 100, held["capped_mape"] * 100
     judged = (f"leaving one {unit} out, mean |error| capped at {_clip():.0%} per run (as the fit counts it) "
               f"{before:.1f}% -> {after:.1f}%")
@@ -131,7 +147,7 @@ def format_calibration(result: Calibrated, head: list[str]) -> str:
                     f"({capped}: each run's |error| counted up to {_clip():.0%}, as the fit counts it; the verdict "
                     "is judged on it" + ("; each configuration counts once, each of its k copies 1/k, as in the fit"
                                          if 0 < result.configurations < len(result.rows) else "") + ")",
-                    f"-> {verdict(s)}", ""]
+                    f"-> {verdict(s, result.configurations)}", ""]
     if result.moved:
         lines.append("constants that moved (90% interval):")
         for m in result.moved:
@@ -164,8 +180,8 @@ def profile_text(result: Calibrated, runs_file: Path, version: str, fitted_on: O
                           **(fitted_on or {})},  # gpus / models of the runs: --calibration warns on another GPU
               "fit": {f"{k}_{m}": s[k][m] for k in ("shipped", "fitted", "held_out") if s.get(k)
                       for m in ("median_abs_error", "mape", "capped_mape", "mean_signed_error")}}
-    tables["fit"]["leave_one_out"] = s["loo_unit"] or "none (one run)"
-    tables["fit"]["verdict"] = verdict(s)
+    tables["fit"]["leave_one_out"] = s["loo_unit"] or f"none ({_alone(s, result.configurations)})"
+    tables["fit"]["verdict"] = verdict(s, result.configurations)
     tables["fit"]["warnings"] = warnings(result) or None
     # Always a [constants] table, empty when nothing moved: --calibration then reads the profile
     # as the shipped constants instead of refusing it.
@@ -233,7 +249,7 @@ def _print(result: Calibrated, runs_file, out, notes, as_json: bool, confidence:
         typer.echo(json.dumps({
             "constants": {m.name: {"value": m.value, "shipped": m.shipped, "interval": list(m.interval), "why": m.why}
                           for m in result.moved},
-            "unchanged": result.unchanged, "errors": result.stats, "configurations": result.configurations, "verdict": verdict(result.stats), "method": METHOD,
+            "unchanged": result.unchanged, "errors": result.stats, "configurations": result.configurations, "verdict": verdict(result.stats, result.configurations), "method": METHOD,
             "rows": [dict(zip(("id", "source", "reported", "shipped", "fitted", "held_out"), r)) for r in result.rows],
             "notes": notes, "warnings": warnings(result), "profile": str(out) if out else None}, indent=2))
         return

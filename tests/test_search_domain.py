@@ -280,3 +280,17 @@ def test_pareto_front_shows_only_rows_a_format_writes():
     kept = front(_RefusesZero3())
     assert kept.results and all(r["layout"]["zero"] != 3 for r in kept.results)
     assert kept.stats["domain"]["rows_dropped"]["test_rule"] >= 1
+
+
+def test_domain_groups_float_columns_by_value():
+    """A float column is grouped by its exact values: 1.0, 1.5, 1.0 are two groups (int() made them
+    one), 0.0 and 1.5 two (bincount refused floats), one value none."""
+    from planner.export.domain import _codes as column_codes
+
+    codes, n = column_codes(np.array([1.0, 1.5, 1.0]))
+    assert n == 2 and codes.tolist() == [0, 1, 0]
+    codes, n = column_codes(np.array([0.0, 1.5]))
+    assert n == 2 and codes.tolist() == [0, 1]
+    assert column_codes(np.array([0.25, 0.25])) == (None, 1)
+    codes, n = column_codes(np.array([2, 0, 2]))  # integer codes as before: dense, in order
+    assert n == 2 and codes.tolist() == [1, 0, 1]

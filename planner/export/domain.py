@@ -78,11 +78,15 @@ class _Reader:
 
 
 def _codes(column: np.ndarray) -> tuple[np.ndarray | None, int]:
-    """(dense code of each row, number of codes) for one column of small integer codes; (None, 1)
-    for a column that holds one value (most implementation settings: no work per row)."""
+    """(dense code of each row, number of codes) for one column of small integer codes or of
+    floats (grouped by exact value); (None, 1) for a column that holds one value (most
+    implementation settings: no work per row)."""
     col = np.asarray(column)
     if col.dtype == bool:
         return (None, 1) if col.all() or not col.any() else (col, 2)
+    if col.dtype.kind == "f":  # a float column (a ratio, a fraction): group by value, never truncate
+        uniq, inv = np.unique(col, return_inverse=True)
+        return (None, 1) if len(uniq) == 1 else (inv.reshape(-1), len(uniq))
     lo, hi = int(col.min()), int(col.max())
     if lo == hi:
         return None, 1

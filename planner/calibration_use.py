@@ -51,8 +51,12 @@ class AppliedCalibration:
             return None
         if not isinstance(values, dict):
             raise PlannerInputError(f"{where}: {CONSTANTS_KEY}: expected constant -> value, got {values!r}")
-        return cls(str(named), tuple(sorted(_checked(values, where).items())),
-                   tuple(rec.get("calibration_fitted_gpus") or ()))
+        gpus = rec.get("calibration_fitted_gpus") or []
+        if not isinstance(gpus, list) or not all(isinstance(g, str) for g in gpus):
+            # a string would be read one character per GPU type ("h, 1, 0, 0")
+            raise PlannerInputError(f"{where}: calibration_fitted_gpus: expected a list of GPU type names, "
+                                    f"got {gpus!r}")
+        return cls(str(named), tuple(sorted(_checked(values, where).items())), tuple(gpus))
 
     def calib(self):
         """The ``Calibration`` to price with: the shipped constants with the profile's."""

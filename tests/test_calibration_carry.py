@@ -166,3 +166,16 @@ def test_sweep_json_warns_on_stderr_and_in_its_stats_as_search_json_does(tmp_pat
     quiet = cli("sweep", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100", "--seq-len", "4096", "--gbs", "64",
                 "--calibration", same, "--no-progress", "--json")
     assert "calibration_warning" not in json.loads(quiet.stdout)["stats"] and "fitted on" not in quiet.stderr
+
+
+def test_a_record_whose_fitted_gpus_is_not_a_list_is_one_line_exit_2(searched, tmp_path):
+    """calibration_fitted_gpus is a list of GPU type names (as ``stamp`` writes it); a bare string
+    was read one character per type ("fitted on runs on a, 1, 0, 0")."""
+    tmp, _, data = searched
+    (tmp_path / "bad.json").write_text(json.dumps(dict(data["results"][0], calibration_fitted_gpus="a100")))
+    res = cli("evaluate", "--from", tmp_path / "bad.json", code=2)
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and "calibration_fitted_gpus: expected a list of GPU type names" in lines[0]
+    assert "a, 1, 0, 0" not in res.output
+    (tmp_path / "ok.json").write_text(json.dumps(dict(data["results"][0], calibration_fitted_gpus=["a100-80gb"])))
+    assert "was fitted on runs on a100-80gb only, not on h100-sxm" in cli("evaluate", "--from", tmp_path / "ok.json").output

@@ -228,6 +228,15 @@ def price_for(prices: Optional[dict], gpu_name: str) -> Optional[float]:
     return prices.get(gpu_name, prices.get("*"))
 
 
+def prices_as_stored(prices: Optional[dict]):
+    """``parse_prices``' mapping as outputs and shared studies state it: one price for every GPU
+    type as a bare number (as they named it before per-type prices, so a study stored then still
+    matches), per-type prices as the mapping, an empty or absent mapping as given."""
+    if prices and set(prices) == {"*"}:
+        return prices["*"]
+    return prices
+
+
 _SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}
 
 

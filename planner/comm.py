@@ -595,7 +595,6 @@ def _right_slope(f: Callable[[float], float], x0: float, t0: float) -> float:
     where ``f`` is linear on [x0, x0 + h] (concavity), so h starts at max(t0, x0), where float
     rounding (~1e-16 t0 / h) is negligible, and shrinks until they agree."""
     h = max(t0, x0) or 1.0
-    half = (f(x0 + h / 2) - t0) / (h / 2)
     for _ in range(80):
         whole = (f(x0 + h) - t0) / h
         half = (f(x0 + h / 2) - t0) / (h / 2)

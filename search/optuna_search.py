@@ -257,6 +257,7 @@ def _create_study(problems, sampler, directions, storage, study_name, memory_hea
 
     if storage is None:
         return optuna.create_study(sampler=sampler, directions=directions)
+    from costmodel.goodput import prices_as_stored
     from search.storage import join_study, open_storage
 
     fingerprint = {
@@ -267,8 +268,7 @@ def _create_study(problems, sampler, directions, storage, study_name, memory_hea
                       "recompute_modules": int(p.recompute_modules)} for p in problems],
         "memory_headroom": float(memory_headroom), "pareto": objectives.pareto,
         # one price for every GPU as a number, as studies stored before per-type prices name it
-        "price_per_gpu_hour": (objectives.prices.get("*") if set(objectives.prices or {}) == {"*"}
-                               else objectives.prices),
+        "price_per_gpu_hour": prices_as_stored(objectives.prices),
         "train_tokens": objectives.train_tokens,
         "sampler": sampler_name or "",
     }

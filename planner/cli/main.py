@@ -230,6 +230,7 @@ def _searched_layout(ctx, problem, values: dict, layout: dict, calibration, fram
     """No layout or batch flag given and the default layout (all data parallel) breaks a rule (a batch too
     small for every GPU, a model too large for one): the layout ``planner search`` ranks first
     for the same job, said in one line; nothing fits: exit 3 with the search's answer."""
+    from planner.calibration_use import as_applied
     from planner.cli.search import _request
     from planner.reports.evaluate import layout_summary
     from search.api import search
@@ -237,7 +238,7 @@ def _searched_layout(ctx, problem, values: dict, layout: dict, calibration, fram
     typed = typed_flags(ctx, tuple(layout))  # evaluate's defaults are not pins: the search chooses those
     _, request = _request(ctx, framework, {k: (v if k in typed else None) for k, v in layout.items()}, problem.model, problem.gpus, problem.gpu, problem.cluster,
                           problem.tokens_per_batch, problem.allow_cross_node_tp, options={}, ranking=dict(top=1),
-                          calibration=calibration, from_launch=False)
+                          calibration=as_applied(calibration), from_launch=False)
     best = search(request).best
     if best is None:
         raise PlannerInputError(f"no layout flags given, the default layout (all data parallel) breaks a rule and "

@@ -157,10 +157,10 @@ def _request(ctx, framework, layout: dict, model, gpus, gpu, cluster, tokens_per
              options: dict, ranking: dict, calibration, from_launch: bool):
     """(the stats' ``framework`` entry or None, the search request of the flags): the problem, the
     search's options (the profile of --framework applied to the layout flags first), the ranking
-    and the constants (``search.request``). With --from-launch the file's problem replaces the
+    and the constants (``calibration``: an ``AppliedCalibration`` or None, read by the caller;
+    ``search.request``). With --from-launch the file's problem replaces the
     request's (``planner.cli.from_launch.reference``)."""
     from costmodel.options import IMPLEMENTATION_OPTIONS, OPTIONS_BY_NAME, SEARCHED
-    from planner.calibration_use import as_applied
     from search.request import ProblemRequest, Ranking, SearchOptions, SearchRequest
 
     framework_info = None if from_launch else _apply_framework(ctx, framework, model, gpu, cluster, layout)
@@ -177,8 +177,7 @@ def _request(ctx, framework, layout: dict, model, gpus, gpu, cluster, tokens_per
     choices = SearchOptions(pins={k: v for k, v in layout.items() if OPTIONS_BY_NAME[k].search == SEARCHED},
                             implementation={k: layout[k] for k in IMPLEMENTATION_OPTIONS},
                             recompute_modules=layout["recompute_modules"], **options)
-    applied = as_applied(calibration)
-    request = SearchRequest(problem, choices, Ranking(**ranking), applied.calib() if applied is not None else None)
+    request = SearchRequest(problem, choices, Ranking(**ranking), calibration.calib() if calibration is not None else None)
     return framework_info, request
 
 
@@ -245,7 +244,7 @@ def _run_search(request, framework_info, calibration, outputs, checked: dict, fo
 def _add_run_blocks(result, run_in) -> None:
     """Each result's "run" block (``costmodel.goodput.run_block``: failures, checkpoint, goodput,
     days, MWh, $) and the inputs in the stats."""
-    from costmodel.goodput import run_block
+    from costmodel.goodput import prices_as_stored, run_block
 
     for rec, (m, c, g) in zip(result.results, result.specs):
         # each row at its own GPU type's price (--price-per-gpu-hour h100=2.5,b200=4)
@@ -262,9 +261,8 @@ def _add_run_blocks(result, run_in) -> None:
             rec["run_energy_mwh"] = run["energy_mwh"]
         if "cost_usd" in run and "run_cost_usd" in rec:
             rec["run_cost_usd"] = run["cost_usd"]
-    prices = result.objectives.prices or {}  # one price as a number (as before per-type prices), else by type
-    result.stats["run_inputs"] = {**run_in.to_dict(),
-                                  "price_per_gpu_hour": prices.get("*") if set(prices) == {"*"} else prices or None}
+    prices = result.objectives.prices  # one price as a number (as before per-type prices), else by type
+    result.stats["run_inputs"] = {**run_in.to_dict(), "price_per_gpu_hour": prices_as_stored(prices) if prices else None}
 
 
 def _apply_framework(ctx, framework, model, gpu, cluster, layout: dict):

@@ -403,7 +403,9 @@ def search(request: SearchRequest) -> SearchResult:
                            "rules_all": dict(pools.domain_rules_all)}
     if pareto:
         stats["objectives"] = list(objectives.names)
-        stats["pareto_front_size"] = len(pools.front)
+        # the points shown are drawn from: with a domain, those a launch format writes (the rest
+        # counted in rows_dropped, as only the front's rows are checked with --pareto)
+        stats["pareto_front_size"] = len(pools.front) - sum(dropped.values())
     closest, message = [], ""
     if not results:
         closest, message = _explain_nothing_fits(pools, stats, objectives, batch.origin,

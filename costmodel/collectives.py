@@ -439,29 +439,39 @@ class _Span:
         return (per_byte,)  # 0 for n == 1
 
     # ---- best algorithm on this level alone (parts of the hierarchical composition; 0 if n<=1)
-    def rs_best(self, S, allow_tree):
-        t = self.ring_rs(S)
-        if allow_tree and self.switched:
-            t = np.minimum(t, self.tree_rs(S))
+    def candidates(self, op, S, allow_tree=True) -> dict:
+        """Seconds of each algorithm this level offers for ``op`` ("all_reduce", "broadcast", or a
+        reduce-scatter / all-gather), in the order ties keep: the ring, NCCL's tree (only on a
+        switch) and, on a 2-D mesh or torus, the dimension-ordered algorithm (all-reduce and
+        broadcast as two reduce-scatter passes). Absent ones are infinite."""
+        if op == "all_reduce":
+            out = {"ring": self.ring_ar(S), "tree": self.tree_ar(S)}
+        elif op == "broadcast":
+            out = {"ring": self.ring_bcast(S), "tree": self.tree_bcast(S)}
+        else:
+            out = {"ring": self.ring_rs(S), "tree": self.tree_rs(S) if allow_tree else _INF}
+        passes = 2.0 if op in ("all_reduce", "broadcast") else 1.0  # reduce-scatter, then all-gather
         if self.topo in _GRID:
-            t = np.minimum(t, self.dims_rs(S))
+            out[self.topo] = passes * self.dims_rs(S)
+        else:
+            out["grid"] = _INF
+        return out
+
+    def _fastest(self, op, S, allow_tree=True):
+        times = list(self.candidates(op, S, allow_tree).values())
+        t = times[0]
+        for other in times[1:]:
+            t = np.minimum(t, other)
         return t
+
+    def rs_best(self, S, allow_tree):
+        return self._fastest("reduce_scatter", S, allow_tree)
 
     def ar_best(self, S):
-        t = self.ring_ar(S)
-        if self.switched:
-            t = np.minimum(t, self.tree_ar(S))
-        if self.topo in _GRID:
-            t = np.minimum(t, 2.0 * self.dims_rs(S))
-        return t
+        return self._fastest("all_reduce", S)
 
     def bcast_best(self, S):
-        t = self.ring_bcast(S)
-        if self.switched:
-            t = np.minimum(t, self.tree_bcast(S))
-        if self.topo in _GRID:
-            t = np.minimum(t, 2.0 * self.dims_rs(S))
-        return t
+        return self._fastest("broadcast", S)
 
 
 def _tree_busiest_share(n: float) -> float:
@@ -752,16 +762,7 @@ def level_best(op: str, message_bytes: float, level: LinkLevel, n: int, peers: i
     S = float(message_bytes)
     op = "broadcast" if op == "reduce" else op
     with np.errstate(divide="ignore", invalid="ignore"):
-        if op == "all_reduce":
-            cands = {"ring": span.ring_ar(S), "tree": span.tree_ar(S)}
-            grid = 2.0 * span.dims_rs(S) if span.topo in _GRID else _INF
-        elif op == "broadcast":
-            cands = {"ring": span.ring_bcast(S), "tree": span.tree_bcast(S)}
-            grid = 2.0 * span.dims_rs(S) if span.topo in _GRID else _INF
-        else:
-            cands = {"ring": span.ring_rs(S), "tree": span.tree_rs(S) if allow_tree else _INF}
-            grid = span.dims_rs(S) if span.topo in _GRID else _INF
-    cands[span.topo if span.topo in _GRID else "grid"] = grid
+        cands = span.candidates(op, S, allow_tree)
     best = "ring"  # the composition's np.minimum keeps the first of equal times: ring, tree, 2-D
     for name, t in cands.items():
         if float(t) < float(cands[best]):

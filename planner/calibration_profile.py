@@ -40,20 +40,31 @@ def profile_constants(path: Path | str) -> dict[str, float]:
     constants = data.get("constants")
     if not isinstance(constants, dict):
         raise PlannerInputError(f"{where}: no [constants] table (a profile written by planner calibrate has one)")
-    ranges = _ranges()
     values = {}
     for name, entry in constants.items():
-        if name not in ranges:
-            raise PlannerInputError(f"{where}: constants.{name}: not a fitted constant (allowed: {', '.join(ranges)})")
+        check_constant_name(name, f"{where}: constants.{name}")
         value = entry.get("value") if isinstance(entry, dict) else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise PlannerInputError(f"{where}: constants.{name}.value: expected a number, got {value!r}")
-        lo, hi = float(ranges[name].min()), float(ranges[name].max())
-        if not lo <= value <= hi:
-            raise PlannerInputError(f"{where}: constants.{name}.value={value:g}: outside its plausible range [{lo:g}, {hi:g}]")
-        values[name] = float(value)
+        values[name] = checked_constant(name, value, f"{where}: constants.{name}.value")
     _warn_stale(path, stale_constants(constants, where))
     return values
+
+
+def check_constant_name(name: str, label: str) -> None:
+    """A fitted constant's name (``costmodel.calibration.FIT_RANGES``), or one line at ``label``."""
+    ranges = _ranges()
+    if name not in ranges:
+        raise PlannerInputError(f"{label}: not a fitted constant (allowed: {', '.join(ranges)})")
+
+
+def checked_constant(name: str, value: Any, label: str) -> float:
+    """``value`` of the fitted constant ``name``: a finite number inside the plausible range the
+    fit searches (``FIT_RANGES``); otherwise one line at ``label`` (a profile's or a record's key)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise PlannerInputError(f"{label}: expected a number, got {value!r}")
+    lo, hi = float(_ranges()[name].min()), float(_ranges()[name].max())
+    if not lo <= value <= hi:
+        raise PlannerInputError(f"{label}={value:g}: outside its plausible range [{lo:g}, {hi:g}]")
+    return float(value)
 
 
 def stale_constants(constants: dict, where: str) -> list[str]:

@@ -11,7 +11,6 @@ record's constants, not with whatever the file holds now. Reading and checking t
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -143,20 +142,12 @@ def as_applied(calibration) -> Optional[AppliedCalibration]:
 def _checked(values: dict, where: str) -> dict:
     """Constants a record states: fitted constants only, each a number within its plausible range (the
     checks ``planner.calibration_profile`` applies to a profile file)."""
-    from costmodel.calibration import FIT_RANGES
+    from planner.calibration_profile import check_constant_name, checked_constant
 
     out = {}
     for name, value in values.items():
-        if name not in FIT_RANGES:
-            raise PlannerInputError(f"{where}: {CONSTANTS_KEY}.{name}: not a fitted constant "
-                                    f"(allowed: {', '.join(FIT_RANGES)})")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise PlannerInputError(f"{where}: {CONSTANTS_KEY}.{name}: expected a number, got {value!r}")
-        lo, hi = float(FIT_RANGES[name].min()), float(FIT_RANGES[name].max())
-        if not lo <= value <= hi:
-            raise PlannerInputError(f"{where}: {CONSTANTS_KEY}.{name}={value:g}: outside its plausible range "
-                                    f"[{lo:g}, {hi:g}]")
-        out[name] = float(value)
+        check_constant_name(name, f"{where}: {CONSTANTS_KEY}.{name}")
+        out[name] = checked_constant(name, value, f"{where}: {CONSTANTS_KEY}.{name}")
     return out
 
 

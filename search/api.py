@@ -550,6 +550,13 @@ def _check_settings(method, sampler, top, trials, seed, memory_headroom, price, 
             None if train_tokens is None else TRAIN_TOKENS.parse(train_tokens))
 
 
+def _formats_and_rules(domain: dict, counts: str, verb: str) -> str:
+    """"(megatron, torchrun, slurm; rule_a left out 12; rule_b left out 3)": the release's formats
+    and the three rules of ``domain[counts]`` that refused most."""
+    rules = sorted(domain[counts].items(), key=lambda kv: -kv[1])[:3]
+    return f"({', '.join(domain['formats'])}; " + "; ".join(f"{k} {verb}{v:,}" for k, v in rules) + ")"
+
+
 def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "",
                           problems: Sequence[Problem] = (), calib=None) -> tuple[list[dict], str]:
     """(the closest layouts, one line on why nothing fits). A value the user fixed that breaks a
@@ -559,21 +566,16 @@ def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "",
     memory, with the fewest GPUs at which one does (``search.nearest``)."""
     domain = stats.get("domain")
     if domain and pools.outside_domain and not pools.best:
-        rules = sorted(domain["rules"].items(), key=lambda kv: -kv[1])
         return [], (f"no layout {domain['release']} can launch fits: all {pools.outside_domain:,} layouts that fit are "
-                    f"refused by every format that launches it ({', '.join(domain['formats'])}; "
-                    + "; ".join(f"{k} left out {v:,}" for k, v in rules[:3])
-                    + "); search without --framework to see them")
+                    f"refused by every format that launches it {_formats_and_rules(domain, 'rules', 'left out ')}; "
+                    "search without --framework to see them")
     if domain and domain["rows_dropped"] and pools.best:
-        rules = sorted(domain["rows_dropped"].items(), key=lambda kv: -kv[1])
         return [], (f"none of the {len(pools.best):,} best layouts that fit is one {domain['release']} can launch: every "
-                    f"format that launches it refuses them ({', '.join(domain['formats'])}; "
-                    + "; ".join(f"{k} {v:,}" for k, v in rules[:3]) + "); search without --framework to see them")
+                    f"format that launches it refuses them {_formats_and_rules(domain, 'rows_dropped', '')}; "
+                    "search without --framework to see them")
     if domain and not domain["launchable"] and stats.get("feasible", 0) and domain["rules_all"]:
-        rules = sorted(domain["rules_all"].items(), key=lambda kv: -kv[1])
         return [], (f"no layout {domain['release']} can launch: every layout the rules leave is refused by every "
-                    f"format that launches it ({', '.join(domain['formats'])}; "
-                    + "; ".join(f"{k} left out {v:,}" for k, v in rules[:3]) + ")")
+                    f"format that launches it {_formats_and_rules(domain, 'rules_all', 'left out ')}")
     if pools.outside_envelope:
         launched = f" and {domain['release']} launches" if domain else ""  # the envelope filters what the domain kept
         return [], (f"no layout inside the validated envelope fits: all {pools.outside_envelope:,} layouts that fit"

@@ -28,7 +28,7 @@ Overall: decisive pairs pooled over groups, top-1 over groups, mean tau over gro
 groups, and for the groups measured on one software release (confidence high or medium: the
 low ones mix releases, so their measured order mixes layout and software effects).
 
-Where the model leans (``knob_bias``): per knob (TP, PP, DP, mbs, CP, VPP), the decisive pairs
+Where the model leans (``knob_bias``): per knob (TP, PP, DP, mbs, CP, VPP, EP), the decisive pairs
 whose layouts differ in it, the share ordered right and the mean log bias of the predicted
 ratio against the measured one, larger value over smaller. How the stated uncertainty calls
 ties (``tie_stats``): the 80% interval of every prediction (``search.uncertainty``), and how
@@ -211,8 +211,8 @@ def format_replicated(r: dict) -> list[str]:
             f"{_share(r['contested_right'], r['contested'])} of those another group measures the other way round"]
 
 
-KNOBS = ("tp", "pp", "dp", "mbs", "cp", "vpp")
-"""The layout knobs the bias table splits pairs by (``Layout`` names)."""
+KNOBS = ("tp", "pp", "dp", "mbs", "cp", "vpp", "ep")
+"""The layout knobs the bias table splits pairs by (``Layout`` names; EP for the MoE groups)."""
 
 
 def layout_intervals(rows: list[dict], done: list) -> list[Optional[tuple]]:

@@ -212,3 +212,20 @@ def test_mbridge_qwen3_30b_group_rows_count_the_same_model_flops(groups):
         assert lay["tp"] * lay["pp"] * lay["dp"] * lay["cp"] == g["hardware"]["num_gpus"] == 16
         assert g["global_batch_size"] % (lay["micro_batch_size"] * lay["dp"]) == 0
 
+
+def test_mbridge_qwen3_30b_ep_overlap_group_from_step_times(groups):
+    """The HybridEP EP-overlap A/B states step times: tokens/s/GPU = GBS x seq / (step x GPUs),
+    by hand 1024 x 4096 / (24.7138 x 16) = 10,607.2 and / (21.0725 x 16) = 12,440.1; and the
+    source's TFLOP/s (244.039, 286.208) over those must be the hand count of 23.08 GFLOP/token
+    (test above) within 0.5%, so the rows are the model and sequence the group states."""
+    g = next(x for x in groups if x["id"] == "mbridge_h100_qwen3_30b_a3b_16gpu_hybridep_ep_overlap")
+    assert (g["global_batch_size"], g["seq_length"], g["hardware"]["num_gpus"]) == (1024, 4096, 16)
+    rows = {e["layout"]["ep_comm_overlap"]: e for e in g["layouts"]}
+    for overlap, step, tflops, tps in ((False, 24.7138, 244.039, 10607.2), (True, 21.0725, 286.208, 12440.1)):
+        e = rows[overlap]
+        assert f"{step}s" in e["quote"] and str(tflops) in e["quote"]
+        assert e["measured"]["tokens_per_s_per_gpu"] == pytest.approx(tps, abs=0.05)
+        assert tps * 23_081_779_200 / 1e12 == pytest.approx(tflops, rel=0.005)
+    assert {e["layout"]["moe_dispatcher"] for e in g["layouts"]} == {"hybridep"}
+    assert [k for k in rows[False]["layout"] if rows[False]["layout"][k] != rows[True]["layout"][k]] == ["ep_comm_overlap"]
+

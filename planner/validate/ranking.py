@@ -136,9 +136,10 @@ def rank_group(group: dict, with_intervals: bool = False) -> dict:
 
 
 STATED_KNOBS = ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch_size", "activation_recompute", "zero_stage",
-                "sequence_parallel", "precision")
-"""The layout fields that make two measured layouts the same layout (``replicated_pairs``); the
-framework and kernel texts are left out: groups of one study often differ only in those."""
+                "sequence_parallel", "precision", "moe_dispatcher", "ep_comm_overlap")
+"""The layout fields that make two measured layouts the same layout (``replicated_pairs``), with the
+MoE dispatcher and EP overlap the MoE groups state; the framework and kernel texts are left out:
+groups of one study often differ only in those."""
 
 
 def job_key(group: dict) -> str:

@@ -28,7 +28,7 @@ Overall: decisive pairs pooled over groups, top-1 over groups, mean tau over gro
 groups, and for the groups measured on one software release (confidence high or medium: the
 low ones mix releases, so their measured order mixes layout and software effects).
 
-Where the model leans (``knob_bias``): per knob (TP, PP, DP, mbs, CP, VPP), the decisive pairs
+Where the model leans (``knob_bias``): per knob (TP, PP, DP, mbs, CP, VPP, EP), the decisive pairs
 whose layouts differ in it, the share ordered right and the mean log bias of the predicted
 ratio against the measured one, larger value over smaller. How the stated uncertainty calls
 ties (``tie_stats``): the 80% interval of every prediction (``search.uncertainty``), and how
@@ -136,9 +136,10 @@ def rank_group(group: dict, with_intervals: bool = False) -> dict:
 
 
 STATED_KNOBS = ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch_size", "activation_recompute", "zero_stage",
-                "sequence_parallel", "precision")
-"""The layout fields that make two measured layouts the same layout (``replicated_pairs``); the
-framework and kernel texts are left out: groups of one study often differ only in those."""
+                "sequence_parallel", "precision", "moe_dispatcher", "ep_comm_overlap")
+"""The layout fields that make two measured layouts the same layout (``replicated_pairs``), with the
+MoE dispatcher and EP overlap the MoE groups state; the framework and kernel texts are left out:
+groups of one study often differ only in those."""
 
 
 def job_key(group: dict) -> str:
@@ -211,8 +212,8 @@ def format_replicated(r: dict) -> list[str]:
             f"{_share(r['contested_right'], r['contested'])} of those another group measures the other way round"]
 
 
-KNOBS = ("tp", "pp", "dp", "mbs", "cp", "vpp")
-"""The layout knobs the bias table splits pairs by (``Layout`` names)."""
+KNOBS = ("tp", "pp", "dp", "mbs", "cp", "vpp", "ep")
+"""The layout knobs the bias table splits pairs by (``Layout`` names; EP for the MoE groups)."""
 
 
 def layout_intervals(rows: list[dict], done: list) -> list[Optional[tuple]]:

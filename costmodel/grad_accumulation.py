@@ -11,7 +11,8 @@ backward (memory-bound: ``Calibration.memory_bound_efficiency`` of the datasheet
   both, write one, 6 B; the first micro-batch assigns, so (m - 1) of m micro-batches pay it.
   DeepSpeed's fp16 engine and its ZeRO optimizers with 16-bit accumulation; FSDP2 adds each
   reduce-scattered shard into the sharded gradient (torch/distributed/fsdp/_fully_shard/
-  _fsdp_param_group.py post_backward), so it pays on 1/shard of the elements.
+  _fsdp_collectives.py foreach_reduce: ``sharded_param.grad._local_tensor += new_sharded_grad``), so
+  it pays on 1/shard of the elements.
 * cast_add: DeepSpeed's BF16_Optimizer (runtime/bf16_optimizer.py ``update_hp_grads``:
   ``hp_grad.add_(lp.grad.to(hp_grad.dtype))``), which the pipeline engine calls after every
   micro-batch's backward (runtime/pipe/engine.py ``_exec_backward_pass``) and the engine's

@@ -573,7 +573,7 @@ PROFILES: tuple[Profile, ...] = (
         Entry({"grad_accum_pass": "autograd"}, "",  # no line: on FSDP2's shards it costs next to nothing
               source="FSDP2 adds each micro-batch's reduce-scattered gradient into the sharded one "
                      "(torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce: "
-                     "'fsdp_param.sharded_param.grad += new_sharded_grad'), and replicated parameters "
+                     "'fsdp_param.sharded_param.grad._local_tensor += new_sharded_grad'), and replicated parameters "
                      "accumulate through autograd's AccumulateGrad (costmodel.grad_accumulation)"),
         Entry({"fsdp": "fsdp2"}, "",  # no line: it holds for every torchtitan row
               source="torchtitan parallelize_llama.py apply_fsdp: torch.distributed fully_shard (FSDP2, per-parameter "

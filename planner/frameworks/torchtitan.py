@@ -352,8 +352,8 @@ TABLE = Table("torchtitan",
     # Micro-batch gradients: FSDP2 adds each reduce-scattered shard into the sharded gradient; a pipeline
     # stage accumulates unsharded gradients through autograd until its last micro-batch.
     Row("grad_accum_pass", "autograd", (), default=True,
-        source="torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce (sharded_param.grad += "
-               "new_sharded_grad); torch/distributed/pipelining/stage.py backward_maybe_with_nosync"),
+        source="torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce (sharded_param.grad._local_tensor "
+               "+= new_sharded_grad); torch/distributed/pipelining/stage.py backward_maybe_with_nosync"),
 ), elsewhere=(
     *((o, "export/torchtitan.py _dp_settings / _parallel_settings (parallelism.*_degree; dp_shard as replicate x "
           "shard); launch/torchtitan.py reads them back") for o in ("pp", "dp", "cp", "vpp", "dp_shard")),

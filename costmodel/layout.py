@@ -14,6 +14,7 @@ from costmodel.options import (  # noqa: F401  (re-exported: the option vocabula
     AUTO_FLAG,
     DEFAULT_RECOMPUTE_MODULES,
     DISPATCHERS,
+    GRAD_ACCUMS,
     GRAD_DTYPES,
     IMPLEMENTATION_DEFAULTS,
     IMPLEMENTATION_OPTIONS,

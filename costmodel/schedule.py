@@ -32,6 +32,9 @@ class LayerCosts:
     modules, ``costmodel.mtp``)."""
     head_backward: np.ndarray
     """The same, backward."""
+    embedding_backward: np.ndarray
+    """What the first stage adds to a micro-batch's backward beyond its layers (the embedding's
+    gradient accumulation pass, ``costmodel.grad_accumulation``; 0 where none runs)."""
     tp: tensor_parallel.TensorParallelComm
     """Exposed TP collectives per layer and pass."""
     cp: context_parallel.ContextParallelComm
@@ -77,6 +80,8 @@ def stage_time(ctx: ChunkContext, costs: LayerCosts, n_layers, first_stage: bool
     tp = tensor_parallel.stage_time(costs.tp, passes, nd, nm) + nd * sel.tp_dense + nm * sel.tp_moe
     cp = context_parallel.stage_time(costs.cp, passes, nd, nm)
     ep, ep_sm_cost = expert_parallel.stage_time(costs.ep, passes + sel.moe_again, nm, ctx.calib.comm_sm_fraction)
+    if first_stage:
+        compute = compute + costs.embedding_backward
     if last_stage is True:
         compute = compute + costs.head_forward + costs.head_backward
     elif last_stage is not False:

@@ -14,10 +14,12 @@ terms up, chunk by chunk.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from costmodel import (collectives, context_parallel, data_parallel, expert_parallel, memory, mtp, offload, quantize,
-                       recompute, ssm_layer, tensor_parallel)
+from costmodel import (collectives, context_parallel, data_parallel, expert_parallel, grad_accumulation, memory, mtp,
+                       offload, quantize, recompute, ssm_layer, tensor_parallel)
 from costmodel.calibration import DEFAULT, Calibration
 from costmodel.compute import lm_head_times
 from costmodel.moe import dense_and_moe_layer_times
@@ -98,6 +100,8 @@ def layer_costs(ctx, split: StageSplit) -> tuple[LayerCosts, recompute.Selective
     if np.any(ctx.batch.cpu_offload_layers > 0):  # activation copies to host memory and back
         dense, moe = offload.with_offload(ctx, dense, moe, *memory.layer_bytes_per_token(ctx))
     head_fwd, head_bwd, _ = lm_head_times(ctx.model, ctx.gpu_clocked, ctx.batch, ctx.calib)
+    dense, moe, embedding_bwd, head_accum = _with_grad_accumulation(ctx, dense, moe)
+    head_bwd = head_bwd + head_accum
     tp = tensor_parallel.layer_comm(ctx, dense, moe)
     dense, moe = tp.dense_layer, tp.moe_layer  # forward + the SMs overlapped collectives hold
     selective = recompute.SelectiveRecompute(ctx)
@@ -109,6 +113,7 @@ def layer_costs(ctx, split: StageSplit) -> tuple[LayerCosts, recompute.Selective
         moe=moe,
         head_forward=head_fwd + mtp_fwd,
         head_backward=head_bwd + mtp_bwd,
+        embedding_backward=embedding_bwd,
         tp=tp,
         cp=context_parallel.layer_comm(ctx, dense, moe),
         ep=ep,
@@ -116,6 +121,25 @@ def layer_costs(ctx, split: StageSplit) -> tuple[LayerCosts, recompute.Selective
         selective=recompute.selective_cost(selective, dense, moe, tp.dense, tp.moe, ctx.shared_experts),
     )
     return costs, selective
+
+
+def _with_grad_accumulation(ctx, dense, moe):
+    """Layers' backward with the per-micro-batch gradient accumulation pass (``grad_accumulation``),
+    and that pass's seconds for the embedding (first stage) and the LM head (last stage)."""
+    sh = data_parallel.sharding(ctx)
+    per_param = grad_accumulation.seconds_per_parameter(ctx)
+    if not np.any(per_param > 0.0):
+        return dense, moe, 0.0, 0.0
+    share_dense, share_expert = grad_accumulation.accumulated_share(ctx, sh.dense_shard, sh.expert_shard,
+                                                                    sh.pipelined_fsdp)
+    p = layer_params(ctx)
+    counts = ctx.counts
+    dense = replace(dense, backward=dense.backward + per_param * share_dense * p.dense_layer)
+    moe = replace(moe, backward=moe.backward + per_param * (share_dense * p.moe_dense + share_expert * p.moe_expert))
+    # As stage_params counts them: a tied head is its own copy on the last stage only when pp > 1.
+    tied_copy = counts.embedding_matrix if counts.lm_head == 0 else counts.lm_head
+    head = np.where(ctx.pp == 1, counts.lm_head, tied_copy) / ctx.tp + counts.final_norm
+    return dense, moe, per_param * share_dense * counts.embedding / ctx.tp, per_param * share_dense * head
 
 
 def _evaluate_chunk(model, cluster, batch, gpu, calib, fabric, counts) -> BatchResult:

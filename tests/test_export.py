@@ -80,9 +80,9 @@ def record(model: ModelSpec, **layout) -> dict:
 
 def titan(model: ModelSpec, **layout) -> dict:
     """A record torchtitan runs as priced (what it fixes, planner.frameworks.torchtitan.TABLE: eager loss,
-    FSDP2 rather than ZeRO-1, full or no recompute, tensorwise FP8 scaling)."""
+    FSDP2 rather than ZeRO-1, full or no recompute, tensorwise FP8 scaling, autograd's gradient accumulation)."""
     return record(model, **{"zero": 3, "recompute": "full", "loss": "eager", "fsdp": "fsdp2", "fp8_recipe": "current",
-                            **layout})
+                            "grad_accum_pass": "autograd", **layout})
 
 
 def dense_405b() -> dict:
@@ -96,8 +96,14 @@ def moe_mixtral() -> dict:
 
 
 def even_dense() -> dict:
-    """An even pipeline DeepSpeed can express: Llama 3 8B shape, TP4 PP2 DP4, ZeRO-1."""
+    """An even pipeline: Llama 3 8B shape, TP4 PP2 DP4, ZeRO-1."""
     return record(LLAMA3_8B, tp=4, pp=2, dp=4, mbs=2, gbs=64, seq_len=8192)
+
+
+def ds_dense() -> dict:
+    """``even_dense`` priced as DeepSpeed runs it: FP32 gradient accumulation is the BF16_Optimizer, which
+    adds each micro-batch's gradients in a pass of its own (grad_accum_pass cast_add)."""
+    return record(LLAMA3_8B, tp=4, pp=2, dp=4, mbs=2, gbs=64, seq_len=8192, grad_accum_pass="cast_add")
 
 
 def export(rec, model, out, formats="all", **kw):
@@ -264,8 +270,8 @@ def test_unknown_format(tmp_path):
 
 
 def test_comma_separated_formats(tmp_path):
-    report = export(even_dense(), LLAMA3_8B, tmp_path, formats="megatron,deepspeed")
-    assert sorted(p.name for p in report.written) == ["deepspeed_config.json", "megatron_args.sh"]
+    report = export(even_dense(), LLAMA3_8B, tmp_path, formats="megatron,torchrun")
+    assert sorted(p.name for p in report.written) == ["launch_torchrun.sh", "megatron_args.sh"]
 
 
 # ----------------------------------------------------------------------------------- megatron
@@ -527,7 +533,7 @@ def test_header_cannot_break_out_of_comments(tmp_path):
 
 
 def test_deepspeed_batch_identity(tmp_path):
-    report = export(even_dense(), LLAMA3_8B, tmp_path, formats="deepspeed")
+    report = export(ds_dense(), LLAMA3_8B, tmp_path, formats="deepspeed")
     cfg = json.loads(report.written[0].read_text())
     assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * 4
     assert (cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]) == (64, 2, 8)
@@ -542,18 +548,19 @@ def test_deepspeed_bf16_gradients(tmp_path):
     # Priced with BF16 gradient reduction -> DeepSpeed is told to reduce and accumulate in BF16.
     rec = even_dense()
     rec["layout"]["grad_dtype"] = "bf16"
+    rec["layout"]["grad_accum_pass"] = "autograd"  # 16-bit accumulation: autograd's in-place add
     cfg = json.loads(export(rec, LLAMA3_8B, tmp_path, formats="deepspeed").written[0].read_text())
     assert cfg["communication_data_type"] == "bf16" and cfg["data_types"] == {"grad_accum_dtype": "bf16"}
     # Priced with FP32 gradients (the default): written out too, since DeepSpeed would otherwise reduce
     # a bf16 model's gradients in bf16 (deepspeed runtime/engine.py communication_data_type, get_data_types).
-    plain = json.loads(export(even_dense(), LLAMA3_8B, tmp_path / "p", formats="deepspeed").written[0].read_text())
+    plain = json.loads(export(ds_dense(), LLAMA3_8B, tmp_path / "p", formats="deepspeed").written[0].read_text())
     assert plain["communication_data_type"] == "fp32" and plain["data_types"] == {"grad_accum_dtype": "fp32"}
 
 
 def test_deepspeed_accepts_the_file(tmp_path, monkeypatch):
     """DeepSpeed's own parser: unknown '_comment' key ignored, batch identity asserted."""
     ds_config = pytest.importorskip("deepspeed.runtime.config")
-    report = export(even_dense(), LLAMA3_8B, tmp_path, formats="deepspeed")
+    report = export(ds_dense(), LLAMA3_8B, tmp_path, formats="deepspeed")
     cfg = json.loads(report.written[0].read_text())
 
     class MPU:  # data-parallel world of the plan

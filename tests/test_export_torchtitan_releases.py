@@ -45,9 +45,9 @@ TOML_RELEASES = [v for v, r in RELEASES.items() if r.reads_toml]
 # The exports of issue 18 (8B TP2 with compile, 405B FP8, uneven pipelines) and the other layouts.
 def titan(model, **layout) -> dict:
     """A record torchtitan runs as priced (what it fixes, planner.frameworks.torchtitan.TABLE: eager loss,
-    FSDP2 rather than ZeRO-1, full or no recompute, tensorwise FP8 scaling)."""
+    FSDP2 rather than ZeRO-1, full or no recompute, tensorwise FP8 scaling, autograd's gradient accumulation)."""
     return record(model, **{"zero": 3, "recompute": "full", "loss": "eager", "fsdp": "fsdp2", "fp8_recipe": "current",
-                            **layout})
+                            "grad_accum_pass": "autograd", **layout})
 
 
 CASES = {

@@ -71,19 +71,21 @@ def test_search_applies_the_profile_to_every_candidate_and_keeps_what_it_cannot_
     # 2021: no FlashAttention, per-tensor ZeRO-3 gathers, no Ulysses (DeepSpeed 0.10.2, 2023), no sequence
     # parallelism (Korthikanti et al., May 2022), selective recompute = core attention only; its
     # pipeline engine runs one stage per rank (no interleaving) and splits each send over the TP ranks
-    # (is_pipe_partitioned).
+    # (is_pipe_partitioned); gradients stay in the training dtype, each micro-batch's added by autograd.
     assert data["stats"]["framework"]["settings"] == {"attention": "unfused", "vpp": 1, "zero3_gather": "blocking",
                                                       "cp": 1, "sequence_parallel": False,
                                                       "recompute_modules": ["core_attn"],
-                                                      "p2p_scatter_gather": True}
+                                                      "p2p_scatter_gather": True, "grad_dtype": "bf16",
+                                                      "grad_accum_pass": "autograd"}
     assert all(r["layout"]["attention"] == "unfused" and r["layout"]["cp"] == 1 and r["layout"]["vpp"] == 1
                for r in data["results"])
     # torchtitan's selective needs layers per stage, which search does not take: not applied, said so.
     fw = framework_settings("torchtitan-0.2", get_model("llama3-8b"), "h100-sxm", "bf16", "selective",
                             takes={"recompute", "loss", "attention", "tp_overlap_kind"})
     assert fw.pinned == {"loss": "eager", "tp_overlap_kind": "asynctp"}
-    # FSDP2 and its ZeRO-3 (the torchtitan profile's fsdp and zero) are no options this caller takes either.
-    assert fw.not_applied == ["recompute", "recompute_layers", "fsdp", "zero"]
+    # autograd's gradient accumulation, FSDP2 and its ZeRO-3 (the torchtitan profile's grad_accum_pass, fsdp and
+    # zero) are no options this caller takes either.
+    assert fw.not_applied == ["recompute", "recompute_layers", "grad_accum_pass", "fsdp", "zero"]
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -115,11 +117,13 @@ def test_apply_framework_fills_untyped_options_only():
     layout = {"attention": "flash", "zero3_gather": "prefetch", "recompute": "full"}
     info = apply_framework(fw, layout, given={"attention"})
     # Typed attention kept; under full recompute no module set is applied; the untyped cp pinned to 1,
-    # one pipeline stage per rank with sends split over the TP ranks, and sequence parallelism off (2021).
+    # one pipeline stage per rank with sends split over the TP ranks, sequence parallelism off (2021), 16-bit
+    # gradients added by autograd.
     assert layout == {"attention": "flash", "vpp": 1, "zero3_gather": "blocking", "recompute": "full", "cp": 1,
-                      "sequence_parallel": False, "p2p_scatter_gather": True}
+                      "sequence_parallel": False, "p2p_scatter_gather": True, "grad_dtype": "bf16",
+                      "grad_accum_pass": "autograd"}
     assert info["settings"] == {"vpp": 1, "zero3_gather": "blocking", "cp": 1, "sequence_parallel": False,
-                                "p2p_scatter_gather": True}
+                                "p2p_scatter_gather": True, "grad_dtype": "bf16", "grad_accum_pass": "autograd"}
     assert info["overridden_by_flags"] == ["attention"]
 
 

@@ -153,11 +153,11 @@ def test_megatron_distributed_optimizer_instances_read_back_as_dp_shard(tmp_path
 
 def test_deepspeed_mics_and_partitioned_checkpoints_read_back(tmp_path):
     model = get_model("llama3-8b")
-    record = _record(model, Layout(dp=64, zero=3, dp_shard=8, gbs=64))
+    record = _record(model, Layout(dp=64, zero=3, dp_shard=8, gbs=64, grad_accum_pass="cast_add"))
     export_layout(record, model, CLUSTER, "deepspeed", tmp_path, allow_unfit=True)
     launch, back = _read_back(tmp_path / "deepspeed_config.json", 64, model)
     assert not launch.unknown and back.layout.dp_shard == 8
-    record = _record(model, Layout(tp=2, dp=32, gbs=64, recompute="full"))
+    record = _record(model, Layout(tp=2, dp=32, gbs=64, recompute="full", grad_accum_pass="cast_add"))
     export_layout(record, model, CLUSTER, "deepspeed", tmp_path, allow_unfit=True, force=True)
     launch = read_launch(tmp_path / "deepspeed_config.json", model=model)
     assert not launch.unsupported and not launch.unknown
@@ -192,7 +192,8 @@ def test_one_release_name_picks_the_profile_and_the_files(tmp_path):
     assert release_for("torchtitan-0.2").version == release_for("0.2").version == "0.2.2"
     assert get_release("torchtitan-0.2.1").name == "torchtitan-0.2"
     model = get_model("llama3-8b")
-    record = _record(model, Layout(tp=2, dp=8, zero=3, fsdp="fsdp2", gbs=64, recompute="full", loss="eager"))
+    record = _record(model, Layout(tp=2, dp=8, zero=3, fsdp="fsdp2", gbs=64, recompute="full", loss="eager",
+                                    grad_accum_pass="autograd"))
     record["framework"] = {"name": "torchtitan-0.2"}
     report = export_layout(record, model, CLUSTER, "torchtitan", tmp_path, allow_unfit=True)
     assert [p.name for p in report.written] == ["torchtitan.toml"]
@@ -392,7 +393,8 @@ def test_torchtitan_cp_rotation_per_release(tmp_path):
     """torchtitan 0.1-0.2 parallelism.context_parallel_rotate_method: "alltoall" rotates K/V shards round the ring
     (p2p), "allgather" is the default; 0.3.0 has no such field (ring refused there); Ulysses is refused."""
     model = get_model("llama3-8b")
-    base = dict(tp=2, cp=4, dp=2, gbs=16, seq_len=16384, zero=3, fsdp="fsdp2", recompute="none", loss="eager")
+    base = dict(tp=2, cp=4, dp=2, gbs=16, seq_len=16384, zero=3, fsdp="fsdp2", recompute="none", loss="eager",
+                grad_accum_pass="autograd")
     record, report = _export(tmp_path / "p2p", model, Layout(**base, cp_comm_type="p2p"), "torchtitan")
     toml = (tmp_path / "p2p" / "torchtitan.toml").read_text()
     assert 'context_parallel_rotate_method = "alltoall"' in toml
@@ -433,7 +435,8 @@ def test_fp8_recipe_is_moot_without_fp8_and_torchtitan_scales_tensorwise(tmp_pat
     model = get_model("llama3-8b")
     _export(tmp_path / "bf16", model, Layout(tp=2, dp=4, gbs=8, fp8_recipe="blockwise"), "megatron")
     assert "--fp8" not in (tmp_path / "bf16" / "megatron_args.sh").read_text()
-    titan = dict(tp=2, dp=4, gbs=8, zero=3, fsdp="fsdp2", recompute="full", loss="eager", precision="fp8")
+    titan = dict(tp=2, dp=4, gbs=8, zero=3, fsdp="fsdp2", recompute="full", loss="eager", precision="fp8",
+                 grad_accum_pass="autograd")
     with pytest.raises(Exception, match="torchtitan_fp8_recipe"):
         _export(tmp_path / "d", model, Layout(**titan, fp8_recipe="delayed"), "torchtitan")
     record, report = _export(tmp_path / "c", model, Layout(**titan, fp8_recipe="current"), "torchtitan")
@@ -458,7 +461,7 @@ def test_cuda_graphs_rows(tmp_path):
         with pytest.raises(Exception, match=rule):
             _export(tmp_path / rule, model, layout, fmt)
     # torchtitan 0.3.0 captures the step unless --training.disable_cuda_graphs; 0.1 and 0.2 cannot capture.
-    titan = dict(tp=2, dp=4, gbs=8, zero=3, fsdp="fsdp2", recompute="full", loss="eager")
+    titan = dict(tp=2, dp=4, gbs=8, zero=3, fsdp="fsdp2", recompute="full", loss="eager", grad_accum_pass="autograd")
     record, report = _export(tmp_path / "t", model, Layout(**titan, cuda_graphs=True), "torchtitan")
     assert "torchtitan_cuda_graphs_release" in report.skipped["torchtitan:torchtitan.toml"]
     assert "disable_cuda_graphs" not in (tmp_path / "t" / "torchtitan_overrides.sh").read_text()
@@ -534,7 +537,8 @@ def test_deepspeed_writes_ulysses_as_a2a_cp_and_reads_it_back(tmp_path):
     import json
 
     model = get_model("llama3-8b")  # 32 heads, 8 KV heads: 4 ranks take 8 and 2 each
-    layout = Layout(tp=1, cp=4, dp=16, gbs=64, seq_len=32768, recompute="full", cp_comm_type="a2a")
+    layout = Layout(tp=1, cp=4, dp=16, gbs=64, seq_len=32768, recompute="full", cp_comm_type="a2a",
+                    grad_accum_pass="cast_add")
     record = _record(model, layout)
     report = export_layout(record, model, CLUSTER, "deepspeed", tmp_path, allow_unfit=True)
     cfg = json.loads(report.written[0].read_text())
@@ -548,7 +552,8 @@ def test_deepspeed_writes_ulysses_as_a2a_cp_and_reads_it_back(tmp_path):
     assert back.gpus == 64 and back.layout == build_plan(record, model, CLUSTER, allow_unfit=True).layout
     assert back.record["step_time_s"] == pytest.approx(record["step_time_s"], rel=1e-9)
     # without CP nothing is written for it, and the reader takes cp 1
-    plain = export_layout(_record(model, Layout(tp=1, dp=64, gbs=64)), model, CLUSTER, "deepspeed", tmp_path / "p",
+    plain = export_layout(_record(model, Layout(tp=1, dp=64, gbs=64, grad_accum_pass="cast_add")), model, CLUSTER,
+                          "deepspeed", tmp_path / "p",
                           allow_unfit=True)
     assert "sequence_parallel_size" not in json.loads(plain.written[0].read_text())
     assert read_launch(plain.written[0], model=model).values["cp"] == 1

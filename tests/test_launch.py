@@ -250,7 +250,8 @@ def test_cli_export_from_launch_converts_megatron_to_torchtitan(tmp_path):
     code, out, err = run("export", "--from-launch", LLAMA, "--gpu", "h100", "--gpus", "16", "--format", "torchtitan", "--out", tmp_path,
                          "--precision", "bf16", "--torchtitan-version", "0.2",
                          # what torchtitan runs, given in place of the Megatron file's (refused otherwise)
-                         "--zero", "3", "--fsdp", "fsdp2", "--loss", "eager", "--attention", "flash", "--grad-dtype", "fp32")
+                         "--zero", "3", "--fsdp", "fsdp2", "--loss", "eager", "--attention", "flash", "--grad-dtype", "fp32",
+                         "--grad-accum-pass", "autograd")
     assert code == 0, err
     assert "wrote" in out and (tmp_path / "torchtitan.toml").exists()
     back = read_launch(tmp_path / "torchtitan.toml")

@@ -270,7 +270,7 @@ def test_every_export_reads_back_as_the_same_layout(case):
 def test_torchtitan_releases_read_back(tmp_path, version, first_last):
     model = get_model("llama3-70b")
     layout = Layout(tp=8, pp=4, vpp=2, dp=2, mbs=1, gbs=32, seq_len=4096, zero=3, fsdp="fsdp2", recompute="full", loss="eager",
-                    pp_first_layers=first_last[0], pp_last_layers=first_last[1])
+                    grad_accum_pass="autograd", pp_first_layers=first_last[0], pp_last_layers=first_last[1])
     record = record_of(model, layout)
     report = export_layout(record, model, CLUSTER, "torchtitan", tmp_path, allow_unfit=True,
                            options={"torchtitan_version": version})

@@ -190,8 +190,11 @@ def test_dp_comm_overlap_from_one_declaration(tmp_path):
     on = json.loads(_evaluate("--tp", "2", "--json").output)
     assert rec["breakdown"]["dp_comm"] > on["breakdown"]["dp_comm"]
     out = runner.invoke(app, ["export", "--model", "llama3-8b", "--gpus", "16", "--gpu", "h100", "--tp", "2",
-                              "--gbs", "64", "--no-dp-comm-overlap", "--format", "megatron,deepspeed",
-                              "--out", str(tmp_path)])
+                              "--gbs", "64", "--no-dp-comm-overlap", "--format", "megatron", "--out", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    out = runner.invoke(app, ["export", "--model", "llama3-8b", "--gpus", "16", "--gpu", "h100", "--tp", "2",
+                              "--gbs", "64", "--no-dp-comm-overlap", "--grad-accum-pass", "cast_add", "--format",
+                              "deepspeed", "--out", str(tmp_path)])
     assert out.exit_code == 0, out.output
     assert "--overlap-grad-reduce" not in (tmp_path / "megatron_args.sh").read_text()
     assert json.loads((tmp_path / "deepspeed_config.json").read_text())["zero_optimization"]["overlap_comm"] is False

@@ -45,7 +45,8 @@ def test_deepspeed_domain_reads_the_refusals_when():
     """Megatron-DeepSpeed's Ulysses refuses TP or PP beside it (deepspeed_ulysses_tp_pp): cp 2 with
     tp 2 is out, cp 2 alone and tp 2 alone are in."""
     batch = LayoutBatch.from_arrays(tp=np.array([2, 1, 2]), cp=np.array([2, 2, 1]), dp=2, zero=1,
-                                    cp_comm_type=OPTIONS_BY_NAME["cp_comm_type"].encode("a2a"))
+                                    cp_comm_type=OPTIONS_BY_NAME["cp_comm_type"].encode("a2a"),
+                                    grad_accum_pass=OPTIONS_BY_NAME["grad_accum_pass"].encode("cast_add"))
     out = launch_domain(get_release("deepspeed-0.5")).outside(batch, LLAMA3_8B, DGX_H100)
     assert out.mask.tolist() == [True, False, False]
     assert list(out.rules) == ["deepspeed_ulysses_tp_pp"]

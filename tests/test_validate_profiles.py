@@ -113,6 +113,7 @@ def test_shipped_rows_get_their_framework_assumptions_in_order():
         "pipeline sends partitioned over the TP ranks, all-gathered at the receiver",
         "blocking per-tensor ZeRO-3 gathers and reduce-scatters (DeepSpeed 2021)",
         "16-bit gradient reduction (DeepSpeed fp16)",
+        "micro-batch gradients accumulated by autograd in the model dtype (DeepSpeed fp16 / ZeRO)",
     ]
     bridge = map_run(ROWS["mbridge2509_h100_deepseekv3_1024gpu"])
     assert bridge.assumptions == [

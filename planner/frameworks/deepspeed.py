@@ -18,6 +18,8 @@ _PIPE = "deepspeed/runtime/pipe/engine.py (PipelineEngine.__init__)"
 _ULYSSES = ("DeepSpeed-Ulysses (Jacobs et al. 2023); deepspeed/sequence/layer.py DistributedAttention; "
             "Megatron-DeepSpeed megatron/arguments.py --ds-sequence-parallel-size")
 _MDS = "microsoft/Megatron-DeepSpeed@f4157bea69f3"
+_BF16 = ("deepspeed/runtime/bf16_optimizer.py update_hp_grads (hp_grad.add_(lp.grad.to(fp32)) after every "
+         "micro-batch's backward); runtime/pipe/engine.py _exec_backward_pass")
 
 TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
     Row("zero", NUMBER, (("zero_optimization.stage", 0),), source=_ZERO + " (default 0)"),
@@ -66,6 +68,14 @@ TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
     # ZeRO-3 keeps flat parameter buffers (partition_parameters.py); the flavour is moot below ZeRO-3.
     Row("fsdp", "flat", (), default=True, source=_ZERO + "; runtime/zero/partition_parameters.py"),
     *(Row("fsdp", f, (), when=lambda plan: plan.zero != 3, source="moot below ZeRO-3") for f in ("fsdp2", "megatron")),
+    # Micro-batch gradients: FP32 accumulation of a BF16 model runs the BF16_Optimizer, which casts and adds every
+    # micro-batch's gradients into FP32 (read from the accumulation dtype, written by the grad_dtype row); 16-bit
+    # accumulation is autograd's in-place add on param.grad.
+    Row("grad_accum_pass", "cast_add", (("data_types.grad_accum_dtype", "fp32"),), write=False, source=_BF16),
+    Row("grad_accum_pass", "cast_add", (), when=lambda plan: plan.grad_dtype == "fp32", source=_BF16),
+    Row("grad_accum_pass", "autograd", (), default=True,
+        source="torch autograd AccumulateGrad on the 16-bit param.grad (the fp16 engine; ZeRO stage 1 without "
+               "overlap_comm registers no reduce hooks: runtime/zero/stage_1_and_2.py)"),
 ), elsewhere=tuple((o, "not a DeepSpeed config key: Megatron-DeepSpeed's command line or model code states it, so a "
                        "reader takes it from planner's command line") for o in (
     "tp", "pp", "dp", "ep", "etp", "vpp", "mbs", "gbs", "seq_len", "recompute", "recompute_layers", "recompute_share",
@@ -75,6 +85,18 @@ TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
                    "FP8 scaling recipe either"),
     ("launch_blocking", "an environment variable of the launch (CUDA_LAUNCH_BLOCKING=1), no DeepSpeed config setting: a reader takes it from planner's command line"),),
 refusals=(
+    Refusal("grad_accum_pass", ("fused",), "deepspeed_grad_accum_pass", "grad_accum_pass fused prices Megatron's "
+            "accumulation inside the weight-gradient GEMM; DeepSpeed adds each micro-batch's gradients in a pass of "
+            "its own: price with --grad-accum-pass cast_add (FP32 accumulation: the BF16_Optimizer) or autograd "
+            "(with --grad-dtype bf16)", _BF16),
+    Refusal("grad_accum_pass", ("cast_add",), "deepspeed_grad_accum_cast", "grad_accum_pass cast_add prices the "
+            "BF16_Optimizer's FP32 accumulation, which a 16-bit gradient dtype does not run: price with "
+            "--grad-accum-pass autograd, or --grad-dtype fp32", _BF16, when=lambda plan: plan.grad_dtype == "bf16"),
+    Refusal("grad_accum_pass", ("autograd",), "deepspeed_grad_accum_bf16_optimizer", "grad_accum_pass autograd with "
+            "FP32 gradient accumulation below ZeRO-2: DeepSpeed runs that as the BF16_Optimizer, which casts and adds "
+            "each micro-batch's gradients: price with --grad-accum-pass cast_add, or --grad-dtype bf16",
+            _BF16 + "; runtime/engine.py _do_optimizer_sanity_check (BFLOAT16 wrapper)",
+            when=lambda plan: plan.grad_dtype == "fp32" and plan.zero <= 1),
     Refusal("p2p_scatter_gather", (False,), "deepspeed_p2p_scatter_gather", "p2p_scatter_gather off: DeepSpeed's "
             "pipeline engine splits every pipeline send over the TP ranks when TP is on without sequence parallelism "
             "(is_pipe_partitioned): price with --p2p-scatter-gather true", _PIPE,

@@ -258,6 +258,11 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
     # (the pinned arguments.py has no --cpu-offloading flag); TransformerConfig refuses it with PP.
     Row("cpu_offload_layers", NUMBER, (("cpu_offloading_num_layers", 0),),
         source=ARGS_PY + " --cpu-offloading-num-layers (> 0 sets cpu_offloading); " + _TCFG),
+    # Gradient accumulation fusion (dest gradient_accumulation_fusion, on unless --no-gradient-accumulation-fusion):
+    # the wgrad GEMM adds into main_grad (core/tensor_parallel/layers.py), no separate pass.
+    Row("grad_accum_pass", "fused", (), default=True,
+        source=ARGS + " --no-gradient-accumulation-fusion (dest gradient_accumulation_fusion, on by default); "
+               "Megatron-Core tensor_parallel/layers.py (wgrad GEMM accumulating into main_grad)"),
 ), elsewhere=(
     *((o, "export/megatron.py and launch/mcore.py (--micro-batch-size, --global-batch-size, --seq-length; dp from "
           "the GPU count)") for o in ("dp", "mbs", "gbs", "seq_len")),
@@ -286,6 +291,11 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
             "leftover with no effect, left arguments.py in 10e7b74597): price with --p2p-scatter-gather false",
             "Megatron-Core pipeline_parallel/p2p_communication.py; Megatron-LM v2 megatron/p2p_communication.py",
             when=lambda plan: plan.tp > 1 and plan.pp > 1 and not plan.sp),
+    Refusal("grad_accum_pass", ("autograd", "cast_add"), "megatron_grad_accum_pass", "grad_accum_pass autograd / "
+            "cast_add price a separate pass over the gradients after each micro-batch (PyTorch's AccumulateGrad, "
+            "DeepSpeed's BF16_Optimizer); Megatron adds them into main_grad inside the weight-gradient GEMM "
+            "(gradient accumulation fusion, on by default): price with --grad-accum-pass fused",
+            ARGS + " --no-gradient-accumulation-fusion; Megatron-Core tensor_parallel/layers.py"),
     Refusal("zero3_gather", ("blocking", "post"), "megatron_zero3_gather", "zero3_gather blocking / post price DeepSpeed "
             "2021's per-tensor gathers and FSDP1's BACKWARD_POST; Megatron-FSDP prefetches its all-gathers", _FSDP),
     Refusal("fp8_recipe", ("delayed",), "megatron_fp8_delayed_recompute_modules", "fp8_recipe delayed with "

@@ -185,6 +185,20 @@ _DS_PIPE_SCATTER = Entry(
     source="DeepSpeed runtime/pipe/engine.py: is_pipe_partitioned = is_model_parallel; _exec_send_activations "
            "sends a PartitionedTensor slice, the receiver rebuilds it with .full() (an all-gather over the "
            "model-parallel group); gradients likewise (is_grad_partitioned)")
+_DS_BF16_CAST_ADD = Entry(
+    {"grad_accum_pass": "cast_add"}, "each micro-batch's BF16 gradients cast and added into FP32 (DeepSpeed "
+    "BF16_Optimizer)",
+    source="DeepSpeed runtime/bf16_optimizer.py update_hp_grads: hp_grad.add_(lp.grad.to(hp_grad.dtype)), called "
+           "after every micro-batch's backward (runtime/pipe/engine.py _exec_backward_pass: 'manually call because "
+           "we don't call optimizer.backward()'; BF16_Optimizer.backward otherwise); costmodel.grad_accumulation",
+    when=(When(precision="bf16_optimizer"),))
+_DS_AUTOGRAD_ACCUM = Entry(
+    {"grad_accum_pass": "autograd"}, "micro-batch gradients accumulated by autograd in the model dtype (DeepSpeed "
+    "fp16 / ZeRO)",
+    source="DeepSpeed's fp16 engine and ZeRO stage 1 leave accumulation to autograd's AccumulateGrad on the 16-bit "
+           "param.grad (runtime/zero/stage_1_and_2.py creates no per-parameter reduce hooks for stage 1 without "
+           "overlap_comm); ZeRO 2-3 add each micro-batch's reduced partition into the accumulated one "
+           "(costmodel.grad_accumulation)")
 _DS_NO_INTERLEAVING = Entry(
     {"vpp": 1}, "",
     source="DeepSpeed runtime/pipe/schedule.py: TrainSchedule is 1F1B over one stage per rank (no "
@@ -556,6 +570,11 @@ PROFILES: tuple[Profile, ...] = (
         Entry({"tp_overlap_kind": "asynctp"}, "",
               source="torchtitan parallelism.enable_async_tensor_parallel: torch.compile's micro-pipeline TP "
                      "(torch/_inductor/fx_passes/micro_pipeline_tp.py), not TransformerEngine userbuffers"),
+        Entry({"grad_accum_pass": "autograd"}, "",  # no line: on FSDP2's shards it costs next to nothing
+              source="FSDP2 adds each micro-batch's reduce-scattered gradient into the sharded one "
+                     "(torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce: "
+                     "'fsdp_param.sharded_param.grad._local_tensor += new_sharded_grad'), and replicated parameters "
+                     "accumulate through autograd's AccumulateGrad (costmodel.grad_accumulation)"),
         Entry({"fsdp": "fsdp2"}, "",  # no line: it holds for every torchtitan row
               source="torchtitan parallelize_llama.py apply_fsdp: torch.distributed fully_shard (FSDP2, per-parameter "
                      "DTensor sharding) since 2024; planner's torchtitan framework table prices the same"),
@@ -582,8 +601,16 @@ PROFILES: tuple[Profile, ...] = (
                      "gradients'). allreduce.py allreduce_tensor_in_float32 all-reduces each bucket in FP32, twice "
                      "the bytes of the BF16 reduce-scatter planner prices, so the row's data-parallel traffic stays "
                      "under-counted"),
+        Entry({"grad_accum_pass": "autograd"}, "micro-batch gradients accumulated by autograd in BF16",
+              source="Aleph-Alpha/scaling src/scaling/core/optimizer/parameter_group.py: gradients accumulate in the "
+                     "parameters' own (BF16) .grad across micro-batches, PyTorch's AccumulateGrad; the FP32 copy is "
+                     "made once per step in step_prequel (costmodel.grad_accumulation)"),
     )),
     Profile("Composer/llm-foundry (2024)", r"composer|llm-foundry", (
+        Entry({"grad_accum_pass": "autograd"}, "",  # no line: on FSDP's shards it costs next to nothing
+              source="PyTorch FSDP1 without no_sync adds each micro-batch's reduce-scattered gradient into the saved "
+                     "shard (torch/distributed/fsdp/_runtime_utils.py _accumulate_sharded_grad: "
+                     "'_saved_grad_shard += sharded_grad'; costmodel.grad_accumulation)"),
         Entry({"kernels": "eager"}, _EAGER_STATED.assumption,
               source="llm-foundry/Composer MPT without torch.compile runs plain PyTorch operators",
               when=(When(text="eager"), When(text_lacks="compile"))),
@@ -634,6 +661,8 @@ PROFILES: tuple[Profile, ...] = (
         Entry({"grad_dtype": "bf16"}, "16-bit gradient reduction (DeepSpeed fp16 / bf16)",
               source="DeepSpeed docs/_pages/config-json.md: communication_data_type defaults to the training "
                      "dtype; the fp16 and bf16 engines keep and reduce 16-bit gradients"),
+        _DS_BF16_CAST_ADD,
+        _DS_AUTOGRAD_ACCUM,
     )),
     Profile("DeepSpeed ZeRO-3 (2021)", r"deepspeed", (
         _BEFORE_FLASH,
@@ -651,8 +680,9 @@ PROFILES: tuple[Profile, ...] = (
               when=(When(year_max=2021),)),
         Entry({"grad_dtype": "bf16"}, "16-bit gradient reduction (DeepSpeed fp16)",
               source="DeepSpeed docs/_pages/config-json.md: communication_data_type defaults to the training "
-                     "dtype; the fp16 engine keeps and reduces 16-bit gradients",
-              when=(When(precision="16-bit"),)),
+                     "dtype; the fp16 engine keeps and reduces 16-bit gradients (DeepSpeed 0.5 has no FP32 "
+                     "accumulation: the BF16_Optimizer came with 0.6.x for BLOOM)"),
+        _DS_AUTOGRAD_ACCUM,
     )),
 )
 """Named framework profiles; a row gets the first whose pattern matches its framework text."""

@@ -349,6 +349,11 @@ TABLE = Table("torchtitan",
     # ZeRO-3 flavour: torchtitan shards with FSDP2 (fully_shard); moot below ZeRO-3.
     Row("fsdp", "fsdp2", (), default=True, source=_FSDP),
     *(Row("fsdp", f, (), when=lambda plan: plan.zero != 3, source="moot below ZeRO-3") for f in ("flat", "megatron")),
+    # Micro-batch gradients: FSDP2 adds each reduce-scattered shard into the sharded gradient; a pipeline
+    # stage accumulates unsharded gradients through autograd until its last micro-batch.
+    Row("grad_accum_pass", "autograd", (), default=True,
+        source="torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce (sharded_param.grad._local_tensor "
+               "+= new_sharded_grad); torch/distributed/pipelining/stage.py backward_maybe_with_nosync"),
 ), elsewhere=(
     *((o, "export/torchtitan.py _dp_settings / _parallel_settings (parallelism.*_degree; dp_shard as replicate x "
           "shard); launch/torchtitan.py reads them back") for o in ("pp", "dp", "cp", "vpp", "dp_shard")),
@@ -376,6 +381,11 @@ TABLE = Table("torchtitan",
             "torchtitan config: training.mixed_precision_reduce"),
     Refusal("dp_comm_overlap", (False,), "torchtitan_dp_overlap", "dp_comm_overlap off: FSDP2 always prefetches its "
             "all-gathers and overlaps its reduce-scatters with the backward", _FSDP),
+    Refusal("grad_accum_pass", ("fused", "cast_add"), "torchtitan_grad_accum_pass", "grad_accum_pass fused / cast_add "
+            "price Megatron's accumulation inside the weight-gradient GEMM or DeepSpeed's BF16_Optimizer; torchtitan "
+            "accumulates micro-batch gradients through autograd (FSDP2 on its shards, a pipeline stage on whole "
+            "gradients): price with --grad-accum-pass autograd (or --framework torchtitan-0.2)",
+            "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py; torch/distributed/pipelining/stage.py"),
     Refusal("zero3_gather", ("blocking", "post"), "torchtitan_zero3_gather", "zero3_gather blocking / post price "
             "DeepSpeed 2021's per-tensor gathers and FSDP1's BACKWARD_POST; FSDP2 prefetches", _FSDP),
     Refusal("tp_overlap_kind", ("userbuffers",), "torchtitan_tp_overlap_kind", "TP overlap priced as TransformerEngine "

@@ -186,6 +186,9 @@ def _table_options(cfg: dict, launch: Launch) -> None:
         value, keys = TABLE.read(option, flat)
         if keys:
             launch.state(option, value)
+    if "grad_accum_pass" not in launch.values:  # 16-bit accumulation: no key states it
+        launch.default("grad_accum_pass", TABLE.read("grad_accum_pass", {})[0],
+                       "autograd's in-place add on the 16-bit param.grad (no FP32 gradient accumulation)")
 
 
 def _fixed(launch: Launch) -> None:

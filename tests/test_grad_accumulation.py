@@ -1,0 +1,130 @@
+"""The per-micro-batch gradient accumulation pass (costmodel.grad_accumulation), by hand.
+
+Llama 3 8B (h 4096, 32 layers, 8 KV heads of 128, FFN 14336, vocabulary 128256, untied head) holds
+per layer 4096 x (4096 + 1024 + 1024 + 4096) attention + 3 x 4096 x 14336 MLP + 2 x 4096 norm weights
+= 41,943,040 + 176,160,768 + 8,192 = 218,112,000; 32 layers 6,979,584,000; embedding and head
+2 x 128256 x 4096 = 1,050,673,152; final norm 4,096: 8,030,261,248 parameters.
+An H100 SXM streams 3.35 TB/s (datasheet) at 0.80 of it for memory-bound kernels (Calibration).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel import evaluate
+from costmodel.calibration import DEFAULT
+from costmodel.options import Layout
+from hardware_catalog import get_cluster, get_model
+
+H100 = get_cluster("dgx-h100")
+LLAMA_8B = get_model("llama3-8b")
+PARAMS_8B = 32 * (4096 * (4096 + 1024 + 1024 + 4096) + 3 * 4096 * 14336 + 2 * 4096) + 2 * 128256 * 4096 + 4096
+BANDWIDTH = 3350e9 * DEFAULT.memory_bound_efficiency
+M = 8  # micro-batches per step: gbs 8 of mbs 1 on one data-parallel rank
+
+
+def _terms(dp=1, **layout):
+    out = evaluate(LLAMA_8B, H100, Layout(tp=1, pp=1, dp=dp, mbs=1, gbs=M * dp, seq_len=4096, **layout))
+    return float(out.step_time_s[0]), {k: float(v[0]) for k, v in out.time_terms.items()}
+
+
+def test_param_count_is_the_hand_count():
+    assert PARAMS_8B == 8_030_261_248
+
+
+def test_cast_add_streams_18_bytes_per_gradient_every_micro_batch():
+    # DeepSpeed's BF16_Optimizer: cast (read 2, write 4) + add (read 4 + 4, write 4) = 18 B, m times.
+    fused, _ = _terms()
+    cast, _ = _terms(grad_accum_pass="cast_add")
+    assert cast - fused == pytest.approx(M * 18 * PARAMS_8B / BANDWIDTH, rel=1e-9)  # 0.43 s
+
+
+def test_autograd_adds_6_bytes_from_the_second_micro_batch():
+    # AccumulateGrad's grad += new on BF16: read 2 + 2, write 2; the first micro-batch assigns.
+    fused, _ = _terms()
+    auto, _ = _terms(grad_accum_pass="autograd")
+    assert auto - fused == pytest.approx((M - 1) * 6 * PARAMS_8B / BANDWIDTH, rel=1e-9)
+    single = evaluate(LLAMA_8B, H100, Layout(tp=1, dp=1, mbs=1, gbs=1, seq_len=4096, grad_accum_pass="autograd"))
+    plain = evaluate(LLAMA_8B, H100, Layout(tp=1, dp=1, mbs=1, gbs=1, seq_len=4096))
+    assert float(single.step_time_s[0]) == pytest.approx(float(plain.step_time_s[0]), rel=1e-12)  # nothing to add
+
+
+def test_zero2_accumulates_one_shard_and_a_pipelined_fsdp2_stage_all_of_it():
+    # ZeRO >= 2 shards the gradients over dp (Rajbhandari et al. 2020, Sec. 5.2): 1/8 of the pass on dp 8.
+    # Compared on the compute term, which the pass lengthens, so the data-parallel overlap plays no part.
+    z1 = _terms(dp=8, zero=1, grad_accum_pass="cast_add")[1]["compute"] - _terms(dp=8, zero=1)[1]["compute"]
+    z2 = _terms(dp=8, zero=2, grad_accum_pass="cast_add")[1]["compute"] - _terms(dp=8, zero=2)[1]["compute"]
+    assert z1 == pytest.approx(M * 18 * PARAMS_8B / BANDWIDTH, rel=1e-9)
+    assert z2 == pytest.approx(z1 / 8, rel=1e-9)
+
+    # Under a pipeline FSDP2 keeps a stage's gradients unsharded until its last micro-batch (torch
+    # pipelining backward_maybe_with_nosync): ZeRO-3 at pp 2 accumulates what ZeRO-1 at pp 2 does.
+    def stage_pass(zero):
+        lay = dict(tp=1, pp=2, dp=4, mbs=1, gbs=32, seq_len=4096, zero=zero, fsdp="fsdp2")
+        on = evaluate(LLAMA_8B, H100, Layout(**lay, grad_accum_pass="autograd")).time_terms["compute"][0]
+        off = evaluate(LLAMA_8B, H100, Layout(**lay)).time_terms["compute"][0]
+        return float(on - off)
+
+    assert stage_pass(3) == pytest.approx(stage_pass(1), rel=1e-9) and stage_pass(1) > 0
+
+
+def test_the_pass_never_speeds_a_step_and_grows_with_micro_batches():
+    for layout in (dict(), dict(dp=2, zero=3), dict(dp=2, zero=1)):
+        fused = _terms(**layout)[0]
+        auto = _terms(grad_accum_pass="autograd", **layout)[0]
+        cast = _terms(grad_accum_pass="cast_add", **layout)[0]
+        assert fused <= auto <= cast
+    few = evaluate(LLAMA_8B, H100, Layout(dp=1, mbs=2, gbs=8, seq_len=4096, grad_accum_pass="cast_add"))
+    many = evaluate(LLAMA_8B, H100, Layout(dp=1, mbs=1, gbs=8, seq_len=4096, grad_accum_pass="cast_add"))
+    few0 = evaluate(LLAMA_8B, H100, Layout(dp=1, mbs=2, gbs=8, seq_len=4096))
+    many0 = evaluate(LLAMA_8B, H100, Layout(dp=1, mbs=1, gbs=8, seq_len=4096))
+    assert float(many.step_time_s[0] - many0.step_time_s[0]) == pytest.approx(
+        2 * float(few.step_time_s[0] - few0.step_time_s[0]), rel=1e-9)  # 8 passes against 4
+
+
+# ------------------------------------------------------------- the framework tables and profiles
+
+
+def _refusal(fmt, tmp_path, **layout):
+    from test_export import LLAMA3_8B, export, record
+
+    from hardware_catalog.errors import PlannerInputError
+
+    with pytest.raises(PlannerInputError) as err:
+        export(record(LLAMA3_8B, tp=2, dp=4, gbs=64, **layout), LLAMA3_8B, tmp_path, formats=fmt)
+    return str(err.value)
+
+
+def test_each_framework_refuses_the_passes_it_does_not_run(tmp_path):
+    # Megatron adds into main_grad inside the wgrad GEMM; DeepSpeed and torchtitan have no such fusion;
+    # DeepSpeed's FP32 accumulation below ZeRO-2 is the BF16_Optimizer's cast-and-add.
+    assert "megatron_grad_accum_pass" in _refusal("megatron", tmp_path / "m", grad_accum_pass="autograd")
+    assert "deepspeed_grad_accum_pass" in _refusal("deepspeed", tmp_path / "d")
+    assert "deepspeed_grad_accum_cast" in _refusal("deepspeed", tmp_path / "c", grad_accum_pass="cast_add",
+                                                   grad_dtype="bf16")
+    assert "deepspeed_grad_accum_bf16_optimizer" in _refusal("deepspeed", tmp_path / "a", grad_accum_pass="autograd")
+    assert "torchtitan_grad_accum_pass" in _refusal("torchtitan", tmp_path / "t", zero=3, fsdp="fsdp2", loss="eager",
+                                                    recompute="full")
+
+
+def test_deepspeed_reads_the_pass_from_its_accumulation_dtype(tmp_path):
+    from test_export import LLAMA3_8B, export, record
+
+    from planner.launch import read_launch
+
+    export(record(LLAMA3_8B, tp=2, dp=4, gbs=64, grad_accum_pass="cast_add"), LLAMA3_8B, tmp_path / "f",
+           formats="deepspeed")
+    assert read_launch(tmp_path / "f" / "deepspeed_config.json", model=LLAMA3_8B).values["grad_accum_pass"] == "cast_add"
+    export(record(LLAMA3_8B, tp=2, dp=4, gbs=64, grad_dtype="bf16", grad_accum_pass="autograd"), LLAMA3_8B,
+           tmp_path / "b", formats="deepspeed")
+    assert read_launch(tmp_path / "b" / "deepspeed_config.json", model=LLAMA3_8B).values["grad_accum_pass"] == "autograd"
+
+
+def test_validate_prices_bloom_and_neox_as_deepspeed_ran_them():
+    from planner.validate.runs import load_runs, map_run
+
+    rows = {r["id"]: r for r in load_runs(None)}
+    bloom = map_run(rows["bloom_176b_384gpu"])  # BF16_Optimizer (tr11 'Deepspeed config')
+    neox = map_run(rows["gpt_neox_20b_96gpu"])  # DeepSpeed fp16, ZeRO-1
+    assert bloom.pins["grad_accum_pass"] == "cast_add" and neox.pins["grad_accum_pass"] == "autograd"
+    assert any("BF16_Optimizer" in a and "added into FP32" in a for a in bloom.assumptions)

@@ -184,7 +184,7 @@ class LaunchDomain:
     def tables(self) -> list:
         """The distinct tables of the release's formats; [] when one format declares none (then no
         column is refused by all of them)."""
-        tables = [_as_release(EXPORTERS[f].table, self.release) for f in self.formats if f in EXPORTERS]
+        tables = [_as_release(f, EXPORTERS[f].table, self.release) for f in self.formats if f in EXPORTERS]
         if len(tables) < len(self.formats) or any(t is None for t in tables):
             return []
         return list({id(t): t for t in tables}.values())
@@ -256,13 +256,15 @@ def _megatron_tag(release: str) -> str:
     return r.megatron_release if r is not None else ""
 
 
-def _as_release(table, release: str):
-    """The Megatron table as the release's Megatron-LM files write it (its own arguments.py:
-    ``planner.frameworks.megatron.release_table``); any other table as it is."""
+def _as_release(fmt: str, table, release: str):
+    """The table of format ``fmt`` as it writes for ``release``: a Megatron-LM format's (megatron,
+    torchrun, slurm: arguments.py flags) is the release's own (``planner.frameworks.megatron.
+    release_table``); any other (Megatron-Bridge's config fields) as it is."""
+    from planner.export.megatron import MEGATRON_LM_FORMATS
     from planner.frameworks import megatron
 
     tag = _megatron_tag(release)
-    return megatron.release_table(tag) if table is megatron.TABLE and tag else table
+    return megatron.release_table(tag) if fmt in MEGATRON_LM_FORMATS and table is megatron.TABLE and tag else table
 
 
 def launch_domain(release, typed=()) -> LaunchDomain | None:

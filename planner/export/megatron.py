@@ -20,6 +20,8 @@ from planner.frameworks.megatron import (
 )
 
 FILE_NAME = "megatron_args.sh"
+MEGATRON_LM_FORMATS = ("megatron", "torchrun", "slurm")
+"""The formats that write Megatron-LM flags (``validate_flags``), for a release its arguments.py's."""
 Args = list[tuple[str, list]]
 """(flag, values) pairs."""
 _TCFG = "Megatron-LM megatron/core/transformer/transformer_config.py (uneven pipeline checks)"

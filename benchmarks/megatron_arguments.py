@@ -173,7 +173,11 @@ def parser_flags(root: str) -> list[tuple[str, str, str]]:
         if name.startswith("_add_") and callable(getattr(arguments, name)):
             setattr(arguments, name, recording(name, getattr(arguments, name)))
     parser = argparse.ArgumentParser(allow_abbrev=False)
-    arguments.add_megatron_arguments(parser)
+    if hasattr(arguments, "add_megatron_arguments"):
+        arguments.add_megatron_arguments(parser)
+    else:  # before core_r0.9: parse_args itself calls the _add_*_args functions, in this order
+        for name in _groups_of_parse_args(arguments):
+            parser = getattr(arguments, name)(parser)
     rows = []
     for action in parser._actions:
         if not action.option_strings or isinstance(action, argparse._HelpAction):
@@ -186,6 +190,16 @@ def parser_flags(root: str) -> list[tuple[str, str, str]]:
             kind = "value"
         rows += [(option, kind, added_by.get(id(action), "?"), _choices(action)) for option in action.option_strings]
     return sorted(rows)
+
+
+def _groups_of_parse_args(arguments) -> list[str]:
+    """The ``parser = _add_*_args(parser)`` calls of an older parse_args, in order (the extra-args
+    provider and everything after it left out)."""
+    import inspect
+    import re
+
+    source = inspect.getsource(arguments.parse_args).split("extra_args_provider(parser)")[0]
+    return re.findall(r"parser = (_add_\w+)\(parser\)", source)
 
 
 def _choices(action) -> str:
@@ -206,6 +220,15 @@ def previous_flags(path: Path) -> list[tuple[str, str, str, str]]:
             out.append((*words[:3], choices))
     return out
 
+
+RELEASE_HEADER = """\
+# Every command-line flag of Megatron-LM pretrain_gpt.py at release {release}, as argparse declares it in
+#   NVIDIA/Megatron-LM megatron/training/arguments.py at tag {release} (commit {commit})
+#   (planner.frameworks.megatron.RELEASE_ARGUMENTS: the exporter checks every flag it writes for a plan
+#   priced with a --framework release of this Megatron-Core against this list), listed from the parser
+#   its parse_args builds (benchmarks/megatron_arguments.py --release): the flag, how it takes values,
+#   the arguments.py function that adds it, then its choices where argparse has them (as in
+#   megatron_arguments.txt)."""
 
 HEADER = """\
 # Every command-line flag of Megatron-LM pretrain_gpt.py, as argparse declares it in
@@ -230,7 +253,14 @@ def main(argv: list[str]) -> None:
     ap.add_argument("root", help="a Megatron-LM source tree (holding megatron/)")
     ap.add_argument("commit", help="the commit the tree is (40 hex digits)")
     ap.add_argument("--previous", type=Path, default=LIST, help="the list this one replaces")
+    ap.add_argument("--release", default="", help="a release tag (e.g. core_v0.13.0): list that release's "
+                    "flags alone, for megatron_arguments_<release>.txt (no removed flags)")
     args = ap.parse_args(argv)
+    if args.release:
+        print(RELEASE_HEADER.format(release=args.release, commit=args.commit))
+        for flag, kind, group, choices in parser_flags(args.root):
+            print(f"{flag:<52} {kind:<7} {group:<30} {choices}".rstrip())
+        return
     old = previous_flags(args.previous) if args.previous.exists() else []
     rows = parser_flags(args.root)
     now = {row[0] for row in rows}

@@ -32,13 +32,16 @@ def _codes(option: str, values) -> np.ndarray:
 
 def test_megatron_domain_leaves_out_flat_zero3_only():
     """By hand from planner/frameworks/megatron.py: Refusal megatron_fsdp_flat holds for fsdp flat
-    with zero 3 only; Megatron-FSDP's ZeRO-3 and the distributed optimizer (ZeRO-1) have rows."""
+    with zero 3 only; Megatron-FSDP's ZeRO-3 (r0.13: --use-custom-fsdp) and the distributed optimizer
+    (ZeRO-1) have rows. r0.8 has no Megatron-FSDP (arguments.py@core_r0.8.0): its ZeRO-3 is out too."""
     batch = LayoutBatch.from_arrays(tp=2, dp=4, zero=np.array([3, 3, 1, 0]),
                                     fsdp=_codes("fsdp", ["flat", "megatron", "flat", "flat"]))
-    out = launch_domain(get_release("megatron-core-0.8")).outside(batch, LLAMA3_8B, DGX_H100)
+    out = launch_domain(get_release("megatron-core-0.13")).outside(batch, LLAMA3_8B, DGX_H100)
     assert out.mask.tolist() == [True, False, False, False]
     assert out.rules == {"megatron_fsdp_flat": 1}
     assert set(out.reads["megatron_fsdp_flat"]) == {"fsdp", "zero"}
+    out = launch_domain(get_release("megatron-core-0.8")).outside(batch, LLAMA3_8B, DGX_H100)
+    assert out.mask.tolist() == [True, True, False, False]
 
 
 def test_deepspeed_domain_reads_the_refusals_when():
@@ -198,16 +201,14 @@ def test_deepspeed_release_prices_pipeline_sends_as_its_engine_sends_them():
     assert best["layout"]["p2p_scatter_gather"] is True
 
 
-def test_a_flag_only_the_exporters_target_commit_lacks_does_not_shrink_the_releases_domain():
-    """megatron-core-0.8 runs Mixtral's experts as GroupedMLP (its profile: moe_grouped_gemm fused);
-    the Megatron exporter refuses that only because the one Megatron-LM commit it writes for removed
-    the flag (megatron_release_moe_grouped_gemm). That is no limit of r0.8, so the search ranks the
-    layouts and its launch note names the rule, where it used to answer "nothing fits"."""
+def test_the_releases_own_files_write_what_its_profile_pins():
+    """megatron-core-0.8 runs Mixtral's experts as GroupedMLP (its profile: moe_grouped_gemm fused),
+    which r0.8's files state as --moe-grouped-gemm alone (arguments.py@core_r0.8.0; main's
+    --moe-use-legacy-grouped-gemm is not r0.8's): the rows shown are launchable, no launch note."""
     code, out, err = run("search", "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "h100",
                          "--framework", "megatron-core-0.8", "--top", "2")
     assert code == 0, err
-    assert "launch: no format that launches megatron-core-0.8" in out
-    assert "megatron_release_moe_grouped_gemm" in out.split("launch:")[1].splitlines()[0]
+    assert "launch: no format" not in out and "megatron_release_moe_grouped_gemm" not in out
 
 
 def test_refused_names_the_rule_of_the_file_the_release_reads():

@@ -8,6 +8,8 @@ Imported when the CLI starts: nothing heavy at module level.
 
 from __future__ import annotations
 
+import sys
+
 from typing import Optional
 
 
@@ -178,14 +180,17 @@ def release_formats(record: dict, fmt: str, model_spec, cluster_spec):
         return names
     from planner.export.expressible import refusals, rule_names
 
-    why = refusals(record, model_spec, cluster_spec, release.formats, until_one_writes=True)
+    why = refusals(record, model_spec, cluster_spec, release.formats)
     if all(f in why for f in release.formats):
         rules = list(dict.fromkeys(rule_names(why[f]) for f in release.formats))
         others = f" (and {', '.join(rules[1:])})" if len(rules) > 1 else ""
         raise PlannerInputError(f"{release.name} cannot launch this layout: every format that launches it "
                                 f"({', '.join(release.formats)}) refuses it{others}, {why[release.formats[0]]}; "
                                 f"nothing written")
-    return list(release.formats)
+    for f in release.formats:  # a format of the release that refuses it (a flag its Megatron-LM lacks): said, not fatal
+        if f in why:
+            print(f"skipped {f}: {why[f]}", file=sys.stderr)
+    return [f for f in release.formats if f not in why]
 
 
 def carry_framework(stated: Optional[dict], record: dict) -> None:

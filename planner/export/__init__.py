@@ -101,24 +101,26 @@ def _render(exporter: Exporter, plan, entrypoint: str) -> tuple[dict[str, tuple[
             {f"{exporter.name}:{name}": reason for name, reason in refused.items()})
 
 
-def _framework_release(result: dict) -> str:
-    """The export release of the ``--framework`` release the record was priced with ("" : none)."""
+def _framework_release(result: dict):
+    """The ``--framework`` release the record was priced with (None: none)."""
     name = (result.get("framework") or {}).get("name") if isinstance(result.get("framework"), dict) else None
     if not name:
-        return ""
+        return None
     from planner.frameworks.releases import RELEASES_BY_NAME
 
-    release = RELEASES_BY_NAME.get(name)
-    return release.export_release if release else ""
+    return RELEASES_BY_NAME.get(name)
 
 
 def with_release_options(plan, result: dict, options: Mapping[str, object] | None = None):
     """``plan`` with its per-format ``options``, the record's ``--framework`` release among them
-    (--framework torchtitan-0.2: its files target torchtitan 0.2)."""
+    (--framework torchtitan-0.2: its files target torchtitan 0.2; megatron-core-0.13: the Megatron-LM
+    files, Megatron-LM core_v0.13.0's arguments)."""
     options = dict(options or {})
     release = _framework_release(result)
-    if release and "torchtitan_version" not in options:
-        options["torchtitan_version"] = release
+    if release is not None and release.export_release and "torchtitan_version" not in options:
+        options["torchtitan_version"] = release.export_release
+    if release is not None and release.megatron_release and "megatron_release" not in options:
+        options["megatron_release"] = release.megatron_release
     return replace(plan, options=options)
 
 

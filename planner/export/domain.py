@@ -34,9 +34,10 @@ from planner.export.common import Plan
 from planner.frameworks.table import CannotExpress
 
 _EXPORT_TARGET_RULE = "megatron_release_"
-"""Refusals of the Megatron exporter's one target commit (``planner.export.megatron.validate_flags``):
-a flag of another release, which the release the user named may have. Not a limit of that release,
-so not of its domain."""
+"""Refusals of a flag the target Megatron-LM lacks (``planner.export.megatron.validate_flags``).
+For a release with its own argument list (``Release.megatron_release``) the files target that
+release, so such a refusal is a limit of the release and of its domain; for one without (Megatron-LM
+2021) the files target main, and a flag of another release is no limit of the release named."""
 
 _VIA_RECOMPUTE = ("recompute_layers", "recompute_share", "recompute_modules")
 """Options ``LayoutBatch.layout`` leaves at None unless the recompute mode uses them."""
@@ -183,7 +184,7 @@ class LaunchDomain:
     def tables(self) -> list:
         """The distinct tables of the release's formats; [] when one format declares none (then no
         column is refused by all of them)."""
-        tables = [EXPORTERS[f].table for f in self.formats if f in EXPORTERS]
+        tables = [_as_release(f, EXPORTERS[f].table, self.release) for f in self.formats if f in EXPORTERS]
         if len(tables) < len(self.formats) or any(t is None for t in tables):
             return []
         return list({id(t): t for t in tables}.values())
@@ -238,13 +239,32 @@ class LaunchDomain:
         if any(f not in why for f in self.formats):
             return None
         rules = [rule_names(why[f]) for f in self.formats]
-        if all(r.startswith(_EXPORT_TARGET_RULE) for r in rules):
+        if not _megatron_tag(self.release) and all(r.startswith(_EXPORT_TARGET_RULE) for r in rules):
             # The release runs it; only the one Megatron-LM commit the files target lacks the flag
             # (e.g. r0.8's GroupedMLP, which `--moe-grouped-gemm` picked before r0.9 and which
             # Megatron-LM 2caa681a1d removed). It stays ranked and the launch note says why no file
             # is written.
             return None
         return rules[0], why[self.formats[0]]
+
+
+def _megatron_tag(release: str) -> str:
+    """The Megatron-LM tag the release's Megatron-LM files target ("" : main)."""
+    from planner.frameworks.releases import RELEASES_BY_NAME
+
+    r = RELEASES_BY_NAME.get(release)
+    return r.megatron_release if r is not None else ""
+
+
+def _as_release(fmt: str, table, release: str):
+    """The table of format ``fmt`` as it writes for ``release``: a Megatron-LM format's (megatron,
+    torchrun, slurm: arguments.py flags) is the release's own (``planner.frameworks.megatron.
+    release_table``); any other (Megatron-Bridge's config fields) as it is."""
+    from planner.export.megatron import MEGATRON_LM_FORMATS
+    from planner.frameworks import megatron
+
+    tag = _megatron_tag(release)
+    return megatron.release_table(tag) if fmt in MEGATRON_LM_FORMATS and table is megatron.TABLE and tag else table
 
 
 def launch_domain(release, typed=()) -> LaunchDomain | None:

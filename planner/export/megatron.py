@@ -14,14 +14,32 @@ from planner.export.common import (
 )
 from planner.export.registry import EXECUTABLE, Exporter, one_file
 from planner.frameworks.megatron import ARGS_PY as _ARGS_PY
-from planner.frameworks.megatron import MEGATRON_COMMIT, TABLE, flag, flag_choices, known_flags, removed_flags, words
+from planner.frameworks.megatron import (
+    MEGATRON_COMMIT, RELEASE_ARGUMENTS, TABLE, flag, flag_choices, is_env, known_flags, lacks, release_table,
+    removed_flags, words,
+)
 
 FILE_NAME = "megatron_args.sh"
+MEGATRON_LM_FORMATS = ("megatron", "torchrun", "slurm")
+"""The formats that write Megatron-LM flags (``validate_flags``), for a release its arguments.py's."""
+Args = list[tuple[str, list]]
+"""(flag, values) pairs."""
 _TCFG = "Megatron-LM megatron/core/transformer/transformer_config.py (uneven pipeline checks)"
 _SCHED = "Megatron-LM megatron/core/pipeline_parallel/schedules.py (interleaved 1F1B)"
 _ATTN = "Megatron-LM megatron/core/transformer/attention.py (divide(num_query_groups, TP))"
 _TCFG_OFFLOAD = "Megatron-LM megatron/core/transformer/transformer_config.py __post_init__ (cpu_offloading)"
 _FSDP = "Megatron-FSDP supports TP/EP/CP but not PP (Megatron-LM docs; issue NVIDIA/Megatron-LM#1455)"
+
+def megatron_release(plan: Plan) -> str:
+    """The Megatron-LM tag the files target: the ``--framework`` release's (``Plan.options``
+    ``megatron_release``, set from the record), "" for Megatron-LM ``MEGATRON_COMMIT``."""
+    return str(plan.options.get("megatron_release") or "")
+
+
+def _flags(settings) -> Args:
+    """(flag, values) of table settings, environment variables left out (``env_lines`` writes them)."""
+    return words([(k, v) for k, v in settings if not is_env(k)])
+
 
 def megatron_flags() -> frozenset[str]:
     """Every flag of Megatron-LM's arguments.py at ``MEGATRON_COMMIT`` (``megatron_arguments.txt``,
@@ -176,10 +194,6 @@ def uses_fsdp(plan: Plan) -> bool:
     return plan.zero >= 2
 
 
-Args = list[tuple[str, list]]
-"""(flag, values) pairs."""
-
-
 def _attention_args(m) -> Args:
     """Attention shape: GQA / head size, or multi-latent attention."""
     if m.mla is None:
@@ -247,7 +261,7 @@ def _model_args(plan: Plan) -> Args:
     ]
 
 
-def _moe_args(plan: Plan) -> Args:
+def _moe_args(plan: Plan, table=TABLE) -> Args:
     """Experts, router and token dispatcher (MoE models)."""
     moe = plan.model.moe
     args: Args = [
@@ -270,16 +284,16 @@ def _moe_args(plan: Plan) -> Args:
         ("--moe-router-load-balancing-type", ["aux_loss"]),
         ("--moe-aux-loss-coeff", ["1e-2"]),
     ]
-    args += words(TABLE.write("moe_dispatcher", plan.moe_dispatcher))
-    return args + words(TABLE.write("moe_grouped_gemm", plan.moe_grouped_gemm))
+    args += _flags(table.write("moe_dispatcher", plan.moe_dispatcher))
+    return args + _flags(table.write("moe_grouped_gemm", plan.moe_grouped_gemm))
 
 
-def _parallel_args(plan: Plan) -> Args:
+def _parallel_args(plan: Plan, table=TABLE) -> Args:
     """Degrees, sequence parallelism and the pipeline split."""
-    args: Args = words(TABLE.write("tp", plan.tp) + TABLE.write("pp", plan.pp) + TABLE.write("cp", plan.cp))
+    args: Args = _flags(table.write("tp", plan.tp) + table.write("pp", plan.pp) + table.write("cp", plan.cp))
     if plan.is_moe:
-        args += words(TABLE.write("ep", plan.ep) + TABLE.write("etp", plan.etp))
-    args += words(TABLE.write("sequence_parallel", bool(plan.sp and plan.tp > 1)))
+        args += _flags(table.write("ep", plan.ep) + table.write("etp", plan.etp, plan))
+    args += _flags(table.write("sequence_parallel", bool(plan.sp and plan.tp > 1)))
     if plan.pp > 1 and plan.uneven and plan.vpp > 1 and _embedding_loss_split(plan):
         args += [("--account-for-embedding-in-pipeline-split", []),
                  ("--account-for-loss-in-pipeline-split", [])]
@@ -287,8 +301,12 @@ def _parallel_args(plan: Plan) -> Args:
         args += [("--decoder-first-pipeline-num-layers", [plan.first_layers]),
                  ("--decoder-last-pipeline-num-layers", [plan.last_layers])]
     if plan.vpp > 1:
-        args += words(TABLE.write("vpp", plan.vpp))
-    args += words(TABLE.write("cp_comm_type", plan.cp_comm_type, plan))
+        args += _flags(table.write("vpp", plan.vpp, plan))
+        if table is not TABLE and "--num-virtual-stages-per-pipeline-rank" not in _release_flags(table):
+            # Before r0.9 interleaving is stated as layers per virtual stage (arguments.py@core_r0.8.0
+            # --num-layers-per-virtual-pipeline-stage); an even split here (uneven ones need flags r0.8 lacks).
+            args.append(("--num-layers-per-virtual-pipeline-stage", [plan.stage_layers[0] // plan.vpp]))
+    args += _flags(table.write("cp_comm_type", plan.cp_comm_type, plan))
     if plan.cp_comm_type == "a2a+p2p":  # all-to-all inside the scale-up domain, ring across (as priced)
         a2a, ring = hierarchical_cp_sizes(plan)
         args += [("--hierarchical-context-parallel-sizes", [a2a, ring])]
@@ -306,12 +324,12 @@ def hierarchical_cp_sizes(plan: Plan) -> tuple[int, int]:
     return a2a, plan.cp // a2a
 
 
-def _data_parallel_args(plan: Plan) -> Args:
+def _data_parallel_args(plan: Plan, table=TABLE) -> Args:
     """ZeRO stage: distributed optimizer (1) or Megatron-FSDP (2, 3), and the DP overlaps."""
-    args = words(TABLE.write("zero", plan.zero, plan))
+    args = _flags(table.write("zero", plan.zero, plan))
     if plan.shard_replicas > 1:  # the key carries the instance count, dp / dp_shard (the table's row)
-        args += words(TABLE.write("dp_shard", plan.shard_replicas))
-    return args + words(TABLE.write("dp_comm_overlap", bool(plan.dp_comm_overlap), plan))
+        args += _flags(table.write("dp_shard", plan.shard_replicas, plan))
+    return args + _flags(table.write("dp_comm_overlap", bool(plan.dp_comm_overlap), plan))
 
 
 def _recompute_args(plan: Plan) -> Args:
@@ -329,10 +347,10 @@ def _recompute_args(plan: Plan) -> Args:
     return []
 
 
-def _precision_args(plan: Plan) -> Args:
+def _precision_args(plan: Plan, table=TABLE) -> Args:
     """--bf16 parameters, the gradient-reduction dtype and FP8 GEMMs, from the table."""
-    return [("--bf16", [])] + words(TABLE.write("grad_dtype", plan.grad_dtype) + TABLE.write("precision", plan.precision, plan)
-                                    + TABLE.write("fp8_recipe", plan.fp8_recipe, plan))
+    return [("--bf16", [])] + _flags(table.write("grad_dtype", plan.grad_dtype) + table.write("precision", plan.precision, plan)
+                                     + table.write("fp8_recipe", plan.fp8_recipe, plan))
 
 
 _WRITTEN_IN_SECTIONS = frozenset({"tp", "pp", "cp", "ep", "etp", "sequence_parallel", "vpp", "zero", "dp_shard",
@@ -342,14 +360,19 @@ _WRITTEN_IN_SECTIONS = frozenset({"tp", "pp", "cp", "ep", "etp", "sequence_paral
 of the table is written by ``_overlap_args``, so a new Megatron setting is one row of the table."""
 
 
-def _overlap_args(plan: Plan) -> Args:
+def _overlap_settings(plan: Plan, table=TABLE) -> list:
+    """The (key, value) settings of every table option the other sections do not write."""
+    settings = []
+    for option in table.options:
+        if option not in _WRITTEN_IN_SECTIONS:
+            settings += table.write(option, getattr(plan, option), plan)
+    return settings
+
+
+def _overlap_args(plan: Plan, table=TABLE) -> Args:
     """The communication overlaps, fusions and kernels the plan was priced with: every table option
     the other sections do not write, in the table's order."""
-    settings = []
-    for option in TABLE.options:
-        if option not in _WRITTEN_IN_SECTIONS:
-            settings += TABLE.write(option, getattr(plan, option), plan)
-    return words(settings)
+    return _flags(_overlap_settings(plan, table))
 
 
 def _run_args(plan: Plan) -> Args:
@@ -362,27 +385,62 @@ def _run_args(plan: Plan) -> Args:
     ]
 
 
-def megatron_sections(plan: Plan) -> list[tuple[str, Args]]:
-    """(title, [(flag, values)]) groups of Megatron arguments for this plan; empty groups are
-    left out. ``check_megatron`` must have passed."""
+def megatron_sections(plan: Plan, release: str = "") -> list[tuple[str, Args]]:
+    """(title, [(flag, values)]) groups of Megatron arguments for this plan, as Megatron-LM
+    ``release`` spells them ("": ``MEGATRON_COMMIT``); empty groups are left out. ``check_megatron``
+    must have passed (and ``check_release`` for a release)."""
+    table = release_table(release)
     sections = [
         (f"Model shape ({plan.model.name})", _model_args(plan)),
-        ("Mixture of experts", _moe_args(plan) if plan.is_moe else []),
-        ("Parallel layout", _parallel_args(plan)),
+        ("Mixture of experts", _moe_args(plan, table) if plan.is_moe else []),
+        ("Parallel layout", _parallel_args(plan, table)),
         (f"Batch ({plan.grad_accum} micro-batches of {plan.mbs} per step on each of {plan.dp} data-parallel ranks)",
          [("--micro-batch-size", [plan.mbs]), ("--global-batch-size", [plan.gbs])]),
-        (f"Data parallel: ZeRO-{plan.zero}", _data_parallel_args(plan)),
+        (f"Data parallel: ZeRO-{plan.zero}", _data_parallel_args(plan, table)),
         (f"Activation recompute: {plan.recompute}", _recompute_args(plan)),
-        (f"Precision: {plan.precision}", _precision_args(plan)),
-        ("Overlap and fusion (as priced)", _overlap_args(plan)),
+        (f"Precision: {plan.precision}", _precision_args(plan, table)),
+        ("Overlap and fusion (as priced)", _overlap_args(plan, table)),
         ("PLACEHOLDER optimizer and run length (not part of the plan; edit freely)", _run_args(plan)),
     ]
+    if release:
+        sections = [(title, _as_release(plan, args, release)) for title, args in sections]
     return [(title, args) for title, args in sections if args]
+
+
+def _release_flags(table) -> frozenset:
+    from planner.frameworks.megatron import release_flags
+
+    return release_flags(table.tag)[0]
+
+
+_RELEASE_DEFAULTS = {
+    "--moe-ffn-hidden-size": lambda plan, values: values == [plan.model.ffn_hidden_size],
+    "--recompute-modules": lambda plan, values: [str(v) for v in values] == ["core_attn"],
+}
+"""Flags a release without them runs at the value written (core_r0.8.0: experts as wide as
+--ffn-hidden-size, transformer_config.py moe_ffn_hidden_size = ffn_hidden_size; selective recompute
+of core attention only, arguments.py --recompute-granularity 'selective: core attention'): left out there."""
+
+
+def _as_release(plan: Plan, args: Args, release: str) -> Args:
+    """``args`` as Megatron-LM ``release`` takes them: a flag it lacks left out where the release runs
+    the value written anyway (``_RELEASE_DEFAULTS``), else refused (``megatron_release_<dest>``)."""
+    out = []
+    for name, values in args:
+        why = next((w for v in values or [True] if (w := lacks(release, name[2:].replace("-", "_"), v,
+                                                           carried=not isinstance(v, str)))), "")
+        if not why:
+            out.append((name, values))
+        elif not (name in _RELEASE_DEFAULTS and _RELEASE_DEFAULTS[name](plan, list(values))):
+            raise CannotExpress(f"megatron_release_{name[2:].replace('-', '_')}", f"this layout needs {why}: "
+                                "price another layout for this release, or export without --framework "
+                                f"(Megatron-LM {MEGATRON_COMMIT[:12]})", f"Megatron-LM megatron/training/arguments.py@{release}")
+    return out
 
 
 def emitted_flags(plan: Plan) -> list[str]:
     """Every Megatron flag the files for this plan contain (the data defaults included)."""
-    flags = [flag for _, items in megatron_sections(plan) for flag, _ in items]
+    flags = [flag for _, items in megatron_sections(plan, megatron_release(plan)) for flag, _ in items]
     return flags + [flag for flag, _ in default_data_args(plan)]
 
 
@@ -391,7 +449,27 @@ def default_data_args(plan: Plan) -> list[tuple[str, list]]:
     return [("--mock-data", []), ("--tokenizer-type", ["NullTokenizer"]), ("--vocab-size", [plan.model.vocab_size - 1])]
 
 
+def check_release(plan: Plan, release: str) -> None:
+    """``CannotExpress`` (``megatron_release_*``) for a setting Megatron-LM ``release`` lacks: its
+    table's rows and refusals, then every flag the sections write against its argument list."""
+    release_table(release).check(plan)
+    release_table(release).write("fsdp", plan.fsdp, plan)
+    for _, items in megatron_sections(plan, release):
+        for name, _ in items:
+            if lacks(release, name[2:].replace("-", "_"), True):  # a programming error: _as_release filters
+                raise RuntimeError(f"Megatron flag {name} not in megatron_arguments_{release}.txt")
+    for name, values in default_data_args(plan):
+        why = next((w for v in values or [True] if (w := lacks(release, name[2:].replace("-", "_"), v,
+                                                           carried=not isinstance(v, str)))), "")
+        if why:
+            raise RuntimeError(f"data default {name} {values}: {why}")
+
+
 def validate_flags(plan: Plan) -> None:
+    release = megatron_release(plan)
+    if release:  # the --framework release's arguments.py: checked flag by flag (values too)
+        check_release(plan, release)
+        return
     unknown = sorted(set(emitted_flags(plan)) - megatron_flags())
     newer = [(f, row) for f in unknown for row in TABLE.rows if row.write and row.releases
              and row.value == getattr(plan, row.option, None) and any(flag(d) == f for d, _ in row.sets)]
@@ -411,7 +489,16 @@ def validate_flags(plan: Plan) -> None:
 
 
 def env_lines(plan: Plan) -> list[str]:
-    """Shell lines that set the environment Megatron's validate_args checks."""
+    """Shell lines that set the environment Megatron's validate_args checks (and the release's
+    environment settings: TransformerEngine's attention kernel before --attention-backend)."""
+    release = megatron_release(plan)
+    env = [(k, v) for k, v in _overlap_settings(plan, release_table(release)) if is_env(k)] if release else []
+    lines = [f"# Megatron-LM {release} has no --attention-backend: TransformerEngine picks the attention kernel "
+             "among those left on.", "export " + " ".join(f"{k}={v}" for k, v in env)] if env else []
+    return lines + _device_connections(plan)
+
+
+def _device_connections(plan: Plan) -> list[str]:
     if uses_fsdp(plan):
         return [
             "# Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 (validate_args); leave it unset.",
@@ -427,8 +514,12 @@ def env_lines(plan: Plan) -> list[str]:
 
 def notes(plan: Plan) -> list[str]:
     m = plan.model
+    release = megatron_release(plan)
     out = [
-        "Flags checked against " + _ARGS_PY + " (see planner/frameworks/megatron_arguments.txt).",
+        "Flags checked against " + _ARGS_PY + " (see planner/frameworks/megatron_arguments.txt)." if not release else
+        f"Flags checked against Megatron-LM megatron/training/arguments.py@{release} (the --framework release; see "
+        f"planner/frameworks/megatron_arguments_{release}.txt).",
+        *(RELEASE_ARGUMENTS[release].notes if release and plan.is_moe else ()),
         "Model details the planner does not track (rotary base and scaling, norm epsilon, init std) are left at",
         "Megatron defaults: add them for checkpoint-exact numerics; they do not change the layout's cost.",
     ]
@@ -469,7 +560,7 @@ def data_block(plan: Plan, array: str = "DATA_ARGS_ARRAY") -> str:
 def args_block(plan: Plan, array: str = "MEGATRON_ARGS") -> str:
     """Bash that defines ``array`` with every Megatron argument (data placeholders included)."""
     parts = [data_block(plan), "\n", f"{array}=()\n"]
-    for title, items in megatron_sections(plan):
+    for title, items in megatron_sections(plan, megatron_release(plan)):
         parts.append(f"# {sanitize(title)}\n")
         rendered = bash_array(f"{array}+", items)
         # ${TRAIN_ITERS} must expand at run time: it is ours, not user input, so leave it unquoted-safe.

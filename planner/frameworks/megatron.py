@@ -13,11 +13,12 @@ the list the exporter checks what it writes against and the reader classifies wh
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from costmodel.options import FP8_RECIPES
-from planner.frameworks.table import NUMBER, Refusal, Row, Table
+from planner.frameworks.table import NUMBER, CannotExpress, Refusal, Row, Table
 
 MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 """Megatron-LM main of 2026-08-22 (the list before it: 000c4ac24f61, 2025-11-13, whose flags this
@@ -410,3 +411,196 @@ nccl_all_reduce_for_prefill no_initialization qk_l2_norm symmetric_ar_type
 line: TransformerConfig fields a quiet group used to add, which ArgumentGroupFactory now adds in
 _add_network_size_args)."""
 
+
+
+# ----------------------------------------------------------------------------------- releases
+# A plan priced with --framework R (a Megatron-Core release) is written for R's arguments.py, not
+# MEGATRON_COMMIT's: R's flag list (megatron_arguments_<tag>.txt, benchmarks/megatron_arguments.py
+# --release), R's spellings where they differ (``ReleaseArguments.rows``, replacing TABLE's rows of
+# their options), and a refusal naming the flag R lacks for every other row (``release_table``).
+
+
+def _args_at(tag: str) -> str:
+    return f"Megatron-LM megatron/training/arguments.py@{tag}"
+
+
+def _te_attention(tag: str) -> tuple:
+    """Before --attention-backend (Megatron-LM r0.10), TransformerEngine picks the attention kernel
+    at run time among those its environment leaves on: NVTE_FLASH_ATTN=0 leaves cuDNN's fused
+    attention (flash3 here), NVTE_FLASH_ATTN=0 NVTE_FUSED_ATTN=0 the unfused one
+    (TransformerEngine transformer_engine/pytorch/attention.py v1.8/v1.9: _NVTE_FLASH_ATTN,
+    _NVTE_FUSED_ATTN, default 1). Upper-case keys are environment variables (export/megatron.py)."""
+    te = "TransformerEngine transformer_engine/pytorch/attention.py (NVTE_FLASH_ATTN, NVTE_FUSED_ATTN)"
+    return (Row("attention", "flash", (), default=True, source=_args_at(tag) + " (no --attention-backend); " + te),
+            Row("attention", "flash3", (("NVTE_FLASH_ATTN", "0"),), source=te),
+            Row("attention", "unfused", (("NVTE_FLASH_ATTN", "0"), ("NVTE_FUSED_ATTN", "0")), source=te))
+
+
+def _custom_fsdp(tag: str) -> tuple:
+    """Megatron-FSDP before Megatron-LM renamed it: --use-custom-fsdp, which validate_args runs with
+    the distributed optimizer and without gradient accumulation fusion (arguments.py@core_v0.13.0
+    'if args.use_custom_fsdp'); --ckpt-format left at its default (torch_dist: that release has no
+    fsdp_dtensor)."""
+    src = _args_at(tag) + " --use-custom-fsdp (validate_args)"
+    also = (("use_distributed_optimizer", True), ("no_gradient_accumulation_fusion", True))
+    return (Row("zero", 0, (), default=True, source=_DDP),
+            Row("zero", 1, (("use_distributed_optimizer", True),), source=_args_at(tag)),
+            Row("zero", 2, (("use_custom_fsdp", True), ("data_parallel_sharding_strategy", "optim_grads")),
+                also=also, source=src),
+            Row("zero", 3, (("use_custom_fsdp", True), ("data_parallel_sharding_strategy", "optim_grads_params")),
+                also=also, when=_zero3("megatron"), source=src),
+            Row("zero", 3, (("use_torch_fsdp2", True),), also=(("no_gradient_accumulation_fusion", True),),
+                when=_zero3("fsdp2"), source=_args_at(tag) + " --use-torch-fsdp2"),
+            Row("fsdp", "megatron", (("use_custom_fsdp", True),), source=src, when=lambda plan: plan.zero == 3))
+
+
+def _flex_deepep(tag: str) -> Row:
+    """DeepEP before the flex dispatcher's backends: --moe-token-dispatcher-type flex with
+    --moe-enable-deepep (arguments.py@core_v0.13.0 _add_moe_args: 'Only works with flex token dispatcher')."""
+    return Row("moe_dispatcher", "deepep", (("moe_token_dispatcher_type", "flex"), ("moe_enable_deepep", True)),
+               source=_args_at(tag) + " --moe-enable-deepep")
+
+
+@dataclass(frozen=True)
+class ReleaseArguments:
+    """One Megatron-Core release's arguments.py, as the export writes for it."""
+
+    tag: str
+    """The Megatron-LM tag (megatron_arguments_<tag>.txt)."""
+    commit: str
+    rows: tuple = ()
+    """The release's spellings: rows replacing TABLE's rows that write the same option value."""
+    notes: tuple = ()
+    """Lines the exported file states about this release's spellings."""
+
+
+_R08 = "core_r0.8.0"
+_R012 = "core_v0.12.0"
+_R013 = "core_v0.13.0"
+
+RELEASE_ARGUMENTS: dict[str, ReleaseArguments] = {
+    _R08: ReleaseArguments(_R08, "baf94af3c667248865f23df73b9fb8e2395e6fd0", rows=(
+        *_te_attention(_R08),
+        # No --fp8-recipe: delayed scaling (amax history) is the one recipe (TransformerEngine's default).
+        Row("fp8_recipe", "delayed", (), also=(("fp8_amax_history_len", 1024), ("fp8_amax_compute_algo", "max")),
+            when=_fp8, source=_args_at(_R08) + " (no --fp8-recipe: delayed scaling)"),
+        Row("fp8_recipe", "current", (("fp8_recipe", "tensorwise"),), when=_fp8, source=ARGS),
+        Row("fp8_recipe", "blockwise", (("fp8_recipe", "blockwise"),), when=_fp8, source=ARGS),
+        Row("fp8_recipe", "mxfp8", (("fp8_recipe", "mxfp8"),), when=_fp8, source=ARGS),
+        Row("fp8_recipe", "nvfp4", (("fp4_recipe", "nvfp4"),), when=_fp8, source=ARGS),
+        *(Row("fp8_recipe", r, (), when=lambda plan: not _fp8(plan), source="moot without --precision fp8")
+          for r in FP8_RECIPES),
+        # No --expert-tensor-parallel-size: experts split over the TP group (etp = tp).
+        Row("etp", NUMBER, (), when=lambda plan: not plan.is_moe or plan.etp == plan.tp,
+            source=_args_at(_R08) + " (experts split over tensor parallelism: etp = tp)"),
+        Row("etp", NUMBER, (("expert_tensor_parallel_size", 0),), source=ARGS),
+        # Interleaving by layers per virtual stage (export/megatron.py writes it from the split).
+        Row("vpp", NUMBER, (), source=_args_at(_R08) + " --num-layers-per-virtual-pipeline-stage"),
+        Row("dp_shard", NUMBER, (), when=lambda plan: plan.shard_replicas <= 1, source=_DDP),
+        Row("dp_shard", NUMBER, (("num_distributed_optimizer_instances", 0),), source=_DDP),
+        # --moe-grouped-gemm: TEGroupedMLP with TransformerEngine >= 1.9, else GroupedMLP (the
+        # grouped_gemm CUTLASS kernel, one launch: fused); NeMo 24.07 ran TE 1.8.0.dev0 (NeMo r2.0.0rc1
+        # Dockerfile.ci TE_TAG 7d576ed252). Without the flag: SequentialMLP (the per-expert loop).
+        Row("moe_grouped_gemm", "fused", (("moe_grouped_gemm", True),),
+            source="Megatron-LM megatron/core/transformer/moe/moe_layer.py@core_r0.8.0 (GroupedMLP unless "
+                   "TEColumnParallelGroupedLinear, TE >= 1.9.0.dev0: custom_layers/transformer_engine.py)"),
+        Row("moe_grouped_gemm", "loop", (), default=True, source=_args_at(_R08) + " (SequentialMLP)"),
+    ), notes=(
+        "Megatron-Core r0.8: --moe-grouped-gemm runs GroupedMLP (fused) with TransformerEngine before 1.9 "
+        "(NeMo 24.07's TE 1.8), TEGroupedMLP with a newer TE.",
+    )),
+    _R012: ReleaseArguments(_R012, "d580efc68a9f0dbf1945f834f6f6200cd01d3343", rows=(
+        *_custom_fsdp(_R012), _flex_deepep(_R012),
+        Row("cuda_graphs", True, (("enable_cuda_graph", True),), source=_args_at(_R012) + " --enable-cuda-graph"),
+    )),
+    _R013: ReleaseArguments(_R013, "c550cf6c41c31cd3ec72e05c25ea0c979f2b6631", rows=(
+        *_custom_fsdp(_R013), _flex_deepep(_R013),
+        Row("cuda_graphs", True, (("enable_cuda_graph", True),), source=_args_at(_R013) + " --enable-cuda-graph"),
+    )),
+}
+"""The Megatron-Core releases ``--framework`` names (``planner.frameworks.releases``), by tag."""
+
+
+@lru_cache(maxsize=None)
+def release_flags(tag: str) -> tuple[frozenset, dict]:
+    """(flags, flag -> choices) of Megatron-LM's arguments.py at ``tag`` (megatron_arguments_<tag>.txt)."""
+    known, choices = set(), {}
+    path = Path(__file__).with_name(f"megatron_arguments_{tag}.txt")
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("--"):
+            name, _kind, _group, *rest = line.split()
+            known.add(name)
+            for word in rest:
+                if word.startswith("choices="):
+                    choices[name] = tuple(word[len("choices="):].split(","))
+    return frozenset(known), choices
+
+
+def is_env(key: str) -> bool:
+    """An environment variable among a row's keys (upper case), not an argparse dest."""
+    return key.isupper()
+
+
+def lacks(tag: str, key: str, value, carried: bool = False) -> str:
+    """Why release ``tag`` cannot take setting ``key`` = ``value`` ("" : it can); ``carried``: the
+    value is the plan's number (no choice to check)."""
+    if is_env(key):
+        return ""
+    known, choices = release_flags(tag)
+    name = flag(key)
+    if name not in known:
+        return f"{name}, which Megatron-LM {tag} does not have"
+    if not carried and value is not True and name in choices and str(value) not in choices[name]:
+        return f"{name} {value}, which Megatron-LM {tag} does not offer ({', '.join(choices[name])})"
+    return ""
+
+
+@dataclass(frozen=True)
+class ReleaseTable(Table):
+    """TABLE as one release writes it: its own rows for the options it spells differently, and a
+    ``megatron_release_<option>`` refusal for a row whose flag (or value) the release lacks."""
+
+    tag: str = ""
+
+    def write(self, option: str, value, plan=None):
+        settings = Table.write(self, option, value, plan)
+        if value is None:
+            return settings
+        for row in self.rows_for(option):  # the row Table.write took (same order and tests)
+            if not row.write or (row.when is not None and plan is not None and not row.when(plan)):
+                continue
+            number = row.value == NUMBER and not isinstance(value, bool) and isinstance(value, (int, float))
+            if number or row.value == value:
+                break
+        else:
+            return settings
+        missing = [why for key, v in row.sets + row.also
+                   if (why := lacks(self.tag, key, v, carried=number and (key, v) in row.sets))]
+        if missing and number and not value:
+            return []  # a zero count (no layers offloaded): nothing to write
+        if missing:
+            raise CannotExpress(f"megatron_release_{option}", f"{option} {value} needs {missing[0]}: price "
+                                "another value for this release, or export without --framework (Megatron-LM "
+                                f"{MEGATRON_COMMIT[:12]})", _args_at(self.tag))
+        return settings
+
+
+@lru_cache(maxsize=None)
+def release_table(tag: str) -> Table:
+    """TABLE as Megatron-LM release ``tag`` writes it (TABLE when ``tag`` is ""): ``ReleaseArguments.rows``
+    come first among their option's rows and replace TABLE's rows that write the same value (TABLE's
+    rows that write nothing, the defaults and moot values, stay)."""
+    if not tag:
+        return TABLE
+    spec = RELEASE_ARGUMENTS[tag]
+    own = {(r.option, r.value) for r in spec.rows}
+    rows, placed = [], set()
+    for row in TABLE.rows:
+        if row.option in {o for o, _ in own} and row.option not in placed:
+            rows += [r for r in spec.rows if r.option == row.option]  # first: they win
+            placed.add(row.option)
+        if not (row.sets and (row.option, row.value) in own):  # TABLE's spelling of a value the release respells
+            rows.append(row)
+    return ReleaseTable("megatron", tuple(rows), TABLE.refusals, source=_args_at(tag),
+                        releases=f"Megatron-LM {tag} (megatron_arguments_{tag}.txt)", elsewhere=TABLE.elsewhere,
+                        tag=tag)

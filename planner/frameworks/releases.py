@@ -37,19 +37,30 @@ class Release:
     formats: tuple = ()
     """The export formats that launch this framework (``planner export --format``); empty: planner
     writes none of its files."""
+    megatron_release: str = ""
+    """The Megatron-LM tag whose arguments.py the Megatron-LM formats (megatron, torchrun, slurm)
+    write for this release (``planner.frameworks.megatron.RELEASE_ARGUMENTS``); "": Megatron-LM
+    ``MEGATRON_COMMIT`` (main)."""
 
 
 RELEASES: tuple[Release, ...] = (
     Release("megatron-lm-2021", "Megatron-LM (PTD-P)", 2021,
             "Narayanan et al. 2021 (SC'21), Megatron-LM v2.x: PTD-P, before FlashAttention", formats=("megatron", "torchrun", "slurm")),
     Release("megatron-core-0.8", "Megatron-Core r0.8", 2024,
-            "Megatron-LM tag core_r0.8.0 (July 2024), TransformerEngine attention", formats=("megatron", "torchrun", "slurm")),
+            "Megatron-LM tag core_r0.8.0 (July 2024), TransformerEngine attention", formats=("megatron", "torchrun", "slurm"),
+            megatron_release="core_r0.8.0"),
     Release("megatron-core-0.13", "Megatron-Core r0.13", 2025,
-            "Megatron-LM tag core_r0.13.0 (2025), TransformerEngine attention", formats=("megatron", "torchrun", "slurm")),
+            "Megatron-LM tag core_r0.13.0 (2025), TransformerEngine attention", formats=("megatron", "torchrun", "slurm"),
+            megatron_release="core_v0.13.0"),
     Release("nemo-24.07", "NeMo 24.07 (Megatron-Core)", 2024,
-            "NVIDIA NeMo container 24.07 performance recipes", formats=("megatron", "torchrun", "slurm", "megatron-bridge")),
+            "NVIDIA NeMo container 24.07 performance recipes", formats=("megatron", "torchrun", "slurm", "megatron-bridge"),
+            # NeMo r2.0.0rc1 Dockerfile.ci MCORE_TAG 338af51452 (core_r0.8.0 less --moe-router-pre-softmax)
+            megatron_release="core_r0.8.0"),
     Release("nemo-25.04", "NeMo 25.04 (Megatron-Core)", 2025,
-            "NVIDIA NeMo container 25.04 performance scripts (scripts/performance/llm)", formats=("megatron", "torchrun", "slurm", "megatron-bridge")),
+            "NVIDIA NeMo container 25.04 performance scripts (scripts/performance/llm)", formats=("megatron", "torchrun", "slurm", "megatron-bridge"),
+            # NeMo v2.3.0 requirements/manifest.json megatron-lm 3cdfd613e6 (core_r0.12.0 branch; its
+            # arguments.py is core_v0.12.0's)
+            megatron_release="core_v0.12.0"),
     Release("megatron-bridge-25.09", "Megatron-Bridge 25.09 (Megatron-Core)", 2025,
             "NVIDIA Megatron-Bridge 25.09 performance recipes", formats=("megatron-bridge",)),
     Release("torchtitan-0.2", "torchtitan 0.2", 2025,

@@ -46,9 +46,9 @@ from planner.export.common import (
 )
 from planner.export.registry import EXECUTABLE, PLAIN, Exporter, each_file
 from planner.frameworks.torchtitan import (  # noqa: F401 (names the tests and the reader use)
-    CLI_DEFAULT, CONFIG_FUNCTIONS, FAMILY_DEFAULT, FIELD_NEEDED_FOR, LLAMA3_FLAVORS, PER_OP_SAC_SHARE, RELEASES, TABLE,
-    TOML_DEFAULT, TOML_NAMES, Release, _all_fields, cli_field, cli_word, config_function_for, flavor_for, release_for, stage_split,
-    torchtitan_fields, GPT_OSS_WINDOW,
+    CLI_DEFAULT, CONFIG_FUNCTIONS, FAMILY_DEFAULT, FIELD_NEEDED_FOR, LLAMA3_FLAVORS, MOE_FLAVORS, PER_OP_SAC_SHARE,
+    RELEASES, TABLE, TOML_DEFAULT, TOML_NAMES, MoEFlavor, Release, _all_fields, cli_field, cli_word, config_function_for,
+    flavor_for, moe_flavor_for, release_for, stage_split, torchtitan_fields, GPT_OSS_WINDOW,
 )
 
 OVERRIDES_FILE = "torchtitan_overrides.sh"
@@ -62,6 +62,12 @@ _PIPE = "torchtitan torchtitan/distributed/pipeline_parallel.py (generate_llm_fq
 _PIPE_01 = "torchtitan 0.1.0 torchtitan/models/llama3/infra/pipeline.py (pipeline_llama_manual_split)"
 _PARALLELIZE = "torchtitan torchtitan/models/llama3/infra/parallelize.py (0.1, 0.2: DDP only on a 1-D mesh)"
 _TORCH_SCHED = "torch torch/distributed/pipelining/schedules.py (torch 2.13.0)"
+_PARALLEL_DIMS = "torchtitan torchtitan/distributed/parallel_dims.py (0.2.0 _validate; 0.2.1+ efsdp = dp_shard*cp*tp/(ep*etp))"
+_MOE_PARALLELIZE = "torchtitan 0.2.x torchtitan/models/<name>/infra/parallelize.py (apply_moe_ep_tp)"
+_MX_CONVERTER = "torchtitan 0.2.x torchtitan/components/quantization/mx.py (MXLinearConverter, MXGroupedMMConverter)"
+MX_EXPERT_FQNS = ["experts"]
+"""quantize.grouped_mm.mx.fqns: the MoE experts (a substring of every GroupedExperts module's name,
+moe_module_filter_fn in components/quantization/mx.py; the job_config example's value)."""
 
 
 def target_release(plan: Plan, default: str) -> Release:
@@ -178,18 +184,31 @@ def check_common(plan: Plan) -> None:
                             "is Megatron-Core's --recompute-modules; torchtitan's activation checkpointing has no "
                             "such setting", "planner.export")
     torchrun.check_nodes(plan)
-    if plan.model.sliding_window is not None:
+    flavor = flavor_for(plan.model)
+    if plan.model.sliding_window is not None and not (
+            flavor is not None and flavor[0] == "gpt_oss"
+            and (plan.model.sliding_window, plan.model.full_attention_every) == GPT_OSS_WINDOW):
         raise CannotExpress("torchtitan_sliding_window", f"model {plan.model.name} has {window_text(plan.model)}; "
                             "the llama3 flavors this export writes attend every earlier key, and a job config sets no "
                             f"window (torchtitan's gpt_oss model fixes its own {GPT_OSS_WINDOW[0]}-key window in code, "
                             "models/gpt_oss, which this export does not write): use --format megatron or megatron-bridge",
                             "torchtitan torchtitan/models/llama3/__init__.py; torchtitan 0.2.2 "
                             "torchtitan/models/gpt_oss/model/args.py (sliding_window_size)")
-    if flavor_for(plan.model) is None:
-        names = ", ".join(f"{n} {f}" for n, f in LLAMA3_FLAVORS)
+    if flavor is None:
+        near = moe_flavor_for(plan.model, ignore_mtp=True)
+        if near is not None:
+            raise CannotExpress("torchtitan_mtp", f"{plan.model.name} has {plan.model.mtp_layers} multi-token-prediction "
+                                f"layer(s); torchtitan's {near.name} {near.flavor} trains none: price a model file with "
+                                "mtp_layers 0 (the same shape otherwise)", near.source)
+        names = ", ".join(f"{n} {f}" for n, f in [*LLAMA3_FLAVORS, *MOE_FLAVORS])
         raise CannotExpress("torchtitan_flavor", f"torchtitan builds models from registered flavors and none matches "
                             f"{plan.model.name}'s shape (checked: {names}); register a flavor first",
-                            "torchtitan torchtitan/models/llama3/__init__.py")
+                            "torchtitan torchtitan/models/<name>/__init__.py")
+    check_moe_common(plan)
+    if plan.precision == "fp8" and plan.fp8_recipe == "mxfp8" and plan.tp > 1:
+        raise CannotExpress("torchtitan_mxfp8_tp", f"mxfp8 with tp={plan.tp}: torchtitan's MXLinear converter asserts "
+                            "'TP not yet supported with torch.compile for mxfp8', and fp8 runs compiled: price with "
+                            "--tp 1", _MX_CONVERTER)
     TABLE.check(plan)  # what torchtitan always runs (planner.frameworks.torchtitan): refused, never changed
     if plan.pp > 1:
         m = plan.grad_accum
@@ -201,6 +220,68 @@ def check_common(plan: Plan) -> None:
             if m % rounds:
                 raise CannotExpress("torchtitan_interleaved_rounds", f"{m} micro-batches is not a multiple of the "
                                     f"{rounds} rounds Interleaved1F1B uses with pp={plan.pp}", _TORCH_SCHED)
+
+
+def moe_flavor(plan: Plan) -> MoEFlavor | None:
+    """The plan's torchtitan MoE flavor (None for a dense model); ``check_common`` must have passed."""
+    return MOE_FLAVORS[flavor_for(plan.model)] if plan.is_moe else None
+
+
+def check_moe_common(plan: Plan) -> None:
+    """What torchtitan's MoE flavors cannot run, whatever the release."""
+    flavor = moe_flavor(plan)
+    if flavor is None:
+        return
+    where = f"torchtitan's {flavor.name} {flavor.flavor}"
+    if plan.pp > 1 and not flavor.pipeline:
+        raise CannotExpress("torchtitan_moe_pipeline", f"pp={plan.pp}: {where} registers no pipelining_fn, and "
+                            "train.py raises 'Pipeline Parallel is enabled but ... does not support pipelining': "
+                            "price with --pp 1", flavor.source + "; torchtitan train.py")
+    if plan.cp > 1 and flavor.attention == "flex":
+        raise CannotExpress("torchtitan_moe_cp", f"cp={plan.cp}: {where} runs FlexAttention, and its parallelize "
+                            "raises for context parallelism with it: price with --cp 1", _MOE_PARALLELIZE)
+    if plan.precision == "fp8" and plan.fp8_recipe != "mxfp8":
+        raise CannotExpress("torchtitan_moe_float8", f"fp8 {plan.fp8_recipe} on {plan.model.name}: torchtitan's float8 "
+                            "converter swaps nn.Linear only, so the expert grouped GEMMs stay BF16 (Float8GroupedMM is "
+                            "a rowwise prototype) while planner prices them in FP8: price with --precision bf16, or "
+                            "--fp8-recipe mxfp8 on Blackwell (MXGroupedMM)",
+                            "torchtitan 0.2.x components/quantization/float8.py")
+    if flavor.name == "gpt_oss" and async_tp(plan):
+        raise CannotExpress("torchtitan_moe_async_tp", f"tp_comm_overlap: {where}'s parallelize applies its TP with "
+                            "enable_async_tp=False: price without --tp-comm-overlap", _MOE_PARALLELIZE)
+    ep, etp, tp, cp = plan.ep, plan.etp, plan.tp, plan.cp
+    if ep == 1 and etp != tp:
+        raise CannotExpress("torchtitan_etp", f"etp={etp} with ep 1 and tp={tp}: without EP torchtitan shards the experts "
+                            f"over the tensor-parallel ranks (etp = tp): price with --etp {tp}", _MOE_PARALLELIZE)
+    if ep > 1 and etp not in (1, tp):
+        raise CannotExpress("torchtitan_etp", f"etp={etp} with tp={tp}: torchtitan runs expert tensor parallelism 1 "
+                            f"or tp ('Currently we only support ETP=TP or ETP=1'): price with --etp 1 or {tp}",
+                            _PARALLEL_DIMS)
+    if ep > 1 and plan.zero == 0:
+        raise CannotExpress("torchtitan_ep_replicate", f"ep={ep} with zero 0: torchtitan's expert parallelism borrows "
+                            "ranks of the FSDP shard dimension (data_parallel_shard_degree), which replication has not: "
+                            "price with --zero 2 or 3", _PARALLEL_DIMS)
+    shard = plan.dp // plan.shard_replicas
+    if ep > 1 and (shard * cp * tp) % (ep * etp):
+        raise CannotExpress("torchtitan_ep_mesh", f"ep*etp={ep}*{etp} does not divide data_parallel_shard_degree*cp*tp = "
+                            f"{shard}*{cp}*{tp}: torchtitan's experts take their EP ranks from the FSDP shard "
+                            "dimension (with HSDP, not from the replicas)", _PARALLEL_DIMS)
+
+
+def check_moe_release(plan: Plan, release: Release) -> None:
+    """What one release lacks for the plan's MoE flavor."""
+    flavor = moe_flavor(plan)
+    if flavor is None:
+        return
+    if release.version not in flavor.releases:
+        raise CannotExpress("torchtitan_flavor_release", f"torchtitan {release.version} registers no {flavor.name} "
+                            f"{flavor.flavor} under torchtitan/models (present in {', '.join(flavor.releases)}): use "
+                            f"--torchtitan-version {flavor.releases[-1]}", flavor.source)
+    ep, etp, cp, tp = plan.ep, plan.etp, plan.cp, plan.tp
+    if release.version == "0.2.0" and ep > 1 and ep % (cp * (tp if etp == 1 else 1)):
+        raise CannotExpress("torchtitan_ep_mesh", f"ep={ep} with cp={cp}, tp={tp}, etp={etp}: torchtitan 0.2.0 asserts "
+                            f"ep % {'(cp * tp)' if etp == 1 else 'cp'} == 0 (later releases fold EP freely): use "
+                            "--torchtitan-version 0.2.2", _PARALLEL_DIMS)
 
 
 def config_function(plan: Plan) -> str:
@@ -228,6 +309,15 @@ def check_cli(plan: Plan, release: Release) -> None:
                             "raises 'CUDA graphs do not support pipeline parallelism yet'",
                             f"torchtitan {release.version} trainer.py _validate_cuda_graphs")
     check_common(plan)
+    if plan.is_moe:
+        _, flavor = flavor_for(plan.model)
+        raise CannotExpress("torchtitan_cli_moe", f"{OVERRIDES_FILE} is written with torchtitan {release.version}'s llama3 "
+                            f"config functions only; the MoE flavor {flavor} needs its own module's: use {TOML_FILE} "
+                            f"(--torchtitan-version 0.2)", _REGISTRY)
+    if plan.precision == "fp8" and plan.fp8_recipe == "mxfp8":
+        raise CannotExpress("torchtitan_cli_mxfp8", f"mxfp8: torchtitan {release.version}'s llama3 config functions "
+                            f"convert to Float8Linear (tensorwise) only: use {TOML_FILE} (--torchtitan-version 0.2)",
+                            _REGISTRY)
     config_function(plan)
 
 
@@ -237,6 +327,7 @@ def check_toml(plan: Plan, release: Release) -> None:
                             f"(--job.config_file is gone; configs are Python functions chosen with --module/--config): "
                             f"use {OVERRIDES_FILE}", release.manager)
     check_common(plan)
+    check_moe_release(plan, release)
     if plan.cuda_graphs:
         raise CannotExpress("torchtitan_cuda_graphs_release", f"cuda_graphs: torchtitan {release.version} has no "
                             f"CUDA-graph capture of the training step (0.3.0 has: use {OVERRIDES_FILE})", release.source)
@@ -290,7 +381,14 @@ def _parallel_settings(plan: Plan, release: Release, section: str) -> list[tuple
     if plan.tp > 1:
         out += TABLE.write("sequence_parallel", bool(plan.sp))
     out += [("parallelism.context_parallel_degree", plan.cp), ("parallelism.pipeline_parallel_degree", plan.pp)]
-    return out + _pipe_settings(plan, release, section) + _table_settings(plan)
+    return out + _moe_settings(plan) + _pipe_settings(plan, release, section) + _table_settings(plan)
+
+
+def _moe_settings(plan: Plan) -> list[tuple[str, object]]:
+    """Expert parallel degrees of an MoE flavor (written even at 1: etp defaults to 1, not tp)."""
+    if not plan.is_moe:
+        return []
+    return [("parallelism.expert_parallel_degree", plan.ep), ("parallelism.expert_tensor_parallel_degree", plan.etp)]
 
 
 _WRITTEN_HERE = frozenset({"tp", "sequence_parallel", "zero", "tp_comm_overlap", "tp_overlap_kind", "kernels",
@@ -344,7 +442,13 @@ def toml_settings(plan: Plan, release: Release | None = None) -> list[tuple[str,
     names = TOML_NAMES[release.family]
     name, flavor = flavor_for(plan.model)
     out: list[tuple[str, object]] = [("model.name", name), ("model.flavor", flavor)]
-    if plan.precision == "fp8":
+    mx = plan.precision == "fp8" and plan.fp8_recipe == "mxfp8"
+    if mx:
+        if "mx_converter" not in names:
+            raise CannotExpress("torchtitan_release_field", f"MXFP8 needs the quantize.linear.mx converter, which "
+                                f"torchtitan {release.version} lacks (present in 0.2.0-0.2.2)", release.source)
+        out.append(("model.converters", [names["mx_converter"]] + ([names["mx_grouped_converter"]] if plan.is_moe else [])))
+    elif plan.precision == "fp8":
         out.append(("model.converters", [names["converter"]]))
     out += _batch_settings(plan) + [("training.steps", 100)]
     if plan.precision == "fp8" or plan.kernels == "fused" or async_tp(plan):
@@ -357,12 +461,15 @@ def toml_settings(plan: Plan, release: Release | None = None) -> list[tuple[str,
     out.append(("activation_checkpoint.mode", ac_mode(plan)))
     if per_op_sac(plan):
         out.append(("activation_checkpoint.selective_ac_option", "op"))
-    if plan.precision == "fp8" and plan.zero >= 1 and plan.dp > 1:
+    if mx and plan.is_moe:
+        out.append(("quantize.grouped_mm.mx.fqns", MX_EXPERT_FQNS))
+    if plan.precision == "fp8" and not mx and plan.zero >= 1 and plan.dp > 1:
         f8 = names["float8"]
         out += [(f"{f8}.enable_fsdp_float8_all_gather", True), (f"{f8}.precompute_float8_dynamic_scale_for_fsdp", True)]
     check_fields([k for k, _ in out] + ["job.description"], release, "toml")
-    if names["converter"] not in torchtitan_fields(release.family, "converters"):  # programming error
-        raise RuntimeError(f"converter {names['converter']} is not in torchtitan_fields_{release.family}.txt")
+    for converter in dict(out).get("model.converters", [names["converter"]]):  # programming error
+        if converter not in torchtitan_fields(release.family, "converters"):
+            raise RuntimeError(f"converter {converter} is not in torchtitan_fields_{release.family}.txt")
     return out
 
 
@@ -383,9 +490,23 @@ def _toml_notes(plan: Plan, release: Release) -> list[str]:
     names = TOML_NAMES[release.family]
     out = [f"torchtitan {release.version} job config ({release.origin}); settings checked against "
            f"{release.config_files} (planner/frameworks/torchtitan_fields_{release.family}.txt [toml])."]
-    if plan.precision == "fp8":
+    if plan.precision == "fp8" and plan.fp8_recipe == "mxfp8":
+        out.append(f"mxfp8: the {names.get('mx_converter')} converter (torchao MXLinear, recipe mxfp8_cublas; the output "
+                   "layer stays BF16, its default filter_fqns)" + (f" and {names.get('mx_grouped_converter')} on the "
+                   "experts' grouped GEMMs" if plan.is_moe else "") + "; Blackwell (SM100) only.")
+    elif plan.precision == "fp8":
         out.append(f"fp8: the {names['converter']} converter (torchao Float8Linear, tensorwise), with "
                    f"{names['compile']} on as torchtitan recommends.")
+    flavor = moe_flavor(plan)
+    if flavor is not None:
+        out.append(f"MoE: torchtitan {flavor.name} {flavor.flavor} (catalog {flavor.preset}); experts as "
+                   "torch._grouped_mm, tokens exchanged by all_to_all_single over expert_parallel_degree ranks "
+                   "taken from the FSDP shard dimension" + (" and TP" if plan.ep > 1 and plan.etp == 1 and plan.tp > 1
+                                                            else "") + ".")
+        if flavor.attention == "flex":
+            out.append(f"{flavor.name} {flavor.flavor} runs FlexAttention"
+                       + (" with block_causal (per-document) masks" if flavor.name == "deepseek_v3" else "")
+                       + "; planner priced SDPA-class flash attention over whole sequences.")
     if plan.pp > 1 and release.family == "0.1":
         out.append("Pipeline split as pipeline_parallel_split_points (this release has no first/last-stage weights).")
     out.append(f"torchtitan reads the vocabulary from its tokenizer: point {names['assets']} at the model's tokenizer.")

@@ -16,9 +16,18 @@ from that release's config dataclasses. A setting whose field a release lacks is
 torchtitan_release_field), never dropped. Decisions torchtitan forces:
 
 * torchtitan builds its own model from a registered flavor; the export refuses a model whose
-  shape matches no checked flavor (llama3 8B / 70B / 405B). In 0.3.0 the config function also
-  fixes the precision (llama3_8b, llama3_70b: bf16; llama3_405b: float8 + compile), so the
-  overrides are refused where no config function has the plan's precision.
+  shape matches no checked flavor: llama3 8B / 70B / 405B, and the MoE flavors of
+  ``MOE_FLAVORS`` (qwen3 30B-A3B / 235B-A22B and deepseek_v3 671B from 0.2.0, gpt_oss 20b / 120b
+  from 0.2.2; a preset with MTP layers is refused, torchtitan trains none). In 0.3.0 the config
+  function also fixes the precision (llama3_8b, llama3_70b: bf16; llama3_405b: float8 + compile),
+  so the overrides are refused where no config function has the plan's precision, and for MoE.
+* MoE (TOML): ``expert_parallel_degree`` = ep and ``expert_tensor_parallel_degree`` = etp (1 or
+  tp; without EP torchtitan shards the experts over TP, so etp = tp); EP borrows the FSDP shard x
+  cp (x tp at etp 1) ranks (parallel_dims.py). Refused: pp > 1 where the flavor has no
+  pipelining_fn (qwen3, gpt_oss), cp > 1 under FlexAttention (deepseek_v3, gpt_oss), tensorwise
+  float8 (the experts' grouped GEMMs stay BF16).
+* MXFP8 (``--fp8-recipe mxfp8``, Blackwell): the 0.2.x MX converters (``quantize.linear.mx``,
+  recipe mxfp8_cublas; ``quantize.grouped_mm.mx`` on the experts), tp 1 only.
 * What torchtitan always runs (loss eager, SDPA attention, FP32 gradient reduction, FSDP2 overlap,
   async TP as its TP overlap, no ZeRO-1, per-op SAC) is the table's (``planner.frameworks.torchtitan``):
   a plan priced otherwise is refused with the reason, never written as something else.
@@ -189,9 +198,9 @@ def check_common(plan: Plan) -> None:
             flavor is not None and flavor[0] == "gpt_oss"
             and (plan.model.sliding_window, plan.model.full_attention_every) == GPT_OSS_WINDOW):
         raise CannotExpress("torchtitan_sliding_window", f"model {plan.model.name} has {window_text(plan.model)}; "
-                            "the llama3 flavors this export writes attend every earlier key, and a job config sets no "
-                            f"window (torchtitan's gpt_oss model fixes its own {GPT_OSS_WINDOW[0]}-key window in code, "
-                            "models/gpt_oss, which this export does not write): use --format megatron or megatron-bridge",
+                            "torchtitan's llama3, qwen3 and deepseek_v3 flavors attend every earlier key and a job "
+                            f"config sets no window (only its gpt_oss flavors window: {GPT_OSS_WINDOW[0]} keys on every "
+                            "other layer, fixed in code): use --format megatron or megatron-bridge",
                             "torchtitan torchtitan/models/llama3/__init__.py; torchtitan 0.2.2 "
                             "torchtitan/models/gpt_oss/model/args.py (sliding_window_size)")
     if flavor is None:

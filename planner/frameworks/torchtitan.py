@@ -19,7 +19,10 @@ as something else):
   forward), ZeRO-2 (``fsdp_reshard_after_forward = "never"``) or ZeRO-0; there is no ZeRO-1;
 * TP overlap is PyTorch async TP under torch.compile (tp_overlap_kind asynctp);
 * selective activation checkpointing is per-op SAC, priced as full recompute of half the layers
-  (``PER_OP_SAC``).
+  (``PER_OP_SAC``);
+* MoE flavors (``MOE_FLAVORS``): experts as torch._grouped_mm (moe_grouped_gemm fused), dropless
+  token-choice routing, tokens exchanged by blocking all_to_all_single (moe_dispatcher alltoall,
+  no EP overlap).
 """
 
 from __future__ import annotations

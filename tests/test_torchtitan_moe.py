@@ -193,3 +193,16 @@ def test_mxfp8_refusals(tmp_path):
 def test_the_0_3_command_line_refuses_moe(tmp_path):
     msg = refusal(get_model("qwen3-30b-a3b"), titan_layout(dp=16, ep=8, gbs=64), tmp_path, version="0.3.0")
     assert "torchtitan_cli_moe" in msg
+
+
+def test_per_op_sac_on_moe_is_refused_and_said_when_read(tmp_path):
+    """qwen3's _op_sac_save_list (0.2.x parallelize.py) holds aten.mm and attention, not torch._grouped_mm or
+    all_to_all_single: per-op SAC recomputes every expert GEMM, so half a layer under-prices it."""
+    qwen = get_model("qwen3-30b-a3b")
+    msg = refusal(qwen, titan_layout(dp=16, ep=8, gbs=64, recompute_share=2), tmp_path / "x")
+    assert "torchtitan_moe_sac" in msg
+    (tmp_path / "sac.toml").write_text('[model]\nname = "qwen3"\nflavor = "30B-A3B"\n[parallelism]\n'
+                                       'expert_parallel_degree = 8\n[activation_checkpoint]\nmode = "selective"\n'
+                                       'selective_ac_option = "op"\n')
+    launch = read_launch(tmp_path / "sac.toml")
+    assert any("MoE" in u.name for u in launch.unsupported), launch.unsupported

@@ -74,6 +74,8 @@ _TORCH_SCHED = "torch torch/distributed/pipelining/schedules.py (torch 2.13.0)"
 _PARALLEL_DIMS = "torchtitan torchtitan/distributed/parallel_dims.py (0.2.0 _validate; 0.2.1+ efsdp = dp_shard*cp*tp/(ep*etp))"
 _MOE_PARALLELIZE = "torchtitan 0.2.x torchtitan/models/<name>/infra/parallelize.py (apply_moe_ep_tp)"
 _MX_CONVERTER = "torchtitan 0.2.x torchtitan/components/quantization/mx.py (MXLinearConverter, MXGroupedMMConverter)"
+_SAC_SAVE = ("torchtitan 0.2.x torchtitan/models/<name>/infra/parallelize.py _op_sac_save_list; "
+             "distributed/activation_checkpoint.py _custom_policy (PREFER_RECOMPUTE for ops outside the list)")
 MX_EXPERT_FQNS = ["experts"]
 """quantize.grouped_mm.mx.fqns: the MoE experts (a substring of every GroupedExperts module's name,
 moe_module_filter_fn in components/quantization/mx.py; the job_config example's value)."""
@@ -255,6 +257,11 @@ def check_moe_common(plan: Plan) -> None:
                             "a rowwise prototype) while planner prices them in FP8: price with --precision bf16, or "
                             "--fp8-recipe mxfp8 on Blackwell (MXGroupedMM)",
                             "torchtitan 0.2.x components/quantization/float8.py")
+    if per_op_sac(plan):
+        raise CannotExpress("torchtitan_moe_sac", "per-op SAC on an MoE flavor: its save list keeps aten.mm and "
+                            "attention outputs but not torch._grouped_mm or all_to_all_single, so every expert GEMM and "
+                            "both EP all-to-alls run again, more than the half layer planner prices it as: price with "
+                            "--recompute full (every layer) or none", _SAC_SAVE)
     if flavor.name == "gpt_oss" and async_tp(plan):
         raise CannotExpress("torchtitan_moe_async_tp", f"tp_comm_overlap: {where}'s parallelize applies its TP with "
                             "enable_async_tp=False: price without --tp-comm-overlap", _MOE_PARALLELIZE)

@@ -337,6 +337,9 @@ def _recompute(c: _Config) -> None:
     elif option == "op":
         _put(c, "recompute", "full", key)
         launch.state("recompute_share", PER_OP_SAC_SHARE)
+        if launch.model.moe is not None:  # _op_sac_save_list has no torch._grouped_mm nor all_to_all_single
+            launch.cannot("selective_ac_option op on an MoE model (its expert GEMMs and EP all-to-alls are all "
+                          "recomputed)", "as full recompute of half the layers")
         launch.notes.append("selective_ac_option op (per-op SAC: matmul outputs saved except every second one) is "
                             "priced as full recompute of half of each stage's layers, as --framework torchtitan-0.2 "
                             "prices it (planner.frameworks.torchtitan.PER_OP_SAC_SHARE)")

@@ -72,8 +72,6 @@ _PIPE_01 = "torchtitan 0.1.0 torchtitan/models/llama3/infra/pipeline.py (pipelin
 _PARALLELIZE = "torchtitan torchtitan/models/llama3/infra/parallelize.py (0.1, 0.2: DDP only on a 1-D mesh)"
 _TORCH_SCHED = "torch torch/distributed/pipelining/schedules.py (torch 2.13.0)"
 _PARALLEL_DIMS = "torchtitan torchtitan/distributed/parallel_dims.py (0.2.0 _validate; 0.2.1+ efsdp = dp_shard*cp*tp/(ep*etp))"
-_MOE_PARALLELIZE = "torchtitan 0.2.x torchtitan/models/<name>/infra/parallelize.py (apply_moe_ep_tp)"
-_MX_CONVERTER = "torchtitan 0.2.x torchtitan/components/quantization/mx.py (MXLinearConverter, MXGroupedMMConverter)"
 _SAC_SAVE = ("torchtitan 0.2.x torchtitan/models/<name>/infra/parallelize.py _op_sac_save_list; "
              "distributed/activation_checkpoint.py _custom_policy (PREFER_RECOMPUTE for ops outside the list)")
 MX_EXPERT_FQNS = ["experts"]
@@ -216,10 +214,6 @@ def check_common(plan: Plan) -> None:
                             f"{plan.model.name}'s shape (checked: {names}); register a flavor first",
                             "torchtitan torchtitan/models/<name>/__init__.py")
     check_moe_common(plan)
-    if plan.precision == "fp8" and plan.fp8_recipe == "mxfp8" and plan.tp > 1:
-        raise CannotExpress("torchtitan_mxfp8_tp", f"mxfp8 with tp={plan.tp}: torchtitan's MXLinear converter asserts "
-                            "'TP not yet supported with torch.compile for mxfp8', and fp8 runs compiled: price with "
-                            "--tp 1", _MX_CONVERTER)
     TABLE.check(plan)  # what torchtitan always runs (planner.frameworks.torchtitan): refused, never changed
     if plan.pp > 1:
         m = plan.grad_accum
@@ -239,49 +233,13 @@ def moe_flavor(plan: Plan) -> MoEFlavor | None:
 
 
 def check_moe_common(plan: Plan) -> None:
-    """What torchtitan's MoE flavors cannot run, whatever the release."""
-    flavor = moe_flavor(plan)
-    if flavor is None:
-        return
-    where = f"torchtitan's {flavor.name} {flavor.flavor}"
-    if plan.pp > 1 and not flavor.pipeline:
-        raise CannotExpress("torchtitan_moe_pipeline", f"pp={plan.pp}: {where} registers no pipelining_fn, and "
-                            "train.py raises 'Pipeline Parallel is enabled but ... does not support pipelining': "
-                            "price with --pp 1", flavor.source + "; torchtitan train.py")
-    if plan.cp > 1 and flavor.attention == "flex":
-        raise CannotExpress("torchtitan_moe_cp", f"cp={plan.cp}: {where} runs FlexAttention, and its parallelize "
-                            "raises for context parallelism with it: price with --cp 1", _MOE_PARALLELIZE)
-    if plan.precision == "fp8" and plan.fp8_recipe != "mxfp8":
-        raise CannotExpress("torchtitan_moe_float8", f"fp8 {plan.fp8_recipe} on {plan.model.name}: torchtitan's float8 "
-                            "converter swaps nn.Linear only, so the expert grouped GEMMs stay BF16 (Float8GroupedMM is "
-                            "a rowwise prototype) while planner prices them in FP8: price with --precision bf16, or "
-                            "--fp8-recipe mxfp8 on Blackwell (MXGroupedMM)",
-                            "torchtitan 0.2.x components/quantization/float8.py")
-    if per_op_sac(plan):
+    """What torchtitan's MoE flavors cannot run beside the table's refusals (which read the layout
+    alone): per-op SAC, priced from the pipeline split."""
+    if moe_flavor(plan) is not None and per_op_sac(plan):
         raise CannotExpress("torchtitan_moe_sac", "per-op SAC on an MoE flavor: its save list keeps aten.mm and "
                             "attention outputs but not torch._grouped_mm or all_to_all_single, so every expert GEMM and "
                             "both EP all-to-alls run again, more than the half layer planner prices it as: price with "
                             "--recompute full (every layer) or none", _SAC_SAVE)
-    if flavor.name == "gpt_oss" and async_tp(plan):
-        raise CannotExpress("torchtitan_moe_async_tp", f"tp_comm_overlap: {where}'s parallelize applies its TP with "
-                            "enable_async_tp=False: price without --tp-comm-overlap", _MOE_PARALLELIZE)
-    ep, etp, tp, cp = plan.ep, plan.etp, plan.tp, plan.cp
-    if ep == 1 and etp != tp:
-        raise CannotExpress("torchtitan_etp", f"etp={etp} with ep 1 and tp={tp}: without EP torchtitan shards the experts "
-                            f"over the tensor-parallel ranks (etp = tp): price with --etp {tp}", _MOE_PARALLELIZE)
-    if ep > 1 and etp not in (1, tp):
-        raise CannotExpress("torchtitan_etp", f"etp={etp} with tp={tp}: torchtitan runs expert tensor parallelism 1 "
-                            f"or tp ('Currently we only support ETP=TP or ETP=1'): price with --etp 1 or {tp}",
-                            _PARALLEL_DIMS)
-    if ep > 1 and plan.zero == 0:
-        raise CannotExpress("torchtitan_ep_replicate", f"ep={ep} with zero 0: torchtitan's expert parallelism borrows "
-                            "ranks of the FSDP shard dimension (data_parallel_shard_degree), which replication has not: "
-                            "price with --zero 2 or 3", _PARALLEL_DIMS)
-    shard = plan.dp // plan.shard_replicas
-    if ep > 1 and (shard * cp * tp) % (ep * etp):
-        raise CannotExpress("torchtitan_ep_mesh", f"ep*etp={ep}*{etp} does not divide data_parallel_shard_degree*cp*tp = "
-                            f"{shard}*{cp}*{tp}: torchtitan's experts take their EP ranks from the FSDP shard "
-                            "dimension (with HSDP, not from the replicas)", _PARALLEL_DIMS)
 
 
 def check_moe_release(plan: Plan, release: Release) -> None:
@@ -397,14 +355,7 @@ def _parallel_settings(plan: Plan, release: Release, section: str) -> list[tuple
     if plan.tp > 1:
         out += TABLE.write("sequence_parallel", bool(plan.sp))
     out += [("parallelism.context_parallel_degree", plan.cp), ("parallelism.pipeline_parallel_degree", plan.pp)]
-    return out + _moe_settings(plan) + _pipe_settings(plan, release, section) + _table_settings(plan)
-
-
-def _moe_settings(plan: Plan) -> list[tuple[str, object]]:
-    """Expert parallel degrees of an MoE flavor (written even at 1: etp defaults to 1, not tp)."""
-    if not plan.is_moe:
-        return []
-    return [("parallelism.expert_parallel_degree", plan.ep), ("parallelism.expert_tensor_parallel_degree", plan.etp)]
+    return out + _pipe_settings(plan, release, section) + _table_settings(plan)
 
 
 _WRITTEN_HERE = frozenset({"tp", "sequence_parallel", "zero", "tp_comm_overlap", "tp_overlap_kind", "kernels",

@@ -383,12 +383,47 @@ _FLOAT8 = "torchtitan float8 / quantize.linear.float8 recipe_name (None: torchao
 _MX = ("torchtitan 0.2.x config/job_config.py MXLinear (recipe_name 'mxfp8_cublas'), MXGroupedMM (recipe 'mxfp8'); "
        "components/quantization/mx.py: converters quantize.linear.mx / quantize.grouped_mm.mx, SM100 only")
 _EP = "torchtitan 0.2.x torchtitan/distributed/expert_parallel.py ExpertParallel (torch all_to_all_single)"
+_EP_DIMS = ("torchtitan 0.2.x config/job_config.py Parallelism.expert_parallel_degree / expert_tensor_parallel_degree; "
+            "distributed/parallel_dims.py ('Currently we only support ETP=TP or ETP=1'; 0.2.1+ efsdp = "
+            "dp_shard*cp*tp/(etp*ep)); models/<name>/infra/parallelize.py apply_moe_ep_tp (without EP the experts "
+            "are sharded over TP)")
+_MOE_PARALLELIZE = "torchtitan 0.2.x torchtitan/models/<name>/infra/parallelize.py; train.py (pipelining_fn)"
+
+
+def _flavor_of(plan) -> MoEFlavor | None:
+    """The plan's MoE flavor (None: dense, or a shape torchtitan has no flavor for)."""
+    return moe_flavor_for(plan.model) if plan.model.moe is not None else None
+
+
+def _moe_without(plan, what: str) -> bool:
+    """The plan's MoE flavor lacks ``what``: "pipeline" (no pipelining_fn) or "cp" (FlexAttention)."""
+    flavor = _flavor_of(plan)
+    if flavor is None:
+        return False
+    return not flavor.pipeline if what == "pipeline" else flavor.attention != "sdpa"
+
+
+def _etp_runs(plan) -> bool:
+    """torchtitan's expert TP is tp without EP (apply_moe_ep_tp) and 1 or tp with it (parallel_dims.py)."""
+    return plan.etp == plan.tp if plan.ep == 1 else plan.etp in (1, plan.tp)
+
+
+def _ep_folds(plan) -> bool:
+    """EP x ETP ranks come from the FSDP shard dimension x cp x tp (efsdp = dp_shard*cp*tp/(ep*etp))."""
+    return ((plan.dp // plan.shard_replicas) * plan.cp * plan.tp) % (plan.ep * plan.etp) == 0
 _GRAPHS = "torchtitan 0.3.0 configs.py training.disable_cuda_graphs; trainer.py _validate_cuda_graphs"
 
 TABLE = Table("torchtitan",
               source="torchtitan config dataclasses (0.1.0 config_manager.py, 0.2.x job_config.py, 0.3.0 configs.py)",
               releases="0.1.0-0.3.0 (torchtitan_fields_<family>.txt)", rows=(
     Row("tp", NUMBER, (("parallelism.tensor_parallel_degree", 0),), source="parallelism.tensor_parallel_degree"),
+    # Expert parallelism of the MoE flavors (MOE_FLAVORS), written even at 1: etp defaults to 1, not tp.
+    Row("ep", NUMBER, (("parallelism.expert_parallel_degree", 0),), releases="0.2.0-0.2.2", source=_EP_DIMS,
+        when=lambda plan: plan.is_moe),
+    Row("ep", 1, (), default=True, source="dense models: no experts", when=lambda plan: not plan.is_moe),
+    Row("etp", NUMBER, (("parallelism.expert_tensor_parallel_degree", 0),), releases="0.2.0-0.2.2", source=_EP_DIMS,
+        when=lambda plan: plan.is_moe),
+    Row("etp", 1, (), default=True, source="dense models: no experts", when=lambda plan: not plan.is_moe),
     Row("sequence_parallel", False, (("parallelism.enable_sequence_parallel", False),),
         source="parallelism.enable_sequence_parallel (default true)", releases="0.3.0 (0.1, 0.2: no such field)"),
     Row("sequence_parallel", True, (), default=True, source="parallelism.enable_sequence_parallel (default true)"),
@@ -465,8 +500,6 @@ TABLE = Table("torchtitan",
 ), elsewhere=(
     *((o, "export/torchtitan.py _dp_settings / _parallel_settings (parallelism.*_degree; dp_shard as replicate x "
           "shard); launch/torchtitan.py reads them back") for o in ("pp", "dp", "cp", "vpp", "dp_shard")),
-    *((o, "export/torchtitan.py _moe_settings (parallelism.expert_parallel_degree, expert_tensor_parallel_degree: "
-          "MoE flavors only, MOE_FLAVORS); launch/torchtitan.py reads them back") for o in ("ep", "etp")),
     *((o, "export/torchtitan.py _batch_settings (training.local_batch_size, global_batch_size, seq_len)")
       for o in ("mbs", "gbs", "seq_len")),
     *((o, "activation_checkpoint.mode / selective_ac_option (PER_OP_SAC_SHARE), written with the recompute row; "
@@ -522,6 +555,34 @@ TABLE = Table("torchtitan",
             "scales tensorwise from the tensor's own amax (torchao Float8Linear; its other float8 recipes are rowwise) "
             "and its MX converters run MXFP8: price with --fp8-recipe current (or mxfp8 on Blackwell)",
             _FLOAT8 + "; " + _MX, when=lambda plan: plan.precision == "fp8"),
+    Refusal("ep", Above(0), "torchtitan_moe_pipeline", "pipeline parallelism on torchtitan's qwen3 or gpt_oss: their "
+            "TrainSpec registers no pipelining_fn and train.py raises 'Pipeline Parallel is enabled but ... does not "
+            "support pipelining': price with --pp 1", _MOE_PARALLELIZE,
+            when=lambda plan: plan.pp > 1 and _moe_without(plan, "pipeline")),
+    Refusal("ep", Above(0), "torchtitan_moe_cp", "context parallelism on torchtitan's deepseek_v3 or gpt_oss: they run "
+            "FlexAttention, and their parallelize raises for CP with it: price with --cp 1", _MOE_PARALLELIZE,
+            when=lambda plan: plan.cp > 1 and _moe_without(plan, "cp")),
+    Refusal("ep", Above(1), "torchtitan_ep_replicate", "expert parallelism with zero 0: torchtitan's EP borrows ranks "
+            "of the FSDP shard dimension (data_parallel_shard_degree), which replication has not: price with --zero 2 "
+            "or 3", _EP_DIMS, when=lambda plan: plan.is_moe and plan.zero == 0),
+    Refusal("ep", Above(1), "torchtitan_ep_mesh", "ep*etp must divide data_parallel_shard_degree*cp*tp: torchtitan's "
+            "experts take their EP ranks from the FSDP shard dimension (with HSDP, not from the replicas)", _EP_DIMS,
+            when=lambda plan: plan.is_moe and not _ep_folds(plan)),
+    Refusal("etp", Above(0), "torchtitan_etp", "torchtitan's expert tensor parallelism is tp without EP (the experts "
+            "are sharded over the TP ranks) and 1 or tp with it ('Currently we only support ETP=TP or ETP=1'): price "
+            "with --etp equal to --tp, or --etp 1 with --ep > 1", _EP_DIMS,
+            when=lambda plan: plan.is_moe and not _etp_runs(plan)),
+    Refusal("precision", ("fp8",), "torchtitan_moe_float8", "tensorwise fp8 on an MoE model: torchtitan's float8 "
+            "converter swaps nn.Linear only, so the expert grouped GEMMs stay BF16 (Float8GroupedMM is a rowwise "
+            "prototype) while planner prices them in FP8: price with --precision bf16, or --fp8-recipe mxfp8 on "
+            "Blackwell (MXGroupedMM)", "torchtitan 0.2.x components/quantization/float8.py",
+            when=lambda plan: plan.is_moe and plan.fp8_recipe != "mxfp8"),
+    Refusal("fp8_recipe", ("mxfp8",), "torchtitan_mxfp8_tp", "mxfp8 with tensor parallelism: torchtitan's MXLinear "
+            "converter asserts 'TP not yet supported with torch.compile for mxfp8', and fp8 runs compiled: price with "
+            "--tp 1", _MX, when=lambda plan: plan.precision == "fp8" and plan.tp > 1),
+    Refusal("tp_comm_overlap", (True,), "torchtitan_moe_async_tp", "TP overlap on torchtitan's gpt_oss: its "
+            "parallelize applies TP with enable_async_tp=False: price without --tp-comm-overlap", _MOE_PARALLELIZE,
+            when=lambda plan: plan.tp > 1 and getattr(_flavor_of(plan), "name", "") == "gpt_oss"),
     Refusal("moe_dispatcher", ("deepep", "allgather", "hybridep"), "torchtitan_moe_dispatcher", "torchtitan's expert "
             "parallelism exchanges tokens with torch all_to_all_single (DeepEP is an opt-in backend of 0.2.1+ "
             "deepseek_v3 that the export does not write): price with --moe-dispatcher alltoall", _EP,

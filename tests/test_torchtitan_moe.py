@@ -206,3 +206,25 @@ def test_per_op_sac_on_moe_is_refused_and_said_when_read(tmp_path):
                                        'selective_ac_option = "op"\n')
     launch = read_launch(tmp_path / "sac.toml")
     assert any("MoE" in u.name for u in launch.unsupported), launch.unsupported
+
+
+def test_search_ranks_only_moe_layouts_torchtitan_writes(tmp_path):
+    """Before the MoE flavors, every qwen3 layout was left out (exit 3). The table's refusals leave out
+    what torchtitan cannot run (a qwen3 pipeline, ETP other than 1 / tp); every ranked row exports."""
+    import json
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "planner", "search", "--model", "qwen3-30b-a3b", "--gpus", "16", "--gpu",
+                          "h100", "--gbs", "256", "--seq-len", "4096", "--framework", "torchtitan-0.2", "--top", "3",
+                          "--json"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)["results"]
+    assert len(rows) == 3
+    model = get_model("qwen3-30b-a3b")
+    for i, row in enumerate(rows):
+        lay = row["layout"]
+        assert lay["pp"] == 1 and lay["etp"] in ((lay["tp"],) if lay["ep"] == 1 else (1, lay["tp"]))
+        report = export_layout(row, model, CLUSTER, "torchtitan", tmp_path / str(i), allow_unfit=True)
+        toml = tomllib.loads((tmp_path / str(i) / "torchtitan.toml").read_text())
+        assert toml["parallelism"]["expert_parallel_degree"] == lay["ep"], report.skipped

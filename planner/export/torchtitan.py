@@ -16,9 +16,18 @@ from that release's config dataclasses. A setting whose field a release lacks is
 torchtitan_release_field), never dropped. Decisions torchtitan forces:
 
 * torchtitan builds its own model from a registered flavor; the export refuses a model whose
-  shape matches no checked flavor (llama3 8B / 70B / 405B). In 0.3.0 the config function also
-  fixes the precision (llama3_8b, llama3_70b: bf16; llama3_405b: float8 + compile), so the
-  overrides are refused where no config function has the plan's precision.
+  shape matches no checked flavor: llama3 8B / 70B / 405B, and the MoE flavors of
+  ``MOE_FLAVORS`` (qwen3 30B-A3B / 235B-A22B and deepseek_v3 671B from 0.2.0, gpt_oss 20b / 120b
+  from 0.2.2; a preset with MTP layers is refused, torchtitan trains none). In 0.3.0 the config
+  function also fixes the precision (llama3_8b, llama3_70b: bf16; llama3_405b: float8 + compile),
+  so the overrides are refused where no config function has the plan's precision, and for MoE.
+* MoE (TOML): ``expert_parallel_degree`` = ep and ``expert_tensor_parallel_degree`` = etp (1 or
+  tp; without EP torchtitan shards the experts over TP, so etp = tp); EP borrows the FSDP shard x
+  cp (x tp at etp 1) ranks (parallel_dims.py). Refused: pp > 1 where the flavor has no
+  pipelining_fn (qwen3, gpt_oss), cp > 1 under FlexAttention (deepseek_v3, gpt_oss), tensorwise
+  float8 (the experts' grouped GEMMs stay BF16).
+* MXFP8 (``--fp8-recipe mxfp8``, Blackwell): the 0.2.x MX converters (``quantize.linear.mx``,
+  recipe mxfp8_cublas; ``quantize.grouped_mm.mx`` on the experts), tp 1 only.
 * What torchtitan always runs (loss eager, SDPA attention, FP32 gradient reduction, FSDP2 overlap,
   async TP as its TP overlap, no ZeRO-1, per-op SAC) is the table's (``planner.frameworks.torchtitan``):
   a plan priced otherwise is refused with the reason, never written as something else.
@@ -46,9 +55,9 @@ from planner.export.common import (
 )
 from planner.export.registry import EXECUTABLE, PLAIN, Exporter, each_file
 from planner.frameworks.torchtitan import (  # noqa: F401 (names the tests and the reader use)
-    CLI_DEFAULT, CONFIG_FUNCTIONS, FAMILY_DEFAULT, FIELD_NEEDED_FOR, LLAMA3_FLAVORS, PER_OP_SAC_SHARE, RELEASES, TABLE,
-    TOML_DEFAULT, TOML_NAMES, Release, _all_fields, cli_field, cli_word, config_function_for, flavor_for, release_for, stage_split,
-    torchtitan_fields, GPT_OSS_WINDOW,
+    CLI_DEFAULT, CONFIG_FUNCTIONS, FAMILY_DEFAULT, FIELD_NEEDED_FOR, LLAMA3_FLAVORS, MOE_FLAVORS, PER_OP_SAC_SHARE,
+    RELEASES, TABLE, TOML_DEFAULT, TOML_NAMES, MoEFlavor, Release, _all_fields, cli_field, cli_word, config_function_for,
+    flavor_for, moe_flavor_for, release_for, stage_split, torchtitan_fields, GPT_OSS_WINDOW,
 )
 
 OVERRIDES_FILE = "torchtitan_overrides.sh"
@@ -62,6 +71,12 @@ _PIPE = "torchtitan torchtitan/distributed/pipeline_parallel.py (generate_llm_fq
 _PIPE_01 = "torchtitan 0.1.0 torchtitan/models/llama3/infra/pipeline.py (pipeline_llama_manual_split)"
 _PARALLELIZE = "torchtitan torchtitan/models/llama3/infra/parallelize.py (0.1, 0.2: DDP only on a 1-D mesh)"
 _TORCH_SCHED = "torch torch/distributed/pipelining/schedules.py (torch 2.13.0)"
+_PARALLEL_DIMS = "torchtitan torchtitan/distributed/parallel_dims.py (0.2.0 _validate; 0.2.1+ efsdp = dp_shard*cp*tp/(ep*etp))"
+_SAC_SAVE = ("torchtitan 0.2.x torchtitan/models/<name>/infra/parallelize.py _op_sac_save_list; "
+             "distributed/activation_checkpoint.py _custom_policy (PREFER_RECOMPUTE for ops outside the list)")
+MX_EXPERT_FQNS = ["experts"]
+"""quantize.grouped_mm.mx.fqns: the MoE experts (a substring of every GroupedExperts module's name,
+moe_module_filter_fn in components/quantization/mx.py; the job_config example's value)."""
 
 
 def target_release(plan: Plan, default: str) -> Release:
@@ -178,18 +193,27 @@ def check_common(plan: Plan) -> None:
                             "is Megatron-Core's --recompute-modules; torchtitan's activation checkpointing has no "
                             "such setting", "planner.export")
     torchrun.check_nodes(plan)
-    if plan.model.sliding_window is not None:
+    flavor = flavor_for(plan.model)
+    if plan.model.sliding_window is not None and not (
+            flavor is not None and flavor[0] == "gpt_oss"
+            and (plan.model.sliding_window, plan.model.full_attention_every) == GPT_OSS_WINDOW):
         raise CannotExpress("torchtitan_sliding_window", f"model {plan.model.name} has {window_text(plan.model)}; "
-                            "the llama3 flavors this export writes attend every earlier key, and a job config sets no "
-                            f"window (torchtitan's gpt_oss model fixes its own {GPT_OSS_WINDOW[0]}-key window in code, "
-                            "models/gpt_oss, which this export does not write): use --format megatron or megatron-bridge",
+                            "torchtitan's llama3, qwen3 and deepseek_v3 flavors attend every earlier key and a job "
+                            f"config sets no window (only its gpt_oss flavors window: {GPT_OSS_WINDOW[0]} keys on every "
+                            "other layer, fixed in code): use --format megatron or megatron-bridge",
                             "torchtitan torchtitan/models/llama3/__init__.py; torchtitan 0.2.2 "
                             "torchtitan/models/gpt_oss/model/args.py (sliding_window_size)")
-    if flavor_for(plan.model) is None:
-        names = ", ".join(f"{n} {f}" for n, f in LLAMA3_FLAVORS)
+    if flavor is None:
+        near = moe_flavor_for(plan.model, ignore_mtp=True)
+        if near is not None:
+            raise CannotExpress("torchtitan_mtp", f"{plan.model.name} has {plan.model.mtp_layers} multi-token-prediction "
+                                f"layer(s); torchtitan's {near.name} {near.flavor} trains none: price a model file with "
+                                "mtp_layers 0 (the same shape otherwise)", near.source)
+        names = ", ".join(f"{n} {f}" for n, f in [*LLAMA3_FLAVORS, *MOE_FLAVORS])
         raise CannotExpress("torchtitan_flavor", f"torchtitan builds models from registered flavors and none matches "
                             f"{plan.model.name}'s shape (checked: {names}); register a flavor first",
-                            "torchtitan torchtitan/models/llama3/__init__.py")
+                            "torchtitan torchtitan/models/<name>/__init__.py")
+    check_moe_common(plan)
     TABLE.check(plan)  # what torchtitan always runs (planner.frameworks.torchtitan): refused, never changed
     if plan.pp > 1:
         m = plan.grad_accum
@@ -201,6 +225,37 @@ def check_common(plan: Plan) -> None:
             if m % rounds:
                 raise CannotExpress("torchtitan_interleaved_rounds", f"{m} micro-batches is not a multiple of the "
                                     f"{rounds} rounds Interleaved1F1B uses with pp={plan.pp}", _TORCH_SCHED)
+
+
+def moe_flavor(plan: Plan) -> MoEFlavor | None:
+    """The plan's torchtitan MoE flavor (None for a dense model); ``check_common`` must have passed."""
+    return MOE_FLAVORS[flavor_for(plan.model)] if plan.is_moe else None
+
+
+def check_moe_common(plan: Plan) -> None:
+    """What torchtitan's MoE flavors cannot run beside the table's refusals (which read the layout
+    alone): per-op SAC, priced from the pipeline split."""
+    if moe_flavor(plan) is not None and per_op_sac(plan):
+        raise CannotExpress("torchtitan_moe_sac", "per-op SAC on an MoE flavor: its save list keeps aten.mm and "
+                            "attention outputs but not torch._grouped_mm or all_to_all_single, so every expert GEMM and "
+                            "both EP all-to-alls run again, more than the half layer planner prices it as: price with "
+                            "--recompute full (every layer) or none", _SAC_SAVE)
+
+
+def check_moe_release(plan: Plan, release: Release) -> None:
+    """What one release lacks for the plan's MoE flavor."""
+    flavor = moe_flavor(plan)
+    if flavor is None:
+        return
+    if release.version not in flavor.releases:
+        raise CannotExpress("torchtitan_flavor_release", f"torchtitan {release.version} registers no {flavor.name} "
+                            f"{flavor.flavor} under torchtitan/models (present in {', '.join(flavor.releases)}): use "
+                            f"--torchtitan-version {flavor.releases[-1]}", flavor.source)
+    ep, etp, cp, tp = plan.ep, plan.etp, plan.cp, plan.tp
+    if release.version == "0.2.0" and ep > 1 and ep % (cp * (tp if etp == 1 else 1)):
+        raise CannotExpress("torchtitan_ep_mesh", f"ep={ep} with cp={cp}, tp={tp}, etp={etp}: torchtitan 0.2.0 asserts "
+                            f"ep % {'(cp * tp)' if etp == 1 else 'cp'} == 0 (later releases fold EP freely): use "
+                            "--torchtitan-version 0.2.2", _PARALLEL_DIMS)
 
 
 def config_function(plan: Plan) -> str:
@@ -228,6 +283,15 @@ def check_cli(plan: Plan, release: Release) -> None:
                             "raises 'CUDA graphs do not support pipeline parallelism yet'",
                             f"torchtitan {release.version} trainer.py _validate_cuda_graphs")
     check_common(plan)
+    if plan.is_moe:
+        _, flavor = flavor_for(plan.model)
+        raise CannotExpress("torchtitan_cli_moe", f"{OVERRIDES_FILE} is written with torchtitan {release.version}'s llama3 "
+                            f"config functions only; the MoE flavor {flavor} needs its own module's: use {TOML_FILE} "
+                            f"(--torchtitan-version 0.2)", _REGISTRY)
+    if plan.precision == "fp8" and plan.fp8_recipe == "mxfp8":
+        raise CannotExpress("torchtitan_cli_mxfp8", f"mxfp8: torchtitan {release.version}'s llama3 config functions "
+                            f"convert to Float8Linear (tensorwise) only: use {TOML_FILE} (--torchtitan-version 0.2)",
+                            _REGISTRY)
     config_function(plan)
 
 
@@ -237,6 +301,7 @@ def check_toml(plan: Plan, release: Release) -> None:
                             f"(--job.config_file is gone; configs are Python functions chosen with --module/--config): "
                             f"use {OVERRIDES_FILE}", release.manager)
     check_common(plan)
+    check_moe_release(plan, release)
     if plan.cuda_graphs:
         raise CannotExpress("torchtitan_cuda_graphs_release", f"cuda_graphs: torchtitan {release.version} has no "
                             f"CUDA-graph capture of the training step (0.3.0 has: use {OVERRIDES_FILE})", release.source)
@@ -344,7 +409,13 @@ def toml_settings(plan: Plan, release: Release | None = None) -> list[tuple[str,
     names = TOML_NAMES[release.family]
     name, flavor = flavor_for(plan.model)
     out: list[tuple[str, object]] = [("model.name", name), ("model.flavor", flavor)]
-    if plan.precision == "fp8":
+    mx = plan.precision == "fp8" and plan.fp8_recipe == "mxfp8"
+    if mx:
+        if "mx_converter" not in names:
+            raise CannotExpress("torchtitan_release_field", f"MXFP8 needs the quantize.linear.mx converter, which "
+                                f"torchtitan {release.version} lacks (present in 0.2.0-0.2.2)", release.source)
+        out.append(("model.converters", [names["mx_converter"]] + ([names["mx_grouped_converter"]] if plan.is_moe else [])))
+    elif plan.precision == "fp8":
         out.append(("model.converters", [names["converter"]]))
     out += _batch_settings(plan) + [("training.steps", 100)]
     if plan.precision == "fp8" or plan.kernels == "fused" or async_tp(plan):
@@ -357,12 +428,15 @@ def toml_settings(plan: Plan, release: Release | None = None) -> list[tuple[str,
     out.append(("activation_checkpoint.mode", ac_mode(plan)))
     if per_op_sac(plan):
         out.append(("activation_checkpoint.selective_ac_option", "op"))
-    if plan.precision == "fp8" and plan.zero >= 1 and plan.dp > 1:
+    if mx and plan.is_moe:
+        out.append(("quantize.grouped_mm.mx.fqns", MX_EXPERT_FQNS))
+    if plan.precision == "fp8" and not mx and plan.zero >= 1 and plan.dp > 1:
         f8 = names["float8"]
         out += [(f"{f8}.enable_fsdp_float8_all_gather", True), (f"{f8}.precompute_float8_dynamic_scale_for_fsdp", True)]
     check_fields([k for k, _ in out] + ["job.description"], release, "toml")
-    if names["converter"] not in torchtitan_fields(release.family, "converters"):  # programming error
-        raise RuntimeError(f"converter {names['converter']} is not in torchtitan_fields_{release.family}.txt")
+    for converter in dict(out).get("model.converters", [names["converter"]]):  # programming error
+        if converter not in torchtitan_fields(release.family, "converters"):
+            raise RuntimeError(f"converter {converter} is not in torchtitan_fields_{release.family}.txt")
     return out
 
 
@@ -383,9 +457,23 @@ def _toml_notes(plan: Plan, release: Release) -> list[str]:
     names = TOML_NAMES[release.family]
     out = [f"torchtitan {release.version} job config ({release.origin}); settings checked against "
            f"{release.config_files} (planner/frameworks/torchtitan_fields_{release.family}.txt [toml])."]
-    if plan.precision == "fp8":
+    if plan.precision == "fp8" and plan.fp8_recipe == "mxfp8":
+        out.append(f"mxfp8: the {names.get('mx_converter')} converter (torchao MXLinear, recipe mxfp8_cublas; the output "
+                   "layer stays BF16, its default filter_fqns)" + (f" and {names.get('mx_grouped_converter')} on the "
+                   "experts' grouped GEMMs" if plan.is_moe else "") + "; Blackwell (SM100) only.")
+    elif plan.precision == "fp8":
         out.append(f"fp8: the {names['converter']} converter (torchao Float8Linear, tensorwise), with "
                    f"{names['compile']} on as torchtitan recommends.")
+    flavor = moe_flavor(plan)
+    if flavor is not None:
+        out.append(f"MoE: torchtitan {flavor.name} {flavor.flavor} (catalog {flavor.preset}); experts as "
+                   "torch._grouped_mm, tokens exchanged by all_to_all_single over expert_parallel_degree ranks "
+                   "taken from the FSDP shard dimension" + (" and TP" if plan.ep > 1 and plan.etp == 1 and plan.tp > 1
+                                                            else "") + ".")
+        if flavor.attention == "flex":
+            out.append(f"{flavor.name} {flavor.flavor} runs FlexAttention"
+                       + (" with block_causal (per-document) masks" if flavor.name == "deepseek_v3" else "")
+                       + "; planner priced SDPA-class flash attention over whole sequences.")
     if plan.pp > 1 and release.family == "0.1":
         out.append("Pipeline split as pipeline_parallel_split_points (this release has no first/last-stage weights).")
     out.append(f"torchtitan reads the vocabulary from its tokenizer: point {names['assets']} at the model's tokenizer.")

@@ -255,6 +255,14 @@ _TORCH_GROUPED_MM = Entry(
     {"moe_grouped_gemm": "fused"}, "expert GEMMs as torch._grouped_mm (one launch)",
     source="torchtitan models/moe GroupedExperts: torch._grouped_mm over the experts with device-side offsets",
     when=(When(model=("moe",)),))
+_TT_EP_ALLTOALL = Entry(
+    {"moe_dispatcher": "alltoall", "ep_comm_overlap": False},
+    "EP tokens exchanged by blocking all_to_all_single (torchtitan ExpertParallel)",
+    source="torchtitan 0.2.x torchtitan/distributed/expert_parallel.py ExpertParallel._token_dispatch / _token_combine: "
+           "all_to_all_single of the per-expert counts (then .tolist(), a host sync) and all_to_all_single_autograd of "
+           "the permuted tokens, one copy per routed (token, expert) pair, waited on inside the MoE layer; DeepEP "
+           "(expert_parallel_comm_backend 'deepep', 0.2.1+) and the DualPipeV EP overlap are opt-in",
+    when=(When(model=("moe",)),))
 _FP8_RECIPES_STATED = tuple(
     Entry({"fp8_recipe": recipe}, f"FP8 {recipe} scaling (stated)",
           source="TransformerEngine recipes (transformer_engine/common/recipe): the row's precision text names it "
@@ -560,6 +568,7 @@ PROFILES: tuple[Profile, ...] = (
               source="torchtitan train.py: F.cross_entropy(pred.flatten(0, 1).float(), ...) outside the compiled "
                      "blocks (compiling the loss is disabled there)"),
         _TORCH_GROUPED_MM,
+        _TT_EP_ALLTOALL,
         Entry({"fp8_recipe": "current"}, "torchao Float8 with dynamic scaling, torchtitan's default, priced as current "
               "tensorwise scaling (rowwise is not modelled)",
               source="torchtitan config_manager.py (Dec 2024, 9dec370): --float8.scaling_type_input / _weight / "

@@ -19,7 +19,10 @@ as something else):
   forward), ZeRO-2 (``fsdp_reshard_after_forward = "never"``) or ZeRO-0; there is no ZeRO-1;
 * TP overlap is PyTorch async TP under torch.compile (tp_overlap_kind asynctp);
 * selective activation checkpointing is per-op SAC, priced as full recompute of half the layers
-  (``PER_OP_SAC``).
+  (``PER_OP_SAC``);
+* MoE flavors (``MOE_FLAVORS``): experts as torch._grouped_mm (moe_grouped_gemm fused), dropless
+  token-choice routing, tokens exchanged by blocking all_to_all_single (moe_dispatcher alltoall,
+  no EP overlap).
 """
 
 from __future__ import annotations
@@ -72,13 +75,17 @@ TOML_NAMES = {
     "0.1": {"compile": "training.compile", "float8": "float8", "converter": "float8",
             "assets": "model.tokenizer_path"},
     "0.2": {"compile": "compile.enable", "float8": "quantize.linear.float8", "converter": "quantize.linear.float8",
-            "assets": "model.hf_assets_path"},
+            "assets": "model.hf_assets_path", "mx_converter": "quantize.linear.mx",
+            "mx_grouped_converter": "quantize.grouped_mm.mx"},
 }
 # What in a plan needs a field, for the refusal when a release lacks it.
 FIELD_NEEDED_FOR = {
     "parallelism.enable_sequence_parallel": "tensor parallelism without sequence parallelism (sequence_parallel off)",
     "parallelism.context_parallel_rotate_method": "ring context parallelism (cp_comm_type p2p: the alltoall "
                                                   "rotation; 0.3.0 all-gathers, price with --cp-comm-type allgather)",
+    "quantize.linear.mx.recipe_name": "MXFP8 (fp8_recipe mxfp8: torchao MXLinear, recipe mxfp8_cublas)",
+    "parallelism.expert_parallel_degree": "an MoE flavor (expert parallelism)",
+    "parallelism.expert_tensor_parallel_degree": "an MoE flavor (expert tensor parallelism)",
 }
 LLAMA3_VOCAB = 128256
 GPT_OSS_WINDOW = (128, 2)
@@ -201,6 +208,95 @@ LLAMA3_FLAVORS = {
 FLAVORS = {flavor: f"llama3-{flavor.lower()}" for _, flavor in LLAMA3_FLAVORS}
 """torchtitan llama3 flavors -> catalog presets (same shapes: torchtitan/models/llama3/__init__.py)."""
 
+
+@dataclass(frozen=True)
+class MoEFlavor:
+    """A registered torchtitan MoE flavor, as its release's ``<model>/__init__.py`` declares it."""
+
+    name: str
+    """model.name (the TrainSpec's registered name)."""
+    flavor: str
+    """model.flavor (the key of the model's args dict)."""
+    preset: str
+    """The catalog preset of the same shape (with ``mtp_layers`` 0: torchtitan trains no MTP module)."""
+    releases: tuple
+    """The releases whose torchtitan/models registers it."""
+    shape: tuple
+    """``moe_shape`` of the flavor, from the file: (n_layers, dim, n_heads, n_kv_heads, head_dim, vocab,
+    dense ffn, n_dense_layers, num_experts, top_k, moe_inter_dim, num_shared_experts, expert groups,
+    limited groups, MLA (q_lora, kv_lora, qk_nope, qk_rope, v_head) or None, linear bias, sliding
+    window (size, every) or None, SwiGLU clamp or None)."""
+    attention: str
+    """"sdpa" or "flex" (FlexAttention: no context parallelism in 0.2.x, parallelize.py)."""
+    pipeline: bool
+    """The TrainSpec has a pipelining_fn (None: train.py raises with pipeline_parallel_degree > 1)."""
+    source: str
+
+
+_QWEN3 = "torchtitan 0.2.x torchtitan/models/qwen3/__init__.py qwen3_args"
+_DSV3 = "torchtitan 0.2.x torchtitan/models/deepseek_v3/__init__.py deepseekv3_args"
+_GPT_OSS = ("torchtitan 0.2.2 torchtitan/models/gpt_oss/__init__.py gptoss_configs + model/args.py GptOssModelArgs "
+            "defaults (dim 2880, moe_inter_dim 2880, head_dim 64, n_heads 64, n_kv_heads 8, vocab 201088, "
+            "sliding_window_size 128, swiglu_limit 7.0)")
+_TOML_02 = ("0.2.0", "0.2.1", "0.2.2")
+MOE_FLAVORS: dict[tuple[str, str], MoEFlavor] = {(f.name, f.flavor): f for f in (
+    # qwen3: every layer MoE (moe_enabled), softmax top-8 router, no shared expert; TrainSpec pipelining_fn=None.
+    MoEFlavor("qwen3", "30B-A3B", "qwen3-30b-a3b", _TOML_02,
+              (48, 2048, 32, 4, 128, 151936, None, 0, 128, 8, 768, 0, None, None, None, False, None, None),
+              "sdpa", False, _QWEN3),
+    MoEFlavor("qwen3", "235B-A22B", "qwen3-235b-a22b", _TOML_02,
+              (94, 4096, 64, 4, 128, 151936, None, 0, 128, 8, 1536, 0, None, None, None, False, None, None),
+              "sdpa", False, _QWEN3),
+    # deepseek_v3 671B: MLA, 3 dense layers of inter_dim 18432, 256 routed + 1 shared expert, top-8 over
+    # 4 of 8 groups; FlexAttention with block_causal masks; pipelining_fn=pipeline_llm; no MTP module.
+    MoEFlavor("deepseek_v3", "671B", "deepseek-v3", _TOML_02,
+              (61, 7168, 128, None, None, 129280, 18432, 3, 256, 8, 2048, 1, 8, 4, (1536, 512, 128, 64, 128),
+               False, None, None),
+              "flex", True, _DSV3),
+    # gpt_oss (models/ from 0.2.2; 0.2.1 has it under experiments/): biases, top-4, alternate 128-key windows.
+    MoEFlavor("gpt_oss", "20b", "gpt-oss-20b", ("0.2.2",),
+              (24, 2880, 64, 8, 64, 201088, None, 0, 32, 4, 2880, 0, None, None, None, True, (128, 2), 7.0),
+              "flex", False, _GPT_OSS),
+    MoEFlavor("gpt_oss", "120b", "gpt-oss-120b", ("0.2.2",),
+              (36, 2880, 64, 8, 64, 201088, None, 0, 128, 4, 2880, 0, None, None, None, True, (128, 2), 7.0),
+              "flex", False, _GPT_OSS),
+)}
+"""The MoE flavors whose shape matches a catalog preset. torchtitan 0.1.0 registers none under
+torchtitan/models (its MoE models are experiments), and the 0.3.0 command line is written with
+llama3's config functions only."""
+
+
+def moe_shape(model) -> tuple | None:
+    """The fields of ``model`` a torchtitan MoE flavor fixes (``MoEFlavor.shape``), or None for a
+    dense model or one torchtitan's MoE models do not build (LayerNorm, learned positions, tied
+    embeddings, QKV bias alone)."""
+    moe = model.moe
+    if moe is None or not (model.gated_mlp and model.norm == "rmsnorm" and model.position_embedding == "rope"
+                           and not model.tied_embeddings and not (model.qkv_bias and not model.linear_bias)):
+        return None
+    if moe.moe_layer_frequency != 1 or moe.shared_expert_ffn_hidden_size not in (
+            None, moe.expert_ffn_hidden_size * max(moe.num_shared_experts, 1)):
+        return None
+    mla = model.mla
+    mla_shape = None if mla is None else (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_nope_head_dim,
+                                           mla.qk_rope_head_dim, mla.v_head_dim)
+    window = None if model.sliding_window is None else (model.sliding_window, model.full_attention_every)
+    return (model.num_layers, model.hidden_size, model.num_attention_heads,
+            None if mla else model.num_kv_heads, None if mla else model.head_dim, model.vocab_size,
+            model.ffn_hidden_size if moe.num_dense_layers else None, moe.num_dense_layers, moe.num_experts,
+            moe.top_k, moe.expert_ffn_hidden_size, moe.num_shared_experts, moe.router_groups, moe.router_group_topk,
+            mla_shape, bool(model.linear_bias), window, model.glu_clamp)
+
+
+def moe_flavor_for(model, ignore_mtp: bool = False) -> MoEFlavor | None:
+    """The MoE flavor whose shape equals ``model``'s (and which, like every torchtitan model, has no
+    MTP module unless ``ignore_mtp``), or None."""
+    if getattr(model, "mtp_layers", 0) and not ignore_mtp:
+        return None
+    shape = moe_shape(model)
+    return next((f for f in MOE_FLAVORS.values() if f.shape == shape), None) if shape else None
+
+
 CONFIG_FUNCTIONS = {
     "llama3_8b": {"model.flavor": "8B", "training.local_batch_size": 1, "training.seq_len": 8192,
                   "activation_checkpoint.mode": "selective", "activation_checkpoint.selective_ac_option": "op"},
@@ -226,8 +322,12 @@ def config_function_for(flavor: str, precision: str) -> str | None:
 
 
 def flavor_for(model) -> tuple[str, str] | None:
-    """torchtitan (model name, flavor) whose architecture equals ``model``, or None."""
-    if model.moe is not None or model.mla is not None:
+    """torchtitan (model name, flavor) whose architecture equals ``model``, or None (a release may
+    still lack the flavor: ``MoEFlavor.releases``)."""
+    if model.moe is not None:
+        found = moe_flavor_for(model)
+        return (found.name, found.flavor) if found else None
+    if model.mla is not None:
         return None
     if not (model.gated_mlp and model.norm == "rmsnorm" and model.position_embedding == "rope"
             and not model.tied_embeddings and not model.linear_bias and not model.qkv_bias
@@ -280,12 +380,50 @@ used for torchtitan. ``--framework torchtitan-0.2 --recompute selective`` prices
 _FSDP = "torchtitan torchtitan/distributed/fsdp.py + parallelize.py (FSDP2 fully_shard)"
 _CP = "torchtitan parallelism.context_parallel_rotate_method (0.1.0 config_manager.py, 0.2.x job_config.py)"
 _FLOAT8 = "torchtitan float8 / quantize.linear.float8 recipe_name (None: torchao Float8LinearConfig tensorwise)"
+_MX = ("torchtitan 0.2.x config/job_config.py MXLinear (recipe_name 'mxfp8_cublas'), MXGroupedMM (recipe 'mxfp8'); "
+       "components/quantization/mx.py: converters quantize.linear.mx / quantize.grouped_mm.mx, SM100 only")
+_EP = "torchtitan 0.2.x torchtitan/distributed/expert_parallel.py ExpertParallel (torch all_to_all_single)"
+_EP_DIMS = ("torchtitan 0.2.x config/job_config.py Parallelism.expert_parallel_degree / expert_tensor_parallel_degree; "
+            "distributed/parallel_dims.py ('Currently we only support ETP=TP or ETP=1'; 0.2.1+ efsdp = "
+            "dp_shard*cp*tp/(etp*ep)); models/<name>/infra/parallelize.py apply_moe_ep_tp (without EP the experts "
+            "are sharded over TP)")
+_MOE_PARALLELIZE = "torchtitan 0.2.x torchtitan/models/<name>/infra/parallelize.py; train.py (pipelining_fn)"
+
+
+def _flavor_of(plan) -> MoEFlavor | None:
+    """The plan's MoE flavor (None: dense, or a shape torchtitan has no flavor for)."""
+    return moe_flavor_for(plan.model) if plan.model.moe is not None else None
+
+
+def _moe_without(plan, what: str) -> bool:
+    """The plan's MoE flavor lacks ``what``: "pipeline" (no pipelining_fn) or "cp" (FlexAttention)."""
+    flavor = _flavor_of(plan)
+    if flavor is None:
+        return False
+    return not flavor.pipeline if what == "pipeline" else flavor.attention != "sdpa"
+
+
+def _etp_runs(plan) -> bool:
+    """torchtitan's expert TP is tp without EP (apply_moe_ep_tp) and 1 or tp with it (parallel_dims.py)."""
+    return plan.etp == plan.tp if plan.ep == 1 else plan.etp in (1, plan.tp)
+
+
+def _ep_folds(plan) -> bool:
+    """EP x ETP ranks come from the FSDP shard dimension x cp x tp (efsdp = dp_shard*cp*tp/(ep*etp))."""
+    return ((plan.dp // plan.shard_replicas) * plan.cp * plan.tp) % (plan.ep * plan.etp) == 0
 _GRAPHS = "torchtitan 0.3.0 configs.py training.disable_cuda_graphs; trainer.py _validate_cuda_graphs"
 
 TABLE = Table("torchtitan",
               source="torchtitan config dataclasses (0.1.0 config_manager.py, 0.2.x job_config.py, 0.3.0 configs.py)",
               releases="0.1.0-0.3.0 (torchtitan_fields_<family>.txt)", rows=(
     Row("tp", NUMBER, (("parallelism.tensor_parallel_degree", 0),), source="parallelism.tensor_parallel_degree"),
+    # Expert parallelism of the MoE flavors (MOE_FLAVORS), written even at 1: etp defaults to 1, not tp.
+    Row("ep", NUMBER, (("parallelism.expert_parallel_degree", 0),), releases="0.2.0-0.2.2", source=_EP_DIMS,
+        when=lambda plan: plan.is_moe),
+    Row("ep", 1, (), default=True, source="dense models: no experts", when=lambda plan: not plan.is_moe),
+    Row("etp", NUMBER, (("parallelism.expert_tensor_parallel_degree", 0),), releases="0.2.0-0.2.2", source=_EP_DIMS,
+        when=lambda plan: plan.is_moe),
+    Row("etp", 1, (), default=True, source="dense models: no experts", when=lambda plan: not plan.is_moe),
     Row("sequence_parallel", False, (("parallelism.enable_sequence_parallel", False),),
         source="parallelism.enable_sequence_parallel (default true)", releases="0.3.0 (0.1, 0.2: no such field)"),
     Row("sequence_parallel", True, (), default=True, source="parallelism.enable_sequence_parallel (default true)"),
@@ -311,8 +449,10 @@ TABLE = Table("torchtitan",
     Row("nccl_ub", False, (), default=True, source=_FSDP + " (collectives on PyTorch-allocated buffers)"),
     Row("tp_overlap_rs_ring", False, (), default=True, source="TP overlap is AsyncTP, not TransformerEngine userbuffers"),
     Row("zero3_gather", "prefetch", (), default=True, source=_FSDP),
-    Row("moe_dispatcher", "alltoall", (), default=True, source="llama3 models are dense"),
-    Row("ep_comm_overlap", False, (), default=True, source="llama3 models are dense"),
+    # EP exchange: the token counts, then the tokens, by all_to_all_single (host sync on the splits), one
+    # copy per routed (token, expert) pair, as Megatron-Core's alltoall dispatcher (costmodel.expert_parallel).
+    Row("moe_dispatcher", "alltoall", (), default=True, source=_EP),
+    Row("ep_comm_overlap", False, (), default=True, source=_EP + " (the all-to-alls block the MoE layer)"),
     # MoE expert GEMMs: torchtitan's MoE runs torch._grouped_mm (one launch; models/moe use_grouped_mm,
     # default True); the exported llama3 flavors are dense, so the loop is moot there (refused for MoE).
     Row("moe_grouped_gemm", "fused", (), default=True, source="torchtitan models/moe/moe.py: torch._grouped_mm"),
@@ -339,6 +479,9 @@ TABLE = Table("torchtitan",
     # FP8: torchao Float8Linear with tensorwise dynamic scaling, the amax of the tensor itself (float8.recipe_name
     # None or "tensorwise"): the current recipe; the config's other recipes are rowwise (not priced).
     Row("fp8_recipe", "current", (), default=True, source=_FLOAT8),
+    # MXFP8 (Blackwell: 1x32 blocks, E8M0 scales): the MX converters, 0.2.x (0.1.0 has an older [mx] section).
+    Row("fp8_recipe", "mxfp8", (("quantize.linear.mx.recipe_name", "mxfp8_cublas"),), releases="0.2.0-0.2.2",
+        when=lambda plan: plan.precision == "fp8", source=_MX),
     *(Row("fp8_recipe", r, (), when=lambda plan: plan.precision != "fp8", source="moot without FP8")
       for r in ("delayed", "blockwise", "mxfp8", "nvfp4")),
     # CUDA graphs: 0.3.0 captures the forward+backward step unless training.disable_cuda_graphs (and
@@ -357,8 +500,6 @@ TABLE = Table("torchtitan",
 ), elsewhere=(
     *((o, "export/torchtitan.py _dp_settings / _parallel_settings (parallelism.*_degree; dp_shard as replicate x "
           "shard); launch/torchtitan.py reads them back") for o in ("pp", "dp", "cp", "vpp", "dp_shard")),
-    *((o, "no expert parallelism in the exported llama3 flavors (dense; MoE models are refused by flavor_for)")
-      for o in ("ep", "etp")),
     *((o, "export/torchtitan.py _batch_settings (training.local_batch_size, global_batch_size, seq_len)")
       for o in ("mbs", "gbs", "seq_len")),
     *((o, "activation_checkpoint.mode / selective_ac_option (PER_OP_SAC_SHARE), written with the recompute row; "
@@ -410,9 +551,46 @@ TABLE = Table("torchtitan",
     Refusal("cp_comm_type", ("a2a", "a2a+p2p"), "torchtitan_cp_comm_type", "torchtitan's context parallelism "
             "splits the sequence and exchanges K/V shards (allgather, or the alltoall ring rotation = p2p); it has no "
             "Ulysses head all-to-all: price with --cp-comm-type p2p or allgather", _CP),
-    Refusal("fp8_recipe", ("delayed", "blockwise", "mxfp8", "nvfp4"), "torchtitan_fp8_recipe", "torchtitan's float8 converter "
-            "scales tensorwise from the tensor's own amax (torchao Float8Linear; its other recipes are rowwise): price "
-            "with --fp8-recipe current", _FLOAT8, when=lambda plan: plan.precision == "fp8"),
+    Refusal("fp8_recipe", ("delayed", "blockwise", "nvfp4"), "torchtitan_fp8_recipe", "torchtitan's float8 converter "
+            "scales tensorwise from the tensor's own amax (torchao Float8Linear; its other float8 recipes are rowwise) "
+            "and its MX converters run MXFP8: price with --fp8-recipe current (or mxfp8 on Blackwell)",
+            _FLOAT8 + "; " + _MX, when=lambda plan: plan.precision == "fp8"),
+    Refusal("ep", Above(0), "torchtitan_moe_pipeline", "pipeline parallelism on torchtitan's qwen3 or gpt_oss: their "
+            "TrainSpec registers no pipelining_fn and train.py raises 'Pipeline Parallel is enabled but ... does not "
+            "support pipelining': price with --pp 1", _MOE_PARALLELIZE,
+            when=lambda plan: plan.pp > 1 and _moe_without(plan, "pipeline")),
+    Refusal("ep", Above(0), "torchtitan_moe_cp", "context parallelism on torchtitan's deepseek_v3 or gpt_oss: they run "
+            "FlexAttention, and their parallelize raises for CP with it: price with --cp 1", _MOE_PARALLELIZE,
+            when=lambda plan: plan.cp > 1 and _moe_without(plan, "cp")),
+    Refusal("ep", Above(1), "torchtitan_ep_replicate", "expert parallelism with zero 0: torchtitan's EP borrows ranks "
+            "of the FSDP shard dimension (data_parallel_shard_degree), which replication has not: price with --zero 2 "
+            "or 3", _EP_DIMS, when=lambda plan: plan.is_moe and plan.zero == 0),
+    Refusal("ep", Above(1), "torchtitan_ep_mesh", "ep*etp must divide data_parallel_shard_degree*cp*tp: torchtitan's "
+            "experts take their EP ranks from the FSDP shard dimension (with HSDP, not from the replicas)", _EP_DIMS,
+            when=lambda plan: plan.is_moe and not _ep_folds(plan)),
+    Refusal("etp", Above(0), "torchtitan_etp", "torchtitan's expert tensor parallelism is tp without EP (the experts "
+            "are sharded over the TP ranks) and 1 or tp with it ('Currently we only support ETP=TP or ETP=1'): price "
+            "with --etp equal to --tp, or --etp 1 with --ep > 1", _EP_DIMS,
+            when=lambda plan: plan.is_moe and not _etp_runs(plan)),
+    Refusal("precision", ("fp8",), "torchtitan_moe_float8", "tensorwise fp8 on an MoE model: torchtitan's float8 "
+            "converter swaps nn.Linear only, so the expert grouped GEMMs stay BF16 (Float8GroupedMM is a rowwise "
+            "prototype) while planner prices them in FP8: price with --precision bf16, or --fp8-recipe mxfp8 on "
+            "Blackwell (MXGroupedMM)", "torchtitan 0.2.x components/quantization/float8.py",
+            when=lambda plan: plan.is_moe and plan.fp8_recipe != "mxfp8"),
+    Refusal("fp8_recipe", ("mxfp8",), "torchtitan_mxfp8_tp", "mxfp8 with tensor parallelism: torchtitan's MXLinear "
+            "converter asserts 'TP not yet supported with torch.compile for mxfp8', and fp8 runs compiled: price with "
+            "--tp 1", _MX, when=lambda plan: plan.precision == "fp8" and plan.tp > 1),
+    Refusal("tp_comm_overlap", (True,), "torchtitan_moe_async_tp", "TP overlap on torchtitan's gpt_oss: its "
+            "parallelize applies TP with enable_async_tp=False: price without --tp-comm-overlap", _MOE_PARALLELIZE,
+            when=lambda plan: plan.tp > 1 and getattr(_flavor_of(plan), "name", "") == "gpt_oss"),
+    Refusal("moe_dispatcher", ("deepep", "allgather", "hybridep"), "torchtitan_moe_dispatcher", "torchtitan's expert "
+            "parallelism exchanges tokens with torch all_to_all_single (DeepEP is an opt-in backend of 0.2.1+ "
+            "deepseek_v3 that the export does not write): price with --moe-dispatcher alltoall", _EP,
+            when=lambda plan: plan.is_moe),
+    Refusal("ep_comm_overlap", (True,), "torchtitan_ep_comm_overlap", "ep_comm_overlap prices Megatron-Core's "
+            "batch-level EP overlap; torchtitan's all-to-alls block the MoE layer (its only EP overlap is the "
+            "DualPipeV schedule of 0.2.1+, which the export does not write): price with --ep-comm-overlap false",
+            _EP, when=lambda plan: plan.is_moe),
     Refusal("cpu_offload_layers", Above(0), "torchtitan_cpu_offload", "cpu_offload_layers: torchtitan offloads no "
             "activations to host memory (training.enable_cpu_offload moves FSDP parameters and optimizer states, "
             "which planner does not price)", "torchtitan config Training.enable_cpu_offload"),

@@ -30,7 +30,7 @@ import tomllib
 
 from hardware_catalog.errors import PlannerInputError
 from planner.frameworks.torchtitan import (
-    CONFIG_FUNCTIONS, FLAVORS, GPT_OSS_WINDOW, PER_OP_SAC_SHARE, TABLE, cli_settings, stage_split,
+    CONFIG_FUNCTIONS, FLAVORS, GPT_OSS_WINDOW, MOE_FLAVORS, PER_OP_SAC_SHARE, TABLE, cli_settings, stage_split,
 )
 from hardware_catalog.files import read_input_text
 from planner.launch.spec import Launch, boolean, integer
@@ -54,6 +54,7 @@ QUIET_SECTIONS = ("job", "profiling", "metrics", "optimizer", "lr_scheduler", "c
 PRICED = set(DEFAULTS) | {
     "model.name", "model.flavor", "training.compile", "training.mixed_precision_param", "training.enable_cpu_offload",
     "parallelism.pipeline_parallel_split_points", "parallelism.expert_parallel_degree", "parallelism.disable_loss_parallel",
+    "parallelism.expert_tensor_parallel_degree",
     "parallelism.enable_async_tensor_parallel", "parallelism.module_fqns_per_model_part", "activation_checkpoint",
 } | TABLE.keys()
 QUIET_KEYS = {"model.tokenizer_path", "model.hf_assets_path", "model.print_after_conversion", "training.dataset",
@@ -171,9 +172,18 @@ def _model(c: _Config, model) -> None:
     if config is not None and config not in CONFIG_FUNCTIONS:
         raise PlannerInputError(f"--config {config}: planner knows the torchtitan 0.3.0 config functions "
                                 f"{', '.join(CONFIG_FUNCTIONS)}; give --model NAME for another")
+    moe = MOE_FLAVORS.get((str(name), str(flavor)))
+    if moe is not None:
+        preset = get_model(moe.preset)
+        launch.model = preset.model_copy(update={"mtp_layers": 0}) if preset.mtp_layers else preset
+        launch.model_note = f"torchtitan {name} flavor {flavor} = catalog preset {preset.name}"
+        if preset.mtp_layers:  # torchtitan's models train no multi-token-prediction module
+            launch.model_note += f" without its {preset.mtp_layers} MTP layer(s), which torchtitan does not train"
+        return
     if name != "llama3" or flavor not in FLAVORS:
+        known = [f"llama3 {f}" for f in FLAVORS] + [f"{n} {f}" for n, f in MOE_FLAVORS]
         raise PlannerInputError(f"torchtitan model {name} flavor {flavor or 'debugmodel (the default)'}: planner maps the "
-                                f"llama3 flavors {', '.join(FLAVORS)} to its presets; give --model NAME for another")
+                                f"flavors {', '.join(known)} to its presets; give --model NAME for another")
     launch.model = get_model(FLAVORS[flavor])
     launch.model_note = f"torchtitan llama3 flavor {flavor} = catalog preset {launch.model.name}"
 
@@ -191,10 +201,7 @@ def _degrees(c: _Config) -> None:
     for option, key in (("tp", "parallelism.tensor_parallel_degree"), ("pp", "parallelism.pipeline_parallel_degree"),
                         ("cp", "parallelism.context_parallel_degree")):
         _put(c, option, c.int(key), key)
-    for option in ("ep", "etp"):
-        launch.values[option] = 1
-    if c.get("parallelism.expert_parallel_degree") not in (None, 1):
-        launch.cannot("parallelism.expert_parallel_degree", "as 1 (the llama3 models are dense)")
+    _experts(c)
     sp = boolean(c.get("parallelism.enable_sequence_parallel"), "parallelism.enable_sequence_parallel")
     _put(c, "sequence_parallel", sp and launch.values["tp"] > 1, "parallelism.enable_sequence_parallel")
     async_tp = c.get("compile.enable_async_tensor_parallel") or c.settings.get("parallelism.enable_async_tensor_parallel")
@@ -208,6 +215,28 @@ def _degrees(c: _Config) -> None:
         launch.cannot("parallelism.module_fqns_per_model_part", "with the first/last-stage weights' split")
     if c.get("parallelism.disable_loss_parallel"):
         launch.cannot("parallelism.disable_loss_parallel", "with the loss parallel over TP")
+
+
+def _experts(c: _Config) -> None:
+    """ep and etp of an MoE model: expert_parallel_degree, and expert_tensor_parallel_degree (default 1)
+    with EP; without EP torchtitan shards the experts over the TP ranks (apply_moe_ep_tp), so etp = tp."""
+    launch = c.launch
+    ep = c.int("parallelism.expert_parallel_degree") if c.get("parallelism.expert_parallel_degree") is not None else 1
+    if launch.model.moe is None:
+        launch.values["ep"] = launch.values["etp"] = 1
+        if ep != 1:
+            launch.cannot("parallelism.expert_parallel_degree", f"as 1 ({launch.model.name} is dense)")
+        return
+    _put(c, "ep", ep, "parallelism.expert_parallel_degree")
+    tp = launch.values["tp"]
+    if ep == 1:
+        launch.values["etp"] = tp
+        return
+    key = "parallelism.expert_tensor_parallel_degree"
+    etp = c.int(key) if c.get(key) is not None else 1  # the 0.2.x default; 0.3.0 has no field and folds TP into EP
+    if etp not in (1, tp):
+        raise PlannerInputError(f"{key}={etp}: torchtitan allows 1 or tensor_parallel_degree ({tp}) with EP")
+    (launch.state if key in c.settings else lambda o, v: launch.default(o, v, f"no {key} (default 1)"))("etp", etp)
 
 
 def _data_parallel(c: _Config) -> None:
@@ -308,6 +337,9 @@ def _recompute(c: _Config) -> None:
     elif option == "op":
         _put(c, "recompute", "full", key)
         launch.state("recompute_share", PER_OP_SAC_SHARE)
+        if launch.model.moe is not None:  # _op_sac_save_list has no torch._grouped_mm nor all_to_all_single
+            launch.cannot("selective_ac_option op on an MoE model (its expert GEMMs and EP all-to-alls are all "
+                          "recomputed)", "as full recompute of half the layers")
         launch.notes.append("selective_ac_option op (per-op SAC: matmul outputs saved except every second one) is "
                             "priced as full recompute of half of each stage's layers, as --framework torchtitan-0.2 "
                             "prices it (planner.frameworks.torchtitan.PER_OP_SAC_SHARE)")
@@ -335,8 +367,19 @@ def _kernels_precision(c: _Config) -> None:
     fp8 = [x for x in converters if x.endswith("float8")]
     mx = [x for x in converters if x.endswith("mx")]
     _put(c, "precision", "fp8" if fp8 or mx else "bf16", "model.converters")
-    for x in mx:
-        launch.cannot(f"model.converters {x}", "as FP8 with per-tensor scaling")
+    moe = launch.model.moe is not None
+    if "quantize.linear.mx" in mx and not fp8:  # torchtitan 0.2.x MXLinear (+ MXGroupedMM on the experts)
+        launch.state("fp8_recipe", "mxfp8")
+        recipe = str(c.get("quantize.linear.mx.recipe_name") or "mxfp8_cublas")
+        if recipe != "mxfp8_cublas":
+            launch.cannot(f"quantize.linear.mx.recipe_name {recipe}", "as mxfp8_cublas")
+        if moe and not ("quantize.grouped_mm.mx" in mx and c.get("quantize.grouped_mm.mx.fqns")):
+            launch.cannot("expert grouped GEMMs in BF16 (no quantize.grouped_mm.mx with fqns)", "as MXFP8")
+    else:
+        for x in mx:
+            launch.cannot(f"model.converters {x}", "as FP8 with per-tensor scaling")
+        if fp8 and moe:
+            launch.cannot("expert grouped GEMMs in BF16 (the float8 converter swaps nn.Linear only)", "as FP8")
     if str(c.get("training.mixed_precision_param") or "bfloat16") != "bfloat16":
         launch.cannot("training.mixed_precision_param float32", "as bf16")
     if c.get("training.enable_cpu_offload"):

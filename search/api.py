@@ -320,7 +320,11 @@ def search(request: SearchRequest) -> SearchResult:
     for _, c in hardware:
         for n in counts:
             check_whole_nodes(c, n)
-    from search.rules import RuleContext, broken_rule_message, fixed_value_violations
+    from search.rules import RuleContext, broken_rule_message, fixed_value_violations, unreachable_pins
+
+    unreachable = unreachable_pins(counts, {k: OPTIONS_BY_NAME[k].decode(c) for k, c in pins_n.items()})
+    if unreachable:  # no layout can hold these pins: bad input, as evaluate says of the same layout
+        raise PlannerInputError(unreachable)
 
     # A setting no GPU of the search can run (--fp8-recipe mxfp8 on Hopper) would be priced as the
     # option's default where it does not apply (where_settings_apply), and a pin that breaks a rule

@@ -158,3 +158,34 @@ def test_search_says_it_left_token_drop_out_and_how_to_price_it():
     line = next(line for line in out.splitlines() if "token drop" in line)
     assert "benchmark only, not applied" in line and "--moe-capacity-factor 1.0 --moe-pad-to-capacity" in line
     assert "moe_capacity_factor=1.0" not in out
+
+
+# ------------------------------------------------- 4. a pinned degree no layout can hold is bad input
+
+
+@pytest.mark.parametrize("flags,named", [
+    (("--ep", "128"), "--ep 128"),  # ep * etp divides tp*cp*dp <= 64
+    (("--etp", "3"), "--etp 3"),    # 3 divides no power of two
+    (("--tp", "8", "--pp", "16"), "--tp 8 --pp 16"),  # 128 ranks on 64 GPUs
+])
+def test_pins_no_layout_can_hold_exit_2_in_one_line(flags, named):
+    code, out, err = _planner("search", "--model", "qwen3-235b-a22b", "--gpus", "64", "--gpu", "b200", *flags)
+    assert code == 2, out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err and out == ""
+    assert named in lines[0] and "allowed" in lines[0] and "1, 2, 4, 8, 16, 32, 64" in lines[0]
+
+
+def test_unreachable_pins_by_hand():
+    from search.rules import unreachable_pins
+
+    # 64 GPUs = 2^6: ep * etp must be a power of two <= 64, tp * cp * pp * dp too.
+    assert unreachable_pins([64], {"ep": 64}) is None
+    assert unreachable_pins([64], {"ep": 32, "etp": 2}) is None
+    assert "ep_divides_dp_cp" in unreachable_pins([64], {"ep": 32, "etp": 4})
+    assert "ep_divides_dp_cp" in unreachable_pins([64], {"ep": 16, "pp": 8})  # 16 * 8 = 128 > 64
+    assert unreachable_pins([64], {"ep": 16, "pp": 4}) is None  # tp*cp*dp = 16 can hold ep 16
+    assert "degrees_multiply_to_gpus" in unreachable_pins([64], {"tp": 3})
+    # several GPU counts: bad only if no count can hold the pins
+    assert unreachable_pins([64, 128], {"ep": 128}) is None
+    assert unreachable_pins([96], {"tp": 3, "pp": 4}) is None

@@ -189,3 +189,10 @@ def test_unreachable_pins_by_hand():
     # several GPU counts: bad only if no count can hold the pins
     assert unreachable_pins([64, 128], {"ep": 128}) is None
     assert unreachable_pins([96], {"tp": 3, "pp": 4}) is None
+
+
+def test_evaluate_also_says_it_left_token_drop_out():
+    code, out, err = _planner("evaluate", "--model", "qwen3-30b-a3b", "--gpus", "8", "--gpu", "b200", "--ep", "8",
+                              "--framework", "megatron-bridge-25.09")
+    assert code == 0, out + err
+    assert any("token drop" in line and "benchmark only, not applied" in line for line in out.splitlines())

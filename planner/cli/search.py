@@ -294,28 +294,12 @@ def _apply_framework(ctx, framework, model, gpu, cluster, layout: dict):
             f"--recompute full or none")
     given = set(typed_flags(ctx, tuple(layout)))
     info = apply_framework(fw, layout, given)
+    from planner.frameworks.profiles import benchmark_only_lines
+
     left_out = benchmark_only_lines(fw.release, model_spec, gpu_name, layout.get("precision") or "bf16", given)
     if left_out:
         info["benchmark_only"] = left_out
     return info
-
-
-def benchmark_only_lines(release, model_spec, gpu_name: str, precision: str, given) -> list[str]:
-    """What the release's performance scripts set that changes what the model computes (a profile's
-    ``benchmark_only`` entries) and a plan leaves out unless its flags set it: each as its line and
-    the flags that price it, for the search's framework lines."""
-    from planner.frameworks.profiles import RowFacts, benchmark_only_entries, model_parts
-
-    facts = RowFacts(framework=release.text.lower(), year=release.year, precision=str(precision).lower(),
-                     gpu=gpu_name or "", model_parts=model_parts(model_spec), model_name=model_spec.name or "")
-    lines = []
-    for entry in benchmark_only_entries(facts):
-        if all(k in given for k in entry.values):
-            continue
-        flags = " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in entry.values.items())
-        lines.append(f"{entry.assumption}: benchmark only, not applied (it changes what the model computes); "
-                     f"price it with {flags}")
-    return lines
 
 
 def _progress_mode(progress: Optional[bool]):

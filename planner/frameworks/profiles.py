@@ -757,3 +757,20 @@ def benchmark_only_entries(facts: RowFacts) -> list[Entry]:
     """The ``benchmark_only`` entries that hold for ``facts`` and that a plan therefore leaves out
     (``apply_profiles`` without ``benchmark``): what a search or evaluate says it did not apply."""
     return [e for p in profiles_for(facts.framework) for e in p.entries if e.benchmark_only and e.applies(facts)]
+
+
+def benchmark_only_lines(release, model, gpu_name: str, precision: str, given) -> list[str]:
+    """What ``release`` (a ``planner.frameworks.releases.Release``) runs in its performance scripts
+    only, changing what the model computes (``benchmark_only_entries``), for a job on ``model`` and
+    ``gpu_name`` that does not get it: one line each with the flags that price it, unless the job's
+    flags (``given``) set them all."""
+    facts = RowFacts(framework=release.text.lower(), year=release.year, precision=str(precision).lower(),
+                     gpu=gpu_name or "", model_parts=model_parts(model), model_name=getattr(model, "name", "") or "")
+    lines = []
+    for entry in benchmark_only_entries(facts):
+        if all(k in given for k in entry.values):
+            continue
+        flags = " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in entry.values.items())
+        lines.append(f"{entry.assumption}: benchmark only, not applied (it changes what the model computes); "
+                     f"price it with {flags}")
+    return lines

@@ -145,7 +145,14 @@ def _apply_framework(pricing: Pricing, setup, layout: dict) -> Optional[dict]:
     takes = {o.name for o in options_for(EVALUATE)}  # a priced layout takes what evaluate takes
     fw = framework_settings(pricing.framework, setup.model, setup.gpu.name, layout.get("precision") or "bf16",
                             layout.get("recompute"), takes=takes)
-    return apply_framework(fw, layout, set(pricing.typed))
+    info = apply_framework(fw, layout, set(pricing.typed))
+    from planner.frameworks.profiles import benchmark_only_lines
+
+    left_out = benchmark_only_lines(fw.release, setup.model, setup.gpu.name, layout.get("precision") or "bf16",
+                                    set(pricing.typed))
+    if left_out:
+        info["benchmark_only"] = left_out
+    return info
 
 
 def stamp(record: dict, job: Job, framework: Optional[dict] = None) -> dict:

@@ -71,6 +71,9 @@ class SearchResult:
     ``stopped_by`` (the resource or rule that stops it)."""
     message: str = ""
     """One line on what happened when nothing fits (else empty)."""
+    headline: str = "nothing fits"
+    """What the answer is when no layout is shown: "nothing fits" (memory or the rules), or
+    "nothing to launch" (layouts fit, but the ``--framework`` release launches none of them)."""
     specs: list = field(default_factory=list, repr=False)
     """(ModelSpec, ClusterSpec, GPUSpec) of each entry of ``results`` (for exporting)."""
     objectives: Optional[Objectives] = field(default=None, repr=False)
@@ -98,6 +101,7 @@ class SearchResult:
         if not self.results:
             d["closest"] = self.closest
             d["message"] = self.message
+            d["headline"] = self.headline
         return d
 
 
@@ -316,7 +320,11 @@ def search(request: SearchRequest) -> SearchResult:
     for _, c in hardware:
         for n in counts:
             check_whole_nodes(c, n)
-    from search.rules import RuleContext, broken_rule_message, fixed_value_violations
+    from search.rules import RuleContext, broken_rule_message, fixed_value_violations, unreachable_pins
+
+    unreachable = unreachable_pins(counts, {k: OPTIONS_BY_NAME[k].decode(c) for k, c in pins_n.items()})
+    if unreachable:  # no layout can hold these pins: bad input, as evaluate says of the same layout
+        raise PlannerInputError(unreachable)
 
     # A setting no GPU of the search can run (--fp8-recipe mxfp8 on Hopper) would be priced as the
     # option's default where it does not apply (where_settings_apply), and a pin that breaks a rule
@@ -406,14 +414,18 @@ def search(request: SearchRequest) -> SearchResult:
         # the points shown are drawn from: with a domain, those a launch format writes (the rest
         # counted in rows_dropped, as only the front's rows are checked with --pareto)
         stats["pareto_front_size"] = len(pools.front) - sum(dropped.values())
-    closest, message = [], ""
+    closest, message, headline = [], "", "nothing fits"
     if not results:
-        closest, message = _explain_nothing_fits(pools, stats, objectives, batch.origin,
-                                                 problems if opts.look_around else (), calib)
+        message = _outside_domain(pools, stats)
+        if message:
+            headline = "nothing to launch"
+        else:
+            closest, message = _explain_nothing_fits(pools, stats, objectives, batch.origin,
+                                                     problems if opts.look_around else (), calib)
     stats["seconds"] = time.perf_counter() - t0
     keys = np.sort(np.concatenate(pools.keys)) if pools.keys else np.zeros(0)
     return SearchResult(results=results, stats=stats, closest=closest, message=message, specs=specs,
-                        objectives=objectives, fitting_keys=keys, calib=calib)
+                        objectives=objectives, fitting_keys=keys, calib=calib, headline=headline)
 
 
 def _run_model(run, objective: str, train_tokens, model_spec, hardware):
@@ -557,25 +569,35 @@ def _formats_and_rules(domain: dict, counts: str, verb: str) -> str:
     return f"({', '.join(domain['formats'])}; " + "; ".join(f"{k} {verb}{v:,}" for k, v in rules) + ")"
 
 
+def _outside_domain(pools, stats) -> str:
+    """One line when layouts fit (or obey the rules) but the ``--framework`` release launches none
+    of them ("" otherwise): the search answers "nothing to launch", not "nothing fits"."""
+    domain = stats.get("domain")
+    if not domain:
+        return ""
+    if pools.outside_domain and not pools.best:
+        return (f"{pools.outside_domain:,} layouts fit in memory, but {domain['release']} can launch none of them: "
+                f"every format that launches it refuses them {_formats_and_rules(domain, 'rules', 'left out ')}; "
+                "search without --framework to see them")
+    if domain["rows_dropped"] and pools.best:
+        return (f"layouts fit in memory, but none of the {len(pools.best):,} best of them is one {domain['release']} "
+                f"can launch: every format that launches it refuses them {_formats_and_rules(domain, 'rows_dropped', '')}; "
+                "search without --framework to see them")
+    if not domain["launchable"] and stats.get("feasible", 0) and domain["rules_all"]:
+        return (f"no layout {domain['release']} can launch: every layout the rules leave is refused "
+                f"by every format that launches it {_formats_and_rules(domain, 'rules_all', 'left out ')}")
+    return ""
+
+
 def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "",
                           problems: Sequence[Problem] = (), calib=None) -> tuple[list[dict], str]:
     """(the closest layouts, one line on why nothing fits). A value the user fixed that breaks a
     rule on its own was refused before the search (``search.rules.fixed_value_violations``). Where
     the rules leave no layout for a single job (one GPU type and count), the line ends with the
     nearest batch sizes and GPU counts that have layouts; where layouts exist but none fits in
-    memory, with the fewest GPUs at which one does (``search.nearest``)."""
+    memory, with the fewest GPUs at which one does (``search.nearest``). Layouts outside the
+    ``--framework`` release's domain are ``_outside_domain``'s."""
     domain = stats.get("domain")
-    if domain and pools.outside_domain and not pools.best:
-        return [], (f"no layout {domain['release']} can launch fits: all {pools.outside_domain:,} layouts that fit are "
-                    f"refused by every format that launches it {_formats_and_rules(domain, 'rules', 'left out ')}; "
-                    "search without --framework to see them")
-    if domain and domain["rows_dropped"] and pools.best:
-        return [], (f"none of the {len(pools.best):,} best layouts that fit is one {domain['release']} can launch: every "
-                    f"format that launches it refuses them {_formats_and_rules(domain, 'rows_dropped', '')}; "
-                    "search without --framework to see them")
-    if domain and not domain["launchable"] and stats.get("feasible", 0) and domain["rules_all"]:
-        return [], (f"no layout {domain['release']} can launch: every layout the rules leave is refused by every "
-                    f"format that launches it {_formats_and_rules(domain, 'rules_all', 'left out ')}")
     if pools.outside_envelope:
         launched = f" and {domain['release']} launches" if domain else ""  # the envelope filters what the domain kept
         return [], (f"no layout inside the validated envelope fits: all {pools.outside_envelope:,} layouts that fit"

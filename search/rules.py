@@ -1051,6 +1051,37 @@ def check_settings(model, settings: dict, pins: dict | None = None) -> None:
             raise PlannerInputError(broken_rule_message(name, reason))
 
 
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def unreachable_pins(gpu_counts, pins: dict) -> Optional[str]:
+    """One line when pinned degrees no layout can hold at any of the search's GPU counts, else None.
+    ``fixed_value_violations`` tests a rule only when every field it reads is fixed; these two hold
+    whatever the free degrees are: degrees_multiply_to_gpus (tp * cp * pp * dp = GPUs, so the pinned
+    ones multiply to a divisor of the GPU count) and ep_divides_dp_cp (ep * etp divides tp * cp * dp =
+    GPUs / pp, so ep * etp times a pinned pp divides the GPU count). E.g. --ep 128 on 64 GPUs."""
+    counts = sorted(set(int(n) for n in gpu_counts))
+    fixed = {k: int(pins[k]) for k in ("tp", "cp", "pp", "dp", "ep", "etp") if pins.get(k) is not None}
+    shown = ", ".join(str(n) for n in counts)
+    allowed = "; ".join(f"{n}: {', '.join(map(str, _divisors(n)))}" for n in counts)
+    grid = [k for k in ("tp", "cp", "pp", "dp") if k in fixed]
+    product = int(np.prod([fixed[k] for k in grid])) if grid else 1
+    if grid and not any(n % product == 0 for n in counts):
+        typed = " ".join(f"--{k} {fixed[k]}" for k in grid)
+        what = f"{' * '.join(grid)} = {product}" if len(grid) > 1 else f"{grid[0]} = {product}"
+        return (f"{typed}: {what} must divide the GPU count ({shown}), as tp * cp * pp * dp equals it "
+                f"(rule degrees_multiply_to_gpus); allowed: a divisor of {allowed}")
+    expert = [k for k in ("ep", "etp") if k in fixed]
+    folded = fixed.get("ep", 1) * fixed.get("etp", 1) * fixed.get("pp", 1)
+    if expert and not any(n % folded == 0 for n in counts):
+        typed = " ".join(f"--{k} {fixed[k]}" for k in expert + (["pp"] if "pp" in fixed else []))
+        what = "ep * etp * pp" if "pp" in fixed else "ep * etp"
+        return (f"{typed}: {what} = {folded} must divide the GPU count ({shown}), as ep * etp divides tp * cp * dp "
+                f"= GPUs / pp (rule ep_divides_dp_cp, MoE parallel folding); allowed: {what} a divisor of {allowed}")
+    return None
+
+
 def fixed_value_violations(contexts: list, settings: dict, pins: dict, batch: dict) -> list[tuple[str, str, bool]]:
     """What the user fixed (pinned knobs, settings, the batch ``gbs``/``seq_len``; ``Layout``
     values) that breaks a rule reading only fixed values on every one of a search's problems

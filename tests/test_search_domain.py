@@ -137,10 +137,13 @@ def test_pinned_value_the_release_cannot_launch_is_bad_input(tmp_path):
 
 def test_nothing_the_release_launches_fits_says_the_domain_is_why():
     # TP 1 PP 1: on 64 GPUs only ZeRO-3 fits 70B, and Megatron has no flat ZeRO-3; the pins
-    # (tp, pp) are not what the rule reads, so it is "nothing fits" (exit 3), not bad input.
+    # (tp, pp) are not what the rule reads, so it is no answer (exit 3), not bad input. The
+    # layouts fit in memory: the answer says the release is why, not "nothing fits".
     rc, out, err = run(*SEARCH, "--framework", "megatron-core-0.8", "--tp", "1", "--pp", "1")
     assert rc == 3, err
-    assert "nothing fits: no layout megatron-core-0.8 can launch fits" in out
+    first = out.splitlines()[0]
+    assert first.startswith("nothing to launch: ") and "nothing fits" not in out
+    assert "layouts fit in memory, but megatron-core-0.8 can launch none of them" in first
     assert "megatron_fsdp_flat" in out
 
 
@@ -185,7 +188,9 @@ def test_shown_rows_a_format_refuses_give_their_place_to_the_next():
 def test_every_shown_row_refused_is_nothing_the_release_launches():
     res = _search(_RefusesZero3(everything=True))
     assert res.results == []
-    assert res.message.startswith("none of the") and "test-release" in res.message and "test_rule" in res.message
+    assert res.headline == "nothing to launch"  # they fit in memory: the release is why
+    assert res.message.startswith("layouts fit in memory, but none of the") and "test-release" in res.message
+    assert "test_rule" in res.message
 
 
 def test_deepspeed_release_prices_pipeline_sends_as_its_engine_sends_them():

@@ -10,8 +10,9 @@ code  meaning
 0     done (also when the reader of a pipe stops early: ``planner search | head -1``)
 1     internal error: a bug in planner; one line says where the traceback was saved
 2     bad input: a value, a file, an output that cannot be written, a closed or full stdout
-3     nothing fits: search found no layout that fits, evaluate's layout does not fit,
-      export refuses a layout predicted not to fit
+3     nothing fits: search found no layout that fits (or, with --framework, none the release
+      launches: "nothing to launch"), evaluate's layout does not fit, export refuses a layout
+      predicted not to fit
 130   interrupted (Ctrl-C)
 ====  =====================================================================================
 

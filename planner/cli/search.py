@@ -292,7 +292,14 @@ def _apply_framework(ctx, framework, model, gpu, cluster, layout: dict):
             f"--framework {framework} --recompute {layout.get('recompute')}: {said[0] if said else 'priced with a recompute share'}"
             f", which search does not try (it takes no share of layers); price it with planner evaluate, or search "
             f"--recompute full or none")
-    return apply_framework(fw, layout, set(typed_flags(ctx, tuple(layout))))
+    given = set(typed_flags(ctx, tuple(layout)))
+    info = apply_framework(fw, layout, given)
+    from planner.frameworks.profiles import benchmark_only_lines
+
+    left_out = benchmark_only_lines(fw.release, model_spec, gpu_name, layout.get("precision") or "bf16", given)
+    if left_out:
+        info["benchmark_only"] = left_out
+    return info
 
 
 def _progress_mode(progress: Optional[bool]):

@@ -75,12 +75,25 @@ def _explicit_off(plan: Plan, written: set) -> list[tuple[str, object]]:
     return out
 
 
+def mla_recipe(plan: Plan):
+    """(recipe function, module, provider class) an MLA plan's overrides merge over (None for a model
+    without MLA); refuses an MLA model no Megatron-Bridge recipe builds an MLA provider for."""
+    if plan.model.mla is None:
+        return None
+    family = plan.model.family
+    if family not in bridge.MLA_RECIPES:
+        raise CannotExpress(
+            "bridge_mla", f"multi-latent attention needs a recipe whose provider is an MLATransformerConfig, and "
+            f"Megatron-Bridge v{bridge.RELEASE} has one only for {', '.join(bridge.MLA_RECIPES)} checkpoints "
+            f"(model family {family!r}): use --format megatron",
+            "Megatron-Bridge v0.2.0 models/deepseek/deepseek_provider.py; recipes/deepseek/deepseek_v3.py")
+    return bridge.MLA_RECIPES[family]
+
+
 def overrides(plan: Plan) -> list[tuple[str, object]]:
     """(ConfigContainer key, value) pairs for the plan, in the Megatron exporter's order."""
     check_megatron(plan)
-    if plan.model.mla is not None:
-        raise CannotExpress("bridge_mla", "multi-latent attention is chosen by Megatron-Bridge's DeepSeek provider "
-                            "class, not by a field: use --format megatron", bridge.SOURCE)
+    mla_recipe(plan)
     pairs, written = [], set()
     for title, items in megatron_sections(plan):
         if title.startswith("PLACEHOLDER"):
@@ -96,6 +109,8 @@ def overrides(plan: Plan) -> list[tuple[str, object]]:
                 value = [int(v) for v in str(value).split(",")]
             written.add(dest)
             pairs.append((dest, value))
+    if plan.model.mla is not None and "q_lora_rank" not in written:  # no query compression: the provider's 1536 must go
+        pairs.append(("q_lora_rank", None))
     pairs += _explicit_off(plan, written)
     if plan.is_moe:  # no Megatron-LM flag: a TransformerConfig field only (bridge.GLU_CLAMP)
         pairs.append((bridge.GLU_CLAMP, plan.model.glu_clamp))
@@ -133,13 +148,26 @@ def _preset_notes(plan: Plan) -> list[str]:
     return [""] + notes
 
 
+def _recipe_lines(plan: Plan) -> list[str]:
+    """Which recipe to merge over: any, for a GPT model; for MLA, one whose provider has MLA."""
+    recipe = mla_recipe(plan)
+    if recipe is None:
+        return ["Merge over a recipe, e.g. python examples/recipes/llama/pretrain_llama3_8b.py --config-file " + FILE_NAME]
+    function, module, provider = recipe
+    return [f"Merge over {module}.{function} (in 25.09: recipes/deepseek/deepseek_v3.py pretrain_config),",
+            "e.g. in a copy of examples/recipes/llama/pretrain_llama3_8b.py that calls it, with --config-file " + FILE_NAME + ".",
+            f"Its provider, {provider}, is an MLATransformerConfig: multi-latent attention comes with that class",
+            "(a GPTModelProvider recipe, such as Llama's or Qwen's, has no MLA fields); the MLA dimensions are written below.",
+            "The recipe keeps DeepSeek's router and rotary settings (moe_router_*, rotary_scaling_factor), which this file leaves."]
+
+
 def render(plan: Plan) -> str:
     body = yaml.safe_dump(nested(overrides(plan)), sort_keys=False, default_flow_style=False, width=110)
     head = comment_block(list(plan.header) + [
         "",
         f"Megatron-Bridge v{bridge.RELEASE} ConfigContainer overrides (names: planner/frameworks/bridge.py, checked",
         "against Megatron-Bridge's config dataclasses and its Megatron-LM -> Megatron-Bridge guide).",
-        "Merge over a recipe, e.g. python examples/recipes/llama/pretrain_llama3_8b.py --config-file " + FILE_NAME,
+    ] + _recipe_lines(plan) + [
         "(the recipe keeps its data, tokenizer, optimizer and schedule; every layout setting of the plan is here).",
     ] + _preset_notes(plan))
     text = head + body

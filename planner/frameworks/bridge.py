@@ -87,6 +87,22 @@ a clamp must not inherit; the NeMo / Bridge reader reads it back."""
 MOE_ONLY = frozenset({"moe_expert_capacity_factor"})
 """``RECIPE_RESETS`` dests that exist for a MoE model only."""
 
+MLA_RECIPES = {
+    "deepseek": ("deepseek_v3_pretrain_config", "megatron.bridge.recipes.deepseek",
+                 "DeepSeekV3ModelProvider"),
+}
+"""Model family -> (recipe function, its module, its provider class) for multi-latent attention
+(the recipe to merge an MLA plan's overrides over). MLA is a provider's class, not a switch: the
+MLA fields (q_lora_rank, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim) exist on
+``MLATransformerConfig`` (models/transformer_config.py), which models/deepseek/deepseek_provider.py
+``DeepSeekModelProvider`` subclasses and a ``GPTModelProvider`` (Llama, Qwen recipes) does not. v0.2.0
+recipes/deepseek/deepseek_v3.py ``deepseek_v3_pretrain_config`` builds its provider from the
+Hugging Face config through models/deepseek/deepseek_v3_bridge.py (DeepseekV3ForCausalLM ->
+DeepSeekV3ModelProvider, so any checkpoint of that architecture, e.g. Kimi K2, via its hf_path);
+25.09 (6307e8a37) names it ``pretrain_config`` in the same file and builds DeepSeekV3ModelProvider
+directly. The exporter writes every MLA dimension, so the provider's own values do not matter, only
+its class. An MLA model of another family has no such recipe: the export refuses it (``bridge_mla``)."""
+
 PRECISION_PRESETS = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed"}
 """planner precision -> Bridge mixed_precision preset (training/mixed_precision.py, @register)."""
 

@@ -104,6 +104,10 @@ class Entry:
     """Where this comes from."""
     when: tuple = ()
     """Conditions (``When``); the entry applies if any holds (none given: always)."""
+    benchmark_only: bool = False
+    """A setting a release's performance scripts apply that changes what the model computes (token
+    dropping), not only how fast: a published benchmark row ran it (``planner validate``), but a
+    plan for a training run does not get it unless its flags say so (``apply_profiles``)."""
 
     def applies(self, facts: RowFacts) -> bool:
         return not self.when or any(w.holds(facts) for w in self.when)
@@ -344,9 +348,22 @@ _BRIDGE_2509_TOKEN_DROP = Entry(
     {"moe_capacity_factor": 1.0, "moe_pad_to_capacity": True, "moe_dispatcher": "alltoall"},
     "token drop at capacity factor 1.0, padded to capacity (Megatron-Bridge 25.09 MoE performance scripts)",
     source=_TOKEN_DROP_2509 + " for every Qwen3 MoE run and for DeepSeek-V3 on B200 / GB200 (use_tokendrop = gpu in "
-           "['b200', 'gb200'], which also leaves DeepEP off: the helper asserts the alltoall dispatcher)",
+           "['b200', 'gb200'], which also leaves DeepEP off: the helper asserts the alltoall dispatcher). Benchmark "
+           "only: the helper's docstring says token drop 'may affect convergence', and the recipes "
+           "(recipes/qwen/qwen3_moe.py, recipes/deepseek/deepseek_v3.py) stay dropless; only run_script.py applies it",
+    benchmark_only=True,
     when=(When(text="25.09", model_name="qwen3-30b"), When(text="25.09", model_name="qwen3-235b"),
           When(text="25.09", model_name="deepseek-v3", gpu="b200"), When(text="25.09", model_name="deepseek-v3", gpu="gb200")))
+_BRIDGE_2509_MOE_FP8_CURRENT = Entry(
+    {"fp8_recipe": "current"}, "FP8 current scaling (Megatron-Bridge 25.09 DeepSeek-V3 / Qwen3 MoE presets)",
+    source="Megatron-Bridge 25.09 (6307e8a37) scripts/performance/configs/deepseek/deepseek_v3_llm_pretrain.yaml and "
+           "qwen3/qwen3_{30b_a3b,235b_a22b}_llm_pretrain.yaml: the FP8 perf_matrix entries are fp8_cs with fp8_ss "
+           "(H100) or fp8_mx (B200, GB200), never fp8_ds (the Llama files have fp8_ds); docs/performance-summary.md: "
+           "the numbers in parentheses use the other granularities (128x128 blocks on H100, 32-value blocks on "
+           "Blackwell), so the plain ones are per-tensor current scaling (utils/helpers.py get_precision_config 'cs': "
+           "bf16_with_fp8_current_scaling_mixed, first_last_layers_bf16 False). Delayed scaling would also refuse "
+           "the GB200 preset's moe_act recompute (Megatron-Core TransformerConfig.__post_init__)",
+    when=tuple(When(text="25.09", precision="fp8", model_name=m) for m in ("deepseek-v3", "qwen3-30b", "qwen3-235b")))
 _BRIDGE_2509_QWEN3_30B_GRAPHS = Entry(
     {"cuda_graphs": True}, "whole-layer CUDA graphs (Megatron-Bridge 25.09 Qwen3-30B-A3B on B200 / GB200)",
     source="Megatron-Bridge 25.09 scripts/performance/configs/qwen3/qwen3_30b_a3b_llm_pretrain.yaml: cuda_graphs true "
@@ -535,6 +552,7 @@ PROFILES: tuple[Profile, ...] = (
         _TPO_SEARCHED,
         *_BRIDGE_2509_DEEPSEEK_V3,
         _BRIDGE_2509_TOKEN_DROP,
+        _BRIDGE_2509_MOE_FP8_CURRENT,
         _BRIDGE_2509_QWEN3_30B_GRAPHS,
         *_BRIDGE_LATER_DEEPSEEK_V3,
         *_BRIDGE_2511_DEEPSEEK_V3_BLACKWELL,
@@ -711,19 +729,22 @@ def profiles_for(framework: str) -> list[Profile]:
     return named + [GENERIC]
 
 
-def apply_profiles(facts: RowFacts, policies: bool = False) -> tuple[dict, list[str]]:
+def apply_profiles(facts: RowFacts, policies: bool = False, benchmark: bool = False) -> tuple[dict, list[str]]:
     """Option -> value (pinned) or list (searched) from the row's profiles, and the assumption
     lines, in entry order; an entry is skipped when an earlier one set any of its options or
     its condition fails. ``policies``: also the entries whose value is a rule the runs mapping
     resolves from a row's stated degrees (``PP_STAGES_MICROBATCHES``, ``LOOPED_TWO_CHUNKS``,
     ``LAYOUT_SLOTS``);
-    a command's flags choose those knobs themselves."""
+    a command's flags choose those knobs themselves. ``benchmark``: also the ``benchmark_only``
+    entries (a published benchmark row ran them; a plan does not, see ``benchmark_only_entries``)."""
     settings: dict = {}
     assumptions: list[str] = []
     stated = object()  # marks an option the row states: no entry sets it, none falls back to it
     for profile in profiles_for(facts.framework):
         for entry in profile.entries:
             if any(k in settings for k in entry.values) or not entry.applies(facts):
+                continue
+            if entry.benchmark_only and not benchmark:
                 continue
             if facts.stated and all(k in facts.stated for k in entry.values):
                 settings.update(dict.fromkeys(entry.values, stated))
@@ -739,3 +760,26 @@ def apply_profiles(facts: RowFacts, policies: bool = False) -> tuple[dict, list[
 def row_label_suffix(layout) -> str:
     """' tpo', ' eager', ... for the settings in ``ROW_LABELS`` that ``layout`` uses."""
     return "".join(f" {label}" for name, value, label in ROW_LABELS if getattr(layout, name) == value)
+
+
+def benchmark_only_entries(facts: RowFacts) -> list[Entry]:
+    """The ``benchmark_only`` entries that hold for ``facts`` and that a plan therefore leaves out
+    (``apply_profiles`` without ``benchmark``): what a search or evaluate says it did not apply."""
+    return [e for p in profiles_for(facts.framework) for e in p.entries if e.benchmark_only and e.applies(facts)]
+
+
+def benchmark_only_lines(release, model, gpu_name: str, precision: str, given) -> list[str]:
+    """What ``release`` (a ``planner.frameworks.releases.Release``) runs in its performance scripts
+    only, changing what the model computes (``benchmark_only_entries``), for a job on ``model`` and
+    ``gpu_name`` that does not get it: one line each with the flags that price it, unless the job's
+    flags (``given``) set them all."""
+    facts = RowFacts(framework=release.text.lower(), year=release.year, precision=str(precision).lower(),
+                     gpu=gpu_name or "", model_parts=model_parts(model), model_name=getattr(model, "name", "") or "")
+    lines = []
+    for entry in benchmark_only_entries(facts):
+        if all(k in given for k in entry.values):
+            continue
+        flags = " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in entry.values.items())
+        lines.append(f"{entry.assumption}: benchmark only, not applied (it changes what the model computes); "
+                     f"price it with {flags}")
+    return lines

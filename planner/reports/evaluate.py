@@ -209,6 +209,7 @@ def framework_lines(info: dict) -> list[str]:
                          for k, v in info["settings"].items()) or "nothing beyond the defaults"
     lines = [f"framework {info['name']} ({info['profile']} profile): {settings}"]
     lines += [f"  - {line}" for line in info["assumptions"]]
+    lines += [f"  - {line}" for line in info.get("benchmark_only", ())]
     if info["overridden_by_flags"]:
         lines.append(f"  your flags kept: {', '.join(info['overridden_by_flags'])}")
     if info["not_applied"]:

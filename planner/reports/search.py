@@ -165,7 +165,7 @@ def format_summary(stats: dict) -> str:
 
 
 def format_nothing_fits(result) -> str:
-    lines = [f"nothing fits: {result.message}"]
+    lines = [f"{getattr(result, 'headline', 'nothing fits')}: {result.message}"]
     if result.closest:
         lines.append("")
         lines.append("closest layouts (least memory per GPU):")

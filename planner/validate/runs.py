@@ -435,7 +435,7 @@ def map_run(row: Union[dict, RunRow], base_dir: Optional[Path] = None) -> Mapped
         if name in pins:  # within what evaluate's flags allow (costmodel.options), e.g. seq_len <= 16M
             OPTIONS_BY_NAME[name].parse(pins[name], f"layout.{name}")
     facts = _row_facts(row, model, gpu)
-    settings, profile_notes = apply_profiles(facts, policies=True)
+    settings, profile_notes = apply_profiles(facts, policies=True, benchmark=True)
     assumptions += profile_notes
     for name, value in settings.items():
         if value == PP_STAGES_MICROBATCHES:
@@ -502,7 +502,7 @@ def _framework_read_as(row: RunRow, facts: RowFacts, settings: dict) -> str:
     text = row.framework_text()
     named = profiles_for(text)[:-1]  # the last one is GENERIC, which every row gets
     if named:
-        if settings == apply_profiles(dataclasses.replace(facts, framework=""), policies=True)[0]:
+        if settings == apply_profiles(dataclasses.replace(facts, framework=""), policies=True, benchmark=True)[0]:
             return (f"framework {text!r}: profile {named[0].name!r} matched; none of its settings apply to this row "
                     "(priced as planner's defaults)")
         return f"framework {text!r}: profile {named[0].name!r} applied"

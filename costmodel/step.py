@@ -134,8 +134,10 @@ def _with_grad_accumulation(ctx, dense, moe):
                                                                     sh.pipelined_fsdp)
     p = layer_params(ctx)
     counts = ctx.counts
+    same = moe is dense  # dense models (and hybrid patterns) price one layer kind: keep it one
     dense = replace(dense, backward=dense.backward + per_param * share_dense * p.dense_layer)
-    moe = replace(moe, backward=moe.backward + per_param * (share_dense * p.moe_dense + share_expert * p.moe_expert))
+    moe = dense if same else replace(
+        moe, backward=moe.backward + per_param * (share_dense * p.moe_dense + share_expert * p.moe_expert))
     # As stage_params counts them: a tied head is its own copy on the last stage only when pp > 1.
     tied_copy = counts.embedding_matrix if counts.lm_head == 0 else counts.lm_head
     head = np.where(ctx.pp == 1, counts.lm_head, tied_copy) / ctx.tp + counts.final_norm

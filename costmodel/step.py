@@ -127,7 +127,7 @@ def _with_grad_accumulation(ctx, dense, moe):
     """Layers' backward with the per-micro-batch gradient accumulation pass (``grad_accumulation``),
     and that pass's seconds for the embedding (first stage) and the LM head (last stage)."""
     sh = data_parallel.sharding(ctx)
-    per_param = grad_accumulation.seconds_per_parameter(ctx)
+    per_param = grad_accumulation.seconds_per_parameter(ctx, sh.grad_bytes)
     if not np.any(per_param > 0.0):
         return dense, moe, 0.0, 0.0
     share_dense, share_expert = grad_accumulation.accumulated_share(ctx, sh.dense_shard, sh.expert_shard,

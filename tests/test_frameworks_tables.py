@@ -153,7 +153,7 @@ def test_megatron_distributed_optimizer_instances_read_back_as_dp_shard(tmp_path
 
 def test_deepspeed_mics_and_partitioned_checkpoints_read_back(tmp_path):
     model = get_model("llama3-8b")
-    record = _record(model, Layout(dp=64, zero=3, dp_shard=8, gbs=64, grad_accum_pass="cast_add"))
+    record = _record(model, Layout(dp=64, zero=3, dp_shard=8, gbs=64, grad_accum_pass="autograd"))
     export_layout(record, model, CLUSTER, "deepspeed", tmp_path, allow_unfit=True)
     launch, back = _read_back(tmp_path / "deepspeed_config.json", 64, model)
     assert not launch.unknown and back.layout.dp_shard == 8

@@ -71,11 +71,16 @@ TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
     # Micro-batch gradients: FP32 accumulation of a BF16 model runs the BF16_Optimizer, which casts and adds every
     # micro-batch's gradients into FP32 (read from the accumulation dtype, written by the grad_dtype row); 16-bit
     # accumulation is autograd's in-place add on param.grad.
+    # The BF16_Optimizer runs only at ZeRO stage 1 (runtime/engine.py _do_optimizer_sanity_check: BFLOAT16 for a
+    # BF16 model with FP32 accumulation at stage 1; ZeRO 2-3 add the reduced partitions themselves). With one
+    # micro-batch a step autograd adds nothing, as Megatron's fused accumulation: the same price.
     Row("grad_accum_pass", "cast_add", (("data_types.grad_accum_dtype", "fp32"),), write=False, source=_BF16),
     Row("grad_accum_pass", "cast_add", (), when=lambda plan: plan.grad_dtype == "fp32", source=_BF16),
     Row("grad_accum_pass", "autograd", (), default=True,
         source="torch autograd AccumulateGrad on the 16-bit param.grad (the fp16 engine; ZeRO stage 1 without "
                "overlap_comm registers no reduce hooks: runtime/zero/stage_1_and_2.py)"),
+    Row("grad_accum_pass", "fused", (), when=lambda plan: plan.grad_accum == 1,
+        source="moot with one micro-batch a step outside the BF16_Optimizer (autograd adds nothing)"),
 ), elsewhere=tuple((o, "not a DeepSpeed config key: Megatron-DeepSpeed's command line or model code states it, so a "
                        "reader takes it from planner's command line") for o in (
     "tp", "pp", "dp", "ep", "etp", "vpp", "mbs", "gbs", "seq_len", "recompute", "recompute_layers", "recompute_share",
@@ -87,16 +92,19 @@ TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
 refusals=(
     Refusal("grad_accum_pass", ("fused",), "deepspeed_grad_accum_pass", "grad_accum_pass fused prices Megatron's "
             "accumulation inside the weight-gradient GEMM; DeepSpeed adds each micro-batch's gradients in a pass of "
-            "its own: price with --grad-accum-pass cast_add (FP32 accumulation: the BF16_Optimizer) or autograd "
-            "(with --grad-dtype bf16)", _BF16),
+            "its own: price with --grad-accum-pass cast_add (FP32 accumulation at ZeRO-1: the BF16_Optimizer) or "
+            "autograd", _BF16,
+            when=lambda plan: plan.grad_accum > 1 or (plan.grad_dtype == "fp32" and plan.zero == 1)),
     Refusal("grad_accum_pass", ("cast_add",), "deepspeed_grad_accum_cast", "grad_accum_pass cast_add prices the "
-            "BF16_Optimizer's FP32 accumulation, which a 16-bit gradient dtype does not run: price with "
-            "--grad-accum-pass autograd, or --grad-dtype fp32", _BF16, when=lambda plan: plan.grad_dtype == "bf16"),
+            "BF16_Optimizer, which DeepSpeed runs only at ZeRO stage 1 with FP32 gradient accumulation: price with "
+            "--grad-accum-pass autograd (ZeRO 2-3 add the reduced partitions themselves), or --zero 1 --grad-dtype fp32",
+            _BF16 + "; runtime/engine.py _do_optimizer_sanity_check",
+            when=lambda plan: plan.grad_dtype == "bf16" or plan.zero != 1),
     Refusal("grad_accum_pass", ("autograd",), "deepspeed_grad_accum_bf16_optimizer", "grad_accum_pass autograd with "
-            "FP32 gradient accumulation below ZeRO-2: DeepSpeed runs that as the BF16_Optimizer, which casts and adds "
-            "each micro-batch's gradients: price with --grad-accum-pass cast_add, or --grad-dtype bf16",
+            "FP32 gradient accumulation at ZeRO-1: DeepSpeed runs that as the BF16_Optimizer, which zeroes, casts and "
+            "adds each micro-batch's gradients: price with --grad-accum-pass cast_add, or --grad-dtype bf16",
             _BF16 + "; runtime/engine.py _do_optimizer_sanity_check (BFLOAT16 wrapper)",
-            when=lambda plan: plan.grad_dtype == "fp32" and plan.zero <= 1),
+            when=lambda plan: plan.grad_dtype == "fp32" and plan.zero == 1),
     Refusal("p2p_scatter_gather", (False,), "deepspeed_p2p_scatter_gather", "p2p_scatter_gather off: DeepSpeed's "
             "pipeline engine splits every pipeline send over the TP ranks when TP is on without sequence parallelism "
             "(is_pipe_partitioned): price with --p2p-scatter-gather true", _PIPE,

@@ -74,6 +74,8 @@ class When:
     """The GPU's catalog name starts with this."""
     model: tuple = ()
     """The model has all these parts ("moe", "mla")."""
+    model_lacks: tuple = ()
+    """The model has none of these parts."""
     model_name: str = ""
     """The model's catalog name starts with this (a performance recipe written for one model)."""
 
@@ -88,6 +90,7 @@ class When:
             not self.recompute or f.recompute == self.recompute,
             not self.gpu or f.gpu.startswith(self.gpu),
             set(self.model) <= f.model_parts,
+            not set(self.model_lacks) & f.model_parts,
             not self.model_name or f.model_name.startswith(self.model_name),
         ))
 
@@ -579,8 +582,9 @@ PROFILES: tuple[Profile, ...] = (
               source="torchtitan distributed/activation_checkpoint.py _custom_policy: per-op SAC saves the outputs "
                      "of SDPA and of every other matmul and recomputes the rest, about half of each layer's forward "
                      "in time and memory; the torchtitan reader and exporter price it the same way "
-                     "(planner.frameworks.torchtitan.PER_OP_SAC_SHARE)",
-              when=(When(recompute="selective"),)),
+                     "(planner.frameworks.torchtitan.PER_OP_SAC_SHARE); not on MoE, whose grouped GEMMs and all-to-alls the "
+                     "save list leaves out (its exporter refuses per-op SAC there, torchtitan_moe_sac)",
+              when=(When(recompute="selective", model_lacks=("moe",)),)),
         _EAGER_STATED,
         Entry({"loss": "eager"}, "eager F.cross_entropy on FP32 logits",
               source="torchtitan train.py: F.cross_entropy(pred.flatten(0, 1).float(), ...) outside the compiled "

@@ -494,6 +494,8 @@ TABLE = Table("torchtitan",
     *(Row("fsdp", f, (), when=lambda plan: plan.zero != 3, source="moot below ZeRO-3") for f in ("flat", "megatron")),
     # Micro-batch gradients: FSDP2 adds each reduce-scattered shard into the sharded gradient; a pipeline
     # stage accumulates unsharded gradients through autograd until its last micro-batch.
+    Row("grad_accum_pass", "fused", (), when=lambda plan: plan.grad_accum == 1,
+        source="moot with one micro-batch a step (autograd adds nothing)"),
     Row("grad_accum_pass", "autograd", (), default=True,
         source="torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce (sharded_param.grad._local_tensor "
                "+= new_sharded_grad); torch/distributed/pipelining/stage.py backward_maybe_with_nosync"),
@@ -522,11 +524,16 @@ TABLE = Table("torchtitan",
             "torchtitan config: training.mixed_precision_reduce"),
     Refusal("dp_comm_overlap", (False,), "torchtitan_dp_overlap", "dp_comm_overlap off: FSDP2 always prefetches its "
             "all-gathers and overlaps its reduce-scatters with the backward", _FSDP),
-    Refusal("grad_accum_pass", ("fused", "cast_add"), "torchtitan_grad_accum_pass", "grad_accum_pass fused / cast_add "
-            "price Megatron's accumulation inside the weight-gradient GEMM or DeepSpeed's BF16_Optimizer; torchtitan "
-            "accumulates micro-batch gradients through autograd (FSDP2 on its shards, a pipeline stage on whole "
-            "gradients): price with --grad-accum-pass autograd (or --framework torchtitan-0.2)",
+    Refusal("grad_accum_pass", ("cast_add",), "torchtitan_grad_accum_pass", "grad_accum_pass cast_add prices "
+            "DeepSpeed's BF16_Optimizer; torchtitan accumulates micro-batch gradients through autograd: price with "
+            "--grad-accum-pass autograd (or --framework torchtitan-0.2)",
             "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py; torch/distributed/pipelining/stage.py"),
+    Refusal("grad_accum_pass", ("fused",), "torchtitan_grad_accum_pass", "grad_accum_pass fused prices "
+            "Megatron's accumulation inside the weight-gradient GEMM; torchtitan accumulates micro-batch gradients "
+            "through autograd (FSDP2 on its shards, a pipeline stage on whole gradients): price with "
+            "--grad-accum-pass autograd (or --framework torchtitan-0.2)",
+            "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py; torch/distributed/pipelining/stage.py",
+            when=lambda plan: plan.grad_accum > 1),
     Refusal("zero3_gather", ("blocking", "post"), "torchtitan_zero3_gather", "zero3_gather blocking / post price "
             "DeepSpeed 2021's per-tensor gathers and FSDP1's BACKWARD_POST; FSDP2 prefetches", _FSDP),
     Refusal("tp_overlap_kind", ("userbuffers",), "torchtitan_tp_overlap_kind", "TP overlap priced as TransformerEngine "

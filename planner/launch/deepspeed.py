@@ -186,6 +186,10 @@ def _table_options(cfg: dict, launch: Launch) -> None:
         value, keys = TABLE.read(option, flat)
         if keys:
             launch.state(option, value)
+    if launch.values.get("grad_accum_pass") == "cast_add" and launch.values.get("zero", 0) != 1:
+        # The BF16_Optimizer runs only at ZeRO stage 1 (runtime/engine.py _do_optimizer_sanity_check); ZeRO 2-3
+        # add each micro-batch's reduced partition into their own (autograd's price, on the shard).
+        launch.values["grad_accum_pass"] = "autograd"
     if "grad_accum_pass" not in launch.values:  # 16-bit accumulation: no key states it
         launch.default("grad_accum_pass", TABLE.read("grad_accum_pass", {})[0],
                        "autograd's in-place add on the 16-bit param.grad (no FP32 gradient accumulation)")

@@ -89,6 +89,8 @@ def view(record: dict, model) -> dict:
         out["fp8_recipe"] = "delayed"
     if out["zero"] != 3:  # the ZeRO-3 flavour is moot below ZeRO-3 (costmodel.data_parallel)
         out["fsdp"] = "flat"
+    if plan.grad_accum == 1 and out["grad_accum_pass"] == "fused":  # one micro-batch: autograd adds nothing
+        out["grad_accum_pass"] = "autograd"  # (costmodel.grad_accumulation)
     return out
 
 

@@ -144,3 +144,12 @@ def test_catalog_lists_every_release():
     assert rows["megatron-core-0.8"]["when"]["moe"] == {"moe_grouped_gemm": "fused"}
     assert "moe" not in rows["megatron-core-0.13"]["when"]
     assert rows["megatron-core-0.13"]["when"]["moe+mla on h100"] == {"moe_dispatcher": "deepep"}
+
+
+def test_export_under_a_release_of_a_layout_that_does_not_fit_exits_3(tmp_path):
+    # As without --framework (planner/cli/errors.py: export refuses a layout predicted not to fit, exit 3):
+    # Llama 3 8B on 16 H100 under deepspeed-0.5's profile (unfused attention, ZeRO-1) needs ~83 of 79 GiB.
+    code, out, err = run("export", "--model", "llama3-8b", "--gpus", "16", "--gpu", "h100", "--framework",
+                         "deepspeed-0.5", "--out", str(tmp_path / "x"))
+    assert code == 3 and "does not fit in GPU memory" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()

@@ -182,6 +182,10 @@ def release_formats(record: dict, fmt: str, model_spec, cluster_spec):
 
     why = refusals(record, model_spec, cluster_spec, release.formats)
     if all(f in why for f in release.formats):
+        from hardware_catalog.errors import DoesNotFit
+
+        if all(str(why[f]).startswith("layout does not fit in GPU memory") for f in release.formats):
+            raise DoesNotFit(why[release.formats[0]])  # exit 3, as without --framework
         rules = list(dict.fromkeys(rule_names(why[f]) for f in release.formats))
         others = f" (and {', '.join(rules[1:])})" if len(rules) > 1 else ""
         raise PlannerInputError(f"{release.name} cannot launch this layout: every format that launches it "

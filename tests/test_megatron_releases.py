@@ -195,3 +195,21 @@ def test_release_domain_leaves_out_what_its_files_cannot_write():
     assert list(out.mask) == [True, False] and "megatron_release_zero" in out.rules
     out13 = launch_domain(get_release("megatron-core-0.13")).outside(batch, model, CLUSTER)
     assert not out13.mask.any()
+
+
+def test_a_file_written_for_r013_reads_back_as_the_same_layout(tmp_path):
+    """The reader knows the releases' own spellings (READ_TABLE): --use-custom-fsdp with
+    --data-parallel-sharding-strategy optim_grads_params is Megatron-FSDP's ZeRO-3, --moe-token-dispatcher-type
+    flex with --moe-enable-deepep is DeepEP; read back, the same step time and memory (nothing unknown)."""
+    from planner.launch import read_launch
+    from planner.cli.from_launch.resolve import resolve
+
+    layout = Layout(tp=1, pp=1, ep=8, dp=16, gbs=128, zero=3, fsdp="megatron", recompute="full", moe_dispatcher="deepep")
+    rec, model = _record("qwen3-30b-a3b", layout, "megatron-core-0.13", "fp8")
+    export_layout(rec, model, CLUSTER, "megatron", tmp_path, allow_unfit=True)
+    launch = read_launch(tmp_path / "megatron_args.sh")
+    assert not launch.unknown and not launch.unsupported
+    assert (launch.values["zero"], launch.values["fsdp"], launch.values["moe_dispatcher"]) == (3, "megatron", "deepep")
+    back = resolve(launch, gpu=GPU.name, gpus=16, allow_cross_node_tp=True)
+    assert back.record["step_time_s"] == pytest.approx(rec["step_time_s"], rel=1e-9)
+    assert back.record["memory_gib"]["peak"] == pytest.approx(rec["memory_gib"]["peak"], rel=1e-9)

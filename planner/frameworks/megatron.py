@@ -13,7 +13,7 @@ the list the exporter checks what it writes against and the reader classifies wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -52,6 +52,15 @@ def _flag_list() -> tuple[dict[str, tuple[str, str]], frozenset[str], dict[str, 
                     removed.add(flag)
                 elif word.startswith("choices="):
                     choices[flag] = tuple(word[len("choices="):].split(","))
+    # The flags of the releases --framework names that main no longer has (--use-custom-fsdp,
+    # --moe-enable-deepep, --enable-cuda-graph, ...): known to the reader, never written for main.
+    for path in sorted(Path(__file__).parent.glob("megatron_arguments_core_*.txt")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.startswith("--"):
+                flag, kind, group, *_ = line.split()
+                if flag not in known:
+                    known[flag] = (kind, group)
+                    removed.add(flag)
     return known, frozenset(removed), choices
 
 
@@ -519,6 +528,29 @@ RELEASE_ARGUMENTS: dict[str, ReleaseArguments] = {
     )),
 }
 """The Megatron-Core releases ``--framework`` names (``planner.frameworks.releases``), by tag."""
+
+
+def _release_spellings() -> tuple:
+    """The releases' rows that spell a setting with keys main's TABLE has no row for (r0.12 / r0.13's
+    --use-custom-fsdp, --moe-enable-deepep, --enable-cuda-graph), read-only: a file written for a
+    release reads back as the same layout. Rows whose keys main reads otherwise stay out (r0.8's
+    --moe-grouped-gemm is GroupedMLP there, TransformerEngine's grouped linear in main)."""
+    mine = TABLE.keys()
+    out, seen = [], set()
+    for spec in RELEASE_ARGUMENTS.values():
+        for row in spec.rows:
+            keys = tuple(k for k, _ in row.sets)
+            if keys and not set(keys) <= mine and (row.option, row.value, row.sets) not in seen:
+                seen.add((row.option, row.value, row.sets))
+                out.append(replace(row, write=False, when=None))
+    return tuple(out)
+
+
+READ_TABLE = Table("megatron", TABLE.rows + _release_spellings(), TABLE.refusals, source=TABLE.source,
+                   releases=TABLE.releases, elsewhere=TABLE.elsewhere)
+"""What ``planner.launch.mcore`` reads through: TABLE and the releases' own spellings (read-only)."""
+
+MAPPED = MAPPED | (READ_TABLE.keys() - TABLE.keys())
 
 
 @lru_cache(maxsize=None)

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from costmodel.options import OPTIONS, RECOMPUTE_MODULES
 from hardware_catalog.schema import windowed_layer_count
 from planner.frameworks.bridge import GLU_CLAMP
-from planner.frameworks.megatron import ARGS, TABLE
+from planner.frameworks.megatron import ARGS
+from planner.frameworks.megatron import READ_TABLE as TABLE
 from planner.launch.spec import Launch, boolean, integer, number
 
 TCFG = "Megatron-Core transformer_config.py"

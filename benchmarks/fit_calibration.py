@@ -1,12 +1,12 @@
 """Fit the global constants of costmodel/calibration.py on the reference set.
 
-    python benchmarks/fit_calibration.py [--runs FILE] [--rounds 2]
+    python benchmarks/fit_calibration.py [--runs FILE]
 
-Runs ``planner.validate.fit.fit`` (coordinate descent from ``PRIOR`` over ``FIT_RANGES``, capped
-L1 objective) on the high-confidence rows and prints the constants found next to the shipped
+Runs ``planner.validate.fit.fit`` (descent from ``PRIOR`` over ``FIT_RANGES`` until no move of one
+constant, nor of two or three one grid step at once, lowers the capped L1 objective) on the high-confidence rows and prints the constants found next to the shipped
 ones, with the error of each. Copy them into calibration.py by hand with the date, after
 checking ``planner validate --cross-validate`` (the accuracy that counts is held-out).
-About 15 s on 2 cores.
+About a minute on one core.
 """
 
 from __future__ import annotations
@@ -33,11 +33,10 @@ def _line(label, stats) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=Path, default=None)
-    ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     t0 = time.time()
     predictor = Predictor(prepared_rows(args.runs))
-    fitted = fit(predictor, np.ones(len(predictor.rows)), start=PRIOR, rounds=args.rounds)
+    fitted = fit(predictor, np.ones(len(predictor.rows)), start=PRIOR)
     print(f"{len(predictor.rows)} rows, {time.time() - t0:.0f} s")
     print(f"{'constant':<28}{'prior':>8}{'shipped':>9}{'fitted':>8}")
     for name in FIT_RANGES:

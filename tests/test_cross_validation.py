@@ -1,7 +1,7 @@
 """Generalization as the accuracy figure: leave one source out (``planner validate --cross-validate``).
 
-The regression test runs the real cross-validation on the shipped reference set (about a minute
-on 2 cores); the fit itself is checked on a synthetic predictor whose optimum is known.
+The regression test runs the real cross-validation on the shipped reference set (about three
+minutes on 2 cores); the fit itself is checked on a synthetic predictor whose optimum is known.
 """
 
 from __future__ import annotations
@@ -40,6 +40,42 @@ def test_fit_finds_the_minimum_on_the_grid():
     assert fit(p, np.array([1.0, 0.0, 0.0])).gemm_efficiency_bf16 == pytest.approx(0.70)
 
 
+class _Ridge:
+    """Three constants that must move together, in grid steps from the prior: x of
+    gemm_efficiency_bf16 (0.02 a step), y of sustained_clock_fraction (0.02), z of
+    attention_efficiency (0.05). Row errors 0.01 (x - y), 0.01 (y - z) and 0.001 (x + y + z - 6):
+    any move of one or two of them opens a 0.01 error on the first two rows for at most 0.002
+    gained on the third, so only the three together, one step each, lower the objective, down to
+    0 at x = y = z = 2."""
+
+    rows = [type("Row", (), {"source": s})() for s in "abc"]
+
+    def errors(self, calib):
+        x = (calib.gemm_efficiency_bf16 - PRIOR.gemm_efficiency_bf16) / 0.02
+        y = (calib.sustained_clock_fraction - PRIOR.sustained_clock_fraction) / 0.02
+        z = (calib.attention_efficiency - PRIOR.attention_efficiency) / 0.05
+        return np.array([0.01 * (x - y), 0.01 * (y - z), 0.001 * (x + y + z - 6)])
+
+
+def test_fit_crosses_a_ridge_of_three_constants(monkeypatch):
+    import planner.validate.fit as fit_module
+
+    fitted = fit(_Ridge(), np.ones(3))
+    # x = y = z = 2 from the prior (0.80, 0.90, 0.30): 0.84, 0.94 and 0.40, where every row's error is 0.
+    assert fitted.gemm_efficiency_bf16 == pytest.approx(0.84)
+    assert fitted.sustained_clock_fraction == pytest.approx(0.94)
+    assert fitted.attention_efficiency == pytest.approx(0.40)
+    # Constants no row depends on stay where they started.
+    assert fitted.kernel_overhead_us == PRIOR.kernel_overhead_us
+    assert fitted.native_attention_speedup == PRIOR.native_attention_speedup
+    # Moves of at most two constants stop at the prior (objective 0.006 / 3), as the fit did before
+    # 2026-11-28 (coordinate descent, then pairs).
+    monkeypatch.setattr(fit_module, "JOINT_MOVE_SIZES", (2,))
+    stuck = fit(_Ridge(), np.ones(3))
+    assert (stuck.gemm_efficiency_bf16, stuck.sustained_clock_fraction, stuck.attention_efficiency) == (
+        PRIOR.gemm_efficiency_bf16, PRIOR.sustained_clock_fraction, PRIOR.attention_efficiency)
+
+
 def test_bootstrap_spans_the_sources():
     p = _Synthetic([0.70, 0.74], ["a", "b"])
     out = bootstrap(p, resamples=20, seed=1)
@@ -54,7 +90,7 @@ def test_prior_lies_inside_the_fitted_ranges():
         assert values.min() <= getattr(PRIOR, name) <= values.max(), name
 
 
-@pytest.mark.slow  # about a minute on 2 cores: run by `pytest -m slow` (CI runs it after the quick suite)
+@pytest.mark.slow  # about three minutes on 2 cores: run by `pytest -m slow` (CI runs it after the quick suite)
 def test_leave_one_source_out_on_the_reference_set():
     from planner.validate.crossval import prepared_rows
     from planner.validate.fit import Predictor, cross_validate
@@ -74,7 +110,8 @@ def test_leave_one_source_out_on_the_reference_set():
     # 3.2% / 10.8% with the gradient accumulation pass of DeepSpeed and autograd (grad_accum_pass), the
     # Megatron-Bridge 25.09 MoE presets priced with current scaling as their perf matrix keys say, and
     # the per-expert quantise kernels at the back-to-back short-kernel cost (costmodel.quantize).
-    assert inside["median_abs_error"] <= 0.033 and inside["p90_abs_error"] <= 0.109
+    # 3.1% / 10.1% with the fit run to convergence and the constants refitted so (2026-11-28).
+    assert inside["median_abs_error"] <= 0.032 and inside["p90_abs_error"] <= 0.102
     # Held out (constants fitted without the row's source): the goal is median <= 5%, p90 <= 12%;
     # measured 4.5% and 11.3% (4.3% / 11.7% with torchtitan's FP8 rows priced as delayed scaling;
     # 12.2% p90 before NCCL user buffers; 4.7% and 14.7% before DeepSeek-V3's MTP module, the
@@ -98,7 +135,10 @@ def test_leave_one_source_out_on_the_reference_set():
     # 4.2% / 11.1% with DeepSpeed's BF16_Optimizer at 26 B (its gradients zeroed and added into first) and
     # FSDP's accumulation in FP32: BLOOM 176B +3.7% -> +1.4%, and the llmfoundry and mbridge_archive folds
     # refitting one grid step (their held-out medians 2.8% -> 2.9%, 3.8% -> 4.3%).
-    assert held["median_abs_error"] <= 0.043 and held["p90_abs_error"] <= 0.112
+    # 4.0% / 10.8% with the fit run to convergence (planner.validate.fit.fit: moves of up to three
+    # constants at once until none lowers the objective; the folds had stopped short of that):
+    # nemo_longseq 8.3% -> 6.9%, the long-context family 8.8% -> 7.4%.
+    assert held["median_abs_error"] <= 0.041 and held["p90_abs_error"] <= 0.109
     # Every source of three rows or more (one-row sources: BLOOM 176B) within 12% median.
     assert max(f["held_out"]["median_abs_error"] for f in cv["per_source"].values() if f["held_out"]["rows"] >= 3) <= 0.12
     # The intervals' data (search/data/uncertainty.json) is this cross-validation: regenerate it

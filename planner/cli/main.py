@@ -399,7 +399,7 @@ def validate(
     runs: Optional[Path] = typer.Option(None, "--runs", help="Runs file (the runs format: planner validate --schema; README 'Your own runs'). Default: the reference set shipped with planner."),
     as_json: bool = typer.Option(False, "--json", help="Print rows and summary as JSON."),
     confidence: str = typer.Option("high", help="Rows used for the summary: high | medium | all."),
-    cross_validate: bool = typer.Option(False, "--cross-validate", help="Leave one source out: fit the constants on every other source, predict the one left out (about a minute)."),
+    cross_validate: bool = typer.Option(False, "--cross-validate", help="Leave one source out: fit the constants on every other source, predict the one left out (about three minutes on 2 cores)."),
     bootstrap: int = typer.Option(0, "--bootstrap", help="With --cross-validate: refit on N resamples of the sources and print each constant's 5-95% interval (several minutes)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw predicted vs measured tokens/s/GPU per run to FILE (.png, .svg or .html)."),
     force: bool = ForceOpt,

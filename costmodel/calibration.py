@@ -53,9 +53,10 @@ class Calibration:
     (TransformerEngine's cuBLASLt FP8 GEMMs, one grid step over torch._scaled_mm's measured
     limit). From 2026-11-27 to -28 the shipped value stayed at 0.66 although the fit gave 0.68,
     because the runs never used for fitting got worse with 0.68 at the other constants of the day;
-    with the converged fit's (sustained clock 0.88) they get better instead
+    with the converged fit's (sustained clock 0.88) two of the three files get better
     (benchmarks/out_of_sample/torchtitan_large.json 5.6% / 10.4% -> 5.6% / 9.9%,
-    llmfoundry_h100_small.json 10.1% / 11.4% -> 8.0% / 9.5%).
+    llmfoundry_h100_small.json 10.1% / 11.4% -> 8.0% / 9.5%; planner/data/more_runs.json's
+    high-confidence rows 3.9% / 13.4% -> 3.8% / 14.0%).
     Interval: 0.65-0.70 (5th-95th percentile over fits on sources drawn with replacement,
     ``planner validate --cross-validate --bootstrap 10``, re-run 2026-11-28)."""
     attention_efficiency: float = 0.25

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from costmodel import evaluate
 from costmodel.options import Layout
@@ -90,6 +91,26 @@ def test_bridge_overrides_are_megatron_bridge_fields(name, layout):
         dests = [d for d in (*bridge.NEGATED, *bridge.RENAMES) if bridge.key(d) == key] or [field]
         core = section in ("model", "ddp") and all("--" + d.replace("_", "-") in known_flags() for d in dests)
         assert key in guide or field in fields or f"model.{field}" in guide or core, key
+
+
+def test_bridge_megatron_fsdp_runs_without_the_fusion_and_says_so(tmp_path):
+    # Megatron-Bridge v0.2.0 ConfigContainer.validate (vendored config.py) turns gradient accumulation
+    # fusion off under Megatron-FSDP, so the Bridge file states it off and the plan is priced with the
+    # copy Megatron-FSDP then runs (main_grad_copy); a fused plan is refused, not written.
+    text = (VENDORED / "config.py").read_text(encoding="utf-8")
+    block = text[text.index("# Megatron FSDP Config checks"):text.index("# ModelOpt/Quantization checks")]
+    assert "self.model.gradient_accumulation_fusion = False" in block
+    model = get_model("llama3-8b")
+    layout = Layout(tp=2, dp=4, gbs=8, zero=2, grad_accum_pass="main_grad_copy")
+    record, _ = _export(tmp_path / "copy", model, layout, "megatron-bridge")
+    tree = yaml.safe_load((tmp_path / "copy" / "megatron_bridge_overrides.yaml").read_text())
+    assert tree["model"]["gradient_accumulation_fusion"] is False
+    assert (tree["ddp"]["use_megatron_fsdp"], tree["ddp"]["data_parallel_sharding_strategy"]) == (True, "optim_grads")
+    launch, back = _read_back(tmp_path / "copy" / "megatron_bridge_overrides.yaml", 8)
+    _same_run(launch, back, record, zero=2, grad_accum_pass="main_grad_copy")
+    with pytest.raises(Exception, match="megatron_grad_accum_pass"):
+        _export(tmp_path / "fused", model, Layout(tp=2, dp=4, gbs=8, zero=2), "megatron-bridge")
+    assert not (tmp_path / "fused").exists() or not list((tmp_path / "fused").iterdir())
 
 
 def test_bridge_renames_are_the_guides():

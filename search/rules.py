@@ -1019,17 +1019,18 @@ def where_settings_apply(ctx: RuleContext, settings: dict, cols: dict) -> dict:
 
 
 def sharded_grad_accum_pass(cols: dict) -> np.ndarray:
-    """grad_accum_pass codes over ``cols`` as Megatron runs its ZeRO-2/3 (a search without
-    ``--framework`` is Megatron's): where the code is fused (the GEMM's own accumulation, which
-    planner's Megatron export turns off there) and zero >= 2, main_grad_copy for Megatron-FSDP
-    (megatron_fsdp.py _grad_acc copies every micro-batch's gradient into the reduce-scatter
-    bucket) and autograd for FSDP2 at ZeRO-3 (its sharded add); flat ZeRO-3, which Megatron does
-    not run (rule megatron_fsdp_flat), keeps its code. The one place this choice is made; the
-    Megatron table (planner.frameworks.megatron) refuses any other pass on those rows."""
+    """grad_accum_pass codes over ``cols`` as the engines that run ZeRO-2/3 accumulate: where the
+    code is fused (the GEMM's own accumulation, which planner's Megatron export turns off there)
+    and zero >= 2, main_grad_copy for Megatron-FSDP (megatron_fsdp.py _grad_acc copies every
+    micro-batch's gradient into the reduce-scatter bucket), autograd for FSDP2 at ZeRO-3 (its
+    sharded add) and for flat-parameter ZeRO-3, which Megatron does not run (rule
+    megatron_fsdp_flat): DeepSpeed's ZeRO-3 and FSDP1 add each micro-batch's reduced gradient into
+    their shard (the DeepSpeed and Composer profiles' autograd). The one place this choice is made;
+    the Megatron table (planner.frameworks.megatron) refuses any other pass on those rows."""
     code = np.asarray(cols.get("grad_accum_pass", 0))
     zero, fsdp = _a(cols, "zero", 0), _a(cols, "fsdp", 0)
     fused = code == GRAD_ACCUMS.index("fused")
-    fsdp2 = (zero == 3) & (fsdp == FSDP_IMPLS.index("fsdp2"))
+    fsdp2 = (zero == 3) & ((fsdp == FSDP_IMPLS.index("fsdp2")) | (fsdp == FSDP_IMPLS.index("flat")))
     copy = (zero == 2) | ((zero == 3) & (fsdp == FSDP_IMPLS.index("megatron")))
     return np.where(fused & fsdp2, GRAD_ACCUMS.index("autograd"),
                     np.where(fused & copy, GRAD_ACCUMS.index("main_grad_copy"), code))

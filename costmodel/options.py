@@ -331,8 +331,8 @@ GRAD_DTYPES = ("fp32", "bf16")
 """Gradient buffer / data-parallel reduction dtypes; codes 0, 1."""
 ZERO3_GATHERS = ("prefetch", "blocking", "post")
 """How ZeRO-3 fetches parameters; codes 0-2."""
-GRAD_ACCUMS = ("fused", "autograd", "cast_add")
-"""How micro-batch gradients are accumulated (costmodel.grad_accumulation); codes 0-2."""
+GRAD_ACCUMS = ("fused", "autograd", "cast_add", "main_grad_copy")
+"""How micro-batch gradients are accumulated (costmodel.grad_accumulation); codes 0-3."""
 CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
 """How context-parallel attention communicates (Megatron --cp-comm-type); codes 0-3."""
 TP_OVERLAP_KINDS = ("userbuffers", "asynctp")
@@ -626,15 +626,23 @@ class Layout:
         "fused", "How each micro-batch's weight gradients are added into the step's: fused (Megatron's "
         "gradient-accumulation fusion: the weight-gradient GEMM adds into the main grad) | autograd (PyTorch's "
         "AccumulateGrad, param.grad += new: DeepSpeed fp16 / 16-bit ZeRO, FSDP2 on its shards) | cast_add "
-        "(DeepSpeed's BF16_Optimizer: each micro-batch's BF16 gradient cast to FP32 and added). Default: fused.",
+        "(DeepSpeed's BF16_Optimizer: each micro-batch's BF16 gradient cast to FP32 and added) | main_grad_copy "
+        "(Megatron-FSDP ZeRO-2/3 without the fusion: each micro-batch's whole gradient copied into the reduce-scatter "
+        "bucket). Default: fused.",
         kind=CHOICE, group=IMPLEMENTATION, choices=GRAD_ACCUMS, search=SETTING, label="{value}-accum",
-        source="Megatron-LM --no-gradient-accumulation-fusion; DeepSpeed runtime/bf16_optimizer.py update_hp_grads")
+        source="Megatron-LM --no-gradient-accumulation-fusion; DeepSpeed runtime/bf16_optimizer.py update_hp_grads; "
+               "Megatron-Core distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py _grad_acc")
     """Where a micro-batch's weight gradients are accumulated into the step's (with m > 1 micro-batches
     per step): fused into the weight-gradient GEMM (Megatron's gradient_accumulation_fusion, on by default
     where its fused kernel is installed: the GEMM's epilogue adds into the FP32 main grad, no extra pass),
     or by a separate memory-bound pass over every gradient the GPU accumulates, once per micro-batch:
-    autograd (3 x the gradient's bytes, from the second micro-batch on) or cast_add (18 B per gradient,
-    every micro-batch). ``costmodel.grad_accumulation`` prices it; framework profiles set it."""
+    autograd (3 x the gradient's bytes, from the second micro-batch on) or cast_add (26 B per gradient,
+    every micro-batch), or main_grad_copy: Megatron-FSDP's optim_grads / optim_grads_params without
+    gradient accumulation fusion (what planner's Megatron export writes for ZeRO-2/3), whose
+    post-accumulate-grad hook copies every micro-batch's whole BF16 ``param.grad`` into the unsharded
+    main-grad bucket it reduce-scatters (Megatron-Core distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py
+    ``_grad_acc``: ``param.main_grad.copy_(param.grad)``), every micro-batch, the first and a lone one
+    included. ``costmodel.grad_accumulation`` prices it; framework profiles and tables set it."""
     zero3_gather: str = option(
         "prefetch", "ZeRO-3 parameter fetching: prefetch (per-layer gathers hidden behind compute: FSDP, DeepSpeed "
         "today) | blocking (one synchronised gather per weight tensor, re-gathered after recompute: DeepSpeed 2021) | "

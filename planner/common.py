@@ -81,6 +81,13 @@ def build_layout(setup: Setup, gpus: int, typed: frozenset = frozenset(), **valu
 
         ctx = RuleContext.build(setup.model, gpus, setup.cluster, setup.gpu)
         layout = replace(layout, cp_comm_type=windowed_cp_comm_type_name(ctx, layout.tp, layout.cp, layout.cp_comm_type))
+    if "grad_accum_pass" not in typed:
+        # Untyped, Megatron's ZeRO-2/3 take the pass they run, as the search prices them
+        # (search.rules.sharded_grad_accum_pass), not the fused default the Megatron export refuses there.
+        from search.rules import sharded_grad_accum_pass_name
+
+        layout = replace(layout, grad_accum_pass=sharded_grad_accum_pass_name(layout.zero, layout.fsdp,
+                                                                              layout.grad_accum_pass))
     return replace(layout, dp=dp, gbs=setup.gbs, seq_len=setup.seq_len)
 
 

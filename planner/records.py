@@ -211,6 +211,7 @@ def merge(rec: dict, given: dict, path: Path) -> tuple[dict, list[str]]:
     if values["gpus"] is not None:
         values["gpus"] = GPUS.parse(values["gpus"], f"--from {path}: gpus")
     notes = []
+    stated = dict(values["layout"])
     for name, value in given.items():
         if name in ("model", "gpu", "cluster"):
             old = rec.get(name)
@@ -227,7 +228,24 @@ def merge(rec: dict, given: dict, path: Path) -> tuple[dict, list[str]]:
             (values["layout"] if name in OPTIONS_BY_NAME else values)[name] = value
         if not same:
             notes.append(f"note: --{name.replace('_', '-')} {_shown(value)} replaces {name}={_shown(old)} from {path}")
+    _rederive_grad_accum_pass(values["layout"], stated, given)
     for name in ("model", "cluster"):
         if name not in given and not (name == "cluster" and "gpu" in given):
             _resolves(rec, name, path)
     return values, notes
+
+
+def _rederive_grad_accum_pass(layout: dict, stated: dict, given: dict) -> None:
+    """A record's gradient accumulation pass that the search derived from its ZeRO stage and
+    FSDP flavour (``search.rules.sharded_grad_accum_pass``) follows them when a flag changes
+    either: back to the fused default, which ``build_layout`` derives again for the new ones. A
+    pass the record states otherwise (a framework profile's, a typed one) stays."""
+    if "grad_accum_pass" in given or not ({"zero", "fsdp"} & set(given)):
+        return
+    from search.rules import sharded_grad_accum_pass_name
+
+    zero, fsdp, value = stated.get("zero"), stated.get("fsdp"), stated.get("grad_accum_pass")
+    if None in (zero, fsdp, value) or value == "fused":
+        return
+    if sharded_grad_accum_pass_name(zero, fsdp, "fused") == value:
+        layout["grad_accum_pass"] = "fused"

@@ -40,6 +40,7 @@ import numpy as np
 from costmodel.layout import LayoutBatch
 from costmodel.options import (
     DISPATCHERS, FP8_RECIPES, OPTIONS, OPTIONS_BY_NAME, PRECISIONS, RECOMPUTE, RECOMPUTE_MODULES, TP_OVERLAP_KINDS, CP_COMM_TYPES, ZERO3_GATHERS,
+    GRAD_ACCUMS, FSDP_IMPLS,
     Layout,
 )
 from costmodel.pipeline import stage_layer_split, vpp_divides_stages
@@ -1012,7 +1013,34 @@ def where_settings_apply(ctx: RuleContext, settings: dict, cols: dict) -> dict:
         out[name] = np.where(ok, code, opt.default_code)
     if "cp_comm_type" in out:
         out["cp_comm_type"] = windowed_cp_comm_type(ctx, {**cols, **settings, **out})
+    if "grad_accum_pass" in out:
+        out["grad_accum_pass"] = sharded_grad_accum_pass({**cols, **settings, **out})
     return out
+
+
+def sharded_grad_accum_pass(cols: dict) -> np.ndarray:
+    """grad_accum_pass codes over ``cols`` as the engines that run ZeRO-2/3 accumulate: where the
+    code is fused (the GEMM's own accumulation, which planner's Megatron export turns off there)
+    and zero >= 2, main_grad_copy for Megatron-FSDP (megatron_fsdp.py _grad_acc copies every
+    micro-batch's gradient into the reduce-scatter bucket), autograd for FSDP2 at ZeRO-3 (its
+    sharded add) and for flat-parameter ZeRO-3, which Megatron does not run (rule
+    megatron_fsdp_flat): DeepSpeed's ZeRO-3 and FSDP1 add each micro-batch's reduced gradient into
+    their shard (the DeepSpeed and Composer profiles' autograd). The one place this choice is made;
+    the Megatron table (planner.frameworks.megatron) refuses any other pass on those rows."""
+    code = np.asarray(cols.get("grad_accum_pass", 0))
+    zero, fsdp = _a(cols, "zero", 0), _a(cols, "fsdp", 0)
+    fused = code == GRAD_ACCUMS.index("fused")
+    fsdp2 = (zero == 3) & ((fsdp == FSDP_IMPLS.index("fsdp2")) | (fsdp == FSDP_IMPLS.index("flat")))
+    copy = (zero == 2) | ((zero == 3) & (fsdp == FSDP_IMPLS.index("megatron")))
+    return np.where(fused & fsdp2, GRAD_ACCUMS.index("autograd"),
+                    np.where(fused & copy, GRAD_ACCUMS.index("main_grad_copy"), code))
+
+
+def sharded_grad_accum_pass_name(zero: int, fsdp: str, grad_accum_pass: str) -> str:
+    """``sharded_grad_accum_pass`` for one layout, by name (``Layout`` values)."""
+    code = sharded_grad_accum_pass({"zero": zero, "fsdp": FSDP_IMPLS.index(fsdp),
+                                    "grad_accum_pass": GRAD_ACCUMS.index(grad_accum_pass)})
+    return GRAD_ACCUMS[int(code)]
 
 
 def windowed_cp_comm_type(ctx: RuleContext, cols: dict) -> np.ndarray:

@@ -60,9 +60,21 @@ def test_every_search_row_states_its_profile_and_constants(searched):
     assert {r["calibration_constants"] for r in rows} == {f"attention_efficiency={ATTENTION!r}"}
 
 
+@pytest.fixture(scope="module")
+def searched_megatron(tmp_path_factory):
+    """The search with --fsdp megatron: ZeRO-3 in the flavour Megatron has, so its #1 exports as Megatron
+    (without it the #1 is flat ZeRO-3, which Megatron's format refuses: megatron_fsdp_flat)."""
+    tmp = tmp_path_factory.mktemp("carry_megatron")
+    prof = _profile(tmp / "prof.toml")
+    res = cli("search", *JOB, "--fsdp", "megatron", "--top", "2", "--calibration", prof, "--json", "--csv",
+              tmp / "res.csv", "--no-progress")
+    (tmp / "res.json").write_text(res.stdout)
+    return tmp, prof, json.loads(res.stdout)
+
+
 @pytest.mark.parametrize("source", ["res.json", "res.csv"])
-def test_export_from_a_calibrated_search_states_the_search_rows_prediction(searched, source, tmp_path):
-    tmp, prof, data = searched
+def test_export_from_a_calibrated_search_states_the_search_rows_prediction(searched_megatron, source, tmp_path):
+    tmp, prof, data = searched_megatron
     top = data["results"][0]
     cli("export", "--from", tmp / source, "--rank", 1, "--out", tmp_path / "exp", "--format", "megatron")
     line = _predicted_tps(tmp_path / "exp")

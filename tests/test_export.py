@@ -282,8 +282,10 @@ def _layouts_for_flag_check():
         (dense_405b(), LLAMA3_405B),
         (moe_mixtral(), MIXTRAL),
         (record(DEEPSEEK_LIKE, tp=2, pp=1, dp=32, ep=32, etp=1, gbs=256, precision="fp8", recompute="full"), DEEPSEEK_LIKE),
-        (record(LLAMA3_8B, tp=1, dp=64, zero=3, fsdp="megatron", gbs=128, recompute="none"), LLAMA3_8B),
-        (record(LLAMA3_8B, tp=2, cp=4, dp=2, zero=2, gbs=16, seq_len=32768), LLAMA3_8B),
+        # Megatron-FSDP ZeRO-2/3: written without the fusion, each micro-batch's gradient copied (_grad_acc)
+        (record(LLAMA3_8B, tp=1, dp=64, zero=3, fsdp="megatron", gbs=128, recompute="none",
+                grad_accum_pass="main_grad_copy"), LLAMA3_8B),
+        (record(LLAMA3_8B, tp=2, cp=4, dp=2, zero=2, gbs=16, seq_len=32768, grad_accum_pass="main_grad_copy"), LLAMA3_8B),
         (record(LLAMA3_8B, tp=1, dp=8, zero=0, gbs=64), LLAMA3_8B),
     ]
 

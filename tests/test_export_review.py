@@ -119,10 +119,10 @@ def test_fsdp2_with_tied_embeddings_is_refused_for_megatron(tmp_path):
     # Megatron-LM megatron/training/arguments.py validate_args: "--use-torch-fsdp2 requires
     # --untie-embeddings-and-output-weights"; untying would train another model, so the export refuses.
     tied = LLAMA3_8B.model_copy(update={"name": "tied-8b", "tied_embeddings": True})
-    rec = record(tied, tp=2, dp=4, gbs=8, zero=3, fsdp="fsdp2", recompute="full")
+    rec = record(tied, tp=2, dp=4, gbs=8, zero=3, fsdp="fsdp2", recompute="full", grad_accum_pass="autograd")
     with pytest.raises(PlannerInputError, match="megatron_fsdp2_tied_embeddings"):
         export(rec, tied, tmp_path, formats="megatron")
-    untied = record(LLAMA3_8B, tp=2, dp=4, gbs=8, zero=3, fsdp="fsdp2", recompute="full")
+    untied = record(LLAMA3_8B, tp=2, dp=4, gbs=8, zero=3, fsdp="fsdp2", recompute="full", grad_accum_pass="autograd")
     report = export(untied, LLAMA3_8B, tmp_path / "untied", formats="megatron")  # untied: written
     assert "--use-torch-fsdp2" in report.written[0].read_text()
 

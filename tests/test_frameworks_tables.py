@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from costmodel import evaluate
 from costmodel.options import Layout
@@ -64,7 +65,10 @@ CASES = [
                             recompute="selective", seq_len=4096, ep_comm_overlap=True)),
     ("llama3-70b", Layout(tp=8, pp=4, vpp=5, dp=2, gbs=64, seq_len=4096, precision="fp8", grad_dtype="bf16",
                           tp_comm_overlap=True, loss="fused", attention="flash3", recompute="selective")),
-    ("llama3-8b", Layout(tp=2, cp=2, dp=4, zero=3, fsdp="megatron", gbs=32, seq_len=8192, pp=1, recompute="none")),
+    # Megatron-FSDP ZeRO-3 runs without the fusion (Bridge v0.2.0 ConfigContainer.validate turns it off):
+    # each micro-batch's gradient copied into the reduce-scatter bucket (megatron_fsdp.py _grad_acc)
+    ("llama3-8b", Layout(tp=2, cp=2, dp=4, zero=3, fsdp="megatron", gbs=32, seq_len=8192, pp=1, recompute="none",
+                         grad_accum_pass="main_grad_copy")),
 ]
 
 
@@ -87,6 +91,26 @@ def test_bridge_overrides_are_megatron_bridge_fields(name, layout):
         dests = [d for d in (*bridge.NEGATED, *bridge.RENAMES) if bridge.key(d) == key] or [field]
         core = section in ("model", "ddp") and all("--" + d.replace("_", "-") in known_flags() for d in dests)
         assert key in guide or field in fields or f"model.{field}" in guide or core, key
+
+
+def test_bridge_megatron_fsdp_runs_without_the_fusion_and_says_so(tmp_path):
+    # Megatron-Bridge v0.2.0 ConfigContainer.validate (vendored config.py) turns gradient accumulation
+    # fusion off under Megatron-FSDP, so the Bridge file states it off and the plan is priced with the
+    # copy Megatron-FSDP then runs (main_grad_copy); a fused plan is refused, not written.
+    text = (VENDORED / "config.py").read_text(encoding="utf-8")
+    block = text[text.index("# Megatron FSDP Config checks"):text.index("# ModelOpt/Quantization checks")]
+    assert "self.model.gradient_accumulation_fusion = False" in block
+    model = get_model("llama3-8b")
+    layout = Layout(tp=2, dp=4, gbs=8, zero=2, grad_accum_pass="main_grad_copy")
+    record, _ = _export(tmp_path / "copy", model, layout, "megatron-bridge")
+    tree = yaml.safe_load((tmp_path / "copy" / "megatron_bridge_overrides.yaml").read_text())
+    assert tree["model"]["gradient_accumulation_fusion"] is False
+    assert (tree["ddp"]["use_megatron_fsdp"], tree["ddp"]["data_parallel_sharding_strategy"]) == (True, "optim_grads")
+    launch, back = _read_back(tmp_path / "copy" / "megatron_bridge_overrides.yaml", 8)
+    _same_run(launch, back, record, zero=2, grad_accum_pass="main_grad_copy")
+    with pytest.raises(Exception, match="megatron_grad_accum_pass"):
+        _export(tmp_path / "fused", model, Layout(tp=2, dp=4, gbs=8, zero=2), "megatron-bridge")
+    assert not (tmp_path / "fused").exists() or not list((tmp_path / "fused").iterdir())
 
 
 def test_bridge_renames_are_the_guides():
@@ -494,13 +518,18 @@ def test_cpu_offload_rows(tmp_path):
             _export(tmp_path / rule, model, lay, fmt)
 
 
-@pytest.mark.parametrize("fsdp,present,absent", [
-    ("megatron", ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"], ["--use-torch-fsdp2"]),
-    ("fsdp2", ["--use-torch-fsdp2"], ["--use-megatron-fsdp", "--use-distributed-optimizer", "--overlap-param-gather"]),
+@pytest.mark.parametrize("fsdp,grad_pass,present,absent", [
+    # gbs 8 over dp 4: two micro-batches. Megatron-FSDP copies each one's gradient into its bucket
+    # (megatron_fsdp.py _grad_acc); FSDP2 adds the reduce-scattered shards (autograd).
+    ("megatron", "main_grad_copy", ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params",
+                                    "--no-gradient-accumulation-fusion"], ["--use-torch-fsdp2"]),
+    ("fsdp2", "autograd", ["--use-torch-fsdp2", "--no-gradient-accumulation-fusion"],
+     ["--use-megatron-fsdp", "--use-distributed-optimizer", "--overlap-param-gather"]),
 ])
-def test_megatron_zero3_by_fsdp_flavour(tmp_path, fsdp, present, absent):
+def test_megatron_zero3_by_fsdp_flavour(tmp_path, fsdp, grad_pass, present, absent):
     model = get_model("llama3-8b")
-    record, _ = _export(tmp_path, model, Layout(tp=2, dp=4, gbs=8, zero=3, fsdp=fsdp), "megatron")
+    layout = Layout(tp=2, dp=4, gbs=8, zero=3, fsdp=fsdp, grad_accum_pass=grad_pass)
+    record, _ = _export(tmp_path, model, layout, "megatron")
     text = (tmp_path / "megatron_args.sh").read_text()
     for word in present:
         assert f"  {word}\n" in text, word
@@ -508,7 +537,7 @@ def test_megatron_zero3_by_fsdp_flavour(tmp_path, fsdp, present, absent):
         assert word not in text, word
     launch, back = _read_back(tmp_path / "megatron_args.sh", 8)
     _same_run(launch, back, record, fsdp=fsdp, zero=3)
-    _export(tmp_path, model, Layout(tp=2, dp=4, gbs=8, zero=3, fsdp=fsdp), "megatron-bridge")
+    _export(tmp_path, model, layout, "megatron-bridge")
     launch, back = _read_back(tmp_path / "megatron_bridge_overrides.yaml", 8, model)  # dist.use_torch_fsdp2
     _same_run(launch, back, record, fsdp=fsdp, zero=3)
 

@@ -154,3 +154,75 @@ def test_deepspeed_runs_the_bf16_optimizer_at_zero_1_only_and_one_micro_batch_is
 
     with pytest.raises(PlannerInputError, match="deepspeed_grad_accum_pass"):
         export(record(LLAMA3_8B, dp=8, gbs=8), LLAMA3_8B, tmp_path / "b1", formats="deepspeed")
+
+
+# ------------------------------------------------------------- Megatron ZeRO-2/3 (Megatron-FSDP, FSDP2)
+
+
+def test_main_grad_copy_streams_the_whole_gradient_every_micro_batch():
+    # Megatron-FSDP without gradient accumulation fusion (megatron_fsdp.py _grad_acc:
+    # param.main_grad.copy_(param.grad)): read the BF16 gradient (2 B), write it into the reduce-scatter
+    # bucket in the priced grad dtype (FP32: 4 B), 6 B on every held gradient, unsharded (the copy comes
+    # before the reduce-scatter), on all M = 8 micro-batches including the first:
+    # 8 x 6 x 8,030,261,248 / (3.35e12 x memory_bound_efficiency) on ZeRO-3 over dp 8, the same on ZeRO-2.
+    for zero in (2, 3):
+        lay = dict(dp=8, zero=zero, fsdp="megatron")
+        fused = _terms(**lay)[1]["compute"]
+        copy = _terms(grad_accum_pass="main_grad_copy", **lay)[1]["compute"]
+        assert copy - fused == pytest.approx(M * 6 * PARAMS_8B / BANDWIDTH, rel=1e-9)
+    # BF16 buckets (grad_dtype bf16): 2 + 2 = 4 B. One micro-batch a step still copies once: 6 B x params.
+    fused = _terms(dp=8, zero=3, fsdp="megatron", grad_dtype="bf16")[1]["compute"]
+    copy = _terms(dp=8, zero=3, fsdp="megatron", grad_dtype="bf16", grad_accum_pass="main_grad_copy")[1]["compute"]
+    assert copy - fused == pytest.approx(M * 4 * PARAMS_8B / BANDWIDTH, rel=1e-9)
+    one = evaluate(LLAMA_8B, H100, Layout(tp=1, dp=8, mbs=1, gbs=8, seq_len=4096, zero=3, fsdp="megatron",
+                                          grad_accum_pass="main_grad_copy")).time_terms["compute"][0]
+    one0 = evaluate(LLAMA_8B, H100, Layout(tp=1, dp=8, mbs=1, gbs=8, seq_len=4096, zero=3,
+                                           fsdp="megatron")).time_terms["compute"][0]
+    assert float(one - one0) == pytest.approx(6 * PARAMS_8B / BANDWIDTH, rel=1e-9)  # 0.018 s at 0.8
+
+
+def test_megatron_refuses_passes_its_zero_rows_do_not_run(tmp_path):
+    # Below ZeRO-2 the wgrad GEMM accumulates (fused); Megatron-FSDP ZeRO-2/3 copy (main_grad_copy); FSDP2
+    # ZeRO-3 adds its shards (autograd).
+    assert "megatron_grad_accum_pass" in _refusal("megatron", tmp_path / "z1", zero=1, grad_accum_pass="autograd")
+    assert "megatron_grad_accum_pass" in _refusal("megatron", tmp_path / "z1c", zero=1,
+                                                  grad_accum_pass="main_grad_copy")
+    assert "megatron_grad_accum_pass" in _refusal("megatron", tmp_path / "z3", zero=3, fsdp="megatron",
+                                                  grad_accum_pass="fused")
+    assert "megatron_grad_accum_pass" in _refusal("megatron", tmp_path / "z2", zero=2, grad_accum_pass="autograd")
+    assert "megatron_grad_accum_pass" in _refusal("megatron", tmp_path / "f2", zero=3, fsdp="fsdp2",
+                                                  grad_accum_pass="main_grad_copy")
+    assert "megatron_grad_accum_pass" in _refusal("megatron", tmp_path / "f2f", zero=3, fsdp="fsdp2",
+                                                  grad_accum_pass="fused")
+
+
+@pytest.mark.parametrize("fsdp, release, value", [("megatron", "", "main_grad_copy"),
+                                                  ("megatron", "core_v0.13.0", "main_grad_copy"),
+                                                  ("fsdp2", "", "autograd")])
+def test_megatron_zero3_exports_and_reads_back_its_pass(tmp_path, fsdp, release, value):
+    # tp 2 x dp 4, gbs 64 of mbs 1: 16 micro-batches a step.
+    from test_export import LLAMA3_8B, export, record
+
+    from planner.launch import read_launch
+
+    kw = {"options": {"megatron_release": release}} if release else {}
+    export(record(LLAMA3_8B, tp=2, dp=4, gbs=64, zero=3, fsdp=fsdp, grad_accum_pass=value), LLAMA3_8B, tmp_path,
+           formats="megatron", **kw)
+    text = (tmp_path / "megatron_args.sh").read_text()
+    assert "--no-gradient-accumulation-fusion" in text
+    back = read_launch(tmp_path / "megatron_args.sh", model=LLAMA3_8B)
+    assert (back.values["zero"], back.values["fsdp"], back.values["grad_accum_pass"]) == (3, fsdp, value)
+
+
+def test_a_search_without_framework_prices_megatron_zero2_3_as_they_run():
+    # search.rules.sharded_grad_accum_pass: the fused default becomes the pass Megatron runs at ZeRO >= 2.
+    from search.rules import sharded_grad_accum_pass_name as name
+
+    assert name(1, "flat", "fused") == "fused"
+    assert name(2, "flat", "fused") == "main_grad_copy"
+    assert name(3, "megatron", "fused") == "main_grad_copy"
+    assert name(3, "fsdp2", "fused") == "autograd"
+    # Flat-parameter ZeRO-3 is DeepSpeed's or FSDP1's (Megatron has none: megatron_fsdp_flat); both add
+    # each micro-batch's reduced gradient into their shard.
+    assert name(3, "flat", "fused") == "autograd"
+    assert name(2, "flat", "cast_add") == "cast_add"  # what a profile pins stays

@@ -209,7 +209,9 @@ def test_search_refuses_to_overwrite_without_force(tmp_path, flag, name):
 
 
 def test_search_export_into_existing_files_says_force_and_force_works(tmp_path):
-    args = ("search", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--top", "1", "--no-progress", "--export", tmp_path)
+    # --fsdp megatron: the plain #1 is flat ZeRO-3, which no Megatron format writes (megatron_fsdp_flat)
+    args = ("search", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--fsdp", "megatron", "--top", "1", "--no-progress",
+            "--export", tmp_path)
     assert cli(*args).exit_code == 0
     before = (tmp_path / "megatron_args.sh").read_text()
     refused(cli(*args), "already exists", "--force")

@@ -115,9 +115,12 @@ CASES = [  # (release, model, layout, precision): dense, MoE, FP8, interleaved, 
                                           moe_grouped_gemm="fused", moe_dispatcher="alltoall"), "bf16"),
     ("nemo-25.04", "qwen3-235b-a22b", Layout(tp=1, pp=4, ep=8, dp=64, gbs=1024, zero=1, recompute="full",
                                              moe_grouped_gemm="loop", moe_dispatcher="deepep"), "fp8"),
+    # r0.13's Megatron-FSDP (--use-custom-fsdp) runs without the fusion (validate_args): main_grad_copy
     ("megatron-core-0.13", "qwen3-235b-a22b", Layout(tp=1, pp=1, ep=8, dp=256, gbs=1024, zero=3, fsdp="megatron",
-                                                     recompute="full", moe_dispatcher="deepep"), "fp8"),
-    ("megatron-core-0.13", "llama3-70b", Layout(tp=8, pp=1, dp=8, gbs=256, zero=2, cuda_graphs=True), "bf16"),
+                                                     recompute="full", moe_dispatcher="deepep",
+                                                     grad_accum_pass="main_grad_copy"), "fp8"),
+    ("megatron-core-0.13", "llama3-70b", Layout(tp=8, pp=1, dp=8, gbs=256, zero=2, cuda_graphs=True,
+                                                grad_accum_pass="main_grad_copy"), "bf16"),
 ]
 
 
@@ -136,7 +139,8 @@ def _flags(text: str) -> set[str]:
 def test_r013_megatron_fsdp_and_deepep_spellings(tmp_path):
     """r0.13: Megatron-FSDP is --use-custom-fsdp (no fsdp_dtensor checkpoint format), DeepEP is
     --moe-token-dispatcher-type flex --moe-enable-deepep; main keeps its spellings."""
-    layout = Layout(tp=1, pp=1, ep=8, dp=256, gbs=1024, zero=3, fsdp="megatron", recompute="full", moe_dispatcher="deepep")
+    layout = Layout(tp=1, pp=1, ep=8, dp=256, gbs=1024, zero=3, fsdp="megatron", recompute="full", moe_dispatcher="deepep",
+                    grad_accum_pass="main_grad_copy")
     r013 = _flags(_export(tmp_path / "r013", "qwen3-235b-a22b", layout, "megatron-core-0.13", "fp8"))
     assert {"--use-custom-fsdp", "--moe-enable-deepep"} <= r013
     assert not {"--use-megatron-fsdp", "--ckpt-format", "--moe-flex-dispatcher-backend"} & r013
@@ -190,7 +194,8 @@ def test_release_domain_leaves_out_what_its_files_cannot_write():
     from costmodel.layout import LayoutBatch
 
     model = get_model("llama3-8b")
-    batch = LayoutBatch.from_layouts([Layout(tp=1, dp=64, gbs=256, zero=2), Layout(tp=1, dp=64, gbs=256, zero=1)])
+    batch = LayoutBatch.from_layouts([Layout(tp=1, dp=64, gbs=256, zero=2, grad_accum_pass="main_grad_copy"),
+                                      Layout(tp=1, dp=64, gbs=256, zero=1)])
     out = launch_domain(get_release("megatron-core-0.8")).outside(batch, model, CLUSTER)
     assert list(out.mask) == [True, False] and "megatron_release_zero" in out.rules
     out13 = launch_domain(get_release("megatron-core-0.13")).outside(batch, model, CLUSTER)
@@ -204,7 +209,8 @@ def test_a_file_written_for_r013_reads_back_as_the_same_layout(tmp_path):
     from planner.launch import read_launch
     from planner.cli.from_launch.resolve import resolve
 
-    layout = Layout(tp=1, pp=1, ep=8, dp=16, gbs=128, zero=3, fsdp="megatron", recompute="full", moe_dispatcher="deepep")
+    layout = Layout(tp=1, pp=1, ep=8, dp=16, gbs=128, zero=3, fsdp="megatron", recompute="full", moe_dispatcher="deepep",
+                    grad_accum_pass="main_grad_copy")
     rec, model = _record("qwen3-30b-a3b", layout, "megatron-core-0.13", "fp8")
     export_layout(rec, model, CLUSTER, "megatron", tmp_path, allow_unfit=True)
     launch = read_launch(tmp_path / "megatron_args.sh")

@@ -34,8 +34,12 @@ def test_megatron_domain_leaves_out_flat_zero3_only():
     """By hand from planner/frameworks/megatron.py: Refusal megatron_fsdp_flat holds for fsdp flat
     with zero 3 only; Megatron-FSDP's ZeRO-3 (r0.13: --use-custom-fsdp) and the distributed optimizer
     (ZeRO-1) have rows. r0.8 has no Megatron-FSDP (arguments.py@core_r0.8.0): its ZeRO-3 is out too."""
+    # Megatron-FSDP's ZeRO-3 with the pass it runs (main_grad_copy: megatron_fsdp.py _grad_acc), as the
+    # search prices it (search.rules.sharded_grad_accum_pass); the others keep fused.
     batch = LayoutBatch.from_arrays(tp=2, dp=4, zero=np.array([3, 3, 1, 0]),
-                                    fsdp=_codes("fsdp", ["flat", "megatron", "flat", "flat"]))
+                                    fsdp=_codes("fsdp", ["flat", "megatron", "flat", "flat"]),
+                                    grad_accum_pass=_codes("grad_accum_pass",
+                                                           ["fused", "main_grad_copy", "fused", "fused"]))
     out = launch_domain(get_release("megatron-core-0.13")).outside(batch, LLAMA3_8B, DGX_H100)
     assert out.mask.tolist() == [True, False, False, False]
     assert out.rules == {"megatron_fsdp_flat": 1}

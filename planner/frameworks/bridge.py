@@ -16,6 +16,18 @@ from __future__ import annotations
 RELEASE = "0.2.0"
 SOURCE = f"Megatron-Bridge v{RELEASE} src/megatron/bridge/training/config.py; docs/megatron-lm-to-megatron-bridge.md"
 
+MEGATRON_FSDP_FUSION = (
+    "Megatron-Bridge v0.2.0 src/megatron/bridge/training/config.py ConfigContainer.validate: with use_megatron_fsdp, "
+    "'Gradient accumulation fusion is not supported with Megatron FSDP, setting to False' "
+    "(self.model.gradient_accumulation_fusion = False; added 782bfd9b7, removed cac49dcd7, re-added 55307dd02 "
+    "pending TransformerEngine#2371, removed d0c4044a8)")
+"""Why the Bridge file states Megatron-FSDP (ZeRO-2/3) as the Megatron rows do, with
+``gradient_accumulation_fusion: false`` and ``grad_accum_pass main_grad_copy`` (Megatron-Core
+megatron_fsdp.py ``_grad_acc``): v0.2.0, the release this format writes, turns the fusion off
+itself whatever the config says (so do v0.2.0rc2-rc4 and v0.3.x). 25.09 (fa0315ae / 6307e8a37,
+between cac49dcd7 and 55307dd02) and v0.4.0 on leave it on: the 25.09 reference rows run the
+wgrad GEMM's accumulation (fused), and a plan written for v0.2.0 does not."""
+
 RENAMES = {
     "num_experts": "num_moe_experts",
     "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",

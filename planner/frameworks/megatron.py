@@ -108,6 +108,70 @@ def _on(option: str, dest: str, source: str = ARGS, also: tuple = ()) -> tuple:
             Row(option, False, (), default=True, source=source))
 
 
+def _fsdp2(plan) -> bool:
+    """PyTorch FSDP2 under Megatron (--use-torch-fsdp2): ZeRO-3 of the fsdp2 flavour."""
+    return plan.zero == 3 and plan.fsdp == "fsdp2"
+
+
+def _fsdp_copy(plan) -> bool:
+    """Megatron-FSDP at ZeRO-2/3 (optim_grads, optim_grads_params), written without gradient
+    accumulation fusion: its hook copies every micro-batch's gradient (``main_grad_copy``)."""
+    return plan.zero >= 2 and not _fsdp2(plan)
+
+
+_MFSDP_GRAD_ACC = ("Megatron-Core distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py _grad_acc "
+                   "(param.main_grad.copy_(param.grad) into the reduce-scatter bucket, every backward: "
+                   "_process_post_backward_gradients grad_reduce_every_bprop)")
+_TORCH_FSDP2_GRAD_ACC = ("torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce (sharded grad += "
+                         "new shard); Megatron-LM megatron/training/training.py (no no_sync_func for "
+                         "TorchFullyShardedDataParallel: a reduce-scatter every micro-batch)")
+
+
+def _grad_accum_rows(source: str, fsdp_keys: tuple) -> tuple:
+    """grad_accum_pass as the ZeRO rows run it: fused below ZeRO-2 (DDP / distributed optimizer);
+    Megatron-FSDP ZeRO-2/3, which planner writes with --no-gradient-accumulation-fusion, copies
+    each micro-batch's gradient (main_grad_copy, read back from its ``fsdp_keys`` rows); FSDP2 adds
+    the reduce-scattered shards (autograd; moot, so fused too, with one micro-batch a step)."""
+    return (
+        Row("grad_accum_pass", "fused", (), default=True, when=lambda plan: plan.zero < 2,
+            source=source + " --no-gradient-accumulation-fusion (dest gradient_accumulation_fusion, on by default); "
+                   "Megatron-Core tensor_parallel/layers.py (wgrad GEMM accumulating into main_grad)"),
+        Row("grad_accum_pass", "main_grad_copy", (), when=_fsdp_copy, source=_MFSDP_GRAD_ACC),
+        *(Row("grad_accum_pass", "main_grad_copy", (*keys, ("data_parallel_sharding_strategy", strategy)),
+              write=False, source=_MFSDP_GRAD_ACC)
+          for keys in fsdp_keys for strategy in ("optim_grads", "optim_grads_params")),
+        Row("grad_accum_pass", "autograd", (), when=_fsdp2, source=_TORCH_FSDP2_GRAD_ACC),
+        Row("grad_accum_pass", "autograd", (("use_torch_fsdp2", True),), write=False, source=_TORCH_FSDP2_GRAD_ACC),
+        Row("grad_accum_pass", "fused", (), when=lambda plan: _fsdp2(plan) and plan.grad_accum == 1,
+            source="moot with one micro-batch a step under FSDP2 (nothing to add)"),
+    )
+
+
+def _grad_accum_refusals(source: str) -> tuple:
+    """The passes the ZeRO rows do not run (rule megatron_grad_accum_pass)."""
+    fused = source + " --no-gradient-accumulation-fusion; Megatron-Core tensor_parallel/layers.py"
+    return (
+        Refusal("grad_accum_pass", ("autograd", "cast_add", "main_grad_copy"), "megatron_grad_accum_pass",
+                "grad_accum_pass autograd / cast_add / main_grad_copy below ZeRO-2: Megatron's DDP and distributed "
+                "optimizer add each micro-batch's gradients into main_grad inside the weight-gradient GEMM "
+                "(gradient accumulation fusion, on by default): price with --grad-accum-pass fused",
+                fused, when=lambda plan: plan.zero < 2),
+        Refusal("grad_accum_pass", ("fused", "autograd", "cast_add"), "megatron_grad_accum_pass",
+                "grad_accum_pass fused / autograd / cast_add at ZeRO-2/3 with Megatron-FSDP: planner writes it with "
+                "--no-gradient-accumulation-fusion, and its hook copies every micro-batch's whole gradient into the "
+                "reduce-scatter bucket: price with --grad-accum-pass main_grad_copy", _MFSDP_GRAD_ACC, when=_fsdp_copy),
+        Refusal("grad_accum_pass", ("cast_add", "main_grad_copy"), "megatron_grad_accum_pass",
+                "grad_accum_pass cast_add / main_grad_copy with --use-torch-fsdp2: FSDP2 reduce-scatters every "
+                "micro-batch and adds the shards (autograd): price with --grad-accum-pass autograd",
+                _TORCH_FSDP2_GRAD_ACC, when=_fsdp2),
+        Refusal("grad_accum_pass", ("fused",), "megatron_grad_accum_pass",
+                "grad_accum_pass fused with --use-torch-fsdp2 and several micro-batches a step: Megatron requires "
+                "--no-gradient-accumulation-fusion there (validate_args) and FSDP2 adds each micro-batch's "
+                "reduce-scattered shard: price with --grad-accum-pass autograd",
+                _TORCH_FSDP2_GRAD_ACC, when=lambda plan: _fsdp2(plan) and plan.grad_accum > 1),
+    )
+
+
 def _fsdp(zero: int, strategy: str, when=None) -> Row:
     return Row("zero", zero, (("use_megatron_fsdp", True), ("data_parallel_sharding_strategy", strategy)),
                also=(("use_distributed_optimizer", True), ("no_gradient_accumulation_fusion", True),
@@ -269,10 +333,9 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
     Row("cpu_offload_layers", NUMBER, (("cpu_offloading_num_layers", 0),),
         source=ARGS_PY + " --cpu-offloading-num-layers (> 0 sets cpu_offloading); " + _TCFG),
     # Gradient accumulation fusion (dest gradient_accumulation_fusion, on unless --no-gradient-accumulation-fusion):
-    # the wgrad GEMM adds into main_grad (core/tensor_parallel/layers.py), no separate pass.
-    Row("grad_accum_pass", "fused", (), default=True,
-        source=ARGS + " --no-gradient-accumulation-fusion (dest gradient_accumulation_fusion, on by default); "
-               "Megatron-Core tensor_parallel/layers.py (wgrad GEMM accumulating into main_grad)"),
+    # the wgrad GEMM adds into main_grad (core/tensor_parallel/layers.py), no separate pass; the ZeRO-2/3 rows
+    # above write the flag off, and run the pass their data-parallel wrapper runs.
+    *_grad_accum_rows(ARGS, ((("use_megatron_fsdp", True),),)),
 ), elsewhere=(
     *((o, "export/megatron.py and launch/mcore.py (--micro-batch-size, --global-batch-size, --seq-length; dp from "
           "the GPU count)") for o in ("dp", "mbs", "gbs", "seq_len")),
@@ -301,11 +364,7 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
             "leftover with no effect, left arguments.py in 10e7b74597): price with --p2p-scatter-gather false",
             "Megatron-Core pipeline_parallel/p2p_communication.py; Megatron-LM v2 megatron/p2p_communication.py",
             when=lambda plan: plan.tp > 1 and plan.pp > 1 and not plan.sp),
-    Refusal("grad_accum_pass", ("autograd", "cast_add"), "megatron_grad_accum_pass", "grad_accum_pass autograd / "
-            "cast_add price a separate pass over the gradients after each micro-batch (PyTorch's AccumulateGrad, "
-            "DeepSpeed's BF16_Optimizer); Megatron adds them into main_grad inside the weight-gradient GEMM "
-            "(gradient accumulation fusion, on by default): price with --grad-accum-pass fused",
-            ARGS + " --no-gradient-accumulation-fusion; Megatron-Core tensor_parallel/layers.py"),
+    *_grad_accum_refusals(ARGS),
     Refusal("zero3_gather", ("blocking", "post"), "megatron_zero3_gather", "zero3_gather blocking / post price DeepSpeed "
             "2021's per-tensor gathers and FSDP1's BACKWARD_POST; Megatron-FSDP prefetches its all-gathers", _FSDP),
     Refusal("fp8_recipe", ("delayed",), "megatron_fp8_delayed_recompute_modules", "fp8_recipe delayed with "
@@ -460,7 +519,12 @@ def _custom_fsdp(tag: str) -> tuple:
                 also=also, when=_zero3("megatron"), source=src),
             Row("zero", 3, (("use_torch_fsdp2", True),), also=(("no_gradient_accumulation_fusion", True),),
                 when=_zero3("fsdp2"), source=_args_at(tag) + " --use-torch-fsdp2"),
-            Row("fsdp", "megatron", (("use_custom_fsdp", True),), source=src, when=lambda plan: plan.zero == 3))
+            Row("fsdp", "megatron", (("use_custom_fsdp", True),), source=src, when=lambda plan: plan.zero == 3),
+            # Megatron-FSDP of this release, which validate_args runs without the fusion at optim_grads /
+            # optim_grads_params, copies each micro-batch's gradient as main's (read back from these keys).
+            *(Row("grad_accum_pass", "main_grad_copy", (("use_custom_fsdp", True),
+                                                        ("data_parallel_sharding_strategy", strategy)),
+                  write=False, source=src + "; " + _MFSDP_GRAD_ACC) for strategy in ("optim_grads", "optim_grads_params")))
 
 
 def _flex_deepep(tag: str) -> Row:

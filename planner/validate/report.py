@@ -143,9 +143,12 @@ def llama3_405b_production_check() -> dict:
     16,384 H100, 8K sequences, 16M-token batches; Sec. 3.3.2: one layer fewer on the first and
     last stages, optimizer states and gradients sharded over data parallel, no activation
     checkpointing): peak memory per recompute setting, Megatron's ZeRO-1 and the paper's ZeRO-2."""
-    from planner.job import Job, ProblemRequest, price
+    from planner.job import Job, Pricing, ProblemRequest, price
 
-    job = Job(ProblemRequest("llama3-405b", 16384, cluster="dgx-h100", gbs=2048, seq_len=8192))
+    # grad_accum_pass stated (fused: no separate pass priced): the paper's ZeRO-2 is Meta's own framework,
+    # not the Megatron-FSDP whose per-micro-batch copy an untyped ZeRO-2 takes (search.rules.sharded_grad_accum_pass).
+    job = Job(ProblemRequest("llama3-405b", 16384, cluster="dgx-h100", gbs=2048, seq_len=8192),
+              pricing=Pricing(typed=frozenset({"grad_accum_pass"})))
     out = {}
     variants = {
         "none, ZeRO-2, 7/8/7 layers (the paper's)": ("none", None, 1, None),
@@ -160,6 +163,7 @@ def llama3_405b_production_check() -> dict:
     for label, (rc, quarters, vpp, modules) in variants.items():
         paper = label.startswith("none, ZeRO-2")
         record = price(job, dict(tp=8, cp=1, pp=16, vpp=vpp, zero=2 if paper else 1, mbs=1, recompute=rc,
+                                 grad_accum_pass="fused",
                                  recompute_share=quarters, recompute_modules=modules,
                                  pp_first_layers=7 if paper else None, pp_last_layers=7 if paper else None)).record
         out[label] = {

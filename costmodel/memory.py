@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.compute import BF16_BYTES, _by_loss, logit_bytes, unfused_attention
+from costmodel.compute import BF16_BYTES, NVFP4_OPERAND_BYTES, _by_loss, logit_bytes, unfused_attention
 from costmodel.flops import attention_v_dim
 from costmodel.moe import expert_load
 from costmodel.pipeline import argmax3, select3, stage_layer_mix
@@ -168,14 +168,89 @@ def zero_divisors(zero, dense_shard, expert_shard):
     return by_stage[3], by_stage[2], by_stage[1]
 
 
+FP8_WEIGHT_COPY_BYTES = {
+    # recipe: (bytes per weight element on Hopper / Ada, on Blackwell sm100 / sm103)
+    "delayed": (2.0, 1.0),
+    "current": (2.0, 1.0),
+    "blockwise": (2.0 + 2.0 * 4.0 / (128.0 * 128.0), 2.0 + 2.0 * 4.0 / (128.0 * 128.0)),
+    "mxfp8": (2.0 + 2.0 / 32.0, 2.0 + 2.0 / 32.0),
+    "nvfp4": (2.0 * NVFP4_OPERAND_BYTES, 2.0 * NVFP4_OPERAND_BYTES),
+}
+"""Bytes of the quantised copy TransformerEngine keeps of one weight element, by recipe and GPU
+(TransformerEngine v2.9, 70f5366, pytorch/csrc/quantizer.cpp ``create_tensor`` of each
+quantizer; the weight quantizer is set to row-wise and, for the dgrad GEMM, column-wise usage:
+module/linear.py ``_Linear.forward``). delayed / current (Float8Quantizer,
+Float8CurrentScalingQuantizer): the FP8 data (1 B) and, where the GPU runs only TN FP8 GEMMs,
+its transpose (1 B): ``with_transpose = columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()``,
+which is true from compute capability 10.0 (pytorch/utils.py ``is_non_tn_fp8_gemm_supported``:
+sm100-sm119 and sm130+; the catalog's Blackwell parts are sm100 / sm103), so Blackwell keeps the
+data alone. blockwise (Float8BlockQuantizer, weights in 128x128 blocks): a row-wise and a
+transposed column-wise copy, 1 B each, with one FP32 scale per block each. mxfp8
+(MXFP8Quantizer): row-wise and column-wise 1 B copies with one E8M0 byte per 32 elements each.
+nvfp4 (NVFP4Quantizer): row-wise and transposed column-wise 4-bit copies with one E4M3 byte per
+16 elements each (costmodel.compute.NVFP4_OPERAND_BYTES)."""
+
+
+def fp8_weight_copy_bytes(ctx, sh, per_layer, n_dense, n_moe):
+    """Bytes per GPU of the quantised weight copies TransformerEngine's linear layers keep through
+    an FP8 step, for the ``n_dense`` dense and ``n_moe`` MoE layers of a stage (0 under BF16).
+
+    TransformerEngine v2.9 (70f5366) module/linear.py ``_Linear.forward`` (also
+    layernorm_linear.py, layernorm_mlp.py ``fc1_weight`` / ``fc2_weight``, grouped_linear.py
+    ``weight{i}`` per local expert) asks ``module/base.py`` ``get_weight_workspace`` for the
+    weight with ``cache_name="weight"`` whenever ``is_first_microbatch`` is not None: the first
+    micro-batch quantises the BF16 weight into a workspace stored in the module's
+    ``_fp8_workspaces``, later micro-batches reuse it, and nothing frees it (it is cleared only
+    when the recipe type changes, ``init_fp8_metadata``): one copy per weight is alive for the
+    whole step, at the activation peak included. Megatron-Core passes ``is_first_microbatch``
+    (core_v0.15.2 extensions/transformer_engine.py TELinear / TELayerNormColumnParallelLinear /
+    TEGroupedLinear ``forward``, reset per step by ``set_is_first_microbatch`` from
+    pipeline_parallel/schedules.py ``forward_step``) unless ``disable_parameter_transpose_cache``
+    (default False). Megatron-FSDP does not drop this cache either (distributed/fsdp/.../
+    megatron_fsdp.py releases only the transposes of FP8 *parameters*), so under ZeRO-3 the
+    copies are of the whole layers, sharded by TP / EP only, like the cached weights themselves.
+
+    Counted: the weights of the layers' linear layers (attention projections, dense MLP, shared
+    and routed experts; a hybrid model's average pattern layer), not the norms, the router
+    (a BF16 / FP32 GEMM in Megatron's TopKRouter), the embedding or the LM head, which run in
+    BF16 under FP8 (nor the MTP modules, small beside the stage). Bytes per element:
+    ``FP8_WEIGHT_COPY_BYTES``.
+
+    Not kept (0): ZeRO-3 through PyTorch FSDP2 (``fsdp fsdp2``, torchtitan): torchtitan's FP8
+    is torchao's Float8Linear (pytorch/ao 7ca1bfb torchao/float8/float8_linear.py
+    ``matmul_with_hp_or_float8_args``), which saves the high-precision weight for backward and
+    casts it again there, one GEMM at a time (with float8 all-gather the FP8 weight is the
+    gathered parameter itself, freed with the layer); TransformerEngine's own FSDP2 path skips
+    the cache too (linear.py on main: ``cache_name = None if (... or self.is_fsdp2)``).
+    Megatron's ``--fp8-param-gather`` (FP8 primary weights, NeMo 2 / Megatron-Bridge FP8 presets)
+    keeps no workspace either (``get_weight_workspace`` returns the FP8 parameter), but
+    planner prices and exports BF16 parameters, so the cache is counted whenever it prices FP8.
+    """
+    fp8 = ctx.batch.is_("precision", "fp8")
+    if not fp8.any():
+        return np.zeros(ctx.n)
+    batch, counts = ctx.batch, ctx.counts
+    blackwell = ctx.gpu.architecture == "blackwell"
+    per_element = np.zeros(ctx.n)
+    for name, (hopper, sm100) in FP8_WEIGHT_COPY_BYTES.items():
+        per_element = np.where(batch.is_("fp8_recipe", name), sm100 if blackwell else hopper, per_element)
+    # Norms are in both kinds of layer; the router is counted with the shared experts (costmodel.params).
+    router = float(ctx.model.hidden_size * ctx.model.moe.num_experts) if ctx.model.moe is not None else 0.0
+    dense_linear = per_layer.dense_layer - counts.norms_per_layer / ctx.tp
+    moe_linear = per_layer.moe_dense - (counts.norms_per_layer + router) / ctx.tp + per_layer.moe_expert
+    elements = n_dense * dense_linear + n_moe * moe_linear
+    torchao = (np.asarray(sh.zero) == 3) & batch.is_("fsdp", "fsdp2")
+    return np.where(fp8 & ~torchao, per_element * elements, 0.0)
+
+
 def model_state_bytes(dense_params, expert_params, zero, dense_shard, expert_shard, fp8, divisors=None,
                       grad_bytes=GRAD_BYTES):
     """Weights, gradients and optimizer bytes per GPU for the parameters a GPU holds.
 
     ``dense_params``/``expert_params``: parameters on this GPU after TP/PP/EP splitting;
     ``dense_shard``/``expert_shard``: the ZeRO sharding group sizes (dp·cp, and the expert
-    data-parallel size). Under FP8 the BF16 weights stay the primary copy; TransformerEngine's
-    FP8 casts of them are transient per micro-batch and not counted. ``divisors``: a cached
+    data-parallel size). Under FP8 the BF16 weights stay the primary copy; the FP8 copies
+    TransformerEngine keeps of them are ``fp8_weight_copy_bytes``. ``divisors``: a cached
     ``zero_divisors`` result. ``grad_bytes``: bytes per gradient element, 4 for FP32 main grads,
     2 for BF16 gradient buffers (Megatron-Core ``grad_reduce_in_fp32=False``).
     """
@@ -327,6 +402,7 @@ def stage_memory(ctx, act, share, sh, per_layer, n_layers, params, rank, first_s
     activations = activations + buffers
     logits = logits + kept_logits
     weights, grads, optim = stage_model_states(ctx, sh, per_layer, params, nm)
+    weights = weights + fp8_weight_copy_bytes(ctx, sh, per_layer, nd, nm)
     mem = {
         "weights": weights / GIB,
         "gradients": grads / GIB,

@@ -25,6 +25,7 @@ from costmodel.zero3_blocking import blocking_zero3_time, parameter_tensors_per_
 
 GRAD_REDUCE_BYTES = 4.0  # Megatron accumulates and reduces main grads in FP32 under BF16 (arguments.py)
 PARAM_GATHER_BYTES = 2.0  # updated BF16 weights all-gathered after the sharded optimizer step
+FP8_PARAM_GATHER_BYTES = 1.0  # the same with FP8 parameters (--fp8-param-gather)
 NCCL_UB_NVL_SM_SHARE = 5.0 / 16.0
 """SMs a data-parallel all-gather / reduce-scatter holds with NCCL user buffers (``Layout.nccl_ub``)
 inside one NVLink domain, over those it holds without: Megatron-Core
@@ -141,7 +142,11 @@ def traffic(ctx: ChunkContext, sh: Sharding, heavy: HeaviestStage) -> Traffic:
 
     grad_ar, algo = per_step("all_reduce", sh.grad_bytes)
     grad_rs, _ = per_step("reduce_scatter", sh.grad_bytes)
-    param_ag, _ = per_step("all_gather", PARAM_GATHER_BYTES)
+    # FP8 parameters (fp8_param_gather) are all-gathered as their row-wise FP8 data, 1 byte each
+    # (Megatron-Core distributed/param_and_grad_buffer.py keeps them in a uint8 buffer; the
+    # BF16 embedding and head, gathered at 2 bytes, are counted at 1 with them).
+    fp8_params = ctx.batch.is_("precision", "fp8") & np.asarray(ctx.batch.fp8_param_gather, dtype=bool)
+    param_ag, _ = per_step("all_gather", np.where(fp8_params, FP8_PARAM_GATHER_BYTES, PARAM_GATHER_BYTES))
     replica_ar = replica_all_reduce(ctx, sh, heavy, pieces)
     return Traffic(grad_ar, grad_rs, param_ag, replica_ar, algo, dp_local, dp_nodes)
 

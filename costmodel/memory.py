@@ -192,55 +192,62 @@ nvfp4 (NVFP4Quantizer): row-wise and transposed column-wise 4-bit copies with on
 
 
 def fp8_weight_copy_bytes(ctx, sh, per_layer, n_dense, n_moe):
-    """Bytes per GPU of the quantised weight copies TransformerEngine's linear layers keep through
-    an FP8 step, for the ``n_dense`` dense and ``n_moe`` MoE layers of a stage (0 under BF16).
+    """Bytes per GPU that FP8 weights add to (or take from) the BF16 weights ``model_state_bytes``
+    counts, for the ``n_dense`` dense and ``n_moe`` MoE layers of a stage (0 under BF16).
 
-    TransformerEngine v2.9 (70f5366) module/linear.py ``_Linear.forward`` (also
-    layernorm_linear.py, layernorm_mlp.py ``fc1_weight`` / ``fc2_weight``, grouped_linear.py
-    ``weight{i}`` per local expert) asks ``module/base.py`` ``get_weight_workspace`` for the
-    weight with ``cache_name="weight"`` whenever ``is_first_microbatch`` is not None: the first
-    micro-batch quantises the BF16 weight into a workspace stored in the module's
-    ``_fp8_workspaces``, later micro-batches reuse it, and nothing frees it (it is cleared only
-    when the recipe type changes, ``init_fp8_metadata``): one copy per weight is alive for the
-    whole step, at the activation peak included. Megatron-Core passes ``is_first_microbatch``
-    (core_v0.15.2 extensions/transformer_engine.py TELinear / TELayerNormColumnParallelLinear /
-    TEGroupedLinear ``forward``, reset per step by ``set_is_first_microbatch`` from
+    BF16 parameters (``fp8_param_gather`` off): TransformerEngine v2.9 (70f5366)
+    module/linear.py ``_Linear.forward`` (also layernorm_linear.py, layernorm_mlp.py
+    ``fc1_weight`` / ``fc2_weight``, grouped_linear.py ``weight{i}`` per local expert) asks
+    module/base.py ``get_weight_workspace`` for the weight with ``cache_name="weight"`` whenever
+    ``is_first_microbatch`` is not None: the first micro-batch quantises the BF16 weight into a
+    workspace stored in the module's ``_fp8_workspaces``, later micro-batches reuse it, and
+    nothing frees it (cleared only when the recipe type changes, ``init_fp8_metadata``): one copy
+    per weight is alive for the whole step, at the activation peak included. Megatron-Core passes
+    ``is_first_microbatch`` (core_v0.15.2 extensions/transformer_engine.py TELinear /
+    TELayerNormColumnParallelLinear / TEGroupedLinear ``forward``, set on the first micro-batch by
     pipeline_parallel/schedules.py ``forward_step``) unless ``disable_parameter_transpose_cache``
-    (default False). Megatron-FSDP does not drop this cache either (distributed/fsdp/.../
-    megatron_fsdp.py releases only the transposes of FP8 *parameters*), so under ZeRO-3 the
-    copies are of the whole layers, sharded by TP / EP only, like the cached weights themselves.
+    (default False). Megatron-FSDP frees none of it (distributed/fsdp/.../megatron_fsdp.py
+    releases only the transposes of FP8 *parameters*), so under ZeRO-3 the copies are of whole
+    layers, sharded by TP / EP only, like the weights TransformerEngine cached.
+
+    FP8 parameters (``fp8_param_gather``: Megatron --fp8-param-gather, TE quantized_model_init):
+    ``get_weight_workspace`` returns the quantised parameter itself and caches nothing; the
+    parameter holds the same row-wise (and, for dgrad, column-wise) data in place of the BF16
+    value, sharded like the weights: ``(copy - 2) / ZeRO-3 divisor`` bytes per weight (0 for
+    delayed / current scaling on Hopper, where data + transpose are the BF16 value's 2 bytes).
+
+    Not kept: ZeRO-3 through PyTorch FSDP2 (``fsdp fsdp2``, torchtitan), whose FP8 is torchao's
+    Float8Linear (pytorch/ao 7ca1bfb torchao/float8/float8_linear.py
+    ``matmul_with_hp_or_float8_args``): it saves the high-precision weight for backward and casts
+    it again there, one GEMM at a time (with float8 all-gather the FP8 weight is the gathered
+    parameter, freed with the layer); TransformerEngine's own FSDP2 path skips the cache too
+    (linear.py on main: ``cache_name = None if (... or self.is_fsdp2)``).
 
     Counted: the weights of the layers' linear layers (attention projections, dense MLP, shared
     and routed experts; a hybrid model's average pattern layer), not the norms, the router
-    (a BF16 / FP32 GEMM in Megatron's TopKRouter), the embedding or the LM head, which run in
-    BF16 under FP8 (nor the MTP modules, small beside the stage). Bytes per element:
+    (Megatron's TopKRouter GEMM is not an FP8 TE module), the embedding or the LM head, which stay
+    BF16 under FP8 (nor the MTP modules, small beside a stage). Per element:
     ``FP8_WEIGHT_COPY_BYTES``.
-
-    Not kept (0): ZeRO-3 through PyTorch FSDP2 (``fsdp fsdp2``, torchtitan): torchtitan's FP8
-    is torchao's Float8Linear (pytorch/ao 7ca1bfb torchao/float8/float8_linear.py
-    ``matmul_with_hp_or_float8_args``), which saves the high-precision weight for backward and
-    casts it again there, one GEMM at a time (with float8 all-gather the FP8 weight is the
-    gathered parameter itself, freed with the layer); TransformerEngine's own FSDP2 path skips
-    the cache too (linear.py on main: ``cache_name = None if (... or self.is_fsdp2)``).
-    Megatron's ``--fp8-param-gather`` (FP8 primary weights, NeMo 2 / Megatron-Bridge FP8 presets)
-    keeps no workspace either (``get_weight_workspace`` returns the FP8 parameter), but
-    planner prices and exports BF16 parameters, so the cache is counted whenever it prices FP8.
     """
-    fp8 = ctx.batch.is_("precision", "fp8")
+    batch, counts = ctx.batch, ctx.counts
+    fp8 = batch.is_("precision", "fp8")
     if not fp8.any():
         return np.zeros(ctx.n)
-    batch, counts = ctx.batch, ctx.counts
     blackwell = ctx.gpu.architecture == "blackwell"
     per_element = np.zeros(ctx.n)
     for name, (hopper, sm100) in FP8_WEIGHT_COPY_BYTES.items():
         per_element = np.where(batch.is_("fp8_recipe", name), sm100 if blackwell else hopper, per_element)
     # Norms are in both kinds of layer; the router is counted with the shared experts (costmodel.params).
     router = float(ctx.model.hidden_size * ctx.model.moe.num_experts) if ctx.model.moe is not None else 0.0
-    dense_linear = per_layer.dense_layer - counts.norms_per_layer / ctx.tp
-    moe_linear = per_layer.moe_dense - (counts.norms_per_layer + router) / ctx.tp + per_layer.moe_expert
-    elements = n_dense * dense_linear + n_moe * moe_linear
+    dense = n_dense * (per_layer.dense_layer - counts.norms_per_layer / ctx.tp)
+    dense = dense + n_moe * (per_layer.moe_dense - (counts.norms_per_layer + router) / ctx.tp)
+    expert = n_moe * per_layer.moe_expert
+    cache = per_element * (dense + expert)
     torchao = (np.asarray(sh.zero) == 3) & batch.is_("fsdp", "fsdp2")
-    return np.where(fp8 & ~torchao, per_element * elements, 0.0)
+    (w_dense, w_expert), _, _ = sh.state_divisors
+    in_place = (per_element - WEIGHT_BYTES) * (dense / w_dense + expert / w_expert)
+    fp8_params = np.asarray(batch.fp8_param_gather, dtype=bool)
+    return np.where(fp8, np.where(fp8_params, in_place, np.where(torchao, 0.0, cache)), 0.0)
 
 
 def model_state_bytes(dense_params, expert_params, zero, dense_shard, expert_shard, fp8, divisors=None,

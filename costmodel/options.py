@@ -656,6 +656,20 @@ class Layout:
     wgrad inputs through a random Hadamard transform: costmodel.compute.NVFP4_GEMM_SPEEDUP and
     costmodel.quantize; attention, the LM head and the router stay BF16 as under FP8). Applies
     with precision fp8."""
+    fp8_param_gather: bool = option(
+        False, "With --precision fp8, keep the linear layers' weights as FP8 parameters (Megatron --fp8-param-gather, "
+        "TransformerEngine quantized_model_init; the NeMo 2 / Megatron-Bridge FP8 presets): no BF16 copy and no "
+        "per-step FP8 weight cache. Needs a sharded optimizer (zero >= 1). Default: off (BF16 parameters).",
+        kind=FLAG, group=IMPLEMENTATION, search=SETTING, label="fp8-params", phrase="FP8 parameters {value}",
+        phrase_when="set", applies_with="fp8",
+        source="Megatron-LM arguments.py --fp8-param-gather (use_distributed_optimizer or FSDP); TransformerEngine "
+               "module/base.py get_weight_workspace (a quantized parameter is used as is)",
+        rules=("fp8_param_gather_needs_sharded_optimizer",))
+    """FP8 primary weights: TransformerEngine quantises each linear weight once after the
+    optimizer step into the parameter itself (the FP32 master stays in the optimizer), so
+    ``get_weight_workspace`` keeps no separate copy (costmodel.memory.fp8_weight_copy_bytes).
+    Off: BF16 parameters, whose FP8 copies TransformerEngine caches for the step. Applies with
+    precision fp8."""
     cuda_graphs: bool = option(
         False, "Capture the step in CUDA graphs (Megatron --enable-cuda-graph / --cuda-graph-impl, TE "
         "make_graphed_callables, torch.compile mode=reduce-overhead): no per-kernel launch. Default: off.",

@@ -484,6 +484,13 @@ def test_fp8_weight_copies_transformer_engine_caches_per_step():
     # through FSDP2 (torchao Float8Linear, torchtitan) no copy outlives a GEMM.
     assert copies(precision=1, zero=3, fsdp=2) == pytest.approx(2.0 * elements)
     assert copies(precision=1, zero=3, fsdp=1) == 0.0
+    # FP8 parameters (--fp8-param-gather): no cache; the parameter holds the quantised data in place
+    # of the BF16 value: nothing more on Hopper (data + transpose = 2 B), 1 B less per weight on
+    # Blackwell under delayed scaling, sharded like the weights (ZeRO-3 over dp 4: a quarter).
+    assert copies(precision=1, fp8_param_gather=True) == 0.0
+    assert copies("b200", precision=1, fp8_param_gather=True) == pytest.approx(-1.0 * elements)
+    assert copies("b200", precision=1, zero=3, fsdp=2, fp8_param_gather=True) == pytest.approx(-elements / 4)
+    assert copies("b200", precision=1, fp8_recipe=3, fp8_param_gather=True) == pytest.approx(0.0625 * elements)
     # Mixtral 8x7B at EP 8: one expert of 3·4096·14336 per GPU and attention 4096·48·128 + 32·128·4096;
     # the router (4096 x 8) and the norms run in BF16 and are not cached.
     ctx = _ctx(MIXTRAL, tp=1, dp=8, ep=8, precision=1)

@@ -73,6 +73,8 @@ TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
     "ep_comm_overlap", "moe_dispatcher", "moe_grouped_gemm", "moe_capacity_factor", "moe_pad_to_capacity", "zero3_gather", "pp_first_layers", "pp_last_layers")) + (
     ("fp8_recipe", "moot: a DeepSpeed config has no FP8 (precision fp8 is refused, rule deepspeed_no_fp8), so no "
                    "FP8 scaling recipe either"),
+    ("fp8_param_gather", "moot: a DeepSpeed config has no FP8 (precision fp8 is refused, rule deepspeed_no_fp8), so no "
+                         "FP8 parameters either"),
     ("launch_blocking", "an environment variable of the launch (CUDA_LAUNCH_BLOCKING=1), no DeepSpeed config setting: a reader takes it from planner's command line"),),
 refusals=(
     Refusal("p2p_scatter_gather", (False,), "deepspeed_p2p_scatter_gather", "p2p_scatter_gather off: DeepSpeed's "

@@ -244,6 +244,11 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
     Row("fp8_recipe", "delayed", (), default=True, write=False, source=ARGS + " (--fp8-recipe default delayed)"),
     *(Row("fp8_recipe", r, (), when=lambda plan: not _fp8(plan), source="moot without --precision fp8: nothing written")
       for r in FP8_RECIPES),
+    # FP8 parameters (--fp8-param-gather): TE quantized_model_init, all-gathered in FP8; moot without FP8.
+    Row("fp8_param_gather", True, (("fp8_param_gather", True),), when=_fp8,
+        source=ARGS + " --fp8-param-gather (with the distributed optimizer or FSDP)"),
+    Row("fp8_param_gather", False, (), default=True, source=ARGS + " (--fp8-param-gather off by default)"),
+    Row("fp8_param_gather", True, (), when=lambda plan: not _fp8(plan), source="moot without --precision fp8"),
     # CUDA graphs: --cuda-graph-impl local (Megatron-Core per-layer graphs); --enable-cuda-graph and
     # --external-cuda-graph are its deprecated spellings (validate_args maps them to local / transformer_engine).
     Row("cuda_graphs", True, (("cuda_graph_impl", "local"),), source=ARGS_PY + " --cuda-graph-impl (validate_args)"),
@@ -347,7 +352,7 @@ pipeline_model_parallel_layout hierarchical_context_parallel_sizes
 account_for_embedding_in_pipeline_split account_for_loss_in_pipeline_split num_layers_per_virtual_pipeline_stage
 decoder_first_pipeline_num_layers decoder_last_pipeline_num_layers micro_batch_size global_batch_size
 recompute_granularity recompute_activations recompute_method recompute_num_layers recompute_modules
-data_parallel_sharding_strategy bf16 fp16 fp4_format fp8_param_gather
+data_parallel_sharding_strategy bf16 fp16 fp4_format
 """.split())
 """Dests of layout settings the reader maps with code beside the table (pipeline split, batch, recompute)."""
 

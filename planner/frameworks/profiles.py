@@ -428,6 +428,14 @@ _BRIDGE_H100_FP8_CURRENT = Entry(
     source=_BRIDGE_2511 + "*/workload_base_configs.py and " + _BRIDGE_2604 + "*_workload_base_configs.py: every H100 "
            "FP8 preset is *_H100_FP8_CS_* (per-tensor current scaling); there is no delayed-scaling preset",
     when=(When(text="25.11", gpu="h100", precision="fp8"), When(text="26.", gpu="h100", precision="fp8")))
+_NEMO2_FP8_PARAMS = Entry(
+    {"fp8_param_gather": True}, "FP8 parameters (the NeMo 2 / Megatron-Bridge FP8 presets: fp8_param_gather)",
+    source="NeMo 2 nemo/collections/llm/recipes/precision/mixed_precision.py bf16_with_fp8_mixed, "
+           "bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed: fp8_param_gather = True, chosen by "
+           "scripts/performance/helpers.py set_precision_configs (ds / cs / mxfp8); Megatron-Bridge v0.2.0 "
+           "training/mixed_precision.py: the delayed, current-scaling and MXFP8 presets set it too "
+           "(planner.frameworks.bridge.FP8_PRESET_PARAMS). NeMo 1 (24.x) defaults model.fp8_params to False",
+    when=(When(text="25.", precision="fp8"), When(text="26.", precision="fp8")))
 _BRIDGE_2511_H100_LLAMA3_8B_RECOMPUTE = Entry(
     {"recompute": "full", "recompute_layers": 5}, "full recompute of 5 of the 32 layers (Megatron-Bridge 25.11 H100 Llama 3 8B FP8 preset)",
     source=_BRIDGE_2511 + "llama3/workload_base_configs.py LLAMA3_8B_H100_FP8_CS_BASE_CONFIG: recompute_num_layers=5; "
@@ -516,6 +524,7 @@ PROFILES: tuple[Profile, ...] = (
         _BRIDGE_GPT_OSS_BF16_GRADS,
         *_BRIDGE_2511_QWEN3_BLACKWELL,
         _BRIDGE_H100_FP8_CURRENT,
+        _NEMO2_FP8_PARAMS,
         _BRIDGE_H100_LLAMA3_8B_NCCL_UB,
         _BRIDGE_H100_FP8_RS_RING,
         _BRIDGE_2511_H100_LLAMA3_8B_RECOMPUTE,

@@ -341,6 +341,9 @@ TABLE = Table("torchtitan",
     Row("fp8_recipe", "current", (), default=True, source=_FLOAT8),
     *(Row("fp8_recipe", r, (), when=lambda plan: plan.precision != "fp8", source="moot without FP8")
       for r in ("delayed", "blockwise", "mxfp8", "nvfp4")),
+    # FP8 parameters: torchao keeps BF16 parameters (float8 all-gather casts a shard per gather, not a parameter).
+    Row("fp8_param_gather", False, (), default=True, source=_FLOAT8 + " (the parameters stay high precision)"),
+    Row("fp8_param_gather", True, (), when=lambda plan: plan.precision != "fp8", source="moot without FP8"),
     # CUDA graphs: 0.3.0 captures the forward+backward step unless training.disable_cuda_graphs (and
     # refuses them with PP); 0.1, 0.2 have no capture. export/torchtitan.py writes and checks it per release.
     Row("cuda_graphs", False, (("training.disable_cuda_graphs", True),), releases="0.3.0", source=_GRAPHS),
@@ -403,6 +406,9 @@ TABLE = Table("torchtitan",
     Refusal("fp8_recipe", ("delayed", "blockwise", "mxfp8", "nvfp4"), "torchtitan_fp8_recipe", "torchtitan's float8 converter "
             "scales tensorwise from the tensor's own amax (torchao Float8Linear; its other recipes are rowwise): price "
             "with --fp8-recipe current", _FLOAT8, when=lambda plan: plan.precision == "fp8"),
+    Refusal("fp8_param_gather", (True,), "torchtitan_fp8_param_gather", "fp8_param_gather: torchtitan's float8 keeps "
+            "BF16 parameters (torchao Float8Linear; float8 all-gather casts each shard as it is gathered): price with "
+            "--fp8-param-gather false", _FLOAT8, when=lambda plan: plan.precision == "fp8"),
     Refusal("cpu_offload_layers", Above(0), "torchtitan_cpu_offload", "cpu_offload_layers: torchtitan offloads no "
             "activations to host memory (training.enable_cpu_offload moves FSDP parameters and optimizer states, "
             "which planner does not price)", "torchtitan config Training.enable_cpu_offload"),

@@ -491,6 +491,11 @@ def test_fp8_weight_copies_transformer_engine_caches_per_step():
     assert copies("b200", precision=1, fp8_param_gather=True) == pytest.approx(-1.0 * elements)
     assert copies("b200", precision=1, zero=3, fsdp=2, fp8_param_gather=True) == pytest.approx(-elements / 4)
     assert copies("b200", precision=1, fp8_recipe=3, fp8_param_gather=True) == pytest.approx(0.0625 * elements)
+    # Property: the copies are of the weights this GPU holds, so they split with TP (bytes x t constant).
+    for t in (1, 4, 8):
+        ctx_t = _ctx(LLAMA_8B, tp=t, dp=8 // t, precision=1)
+        held = fp8_weight_copy_bytes(ctx_t, data_parallel.sharding(ctx_t), layer_params(ctx_t), 32.0, 0.0)[0]
+        assert held * t == pytest.approx(2.0 * 32 * per_layer)
     # Mixtral 8x7B at EP 8: one expert of 3·4096·14336 per GPU and attention 4096·48·128 + 32·128·4096;
     # the router (4096 x 8) and the norms run in BF16 and are not cached.
     ctx = _ctx(MIXTRAL, tp=1, dp=8, ep=8, precision=1)

@@ -21,8 +21,9 @@ PyTorch's Hopper backends (FlashAttention-2 and cuDNN fused attention), GQA. ``-
 adds or picks others: ``launch`` (dependent tiny kernels, eager and from a CUDA graph), ``layer``
 (one Llama-style layer's forward + backward by micro-batch), ``attention_dims`` (by head dim) and
 ``clock`` (a minute each of a 70B TP 8 layer and of 8192^3 GEMMs, with the SM clock and power
-sampled through NVML: the sustained clock), ``grouped`` (MoE expert GEMMs) and ``saved`` (the bytes an
-attention block keeps for backward, BF16 and FP8, eager and compiled). It writes the JSON after every section, so a run cut
+sampled through NVML: the sustained clock), ``grouped`` (MoE expert GEMMs), ``saved`` (the bytes an
+attention block keeps for backward, BF16 and FP8, eager and compiled) and ``optimizer`` (the Adam step's
+bytes per parameter). It writes the JSON after every section, so a run cut
 short keeps what it measured.
 
     python benchmarks/device_kernels.py --summary benchmarks/results/h200_kernel_sweep.json
@@ -466,7 +467,55 @@ def saved_activations(out, dev="cuda"):
         rows.append(row)
 
 
-SECTIONS = ("attention", "gemm", "launch", "layer", "attention_dims", "clock", "grouped", "saved")
+def optimizer_step(out, hbm_gbs, dev="cuda"):
+    """The optimizer step (costmodel.optimizer.OPTIMIZER_STEP_BYTES): mixed-precision Adam over
+    FP32 master weights and FP32 gradients, as Megatron-Core's DistributedOptimizer runs it
+    (a fused Adam, the gradient norm over the gradients, the copy of the updated master weights
+    into the BF16 model weights), each part timed alone, and in one step that also scales the
+    gradients by the clip factor (torch's clip_grad_norm_ always does; Megatron only when the norm
+    exceeds the clip), plus PyTorch's
+    multi-tensor (foreach, unfused) Adam. Reported as seconds and as bytes per parameter at the
+    device copy's measured rate, so the model's bytes and its bandwidth share can be compared."""
+    n_tensors, per = 64, 1 << 23  # 537M parameters in 8M-element tensors (a 70B TP 8 layer's scale)
+    params = [torch.zeros(per, device=dev, dtype=torch.float32, requires_grad=True) for _ in range(n_tensors)]
+    for p in params:
+        p.grad = torch.randn_like(p) * 1e-3
+    model = [torch.empty(per, device=dev, dtype=torch.bfloat16) for _ in range(n_tensors)]
+    n = n_tensors * per
+    src = torch.empty(n // 2, device=dev, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    t_copy = timed(lambda: dst.copy_(src))
+    copy_gbs = 2 * src.numel() * 4 / t_copy / 1e9
+    src = dst = None
+    rows = {"params": n, "copy_gbs": copy_gbs, "copy_fraction_of_hbm": copy_gbs / hbm_gbs}
+    for name, kw in (("fused", {"fused": True}), ("foreach", {"foreach": True})):
+        opt = torch.optim.AdamW(params, lr=1e-4, **kw)
+        opt.step()  # creates m and v
+        t = timed(opt.step)
+        rows[f"adam_{name}_s"] = t
+        rows[f"adam_{name}_bytes_per_param"] = t * copy_gbs * 1e9 / n
+        if name == "fused":
+            fused = opt
+        else:
+            opt = None
+    grads = [p.grad for p in params]
+    t_norm = timed(lambda: torch.stack(torch._foreach_norm(grads)).norm())
+    t_cast = timed(lambda: torch._foreach_copy_(model, [p.detach() for p in params]))
+
+    def step():
+        total = torch.stack(torch._foreach_norm(grads)).norm()
+        torch._foreach_mul_(grads, torch.clamp(1.0 / (total + 1e-6), max=1.0))
+        fused.step()
+        torch._foreach_copy_(model, [p.detach() for p in params])
+
+    t_step = timed(step)
+    for part, t in (("grad_norm", t_norm), ("cast_to_bf16", t_cast), ("norm_scale_adam_cast", t_step)):
+        rows[part + "_s"] = t
+        rows[part + "_bytes_per_param"] = t * copy_gbs * 1e9 / n
+    out["optimizer"] = rows
+
+
+SECTIONS = ("attention", "gemm", "launch", "layer", "attention_dims", "clock", "grouped", "saved", "optimizer")
 
 
 def sweep(args) -> None:
@@ -482,7 +531,8 @@ def sweep(args) -> None:
            "launch": lambda: launch_costs(out), "layer": lambda: layer_sweep(out, args.peak_bf16),
            "attention_dims": lambda: attention_dims(out, args.peak_bf16),
            "clock": lambda: sustained_clock(out, args.peak_bf16, args.clock_seconds),
-           "grouped": lambda: grouped_sweep(out, args.peak_bf16), "saved": lambda: saved_activations(out)}
+           "grouped": lambda: grouped_sweep(out, args.peak_bf16), "saved": lambda: saved_activations(out),
+           "optimizer": lambda: optimizer_step(out, args.hbm)}
     for section in args.sections.split(","):
         run[section]()
         save()
@@ -543,6 +593,12 @@ def summary(path: str) -> None:
                   f"{r['bf16_proj_bytes_per_output_element']:.2f}, FP8-copy projection "
                   f"{r['fp8_copy_proj_bytes_per_output_element']:.2f}, the same compiled "
                   f"{r['fp8_copy_proj_compiled_bytes_per_output_element']:.2f}")
+    if d.get("optimizer"):
+        o = d["optimizer"]
+        print(f"optimizer step over {o['params'] / 1e6:.0f}M FP32 parameters, bytes per parameter at the device copy's "
+              f"{o['copy_gbs']:.0f} GB/s ({o['copy_fraction_of_hbm']:.2f} of HBM):")
+        for part in ("adam_fused", "adam_foreach", "grad_norm", "cast_to_bf16", "norm_scale_adam_cast"):
+            print(f"  {part:>20}: {o[part + '_s'] * 1e3:6.2f} ms, {o[part + '_bytes_per_param']:5.1f} B/param")
     if d.get("layer_sweep"):
         print("one layer forward + backward, us per token (eager / CUDA graph):")
         for r in d["layer_sweep"]:

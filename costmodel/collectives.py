@@ -42,11 +42,19 @@ import numpy as np
 
 from hardware_catalog.schema import ClusterSpec, GPUSpec, InterconnectSpec
 
-ALGORITHMS = ("ring", "tree", "hierarchical", "direct", "torus2d", "mesh2d")
-"""Algorithm names; ``collective_time`` reports the index (code) of the one it priced."""
-RING, TREE, HIERARCHICAL, DIRECT, TORUS2D, MESH2D = range(len(ALGORITHMS))
+ALGORITHMS = ("ring", "tree", "hierarchical", "direct", "torus2d", "mesh2d", "unpipelined_tree")
+"""Algorithm names; ``collective_time`` reports the index (code) of the one it priced.
+``unpipelined_tree`` and ``direct`` for any op but all_to_all are textbook algorithms of the
+``planner comm`` calculator only (``textbook=True``); the training model never offers them."""
+RING, TREE, HIERARCHICAL, DIRECT, TORUS2D, MESH2D, UNPIPELINED_TREE = range(len(ALGORITHMS))
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "reduce")
+"""``reduce`` (to one root) is priced as the broadcast run backwards: every broadcast schedule
+reversed, with sums where copies were, moves the same bytes in the same steps (Thakur,
+Rabenseifner & Gropp 2005 sec. 4.1-4.2: binomial tree for short messages, reduce-scatter +
+gather (the mirror of scatter + all-gather) for long ones; NCCL's ring reduce is the mirror of
+its ring broadcast, both busbw = algbw in nccl-tests doc/PERFORMANCE.md). Reduction arithmetic
+is not priced, as for every reducing collective here."""
 TOPOLOGIES = ("switch", "ring", "tree", "mesh2d", "torus2d", "fully_connected")
 _SWITCHED = ("switch", "tree")
 _GRID = ("mesh2d", "torus2d")
@@ -205,6 +213,11 @@ class _Span:
         return np.ceil(np.log2(self.n))
 
     @cached_property
+    def log2n_floor(self):
+        # NCCL's log2i (src/include/utils.h): floor(log2 n), the tree depth its tuning model uses.
+        return np.floor(np.log2(self.n))
+
+    @cached_property
     def _table(self):
         """Gather index into per-size tables, and a span over sizes 0..max(n) (None when n is
         not integral or too large: then formulas run elementwise). Grid shapes depend on n only,
@@ -304,6 +317,26 @@ class _Span:
             return _INF
         return self.log2n * (self.alpha + S / self.B)
 
+    # ---- textbook algorithms of the calculator (planner comm), one level only
+    def direct_op(self, op, S):
+        # One-shot on a switch (seed doc 003 sec. 3.2 and its glossary: any two GPUs directly
+        # connected, all-reduce in 2 steps). One step: every GPU sends its S/n block to each of
+        # the n-1 others at once, (n-1)/n * S through its port: alpha + (n-1)/n * S/B is a direct
+        # reduce-scatter or all-gather. All-reduce = RS + AG; broadcast = scatter + AG
+        # (van de Geijn; Thakur et al. 2005 sec. 4.1), the root's port busiest; reduce its
+        # mirror. Only where every pair is one hop: a switch.
+        if self.topo != "switch":
+            return _INF
+        one = self.used_f * (self.alpha + self.frac * S / self.B)
+        return one if op in ("all_gather", "reduce_scatter") else 2.0 * one
+
+    def unpipelined_tree_ar(self, S):
+        # Seed doc 003 sec. 4.2 (L4 slide 36): reduce up a binary tree, then broadcast down,
+        # 2 ceil(log2 n) steps each moving the whole message: 2 ceil(log2 n) (alpha + S/B).
+        if not self.switched:
+            return _INF
+        return 2.0 * self.log2n * (self.alpha + self.used_f * S / self.B)
+
     # ---- dimension-ordered 2-D algorithms (torus2d / mesh2d levels)
     def dims_rs(self, S):
         """Reduce-scatter (= all-gather) one dimension after the other.
@@ -381,6 +414,20 @@ class _Span:
             return self._lookup(_Span._grid_a2a_raw)[0] * S
         return self.used_f * t
 
+    def physical_tree_a2a(self, S):
+        """Pairwise all-to-all on a physical tree (the calculator's one-level ``tree``: GPU i
+        linked to its parent (i-1)//2 and its children, each link B per direction, as the Euler-tour
+        ring and the unpipelined tree all-reduce price it): (n-1) alpha + (busiest link) / B.
+
+        Routes in a tree are unique, so the link that cuts off a subtree of m GPUs carries exactly
+        m(n-m)/n * S each way (each of its m GPUs sends S/n to each of the n-m others). The
+        busiest is the cut nearest to halves: the tree's bisection, one link (a complete binary
+        tree has bisection width 1: Leighton 1992, ch. 1, arrays and trees; seed doc 003's glossary keeps full
+        bisection for the switch alone), floor(n/2)ceil(n/2)/n * S = n/4 * S for n a power of two,
+        where a switch moves (n-1)/n * S per port. A leaf's own link, (n-1)/n * S, never binds more."""
+        share = np.vectorize(_tree_busiest_share, otypes=[np.float64])(np.asarray(self.n, dtype=np.float64))
+        return self.nm1 * self.alpha + self.used_f * share * S / self.B
+
     def _grid_a2a_raw(self):
         gx, gy, wx, wy = self.grid
         ports = 2.0 * _flag(gx > 1) + 2.0 * _flag(gy > 1)
@@ -392,29 +439,65 @@ class _Span:
         return (per_byte,)  # 0 for n == 1
 
     # ---- best algorithm on this level alone (parts of the hierarchical composition; 0 if n<=1)
-    def rs_best(self, S, allow_tree):
-        t = self.ring_rs(S)
-        if allow_tree and self.switched:
-            t = np.minimum(t, self.tree_rs(S))
+    def candidates(self, op, S, allow_tree=True) -> dict:
+        """Seconds of each algorithm this level offers for ``op`` ("all_reduce", "broadcast", or a
+        reduce-scatter / all-gather), in the order ties keep: the ring, NCCL's tree (only on a
+        switch) and, on a 2-D mesh or torus, the dimension-ordered algorithm (all-reduce and
+        broadcast as two reduce-scatter passes). Absent ones are infinite."""
+        if op == "all_reduce":
+            out = {"ring": self.ring_ar(S), "tree": self.tree_ar(S)}
+        elif op == "broadcast":
+            out = {"ring": self.ring_bcast(S), "tree": self.tree_bcast(S)}
+        else:
+            out = {"ring": self.ring_rs(S), "tree": self.tree_rs(S) if allow_tree else _INF}
+        passes = 2.0 if op in ("all_reduce", "broadcast") else 1.0  # reduce-scatter, then all-gather
         if self.topo in _GRID:
-            t = np.minimum(t, self.dims_rs(S))
+            out[self.topo] = passes * self.dims_rs(S)
+        else:
+            out["grid"] = _INF
+        return out
+
+    def _fastest(self, op, S, allow_tree=True):
+        times = list(self.candidates(op, S, allow_tree).values())
+        t = times[0]
+        for other in times[1:]:
+            t = np.minimum(t, other)
         return t
+
+    def rs_best(self, S, allow_tree):
+        return self._fastest("reduce_scatter", S, allow_tree)
 
     def ar_best(self, S):
-        t = self.ring_ar(S)
-        if self.switched:
-            t = np.minimum(t, self.tree_ar(S))
-        if self.topo in _GRID:
-            t = np.minimum(t, 2.0 * self.dims_rs(S))
-        return t
+        return self._fastest("all_reduce", S)
 
     def bcast_best(self, S):
-        t = self.ring_bcast(S)
-        if self.switched:
-            t = np.minimum(t, self.tree_bcast(S))
-        if self.topo in _GRID:
-            t = np.minimum(t, 2.0 * self.dims_rs(S))
-        return t
+        return self._fastest("broadcast", S)
+
+
+def _tree_busiest_share(n: float) -> float:
+    """max over the links of the heap-ordered binary tree of n GPUs of m(n-m)/n, m the GPUs on
+    the link's child side (``_Span.physical_tree_a2a``). Subtrees larger than n/2 form one chain
+    from the root (no node has two), and the largest subtree of at most n/2 GPUs hangs off that
+    chain, so walking the chain and its children's sizes finds the most even cut."""
+    n = int(n)
+    if n < 2:
+        return 0.0
+
+    def size(j: int) -> int:  # GPUs in the subtree of heap node j (1-based)
+        count, lo, width = 0, j, 1
+        while lo <= n:
+            count += min(n, lo + width - 1) - lo + 1
+            lo, width = 2 * lo, 2 * width
+        return count
+
+    best, j = 0, 1
+    while True:
+        kids = [(c, size(c)) for c in (2 * j, 2 * j + 1) if c <= n]
+        best = max([best] + [m * (n - m) for _, m in kids])
+        bigger = [c for c, m in kids if 2 * m > n]
+        if not bigger:
+            return best / n
+        j = bigger[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -447,13 +530,14 @@ def _tree(op, S, I: _Span, E: _Span):
     if op == "all_reduce":
         # One domain: double binary tree over its switch (_Span.tree_ar). Several domains:
         # NCCL's tree, a chain inside each domain + a double binary tree across domains;
-        # tuning.cc latency 2((r-1) alpha_intra + log2(q) alpha_net), bandwidth 2S over the slower
-        # of the chain and the domain's r NIC shares.
+        # tuning.cc latency 2((r-1) alpha_intra + log2i(q) alpha_net), log2i = floor(log2)
+        # (src/include/utils.h), bandwidth 2S over the slower of the chain and the domain's r
+        # NIC shares.
         t_one = I.tree_ar(S)
         t_many = _INF
         if E.switched:
             per_byte = np.maximum(I.used_f / I.ring_bw, 1.0 / (r * E.B))
-            t_many = 2.0 * (I.nm1 * I.alpha + E.log2n * E.alpha + S * per_byte)
+            t_many = 2.0 * (I.nm1 * I.alpha + E.log2n_floor * E.alpha + S * per_byte)
         return _choose(E.used, t_many, t_one)
     if op == "broadcast":
         # Binomial tree across domains (one GPU each), then each domain's own best broadcast.
@@ -508,18 +592,38 @@ def _dims(op, S, I: _Span, E: _Span, topo):
     return parts[0] if len(parts) == 1 else np.minimum(*parts)
 
 
-def _candidates(op, S, I, E, want):
+def _candidates(op, S, I, E, want, textbook=False):
     """code -> seconds (array, or the scalar inf where it never applies)."""
     out = {}
     a2a = op == "all_to_all"
+    one_level = ~I.used  # the calculator's one-level topologies: r = 1, the group on E alone
     if RING in want and not a2a:
         out[RING] = _ring(op, S, I, E)
     if TREE in want and not a2a and (I.switched or E.switched):
         out[TREE] = _tree(op, S, I, E)
+        if textbook and op == "all_reduce" and E.topo == "tree":
+            # A physical tree (the seed's: each GPU linked to its parent and children) has no
+            # links for NCCL's second, complementary tree: there the tree all-reduce is the
+            # seed's unpipelined one (UNPIPELINED_TREE).
+            out[TREE] = out[TREE] + _barrier(~one_level)
+        if textbook and op in ("all_gather", "reduce_scatter") and E.topo == "tree":
+            # Recursive halving / doubling (TREE here) prices (n-1)/n * S/B on full bisection: its
+            # first step pairs every GPU with one n/2 ranks away, n/2 pairs swapping S/2 at once;
+            # on a physical tree all of them cross the one link joining the halves (n/4 * S each
+            # way, not S/2). Not offered there: the ring along the tree's Euler tour is.
+            out[TREE] = out[TREE] + _barrier(~one_level)
     if HIERARCHICAL in want and not a2a:
         out[HIERARCHICAL] = _hierarchical(op, S, I, E)
     if DIRECT in want and a2a:
         out[DIRECT] = _direct(op, S, I, E)
+        if textbook and E.topo == "tree":
+            # The calculator's one-level tree is a physical tree, not a switched one: its
+            # all-to-all is bound by the one link of its bisection (_Span.physical_tree_a2a).
+            out[DIRECT] = _choose(one_level, E.physical_tree_a2a(S), out[DIRECT])
+    elif DIRECT in want and textbook and E.topo == "switch":
+        out[DIRECT] = E.direct_op(op, S) + _barrier(one_level)
+    if UNPIPELINED_TREE in want and textbook and op == "all_reduce" and E.switched:
+        out[UNPIPELINED_TREE] = E.unpipelined_tree_ar(S) + _barrier(one_level)
     for code, topo in ((TORUS2D, "torus2d"), (MESH2D, "mesh2d")):
         if code in want and topo in (I.topo, E.topo):
             out[code] = _dims(op, S, I, E, topo)
@@ -545,7 +649,8 @@ def remembered(memo: dict | None = None):
         _MEMO = outer
 
 
-def collective_time(op: str, message_bytes, n_local, n_nodes, fabric: Fabric, algorithm: str = "auto"):
+def collective_time(op: str, message_bytes, n_local, n_nodes, fabric: Fabric, algorithm: str = "auto",
+                    textbook: bool = False):
     """Seconds of one collective over a group of ``n_local * n_nodes`` ranks (vectorized).
 
     op in {'all_reduce','all_gather','reduce_scatter','broadcast','all_to_all'}.
@@ -560,19 +665,29 @@ def collective_time(op: str, message_bytes, n_local, n_nodes, fabric: Fabric, al
     ('tree' off a switch, 'direct' for all_reduce, 'torus2d' off a torus...) costs inf there;
     'hierarchical' for a group within one level is that level's best algorithm. A group of
     one rank costs 0 (code 0).
+
+    ``textbook``: also the calculator's textbook algorithms for a group on one level (seed doc
+    003): the one-shot ``direct`` all-reduce / all-gather / reduce-scatter / broadcast / reduce on
+    a switch, and the seed's ``unpipelined_tree`` all-reduce; on a one-level ``tree`` topology (a
+    physical tree) the tree all-reduce is the unpipelined one, the all-to-all is bound by the
+    tree's one-link bisection, and recursive halving / doubling is not offered. NCCL runs none of these at scale, so the training
+    model (the default, False) keeps to NCCL's algorithms.
     """
     if _MEMO is not None:
-        key = (op, algorithm, fabric) + tuple(
+        key = (op, algorithm, fabric, textbook) + tuple(
             (a.tobytes(), a.dtype.str, a.shape) for a in map(np.asarray, (message_bytes, n_local, n_nodes)))
         if key not in _MEMO:
-            _MEMO[key] = _collective_time(op, message_bytes, n_local, n_nodes, fabric, algorithm)
+            _MEMO[key] = _collective_time(op, message_bytes, n_local, n_nodes, fabric, algorithm, textbook)
         return _MEMO[key]
-    return _collective_time(op, message_bytes, n_local, n_nodes, fabric, algorithm)
+    return _collective_time(op, message_bytes, n_local, n_nodes, fabric, algorithm, textbook)
 
 
-def _collective_time(op: str, message_bytes, n_local, n_nodes, fabric: Fabric, algorithm: str = "auto"):
+def _collective_time(op: str, message_bytes, n_local, n_nodes, fabric: Fabric, algorithm: str = "auto",
+                     textbook: bool = False):
     if op not in OPS:
         raise ValueError(f"unknown collective {op!r}; expected one of {OPS}")
+    if op == "reduce":
+        op = "broadcast"  # its mirror: same steps, same bytes (OPS)
     if algorithm != "auto" and algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; expected 'auto' or one of {ALGORITHMS}")
     S = np.asarray(message_bytes, dtype=np.float64)
@@ -587,7 +702,7 @@ def _collective_time(op: str, message_bytes, n_local, n_nodes, fabric: Fabric, a
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if algorithm != "auto":
             code = ALGORITHMS.index(algorithm)
-            np.minimum(_candidates(op, S, I, E, {code}).get(code, _INF), zero_if_alone, out=t)
+            np.minimum(_candidates(op, S, I, E, {code}, textbook).get(code, _INF), zero_if_alone, out=t)
             algo = np.full(shape, code, dtype=np.int64)
             algo[np.broadcast_to(alone, shape)] = 0
             return t, algo
@@ -598,7 +713,7 @@ def _collective_time(op: str, message_bytes, n_local, n_nodes, fabric: Fabric, a
             # "if (coll != ncclFuncAllReduce && a != NCCL_ALGO_RING) continue"), or PAT with
             # one GPU per node. No domain-then-network split: ring latency is N-1 steps.
             offered.discard(HIERARCHICAL)
-        cands = _candidates(op, S, I, E, offered)
+        cands = _candidates(op, S, I, E, offered, textbook)
         if HIERARCHICAL in cands:
             # Within one level it equals that level's best: report that algorithm instead.
             cands[HIERARCHICAL] = cands[HIERARCHICAL] + _barrier(I.used & E.used)
@@ -635,3 +750,21 @@ def p2p_time(message_bytes, crosses_network, fabric: Fabric) -> np.ndarray:
     intra = fabric.intra.latency + S / _p2p_bandwidth(fabric.intra, fabric.domain_size)
     inter = fabric.inter.latency + S / _p2p_bandwidth(fabric.inter, None)
     return np.where(x, inter, intra)
+
+
+def level_best(op: str, message_bytes: float, level: LinkLevel, n: int, peers: int | None = None,
+               allow_tree: bool = True) -> str:
+    """The algorithm a part of a composition runs on one level (``_Span.ar_best`` /
+    ``rs_best`` / ``bcast_best``: the hierarchical algorithm's network part, the two-level tree
+    broadcast's domain part) for ``n`` ranks and that part's bytes: ring, tree or the level's
+    2-D algorithm. For ``planner comm``, which reports what each GPU sends by that algorithm."""
+    span = _Span(level, np.float64(n), peers)
+    S = float(message_bytes)
+    op = "broadcast" if op == "reduce" else op
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cands = span.candidates(op, S, allow_tree)
+    best = "ring"  # the composition's np.minimum keeps the first of equal times: ring, tree, 2-D
+    for name, t in cands.items():
+        if float(t) < float(cands[best]):
+            best = name
+    return best

@@ -153,10 +153,89 @@ RUN_SETTINGS = (
 )
 RUN_SETTINGS_BY_NAME = {s.name: s for s in RUN_SETTINGS}
 
+
+def refuse_unused_run_settings(flags, command: str, needs: str) -> None:
+    """Run-model ``flags`` (of ``RUN_SETTINGS``) given where ``command`` computes no figure they
+    change: refused in one line naming the first and what puts them to use (``needs``), not
+    accepted and dropped without a word."""
+    if flags:
+        from hardware_catalog.errors import PlannerInputError
+
+        raise PlannerInputError(f"{flags[0]} sets the run model (failures, checkpoints, restarts, power), which "
+                                f"{command} uses only with {needs}: give that, or leave "
+                                f"{'it' if len(flags) == 1 else ', '.join(flags)} out")
+
+
 TRAIN_TOKENS = Bound("--train-tokens", integer=False, above=0, maximum=1e15)
 """Tokens of a whole training run (1e15: a thousand trillion)."""
 PRICE_PER_GPU_HOUR = Bound("--price-per-gpu-hour", integer=False, above=0, maximum=1000)
 """USD per GPU-hour: 1,000 is far above any rental price and catches a wrong unit."""
+
+PRICES_ALLOWED = ("USD per GPU-hour > 0, e.g. 2.5, or per GPU type h100=2.5,b200=4.2 (a bare number: the types "
+                  "not named)")
+"""What ``--price-per-gpu-hour`` takes, in its errors."""
+
+
+def parse_prices(text, gpu_types=(), what: str = "") -> dict:
+    """``--price-per-gpu-hour`` as every command reads it: ``"2.5"`` (or a number) -> {"*": 2.5};
+    ``"h100=2.5,b200=4,1"`` -> per GPU type (the catalog's names) and "*" for the types not named;
+    a mapping {name: USD} is read the same way. ``gpu_types``: the GPU types (catalog names) the
+    command prices, ``what`` naming it ("this sweep"): a price for another type, a type without a
+    price, or a type priced twice is refused in one line (a price would be dropped, or a row left
+    without its cost, without a word)."""
+    from hardware_catalog import get_gpu
+    from hardware_catalog.errors import PlannerInputError
+
+    if text is None or (isinstance(text, str) and text.strip() == ""):
+        return {}
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        parts = [("", text)]
+    elif isinstance(text, dict):
+        parts = [("" if k in ("", "*") else str(k), v) for k, v in text.items()]
+    else:
+        parts = [part.rpartition("=")[::2] for part in str(text).replace(" ", "").split(",")]
+    shown = text if isinstance(text, str) else ",".join(f"{k}={v}" if k else f"{v}" for k, v in parts)
+    prices = {}
+    for name, value in parts:
+        try:
+            if "=" in name:  # 'h100=2.5 b200=3': two prices run together, not a GPU named 'h100=2.5b200'
+                raise ValueError
+            price = float(value)
+        except (TypeError, ValueError):
+            raise PlannerInputError(f"--price-per-gpu-hour {shown!r} is not understood "
+                                    f"(allowed: {PRICES_ALLOWED})") from None
+        price = PRICE_PER_GPU_HOUR.parse(price, where=f"--price-per-gpu-hour {name}" if name else "")
+        key = get_gpu(name).name if name else "*"
+        if key in prices:
+            raise PlannerInputError(f"--price-per-gpu-hour {shown!r}: {name or 'a price for every GPU type'} given "
+                                    f"twice; allowed: one price per GPU type")
+        if gpu_types and key != "*" and key not in gpu_types:
+            raise PlannerInputError(f"--price-per-gpu-hour {name}={value}: {key} is not a GPU type of "
+                                    f"{what or 'this run'} (allowed: {', '.join(gpu_types)})")
+        prices[key] = price
+    unpriced = [g for g in gpu_types if price_for(prices, g) is None]
+    if unpriced:
+        raise PlannerInputError(f"--price-per-gpu-hour {shown!r}: no price for {', '.join(unpriced)} of "
+                                f"{what or 'this run'} (allowed: a price for each of {', '.join(gpu_types)}, "
+                                f"or a bare number for the types not named, e.g. {shown},2.5)")
+    return prices
+
+
+def price_for(prices: Optional[dict], gpu_name: str) -> Optional[float]:
+    """The price of ``gpu_name`` (a catalog name) in ``parse_prices``' mapping; None: none given."""
+    if not prices:
+        return None
+    return prices.get(gpu_name, prices.get("*"))
+
+
+def prices_as_stored(prices: Optional[dict]):
+    """``parse_prices``' mapping as outputs and shared studies state it: one price for every GPU
+    type as a bare number (as they named it before per-type prices, so a study stored then still
+    matches), per-type prices as the mapping, an empty or absent mapping as given."""
+    if prices and set(prices) == {"*"}:
+        return prices["*"]
+    return prices
+
 
 _SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}
 
@@ -492,6 +571,8 @@ def run_block(record: dict, model, cluster, gpu, inputs: RunInputs) -> dict:
         "goodput": _f(g.goodput),
         "power": {"it_mw": it_watts / 1e6, "gpu_mw": gpus * hw.gpu_watts / 1e6, "pue": inputs.pue},
     }
+    if inputs.price_per_gpu_hour:  # as the search's $/step: the step at steady state, no goodput
+        out["cost_per_step_usd"] = gpus * float(record["step_time_s"]) * inputs.price_per_gpu_hour / HOUR
     if inputs.train_tokens:
         useful_s = inputs.train_tokens / float(record["tokens_per_s"])
         wall_s = useful_s / out["goodput"]

@@ -40,19 +40,73 @@ def profile_constants(path: Path | str) -> dict[str, float]:
     constants = data.get("constants")
     if not isinstance(constants, dict):
         raise PlannerInputError(f"{where}: no [constants] table (a profile written by planner calibrate has one)")
-    ranges = _ranges()
     values = {}
     for name, entry in constants.items():
-        if name not in ranges:
-            raise PlannerInputError(f"{where}: constants.{name}: not a fitted constant (allowed: {', '.join(ranges)})")
+        check_constant_name(name, f"{where}: constants.{name}")
         value = entry.get("value") if isinstance(entry, dict) else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise PlannerInputError(f"{where}: constants.{name}.value: expected a number, got {value!r}")
-        lo, hi = float(ranges[name].min()), float(ranges[name].max())
-        if not lo <= value <= hi:
-            raise PlannerInputError(f"{where}: constants.{name}.value={value:g}: outside its plausible range [{lo:g}, {hi:g}]")
-        values[name] = float(value)
+        values[name] = checked_constant(name, value, f"{where}: constants.{name}.value")
+    _warn_stale(path, stale_constants(constants, where))
     return values
+
+
+def check_constant_name(name: str, label: str) -> None:
+    """A fitted constant's name (``costmodel.calibration.FIT_RANGES``), or one line at ``label``."""
+    ranges = _ranges()
+    if name not in ranges:
+        raise PlannerInputError(f"{label}: not a fitted constant (allowed: {', '.join(ranges)})")
+
+
+def checked_constant(name: str, value: Any, label: str) -> float:
+    """``value`` of the fitted constant ``name``: a finite number inside the plausible range the
+    fit searches (``FIT_RANGES``); otherwise one line at ``label`` (a profile's or a record's key)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise PlannerInputError(f"{label}: expected a number, got {value!r}")
+    lo, hi = float(_ranges()[name].min()), float(_ranges()[name].max())
+    if not lo <= value <= hi:
+        raise PlannerInputError(f"{label}={value:g}: outside its plausible range [{lo:g}, {hi:g}]")
+    return float(value)
+
+
+def stale_constants(constants: dict, where: str) -> list[str]:
+    """One line per constant whose recorded ``shipped`` value (the one ``planner calibrate``
+    fitted against: the prior's centre) is not today's shipped value: the fit's prior, and
+    so its value, came from constants since changed (a newer planner, or a hand edit). A
+    profile without ``shipped`` (hand-written) is not checked."""
+    from costmodel.calibration import DEFAULT
+
+    out = []
+    for name, entry in constants.items():
+        shipped = entry.get("shipped") if isinstance(entry, dict) else None
+        if shipped is None:
+            continue
+        if isinstance(shipped, bool) or not isinstance(shipped, (int, float)) or not math.isfinite(shipped):
+            raise PlannerInputError(f"{where}: constants.{name}.shipped: expected a number, got {shipped!r}")
+        now = float(getattr(DEFAULT, name))
+        if not math.isclose(float(shipped), now, rel_tol=1e-6, abs_tol=1e-9):
+            out.append(f"{where}: constants.{name} was fitted against shipped {float(shipped):g}, but the shipped "
+                       f"value is now {now:g}; its value {constants[name]['value']:g} is used as written: re-run "
+                       "planner calibrate on the same runs for a profile fitted against today's constants")
+    return out
+
+
+_WARNED: set = set()
+"""Lines already said in this process (a search or sweep reads one profile many times)."""
+
+
+def _warn_stale(path, lines: list[str]) -> None:
+    """Each line once per process, on stderr as 'warning: ...'. A warning, not a refusal: the
+    value is still within its plausible range and was the user's choice, as a record whose
+    profile is gone is priced on with a note (planner/cli/main.py ``_record_calibration``)."""
+    import sys
+
+    for line in lines:
+        if line in _WARNED:
+            continue
+        _WARNED.add(line)
+        try:
+            print(f"warning: {line}", file=sys.stderr)
+        except (OSError, ValueError):  # a closed stderr: the pricing goes on
+            pass
 
 
 def load_profile(path: Path | str):

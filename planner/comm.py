@@ -1,5 +1,6 @@
 """``planner comm``: one collective or P2P (or a sweep of message sizes) on a topology you
-describe: time, algorithm, steps, bytes per GPU, algbw/busbw, and the formula with its source.
+describe: time, algorithm, steps, the bytes each GPU sends and the bytes charged at B, algbw/busbw,
+and the formula with its source.
 
 This is the communication calculator of seed document 003 (sections 3 and 4). The pricing is
 ``costmodel.collectives``' own (the model the planner uses for every layout); this module parses
@@ -10,17 +11,34 @@ network level; a group spans ``n_local`` GPUs in each of ``n_nodes`` domains):
 * one level (``--topology ring|tree|switch|mesh2d|torus2d --gpus N``): every GPU is a domain
   of its own (r = 1, q = N), so the group lies on the ``inter`` level alone and the model's
   formulas are the one-level textbook ones; collectives.py then also offers recursive halving /
-  doubling for all-gather / reduce-scatter on a switch (NCCL's PAT: one GPU per node).
+  doubling for all-gather / reduce-scatter on a switch (NCCL's PAT: one GPU per node). The
+  calculator asks collectives.py for its textbook algorithms too (``textbook=True``; the training
+  model does not): on a ``switch``, where any two GPUs are directly connected (seed doc 003 sec.
+  3.2 and glossary), the one-shot ``direct`` ones (all-reduce in 2 steps, all-gather and
+  reduce-scatter in 1, broadcast and reduce in 2); on a ``tree``, each GPU linked to its parent and
+  children, the seed's unpipelined tree all-reduce (sec. 4.2) instead of NCCL's double binary tree,
+  whose second tree would need links a physical tree lacks. So the two topologies differ: a switch
+  offers ring, NCCL's tree, the unpipelined tree and direct; a tree offers ring and the unpipelined
+  tree for an all-reduce, no one-shot algorithm (not every pair of GPUs is linked). Each tree link
+  carries B per direction (a ring along the tree's Euler tour uses each directed link once, so
+  rings get the full B). Its all-to-all is bound by its bisection, one link (GPU i linked to
+  (i-1)//2: the link cutting off m GPUs carries m(n-m)/n of S, Leighton 1992 ch. 1), and recursive
+  halving / doubling is not offered for all-gather / reduce-scatter (its first step sends n/4 of S
+  through that one link: it needs a switch's full bisection); the binomial broadcast is, as a
+  broadcast down the tree itself (depth floor(log2 n), no link shared in a step) is no slower.
 * ``hierarchical`` (``--gpus-per-node G``): ``intra`` an NVSwitch-like switch of G GPUs at
   --bandwidth / --latency, ``inter`` the --network-topology at --network-bandwidth / -latency.
 * ``--cluster NAME``: ``fabric_from_cluster`` (catalog bandwidths times their efficiencies),
   the group placed on whole scale-up domains as ``costmodel.placement.group_span`` places DP.
 
-Steps and bytes are read off the model rather than written again: with the algorithm fixed,
-every time it returns is a sum of ``steps_L * alpha_L`` and ``bytes_L / B_L`` terms over the levels
-L (Hockney's alpha-beta model), the bytes of levels that work at once under a max; so
-``steps_L = dt/d(alpha_L)`` and ``bytes_L = dt/d(1/B_L)``. Then ``t = sum(steps_L * alpha_L) +
-sum(bytes_L / B_L)``, except where two levels tie for the slowest: both count in full.
+Steps and charged bytes are read off the model rather than written again: with the algorithm
+fixed, every time it returns is a sum of ``steps_L * alpha_L`` and ``bytes_L / B_L`` terms over the
+levels L (Hockney's alpha-beta model), the bytes of levels that work at once under a max; so
+``steps_L = dt/d(alpha_L)`` (an integer, taken as an exact secant) and ``bytes_L = dt/d(1/B_L)``
+("bytes at B": larger than what a GPU sends where B is spread over several links). Then ``t =
+sum(steps_L * alpha_L) + sum(bytes_L / B_L)`` for levels one after the other, ``+ max(...)`` for
+levels at once (``levels_at_once``). What each GPU sends (``bytes_sent``, "bytes/GPU", seed doc
+003's 通信量) follows from the algorithm alone.
 """
 
 from __future__ import annotations
@@ -42,6 +60,7 @@ from costmodel.collectives import (
     LinkLevel,
     collective_time,
     fabric_from_cluster,
+    level_best,
     p2p_time,
     square_grid,
 )
@@ -73,9 +92,12 @@ BANDWIDTH_UNITS = "GB/s, MB/s, TB/s, GiB/s (bytes) or Gb/s, Gbps (bits), e.g. 40
 LATENCY_UNITS = "s, ms, us (or \u00b5s), ns, e.g. 2us"
 
 
-def _split(text: Optional[str], what: str, allowed: str, bare_ok: bool = False) -> tuple[float, str]:
+def _split(text: Optional[str], what: str, allowed: str, bare_ok: bool = False,
+           sign: str = "must be positive") -> tuple[float, str]:
     """(number, unit) of '400GB/s'; a bare number only where ``bare_ok`` (sizes: bytes)."""
     m = _NUMBER.match(text or "")
+    if not m and (text or "").strip()[:1] == "-" and _NUMBER.match((text or "").strip()[1:]):
+        raise PlannerInputError(f"{what} {text!r}: {sign} ({allowed})")
     if not m:
         raise PlannerInputError(f"{what} {text!r}: expected a number and a unit ({allowed})")
     if not m.group(2) and not bare_ok:
@@ -101,6 +123,14 @@ def _bit_scale(unit: str) -> Optional[float]:
         if unit.endswith(suffix) and unit[: -len(suffix)].lower() in _PREFIX:
             return _PREFIX[unit[: -len(suffix)].lower()] / 8.0
     return None
+
+
+def size_is_decimal(text: Optional[str]) -> bool:
+    """True when a size was typed in powers of 10 (KB, MB, GB, TB): it is then shown in them;
+    binary units (KiB...) and bare bytes are shown in powers of 2."""
+    m = _NUMBER.match(text or "")
+    unit = m.group(2) if m else ""
+    return unit.endswith("B") and unit[:-1].lower() in ("k", "m", "g", "t")
 
 
 def parse_size(text: Optional[str], what: str = "--size") -> float:
@@ -129,7 +159,7 @@ def parse_bandwidth(text: Optional[str], what: str = "--bandwidth") -> float:
 
 def parse_latency(text: Optional[str], what: str = "--latency") -> float:
     """Seconds: '2us' / '2\u00b5s' -> 2e-6, '1.5ms' -> 1.5e-3, '500ns' -> 5e-7."""
-    value, unit = _split(text, what, LATENCY_UNITS)
+    value, unit = _split(text, what, LATENCY_UNITS, sign="must be 0 or positive")
     if unit.lower() not in _LATENCY:
         raise PlannerInputError(f"{what} {text!r}: unknown unit '{unit}'; allowed {LATENCY_UNITS}")
     if value / _LATENCY[unit.lower()] > 1.0:
@@ -140,8 +170,11 @@ def parse_latency(text: Optional[str], what: str = "--latency") -> float:
 def parse_dims(text: str) -> tuple[int, int]:
     """'8x8' -> (8, 8): the X x Y grid of a 2-D mesh or torus."""
     m = re.match(r"^\s*(\d+)\s*[xX\u00d7*]\s*(\d+)\s*$", text)
-    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1 or int(m.group(1)) * int(m.group(2)) < 2:
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
         raise PlannerInputError(f"--dims {text!r}: expected X x Y, two positive integers, e.g. 8x8 or 4x2")
+    if int(m.group(1)) * int(m.group(2)) < 2:
+        raise PlannerInputError(f"--dims {text!r}: a grid of at least 2 cells (GPUs, or nodes with "
+                                "--topology hierarchical): a collective needs at least 2 GPUs, e.g. 2x1")
     return int(m.group(1)), int(m.group(2))
 
 
@@ -179,8 +212,14 @@ def parse_sweep(text: str) -> np.ndarray:
 # Formatting of quantities.
 
 
-def fmt_bytes(x: float) -> str:
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+_BINARY_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+_DECIMAL_UNITS = (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3))
+
+
+def fmt_bytes(x: float, decimal: bool = False) -> str:
+    """Bytes in powers of 2 (KiB...) or, with ``decimal``, of 10 (kB, MB...): the system the
+    user typed the size in (``size_is_decimal``)."""
+    for unit, scale in _DECIMAL_UNITS if decimal else _BINARY_UNITS:
         if x >= scale:
             return f"{x / scale:.4g} {unit}"
     return f"{x:.4g} B"
@@ -419,9 +458,27 @@ FORMULAS: dict[tuple[str, str, bool], tuple[str, str]] = {
         "t = (n-1)\u00b7\u03b1 + S/B: a pipelined chain from the root",
         "NCCL ring broadcast; nccl-tests doc/PERFORMANCE.md (broadcast busbw = algbw)"),
     ("tree", "all_reduce", False): (
-        "t = 2\u2308log2 n\u2309\u00b7\u03b1 + 2\u00b7S/B: reduce up a double binary tree and broadcast down, "
-        "pipelined, each GPU sending 2S (seed doc 003 sec. 4.2 writes the unpipelined 2\u2308log2 n\u2309(\u03b1 + S/B))",
-        f"{_SST}; {_NCCL} (tree algBw = busBw/2); seed doc 003 sec. 4.2 (L4 slide 36)"),
+        "t = 2\u230alog2 n\u230b\u00b7\u03b1 + 2\u00b7S/B: reduce up NCCL's double binary tree and broadcast down, "
+        "pipelined, each GPU sending 2S; depth log2i(n), rounded down, as NCCL's model (on a switch: any two GPUs "
+        "link, so both trees exist; the seed's unpipelined tree is unpipelined_tree)",
+        f"{_SST}; {_NCCL} (tree latency, algBw = busBw/2); src/include/utils.h (log2i)"),
+    ("unpipelined_tree", "all_reduce", False): (
+        "t = 2\u2308log2 n\u2309\u00b7(\u03b1 + S/B): reduce up a binary tree, then broadcast down, each of the "
+        "2\u2308log2 n\u2309 steps moving the whole message (unpipelined); on a physical tree (each GPU linked to "
+        "its parent and children) NCCL's second tree has no links, so this is its tree all-reduce",
+        "seed doc 003 sec. 4.2 (L4 slide 36)"),
+    ("direct", "all_reduce", False): (
+        "t = 2\u00b7\u03b1 + 2(n-1)/n \u00b7 S/B: one-shot reduce-scatter (each GPU sends its S/n block to each "
+        "of the n-1 others at once) then one-shot all-gather, 2 steps; a switch links any two GPUs directly",
+        f"seed doc 003 sec. 3.2 and glossary (switch: all-reduce in 2 steps); {_THAKUR} sec. 3.6 (pairwise)"),
+    ("direct", "gather", False): (
+        "t = \u03b1 + (n-1)/n \u00b7 S/B: one step, each GPU sending its S/n block to each of the n-1 others "
+        "at once over the switch",
+        f"seed doc 003 sec. 3.2 and glossary (switch: any two GPUs directly connected); {_THAKUR} sec. 3.6"),
+    ("direct", "broadcast", False): (
+        "t = 2\u00b7\u03b1 + 2(n-1)/n \u00b7 S/B: one-shot scatter of S/n blocks from the root, then one-shot "
+        "all-gather, 2 steps over the switch",
+        f"seed doc 003 sec. 3.2 (switch: few steps); van de Geijn; {_THAKUR} sec. 4.1"),
     ("tree", "gather", False): (
         "t = \u2308log2 n\u2309\u00b7\u03b1 + (n-1)/n \u00b7 S/B: recursive doubling (all-gather) or halving (reduce-scatter)",
         f"{_THAKUR} sec. 3.1, 3.3; NCCL PAT (one GPU per node)"),
@@ -429,8 +486,11 @@ FORMULAS: dict[tuple[str, str, bool], tuple[str, str]] = {
         "t = \u2308log2 n\u2309\u00b7(\u03b1 + S/B): binomial tree", f"{_THAKUR} sec. 4.1"),
     ("direct", "all_to_all", False): (
         "t = (n-1)\u00b7\u03b1 + max((n-1)/n \u00b7 S/B, bisection): pairwise exchange of S/n with every peer; on a "
-        "ring, mesh or torus the two halves also swap \u230an/2\u230b\u2308n/2\u2309/n \u00b7 S over the cut links",
-        f"{_THAKUR} sec. 3.6; {_BISECT}; seed doc 003 sec. 4.1 (CP all-to-all, L7)"),
+        "ring, mesh or torus the two halves also swap \u230an/2\u230b\u2308n/2\u2309/n \u00b7 S over the cut links; "
+        "on a tree (GPU i linked to (i-1)//2) over one link: the link cutting off m GPUs carries m(n-m)/n \u00b7 S, "
+        "the most even cut (n/4 \u00b7 S for n a power of 2) binds",
+        f"{_THAKUR} sec. 3.6; {_BISECT}; Leighton 1992 ch. 1 (a complete binary tree's bisection is 1 link); "
+        "seed doc 003 sec. 4.1 (CP all-to-all, L7) and glossary (full bisection: the switch)"),
     ("dims", "gather", False): (
         "t = (s_x + s_y)\u00b7\u03b1 + bandwidth term: one dimension after the other, half the data X then Y and "
         "half Y then X so all four links work; a dimension of g GPUs takes \u2308(g-1)/2\u2309 steps on a torus "
@@ -456,8 +516,9 @@ FORMULAS: dict[tuple[str, str, bool], tuple[str, str]] = {
         f"t = q(r-1)\u00b7\u03b11 + (q-1)\u00b7\u03b12 + {_SCALEUP_MAX}: a pipelined chain through all N GPUs",
         f"{_NCCL}; nccl-tests doc/PERFORMANCE.md"),
     ("tree", "all_reduce", True): (
-        f"t = 2[(r-1)\u00b7\u03b11 + \u2308log2 q\u2309\u00b7\u03b12 + {_SCALEUP_MAX}]: NCCL's tree, a chain inside "
-        "each domain and a double binary tree across domains", f"{_NCCL}; {_SST}"),
+        f"t = 2[(r-1)\u00b7\u03b11 + \u230alog2 q\u230b\u00b7\u03b12 + {_SCALEUP_MAX}]: NCCL's tree, a chain inside "
+        "each domain and a double binary tree across domains (NCCL's depth log2i(q), rounded down)",
+        f"{_NCCL}; src/include/utils.h (log2i); {_SST}"),
     ("tree", "broadcast", True): (
         "t = \u2308log2 q\u2309\u00b7(\u03b12 + S/B2) + the domain's best broadcast: a binomial tree across "
         "domains (one GPU each), then inside each domain", f"{_THAKUR} sec. 4.1"),
@@ -489,9 +550,12 @@ BUSBW_SOURCE = "nccl-tests doc/PERFORMANCE.md"
 
 def formula(setup: Setup, op: str, algorithm: str) -> tuple[str, str]:
     """(formula in words, its source) of ``algorithm`` for ``op`` on this setup."""
-    group = "gather" if op in ("all_gather", "reduce_scatter") else op
+    group = "gather" if op in ("all_gather", "reduce_scatter") else "broadcast" if op == "reduce" else op
     algo = "dims" if algorithm in _GRIDS else algorithm
     text, source = FORMULAS[(algo, group, setup.two_level and op != P2P)]
+    if op == "reduce":
+        text = f"{text} (reduce: this broadcast run backwards, sums where it copies: the same steps and bytes)"
+        source = f"{source}; {_THAKUR} sec. 4.2 (reduce)"
     if algorithm == "ring" and any(lvl.link.topology in _GRIDS for lvl in setup.levels):
         text = f"{text} ({RING_ON_GRID})"
     return text, source
@@ -503,11 +567,11 @@ def busbw_factor(op: str, n: int) -> tuple[float, str]:
         return 2.0 * (n - 1) / n, "2(n-1)/n"
     if op in ("all_gather", "reduce_scatter", "all_to_all"):
         return (n - 1) / n, "(n-1)/n"
-    return 1.0, "1"
+    return 1.0, "1"  # broadcast, reduce (PERFORMANCE.md: both 1) and one send/recv
 
 
 # ---------------------------------------------------------------------------------------------
-# Pricing one message (steps and bytes read off the model).
+# Pricing one message: steps and charged bytes read off the model, the bytes each GPU sends.
 
 
 def _with_level(fabric: Fabric, attr: str, **changes) -> Fabric:
@@ -520,41 +584,73 @@ def _with_level(fabric: Fabric, attr: str, **changes) -> Fabric:
 def _timer(setup: Setup, op: str, S, algorithm: str) -> Callable[[Fabric], np.ndarray]:
     """fabric -> seconds of ``op`` by ``algorithm`` (a name, never 'auto', so probes keep it)."""
     if op == P2P:
-        crosses = setup.n_nodes > 1  # the slowest hop of a group that spans domains
+        crosses = setup.n_nodes > 1  # a group that spans domains: the hop between two of them
         return lambda fab: p2p_time(S, crosses, fab)
-    return lambda fab: collective_time(op, S, setup.n_local, setup.n_nodes, fab, algorithm)[0]
+    return lambda fab: collective_time(op, S, setup.n_local, setup.n_nodes, fab, algorithm, textbook=True)[0]
 
 
-def _whole(x: float) -> float | int:
-    return int(round(x)) if abs(x - round(x)) < 1e-3 else x
+def _right_slope(f: Callable[[float], float], x0: float, t0: float) -> float:
+    """Slope of ``f`` just right of ``x0``, for ``f`` piecewise linear and concave in x (a sum of
+    x-linear terms and minima over inner algorithm choices). Secants over h and h/2 agree only
+    where ``f`` is linear on [x0, x0 + h] (concavity), so h starts at max(t0, x0), where float
+    rounding (~1e-16 t0 / h) is negligible, and shrinks until they agree."""
+    h = max(t0, x0) or 1.0
+    for _ in range(80):
+        whole = (f(x0 + h) - t0) / h
+        half = (f(x0 + h / 2) - t0) / (h / 2)
+        if abs(whole - half) <= 1e-9 * max(abs(whole), 1.0):
+            return whole
+        h /= 8.0
+    return half
 
 
-def read_terms(setup: Setup, timer: Callable[[Fabric], np.ndarray], t: float) -> tuple[dict, dict]:
-    """Per level: steps = dt/d(alpha) and bytes = dt/d(1/B), by small one-sided differences.
-
-    The time is piecewise linear in each alpha and 1/B with the algorithm fixed, so these are the
-    counts of the formula's alpha terms and the bytes its bandwidth terms charge at B (0 for a
-    level that works beside a slower one; both levels in full where they tie)."""
-    steps = {}
+def step_counts(setup: Setup, timer: Callable[[Fabric], np.ndarray], t: float) -> dict[str, int]:
+    """Per level: the number of alpha terms of the algorithm's formula, an integer: t is linear
+    in each alpha with the algorithm (and its inner choices) fixed, so steps_L = dt/d(alpha_L),
+    taken as an exact secant (``_right_slope``), never a difference lost in t's rounding."""
+    out = {}
     for lvl in setup.levels:
-        h = lvl.link.latency * 1e-3 or 1e-9
-        slower = _with_level(setup.fabric, lvl.attr, latency=lvl.link.latency + h)
-        steps[lvl.name] = _whole((float(timer(slower)) - t) / h)
-    # Bytes: first probed with every latency at 0. Beside the real latencies a change of 1e-6 of
-    # the transfer can be 1e-8 of t and lost to float rounding (1 B on 1024 GPUs read 2.00035 B; at
-    # a 1 s latency 0 B, "overlapped by the slower level" on a one-level topology). Zeroing the
-    # latencies can change a choice inside the algorithm (hierarchical's network part is the best
-    # of ring and tree), so those bytes are kept only when they rebuild t with the steps.
+        f = lambda x, lvl=lvl: float(timer(_with_level(setup.fabric, lvl.attr, latency=x)))
+        out[lvl.name] = int(round(_right_slope(f, lvl.link.latency, t)))
+    return out
+
+
+def levels_at_once(setup: Setup, op: str, algorithm: str) -> bool:
+    """True where the two levels move their bytes at the same time, the transfer being the slower
+    level's (collectives.py: one ring through every GPU, NCCL's tree, the all-to-all's pairwise
+    exchange); False where one level's part follows the other's (hierarchical, the tree
+    broadcast)."""
+    return setup.two_level and (algorithm in ("ring", "direct") or (algorithm == "tree" and op == "all_reduce"))
+
+
+def charged_bytes(setup: Setup, op: str, algorithm: str, timer: Callable[[Fabric], np.ndarray], t: float,
+                  steps: dict) -> dict[str, float]:
+    """Per level: the bytes the transfer time charges at that level's B (dt/d(1/B_L)): what the
+    busiest GPU sends where B is one port's, more where B is spread over several links (ring, mesh,
+    torus) or the bisection binds. Levels at once: each level's own, its bytes / B_L being the
+    time it would take alone (the transfer is the largest of them)."""
     f = setup.fabric
     no_latency = {attr: dataclasses.replace(getattr(f, attr), latency=0.0) for attr in ("intra", "inter")}
     if f.intra is f.inter:
         no_latency["inter"] = no_latency["intra"]
-    flat = _bytes_probe(setup, timer, dataclasses.replace(f, **no_latency), 1e-4, 11)
+    flat = dataclasses.replace(f, **no_latency)
+    if levels_at_once(setup, op, algorithm):
+        out = {}
+        for lvl in setup.levels:  # the other level made 1e12 times faster: this one is the max
+            other = "inter" if lvl.attr == "intra" else "intra"
+            alone = _with_level(flat, other, bandwidth=getattr(flat, other).bandwidth * 1e12)
+            out[lvl.name] = _bytes_probe(setup, timer, alone, 1e-4, 11)[lvl.name]
+        return out
+    # First probed with every latency at 0: beside the real latencies a change of 1e-6 of the
+    # transfer can be 1e-8 of t and lost to float rounding. Zeroing the latencies can change a
+    # choice inside the algorithm (hierarchical's network part is the best of ring and tree), so
+    # those bytes are kept only when they rebuild t with the steps.
+    nbytes = _bytes_probe(setup, timer, flat, 1e-4, 11)
     latency = sum(steps[lvl.name] * lvl.link.latency for lvl in setup.levels)
-    transfer = sum(flat[lvl.name] / lvl.bandwidth for lvl in setup.levels)
+    transfer = sum(nbytes[lvl.name] / lvl.bandwidth for lvl in setup.levels)
     if abs(latency + transfer - t) <= 1e-9 * t:
-        return steps, flat
-    return steps, _bytes_probe(setup, timer, f, 1e-6, 9)
+        return nbytes
+    return _bytes_probe(setup, timer, f, 1e-6, 9)
 
 
 def _bytes_probe(setup: Setup, timer: Callable[[Fabric], np.ndarray], fabric: Fabric, d: float, digits: int) -> dict:
@@ -563,9 +659,65 @@ def _bytes_probe(setup: Setup, timer: Callable[[Fabric], np.ndarray], fabric: Fa
     t = float(timer(fabric))
     out = {}
     for lvl in setup.levels:
-        narrower = _with_level(fabric, lvl.attr, bandwidth=lvl.link.bandwidth / (1.0 + d))
-        out[lvl.name] = float(f"{(float(timer(narrower)) - t) * lvl.bandwidth / d:.{digits}g}")  # drop probe noise
+        narrower = _with_level(fabric, lvl.attr, bandwidth=getattr(fabric, lvl.attr).bandwidth / (1.0 + d))
+        B = getattr(fabric, lvl.attr).bandwidth / getattr(fabric, lvl.attr).oversubscription
+        out[lvl.name] = float(f"{(float(timer(narrower)) - t) * B / d:.{digits}g}")  # drop probe noise
     return out
+
+
+def _one_level_of(level: LinkLevel, n: int) -> Setup:
+    """One level of a setup as a setup of its own (the parts a composition runs there)."""
+    return Setup(Fabric(intra=level, inter=level, domain_size=1), 1, n, (Level("link", "inter", level, n),),
+                 level.topology, "")
+
+
+def bytes_sent(setup: Setup, op: str, algorithm: str, S: float) -> float:
+    """Bytes the busiest GPU sends (for a reduce: receives, the broadcast mirrored): seed doc 003
+    sec. 4's 通信量, its sends summed over the steps, whatever the links. With f = (n-1)/n over the N GPUs:
+    rings and the other bandwidth-optimal algorithms (one-shot, 2-D, recursive halving / doubling,
+    Patarasuk & Yuan 2009; Thakur et al. 2005) send f*S for all-gather / reduce-scatter, 2f*S for
+    all-reduce and scatter + all-gather broadcasts; a ring broadcast forwards S; NCCL's double
+    binary tree 2S (S/2 up and 2 x S/2 down as an inner node of one tree, S/2 up as a leaf of the
+    other); a binomial broadcast's root ceil(log2 n) x S; the seed's unpipelined tree the same
+    through its busiest node; an all-to-all f*S (pairwise), its 2-D form S per dimension times
+    (g-1)/g (store and forward). Compositions add their parts' sends."""
+    n = setup.gpus
+    f = (n - 1) / n
+    if op == P2P:
+        return S
+    if op == "reduce":
+        op = "broadcast"
+    gather = op in ("all_gather", "reduce_scatter")
+    if algorithm == "ring":
+        return S if op == "broadcast" else (2.0 if op == "all_reduce" else 1.0) * f * S
+    if algorithm in _GRIDS and op == "all_to_all":
+        lvl = setup.levels[0]
+        gx = min(n, lvl.link.dims[0]) if lvl.link.dims else square_grid(n)[0]
+        gy = math.ceil(n / gx)
+        return ((gx - 1) / gx + (gy - 1) / gy) * S
+    if algorithm == "direct" or algorithm in _GRIDS:
+        return f * S if gather or op == "all_to_all" else 2.0 * f * S
+    if algorithm == "unpipelined_tree":
+        return math.ceil(math.log2(n)) * S
+    if algorithm == "tree":
+        if op == "all_reduce":
+            return 2.0 * S
+        if gather:
+            return f * S
+        if not setup.two_level:
+            return math.ceil(math.log2(n)) * S
+        # Binomial across the domains (one GPU each), then the domain's best broadcast.
+        intra = setup.fabric.intra
+        inner = level_best("broadcast", S, intra, setup.n_local, setup.fabric.domain_size)
+        return (math.ceil(math.log2(setup.n_nodes)) * S
+                + bytes_sent(_one_level_of(intra, setup.n_local), "broadcast", inner, S))
+    if algorithm == "hierarchical":
+        r, q = setup.n_local, setup.n_nodes
+        part = S / r
+        inner = level_best(op, part, setup.fabric.inter, q)
+        within = (1.0 if gather else 2.0) * (r - 1) / r * S  # RS and / or AG (scatter) inside the domain
+        return within + bytes_sent(_one_level_of(setup.fabric.inter, q), op, inner, part)
+    raise ValueError(f"no send count for {algorithm} {op}")  # pragma: no cover - every pair above
 
 
 def applicable(setup: Setup, op: str, S) -> dict[str, np.ndarray]:
@@ -576,7 +728,7 @@ def applicable(setup: Setup, op: str, S) -> dict[str, np.ndarray]:
     for name in ALGORITHMS:
         if name == "hierarchical" and not setup.two_level:
             continue  # within one level it is that level's best algorithm: no column of its own
-        t = collective_time(op, S, setup.n_local, setup.n_nodes, setup.fabric, name)[0]
+        t = collective_time(op, S, setup.n_local, setup.n_nodes, setup.fabric, name, textbook=True)[0]
         if np.all(np.isfinite(t)):
             out[name] = t
     return out
@@ -589,10 +741,14 @@ def _nccl_ring_rule(setup: Setup, op: str) -> bool:
             and f.intra.topology in _SWITCHED and f.inter.topology in _SWITCHED)
 
 
-def _reason(setup: Setup, op: str, chosen: str, requested: str, alts: dict[str, float]) -> str:
+def _reason(setup: Setup, op: str, chosen: str, requested: str, alts: dict[str, float], S: float) -> str:
     if op == P2P:
-        hop = "the network hop (the slowest)" if setup.two_level else "one hop"
-        return f"one send/recv between neighbours: {hop}"
+        if not setup.two_level:
+            return "one send/recv between neighbours over the one link joining them"
+        across, within = float(alts[P2P]), float(p2p_time(S, False, setup.fabric))
+        than = "slower" if across > within else "faster" if across < within else "as fast"
+        return (f"one send/recv between neighbours in two {_domain_word(setup)}s, over the network; "
+                f"{than} than one inside a {_domain_word(setup)} ({fmt_time(within)})")
     best = min(alts, key=alts.get)
     if requested != "auto":
         extra = "" if best == chosen else f"; auto would pick {best} ({fmt_time(alts[best])})"
@@ -607,38 +763,61 @@ def _reason(setup: Setup, op: str, chosen: str, requested: str, alts: dict[str, 
     return f"the fastest for this size (auto; others: {others})"
 
 
+def _domain_word(setup: Setup) -> str:
+    return "domain" if setup.topology.startswith("cluster:") else "node"
+
+
 def _choose(setup: Setup, op: str, S: float, algorithm: str, alts: dict) -> tuple[float, str]:
     if op == P2P:
         return float(alts[P2P]), P2P
     if algorithm != "auto" and algorithm not in alts:
         allowed = ", ".join(alts)
         raise PlannerInputError(f"--algorithm {algorithm} does not apply to {op_label(op)} on this topology (allowed: auto, {allowed})")
-    t, code = collective_time(op, S, setup.n_local, setup.n_nodes, setup.fabric, algorithm)
+    t, code = collective_time(op, S, setup.n_local, setup.n_nodes, setup.fabric, algorithm, textbook=True)
     return float(t), ALGORITHMS[int(code)]
 
 
-def price(setup: Setup, op: str, S: float, algorithm: str = "auto") -> dict:
-    """Everything ``planner comm`` says about one message, as the JSON record it prints."""
+def price(setup: Setup, op: str, S: float, algorithm: str = "auto", decimal: bool = False) -> dict:
+    """Everything ``planner comm`` says about one message, as the JSON record it prints
+    (``decimal``: sizes were typed in powers of 10, and are printed so)."""
     alts = {name: float(t) for name, t in applicable(setup, op, S).items()}
     t, chosen = _choose(setup, op, S, algorithm, alts)
-    steps, nbytes = read_terms(setup, _timer(setup, op, S, chosen), t)
-    latency = sum(k * lvl.link.latency for k, lvl in zip(steps.values(), setup.levels))
+    timer = _timer(setup, op, S, chosen)
+    steps = step_counts(setup, timer, t)
+    charged = charged_bytes(setup, op, chosen, timer, t, steps)
+    latency = sum(steps[lvl.name] * lvl.link.latency for lvl in setup.levels)
     factor, rule = busbw_factor(op, setup.gpus)
     text, source = formula(setup, op, chosen)
     return {
-        "op": op, "size_bytes": S, "gpus": setup.gpus, "topology": setup.topology, "setup": setup.label,
+        "op": op, "size_bytes": S, "size_units": "decimal" if decimal else "binary",
+        "gpus": 2 if op == P2P else setup.gpus, "system_gpus": setup.gpus,
+        "topology": setup.topology, "setup": setup.label,
         "levels": [{"name": lvl.name, "topology": lvl.link.topology, "gpus": lvl.gpus,
                     "bandwidth_gbps": lvl.bandwidth / 1e9, "latency_s": lvl.link.latency,
                     "links_per_gpu": _links(lvl, setup.fabric)} for lvl in setup.levels],
         "algorithm": chosen, "requested_algorithm": algorithm,
-        "reason": _reason(setup, op, chosen, algorithm, alts),
+        "reason": _reason(setup, op, chosen, algorithm, alts, S),
         "time_s": t, "latency_s": latency, "transfer_s": t - latency,
-        "steps": steps, "bytes_per_gpu": nbytes,
+        "steps": steps,
+        "bytes_per_gpu": bytes_sent(setup, op, chosen, S),
+        "bytes_charged": charged, "levels_at_once": levels_at_once(setup, op, chosen),
         "algbw_gbps": S / t / 1e9, "busbw_gbps": S / t / 1e9 * factor,
         "busbw_factor": factor, "busbw_rule": rule,
         "formula": text, "source": source, "alternatives_s": alts,
+        "units": JSON_UNITS,
         **_p2p_within(setup, op, S),
     }
+
+
+JSON_UNITS = {
+    "*_gbps": "GB/s: 10^9 bytes per second (bytes, not bits)",
+    "*_s": "seconds",
+    "size_bytes, bytes_per_gpu, bytes_charged": "bytes",
+    "bytes_per_gpu": "what the busiest GPU sends (receives, for a reduce)",
+    "bytes_charged": "per level, the bytes the transfer time charges at that level's bandwidth",
+}
+"""The ``units`` entry of ``planner comm --json``: the catalog's ``*_gbps`` name (kept, cluster
+files use it) means gigaBYTES per second."""
 
 
 def _links(lvl: Level, fabric: Fabric) -> Optional[int]:
@@ -660,7 +839,7 @@ def _p2p_within(setup: Setup, op: str, S: float) -> dict:
 
 
 def _auto_code(setup: Setup, op: str, S):
-    return collective_time(op, S, setup.n_local, setup.n_nodes, setup.fabric)[1]
+    return collective_time(op, S, setup.n_local, setup.n_nodes, setup.fabric, textbook=True)[1]
 
 
 def crossovers(setup: Setup, op: str, sizes: np.ndarray, codes: np.ndarray) -> list[dict]:
@@ -680,20 +859,22 @@ def crossovers(setup: Setup, op: str, sizes: np.ndarray, codes: np.ndarray) -> l
     return out
 
 
-def sweep(setup: Setup, op: str, sizes: np.ndarray) -> dict:
+def sweep(setup: Setup, op: str, sizes: np.ndarray, decimal: bool = False) -> dict:
     """Seconds per applicable algorithm and auto's choice at every size (the JSON printed)."""
     columns = applicable(setup, op, sizes)
     if op == P2P:
         auto_t, names, cross = columns[P2P], [P2P] * len(sizes), []
     else:
-        auto_t, codes = collective_time(op, sizes, setup.n_local, setup.n_nodes, setup.fabric)
+        auto_t, codes = collective_time(op, sizes, setup.n_local, setup.n_nodes, setup.fabric, textbook=True)
         names, cross = [ALGORITHMS[int(c)] for c in codes], crossovers(setup, op, sizes, codes)
     factor, rule = busbw_factor(op, setup.gpus)
     rows = [{"size_bytes": float(S), "time_s": {a: float(t[i]) for a, t in columns.items()},
              "auto": {"algorithm": names[i], "time_s": float(auto_t[i]),
                       "algbw_gbps": float(S / auto_t[i] / 1e9), "busbw_gbps": float(S / auto_t[i] / 1e9 * factor)}}
             for i, S in enumerate(sizes)]
-    return {"op": op, "gpus": setup.gpus, "topology": setup.topology, "setup": setup.label,
+    return {"op": op, "gpus": 2 if op == P2P else setup.gpus, "system_gpus": setup.gpus,
+            "topology": setup.topology, "setup": setup.label,
+            "size_units": "decimal" if decimal else "binary", "units": JSON_UNITS,
             "algorithms": list(columns), "busbw_rule": rule,
             "nccl_ring_rule": NCCL_RING_RULE if _nccl_ring_rule(setup, op) else None,
             "rows": rows, "crossovers": cross}
@@ -716,41 +897,80 @@ def _per_level(rec: dict, values: dict, unit: Callable[[float, dict], str], join
     return joiner.join(parts) or "0"
 
 
-def _moved(rec: dict) -> str:
-    """The bytes line: per level, the bytes the transfer time charges at that level's B."""
+def _decimal(rec: dict) -> bool:
+    return rec.get("size_units") == "decimal"
+
+
+def _sent(rec: dict) -> str:
+    """The bytes/GPU line: what each GPU sends (seed doc 003's 通信量)."""
+    b = fmt_bytes(rec["bytes_per_gpu"], _decimal(rec))
+    if rec["op"] == P2P:
+        return f"{b}: the one message, sent by one GPU to the other"
+    who = "the root receives" if rec["op"] == "reduce" else "the busiest GPU sends"
+    # Summed over the steps: "data per step x steps" is false where the steps differ (recursive
+    # halving) or where a GPU sends in only some of them (the unpipelined tree's busiest GPU
+    # receives in its reduce steps and sends in its broadcast steps).
+    verb = "receives" if rec["op"] == "reduce" else "sends"
+    return f"{b}: what {who} in all (summed over the steps it {verb} in)"
+
+
+def _charged(rec: dict) -> str:
+    """The "bytes at B" line: per level, the bytes the transfer time charges at that level's B."""
+    dec = _decimal(rec)
     if rec["op"] == P2P:  # one message of S bytes over one link: its rate is S / transfer
         if not rec["transfer_s"] > 0:  # lost in the rounding of a latency many orders larger
-            return f"{fmt_bytes(rec['size_bytes'])} over one link (its transfer time vanishes next to the latency)"
-        return f"{fmt_bytes(rec['size_bytes'])} over one link at {rec['size_bytes'] / rec['transfer_s'] / 1e9:.4g} GB/s"
-    # ", ": levels may move their bytes one after the other (hierarchical) or at once (rings).
-    moved = _per_level(rec, rec["bytes_per_gpu"], lambda b, lvl: f"{fmt_bytes(b)} at {lvl['bandwidth_gbps']:.4g} GB/s", ", ")
-    hidden = [n for n, b in rec["bytes_per_gpu"].items() if b == 0 and rec["steps"].get(n)]
-    if hidden:
-        moved += f"; {', '.join(hidden)}: overlapped by the slower level"
+            return f"{fmt_bytes(rec['size_bytes'], dec)} over one link (its transfer time vanishes next to the latency)"
+        return f"{fmt_bytes(rec['size_bytes'], dec)} over one link at {rec['size_bytes'] / rec['transfer_s'] / 1e9:.4g} GB/s"
+    levels = {lvl["name"]: lvl for lvl in rec["levels"]}
+    if rec["levels_at_once"]:
+        parts = [f"{fmt_bytes(b, dec)} at {levels[name]['bandwidth_gbps']:.4g} GB/s ({name}, "
+                 f"{fmt_time(b / (levels[name]['bandwidth_gbps'] * 1e9))})" for name, b in rec["bytes_charged"].items()]
+        moved = (f"{' and '.join(parts)}, at the same time: the transfer is the slower level's, "
+                 f"{fmt_time(rec['transfer_s'])}, not the sum")
+    else:
+        joiner = " then " if len(rec["bytes_charged"]) > 1 else ""
+        moved = _per_level(rec, rec["bytes_charged"],
+                           lambda b, lvl: f"{fmt_bytes(b, dec)} at {lvl['bandwidth_gbps']:.4g} GB/s", joiner)
+        hidden = [n for n, b in rec["bytes_charged"].items() if b == 0 and rec["steps"].get(n)]
+        if hidden:
+            moved += f"; {', '.join(hidden)}: overlapped by the slower level"
     shared = sorted({(lvl["topology"], lvl["links_per_gpu"]) for lvl in rec["levels"] if lvl["links_per_gpu"]})
     if shared:
         counts, names = " / ".join(str(k) for _, k in shared), " / ".join(t for t, _ in shared)
-        moved += (f" (B is a GPU's total over its {counts} {names} "
-                  "links: traffic that one link or the bisection limits counts more bytes than it sends)")
+        moved += (f"; B is a GPU's total over its {counts} {names} links, so traffic that one link or the "
+                  "bisection limits is charged more bytes than the GPU sends")
+    elif rec["op"] == "all_to_all" and any(lvl["topology"] == "tree" for lvl in rec["levels"]) and len(rec["levels"]) == 1:
+        moved += ("; the tree's halves swap their data over the one link joining them (its bisection), so it "
+                  "is charged more bytes than a GPU sends")
+    elif rec["algorithm"] == "unpipelined_tree":
+        moved += ("; its busiest GPU receives the whole message in each reduce step and sends it in each "
+                  "broadcast step, one after the other")
     return moved
+
+
+def _where(rec: dict) -> str:
+    if rec["op"] == P2P:
+        return f"between 2 GPUs of {rec['setup']}"
+    return f"on {rec['setup']}"
 
 
 def format_single(rec: dict) -> str:
     S = rec["size_bytes"]
     steps = _per_level(rec, rec["steps"], lambda k, lvl: f"{k} x {fmt_time(lvl['latency_s'])}")
+    busbw = (f"{rec['busbw_gbps']:.4g} GB/s = algbw (one send over one link)" if rec["op"] == P2P else
+             f"{rec['busbw_gbps']:.4g} GB/s = algbw x {rec['busbw_rule']}, n = {rec['gpus']} ({BUSBW_SOURCE})")
     lines = [
-        f"{op_label(rec['op'])} of {fmt_bytes(S)} ({S:,.0f} B) on {rec['setup']}",
+        f"{op_label(rec['op'])} of {fmt_bytes(S, _decimal(rec))} ({S:,.0f} B) {_where(rec)}",
         f"{'time':<12}{fmt_time(rec['time_s'])} = latency {fmt_time(rec['latency_s'])} + transfer {fmt_time(rec['transfer_s'])}",
         _wrap("algorithm", f"{rec['algorithm']}: {rec['reason']}"),
         f"{'steps':<12}{steps}",
-        _wrap("bytes/GPU", _moved(rec)),
+        _wrap("bytes/GPU", _sent(rec)),
+        _wrap("bytes at B", _charged(rec)),
         f"{'algbw':<12}{rec['algbw_gbps']:.4g} GB/s (size / time)",
-        f"{'busbw':<12}{rec['busbw_gbps']:.4g} GB/s = algbw x {rec['busbw_rule']}, n = {rec['gpus']} ({BUSBW_SOURCE})",
+        f"{'busbw':<12}{busbw}",
         _wrap("formula", rec["formula"]),
         _wrap("source", rec["source"]),
     ]
-    if "time_within_domain_s" in rec:
-        lines.insert(2, f"{'':<12}(inside one domain: {fmt_time(rec['time_within_domain_s'])})")
     return "\n".join(lines)
 
 
@@ -760,19 +980,23 @@ def _auto_meaning(res: dict) -> str:
 
 def format_sweep(res: dict) -> str:
     algos = res["algorithms"]
-    head = f"{'size':>10}" + "".join(f"{a:>14}" for a in algos) + f"{'auto':>14}  {'algorithm':<13}{'algbw':>8}{'busbw':>8}"
-    lines = [f"{op_label(res['op'])} on {res['setup']}",
-             f"time in \u00b5s per algorithm; auto = {_auto_meaning(res)}; algbw, busbw in GB/s "
-             f"(busbw = algbw x {res['busbw_rule']}, n = {res['gpus']}: {BUSBW_SOURCE})",
+    dec = _decimal(res)
+    width = max(14, *(len(a) + 2 for a in algos))
+    head = f"{'size':>10}" + "".join(f"{a:>{width}}" for a in algos) + f"{'auto':>14}  {'algorithm':<17}{'algbw':>8}{'busbw':>8}"
+    where = f"between 2 GPUs of {res['setup']}" if res["op"] == P2P else f"on {res['setup']}"
+    busbw = ("busbw = algbw: one send over one link" if res["op"] == P2P else
+             f"busbw = algbw x {res['busbw_rule']}, n = {res['gpus']}: {BUSBW_SOURCE}")
+    lines = [f"{op_label(res['op'])} {where}",
+             f"time in \u00b5s per algorithm; auto = {_auto_meaning(res)}; algbw, busbw in GB/s ({busbw})",
              head]
     for row in res["rows"]:
         auto = row["auto"]
-        lines.append(f"{fmt_bytes(row['size_bytes']):>10}" + "".join(f"{row['time_s'][a] * 1e6:>14.2f}" for a in algos)
-                     + f"{auto['time_s'] * 1e6:>14.2f}  {auto['algorithm']:<13}{auto['algbw_gbps']:>8.2f}{auto['busbw_gbps']:>8.2f}")
+        lines.append(f"{fmt_bytes(row['size_bytes'], dec):>10}" + "".join(f"{row['time_s'][a] * 1e6:>{width}.2f}" for a in algos)
+                     + f"{auto['time_s'] * 1e6:>14.2f}  {auto['algorithm']:<17}{auto['algbw_gbps']:>8.2f}{auto['busbw_gbps']:>8.2f}")
     if res["nccl_ring_rule"]:
         lines.append(f"note: {res['nccl_ring_rule']}")
     for c in res["crossovers"]:
-        lines.append(f"crossover: {c['from']} -> {c['to']} at {fmt_bytes(c['size_bytes'])} ({c['size_bytes']:,.0f} B)")
+        lines.append(f"crossover: {c['from']} -> {c['to']} at {fmt_bytes(c['size_bytes'], dec)} ({c['size_bytes']:,.0f} B)")
     if not res["crossovers"] and res["op"] != P2P:
         lines.append(f"no crossover in this range: {res['rows'][0]['auto']['algorithm']} throughout")
     return "\n".join(lines)
@@ -782,8 +1006,13 @@ def format_sweep(res: dict) -> str:
 # Plot (matplotlib, Agg; imported here only, so `planner --help` stays fast).
 
 
-def _size_ticks(lo: float, hi: float, every: Optional[int] = None) -> list[float]:
-    """Powers of 2 between lo and hi, every 1, 2, 5 or 10 (1 KiB, 1 MiB, 1 GiB...) octaves."""
+def _size_ticks(lo: float, hi: float, every: Optional[int] = None, decimal: bool = False) -> list[float]:
+    """Powers of 2 between lo and hi, every 1, 2, 5 or 10 (1 KiB, 1 MiB, 1 GiB...) octaves; with
+    ``decimal`` powers of 10, every 1 or 3 decades (1 kB, 1 MB, 1 GB...)."""
+    if decimal:
+        k0, k1 = math.ceil(math.log10(lo) - 1e-9), math.floor(math.log10(hi) + 1e-9)
+        step = every or (1 if k1 - k0 <= 6 else 3)
+        return [10.0**k for k in range(k0, k1 + 1) if k % step == 0]
     k0, k1 = math.ceil(math.log2(lo) - 1e-9), math.floor(math.log2(hi) + 1e-9)
     step = every or next(s for limit, s in ((8, 1), (16, 2), (20, 5), (math.inf, 10)) if k1 - k0 <= limit)
     return [2.0**k for k in range(k0, k1 + 1) if k % step == 0]
@@ -798,6 +1027,7 @@ def plot_sweep(res: dict, path: Path) -> None:
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
     sizes = [row["size_bytes"] for row in res["rows"]]
+    dec = _decimal(res)
     fig, ax = plt.subplots(figsize=(9, 5.5), layout="constrained")
     auto = [row["auto"]["time_s"] for row in res["rows"]]
     ax.loglog(sizes, auto, color="0.2", lw=7, alpha=0.18, solid_capstyle="round", label=f"auto ({_auto_meaning(res)})")
@@ -805,12 +1035,12 @@ def plot_sweep(res: dict, path: Path) -> None:
         ax.loglog(sizes, [row["time_s"][algo] for row in res["rows"]], marker="o", ms=3, lw=1.6, label=algo)
     for c in res["crossovers"]:
         ax.axvline(c["size_bytes"], color="0.35", ls="--", lw=1)
-        ax.annotate(f"{c['from']} \u2192 {c['to']}\n{fmt_bytes(c['size_bytes'])}", (c["size_bytes"], 0.97),
+        ax.annotate(f"{c['from']} \u2192 {c['to']}\n{fmt_bytes(c['size_bytes'], dec)}", (c["size_bytes"], 0.97),
                     xycoords=("data", "axes fraction"), ha="right", va="top", fontsize=9,
                     xytext=(-4, 0), textcoords="offset points")
-    ax.set_xticks(_size_ticks(sizes[0], sizes[-1]))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: fmt_bytes(x)))
-    ax.xaxis.set_minor_locator(FixedLocator(_size_ticks(sizes[0], sizes[-1], every=1)))
+    ax.set_xticks(_size_ticks(sizes[0], sizes[-1], decimal=dec))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: fmt_bytes(x, dec)))
+    ax.xaxis.set_minor_locator(FixedLocator(_size_ticks(sizes[0], sizes[-1], every=1, decimal=dec)))
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: fmt_time(y)))
     ax.set_xlabel("message size")
@@ -851,19 +1081,41 @@ def run_comm(args: CommArgs) -> str:
     plot = _plot_path(args)
     setup = build_setup(args)
     if args.sweep is None:
-        record = price(setup, op, parse_size(_require_size(args)), algorithm)
+        size = parse_size(_require_size(args))
+        _one_block_per_gpu(op, size, setup, "--size", args.size)
+        record = price(setup, op, size, algorithm, size_is_decimal(args.size))
         return json.dumps(record, indent=2) if args.as_json else format_single(record)
     if args.size is not None:
         raise PlannerInputError("--size and --sweep: give one (a message, or a range of them)")
     if algorithm != "auto":
         raise PlannerInputError(f"--algorithm {algorithm} with --sweep: a sweep prices every algorithm; leave it out")
-    res = sweep(setup, op, parse_sweep(args.sweep))
+    sizes = parse_sweep(args.sweep)
+    _one_block_per_gpu(op, float(sizes[0]), setup, "--sweep start", args.sweep.split("..")[0].strip())
+    res = sweep(setup, op, sizes, _sweep_is_decimal(args.sweep))
     if plot is not None:
         plot_sweep(res, plot)
         res["plot"] = str(plot)
     if args.as_json:
         return json.dumps(res, indent=2)
     return format_sweep(res) + (f"\nwrote {plot}" if plot is not None else "")
+
+
+def _sweep_is_decimal(text: str) -> bool:
+    """The sweep's sizes are shown in the system its start was typed in (its end's, for bare bytes)."""
+    start, _, rest = text.partition("..")
+    end = rest.partition(":")[0]
+    bare = _NUMBER.match(start) is not None and not _NUMBER.match(start).group(2)
+    return size_is_decimal(end if bare else start)
+
+
+def _one_block_per_gpu(op: str, size: float, setup: Setup, what: str, text: str) -> None:
+    """An all-gather's output, a reduce-scatter's input and an all-to-all's sends are split into one
+    block per GPU: at least one byte each."""
+    if op in ("all_gather", "reduce_scatter", "all_to_all") and size < setup.gpus:
+        whose = {"all_gather": "an all-gather's output", "reduce_scatter": "a reduce-scatter's input",
+                 "all_to_all": "what an all-to-all's GPU sends"}[op]
+        raise PlannerInputError(f"{what} {text}: {whose} holds one block per GPU, so at least "
+                                f"{setup.gpus:,} B on {setup.gpus:,} GPUs")
 
 
 def _require_size(args: CommArgs) -> str:

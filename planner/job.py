@@ -16,7 +16,7 @@ it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -29,9 +29,10 @@ __all__ = ["ExportTarget", "Job", "Outputs", "Priced", "Pricing", "ProblemReques
 class Pricing:
     """How the layout is priced: which constants, and which framework release runs it."""
 
-    calibration: Optional[Path] = None
-    """Calibration profile (TOML from ``planner calibrate``) whose fitted constants replace the
-    shipped ones; None: the shipped constants (``costmodel.calibration.DEFAULT``)."""
+    calibration: Any = None
+    """Calibration profile (TOML from ``planner calibrate``, or a
+    ``planner.calibration_use.AppliedCalibration``: what a ``--from`` record states) whose fitted
+    constants replace the shipped ones; None: the shipped constants (``costmodel.calibration.DEFAULT``)."""
     framework: Optional[str] = None
     """Framework release (``planner catalog frameworks``) whose profile sets the implementation
     options the user did not type; None: planner's defaults."""
@@ -55,6 +56,9 @@ class Outputs:
     run: Any = None
     """--train-tokens and the run settings (``costmodel.goodput.RunInputs``): add the whole-run block
     (failures, checkpoints, goodput, days, MWh, $); None: none."""
+    prices: Any = None
+    """--price-per-gpu-hour as typed (one number, or per GPU type: ``costmodel.goodput.parse_prices``):
+    the run block is costed at the evaluated GPU's price, which it must name (or give one for all)."""
 
 
 @dataclass(frozen=True)
@@ -109,11 +113,13 @@ def price(job: Job, layout: dict, annotations: Optional[dict] = None) -> Priced:
     from costmodel import evaluate
     from costmodel.calibration import DEFAULT
     from costmodel.record import result_record
-    from planner.calibration_profile import calibration_option
+    from planner.calibration_use import as_applied
     from planner.common import build_layout
     from search.rules import check_layout
 
-    calib = calibration_option(job.pricing.calibration) or DEFAULT
+    applied = as_applied(job.pricing.calibration)  # the file read once: what prices is what the record states
+    job = replace(job, pricing=replace(job.pricing, calibration=applied))
+    calib = applied.calib() if applied is not None else DEFAULT
     problem = job.problem
     setup = resolve(problem)
     layout = dict(layout)
@@ -144,15 +150,17 @@ def _apply_framework(pricing: Pricing, setup, layout: dict) -> Optional[dict]:
 
 def stamp(record: dict, job: Job, framework: Optional[dict] = None) -> dict:
     """Name what made ``record``: planner's version and the command (not for the Python API),
-    the calibration profile, the framework profile (its share of layers stated as the record
+    the calibration profile and its constants, the framework profile (its share of layers stated as the record
     states it, layers per stage)."""
     if job.outputs.command is not None:
         from planner.common import planner_version
 
         record["planner_version"] = planner_version()
         record["command"] = job.outputs.command
-    if job.pricing.calibration is not None:
-        record["calibration"] = str(job.pricing.calibration)
+    if job.pricing.calibration is not None:  # the profile's name and its constants: the record says what priced it
+        from planner.calibration_use import as_applied
+
+        as_applied(job.pricing.calibration).stamp(record)
     if framework is not None:
         settings = framework["settings"]
         if "recompute_share" in settings:

@@ -161,15 +161,43 @@ def price_recipe(result, recipe: dict, specs: tuple, gpus: int, problem: dict) -
     fits = rec["memory_gib"]["peak"] <= limit
     rec["memory_limit_gib"], rec["headroom_gib"] = limit, limit - rec["memory_gib"]["peak"]  # as search rows
     best = result.results[0]
-    rec["rank"] = result.rank_of(rec) if fits else None
+    left_out = _left_out(result, rec, res.batch, specs, problem) if fits else None
+    fits_ranked = fits and left_out is None  # ranked only among the layouts the search kept
+    rec["rank"] = result.rank_of(rec) if fits_ranked else None
     out.update(record=rec, fits=bool(fits), rank=rec["rank"], fitting=int(len(result.fitting_keys)),
                behind_best=rec["tokens_per_s_per_gpu"] / best["tokens_per_s_per_gpu"] - 1,
-               ties_best=bool(fits) and _overlaps(rec, best, result.objectives),
+               ties_best=bool(fits_ranked) and _overlaps(rec, best, result.objectives),
                outside_search=outside_search(rec["layout"], problem.get("pins") or {}),
                sampled=result.stats.get("method") == "optuna")
     if not fits:
         out["reason"] = f"needs {rec['memory_gib']['peak']:.1f} GiB per GPU, over the {limit:.1f} GiB limit"
+    elif left_out:
+        out["reason"] = left_out
     return out
+
+
+def _left_out(result, rec: dict, batch, specs: tuple, problem: dict):
+    """Why the search would have left the recipe's layout out of its ranking although it fits
+    (None: it ranks it): with ``--framework R``, no format that launches R writes it (the search's
+    domain, ``planner.export.domain``: its rows are checked the same way); with
+    ``--within-envelope``, a mechanism outside the validated envelope (``search.envelope``)."""
+    model, cluster, gpu = specs
+    domain = result.stats.get("domain")
+    if domain:
+        from planner.export.domain import launch_domain
+        from planner.frameworks.releases import get_release
+
+        launch = launch_domain(get_release(domain["release"]))
+        why = launch.refused(rec, model, cluster) if launch is not None else None
+        if why is not None:
+            return f"{domain['release']} cannot launch it (rule {why[0]})"
+    if result.stats.get("within_envelope"):
+        from search.envelope import LAYOUT, Job, columns_of, flags
+
+        outside = flags(Job(model, gpu, int(rec["gpus"]), int(problem["seq_len"])), columns_of(batch), scope=LAYOUT)
+        if outside:
+            return f"outside the validated envelope ({outside[0]['reason']})"
+    return None
 
 
 def _overlaps(rec: dict, best: dict, objectives) -> bool:

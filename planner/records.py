@@ -133,6 +133,19 @@ def _csv_records(path: Path, text: str) -> list[dict]:
                "gpus": _cell(OPTIONS_BY_NAME["tp"], row["gpus"], f"{where}: gpus"), "layout": layout}
         for key in ("step_time_s", "tokens_per_s_per_gpu", "mfu"):
             rec[key] = _number(row.get(key, ""), f"{where}: {key}")
+        if row.get("calibration"):  # the profile that priced the row and its constants (planner.calibration_use)
+            from planner.calibration_use import CONSTANTS_KEY, parse_csv_constants
+
+            rec["calibration"] = row["calibration"]
+            rec[CONSTANTS_KEY] = parse_csv_constants(row.get(CONSTANTS_KEY) or "", f"{where}: {CONSTANTS_KEY}")
+        if row.get("framework"):  # the --framework release that priced the row (planner.frameworks.releases)
+            from planner.frameworks.releases import RELEASES_BY_NAME
+
+            name = row["framework"].strip().lower()
+            if name not in RELEASES_BY_NAME:
+                raise PlannerInputError(f"{where}: framework {row['framework'][:40]!r} is not a framework release "
+                                        f"(allowed: {', '.join(RELEASES_BY_NAME)})")
+            rec["framework"] = {"name": name}
         out.append(rec)
     return out
 

@@ -125,6 +125,9 @@ class SweepSpec:
     tokens_per_batch: tuple = (None,)
     memory_headroom: float = 0.05
     allow_cross_node_tp: bool = False
+    calibration: Optional[dict] = None
+    """--calibration: {"profile": its path, "constants": name -> value} (``planner.calibration_use``),
+    stored with the study so every worker prices with the same constants; None: the shipped ones."""
 
     @property
     def size(self) -> int:
@@ -138,13 +141,27 @@ class SweepSpec:
         return {k: list(getattr(self, k)) for k in AXES}
 
     def to_dict(self) -> dict:
-        return {"version": 1, **self.grid(), "memory_headroom": float(self.memory_headroom),
-                "allow_cross_node_tp": bool(self.allow_cross_node_tp)}
+        d = {"version": 1, **self.grid(), "memory_headroom": float(self.memory_headroom),
+             "allow_cross_node_tp": bool(self.allow_cross_node_tp)}
+        if self.calibration is not None:  # absent when shipped: a study stored before keeps its fingerprint
+            d["calibration"] = self.calibration
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "SweepSpec":
         return cls(**{k: tuple(d[k]) for k in AXES}, memory_headroom=d["memory_headroom"],
-                   allow_cross_node_tp=d["allow_cross_node_tp"])
+                   allow_cross_node_tp=d["allow_cross_node_tp"], calibration=d.get("calibration"))
+
+    def applied_calibration(self):
+        """The ``AppliedCalibration`` every scenario is priced with (None: the shipped constants)."""
+        if self.calibration is None:
+            return None
+        from planner.calibration_use import AppliedCalibration
+
+        return AppliedCalibration.from_record({"calibration": self.calibration["profile"],
+                                               "calibration_constants": self.calibration["constants"],
+                                               "calibration_fitted_gpus": self.calibration.get("fitted_gpus")},
+                                              "the sweep's stored calibration")
 
     def describe(self) -> str:
         counts = [(len(getattr(self, k)), label) for k, label in (
@@ -156,7 +173,7 @@ class SweepSpec:
 
 def build_spec(model: str, gpus: str, gpu: str, seq_len: Optional[str] = None, gbs: Optional[str] = None,
                tokens_per_batch: Optional[str] = None, memory_headroom: float = 0.05,
-               allow_cross_node_tp: bool = False) -> SweepSpec:
+               allow_cross_node_tp: bool = False, calibration=None) -> SweepSpec:
     """A SweepSpec from the option strings; PlannerInputError (one line) on bad input."""
     from costmodel.options import OPTIONS_BY_NAME, TOKENS_PER_BATCH
     from search.api import MEMORY_HEADROOM, parse_gpu_counts
@@ -171,11 +188,25 @@ def build_spec(model: str, gpus: str, gpu: str, seq_len: Optional[str] = None, g
         gbs=tuple(parse_int_list("--gbs", gbs, OPTIONS_BY_NAME["gbs"])),
         tokens_per_batch=tuple(parse_int_list("--tokens-per-batch", tokens_per_batch, TOKENS_PER_BATCH)),
         memory_headroom=memory_headroom, allow_cross_node_tp=bool(allow_cross_node_tp),
+        calibration=_calibration(calibration),
     )
     if spec.size > MAX_SCENARIOS:
         raise PlannerInputError(f"the sweep has {spec.size:,} scenarios (at most {MAX_SCENARIOS:,}); narrow an axis")
     _check_batches(spec)
     return spec
+
+
+def _calibration(path) -> Optional[dict]:
+    """--calibration PROFILE as the spec stores it: its path and constants (checked, one-line errors)."""
+    if path is None:
+        return None
+    from planner.calibration_use import AppliedCalibration
+
+    applied = AppliedCalibration.from_path(path)
+    out = {"profile": applied.profile, "constants": dict(applied.constants)}
+    if applied.fitted_gpus:  # the GPU types of the profile's runs: the output warns on others
+        out["fitted_gpus"] = list(applied.fitted_gpus)
+    return out
 
 
 def _check_batches(spec: SweepSpec) -> None:
@@ -190,36 +221,6 @@ def _check_batches(spec: SweepSpec) -> None:
             if small:
                 raise PlannerInputError(f"--tokens-per-batch {small[0]} is smaller than one sequence of {s} tokens "
                                         f"({m}); allowed: at least the sequence length")
-
-
-def parse_prices(text: Optional[str], gpu_types=()) -> dict:
-    """``"2.5"`` -> {"*": 2.5}; ``"h100=2.5,b200=4"`` -> per GPU type (canonical names), "*" for the rest.
-    ``gpu_types``: the sweep's GPU types (canonical names); a price for another type, or one given
-    twice, is refused (it would be dropped without a word)."""
-    from search.api import PRICE_PER_GPU_HOUR
-
-    if text is None or str(text).strip() == "":
-        return {}
-    prices = {}
-    for part in str(text).replace(" ", "").split(","):
-        name, _, value = part.rpartition("=")
-        try:
-            if "=" in name:  # 'h100=2.5 b200=3': two prices run together, not a GPU named 'h100=2.5b200'
-                raise ValueError
-            price = float(value)
-        except ValueError:
-            raise PlannerInputError(f"--price-per-gpu-hour {text!r} is not understood (allowed: USD per GPU-hour "
-                                    f"> 0, e.g. 2.5, or per GPU type h100=2.5,b200=4.2)") from None
-        price = PRICE_PER_GPU_HOUR.parse(price, where=f"--price-per-gpu-hour {name}" if name else "")
-        key = _gpu_name(name) if name else "*"
-        if key in prices:
-            raise PlannerInputError(f"--price-per-gpu-hour {text!r}: {name or 'a price for every GPU type'} given "
-                                    f"twice; allowed: one price per GPU type")
-        if gpu_types and key != "*" and key not in gpu_types:
-            raise PlannerInputError(f"--price-per-gpu-hour {name}={value}: {key} is not a GPU type of this sweep "
-                                    f"(allowed: {', '.join(gpu_types)})")
-        prices[key] = price
-    return prices
 
 
 # -------------------------------------------------------------------------------- claim protocol
@@ -333,6 +334,10 @@ def open_sweep(spec: Optional[SweepSpec], storage: Optional[str] = None, study_n
     name = study_name or "planner-sweep"
     if spec is None:
         spec = _stored_spec(store, name)
+    if (report or {}).get("prices"):  # a price for a type the sweep lacks is refused before it is stored
+        from costmodel.goodput import parse_prices
+
+        parse_prices(report["prices"], spec.gpu, "this sweep")
     sampler = _grid_sampler(spec)
     fingerprint = {**spec.to_dict(), "grid_order": _grid_order(sampler)}
     if report_only and storage is not None:  # read what is there: create no study
@@ -395,8 +400,12 @@ def run_scenario(spec: SweepSpec, params: dict) -> dict:
         problem = ProblemRequest(params["model"], params["gpus"], params["gpu"], gbs=params["gbs"],
                                  seq_len=params["seq_len"], tokens_per_batch=params["tokens_per_batch"],
                                  allow_cross_node_tp=spec.allow_cross_node_tp)
+        applied = spec.applied_calibration()
         res = search(SearchRequest(problem, SearchOptions(method="exhaustive", memory_headroom=spec.memory_headroom,
-                                                          look_around=False), Ranking(top=1)))
+                                                          look_around=False), Ranking(top=1),
+                                   applied.calib() if applied is not None else None))
+        if applied is not None and res.best is not None:
+            applied.stamp(res.best)  # the scenario's record says which constants priced it
     except PlannerInputError as err:
         out.update(status="invalid", reason=str(err))
     except Exception as err:  # a scenario that breaks the cost model must not stop the sweep
@@ -578,7 +587,7 @@ def add_costs(rows: list[dict], train_tokens: Optional[float], prices: dict, run
     (``costmodel.goodput.run_block``: failures, checkpoints, restarts, goodput, energy) and
     run_time_s (wall time with goodput), goodput, energy_mwh and run_cost_usd, to the rows that
     found a layout, in place. ``run``: the ``RunInputs`` (None: their defaults)."""
-    from costmodel.goodput import RunInputs, run_block
+    from costmodel.goodput import RunInputs, price_for, run_block
     from hardware_catalog import default_cluster_for_gpu, get_gpu, get_model
 
     for row in rows:
@@ -586,7 +595,7 @@ def add_costs(rows: list[dict], train_tokens: Optional[float], prices: dict, run
         if not best:
             continue
         tps, gpus = best["tokens_per_s"], best["gpus"]
-        price = prices.get(row["scenario"]["gpu"], prices.get("*"))
+        price = price_for(prices, row["scenario"]["gpu"])
         if price:
             row["usd_per_mtok"] = gpus * price / 3600.0 / tps * 1e6
         if train_tokens:
@@ -679,10 +688,14 @@ class SweepResult:
 def run_sweep(spec: Optional[SweepSpec], *, storage: Optional[str] = None, study_name: Optional[str] = None,
               train_tokens: Optional[float] = None, prices: Optional[dict] = None, progress: bool = False,
               wait_s: float = DEFAULT_WAIT_S, report_only: bool = False, reclaim: bool = False,
-              run=None, objective: Optional[str] = None, min_scaling_efficiency: Optional[float] = None) -> SweepResult:
+              run=None, objective: Optional[str] = None, min_scaling_efficiency: Optional[float] = None,
+              run_flags: tuple = ()) -> SweepResult:
     """Create or join the sweep, work on it (unless ``report_only``), and collect the table.
     ``run``: ``costmodel.goodput.RunInputs`` for the run block; ``objective``: mark each
-    series' best GPU count by it (``OBJECTIVES``) and where adding GPUs stops paying."""
+    series' best GPU count by it (``OBJECTIVES``) and where adding GPUs stops paying;
+    ``run_flags``: the run-model flags typed, refused without a token budget (given or stored),
+    as they change nothing else the sweep reports."""
+    from costmodel.goodput import refuse_unused_run_settings
     from search.api import TRAIN_TOKENS
 
     if train_tokens is not None:
@@ -699,6 +712,8 @@ def run_sweep(spec: Optional[SweepSpec], *, storage: Optional[str] = None, study
                                     f"stops paying")
     if objective in ("time-to-train", "cost", "energy") and train_tokens is None and storage is None:
         raise PlannerInputError(f"--objective {objective} prices the whole run: give --train-tokens (e.g. 15T)")
+    if train_tokens is None and storage is None:
+        refuse_unused_run_settings(run_flags, "sweep", "--train-tokens")
     wait_s = WAIT.parse(wait_s)
     if wait_s < 0:
         raise PlannerInputError(f"--wait {wait_s}: must be >= 0 seconds")
@@ -706,6 +721,8 @@ def run_sweep(spec: Optional[SweepSpec], *, storage: Optional[str] = None, study
                                      report_only=report_only)
     if objective in ("time-to-train", "cost", "energy") and not report.get("train_tokens"):
         raise PlannerInputError(f"--objective {objective} prices the whole run: give --train-tokens (e.g. 15T)")
+    if not report.get("train_tokens"):  # a joined sweep's stored budget puts them to use
+        refuse_unused_run_settings(run_flags, "sweep", "--train-tokens")
     worker = WorkerStats()
     if reclaim:
         worker.reclaimed = reclaim_running(study)

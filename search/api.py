@@ -29,7 +29,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from costmodel.goodput import PRICE_PER_GPU_HOUR, TRAIN_TOKENS  # declared with the run model
+from costmodel.goodput import TRAIN_TOKENS, parse_prices  # declared with the run model
 from costmodel.layout import RECOMPUTE, check_implementation, parse_recompute_modules, recompute_modules_mask
 from costmodel.options import GPUS, OPTIONS_BY_NAME, Bound, resolve_batch
 from hardware_catalog.errors import PlannerInputError
@@ -278,8 +278,10 @@ def search(request: SearchRequest) -> SearchResult:
     inside the validated envelope (``search.envelope``). Every result carries an 80% interval,
     its envelope flags and ``ties_best``. ``ranking.run``: a ``costmodel.goodput.RunInputs`` (failures,
     checkpoints, restarts, power): whole-run time, cost and energy count the wall time with goodput
-    (default: its defaults when ranking by time-to-train, cost or energy). Raises ``PlannerInputError``
-    on bad input.
+    (default: its defaults when ranking by time-to-train, cost or energy). ``options.domain`` (a
+    ``--framework`` release's, ``planner.export.domain``): only layouts a format launching that
+    release writes are ranked; ``stats["domain"]`` counts what it left out, a typed value every
+    layout's refusal reads is bad input. Raises ``PlannerInputError`` on bad input.
     """
     job, opts, ranking, calib = request.problem, request.options, request.ranking, request.calib
     model, gpus, gpu, cluster = job.model, job.gpus, job.gpu, job.cluster
@@ -294,6 +296,8 @@ def search(request: SearchRequest) -> SearchResult:
     _check_ranking(rank_by, objective, pareto)
     model_spec = _resolve_model(model)
     hardware = _resolve_hardware(gpu, cluster)
+    # a price for every GPU type of the search, or per type (each row at its own GPU's price)
+    prices = parse_prices(price_per_gpu_hour, tuple(g.name for g, _ in hardware), "this search") or None
     counts = parse_gpu_counts(gpus)
     batch = resolve_batch(model_spec, job.seq_len, job.gbs, job.tokens_per_batch)
     gbs_v, seq_v = batch.gbs, batch.seq_len
@@ -327,10 +331,10 @@ def search(request: SearchRequest) -> SearchResult:
     problems = [
         Problem(model=model_spec, cluster=c, gpu=g, gpus=n, gbs=gbs_v, seq_len=seq_v, pins=pins_n,
                 allow_cross_node_tp=allow_cross_node_tp, stage_splits=stage_splits, implementation=impl,
-                recompute_modules=modules_mask, within_envelope=bool(within_envelope))
+                recompute_modules=modules_mask, within_envelope=bool(within_envelope), domain=opts.domain)
         for g, c in hardware for n in counts
     ]
-    objectives = Objectives(pareto=bool(pareto), price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
+    objectives = Objectives(pareto=bool(pareto), prices=prices, train_tokens=train_tokens,
                             rank=objective, run=_run_model(run, objective, train_tokens, model_spec, hardware))
     from search.ranking import pool_size
 
@@ -364,7 +368,11 @@ def search(request: SearchRequest) -> SearchResult:
                                   calib=calib)
     if auto is not None:
         stats["auto"] = {"layouts": auto.layouts, "predicted_seconds": auto.predicted_s, "limit_seconds": AUTO_SECONDS}
-    results, chosen_c = _top_records(pools, objectives, top, rank_by)
+    if opts.domain is not None and pools.evaluated and not pools.launchable:
+        _refuse_pinned(opts.domain, pools, {**{k: OPTIONS_BY_NAME[k].decode(c) for k, c in pins_n.items()},
+                                            **{k: v for k, v in settings.items() if k in opts.domain.typed}})
+    dropped: dict = {}
+    results, chosen_c = _top_records(pools, objectives, top, rank_by, opts.domain, dropped)
     specs = [(c.problem.model, c.problem.cluster, c.problem.gpu) for c in chosen_c]
     stats.update({
         "method_requested": method,
@@ -385,11 +393,19 @@ def search(request: SearchRequest) -> SearchResult:
         "rerank_pool": pool if rank_by == "p10" else None,
         "within_envelope": bool(within_envelope),
         "outside_envelope": pools.outside_envelope,
+        "prices": prices or {},
         "interval": _interval_provenance(),
     })
+    if opts.domain is not None:
+        stats["domain"] = {"release": opts.domain.release, "formats": list(opts.domain.formats),
+                           "left_out": pools.outside_domain, "rules": dict(pools.domain_rules),
+                           "rows_dropped": dropped, "launchable": pools.launchable,
+                           "rules_all": dict(pools.domain_rules_all)}
     if pareto:
         stats["objectives"] = list(objectives.names)
-        stats["pareto_front_size"] = len(pools.front)
+        # the points shown are drawn from: with a domain, those a launch format writes (the rest
+        # counted in rows_dropped, as only the front's rows are checked with --pareto)
+        stats["pareto_front_size"] = len(pools.front) - sum(dropped.values())
     closest, message = [], ""
     if not results:
         closest, message = _explain_nothing_fits(pools, stats, objectives, batch.origin,
@@ -423,14 +439,21 @@ def _check_ranking(rank_by: str, objective: str, pareto: bool) -> None:
         raise _err("--pareto shows a front, not a ranking: give it without --rank-by / --objective")
 
 
-def _top_records(pools, objectives: Objectives, top: int, rank_by: str) -> tuple[list[dict], list]:
-    """The result records (ranked, folded, with intervals and envelope flags) and their candidates."""
+def _top_records(pools, objectives: Objectives, top: int, rank_by: str, domain=None,
+                 dropped: Optional[dict] = None) -> tuple[list[dict], list]:
+    """The result records (ranked, folded, with intervals and envelope flags) and their candidates;
+    with a ``domain``, rows no launch format of the release writes are dropped for the next
+    (``_launchable_rows``), counted by rule in ``dropped``."""
     from search.ranking import Ranked, annotate, intervals, rank
 
     if objectives.pareto:
-        chosen = _spread(sorted(pools.front, key=lambda c: c.obj), top)
+        front = pools.front if domain is None else _shown_by(pools.front, domain, objectives,
+                                                             {} if dropped is None else dropped)
+        chosen = _spread(sorted(front, key=lambda c: c.obj), top)
         q = intervals(chosen)
         rows = [Ranked(c, q[:, i], c.key) for i, c in enumerate(chosen)]
+    elif domain is not None:
+        rows = _launchable_rows(pools.best, top, rank_by, domain, objectives, {} if dropped is None else dropped)
     else:
         rows = rank(pools.best, top, rank_by)
     records = []
@@ -439,6 +462,71 @@ def _top_records(pools, objectives: Objectives, top: int, rank_by: str) -> tuple
         annotate(rec, row, rows[0])
         records.append(rec)
     return records, [r.cand for r in rows]
+
+
+def _refused_rule(c, domain, objectives: Objectives, checked: dict):
+    """The rule by which every launch format of the release refuses candidate ``c`` (None: one
+    writes it), asked once per candidate (``checked``: id -> the exporters' answer)."""
+    if id(c) not in checked:
+        p = c.problem
+        checked[id(c)] = domain.refused(_record(c, objectives, 0), p.model, p.cluster)
+    return checked[id(c)][0] if checked[id(c)] else None
+
+
+def _shown_by(cands: list, domain, objectives: Objectives, dropped: dict) -> list:
+    """The candidates of a Pareto front that a launch format of the release writes; each refused one
+    is counted by its rule in ``dropped`` (the same check ``_launchable_rows`` makes on ranked rows)."""
+    kept, checked = [], {}
+    for c in cands:
+        rule = _refused_rule(c, domain, objectives, checked)
+        if rule is None:
+            kept.append(c)
+        else:
+            dropped[rule] = dropped.get(rule, 0) + 1
+    return kept
+
+
+def _launchable_rows(cands: list, top: int, rank_by: str, domain, objectives: Objectives, dropped: dict) -> list:
+    """The ``top`` rows of ``cands`` that a launch format of the release writes. The pools left out
+    what the formats' tables refuse (vectorized); the checks the exporters make beside their tables
+    (pipeline split, micro-batches, shapes) run here, on the rows about to be shown only, and a
+    refused row gives its place to the next (``dropped``: rule -> rows dropped)."""
+    from search.ranking import rank
+
+    cands, checked = list(cands), {}
+    while True:
+        rows = rank(cands, top, rank_by)
+        bad = []
+        for row in rows:
+            c = row.cand
+            rule = _refused_rule(c, domain, objectives, checked)
+            if rule is not None:  # removed from cands below, so counted once
+                dropped[rule] = dropped.get(rule, 0) + 1
+                bad.append(id(c))
+        if not bad:
+            return rows
+        cands = [c for c in cands if id(c) not in bad]
+
+
+def _refuse_pinned(domain, pools, given: dict) -> None:
+    """Every layout the search priced is one the release cannot launch: when the rules that left
+    them out read values the user typed (``given``: option -> value, of which those named in
+    ``domain.typed`` count), those values are bad input (one line, exit 2)."""
+    typed = {k: v for k, v in given.items() if k in domain.typed}
+    rules = sorted(pools.domain_rules_all, key=lambda r: -pools.domain_rules_all[r])
+    named = list(dict.fromkeys(k for r in rules for k in pools.domain_reads.get(r, ()) if k in typed))
+    if not named:
+        return
+    said = " ".join(f"{OPTIONS_BY_NAME[k].flag} {_shown(typed[k])}" for k in named)
+    top = next(r for r in rules if set(pools.domain_reads.get(r, ())) & set(named))
+    also = [r for r in rules if r != top]
+    others = f" (and {', '.join(also[:3])}{', ...' if len(also) > 3 else ''} for the rest)" if also else ""
+    raise PlannerInputError(f"{said}: {domain.release} cannot launch it: every format that launches it "
+                            f"({', '.join(domain.formats)}) refuses it{others}, {pools.domain_reasons[top]}")
+
+
+def _shown(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _interval_provenance() -> dict:
@@ -458,8 +546,15 @@ def _check_settings(method, sampler, top, trials, seed, memory_headroom, price, 
         if sampler not in SAMPLERS:
             raise _err(f"--sampler {sampler!r} is not allowed (allowed: {', '.join(SAMPLERS)})")
     return (TOP.parse(top), TRIALS.parse(trials), SEED.parse(seed), MEMORY_HEADROOM.parse(memory_headroom),
-            None if price is None else PRICE_PER_GPU_HOUR.parse(price),
+            price,  # read with the search's GPU types (costmodel.goodput.parse_prices)
             None if train_tokens is None else TRAIN_TOKENS.parse(train_tokens))
+
+
+def _formats_and_rules(domain: dict, counts: str, verb: str) -> str:
+    """"(megatron, torchrun, slurm; rule_a left out 12; rule_b left out 3)": the release's formats
+    and the three rules of ``domain[counts]`` that refused most."""
+    rules = sorted(domain[counts].items(), key=lambda kv: -kv[1])[:3]
+    return f"({', '.join(domain['formats'])}; " + "; ".join(f"{k} {verb}{v:,}" for k, v in rules) + ")"
 
 
 def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "",
@@ -469,9 +564,22 @@ def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "",
     the rules leave no layout for a single job (one GPU type and count), the line ends with the
     nearest batch sizes and GPU counts that have layouts; where layouts exist but none fits in
     memory, with the fewest GPUs at which one does (``search.nearest``)."""
+    domain = stats.get("domain")
+    if domain and pools.outside_domain and not pools.best:
+        return [], (f"no layout {domain['release']} can launch fits: all {pools.outside_domain:,} layouts that fit are "
+                    f"refused by every format that launches it {_formats_and_rules(domain, 'rules', 'left out ')}; "
+                    "search without --framework to see them")
+    if domain and domain["rows_dropped"] and pools.best:
+        return [], (f"none of the {len(pools.best):,} best layouts that fit is one {domain['release']} can launch: every "
+                    f"format that launches it refuses them {_formats_and_rules(domain, 'rows_dropped', '')}; "
+                    "search without --framework to see them")
+    if domain and not domain["launchable"] and stats.get("feasible", 0) and domain["rules_all"]:
+        return [], (f"no layout {domain['release']} can launch: every layout the rules leave is refused by every "
+                    f"format that launches it {_formats_and_rules(domain, 'rules_all', 'left out ')}")
     if pools.outside_envelope:
-        return [], (f"no layout inside the validated envelope fits: all {pools.outside_envelope:,} layouts that fit "
-                    f"lie outside it (drop --within-envelope to see them, flagged)")
+        launched = f" and {domain['release']} launches" if domain else ""  # the envelope filters what the domain kept
+        return [], (f"no layout inside the validated envelope fits: all {pools.outside_envelope:,} layouts that fit"
+                    f"{launched} lie outside it (drop --within-envelope to see them, flagged)")
     closest = []
     for i, c in enumerate(pools.closest):
         rec = _record(c, objectives, i + 1)

@@ -42,31 +42,37 @@ time with failures, checkpoints and restarts (``costmodel.goodput``) when ``run`
 class Objectives:
     """What the search minimizes. Single objective: ``rank`` (``RANK_OBJECTIVES``; ties: lower
     ZeRO stage, then lower memory). Pareto: time (step time, or whole-run time when
-    ``train_tokens``) against cost (when ``price_per_gpu_hour``: per step, or per run) or else
-    memory per GPU."""
+    ``train_tokens``) against cost (when ``prices``: per step, or per run) or else memory per GPU."""
 
     pareto: bool = False
-    price_per_gpu_hour: Optional[float] = None
+    prices: Optional[dict] = None
+    """USD per GPU-hour by GPU type (catalog name, "*" for the rest: ``costmodel.goodput
+    .parse_prices``); each layout is costed at its own GPU's price. None: no price."""
     train_tokens: Optional[float] = None
     rank: str = "step-time"
     run: Optional[object] = None
     """``costmodel.goodput.RunModel``: wall time / useful time at each GPU count (failures,
     checkpoints, restarts) and energy per GPU-second; None = useful time only."""
 
+    def price(self, gpu_name=None) -> Optional[float]:
+        """USD per GPU-hour of ``gpu_name`` (None: no price given)."""
+        from costmodel.goodput import price_for
+
+        return price_for(self.prices, gpu_name)
+
     def _wall(self, gpus, gpu_name=None):
         return 1.0 if self.run is None else self.run.factor(gpus, gpu_name)
 
     def rank_value(self, step_time_s, tokens_per_s, gpus, gpu_name=None):
         """The ranked quantity, lower is better (arrays or scalars): step time; GPU-seconds per
-        token (tokens-per-gpu); USD per token at ``price_per_gpu_hour`` (else GPU-hours per
-        token: the same order); seconds per token, times ``train_tokens`` when given; joules
+        token (tokens-per-gpu); USD per token at the GPU's price (else GPU-hours per token); seconds per token, times ``train_tokens`` when given; joules
         per token (energy). The last three in wall time when ``run`` is given."""
         if self.rank == "step-time":
             return step_time_s
         if self.rank == "tokens-per-gpu":
             return gpus / tokens_per_s
         if self.rank == "cost":
-            return gpus / tokens_per_s * (self.price_per_gpu_hour or 1.0) / 3600.0 * self._wall(gpus, gpu_name)
+            return gpus / tokens_per_s * (self.price(gpu_name) or 1.0) / 3600.0 * self._wall(gpus, gpu_name)
         if self.rank == "energy":
             watts = 1.0 if self.run is None else self.run.joules_per_gpu_second(gpu_name)
             return gpus / tokens_per_s * watts * self._wall(gpus, gpu_name)
@@ -75,20 +81,21 @@ class Objectives:
     @property
     def names(self) -> tuple[str, str]:
         t = "run_time_s" if self.train_tokens else "step_time_s"
-        if self.price_per_gpu_hour:
+        if self.prices:
             c = "run_cost_usd" if self.train_tokens else "cost_per_step_usd"
         else:
             c = "memory_gib"
         return t, c
 
-    def values(self, result, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(time objective, second objective) arrays for a BatchResult."""
+    def values(self, result, gpus: np.ndarray, gpu_name=None) -> tuple[np.ndarray, np.ndarray]:
+        """(time objective, second objective) arrays for a BatchResult of GPU type ``gpu_name``;
+        the run time in wall time (as ``extras`` reports it) when ``run`` is given."""
         step = np.asarray(result.step_time_s, dtype=np.float64)
         t = step
         if self.train_tokens:
-            t = self.train_tokens / np.asarray(result.tokens_per_s, dtype=np.float64)
-        if self.price_per_gpu_hour:
-            c = gpus * t * self.price_per_gpu_hour / 3600.0
+            t = self.train_tokens / np.asarray(result.tokens_per_s, dtype=np.float64) * self._wall(gpus, gpu_name)
+        if self.prices:
+            c = gpus * t * self.price(gpu_name) / 3600.0
         else:
             c = np.asarray(result.memory_gib["peak"], dtype=np.float64)
         return t, c
@@ -105,10 +112,11 @@ class Objectives:
             if self.run is not None:
                 out["goodput"] = 1.0 / wall
                 out["run_energy_mwh"] = gpus * run * self.run.joules_per_gpu_second(gpu_name) / 3.6e9
-        if self.price_per_gpu_hour:
-            out["cost_per_step_usd"] = gpus * step_time_s * self.price_per_gpu_hour / 3600.0
+        price = self.price(gpu_name)
+        if price:
+            out["cost_per_step_usd"] = gpus * step_time_s * price / 3600.0
             if self.train_tokens:
-                out["run_cost_usd"] = gpus * out["run_time_s"] * self.price_per_gpu_hour / 3600.0
+                out["run_cost_usd"] = gpus * out["run_time_s"] * price / 3600.0
         return out
 
 
@@ -184,6 +192,19 @@ class Pools:
     """Offer ZeRO-2 under a pipeline although the user did not ask (``_offered_zero``)."""
     outside_envelope: int = 0
     """Layouts counted in ``fits`` but left out by ``within_envelope``."""
+    outside_domain: int = 0
+    """Layouts counted in ``fits`` but left out because the ``--framework`` release's launch formats
+    all refuse them (``Problem.domain``)."""
+    launchable: int = 0
+    """Layouts the domain was asked about and kept: while 0, every layout is asked (also those that
+    do not fit), so that 0 at the end means the release launches none of them."""
+    domain_rules: dict = field(default_factory=dict)
+    """Rule -> layouts it left out (the first format's first refusal); with ``domain_reasons`` and
+    ``domain_reads`` (the options each rule's answer read)."""
+    domain_reasons: dict = field(default_factory=dict)
+    domain_reads: dict = field(default_factory=dict)
+    domain_rules_all: dict = field(default_factory=dict)
+    """Rule -> every layout asked about it left out, fitting or not."""
 
     def add(self, problem: Problem, result, limit: float) -> None:
         n = len(result)
@@ -195,6 +216,8 @@ class Pools:
         ok = ((peak <= limit) & np.isfinite(step) & _distinct_recompute(problem, result.batch)
               & _offered_zero(problem, result.batch, self.sharded_pipeline_grads))
         self.fits += int(ok.sum())
+        if problem.domain is not None:
+            ok = self._within_domain(problem, result.batch, ok)
         if problem.within_envelope:
             ok = self._within_envelope(problem, result.batch, ok)
         fit_idx = np.flatnonzero(ok)
@@ -213,7 +236,7 @@ class Pools:
             self.best.sort(key=lambda c: (c.key, int(c.result.batch.zero[0]), c.peak))
             del self.best[self.top:]
             if self.objectives.pareto:
-                a, b = self.objectives.values(result, gpus)
+                a, b = self.objectives.values(result, gpus, problem.gpu.name)
                 m = pareto_mask(a[fit_idx], b[fit_idx])
                 for i in fit_idx[m]:
                     c = self._cand(problem, result, int(i), step, peak, limit)
@@ -238,6 +261,32 @@ class Pools:
         keep = ok & inside(Job(problem.model, problem.gpu, problem.gpus, problem.seq_len), batch.columns())
         self.outside_envelope += int(ok.sum() - keep.sum())
         return keep
+
+    def _within_domain(self, problem: Problem, batch, ok: np.ndarray) -> np.ndarray:
+        """``ok`` less the layouts no launch format of the release writes (``Problem.domain``); asks
+        the domain about the fitting layouts, and about the others too until one is launchable."""
+        rows = np.flatnonzero(ok)
+        out = self._ask_domain(problem, batch, rows)
+        refused = np.zeros(len(batch), bool)
+        refused[rows] = out
+        if self.launchable == 0:
+            rest = np.flatnonzero(~ok)
+            refused[rest] = self._ask_domain(problem, batch, rest, count=False)
+        self.outside_domain += int((ok & refused).sum())
+        return ok & ~refused
+
+    def _ask_domain(self, problem: Problem, batch, rows: np.ndarray, count: bool = True) -> np.ndarray:
+        if len(rows) == 0:
+            return np.zeros(0, bool)
+        out = problem.domain.outside(batch.take(rows), problem.model, problem.cluster)
+        self.launchable += int((~out.mask).sum())
+        for rule, n in out.rules.items():
+            if count:
+                self.domain_rules[rule] = self.domain_rules.get(rule, 0) + n
+            self.domain_rules_all[rule] = self.domain_rules_all.get(rule, 0) + n
+            self.domain_reasons.setdefault(rule, out.reasons[rule])
+            self.domain_reads.setdefault(rule, out.reads[rule])
+        return out.mask
 
     @staticmethod
     def _cand(problem, result, i, step, peak, limit, key=None) -> Candidate:

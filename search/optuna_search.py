@@ -141,11 +141,13 @@ class _Cores:
         # the search does not offer must not steer the sampler towards its core.
         fit = ((peak <= limit) & np.isfinite(step) & _distinct_recompute(p, batch)
                & _offered_zero(p, batch, self.pools.sharded_pipeline_grads))
+        if p.domain is not None and fit.any():  # nor one the --framework release cannot launch
+            fit[fit] = ~p.domain.outside(batch.take(np.flatnonzero(fit)), p.model, p.cluster).mask
         if not fit.any():
             self.counters["no_fit_trials"] += 1
             return self._penalty(PENALTY_MEMORY + float(np.min(peak - limit)))
         if self.objectives.pareto:
-            a, b = self.objectives.values(result, batch.tp * batch.pp * batch.dp * batch.cp)
+            a, b = self.objectives.values(result, batch.tp * batch.pp * batch.dp * batch.cp, p.gpu.name)
             return float(np.min(a[fit])), float(np.min(b[fit]))
         return float(np.min(step[fit]))
 
@@ -255,6 +257,7 @@ def _create_study(problems, sampler, directions, storage, study_name, memory_hea
 
     if storage is None:
         return optuna.create_study(sampler=sampler, directions=directions)
+    from costmodel.goodput import prices_as_stored
     from search.storage import join_study, open_storage
 
     fingerprint = {
@@ -264,7 +267,9 @@ def _create_study(problems, sampler, directions, storage, study_name, memory_hea
                       "implementation": {k: str(v) for k, v in sorted(p.implementation.items())},
                       "recompute_modules": int(p.recompute_modules)} for p in problems],
         "memory_headroom": float(memory_headroom), "pareto": objectives.pareto,
-        "price_per_gpu_hour": objectives.price_per_gpu_hour, "train_tokens": objectives.train_tokens,
+        # one price for every GPU as a number, as studies stored before per-type prices name it
+        "price_per_gpu_hour": prices_as_stored(objectives.prices),
+        "train_tokens": objectives.train_tokens,
         "sampler": sampler_name or "",
     }
     return join_study(open_storage(storage), study_name or "planner-search", "planner_search", fingerprint,

@@ -72,6 +72,9 @@ class SearchOptions:
     """Fraction of each GPU's HBM kept free (0 to < 1)."""
     progress: Any = False
     """Report progress on stderr (True, False or a mode of ``planner search --progress``)."""
+    domain: Any = None
+    """What the ``--framework`` release can launch (``planner.export.domain.launch_domain``): layouts
+    every launch format of the release refuses are not ranked. None: every layout."""
     look_around: bool = True
     """When nothing fits, also search nearby jobs (batch sizes, GPU counts) to name the nearest that
     has a layout (``search.nearest``; up to a few seconds). A sweep, which reports every scenario
@@ -86,8 +89,11 @@ class Ranking:
     """Layouts reported (count)."""
     pareto: bool = False
     """Report the time vs memory front instead (vs cost with ``price_per_gpu_hour``)."""
-    price_per_gpu_hour: Optional[float] = None
-    """USD per GPU-hour: adds the cost per step (and of the run, with ``train_tokens``)."""
+    price_per_gpu_hour: Any = None
+    """USD per GPU-hour: a number for every GPU, or per GPU type as ``--price-per-gpu-hour`` takes it
+    (``"h100=2.5,b200=4"`` or {"h100": 2.5, "b200": 4}; ``costmodel.goodput.parse_prices``: every GPU
+    type of the search needs a price, none other may be named). Adds the cost per step (and of the
+    run, with ``train_tokens``), each layout at its own GPU's price."""
     train_tokens: Optional[float] = None
     """Tokens of the whole training run: adds its time (and cost)."""
     objective: str = "step-time"

@@ -140,6 +140,9 @@ class Problem:
     RECOMPUTE_MODULES; 1 = core_attn, Megatron's default)."""
     within_envelope: bool = False
     """Keep only layouts inside the validated envelope (``search.envelope``)."""
+    domain: Any = field(default=None, compare=False, repr=False)
+    """What the ``--framework`` release can launch (``planner.export.domain.LaunchDomain``: its
+    ``outside(batch, model, cluster)`` and ``refused(record, model, cluster)``); None: every layout."""
 
     @property
     def ctx(self) -> RuleContext:

@@ -102,7 +102,7 @@ def test_ring_all_reduce_8_gpus():
         assert rec["algorithm"] == "ring"
         assert rec["time_s"] == pytest.approx(want, rel=1e-12)
         assert rec["steps"] == {"link": 2 * (N - 1)}
-        assert rec["bytes_per_gpu"]["link"] == pytest.approx(2 * (N - 1) / N * M, rel=1e-8)
+        assert rec["bytes_charged"]["link"] == pytest.approx(2 * (N - 1) / N * M, rel=1e-8)
         assert rec["latency_s"] == pytest.approx(2 * (N - 1) * a, rel=1e-9)
 
 
@@ -116,9 +116,10 @@ def test_ring_all_gather():
 def test_tree_all_reduce_on_a_switch_is_pipelined():
     N, M, B, a = 12, 64 * 2**20, 100e9, 5e-6
     rec = price(one_level("switch", N), "all_reduce", M, "tree")
-    # double binary tree: 2 ceil(log2 N) steps, 2M through each GPU (collectives.py tree_ar)
-    assert rec["time_s"] == pytest.approx(2 * math.ceil(math.log2(N)) * a + 2 * M / B, rel=1e-12)
-    assert rec["steps"]["link"] == 8
+    # NCCL's double binary tree over N nodes of one GPU (tuning.cc): 2 log2i(N) steps, log2i the
+    # floor of log2 (src/include/utils.h): log2i(12) = 3 -> 6 steps; 2M through each GPU.
+    assert rec["time_s"] == pytest.approx(2 * 3 * a + 2 * M / B, rel=1e-12)
+    assert rec["steps"]["link"] == 6
 
 
 def test_recursive_doubling_all_gather_on_a_switch():
@@ -171,8 +172,8 @@ def test_hierarchical_all_reduce_per_level_steps_and_bytes():
     inter = 2 * (q - 1) * a2 + 2 * (q - 1) / q * (M / r) / B2
     assert rec["time_s"] == pytest.approx(intra + inter, rel=1e-12)
     assert rec["steps"] == {"scale-up": 2 * (r - 1), "network": 2 * (q - 1)}
-    assert rec["bytes_per_gpu"]["scale-up"] == pytest.approx(2 * (r - 1) / r * M, rel=1e-8)
-    assert rec["bytes_per_gpu"]["network"] == pytest.approx(2 * (q - 1) / q * M / r, rel=1e-8)
+    assert rec["bytes_charged"]["scale-up"] == pytest.approx(2 * (r - 1) / r * M, rel=1e-8)
+    assert rec["bytes_charged"]["network"] == pytest.approx(2 * (q - 1) / q * M / r, rel=1e-8)
 
 
 def test_all_gather_on_nvlink_and_a_switched_network_is_a_ring_as_in_nccl():
@@ -204,15 +205,16 @@ def test_conflicting_or_missing_options_say_which(kw, needle):
 # ---- sweep
 
 
-def test_sweep_finds_the_tree_to_ring_crossover_on_a_switch():
+def test_sweep_finds_the_tree_to_ring_crossover_on_a_tree():
     N, B, a = 64, 400e9, 2e-6
-    res = sweep(one_level("switch", N, "400GB/s", "2us"), "all_reduce", parse_sweep("1KiB..16GiB"))
-    assert res["algorithms"] == ["ring", "tree"]
-    assert res["rows"][0]["auto"]["algorithm"] == "tree" and res["rows"][-1]["auto"]["algorithm"] == "ring"
-    # ring 2(N-1)a + 2(N-1)/N S/B = tree 2 log2(N) a + 2S/B  ->  S* = N B (N-1-log2 N) a
+    res = sweep(one_level("tree", N, "400GB/s", "2us"), "all_reduce", parse_sweep("1KiB..16GiB"))
+    assert res["algorithms"] == ["ring", "unpipelined_tree"]
+    assert res["rows"][0]["auto"]["algorithm"] == "unpipelined_tree" and res["rows"][-1]["auto"]["algorithm"] == "ring"
+    # ring 2(N-1)a + 2(N-1)/N S/B = the seed's tree 2L(a + S/B), L = log2 N = 6
+    #   ->  S* = (N-1-L) a B / (L - (N-1)/N) = 57 * 2e-6 * 4e11 / (6 - 63/64) = 9.0916e6 B
     (cross,) = res["crossovers"]
-    assert (cross["from"], cross["to"]) == ("tree", "ring")
-    assert cross["size_bytes"] == pytest.approx(N * B * (N - 1 - math.log2(N)) * a, rel=1e-6)
+    assert (cross["from"], cross["to"]) == ("unpipelined_tree", "ring")
+    assert cross["size_bytes"] == pytest.approx(57 * a * B / (6 - 63 / 64), rel=1e-6)
 
 
 def test_sweep_algorithm_columns_follow_the_topology():
@@ -266,6 +268,8 @@ def test_steps_and_bytes_rebuild_the_time(op):
             rec = price(setup, op, S, algo)
             levels = {lvl["name"]: lvl for lvl in rec["levels"]}
             lat = sum(k * levels[name]["latency_s"] for name, k in rec["steps"].items())
-            bw = sum(b / (levels[name]["bandwidth_gbps"] * 1e9) for name, b in rec["bytes_per_gpu"].items())
+            each = [b / (levels[name]["bandwidth_gbps"] * 1e9) for name, b in rec["bytes_charged"].items()]
+            # levels at once: the transfer is the slower level's; one after the other: the sum
+            bw = max(each) if rec["levels_at_once"] else sum(each)
             assert lat + bw == pytest.approx(rec["time_s"], rel=1e-6), (S, algo)
             assert all(isinstance(k, int) for k in rec["steps"].values())

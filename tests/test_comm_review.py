@@ -37,15 +37,13 @@ def _one(topology, n, B, alpha):
 
 @pytest.mark.parametrize("S", [1.0, 16.0, 1024.0, 2.0**30])
 def test_bytes_per_gpu_exact_when_latency_dwarfs_transfer(S):
-    # 1024 GPUs on a switch, B 900 GB/s, a 5 us: the double binary tree wins at every size here
-    # (2*10 a + 2S/B against the ring's 2*1023 a + 2*1023/1024 S/B; the ring saves only
-    # S/B/512, at most 2.3 us for 1 GiB, while costing 10.1 ms more latency). Each GPU sends 2S
+    # 1024 GPUs on a switch, B 900 GB/s, a 5 us, NCCL's double binary tree: 2*10 a + 2S/B. Each GPU sends 2S
     # (Sanders, Speck & Traeff 2009; NCCL tuning.cc tree algBw = busBw/2). The probe used to read
     # 2.00035 B for S = 1 B (transfer 2e-12 s next to 100 us of latency).
-    rec = price(_one("switch", 1024, "900GB/s", "5us"), "all_reduce", S)
+    rec = price(_one("switch", 1024, "900GB/s", "5us"), "all_reduce", S, "tree")
     assert rec["algorithm"] == "tree"
     assert rec["steps"] == {"link": 20}
-    assert rec["bytes_per_gpu"] == {"link": 2 * S}
+    assert rec["bytes_charged"] == {"link": 2 * S}
 
 
 def test_one_level_bytes_not_lost_next_to_a_huge_latency():
@@ -54,7 +52,7 @@ def test_one_level_bytes_not_lost_next_to_a_huge_latency():
     # slower level" on a topology with one level.
     rec = price(_one("ring", 1000, "10TB/s", "0.9s"), "all_reduce", 1.0)
     assert rec["steps"] == {"link": 2 * 999}
-    assert rec["bytes_per_gpu"]["link"] == pytest.approx(2 * 999 / 1000, rel=1e-9)
+    assert rec["bytes_charged"]["link"] == pytest.approx(2 * 999 / 1000, rel=1e-9)
 
 
 def test_fully_connected_bytes_are_explained_like_ring_and_grid_links():
@@ -67,7 +65,7 @@ def test_fully_connected_bytes_are_explained_like_ring_and_grid_links():
     S = float(2**30)
     rec = price(build_setup(CommArgs(op="x", cluster="mi300x-8", gpus=2)), "all_reduce", S)
     assert rec["levels"][0]["links_per_gpu"] == 7
-    assert rec["bytes_per_gpu"]["scale-up"] == pytest.approx(7 * S, rel=1e-9)
+    assert rec["bytes_charged"]["scale-up"] == pytest.approx(7 * S, rel=1e-9)
     assert "its 7 fully_connected links" in format_single(rec)
     # On a switch there is no per-link split: no count, no note.
     sw = price(_one("switch", 8, "100GB/s", "2us"), "all_reduce", S)

@@ -80,11 +80,12 @@ def test_bridge_overrides_selective_recompute_clears_a_recipes_full_recompute(tm
 def test_a_format_whose_files_refuse_for_different_rules_names_every_rule(tmp_path):
     # --framework torchtitan-0.2 targets the TOML: the 0.3 command line is refused for its release
     # (torchtitan_cli_release) and the TOML for the layout (ZeRO-1: torchtitan_no_zero1). The error
-    # must name the layout's rule too, not only the first file's.
+    # must name the layout's rule too, not only the first file's, and first: the TOML is the file
+    # 0.2 reads, so its rule is why the layout cannot run (the search's domain names that one).
     rec = record(LLAMA3_8B, tp=2, dp=4, gbs=8, loss="eager", recompute="full")
     with pytest.raises(PlannerInputError) as err:
         export(rec, LLAMA3_8B, tmp_path, formats="torchtitan", options={"torchtitan_version": "0.2"})
-    assert str(err.value).endswith("(rule torchtitan_cli_release, torchtitan_no_zero1)")
+    assert str(err.value).endswith("(rule torchtitan_no_zero1, torchtitan_cli_release)")
 
 
 def _deepspeed_instruction(tmp_path, rec, model) -> str:

@@ -70,10 +70,12 @@ def test_search_applies_the_profile_to_every_candidate_and_keeps_what_it_cannot_
     data = json.loads(out)
     # 2021: no FlashAttention, per-tensor ZeRO-3 gathers, no Ulysses (DeepSpeed 0.10.2, 2023), no sequence
     # parallelism (Korthikanti et al., May 2022), selective recompute = core attention only; its
-    # pipeline engine runs one stage per rank (no interleaving).
+    # pipeline engine runs one stage per rank (no interleaving) and splits each send over the TP ranks
+    # (is_pipe_partitioned).
     assert data["stats"]["framework"]["settings"] == {"attention": "unfused", "vpp": 1, "zero3_gather": "blocking",
                                                       "cp": 1, "sequence_parallel": False,
-                                                      "recompute_modules": ["core_attn"]}
+                                                      "recompute_modules": ["core_attn"],
+                                                      "p2p_scatter_gather": True}
     assert all(r["layout"]["attention"] == "unfused" and r["layout"]["cp"] == 1 and r["layout"]["vpp"] == 1
                for r in data["results"])
     # torchtitan's selective needs layers per stage, which search does not take: not applied, said so.
@@ -113,10 +115,11 @@ def test_apply_framework_fills_untyped_options_only():
     layout = {"attention": "flash", "zero3_gather": "prefetch", "recompute": "full"}
     info = apply_framework(fw, layout, given={"attention"})
     # Typed attention kept; under full recompute no module set is applied; the untyped cp pinned to 1,
-    # one pipeline stage per rank and sequence parallelism off (2021).
+    # one pipeline stage per rank with sends split over the TP ranks, and sequence parallelism off (2021).
     assert layout == {"attention": "flash", "vpp": 1, "zero3_gather": "blocking", "recompute": "full", "cp": 1,
-                      "sequence_parallel": False}
-    assert info["settings"] == {"vpp": 1, "zero3_gather": "blocking", "cp": 1, "sequence_parallel": False}
+                      "sequence_parallel": False, "p2p_scatter_gather": True}
+    assert info["settings"] == {"vpp": 1, "zero3_gather": "blocking", "cp": 1, "sequence_parallel": False,
+                                "p2p_scatter_gather": True}
     assert info["overridden_by_flags"] == ["attention"]
 
 

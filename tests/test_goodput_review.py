@@ -73,7 +73,7 @@ def test_prices_run_together_are_refused(text):
     """Per-type prices are a comma list. Was: 'h100=2.5 b200=3' lost its space, split at the last
     '=' into the GPU name 'h100=2.5b200' (which the catalog's loose match reads as h100-sxm) and
     price 3: H100 hours priced at $3, not $2.5, without a word."""
-    from planner.sweep import parse_prices
+    from costmodel.goodput import parse_prices
 
     with pytest.raises(PlannerInputError, match="--price-per-gpu-hour .* is not understood") as err:
         parse_prices(text, ("b200", "h100-sxm"))

@@ -127,3 +127,85 @@ def test_pool_workers_leave_ctrl_c_to_the_parent():
         for pid in pids:
             os.kill(pid, signal.SIGINT)
         assert set(pool.map(_pid, range(4))) == pids  # the same workers, alive
+
+
+_THREAD_LEFT_RUNNING = """
+import sys, threading, time
+import planner.cli.main as cli
+
+def command():  # a library's non-daemon thread the interrupt caught mid-stop, then Ctrl-C
+    threading.Thread(target=time.sleep, args=(60,)).start()
+    raise KeyboardInterrupt
+
+cli.main = command
+sys.argv = ["planner", "search"]
+from planner.entry import main
+main()
+"""
+
+_CTRL_C_IN_A_FINALIZER = """
+import gc, sys, time
+import planner.cli.main as cli
+
+class Finalizer:
+    def __del__(self):  # where Python can only print "Exception ignored" and go on
+        raise KeyboardInterrupt
+
+def command():
+    Finalizer()
+    for _ in range(300):  # 3 s of work the lost interrupt should have stopped
+        time.sleep(0.01)
+
+cli.main = command
+sys.argv = ["planner", "search"]
+from planner.entry import main
+main()
+"""
+
+
+def test_an_interrupted_command_exits_although_a_library_thread_still_runs(tmp_path):
+    # CI once saw a sweep print "interrupted (Ctrl-C)" and then not exit for 90 s: Python waits for
+    # non-daemon threads at shutdown. Exit 130 comes at once; the thread sleeps 60 s.
+    started = time.monotonic()
+    res = subprocess.run([sys.executable, "-c", _THREAD_LEFT_RUNNING], capture_output=True, text=True, cwd=tmp_path,
+                         env=ENV, timeout=120)
+    assert res.returncode == 130, res.stderr
+    assert res.stderr.splitlines() == ["interrupted (Ctrl-C)"]
+    assert time.monotonic() - started < 30
+
+
+def test_ctrl_c_landing_in_a_finalizer_still_ends_the_command(tmp_path):
+    # The interrupt raised inside __del__ is "unraisable": it used to print "Exception ignored in ..."
+    # and the command ran to its end (exit 0).
+    res = subprocess.run([sys.executable, "-c", _CTRL_C_IN_A_FINALIZER], capture_output=True, text=True, cwd=tmp_path,
+                         env=ENV, timeout=120)
+    assert res.returncode == 130, res.stderr
+    assert res.stderr.splitlines() == ["interrupted (Ctrl-C)"]
+
+
+_THREAD_FAILS_AFTER_CTRL_C = """
+import sys, threading
+import planner.cli.main as cli
+from hardware_catalog.errors import mark_interrupted
+
+def command():  # Ctrl-C has arrived; a library thread then fails because of it (Optuna's heartbeat)
+    mark_interrupted()
+    worker = threading.Thread(target=lambda: 1 / 0)
+    worker.start()
+    worker.join()
+    raise KeyboardInterrupt
+
+cli.main = command
+sys.argv = ["planner", "search"]
+from planner.entry import main
+main()
+"""
+
+
+def test_a_library_thread_failing_after_ctrl_c_adds_no_traceback(tmp_path):
+    # Seen in the sweep interrupt test: "Exception in thread Thread-2 (_record_heartbeat): ...
+    # sqlite3.OperationalError: database is locked" before the one line.
+    res = subprocess.run([sys.executable, "-c", _THREAD_FAILS_AFTER_CTRL_C], capture_output=True, text=True,
+                         cwd=tmp_path, env=ENV, timeout=120)
+    assert res.returncode == 130, res.stderr
+    assert res.stderr.splitlines() == ["interrupted (Ctrl-C)"]

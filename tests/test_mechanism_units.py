@@ -379,16 +379,17 @@ def test_data_parallel_sharding_groups():
 
 
 def test_optimizer_step_bytes():
-    # ZeRO-1 over 8 ranks owns 1/8 of 1e9 dense parameters; Adam moves 34 B per owned parameter
-    # (grad, master, m, v read; master, m, v, BF16 weight written; grad read again for the norm)
-    # at the memory-bound share of HBM bandwidth.
+    # ZeRO-1 over 8 ranks owns 1/8 of 1e9 dense parameters; Megatron-Core's step moves 38 B per
+    # owned parameter (the norm reads the FP32 grad: 4; Adam reads grad, master, m, v and writes
+    # master, m, v: 28; the master is copied to the BF16 weight: 4 + 2) at the memory-bound share
+    # of HBM bandwidth.
     owned = owned_params(np.array([1, 0]), 1e9, 0.0, 8.0, 1.0)
     np.testing.assert_allclose(owned, [1.25e8, 1e9])
     ctx = _ctx(LLAMA_8B, tp=1, dp=8, zero=1)
     heavy = SimpleNamespace(dense=np.array([1e9]), expert=0.0)
     sh = SimpleNamespace(zero=np.array([1]), dense_shard=np.array([8.0]), expert_shard=np.array([1.0]))
     gpu = get_gpu(H100.gpu)
-    expected = 34 * 1.25e8 / (gpu.memory_bandwidth_gbps * 1e9 * DEFAULT.memory_bound_efficiency)
+    expected = (4 + 28 + 6) * 1.25e8 / (gpu.memory_bandwidth_gbps * 1e9 * DEFAULT.memory_bound_efficiency)
     assert optimizer_time(ctx, sh, heavy)[0] == pytest.approx(expected)
 
 

@@ -239,3 +239,31 @@ def test_a_failed_write_leaves_no_file(tmp_path, monkeypatch):
         plots.save_figure(fig, path)
     assert path.read_bytes() == b"old picture"
     assert [p.name for p in tmp_path.iterdir()] == ["eval.png"]
+
+
+def test_search_plot_prices_each_gpu_series_at_its_own_price(monkeypatch):
+    """`search --gpu h100,b200 --price-per-gpu-hour h100=2.5,b200=4 --plot`: the plot's per-type
+    searches each price one GPU type, so each gets that type's price (the whole map made the
+    h100 search refuse b200's price as not a GPU type of that search)."""
+    from types import SimpleNamespace
+
+    import search.api
+    from planner.reports.search import more_points
+    from search.request import ProblemRequest, Ranking, SearchRequest
+
+    asked = []
+
+    def fake_search(request):
+        asked.append((request.problem.gpu, request.ranking.pareto, request.ranking.price_per_gpu_hour))
+        return SimpleNamespace(results=[])
+
+    monkeypatch.setattr(search.api, "search", fake_search)
+    request = SearchRequest(ProblemRequest("llama3-8b", 64, "h100,b200"),
+                            ranking=Ranking(top=3, price_per_gpu_hour="h100=2.5,b200=4"))
+    result = SimpleNamespace(results=[object()], stats={"method": "exhaustive", "gpu_types": ["h100-sxm", "b200"],
+                                                        "gpu_counts": [64]})
+    more_points(request, result)
+    per_type = {gpu: price for gpu, pareto, price in asked if not pareto}
+    assert per_type == {"h100-sxm": 2.5, "b200": 4.0}
+    # The front spans both types: it keeps the whole map.
+    assert [price for _, pareto, price in asked if pareto] == ["h100=2.5,b200=4"]

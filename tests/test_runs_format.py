@@ -344,7 +344,8 @@ def test_every_bad_row_is_named_in_one_line_grouped_by_field_and_skip_invalid_va
     assert "duplicate id 'ok'" in line and "at most 1e+08" in line
     code, out, err = run_cli("validate", "--runs", str(path), "--skip-invalid")
     assert code == 0, err
-    assert [line.split(":")[0] for line in err.strip().splitlines()] == [
+    # (GOOD reads 21% faster than planner predicts: validate's unit-slip warning follows the skipped rows)
+    assert [line.split(":")[0] for line in err.strip().splitlines() if not line.startswith("warning: ")] == [
         "skipped row 2 (id 'lots')", "skipped row 3 (id 'huge')", "skipped row 4 (id 'ok')", "skipped row 5 (id 'many')"]
     assert "Llama 3 405B" not in out  # the reference set's production check is not the user's
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from costmodel.goodput import parse_prices
 from hardware_catalog.errors import PlannerInputError
 from planner import sweep as sw
-from planner.sweep import SweepSpec, build_spec, parse_int_list, parse_prices, run_sweep
+from planner.sweep import SweepSpec, build_spec, parse_int_list, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(model="8b", gpus="8,16", gpu="h100,a100")  # 4 quick scenarios
@@ -341,3 +342,14 @@ def test_scaling_marks_use_the_step_time_without_a_token_budget_and_name_each_se
     text = format_scaling({"scaling": two})
     assert "m on g (seq 4096, gbs 1024): best" in text and "m on g (seq 16384, gbs 256): best" in text
     assert "step time, count by count" in text
+
+
+def test_joining_with_a_price_for_a_type_the_sweep_lacks_stores_nothing(tmp_path):
+    """An h100-only stored sweep joined with --price-per-gpu-hour b200=4: refused (b200 is not one
+    of its GPU types) before the price is stored, so a later --report-only has no price to read."""
+    url = journal(tmp_path)
+    run_sweep(build_spec("8b", "8", "h100"), storage=url, study_name="s")
+    with pytest.raises(PlannerInputError, match="b200 is not a GPU type of this sweep"):
+        run_sweep(None, storage=url, study_name="s", train_tokens=1e12, prices={"b200": 4.0})
+    res = run_sweep(None, storage=url, study_name="s", report_only=True)
+    assert res.stats["prices"] == {} and res.stats["train_tokens"] is None

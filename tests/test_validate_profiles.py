@@ -110,6 +110,7 @@ def test_shipped_rows_get_their_framework_assumptions_in_order():
     deepspeed = map_run(ROWS["megatron2021_t2_zero3_174p6b_768gpu"])
     assert deepspeed.assumptions == [
         "unfused attention (the run predates FlashAttention)",
+        "pipeline sends partitioned over the TP ranks, all-gathered at the receiver",
         "blocking per-tensor ZeRO-3 gathers and reduce-scatters (DeepSpeed 2021)",
         "16-bit gradient reduction (DeepSpeed fp16)",
     ]

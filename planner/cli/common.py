@@ -8,6 +8,8 @@ Imported when the CLI starts: nothing heavy at module level.
 
 from __future__ import annotations
 
+from typing import Optional
+
 
 def add_interval_and_envelope(setup, record: dict) -> None:
     """The 80% interval and the validated-envelope flags (``search.ranking.annotate_batch``)."""
@@ -78,6 +80,14 @@ def show_evaluation(priced, outputs, before: str = "") -> None:
     from planner.cli.errors import EXIT_NOTHING_FITS, say
 
     setup, record = priced.setup, priced.record
+    run = outputs.run
+    if run is not None and outputs.prices:
+        from costmodel.goodput import parse_prices, price_for
+
+        # the evaluated GPU's price, checked before anything is written: a price for another GPU
+        # type, or none for this one, is refused as the search and the sweep refuse it
+        prices = parse_prices(outputs.prices, (setup.gpu.name,), "this evaluation")
+        run = run.with_(price_per_gpu_hour=price_for(prices, setup.gpu.name))
     if outputs.plot is not None:
         from planner.reports.plots import plot_evaluation
 
@@ -91,10 +101,10 @@ def show_evaluation(priced, outputs, before: str = "") -> None:
     if setup.model.sliding_window is not None:  # what the attention FLOPs were priced with
         record["model_params"].update(sliding_window=setup.model.sliding_window,
                                       windowed_layers=setup.model.windowed_layers, layers=setup.model.num_layers)
-    if outputs.run is not None:
+    if run is not None:
         from costmodel.goodput import run_block
 
-        record["run"] = run_block(record, setup.model, setup.cluster, setup.gpu, outputs.run)
+        record["run"] = run_block(record, setup.model, setup.cluster, setup.gpu, run)
     if outputs.as_json:
         typer.echo(json.dumps(record, indent=2))
     else:
@@ -104,7 +114,7 @@ def show_evaluation(priced, outputs, before: str = "") -> None:
             typer.echo(before)
             typer.echo("")
         typer.echo(format_evaluation(record, cluster_line(setup)))
-        if outputs.run is not None:
+        if run is not None:
             from planner.reports.run import format_run
 
             typer.echo("")
@@ -119,7 +129,8 @@ def write_export(target, record: dict, model_spec, cluster_spec, command: str) -
 
     from planner.export import export_layout
 
-    report = export_layout(record, model_spec, cluster_spec, target.fmt, target.out, force=target.force,
+    formats = release_formats(record, target.fmt, model_spec, cluster_spec)
+    report = export_layout(record, model_spec, cluster_spec, formats, target.out, force=target.force,
                            entrypoint=target.entrypoint, command=command, options=target.options)
     for path in report.written:
         typer.echo(f"wrote {path}")
@@ -129,6 +140,59 @@ def write_export(target, record: dict, model_spec, cluster_spec, command: str) -
         from hardware_catalog.errors import PlannerInputError
 
         raise PlannerInputError(nothing_exported(target.out))
+
+
+def record_release(record: dict):
+    """The ``--framework`` release ``record`` was priced with (``planner.frameworks.releases.Release``),
+    or None."""
+    fw = record.get("framework")
+    name = fw.get("name") if isinstance(fw, dict) else None
+    if not name:
+        return None
+    from planner.frameworks.releases import get_release
+
+    return get_release(name)
+
+
+def release_formats(record: dict, fmt: str, model_spec, cluster_spec):
+    """The formats ``planner export`` writes for ``record``: ``fmt`` as asked without --framework;
+    with the release R the record was priced with, only ``R.formats`` (what launches R, as
+    ``search --framework R --export`` writes). ``all`` means all of R's. A format outside them is
+    refused (one line), as the search never writes it: its files would launch another framework
+    than the one priced. When none of R's formats writes the layout: one line naming the rules
+    (``planner.export.domain``'s words), nothing written."""
+    release = record_release(record)
+    if release is None:
+        return fmt
+    from hardware_catalog.errors import PlannerInputError
+
+    names = [f.strip() for f in str(fmt).split(",") if f.strip()]
+    if not release.formats:
+        raise PlannerInputError(f"--framework {release.name}: planner has no exporter for it (it writes none of "
+                                f"its files); price it without --framework to export another framework's files")
+    if names != ["all"]:
+        outside = [f for f in names if f not in release.formats]
+        if outside:
+            raise PlannerInputError(f"--format {outside[0]}: it does not launch {release.name} (allowed with "
+                                    f"--framework {release.name}: {', '.join(release.formats)}, or all)")
+        return names
+    from planner.export.expressible import refusals, rule_names
+
+    why = refusals(record, model_spec, cluster_spec, release.formats, until_one_writes=True)
+    if all(f in why for f in release.formats):
+        rules = list(dict.fromkeys(rule_names(why[f]) for f in release.formats))
+        others = f" (and {', '.join(rules[1:])})" if len(rules) > 1 else ""
+        raise PlannerInputError(f"{release.name} cannot launch this layout: every format that launches it "
+                                f"({', '.join(release.formats)}) refuses it{others}, {why[release.formats[0]]}; "
+                                f"nothing written")
+    return list(release.formats)
+
+
+def carry_framework(stated: Optional[dict], record: dict) -> None:
+    """A record read back with ``--from`` keeps the ``--framework`` release that priced it (its
+    layout states what the release pinned), so the files target that release."""
+    if stated and isinstance(stated.get("framework"), dict) and "framework" not in record:
+        record["framework"] = dict(stated["framework"])
 
 
 def nothing_exported(out) -> str:

@@ -13,10 +13,11 @@ from typing import Optional
 import typer
 
 from hardware_catalog.errors import PlannerInputError
-from planner.cli.common import check_fp8_recipe_use, check_framework_use, show_evaluation, typed_flags, write_export
+from planner.cli.common import (carry_framework, check_fp8_recipe_use, check_framework_use, show_evaluation, typed_flags,
+                                write_export)
 from planner.common import planner_version
 from planner.cli.errors import PlannerGroup, command_line, say
-from planner.cli.options import layout_options, run_options
+from planner.cli.options import calibration_flag, layout_options, run_options
 from planner.cli.from_launch.options import FromLaunchOpt, LaunchFormatOpt
 from planner.outputs import check_output_dir, check_output_file
 from planner.reports.plots import check_plot_path
@@ -57,7 +58,7 @@ FromOpt = typer.Option(None, "--from", help="A layout planner wrote: 'planner ev
 RankOpt = typer.Option(None, "--rank", help="With --from a search result: the rank of the layout to take (1 = the best).")
 ForceOpt = typer.Option(False, "--force", help="Overwrite existing files.")
 _JOB_FLAGS = ("model", "gpus", "gpu", "cluster", "tokens_per_batch")
-CalibrationOpt = typer.Option(None, "--calibration", help="Calibration profile (TOML from 'planner calibrate'): its fitted constants replace the shipped ones.")
+CalibrationOpt = calibration_flag()
 FrameworkOpt = typer.Option(None, "--framework", help="Framework release whose profile sets how the layout runs (attention kernel, loss, gradient dtype, ZeRO-3 gathers, ...), as validate prices its runs; flags you type win. 'planner catalog frameworks' lists them (e.g. megatron-core-0.13, nemo-24.07, torchtitan-0.2, deepspeed-0.5).")
 
 
@@ -109,6 +110,27 @@ def _record_calibration(record: dict, from_file) -> Optional[Path]:
     return None
 
 
+def _calibration_for(record: Optional[dict], from_file, given):
+    """(what prices a --from record, whether that differs from what the record states): the
+    constants it states it was priced with (``calibration_constants``; an older record naming only
+    a profile: that file, when still there). ``--calibration P`` next to --from replaces them, as
+    any flag replaces the record's value: priced again with P, and a note says so."""
+    if record is None:
+        return given, False
+    from planner.calibration_use import AppliedCalibration
+
+    stated = AppliedCalibration.from_record(record, f"--from {from_file}")
+    if given is None:
+        return (stated if stated is not None else _record_calibration(record, from_file)), False
+    applied = AppliedCalibration.from_path(given)
+    if stated is not None and stated.constants == applied.constants:
+        return applied, False  # the same constants under another name: nothing changes
+    was = (f"calibration={record['calibration']}" if record.get("calibration")
+           else "the shipped constants it was priced with")
+    say(f"note: --calibration {given} replaces {was} from {from_file}")
+    return applied, True
+
+
 def _note_repriced(stated: dict, record: dict, from_file) -> None:
     """One note when what a --from file states differs from what planner prices for its layout."""
     def num(rec, *keys):
@@ -127,6 +149,16 @@ def _note_repriced(stated: dict, record: dict, from_file) -> None:
     if changed:
         say(f"note: --from {from_file} states other numbers than planner prices for its layout "
             f"({'; '.join(changed)}): the files state planner's")
+
+
+def _warn_calibration_gpu(record: dict) -> None:
+    """One line on stderr when the record's calibration profile was fitted on other GPU types."""
+    from planner.calibration_use import record_calibration
+
+    applied = record_calibration(record)
+    warning = applied.gpu_warning(record.get("gpu")) if applied is not None else None
+    if warning:
+        say(warning)
 
 
 def _pricing(ctx: typer.Context, calibration, framework, layout: dict):
@@ -166,7 +198,8 @@ def evaluate(
 
     run_in = run_inputs(run)  # bad values fail before any work
     check_framework_use(framework, from_file, from_launch)
-    outputs = Outputs(command_line(), as_json, plot, force, run_in)
+    # the price as typed (run_inputs read its form): show_evaluation reads it with the GPU evaluated
+    outputs = Outputs(command_line(), as_json, plot, force, run_in, run["price_per_gpu_hour"])
     if from_launch is not None:
         from planner.cli.from_launch.commands import LaunchRequest, evaluate_from_launch
 
@@ -174,9 +207,10 @@ def evaluate(
                                                      tokens_per_batch, allow_cross_node_tp, layout),
                                     _pricing(ctx, calibration, None, layout), outputs)
     plot = check_output_file(check_plot_path(plot), "--plot", force)
-    problem, values, _, _ = _job(ctx, from_file, rank, dict(
+    problem, values, record, _ = _job(ctx, from_file, rank, dict(
         model=model, gpus=gpus, gpu=gpu, cluster=cluster, tokens_per_batch=tokens_per_batch,
         allow_cross_node_tp=allow_cross_node_tp, layout=layout))
+    calibration, _ = _calibration_for(record, from_file, calibration)
     check_fp8_recipe_use(ctx, values)
     job = Job(problem, _pricing(ctx, calibration, framework, layout), outputs)
     try:
@@ -186,6 +220,9 @@ def evaluate(
             raise
         values = _searched_layout(ctx, problem, values, layout, calibration, framework)
         priced = price(job, values)
+    carry_framework(record, priced.record)  # --from a --framework record: the release that priced it
+    if as_json:  # the text report says it under its calibration line
+        _warn_calibration_gpu(priced.record)
     show_evaluation(priced, outputs)
 
 
@@ -193,6 +230,7 @@ def _searched_layout(ctx, problem, values: dict, layout: dict, calibration, fram
     """No layout or batch flag given and the default layout (all data parallel) breaks a rule (a batch too
     small for every GPU, a model too large for one): the layout ``planner search`` ranks first
     for the same job, said in one line; nothing fits: exit 3 with the search's answer."""
+    from planner.calibration_use import as_applied
     from planner.cli.search import _request
     from planner.reports.evaluate import layout_summary
     from search.api import search
@@ -200,7 +238,7 @@ def _searched_layout(ctx, problem, values: dict, layout: dict, calibration, fram
     typed = typed_flags(ctx, tuple(layout))  # evaluate's defaults are not pins: the search chooses those
     _, request = _request(ctx, framework, {k: (v if k in typed else None) for k, v in layout.items()}, problem.model, problem.gpus, problem.gpu, problem.cluster,
                           problem.tokens_per_batch, problem.allow_cross_node_tp, options={}, ranking=dict(top=1),
-                          calibration=calibration, from_launch=False)
+                          calibration=as_applied(calibration), from_launch=False)
     best = search(request).best
     if best is None:
         raise PlannerInputError(f"no layout flags given, the default layout (all data parallel) breaks a rule and "
@@ -337,21 +375,22 @@ def export(
         return export_from_launch(LaunchRequest.of(from_launch, launch_format, model, gpus, gpu, cluster,
                                                    tokens_per_batch, allow_cross_node_tp, layout),
                                   _pricing(ctx, calibration, None, layout), outputs, target)
-    if from_file is not None and calibration is not None:
-        raise PlannerInputError("--calibration prices the layout export evaluates (--model ...); a --from record "
-                                "keeps the numbers it was evaluated with")
     problem, values, record, price_again = _job(ctx, from_file, rank, dict(
         model=model, gpus=gpus, gpu=gpu, cluster=cluster, tokens_per_batch=tokens_per_batch,
         allow_cross_node_tp=allow_cross_node_tp, layout=layout))
+    # A --from record is priced with the constants it states (a --calibration next to it replaces them).
+    calibration, recalibrated = _calibration_for(record, from_file, calibration)
     stated = None
-    if not price_again:
-        # A file's numbers are not trusted: the layout it names is priced again (with the profile
+    if not (price_again or recalibrated):
+        # A file's numbers are not trusted: the layout it names is priced again (with the constants
         # it was priced with), so a hand-edited step time or "fits": true never reaches a header.
-        stated, calibration = record, _record_calibration(record, from_file)
+        stated = record
     priced = price(Job(problem, _pricing(ctx, calibration, framework, layout), outputs), values)
+    carry_framework(record, priced.record)  # --from a --framework search: its release's formats and files
     record, model_spec, cluster_spec = priced.record, priced.setup.model, priced.setup.cluster
     if stated is not None:
         _note_repriced(stated, record, from_file)
+    _warn_calibration_gpu(record)
     write_export(target, record, model_spec, cluster_spec, outputs.command)
 
 
@@ -439,11 +478,15 @@ def _validate(runs, as_json, confidence, cross_validate, bootstrap, plot, calibr
 
 
 _COMM_HELP = (
-    "Time of one collective or P2P on a topology: the algorithm chosen and why, steps, bytes per GPU, "
-    "algbw and busbw (as nccl-tests reports them), and the formula with its source.\n\n"
+    "Time of one collective or P2P on a topology: the algorithm chosen and why, steps, the bytes each GPU "
+    "sends (bytes/GPU) and the bytes its links are charged at B (bytes at B), algbw and busbw (as nccl-tests "
+    "reports them), and the formula with its source.\n\n"
     "One level: --topology ring|tree|switch|mesh2d|torus2d --gpus N --bandwidth B --latency alpha. B is all one "
-    "GPU sends per direction: a ring GPU has two links of B/2, a mesh/torus GPU four of B/4; a tree is a "
-    "switched (fat) tree, priced like a switch.\n\n"
+    "GPU sends per direction: a ring GPU has two links of B/2, a mesh/torus GPU four of B/4. A switch links "
+    "any two GPUs directly (one-shot 'direct' algorithms: all-reduce in 2 steps); a tree links each GPU to "
+    "its parent and children (the seed's unpipelined tree all-reduce).\n\n"
+    "Units: every bandwidth printed, and every *_gbps key of --json, is GB/s = 10^9 BYTES per second "
+    "(not gigabits; type 400Gb/s for bits). Sizes print in the system typed: 1GB as GB, 1GiB as GiB.\n\n"
     "Two levels: --topology hierarchical --gpus N --gpus-per-node G --bandwidth B1 --latency a1 "
     "--network-bandwidth B2 --network-latency a2 [--network-topology switch]: G GPUs per node on an "
     "NVSwitch-like switch, the nodes joined by the network (B2: each GPU's share of the NICs). "
@@ -455,20 +498,20 @@ _COMM_HELP = (
 
 @app.command(help=_COMM_HELP)
 def comm(
-    op: str = typer.Argument(..., help="all-reduce | all-gather | reduce-scatter | broadcast | all-to-all | p2p (underscores too)."),
+    op: str = typer.Argument(..., help="all-reduce | all-gather | reduce-scatter | broadcast | reduce | all-to-all | p2p (underscores too)."),
     size: Optional[str] = typer.Option(None, "--size", help="Message: 1GiB, 64MB, 4096 (B; KB MB GB TB = 10^3; KiB MiB GiB TiB = 2^10). All-gather: the gathered output; reduce-scatter: the input; all-to-all: all one GPU sends."),
     sweep: Optional[str] = typer.Option(None, "--sweep", help="Table of time vs size instead: A..B doubling (1KiB..16GiB) or A..B:xF (1KB..1GB:x10), with the crossovers."),
     topology: Optional[str] = typer.Option(None, "--topology", help="ring | tree | switch | mesh2d | torus2d (one level) | hierarchical (nodes + network)."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs taking part (N)."),
     dims: Optional[str] = typer.Option(None, "--dims", help="mesh2d / torus2d grid XxY (instead of --gpus; default: the most square grid of N). Hierarchical: the grid of nodes."),
-    bandwidth: Optional[str] = typer.Option(None, "--bandwidth", help="B per GPU per direction, as achieved: 400GB/s, 400Gb/s (bits), 1TiB/s. Hierarchical: inside a node."),
+    bandwidth: Optional[str] = typer.Option(None, "--bandwidth", help="B per GPU per direction, as achieved: 400GB/s (bytes), 400Gb/s (bits), 1TiB/s. Hierarchical: inside a node."),
     latency: Optional[str] = typer.Option(None, "--latency", help="alpha, per algorithm step: 2us, 2µs, 500ns, 1ms. Hierarchical: inside a node."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Catalog cluster (planner catalog clusters) or cluster file: its scale-up domain + network, with --gpus."),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="Hierarchical: GPUs per node (G), joined by a switch."),
     network_bandwidth: Optional[str] = typer.Option(None, "--network-bandwidth", help="Hierarchical: B2 per GPU between nodes (its NIC share), e.g. 400Gb/s."),
     network_latency: Optional[str] = typer.Option(None, "--network-latency", help="Hierarchical: alpha2 per step between nodes, e.g. 5us."),
     network_topology: Optional[str] = typer.Option(None, "--network-topology", help="Hierarchical: switch (default) | tree | ring | mesh2d | torus2d between nodes."),
-    algorithm: str = typer.Option("auto", "--algorithm", help="auto (what NCCL would pick: the fastest, except rings for all-gather and reduce-scatter across nodes) | ring | tree | hierarchical | direct | torus2d | mesh2d."),
+    algorithm: str = typer.Option("auto", "--algorithm", help="auto (the fastest; across nodes what NCCL would pick: rings for all-gather and reduce-scatter) | ring | tree (NCCL's) | unpipelined_tree (the seed's) | hierarchical | direct (one-shot on a switch; all-to-all's pairwise exchange) | torus2d | mesh2d."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="With --sweep: write a log-log plot of time vs size (.png, .svg or .html)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     force: bool = ForceOpt,

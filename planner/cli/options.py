@@ -105,7 +105,10 @@ _RUN_PANEL = "Run: failures, checkpoints, energy, cost"
 _BUDGET_HELP = {
     "train_tokens": "Tokens of the whole run: 15T, 300B, 15e12. Adds the run block: wall-clock days with goodput "
                     "(failures, checkpoints, restarts), GPU-hours, MWh (and $ with --price-per-gpu-hour).",
-    "price_per_gpu_hour": "USD per GPU-hour: adds the cost (per step, and of the run with --train-tokens).",
+    "price_per_gpu_hour": "USD per GPU-hour: 2.5 for every GPU, or per GPU type h100=2.5,b200=4 (a bare number "
+                          "prices the types not named; every GPU type priced must be one the command runs, and each "
+                          "one it runs needs a price). Adds the cost: per step (search, evaluate) or per million "
+                          "tokens (sweep), and of the run with --train-tokens.",
 }
 
 
@@ -115,11 +118,12 @@ def _run_parameters(command: str) -> list:
     params = [inspect.Parameter("train_tokens", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
                                 default=typer.Option(None, "--train-tokens", help=_BUDGET_HELP["train_tokens"],
                                                      rich_help_panel=_RUN_PANEL))]
-    if command != "sweep":  # the sweep takes a price per GPU type (its own flag)
-        params.append(inspect.Parameter(
-            "price_per_gpu_hour", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[float],
-            default=typer.Option(None, "--price-per-gpu-hour", help=_BUDGET_HELP["price_per_gpu_hour"],
-                                 rich_help_panel=_RUN_PANEL)))
+    # One declaration for every command: a price for all GPUs or one per GPU type
+    # (costmodel.goodput.parse_prices reads it on each).
+    params.append(inspect.Parameter(
+        "price_per_gpu_hour", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+        default=typer.Option(None, "--price-per-gpu-hour", help=_BUDGET_HELP["price_per_gpu_hour"],
+                             rich_help_panel=_RUN_PANEL)))
     for s in RUN_SETTINGS:
         if s.bound is None:
             decl, ann = f"{s.flag}/--no-{s.flag[2:]}", bool
@@ -136,8 +140,8 @@ def _run_parameters(command: str) -> list:
 
 def run_options(command: str):
     """Decorator for a typer command: appends the run model's flags (``costmodel.goodput
-    .RUN_SETTINGS``, ``--train-tokens`` and, but on the sweep, ``--price-per-gpu-hour``) and
-    passes their values to the function as ``run=`` (a dict, None where not given)."""
+    .RUN_SETTINGS``, ``--train-tokens`` and ``--price-per-gpu-hour``) and passes their values to
+    the function as ``run=`` (a dict, None where not given)."""
 
     def decorate(fn):
         signature = inspect.signature(fn, eval_str=True)
@@ -160,10 +164,30 @@ def run_options(command: str):
 
 def run_inputs(run: dict, typed=None):
     """``costmodel.goodput.RunInputs`` from the flags' values (bad values: one line, exit 2);
-    None when neither a token budget nor a run flag was given."""
-    from costmodel.goodput import RunInputs
+    None when neither a token budget, a price nor a run flag was given. The price is not in it:
+    it may be per GPU type (``costmodel.goodput.parse_prices``, read again with the GPU types the
+    command runs); each command sets the price of the GPU it runs."""
+    from costmodel.goodput import RunInputs, parse_prices
 
     given = {k: v for k, v in (run or {}).items() if v is not None and v is not False}
     if not given:
         return None
+    parse_prices(given.pop("price_per_gpu_hour", None))  # its form, before any work
     return RunInputs.from_values(given)
+
+
+def run_settings_given(run: dict) -> tuple:
+    """The run-model flags typed (``costmodel.goodput.RUN_SETTINGS``: --mtbf-gpu-hours, --pue, ...),
+    for ``costmodel.goodput.refuse_unused_run_settings``."""
+    from costmodel.goodput import RUN_SETTINGS
+
+    return tuple(s.flag for s in RUN_SETTINGS if (run or {}).get(s.name) not in (None, False))
+
+
+def calibration_flag():
+    """``--calibration PROFILE``, declared once for every command that prices (evaluate, export,
+    search, sweep, validate)."""
+    return typer.Option(
+        None, "--calibration",
+        help="Calibration profile (TOML from 'planner calibrate'): its fitted constants replace the shipped ones. "
+             "With --from (evaluate, export), it replaces the constants the record was priced with (a note says so).")

@@ -15,7 +15,7 @@ from typing import Optional
 import typer
 
 from planner.cli.errors import EXIT_NOTHING_FITS
-from planner.cli.options import layout_options, run_options
+from planner.cli.options import calibration_flag, layout_options, run_options
 from planner.cli.from_launch.options import FromLaunchOpt, KeepOpt, LaunchFormatOpt
 from planner.reports import counted
 from planner.reports.search_notes import ranked_by, table_rows
@@ -56,7 +56,7 @@ def register(app: typer.Typer) -> None:
         launch_format: Optional[str] = LaunchFormatOpt,
         keep: Optional[str] = KeepOpt,
         force: bool = typer.Option(False, "--force", help="Overwrite existing files (--csv, --export, --plot)."),
-        calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile (TOML from 'planner calibrate'): its fitted constants replace the shipped ones."),
+        calibration: Optional[Path] = calibration_flag(),
         rank_by: str = typer.Option("median", "--rank-by", help="median (the point prediction) | p10: re-rank the best by the point prediction (256, or 4 x --top if more) by the pessimistic end of their 80% interval, for a safe pick."),
         objective: str = typer.Option("step-time", "--objective", help="What the top list ranks by: step-time | tokens-per-gpu | cost | time-to-train | energy (they differ over a GPU-count range; the last three in wall time with failures, checkpoints and restarts)."),
         within_envelope: bool = typer.Option(False, "--within-envelope", help="Only layouts whose every mechanism lies where the reference runs measured it (the validated envelope)."),
@@ -65,15 +65,21 @@ def register(app: typer.Typer) -> None:
         run: dict = None,
     ):
         """Find the fastest parallel layouts that fit in memory (exit 3 if none fits)."""
+        from costmodel.goodput import refuse_unused_run_settings
         from hardware_catalog.errors import PlannerInputError
         from planner.cli.common import check_fp8_recipe_use, check_framework_use
         from planner.cli.errors import command_line
-        from planner.cli.options import run_inputs
+        from planner.cli.options import run_inputs, run_settings_given
         from planner.job import Outputs
 
         run_in = run_inputs(run)  # bad values fail before any work
         train_tokens = run_in.train_tokens if run_in else None
-        price_per_gpu_hour = run_in.price_per_gpu_hour if run_in else None
+        # as typed (run_inputs read its form): search.api reads it with the search's GPU types, each
+        # needing a price and no other type named (costmodel.goodput.parse_prices)
+        prices = run["price_per_gpu_hour"]
+        if not train_tokens and objective not in ("time-to-train", "cost", "energy"):  # no goodput computed
+            refuse_unused_run_settings(run_settings_given(run), "search",
+                                       "--train-tokens, or --objective time-to-train, cost or energy")
 
         check_framework_use(framework, None, from_launch)
         if method == "exhaustive":  # as --storage: the sampler's settings mean nothing there
@@ -94,13 +100,16 @@ def register(app: typer.Typer) -> None:
             check_fp8_recipe_use(ctx, layout)
             _check_window_cp_comm_type(ctx, model, layout)
         checked = check_outputs(files.csv, files.export, plot, force) if from_launch is None else None
+        from planner.calibration_use import as_applied
+
+        calibration = as_applied(calibration)  # the profile read once: its constants price and stamp every row
         framework_info, request = _request(ctx, framework, layout, model, gpus, gpu, cluster, tokens_per_batch, allow_cross_node_tp,
                            options=dict(stage_splits=stage_splits, method=method, trials=trials, seed=seed,
                                         sampler=sampler, memory_headroom=memory_headroom,
                                         progress=_progress_mode(progress), storage=storage, study_name=study_name),
-                           ranking=dict(top=top, pareto=pareto, price_per_gpu_hour=price_per_gpu_hour,
+                           ranking=dict(top=top, pareto=pareto, price_per_gpu_hour=prices,
                                         train_tokens=train_tokens, objective=objective, rank_by=rank_by,
-                                        within_envelope=within_envelope),
+                                        within_envelope=within_envelope, run=run_in),
                            calibration=calibration, from_launch=from_launch is not None)
         if from_launch is not None:
             from planner.cli.from_launch.commands import LaunchRequest
@@ -148,20 +157,53 @@ def _request(ctx, framework, layout: dict, model, gpus, gpu, cluster, tokens_per
              options: dict, ranking: dict, calibration, from_launch: bool):
     """(the stats' ``framework`` entry or None, the search request of the flags): the problem, the
     search's options (the profile of --framework applied to the layout flags first), the ranking
-    and the constants (``search.request``). With --from-launch the file's problem replaces the
+    and the constants (``calibration``: an ``AppliedCalibration`` or None, read by the caller;
+    ``search.request``). With --from-launch the file's problem replaces the
     request's (``planner.cli.from_launch.reference``)."""
     from costmodel.options import IMPLEMENTATION_OPTIONS, OPTIONS_BY_NAME, SEARCHED
-    from planner.calibration_profile import calibration_option
     from search.request import ProblemRequest, Ranking, SearchOptions, SearchRequest
 
     framework_info = None if from_launch else _apply_framework(ctx, framework, model, gpu, cluster, layout)
+    if framework_info is not None:  # the layouts the release's launch formats can write (planner.export.domain)
+        from planner.cli.common import typed_flags
+        from planner.export.domain import launch_domain
+        from planner.frameworks.releases import get_release
+
+        # None for a release planner writes no files for (llm-foundry): its search ranks as before.
+        typed = typed_flags(ctx, tuple(layout))
+        options = {**options, "domain": launch_domain(get_release(framework), typed)}
     problem = ProblemRequest(model, gpus, gpu, cluster, gbs=layout["gbs"], seq_len=layout["seq_len"],
                              tokens_per_batch=tokens_per_batch, allow_cross_node_tp=allow_cross_node_tp)
     choices = SearchOptions(pins={k: v for k, v in layout.items() if OPTIONS_BY_NAME[k].search == SEARCHED},
                             implementation={k: layout[k] for k in IMPLEMENTATION_OPTIONS},
                             recompute_modules=layout["recompute_modules"], **options)
-    request = SearchRequest(problem, choices, Ranking(**ranking), calibration_option(calibration))
+    request = SearchRequest(problem, choices, Ranking(**ranking), calibration.calib() if calibration is not None else None)
     return framework_info, request
+
+
+def stamp_calibration(result, calibration) -> None:
+    """Each result record (and the stats) states the calibration profile and its constants, so
+    ``--from`` a search result (JSON or CSV) prices with them, wherever the profile file went."""
+    if calibration is None:
+        return
+    calibration.stamp(result.stats)
+    for rec in [*result.results, *result.closest]:
+        calibration.stamp(rec)
+    if result.best is not None:
+        calibration.stamp(result.best)
+    gpus = {r.get("gpu") for r in [*result.results, *result.closest]}
+    warnings = [w for w in map(calibration.gpu_warning, sorted(g for g in gpus if g)) if w]
+    if warnings:  # the profile's runs used other GPU types: its constants were fitted to theirs
+        result.stats["calibration_warning"] = warnings[0]
+
+
+def stamp_framework(result, framework_info: dict) -> None:
+    """Each result record names the ``--framework`` release that priced it (as an evaluate record
+    does), so its launch files target that release (torchtitan-0.2: the 0.2 files) and
+    ``export --from`` / ``evaluate --from`` one row of the JSON or CSV keep to its formats."""
+    stamp = {"name": framework_info["name"], "profile": framework_info.get("profile")}
+    for rec in [*result.results, *result.closest, *([result.best] if result.best is not None else [])]:
+        rec.setdefault("framework", dict(stamp))
 
 
 def _run_search(request, framework_info, calibration, outputs, checked: dict, force: bool, pinned_splits: bool,
@@ -172,10 +214,10 @@ def _run_search(request, framework_info, calibration, outputs, checked: dict, fo
     result = search(request)
     if run_in is not None:
         _add_run_blocks(result, run_in)
-    if calibration is not None:
-        result.stats["calibration"] = str(calibration)
+    stamp_calibration(result, calibration)
     if framework_info is not None:
         result.stats["framework"] = framework_info
+        stamp_framework(result, framework_info)
     from planner.recipes import reference_recipes
 
     recipes = reference_recipes(result)
@@ -186,6 +228,8 @@ def _run_search(request, framework_info, calibration, outputs, checked: dict, fo
         again = more_points(request, result)  # the plot's extra points, asked here: the plot runs no search
     written = _write_outputs(result, again, checked, force, recipes)  # before printing: `| head` still gets them
     _print_result(result, outputs.as_json, request.ranking.pareto, pinned_splits, recipes)
+    if outputs.as_json and result.stats.get("calibration_warning"):  # the text summary says it itself
+        typer.echo(result.stats["calibration_warning"], err=True)
     for line in written:
         typer.echo(line, err=outputs.as_json)
     if not result.results:
@@ -200,10 +244,12 @@ def _run_search(request, framework_info, calibration, outputs, checked: dict, fo
 def _add_run_blocks(result, run_in) -> None:
     """Each result's "run" block (``costmodel.goodput.run_block``: failures, checkpoint, goodput,
     days, MWh, $) and the inputs in the stats."""
-    from costmodel.goodput import run_block
+    from costmodel.goodput import prices_as_stored, run_block
 
     for rec, (m, c, g) in zip(result.results, result.specs):
-        run = rec["run"] = run_block(rec, m, c, g, run_in)
+        # each row at its own GPU type's price (--price-per-gpu-hour h100=2.5,b200=4)
+        priced = run_in.with_(price_per_gpu_hour=result.objectives.price(g.name))
+        run = rec["run"] = run_block(rec, m, c, g, priced)
         # The table's columns from the same block the record carries: the search ranked with a
         # vectorized goodput (no rounding of the checkpoint interval to whole steps), which can
         # differ from it by a tenth of a point.
@@ -215,7 +261,8 @@ def _add_run_blocks(result, run_in) -> None:
             rec["run_energy_mwh"] = run["energy_mwh"]
         if "cost_usd" in run and "run_cost_usd" in rec:
             rec["run_cost_usd"] = run["cost_usd"]
-    result.stats["run_inputs"] = run_in.to_dict()
+    prices = result.objectives.prices  # one price as a number (as before per-type prices), else by type
+    result.stats["run_inputs"] = {**run_in.to_dict(), "price_per_gpu_hour": prices_as_stored(prices) if prices else None}
 
 
 def _apply_framework(ctx, framework, model, gpu, cluster, layout: dict):

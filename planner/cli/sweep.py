@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from planner.cli.options import run_options
+from planner.cli.options import calibration_flag, run_options
 
 SWEEP_HELP = """Best layout, time to train and cost for every scenario of a grid: models x GPU types x
 GPU counts x sequence lengths x batch sizes. Each scenario is one exhaustive search (a trial of an
@@ -44,7 +44,6 @@ def register(app: typer.Typer) -> None:
         seq_len: Optional[str] = typer.Option(None, "--seq-len", help="Sequence lengths, comma list (default: the model's)."),
         gbs: Optional[str] = typer.Option(None, "--gbs", help="Global batch sizes in sequences, comma list."),
         tokens_per_batch: Optional[str] = typer.Option(None, "--tokens-per-batch", help="Global batches in tokens, comma list (instead of --gbs; default: the model's)."),
-        price: Optional[str] = typer.Option(None, "--price-per-gpu-hour", help="USD per GPU-hour: 2.5, or per GPU type h100=2.5,b200=4: adds $ per million tokens (and the run's cost)."),
         memory_headroom: float = typer.Option(0.05, "--memory-headroom", help="Fraction of HBM kept free."),
         allow_cross_node_tp: bool = typer.Option(False, "--allow-cross-node-tp", help="Allow TP larger than the scale-up domain."),
         storage: Optional[str] = typer.Option(None, "--storage", help="Shared study storage: journal:///PATH.log | PATH.log | sqlite:///PATH.db | PATH.db | postgresql://USER:PASS@HOST:PORT/DB (default: in memory, this process only)."),
@@ -59,13 +58,15 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Overwrite existing files (--csv, --plot)."),
         objective: Optional[str] = typer.Option(None, "--objective", help="Mark each series' best GPU count by step-time | tokens-per-gpu | time-to-train | cost | energy (the last three need --train-tokens; wall time with failures, checkpoints and restarts), and where adding GPUs stops paying."),
         min_scaling_efficiency: Optional[float] = typer.Option(None, "--min-scaling-efficiency", help="With --objective: a step up in GPU count stops paying when less than this share of the GPUs added turns into speed (default 0.8)."),
+        calibration: Optional[Path] = calibration_flag(),
         run: dict = None,
     ):
-        from planner.cli.options import run_inputs
+        from planner.cli.options import run_inputs, run_settings_given
         from planner.outputs import check_distinct, check_output_file
 
         check_distinct(("--csv", csv_file), ("--plot", plot))
         run_in = run_inputs(run)  # bad values fail before any work
+        price = run["price_per_gpu_hour"]  # the flag every command declares (planner.cli.options.run_options)
         check_output_file(csv_file, "--csv", force)
         check_output_file(plot, "--plot", force)
         from planner.reports.plots import check_plot_path
@@ -73,7 +74,8 @@ def register(app: typer.Typer) -> None:
         check_plot_path(plot)  # the picture's format too, before any work
         result = _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, run_in, price, memory_headroom,
                       allow_cross_node_tp, storage, study_name, wait, report_only, reclaim_running,
-                      sys.stderr.isatty() if progress is None else progress, objective, min_scaling_efficiency)
+                      sys.stderr.isatty() if progress is None else progress, objective, min_scaling_efficiency,
+                      run_settings_given(run), calibration)
         invalid = [r for r in result.rows if r.get("status") == "invalid"]
         if result.rows and len(invalid) == len(result.rows):  # bad input in every scenario: as search says it
             from hardware_catalog.errors import PlannerInputError
@@ -89,9 +91,10 @@ def register(app: typer.Typer) -> None:
 
 def _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, run_in, price, memory_headroom,
          allow_cross_node_tp, storage, study_name, wait, report_only, reclaim, progress, objective=None,
-         min_scaling_efficiency=None):
+         min_scaling_efficiency=None, run_flags=(), calibration=None):
+    from costmodel.goodput import parse_prices
     from hardware_catalog.errors import PlannerInputError
-    from planner.sweep import build_spec, parse_prices, run_sweep
+    from planner.sweep import build_spec, run_sweep
 
     axes = {"--model": model, "--gpus": gpus, "--gpu": gpu}
     given = [k for k, v in axes.items() if v is not None]
@@ -105,13 +108,16 @@ def _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, run_in, price, memory
     if not given and (others or storage is None):
         raise PlannerInputError("give the scenario axes --model, --gpus and --gpu (e.g. --model 8b --gpus "
                                 "8..64 --gpu h100), or --storage of an existing sweep")
+    if calibration is not None and not given:  # a stored sweep keeps the constants it was started with
+        raise PlannerInputError(f"--calibration {calibration} goes with the scenario axes (--model, --gpus, --gpu): "
+                                f"a stored sweep prices with the constants it was started with (its output names them)")
     spec = build_spec(model, gpus, gpu, seq_len, gbs, tokens_per_batch, memory_headroom,
-                      allow_cross_node_tp) if given else None
-    prices = parse_prices(price, spec.gpu if spec is not None else ())
+                      allow_cross_node_tp, calibration) if given else None
+    prices = parse_prices(price, spec.gpu if spec is not None else (), "this sweep")
     return run_sweep(spec, storage=storage, study_name=study_name,
                      train_tokens=run_in.train_tokens if run_in else None, prices=prices or None, progress=progress,
                      wait_s=wait, report_only=report_only, reclaim=reclaim, run=run_in, objective=objective,
-                     min_scaling_efficiency=min_scaling_efficiency)
+                     min_scaling_efficiency=min_scaling_efficiency, run_flags=run_flags)
 
 
 def _write_files(result, csv_file, plot) -> None:
@@ -127,7 +133,10 @@ def _print(result, as_json: bool, csv_file, plot) -> None:
     from planner.reports import sweep as sweep_report
 
     if as_json:
-        typer.echo(json.dumps(sweep_report.to_json(result.rows, result.stats), indent=2))
+        out = sweep_report.to_json(result.rows, result.stats)
+        typer.echo(json.dumps(out, indent=2))
+        if out["stats"].get("calibration_warning"):  # as search --json: the text summary says it itself
+            typer.echo(out["stats"]["calibration_warning"], err=True)
     else:
         from planner.sweep import SweepSpec
 

@@ -154,5 +154,6 @@ EXPORTER = Exporter(
     name="megatron-bridge",
     files={FILE_NAME: PLAIN},
     render=one_file(FILE_NAME, lambda plan, entrypoint: render(plan)),
+    table=TABLE,
     description="Megatron-Bridge / NeMo 2 ConfigContainer overrides (YAML) for a recipe",
 )

@@ -19,7 +19,7 @@ from costmodel.options import FLAG, IMPLEMENTATION_OPTIONS, INT, OPTIONS, OPTION
 from hardware_catalog.errors import DoesNotFit, PlannerInputError
 from hardware_catalog.schema import ClusterSpec, ModelSpec
 from planner.frameworks import window_text  # noqa: F401 (exporters import it from here)
-from planner.frameworks.table import CannotExpress  # noqa: F401 (exporters import it from here)
+from planner.frameworks.table import CannotExpress, NotThisRelease  # noqa: F401 (exporters import them from here)
 from planner.reports import counted
 
 _REQUIRED = tuple(o.name for o in OPTIONS if o.kind == INT)
@@ -276,7 +276,10 @@ def _with_header(plan: Plan, command: str) -> Plan:
     if mfu is not None:
         pred.append(f"MFU {100 * mfu:.1f}%")
     if pred:
-        lines.append("Predicted: " + ", ".join(pred) + ".")
+        from planner.calibration_use import header_words
+
+        calibrated = header_words(r)  # numbers from a calibration profile say so, and which constants
+        lines.append("Predicted: " + ", ".join(pred) + (f"; {calibrated}" if calibrated else "") + ".")
     mem = r.get("memory_gib") or {}
     peak, cap = mem.get("peak"), mem.get("capacity")
     if isinstance(peak, (int, float)) and isinstance(cap, (int, float)):

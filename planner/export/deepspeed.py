@@ -180,5 +180,6 @@ EXPORTER = Exporter(
     name="deepspeed",
     files={FILE_NAME: PLAIN},
     render=one_file(FILE_NAME, lambda plan, entrypoint: render(plan)),
+    table=TABLE,
     description="Megatron-DeepSpeed config (batch, ZeRO, pipeline)",
 )

@@ -19,17 +19,21 @@ from planner.export.common import CannotExpress, build_plan
 _RULE = re.compile(r"\(rule ([A-Za-z0-9_]+)")
 
 
-def refusals(result: dict, model: ModelSpec, cluster: ClusterSpec) -> dict[str, str]:
+def refusals(result: dict, model: ModelSpec, cluster: ClusterSpec, formats=None,
+             until_one_writes: bool = False) -> dict[str, str]:
     """Format -> why it cannot write the layout of ``result`` (a search or evaluate record); the
     formats that can write at least one of their files are absent. Rendered as ``export_layout``
     renders them (the record's ``--framework`` release included), without the shell check or
-    any file written."""
+    any file written. ``formats``: only these (default every registered one), in order;
+    ``until_one_writes``: stop at the first that writes (the rest are not asked)."""
+    names = list(EXPORTERS) if formats is None else [f for f in formats if f in EXPORTERS]
     try:
         plan = with_release_options(build_plan(result, model, cluster), result)
     except PlannerInputError as err:  # the record itself is refused: every format with it
-        return {name: str(err) for name in EXPORTERS}
+        return {name: str(err) for name in names}
     out = {}
-    for name, exporter in EXPORTERS.items():
+    for name in names:
+        exporter = EXPORTERS[name]
         try:
             texts, _ = exporter.render(plan, "pretrain_gpt.py")
         except CannotExpress as err:
@@ -37,6 +41,8 @@ def refusals(result: dict, model: ModelSpec, cluster: ClusterSpec) -> dict[str, 
             continue
         if not texts:
             out[name] = "writes none of its files"
+        elif until_one_writes:
+            break
     return out
 
 

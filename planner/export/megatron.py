@@ -508,5 +508,6 @@ EXPORTER = Exporter(
     name="megatron",
     files={FILE_NAME: EXECUTABLE},
     render=one_file(FILE_NAME, lambda plan, entrypoint: render(plan)),
+    table=TABLE,
     description="MEGATRON_ARGS bash array for pretrain_gpt.py",
 )

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from planner.export.common import CannotExpress, Plan
+from planner.export.common import CannotExpress, NotThisRelease, Plan
 
 EXECUTABLE = 0o755
 """Mode of a script (``.sh``, ``.sbatch``)."""
@@ -41,6 +41,10 @@ class Exporter:
     a reason while others are written is reported as ``"format:file"``."""
     description: str = field(default="")
     """One line: what the files are for."""
+    table: object = field(default=None)
+    """The framework table (``planner.frameworks.table.Table``) whose every refusal this format
+    raises for any plan (its ``check`` runs inside ``render``); None: none declared. The search's
+    ``--framework`` domain reads it (``planner.export.domain``)."""
 
 
 EXPORTERS: dict[str, Exporter] = {}
@@ -103,13 +107,16 @@ def each_file(renderers: Mapping[str, Callable[[Plan, str], str]]) -> Callable[[
             except CannotExpress as err:
                 refused[name] = err
         if not texts:
-            errors = list(refused.values())
+            # The files the release reads first: their rule is why the layout cannot run, a file
+            # of another release (NotThisRelease) only why that file is not written.
+            order = sorted(refused.items(), key=lambda item: isinstance(item[1], NotThisRelease))
+            errors = [err for _, err in order]
             if len({e.rule for e in errors}) == 1:
                 raise errors[0]
             # Every file's rule: a release refusal of one file (torchtitan 0.2 reads no command line)
             # must not hide the layout rule that refused the other.
             raise CannotExpress(", ".join(dict.fromkeys(e.rule for e in errors)),
-                                "; ".join(f"{name}: {err}" for name, err in refused.items()))
+                                "; ".join(f"{name}: {err}" for name, err in order))
         return texts, {name: str(err) for name, err in refused.items()}
 
     return render_each

@@ -58,5 +58,6 @@ EXPORTER = Exporter(
     name="slurm",
     files={FILE_NAME: EXECUTABLE},
     render=one_file(FILE_NAME, render),
+    table=megatron.TABLE,
     description="sbatch script: srun one torchrun per node",
 )

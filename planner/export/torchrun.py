@@ -95,5 +95,6 @@ EXPORTER = Exporter(
     name="torchrun",
     files={FILE_NAME: EXECUTABLE},
     render=one_file(FILE_NAME, render),
+    table=megatron.TABLE,
     description="run on every node; torchrun c10d + Megatron args",
 )

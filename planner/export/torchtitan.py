@@ -41,8 +41,8 @@ import tomllib
 
 from planner.export import torchrun
 from planner.export.common import (
-    CannotExpress, Plan, bash_array, comment_block, partial_recompute_per_chunk, q, selective_modules, safe_name,
-    window_text,
+    CannotExpress, NotThisRelease, Plan, bash_array, comment_block, partial_recompute_per_chunk, q, selective_modules,
+    safe_name, window_text,
 )
 from planner.export.registry import EXECUTABLE, PLAIN, Exporter, each_file
 from planner.frameworks.torchtitan import (  # noqa: F401 (names the tests and the reader use)
@@ -220,7 +220,7 @@ def config_function(plan: Plan) -> str:
 
 def check_cli(plan: Plan, release: Release) -> None:
     if release.family != "0.3":
-        raise CannotExpress("torchtitan_cli_release", f"{OVERRIDES_FILE} is torchtitan 0.3's --module/--config command "
+        raise NotThisRelease("torchtitan_cli_release", f"{OVERRIDES_FILE} is torchtitan 0.3's --module/--config command "
                             f"line; torchtitan {release.version} takes its settings from a job config file "
                             f"(--job.config_file {TOML_FILE})", release.manager)
     if plan.cuda_graphs and plan.pp > 1:
@@ -233,7 +233,7 @@ def check_cli(plan: Plan, release: Release) -> None:
 
 def check_toml(plan: Plan, release: Release) -> None:
     if not release.reads_toml:
-        raise CannotExpress("torchtitan_toml_release", f"torchtitan {release.version} reads no TOML job config "
+        raise NotThisRelease("torchtitan_toml_release", f"torchtitan {release.version} reads no TOML job config "
                             f"(--job.config_file is gone; configs are Python functions chosen with --module/--config): "
                             f"use {OVERRIDES_FILE}", release.manager)
     check_common(plan)
@@ -499,6 +499,7 @@ EXPORTER = Exporter(
     # The 0.3 command line and the job-config TOML refuse independently.
     render=each_file({OVERRIDES_FILE: lambda plan, entrypoint: render_overrides(plan),
                       TOML_FILE: lambda plan, entrypoint: render_toml(plan)}),
+    table=TABLE,
     description="torchtitan 0.3.0 command line (run it to launch), and the same layout as a TOML job config for "
                 "torchtitan 0.2.2 (0.1.x / 0.2.x with --torchtitan-version)",
 )

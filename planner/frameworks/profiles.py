@@ -185,6 +185,11 @@ _DS_PIPE_SCATTER = Entry(
     source="DeepSpeed runtime/pipe/engine.py: is_pipe_partitioned = is_model_parallel; _exec_send_activations "
            "sends a PartitionedTensor slice, the receiver rebuilds it with .full() (an all-gather over the "
            "model-parallel group); gradients likewise (is_grad_partitioned)")
+_DS_NO_INTERLEAVING = Entry(
+    {"vpp": 1}, "",
+    source="DeepSpeed runtime/pipe/schedule.py: TrainSchedule is 1F1B over one stage per rank (no "
+           "interleaved chunks); planner's DeepSpeed exporter refuses vpp > 1 for the same reason "
+           "(deepspeed_no_interleaving)")
 _DS_PIPE_GRADS_AFTER = Entry(
     {"dp_comm_overlap": False}, "data-parallel gradient reduction after the last micro-batch (DeepSpeed pipeline engine)",
     source="DeepSpeed runtime/pipe/schedule.py TrainSchedule: ReduceTiedGrads and ReduceGrads are issued after the "
@@ -625,10 +630,7 @@ PROFILES: tuple[Profile, ...] = (
               when=(When(year_max=2022),)),
         _DS_PIPE_SCATTER,
         _DS_PIPE_GRADS_AFTER,
-        Entry({"vpp": 1}, "",
-              source="DeepSpeed runtime/pipe/schedule.py: TrainSchedule is 1F1B over one stage per rank (no "
-                     "interleaved chunks); planner's DeepSpeed exporter refuses vpp > 1 for the same reason "
-                     "(deepspeed_no_interleaving)"),
+        _DS_NO_INTERLEAVING,
         _BIGSCIENCE_LAUNCH_BLOCKING,
         Entry({"grad_dtype": "fp32"}, "FP32 gradient reduction (DeepSpeed BF16_Optimizer)",
               source="DeepSpeed v0.6.5 runtime/pipe/engine.py _exec_reduce_grads: with bf16 and ZeRO stage 0 (the "
@@ -644,9 +646,8 @@ PROFILES: tuple[Profile, ...] = (
     )),
     Profile("DeepSpeed ZeRO-3 (2021)", r"deepspeed", (
         _BEFORE_FLASH,
-        Entry({"vpp": 1}, "",
-              source="DeepSpeed runtime/pipe/schedule.py: TrainSchedule is 1F1B over one stage per rank (no "
-                     "interleaved chunks); planner's DeepSpeed exporter refuses vpp > 1 (deepspeed_no_interleaving)"),
+        _DS_PIPE_SCATTER,
+        _DS_NO_INTERLEAVING,
         Entry({"zero3_gather": "blocking"},
               "blocking per-tensor ZeRO-3 gathers and reduce-scatters (DeepSpeed 2021)",
               source="DeepSpeed v0.3.13-0.5 runtime/zero/partition_parameters.py: one all-gather per weight "

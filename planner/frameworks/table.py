@@ -40,6 +40,12 @@ class CannotExpress(Exception):
         super().__init__(f"{detail} (rule {rule}{where})")
 
 
+class NotThisRelease(CannotExpress):
+    """One file of a format that the target release does not read (torchtitan 0.2 reads no 0.3
+    command line; 0.3 no TOML): not a limit of the layout, so when every file refuses, the rule of
+    the file the release reads names why (``planner.export.registry.each_file``)."""
+
+
 @dataclass(frozen=True)
 class Row:
     option: str

@@ -136,8 +136,10 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
     stages = stage_summary(lay)
     if stages:
         lines.append(f"stages  {stages}")
-    if rec.get("calibration"):
-        lines.append(f"constants from calibration profile {rec['calibration']}")
+    if rec.get("calibration"):  # the profile and the constants it changed (planner.calibration_use)
+        from planner.calibration_use import calibration_line
+
+        lines.append(calibration_line(rec, rec.get("gpu")))
     if rec.get("framework"):
         lines += framework_lines(rec["framework"])
     lines.append("")
@@ -198,7 +200,11 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
 
 
 def framework_lines(info: dict) -> list[str]:
-    """Readable lines for a record's ``framework`` entry (``planner.frameworks.apply_framework``)."""
+    """Readable lines for a record's ``framework`` entry (``planner.frameworks.apply_framework``);
+    a search row states only the release (and profile): its layout holds what the release set."""
+    if "settings" not in info:
+        profile = f" ({info['profile']} profile)" if info.get("profile") else ""
+        return [f"framework {info['name']}{profile}: its settings as the layout states them (priced with it)"]
     settings = ", ".join(f"{k} {'+'.join(v) if isinstance(v, (tuple, list)) else v}"
                          for k, v in info["settings"].items()) or "nothing beyond the defaults"
     lines = [f"framework {info['name']} ({info['profile']} profile): {settings}"]

@@ -65,4 +65,7 @@ def format_run(run: dict) -> str:
         lines.append(f"  energy      {three_figures(run['energy_mwh'])} MWh at {power}{cost}")
     else:
         lines.append(f"  power       {power} (give --train-tokens for days, MWh and $)")
+    if "cost_per_step_usd" in run and "cost_usd" not in run:
+        lines.append(f"  cost        {_usd(run['cost_per_step_usd'])} per step at ${i['price_per_gpu_hour']:g}/GPU-hour "
+                     f"(steady state; give --train-tokens for the run's)")
     return "\n".join(lines)

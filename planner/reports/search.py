@@ -145,12 +145,22 @@ def format_summary(stats: dict) -> str:
         impl["recompute_modules"] = "+".join(stats["recompute_modules"])
     if impl:
         line += "\npriced with " + ", ".join(f"{k}={v}" for k, v in impl.items())
-    if stats.get("calibration"):
-        line += f"\nconstants from calibration profile {stats['calibration']}"
+    if stats.get("calibration"):  # the profile and the constants it changed (planner.calibration_use)
+        from planner.calibration_use import calibration_line
+
+        line += "\n" + calibration_line(stats)
     if stats.get("framework"):
         from planner.reports.evaluate import framework_lines
 
         line += "\n" + "\n".join(framework_lines(stats["framework"]))
+    domain = stats.get("domain")
+    if domain and (domain["left_out"] or domain["rows_dropped"]):
+        rules = sorted({**domain["rules"], **domain["rows_dropped"]}, key=lambda k: -(domain["rules"].get(k, 0)
+                                                                                  + domain["rows_dropped"].get(k, 0)))
+        dropped = sum(domain["rows_dropped"].values())
+        line += (f"\nleft out {domain['left_out'] + dropped:,} fitting layouts that no format launching "
+                 f"{domain['release']} ({', '.join(domain['formats'])}) writes (rules {', '.join(rules[:3])}"
+                 f"{', ...' if len(rules) > 3 else ''})")
     return line
 
 
@@ -177,6 +187,7 @@ def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
     from costmodel.result import MEMORY_TERMS, TIME_TERMS
 
     from costmodel.options import RECORDED_OPTIONS
+    from planner.calibration_use import CONSTANTS_KEY, csv_constants
 
     lay_keys = ["gpus", "grad_accum"] + [o.name for o in RECORDED_OPTIONS]
     head = (["rank", "model", "gpu", "cluster"] + lay_keys
@@ -184,7 +195,9 @@ def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
             + [f"mem_{k}_gib" for k in list(MEMORY_TERMS) + ["peak", "capacity"]]
             + [f"time_{k}_s" for k in TIME_TERMS]
             + ["cost_per_step_usd", "run_time_s", "run_cost_usd", "memory_limit_gib", "headroom_gib"]
-            + ["goodput", "run_energy_mwh", "tokens_per_s_per_gpu_p10", "tokens_per_s_per_gpu_p90", "ties_best"])
+            + ["goodput", "run_energy_mwh", "tokens_per_s_per_gpu_p10", "tokens_per_s_per_gpu_p90", "ties_best"]
+            + ["calibration", CONSTANTS_KEY]  # what priced the row: --from reads it back
+            + ["framework"])  # the --framework release that priced it (its launch formats, torchtitan's files)
     rows = []
     for r in records:
         lay = r["layout"]
@@ -197,6 +210,8 @@ def _csv_rows(records: list[dict]) -> tuple[list[str], list[list]]:
                 r.get("headroom_gib")]
         q = r.get("tokens_per_s_per_gpu_interval") or {}
         row += [r.get("goodput"), r.get("run_energy_mwh"), q.get("p10"), q.get("p90"), r.get("ties_best")]
+        row += [r.get("calibration"), csv_constants(r.get(CONSTANTS_KEY))]
+        row += [(r.get("framework") or {}).get("name") if isinstance(r.get("framework"), dict) else None]
         rows.append(row)
     return head, rows
 
@@ -260,6 +275,7 @@ def more_points(request, result) -> Optional[dict]:
     trials) or found nothing."""
     from dataclasses import replace
 
+    from costmodel.goodput import parse_prices, price_for
     from planner.reports.plots import CLOUD_TOP, FRONT_TOP
     from search.api import search
 
@@ -268,10 +284,15 @@ def more_points(request, result) -> Optional[dict]:
     stats = result.stats
     series = [(g, n) for g in stats.get("gpu_types", []) for n in stats.get("gpu_counts", [])]
     options = replace(request.options, method="exhaustive", progress=False)
+    prices = parse_prices(request.ranking.price_per_gpu_hour)  # type -> USD; "*" for the rest
     per = {}
     for g, n in series:
         problem = replace(request.problem, gpus=n, **({"gpu": g} if request.problem.cluster is None else {}))
-        ranking = replace(request.ranking, pareto=False, top=max(CLOUD_TOP // len(series), 20))
+        # One GPU type per series: its own price, not the whole map (a price for another type is
+        # refused by that search as naming a GPU type it does not price).
+        price = price_for(prices, g) if prices else request.ranking.price_per_gpu_hour
+        ranking = replace(request.ranking, pareto=False, top=max(CLOUD_TOP // len(series), 20),
+                          price_per_gpu_hour=price)
         per[(g, n)] = search(replace(request, problem=problem, options=options, ranking=ranking)).results
     front = search(replace(request, options=options, ranking=replace(request.ranking, pareto=True, top=FRONT_TOP)))
     return {"per_series": per, "front": front.results}

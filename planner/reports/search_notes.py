@@ -76,7 +76,12 @@ def _envelope_lines(rows: list[dict], footnotes: list[str], stats: dict) -> list
     if job:
         lines.append("  the job itself: " + "; ".join(job))
     if stats.get("within_envelope"):
-        lines.append(f"--within-envelope: {stats.get('outside_envelope', 0):,} of {stats.get('fits', 0):,} fitting layouts "
+        # The envelope filters what the --framework domain kept (search.exhaustive.Pools.add): its
+        # share is of the fitting layouts the release launches.
+        domain = stats.get("domain") or {}
+        asked = stats.get("fits", 0) - domain.get("left_out", 0)
+        which = f"fitting layouts {domain['release']} launches" if domain else "fitting layouts"
+        lines.append(f"--within-envelope: {stats.get('outside_envelope', 0):,} of {asked:,} {which} "
                      f"lie outside it and are left out")
     return lines
 
@@ -120,7 +125,9 @@ def table_rows(results: list[dict], recipes: list[dict], stats: dict) -> tuple[l
     rows = results + [_recipe_row(e) for e in recipes if e.get("record")]
     marks, notes = table_notes(rows, results, stats)
     if recipes:
-        fitting = "layouts that fit" + (" inside the envelope" if stats.get("within_envelope") else "")
+        domain = stats.get("domain")
+        fitting = ("layouts that fit" + (f" and {domain['release']} launches" if domain else "")
+                   + (" inside the envelope" if stats.get("within_envelope") else ""))
         notes += format_recipes(recipes, fitting)
     return rows, marks, notes
 

@@ -131,6 +131,28 @@ def format_scaling(stats: dict) -> str:
     return "\n".join(lines)
 
 
+def constants_line(spec: dict) -> str:
+    """Which constants priced every scenario: the shipped ones, or a calibration profile's (those it changed)."""
+    cal = spec.get("calibration")
+    if not cal:
+        return "constants: shipped (costmodel/calibration.py)"
+    from planner.calibration_use import calibration_line
+
+    return calibration_line({"calibration": cal["profile"], "calibration_constants": cal["constants"],
+                             "calibration_warning": "\n".join(calibration_warnings(spec)) or None})
+
+
+def calibration_warnings(spec: dict) -> list[str]:
+    """One line per GPU type of the sweep that the calibration profile's runs did not use (its
+    constants were fitted to other GPUs' kernels); empty without a profile or when it covers them all."""
+    if not spec.get("calibration"):
+        return []
+    from planner.sweep import SweepSpec
+
+    applied = SweepSpec.from_dict(spec).applied_calibration()
+    return [w for w in map(applied.gpu_warning, spec.get("gpu") or ()) if w]
+
+
 def format_summary(stats: dict, worker: Optional[dict]) -> str:
     spec = stats["spec"]
     n, done = stats["scenarios"], stats["done"]
@@ -159,10 +181,15 @@ def format_summary(stats: dict, worker: Optional[dict]) -> str:
     if done < n:
         line += (f"\n{n - done} scenarios not done: {stats.get('trials_running', 0)} running in other workers; "
                  f"run the same command again to finish them (with --reclaim-running if their workers died)")
-    return line
+    return line + "\n" + constants_line(spec)
 
 
 def to_json(rows: list[dict], stats: dict) -> dict:
+    """``{"scenarios": [...], "stats": {...}}``; the stats state ``calibration_warning`` (as ``search
+    --json``'s do) when the profile's runs used other GPU types than some of the sweep's."""
+    warnings = calibration_warnings(stats["spec"]) if stats.get("spec") else []
+    if warnings:
+        stats = {**stats, "calibration_warning": "\n".join(warnings)}
     return {"scenarios": rows, "stats": stats}
 
 

@@ -140,6 +140,57 @@ def sensitivity(predictor: Predictor, calib: Calibration, name: str) -> np.ndarr
     return (up - down) / (hi - lo) * span / base
 
 
+# ------------------------------------------------------------------- copies of one configuration
+
+
+def configuration_keys(predictor: Predictor) -> np.ndarray:
+    """Per run, a label shared by the runs of one configuration: the same model, cluster, GPU,
+    GPU count and layout (pinned knobs, batch and sequence included, and the grids searched).
+    Such runs get one prediction whatever the constants, and the model's error on them, what
+    ``ERROR_SCALE`` describes, is one error: repeats add no evidence about the constants."""
+    labels: dict = {}
+    out = []
+    for r in predictor.rows:
+        run = r.run
+        key = (run.model.model_dump_json(), run.cluster.model_dump_json(), run.gpu.name, run.gpus,
+               repr(sorted(run.pins.items())), repr(sorted((k, list(v)) for k, v in run.searched.items())))
+        out.append(labels.setdefault(key, len(labels)))
+    return np.array(out)
+
+
+def configuration_weights(keys: np.ndarray) -> np.ndarray:
+    """1 / (runs of its configuration) per run: each configuration weighs as one run in the fit,
+    its interval and its held-out folds, however often it was measured (their mean error counts)."""
+    counts = np.bincount(keys)
+    return 1.0 / counts[keys]
+
+
+def _fold_keys(predictor: Predictor, configs: np.ndarray) -> tuple[np.ndarray, str]:
+    """The held-out unit per run and its name: the source when the runs come from several (and
+    they form at least 2 folds), else the run; in both, the runs of one configuration stay in one
+    fold (sources sharing a configuration are held out together), so a copy never predicts its twin."""
+    sources = [r.source for r in predictor.rows]
+    unit = "configuration" if len(set(configs.tolist())) < len(configs) else "run"
+    if len(set(sources)) > 1:
+        # union-find over sources linked by a shared configuration
+        parent = {s: s for s in sources}
+
+        def root(s):
+            while parent[s] != s:
+                s = parent[s]
+            return s
+
+        first: dict = {}
+        for s, c in zip(sources, configs.tolist()):
+            parent[root(s)] = root(first.setdefault(c, s))
+        linked = np.array([root(s) for s in sources])
+        if len(set(linked.tolist())) > 1:
+            return linked, "source"
+        # shared configurations link every source into one fold: leave one configuration out
+        # instead, which still keeps a copy from predicting its twin
+    return configs, unit
+
+
 # --------------------------------------------------------------------------- the whole calibration
 
 
@@ -163,7 +214,11 @@ class Calibrated:
     unchanged: dict = field(default_factory=dict)
     """Constant -> why it stayed."""
     stats: dict = field(default_factory=dict)
-    """shipped / fitted / held_out: ``fit.error_stats``; loo_unit: run, source or None."""
+    """shipped / fitted / held_out: ``fit.error_stats`` plus ``capped_mape`` (the fit's yardstick);
+    loo_unit: run, configuration, source or None."""
+    configurations: int = 0
+    """Distinct configurations among the runs (copies of one run count once; 0: not counted, each
+    run taken as its own)."""
 
 
 def _why(predictor: Predictor, calib: Calibration, name: str) -> str:
@@ -179,14 +234,22 @@ def _why(predictor: Predictor, calib: Calibration, name: str) -> str:
         s = raw
     informed = np.nonzero(s >= 0.25 * s.max())[0] if s.max() > 0 else np.arange(len(s))
     before = float(np.mean(predictor.errors(DEFAULT)[informed]))
-    after = round(float(np.mean(predictor.errors(calib)[informed])), 4) + 0.0  # no "-0.0%"
+    # What this constant's own move does: the shipped constants with only it at the fitted value
+    # (the fit moves several at once; crediting one with the sum would misattribute).
+    # In percent, rounded once as printed (+ 0.0: no "-0.0%").
+    alone = round(100 * float(np.mean(predictor.errors(DEFAULT.with_(**{name: getattr(calib, name)}))[informed])), 1) + 0.0
+    together = round(100 * float(np.mean(predictor.errors(calib)[informed])), 1) + 0.0
     ids = ", ".join(predictor.rows[i].id for i in informed[:4]) + (", ..." if len(informed) > 4 else "")
     runs = f"the {len(informed)} runs that depend on it most ({ids}) were" if len(informed) > 1 \
         else f"run {ids}, which depends on it most, was"
     pace = "fast" if before > 0 else "slow"
     capped = f" (only runs off by more than {CLIP:.0%} depend on it)" if only_capped else ""
-    return (f"{MEANING[name]}: {runs} predicted {abs(before) * 100:.1f}% {pace} with the shipped "
-            f"{getattr(DEFAULT, name):g}; now {after * 100:+.1f}%{capped}")
+    head = (f"{MEANING[name]}: {runs} predicted {abs(before) * 100:.1f}% {pace} with the shipped "
+            f"{getattr(DEFAULT, name):g}")
+    if abs(alone) < abs(before) * 100:
+        return f"{head}; this constant's move alone: {alone:+.1f}%{capped}"
+    return (f"{head}; this constant's move alone does not bring {'them' if len(informed) > 1 else 'it'} closer "
+            f"({alone:+.1f}%): it moved with the others (all the moves together: {together:+.1f}%){capped}")
 
 
 def _stayed(predictor: Predictor, name: str) -> str:
@@ -202,26 +265,26 @@ _FOLDS: tuple | None = None
 
 
 def _fold(key) -> dict:
-    predictor, keys = _FOLDS
-    fitted = fit_map(predictor, (keys != key).astype(float))
+    predictor, keys, weights = _FOLDS
+    fitted = fit_map(predictor, (keys != key) * weights)
     return {n: getattr(fitted, n) for n in FIT_RANGES}
 
 
 def held_out(predictor: Predictor, jobs: int | None = None) -> tuple[np.ndarray, str | None]:
     """Each run's prediction from constants fitted without it (its source, when the runs come
-    from several); the unit left out. Folds run in ``jobs`` forked processes."""
+    from several; with its copies: ``_fold_keys``); the unit left out. Folds run in ``jobs``
+    forked processes."""
     import multiprocessing
     import os
 
     global _FOLDS
-    sources = np.array([r.source for r in predictor.rows])
-    unit = "source" if len(set(sources)) > 1 else "run"
-    keys = sources if unit == "source" else np.arange(len(sources))
-    out = np.full(len(sources), np.nan)
+    configs = configuration_keys(predictor)
+    keys, unit = _fold_keys(predictor, configs)
+    out = np.full(len(keys), np.nan)
     folds = list(dict.fromkeys(keys.tolist()))
     if len(folds) < 2:
         return out, None
-    _FOLDS = (predictor, keys)
+    _FOLDS = (predictor, keys, configuration_weights(configs))
     jobs = min(jobs or os.cpu_count() or 1, len(folds))
     if jobs > 1 and "fork" in multiprocessing.get_all_start_methods():
         from planner.validate.fit import worker_ignores_sigint
@@ -238,7 +301,8 @@ def held_out(predictor: Predictor, jobs: int | None = None) -> tuple[np.ndarray,
 
 def calibrate(predictor: Predictor) -> Calibrated:
     """Fit, intervals, reasons, and the errors before, after and held out."""
-    weights = np.ones(len(predictor.rows))
+    configs = configuration_keys(predictor)
+    weights = configuration_weights(configs)
     calib = fit_map(predictor, weights)
     moved, unchanged = [], {}
     for name in FIT_RANGES:
@@ -252,6 +316,51 @@ def calibrate(predictor: Predictor) -> Calibrated:
     shipped, fitted = predictor(DEFAULT), predictor(calib)
     rows = [(r.id, r.source, float(rep), float(a), float(b), None if np.isnan(h) else float(h))
             for r, rep, a, b, h in zip(predictor.rows, reported, shipped, fitted, loo)]
-    stats = {"shipped": error_stats((shipped - reported) / reported), "fitted": error_stats((fitted - reported) / reported),
-             "held_out": error_stats((loo - reported) / reported) if unit else None, "loo_unit": unit}
-    return Calibrated(calib, rows, moved, unchanged, stats)
+    # Each configuration counts once in the table and the verdict, as in the fit (copies 1/k each).
+    stats = {"shipped": _stats((shipped - reported) / reported, configs),
+             "fitted": _stats((fitted - reported) / reported, configs),
+             "held_out": _stats((loo - reported) / reported, configs) if unit else None, "loo_unit": unit}
+    return Calibrated(calib, rows, moved, unchanged, stats, len(set(configs.tolist())))
+
+
+def _stats(errors: np.ndarray, configs: np.ndarray | None = None) -> dict:
+    """``fit.error_stats`` and ``capped_mape``: the mean |error| with each run's capped at
+    ``CLIP``, as the fit counts it (one unit slip cannot outweigh every other run). With
+    ``configs`` (``configuration_keys``), each configuration weighs as one run, each of its k
+    copies 1/k (``configuration_weights``, the fit's weights), in every figure but ``rows`` (the
+    runs): measuring one configuration again moves neither the fit nor its error table."""
+    errors = np.asarray(errors, dtype=float)
+    if configs is None or not len(errors):
+        out = error_stats(errors)
+        out["capped_mape"] = float(np.mean(np.minimum(np.abs(errors), CLIP))) if len(errors) else None
+        return out
+    weights = configuration_weights(np.asarray(configs))
+    a = np.abs(errors)
+
+    def mean(x):
+        return float(np.sum(weights * x) / np.sum(weights))
+
+    return {"rows": int(len(a)), "median_abs_error": _weighted_percentile(a, configs, 50),
+            "p90_abs_error": _weighted_percentile(a, configs, 90), "mape": mean(a),
+            "mean_signed_error": mean(errors), "capped_mape": mean(np.minimum(a, CLIP))}
+
+
+def _weighted_percentile(values: np.ndarray, configs: np.ndarray, q: float) -> float:
+    """``np.percentile(values, q)`` (linear: Hyndman & Fan 1996 type 7) with each configuration
+    weighing one value: a configuration's runs with equal values are one point of weight 1 (so
+    exact copies give the percentile of the distinct configurations exactly); unequal repeats
+    share its weight (1/k each). Point i of the sorted points sits at (weight before it) /
+    (total weight - last point's weight), which is type 7's i / (n - 1) when all weigh 1."""
+    points: dict = {}
+    for v, c in zip(np.asarray(values, dtype=float).tolist(), np.asarray(configs).tolist()):
+        points.setdefault((c, v), 0.0)
+    counts = np.bincount(np.asarray(configs))
+    for v, c in zip(np.asarray(values, dtype=float).tolist(), np.asarray(configs).tolist()):
+        points[(c, v)] += 1.0 / counts[c]
+    order = sorted(points.items(), key=lambda kv: kv[0][1])
+    xs = np.array([v for (_, v), _ in order])
+    ws = np.array([w for _, w in order])
+    if len(xs) == 1:
+        return float(xs[0])
+    pos = (np.cumsum(ws) - ws) / (ws.sum() - ws[-1])
+    return float(np.interp(q / 100.0, pos, xs))

@@ -149,3 +149,40 @@ def _reported(row, model, gpu, gpus: int, gbs: Optional[int], seq: int) -> Repor
         notes.append(f"also given: peak_memory_gb {m.peak_memory_gb:g} GB = {m.peak_memory_gb * 1e9 / GIB:.2f} GiB "
                      f"({(m.peak_memory_gb * 1e9 / GIB / memory - 1) * 100:+.1f}%; peak_memory_gib {memory:g} is used)")
     return Reported(value, notes, memory)
+
+
+# ------------------------------------------------------------------ runs that look like unit slips
+
+MEMORY_SUSPECT = 2.0
+"""A reported peak memory more than this factor from the prediction is flagged. Memory needs no
+fitted constant and the reference set's median memory error is a few percent (``planner
+validate``), so a factor of two is a slip of units (GB for GiB, MiB, a fraction) or a different
+run, not the model's error; a slip of units is a factor of 1.07 (GB/GiB) or >= 1,000."""
+
+
+def suspect_runs_warning(errors: list, limit: float, memory: list = (), against: str = "",
+                         consequence: str = "") -> Optional[str]:
+    """The one warning ``validate`` and ``calibrate`` give for runs whose measurement looks wrong:
+    ``errors``: (id, signed throughput error with the constants in use) of every run, flagged past
+    ``limit`` (``fit.CLIP``: the fit counts no error further); ``memory``: (id, reported GiB,
+    predicted GiB), flagged past ``MEMORY_SUSPECT`` either way; ``against``: the constants the errors
+    are with (" with the shipped constants"); ``consequence``: what such a run does to the command's
+    result. None when no run is flagged."""
+    from planner.reports import counted
+
+    slow = [(rid, err) for rid, err in errors if abs(err) > limit]
+    mem = [(rid, rep, pred) for rid, rep, pred in memory
+           if rep and pred and not 1 / MEMORY_SUSPECT <= pred / rep <= MEMORY_SUSPECT]
+    if not slow and not mem:
+        return None
+    parts = []
+    if slow:
+        said = ", ".join(f"{rid} {err * 100:+.0f}%" for rid, err in slow[:5]) + (", ..." if len(slow) > 5 else "")
+        parts.append(f"{counted(len(slow), 'run')} off by more than {limit:.0%} in throughput{against} ({said})")
+    if mem:
+        said = ", ".join(f"{rid} {rep:g} GiB reported, {pred:.1f} predicted" for rid, rep, pred in mem[:5]) \
+            + (", ..." if len(mem) > 5 else "")
+        parts.append(f"{counted(len(mem), 'run')} whose peak memory is off by more than a factor of "
+                     f"{MEMORY_SUSPECT:g} ({said})")
+    return ("; ".join(parts) + (f": {consequence}" if consequence else "") + "; check the measurement and units (step_time_s in seconds, tokens_per_s the total "
+            "of all GPUs, mfu a fraction, peak_memory_gib in GiB)")

@@ -96,7 +96,8 @@ def format_table(results: list[RowResult], summary: dict, users: bool = False) -
             mem = f"{r.reported_memory_gib:.1f}/{r.predicted_memory_gib:.1f}"
         flag = "" if r.fits else " (nothing fits; least-memory layout)"
         err = f"{r.error * 100:>+7.1f}%"
-        err = err if len(err) <= 8 else f" {r.error * 100:+.0f}%"  # past +/-999.9%: kept apart from the prediction
+        # past +/-999.9% the column is full: a space keeps it apart from the prediction
+        err = err if err.startswith(" ") else f" {r.error * 100:+.0f}%"
         lines.append(
             f"{r.id[:39]:<40}{r.gpus:>6}  {r.layout[:63]:<64}{r.reported:>10.1f}{r.predicted:>11.1f}{err}  {mem}{flag}"
         )
@@ -111,14 +112,14 @@ def format_table(results: list[RowResult], summary: dict, users: bool = False) -
 
     def fmt_memory(st):
         mem = st.get("memory") or {}
-        return f"; peak memory {mem['rows']} rows, median |err| {mem['median_abs_error'] * 100:.1f}%" if mem.get("rows") else ""
+        return f"; peak memory {counted(mem['rows'], 'row')}, median |err| {mem['median_abs_error'] * 100:.1f}%" if mem.get("rows") else ""
 
     lines.append(f"summary ({_filter_text(s)}) {fmt(s)}")
     width = max([24] + [len(src) + 2 for src in s["per_source"]])  # a long source name stays apart from its count
     for src, st in s["per_source"].items():
         lines.append(f"  {src:<{width}}{fmt(st)}{fmt_memory(st)}")
     if s["memory"]["rows"]:
-        lines.append(f"peak memory: {s['memory']['rows']} rows with published peak, median |err| {s['memory']['median_abs_error'] * 100:.1f}%")
+        lines.append(f"peak memory: {counted(s['memory']['rows'], 'row')} with published peak, median |err| {s['memory']['median_abs_error'] * 100:.1f}%")
     families = [st for st in s.get("families") or [] if st["rows"] or not users]
     if families:
         from planner.validate.families import format_family_line
@@ -181,6 +182,18 @@ def format_production_check(check: dict) -> str:
     return "\n".join(lines)
 
 
+def _suspect_runs(results: list[RowResult], calibration: Optional[str]) -> Optional[str]:
+    """calibrate's warning on runs whose measurement looks wrong (``measure.suspect_runs_warning``),
+    over the predicted rows: throughput off by more than the fit's cap, memory by a factor of 2."""
+    from planner.validate.fit import CLIP
+    from planner.validate.measure import suspect_runs_warning
+
+    rows = [r for r in results if r.error is not None]
+    return suspect_runs_warning([(r.id, r.error) for r in rows], CLIP,
+                                [(r.id, r.reported_memory_gib, r.predicted_memory_gib) for r in rows],
+                                against=" with the profile's constants" if calibration else "")
+
+
 def _row_json(r) -> dict:
     """A row of --json: the result without the per-choice alternatives the trend report uses."""
     return {k: v for k, v in r.__dict__.items() if k != "alternatives"}
@@ -214,6 +227,9 @@ def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = 
     # The Llama 3 405B production check belongs to the shipped reference set; a user's runs file
     # gets its own rows and notes only.
     check = None if users else llama3_405b_production_check()
+    # A user's runs: the check calibrate makes (a unit slip would read as a model error); the
+    # reference set's misses are the model's, reported in its families and trends instead.
+    slip = _suspect_runs(results, calibration) if users else None
     if as_json:
         out = {"rows": [_row_json(r) for r in results], "summary": summary}
         if calibration is not None:
@@ -222,6 +238,8 @@ def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = 
             out["llama3_405b_production"] = check
         if skipped:
             out["skipped"] = skipped
+        if slip:
+            out["warnings"] = [slip]
         typer.echo(json.dumps(out, indent=2))
     else:
         typer.echo(format_table(results, summary, users))
@@ -233,6 +251,8 @@ def run_validate(runs: Optional[Path], as_json: bool = False, confidence: str = 
         if check is not None:
             typer.echo("")
             typer.echo(format_production_check(check))
+    if slip:
+        typer.echo(f"warning: {slip}", err=True)
     if plot is not None:
         from planner.reports.plots import plot_validation
 

@@ -434,7 +434,8 @@ def map_run(row: Union[dict, RunRow], base_dir: Optional[Path] = None) -> Mapped
     for name in ("seq_len", "gbs", "mbs", "tp", "pp", "cp", "dp", "vpp", "ep", "etp"):
         if name in pins:  # within what evaluate's flags allow (costmodel.options), e.g. seq_len <= 16M
             OPTIONS_BY_NAME[name].parse(pins[name], f"layout.{name}")
-    settings, profile_notes = apply_profiles(_row_facts(row, model, gpu), policies=True)
+    facts = _row_facts(row, model, gpu)
+    settings, profile_notes = apply_profiles(facts, policies=True)
     assumptions += profile_notes
     for name, value in settings.items():
         if value == PP_STAGES_MICROBATCHES:
@@ -461,7 +462,7 @@ def map_run(row: Union[dict, RunRow], base_dir: Optional[Path] = None) -> Mapped
     precision = str(row.layout.precision or "").lower()
     pins["precision"] = "fp8" if ("fp8" in precision or "float8" in precision) else "bf16"
     if row.reference is None:  # the reference set's rows state how they were read in their own notes
-        notes += _read_as(row, gpu)
+        notes += _read_as(row, gpu) + [_framework_read_as(row, facts, settings)]
     if "fp4" in precision:  # NVFP4 (TE's NVFP4BlockScaling, the fp8_recipe nvfp4); MXFP4 as MXFP8
         _price_fp4(row.layout.precision, gpu, pins, searched, assumptions)
     if row.layout.sequence_parallel is False:
@@ -487,6 +488,28 @@ def map_run(row: Union[dict, RunRow], base_dir: Optional[Path] = None) -> Mapped
     notes += [f"ignored field {f} (not part of the runs format{hint})" for f, hint in row.ignored_fields()]
     return MappedRun(row, model, cluster, gpu, gpus, pins, searched, assumptions + measured.notes + notes,
                      measured.tokens_per_s_per_gpu, measured.memory_gib)
+
+
+def _framework_read_as(row: RunRow, facts: RowFacts, settings: dict) -> str:
+    """The assumption line for a user's row on its framework text: which framework profile
+    (``planner.frameworks.profiles.PROFILES``) prices it, or that none matched and the generic
+    defaults did (as ``_read_as`` says how a precision text was read). ``settings``: what the
+    profiles set for the row (``apply_profiles``), compared with what the defaults alone set."""
+    import dataclasses
+
+    from planner.frameworks.profiles import PROFILES, profiles_for
+
+    text = row.framework_text()
+    named = profiles_for(text)[:-1]  # the last one is GENERIC, which every row gets
+    if named:
+        if settings == apply_profiles(dataclasses.replace(facts, framework=""), policies=True)[0]:
+            return (f"framework {text!r}: profile {named[0].name!r} matched; none of its settings apply to this row "
+                    "(priced as planner's defaults)")
+        return f"framework {text!r}: profile {named[0].name!r} applied"
+    said = f"framework {text!r}" if text.strip() else "framework not stated"
+    known = ", ".join(dict.fromkeys(p.name.split(" (")[0] for p in PROFILES))
+    return (f"{said}: no framework profile matches; priced with planner's defaults (profiles: {known}; "
+            "'planner catalog frameworks' lists their settings)")
 
 
 _WORDS_16BIT = ("fp16", "float16", "16-bit", "16 bit", "half")

@@ -182,8 +182,10 @@ def run_reference_search(launch, request, keep: str | None, calibration, outputs
     top = request.ranking.top
     request = search_request(r, request, launch.given, keep, progress)
     result = search(request)
-    if calibration is not None:
-        result.stats["calibration"] = str(calibration)
+    from planner.cli.search import stamp_calibration
+    from planner.calibration_use import as_applied
+
+    stamp_calibration(result, as_applied(calibration))
     limit = memory_limit_gib(r.setup.gpu.memory_gib, request.options.memory_headroom)
     ref["memory_limit_gib"], ref["headroom_gib"] = limit, limit - ref["memory_gib"]["peak"]  # as search rows
     # Cost and run figures as the ranked rows carry them (price, token budget, objective).

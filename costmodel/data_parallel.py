@@ -18,7 +18,7 @@ import numpy as np
 
 from costmodel import collectives
 from costmodel.context import BF16, ChunkContext
-from costmodel.memory import zero_divisors
+from costmodel.memory import OPTIMIZER_BYTES, OPTIMIZER_STATE_BYTES, zero_divisors
 from costmodel.placement import group_span
 from costmodel.stage_params import HeaviestStage
 from costmodel.zero3_blocking import blocking_zero3_time, parameter_tensors_per_layer
@@ -64,13 +64,16 @@ class Sharding:
     grad_bytes: np.ndarray
     """Bytes per gradient element: 4 (FP32 main grads), 2 with BF16 gradient buffers
     (Megatron-Core grad_reduce_in_fp32=False, reduced in BF16 too)."""
+    optimizer_bytes: np.ndarray
+    """Adam's bytes per owned parameter (``memory.OPTIMIZER_STATE_BYTES`` by ``optimizer_states``)."""
     state_divisors: tuple
     """``memory.zero_divisors`` of the footprint: under a pipeline FSDP2 (ZeRO-3) keeps a stage's
     gradients (and, after a backward, its weights) unsharded for the whole step, ZeRO-1's."""
 
 
 def sharding(ctx: ChunkContext) -> Sharding:
-    """ZeRO sharding of ``ctx``'s layouts (the only reader of ``batch.zero`` and ``grad_dtype``)."""
+    """ZeRO sharding of ``ctx``'s layouts (the only reader of ``batch.zero``, ``grad_dtype`` and
+    ``optimizer_states``)."""
     batch = ctx.batch
     zero = batch.zero
     # Hybrid sharding: states sharded over dp_shard consecutive data-parallel ranks, replicated
@@ -88,6 +91,8 @@ def sharding(ctx: ChunkContext) -> Sharding:
         pipelined_fsdp=pipelined_fsdp,
         unreplicated=(dense_shard == 1) & (expert_shard <= 1),
         grad_bytes=np.where(batch.is_("grad_dtype", "bf16"), BF16, GRAD_REDUCE_BYTES),
+        optimizer_bytes=np.select([batch.is_("optimizer_states", k) for k in OPTIMIZER_STATE_BYTES],
+                                  list(OPTIMIZER_STATE_BYTES.values()), OPTIMIZER_BYTES),
         state_divisors=zero_divisors(np.where(pipelined_fsdp, 1, zero), dense_shard, expert_shard),
     )
 

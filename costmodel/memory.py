@@ -26,6 +26,17 @@ GIB = float(2**30)
 WEIGHT_BYTES = 2.0
 GRAD_BYTES = 4.0
 OPTIMIZER_BYTES = 12.0
+OPTIMIZER_STATE_BYTES = {"fp32": OPTIMIZER_BYTES, "remainders": 2.0 + 4.0 + 4.0, "bf16": 2.0 + 2.0}
+"""Adam's bytes per owned parameter by ``Layout.optimizer_states``. fp32: FP32 master + m + v
+(Megatron-Core ``theoretical_memory_usage.py``: 12 B, sharded by the distributed optimizer).
+remainders and bf16 are Apex DistributedFusedAdam's buckets (NVIDIA/apex 810ffae, the commit NeMo
+r2.0.0rc1's Dockerfile builds for the 24.07 container; contrib/optimizers/distributed_fused_adam.py
+``StateBucket.__init__``): ``param_remainders_shard`` int16 (2 B) when ``store_param_remainders``,
+``params_shard`` only when ``store_params``, ``exp_avg_shard`` and ``exp_avg_sq_shard`` in the
+optimizer ``dtype`` (4 + 4 B FP32, 2 + 2 B BF16). NeMo 1 (v1.23.0 d2283e3 and r2.0.0rc1 579983f,
+nemo/collections/nlp/models/language_modeling/megatron_base_model.py ``setup_optimization``) asks
+for remainders when the optimizer dtype is FP32 and the O2 weights BF16, and for no master at all
+when the optimizer dtype equals the weights' (BF16)."""
 
 
 def attention_scores_bytes_per_token(model: ModelSpec, tp, seq_len, unfused):
@@ -251,7 +262,7 @@ def fp8_weight_copy_bytes(ctx, sh, per_layer, n_dense, n_moe):
 
 
 def model_state_bytes(dense_params, expert_params, zero, dense_shard, expert_shard, fp8, divisors=None,
-                      grad_bytes=GRAD_BYTES):
+                      grad_bytes=GRAD_BYTES, optimizer_bytes=OPTIMIZER_BYTES):
     """Weights, gradients and optimizer bytes per GPU for the parameters a GPU holds.
 
     ``dense_params``/``expert_params``: parameters on this GPU after TP/PP/EP splitting;
@@ -259,14 +270,15 @@ def model_state_bytes(dense_params, expert_params, zero, dense_shard, expert_sha
     data-parallel size). Under FP8 the BF16 weights stay the primary copy; the FP8 copies
     TransformerEngine keeps of them are ``fp8_weight_copy_bytes``. ``divisors``: a cached
     ``zero_divisors`` result. ``grad_bytes``: bytes per gradient element, 4 for FP32 main grads,
-    2 for BF16 gradient buffers (Megatron-Core ``grad_reduce_in_fp32=False``).
+    2 for BF16 gradient buffers (Megatron-Core ``grad_reduce_in_fp32=False``). ``optimizer_bytes``:
+    Adam's bytes per parameter (``OPTIMIZER_STATE_BYTES``).
     """
     (w_d, w_e), (g_d, g_e), (o_d, o_e) = divisors or zero_divisors(zero, dense_shard, expert_shard)
     if np.ndim(expert_params) == 0 and expert_params == 0:
-        return WEIGHT_BYTES * dense_params / w_d, grad_bytes * dense_params / g_d, OPTIMIZER_BYTES * dense_params / o_d
+        return WEIGHT_BYTES * dense_params / w_d, grad_bytes * dense_params / g_d, optimizer_bytes * dense_params / o_d
     weights = WEIGHT_BYTES * (dense_params / w_d + expert_params / w_e)
     grads = grad_bytes * (dense_params / g_d + expert_params / g_e)
-    optim = OPTIMIZER_BYTES * (dense_params / o_d + expert_params / o_e)
+    optim = optimizer_bytes * (dense_params / o_d + expert_params / o_e)
     return weights, grads, optim
 
 
@@ -385,7 +397,7 @@ def stage_model_states(ctx, sh, per_layer, params, n_moe):
     under ``sh`` (``data_parallel.Sharding``); ``per_layer``: ``stage_params.LayerParams``."""
     weights, grads, optim = model_state_bytes(
         params[0], params[1], sh.zero, sh.dense_shard, sh.expert_shard, ctx.fp8, divisors=sh.state_divisors,
-        grad_bytes=sh.grad_bytes,
+        grad_bytes=sh.grad_bytes, optimizer_bytes=sh.optimizer_bytes,
     )
     # ZeRO-3 materialises the current and the prefetched layer in full (under a pipeline the
     # whole stage is gathered after a backward, counted by state_divisors): beyond the shard of

@@ -329,6 +329,8 @@ GROUPED_GEMMS = ("loop", "fused")
 """How the per-expert GEMMs of an MoE layer run; codes 0, 1."""
 GRAD_DTYPES = ("fp32", "bf16")
 """Gradient buffer / data-parallel reduction dtypes; codes 0, 1."""
+OPTIMIZER_STATES = ("fp32", "remainders", "bf16")
+"""What Adam keeps per parameter beside the BF16 weight (costmodel.memory.OPTIMIZER_STATE_BYTES); codes 0-2."""
 ZERO3_GATHERS = ("prefetch", "blocking", "post")
 """How ZeRO-3 fetches parameters; codes 0-2."""
 CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
@@ -620,6 +622,22 @@ class Layout:
     (Megatron-Core DDP grad_reduce_in_fp32=False, NeMo optim.grad_sync_dtype=bf16, FSDP
     reduce_dtype bfloat16): half the gradient memory and half the reduce-scatter /
     all-reduce bytes."""
+    optimizer_states: str = option(
+        "fp32", "Adam's states per parameter: fp32 (FP32 master weights and moments, 12 B: Megatron's distributed "
+        "optimizer) | remainders (the low 16 bits of the FP32 master beside the BF16 weight, FP32 moments, 10 B: NeMo 1 "
+        "distributed_fused_adam, Apex store_param_remainders) | bf16 (BF16 moments and no master, 4 B: NeMo 1 "
+        "optim.dtype bf16).", kind=CHOICE, group=IMPLEMENTATION, choices=OPTIMIZER_STATES, search=SETTING,
+        label="{value}-adam", source="Apex contrib/optimizers/distributed_fused_adam.py (dtype, store_params, "
+        "store_param_remainders); NeMo 1 megatron_base_model.py setup_optimization",
+        rules=("optimizer_remainders_need_bf16_weights",))
+    """Bytes Adam keeps per parameter it owns (sharded by ZeRO >= 1 like any optimizer state):
+    fp32, an FP32 master copy and FP32 first and second moments (Megatron-Core's optimizers);
+    remainders, the 16 bits an FP32 master has beyond its BF16 weight (an int16 shard) and FP32
+    moments: the BF16 weight and its remainder together are the FP32 master (NeMo 1 with
+    ``distributed_fused_adam``, FP32 optimizer dtype and BF16 O2 weights; Megatron-Core's
+    precision-aware optimizer keeps the same with TE >= 2.1); bf16, BF16 moments and no master,
+    the BF16 weights updated in place (NeMo 1 ``optim.dtype: bf16``). Memory only: the optimizer
+    step's time stays priced at the FP32 traffic (costmodel.optimizer)."""
     zero3_gather: str = option(
         "prefetch", "ZeRO-3 parameter fetching: prefetch (per-layer gathers hidden behind compute: FSDP, DeepSpeed "
         "today) | blocking (one synchronised gather per weight tensor, re-gathered after recompute: DeepSpeed 2021) | "

@@ -16,8 +16,8 @@ from costmodel.collectives import Fabric, LinkLevel
 from costmodel.compute import LayerTimes
 from costmodel.context import chunk_context
 from costmodel.layout import LayoutBatch, recompute_modules_mask
-from costmodel.memory import (activation_bytes, fp8_weight_copy_bytes, inflight_microbatches, pipeline_runtime_bytes,
-                              stage_activations)
+from costmodel.memory import (activation_bytes, fp8_weight_copy_bytes, inflight_microbatches, model_state_bytes,
+                              pipeline_runtime_bytes, stage_activations)
 from costmodel.optimizer import optimizer_time, owned_params
 from costmodel.params import count_params
 from costmodel.pipeline import StageSplit
@@ -502,6 +502,24 @@ def test_fp8_weight_copies_transformer_engine_caches_per_step():
     ctx = _ctx(MIXTRAL, tp=1, dp=8, ep=8, precision=1)
     mixtral = fp8_weight_copy_bytes(ctx, data_parallel.sharding(ctx), layer_params(ctx), 0.0, 32.0)[0]
     assert mixtral == pytest.approx(2.0 * 32 * (3 * 4096 * 14336 + 4096 * 48 * 128 + 32 * 128 * 4096))
+
+
+def test_optimizer_states_bytes_by_kind():
+    # Adam's bytes per owned parameter (Apex distributed_fused_adam.py StateBucket; Megatron-Core
+    # theoretical_memory_usage.py): FP32 master + m + v = 4 + 4 + 4; an int16 remainder of the master
+    # + FP32 m, v = 2 + 4 + 4; BF16 m, v and no master = 2 + 2. 1e9 parameters on a GPU at DP 4,
+    # ZeRO-1: the states of a quarter of them; weights (2 B) and FP32 gradients (4 B) unsharded.
+    def states(kind):
+        ctx = _ctx(LLAMA_8B, tp=2, dp=4, zero=1, optimizer_states=kind)
+        sh = data_parallel.sharding(ctx)
+        w, g, o = model_state_bytes(np.array([1e9]), 0.0, sh.zero, sh.dense_shard, sh.expert_shard, ctx.fp8,
+                                    divisors=sh.state_divisors, grad_bytes=sh.grad_bytes,
+                                    optimizer_bytes=sh.optimizer_bytes)
+        return float(w[0]), float(g[0]), float(o[0])
+
+    assert states(0) == pytest.approx((2e9, 4e9, 12e9 / 4))  # fp32
+    assert states(1) == pytest.approx((2e9, 4e9, 10e9 / 4))  # remainders
+    assert states(2) == pytest.approx((2e9, 4e9, 4e9 / 4))  # bf16
 
 
 def test_utilization_counts_recompute_as_hardware_flops():

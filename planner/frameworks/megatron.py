@@ -140,6 +140,8 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
     *_on("dp_comm_overlap", "overlap_grad_reduce", _DDP),
     Row("grad_dtype", "bf16", (("grad_reduce_in_bf16", True),), source=ARGS + " (FP32 main grads by default)"),
     Row("grad_dtype", "fp32", (), default=True, source=ARGS),
+    Row("optimizer_states", "fp32", (), default=True,
+        source=ARGS + " (without --use-precision-aware-optimizer: FP32 main params and Adam moments)"),
     Row("precision", "fp8", (("fp8_format", "hybrid"),), when=lambda plan: plan.fp8_recipe != "nvfp4",
         source=ARGS + " _add_transformer_engine_args"),
     # NVFP4 is --fp4-format e2m1, which Megatron refuses beside --fp8-format (arguments.py validate_args).
@@ -291,6 +293,11 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
             "leftover with no effect, left arguments.py in 10e7b74597): price with --p2p-scatter-gather false",
             "Megatron-Core pipeline_parallel/p2p_communication.py; Megatron-LM v2 megatron/p2p_communication.py",
             when=lambda plan: plan.tp > 1 and plan.pp > 1 and not plan.sp),
+    Refusal("optimizer_states", ("remainders", "bf16"), "megatron_optimizer_states", "optimizer_states remainders / "
+            "bf16 price NeMo 1's Apex distributed_fused_adam (16-bit master remainders; BF16 moments without a master); "
+            "planner writes Megatron's FP32 optimizer and not --use-precision-aware-optimizer, whose --main-params-dtype "
+            "keeps a master in any case: price with --optimizer-states fp32",
+            ARGS_PY + " --use-precision-aware-optimizer, --main-params-dtype (fp32, fp16)"),
     Refusal("zero3_gather", ("blocking", "post"), "megatron_zero3_gather", "zero3_gather blocking / post price DeepSpeed "
             "2021's per-tensor gathers and FSDP1's BACKWARD_POST; Megatron-FSDP prefetches its all-gathers", _FSDP),
     Refusal("fp8_recipe", ("delayed",), "megatron_fp8_delayed_recompute_modules", "fp8_recipe delayed with "

@@ -311,6 +311,8 @@ TABLE = Table("torchtitan",
     Row("nccl_ub", False, (), default=True, source=_FSDP + " (collectives on PyTorch-allocated buffers)"),
     Row("tp_overlap_rs_ring", False, (), default=True, source="TP overlap is AsyncTP, not TransformerEngine userbuffers"),
     Row("zero3_gather", "prefetch", (), default=True, source=_FSDP),
+    Row("optimizer_states", "fp32", (), default=True,
+        source=_FSDP + " (FP32 sharded parameters; AdamW moments in their dtype)"),
     Row("moe_dispatcher", "alltoall", (), default=True, source="llama3 models are dense"),
     Row("ep_comm_overlap", False, (), default=True, source="llama3 models are dense"),
     # MoE expert GEMMs: torchtitan's MoE runs torch._grouped_mm (one launch; models/moe use_grouped_mm,
@@ -379,6 +381,9 @@ TABLE = Table("torchtitan",
             "torchtitan config: training.mixed_precision_reduce"),
     Refusal("dp_comm_overlap", (False,), "torchtitan_dp_overlap", "dp_comm_overlap off: FSDP2 always prefetches its "
             "all-gathers and overlaps its reduce-scatters with the backward", _FSDP),
+    Refusal("optimizer_states", ("remainders", "bf16"), "torchtitan_optimizer_states", "optimizer_states remainders / "
+            "bf16 price NeMo 1's Apex distributed_fused_adam; torchtitan's AdamW updates FP32 sharded parameters with "
+            "FP32 moments: price with --optimizer-states fp32", _FSDP),
     Refusal("zero3_gather", ("blocking", "post"), "torchtitan_zero3_gather", "zero3_gather blocking / post price "
             "DeepSpeed 2021's per-tensor gathers and FSDP1's BACKWARD_POST; FSDP2 prefetches", _FSDP),
     Refusal("tp_overlap_kind", ("userbuffers",), "torchtitan_tp_overlap_kind", "TP overlap priced as TransformerEngine "

@@ -295,9 +295,11 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
             when=lambda plan: plan.tp > 1 and plan.pp > 1 and not plan.sp),
     Refusal("optimizer_states", ("remainders", "bf16"), "megatron_optimizer_states", "optimizer_states remainders / "
             "bf16 price NeMo 1's Apex distributed_fused_adam (16-bit master remainders; BF16 moments without a master); "
-            "planner writes Megatron's FP32 optimizer and not --use-precision-aware-optimizer, whose --main-params-dtype "
-            "keeps a master in any case: price with --optimizer-states fp32",
-            ARGS_PY + " --use-precision-aware-optimizer, --main-params-dtype (fp32, fp16)"),
+            "planner writes Megatron's FP32 optimizer: Megatron keeps remainders only through "
+            "--use-precision-aware-optimizer (TransformerEngine FusedAdam), which planner does not write, and a master "
+            "in any case (--main-params-dtype fp32 or fp16): price with --optimizer-states fp32",
+            ARGS_PY + " --use-precision-aware-optimizer, --main-params-dtype; Megatron-Core optimizer_config.py "
+            "store_param_remainders"),
     Refusal("zero3_gather", ("blocking", "post"), "megatron_zero3_gather", "zero3_gather blocking / post price DeepSpeed "
             "2021's per-tensor gathers and FSDP1's BACKWARD_POST; Megatron-FSDP prefetches its all-gathers", _FSDP),
     Refusal("fp8_recipe", ("delayed",), "megatron_fp8_delayed_recompute_modules", "fp8_recipe delayed with "

@@ -453,6 +453,14 @@ _NEMO1_NEMOTRON_340B_BF16_ADAM = Entry(
            "the launch formats nemo-24.07 writes (Megatron-LM, Megatron-Bridge) keep a master in any case "
            "(rule megatron_optimizer_states), so evaluate and search offer it by flag",
     when=(When(text="nemo 24.07", model_name="nemotron-4-340b"), When(text="nemo 24.07", model_name="nemotron-340b")))
+_NEMO1_ADAM_REMAINDERS = Entry(
+    {"optimizer_states": ["fp32", "remainders"]},
+    "FP32 Adam moments with 16-bit master remainders searched (NeMo 1 distributed_fused_adam)",
+    source=_NEMO1_LAUNCHER + "{gpt3,llama,nemotron}/*.yaml (24.03.01 5c7e280 alike): optim.name "
+           "distributed_fused_adam, megatron_amp_O2 true, the optimizer dtype left FP32; " + _NEMO1_OPTIMIZER + ": "
+           "an FP32 optimizer over BF16 O2 weights sets store_params=False, store_param_remainders=True (Apex "
+           "810ffae distributed_fused_adam.py). Searched, not pinned, for the reason the Nemotron-4 340B entry gives",
+    when=(When(text="nemo 24."),))
 _BRIDGE_2511_H100_LLAMA3_8B_RECOMPUTE = Entry(
     {"recompute": "full", "recompute_layers": 5}, "full recompute of 5 of the 32 layers (Megatron-Bridge 25.11 H100 Llama 3 8B FP8 preset)",
     source=_BRIDGE_2511 + "llama3/workload_base_configs.py LLAMA3_8B_H100_FP8_CS_BASE_CONFIG: recompute_num_layers=5; "
@@ -543,6 +551,7 @@ PROFILES: tuple[Profile, ...] = (
         _BRIDGE_H100_FP8_CURRENT,
         _NEMO2_FP8_PARAMS,
         _NEMO1_NEMOTRON_340B_BF16_ADAM,
+        _NEMO1_ADAM_REMAINDERS,
         _BRIDGE_H100_LLAMA3_8B_NCCL_UB,
         _BRIDGE_H100_FP8_RS_RING,
         _BRIDGE_2511_H100_LLAMA3_8B_RECOMPUTE,

@@ -18,13 +18,14 @@ import numpy as np
 
 from costmodel import collectives
 from costmodel.context import BF16, ChunkContext
-from costmodel.memory import zero_divisors
+from costmodel.memory import OPTIMIZER_BYTES, OPTIMIZER_STATE_BYTES, zero_divisors
 from costmodel.placement import group_span
 from costmodel.stage_params import HeaviestStage
 from costmodel.zero3_blocking import blocking_zero3_time, parameter_tensors_per_layer
 
 GRAD_REDUCE_BYTES = 4.0  # Megatron accumulates and reduces main grads in FP32 under BF16 (arguments.py)
 PARAM_GATHER_BYTES = 2.0  # updated BF16 weights all-gathered after the sharded optimizer step
+FP8_PARAM_GATHER_BYTES = 1.0  # the same with FP8 parameters (--fp8-param-gather)
 NCCL_UB_NVL_SM_SHARE = 5.0 / 16.0
 """SMs a data-parallel all-gather / reduce-scatter holds with NCCL user buffers (``Layout.nccl_ub``)
 inside one NVLink domain, over those it holds without: Megatron-Core
@@ -63,13 +64,16 @@ class Sharding:
     grad_bytes: np.ndarray
     """Bytes per gradient element: 4 (FP32 main grads), 2 with BF16 gradient buffers
     (Megatron-Core grad_reduce_in_fp32=False, reduced in BF16 too)."""
+    optimizer_bytes: np.ndarray
+    """Adam's bytes per owned parameter (``memory.OPTIMIZER_STATE_BYTES`` by ``optimizer_states``)."""
     state_divisors: tuple
     """``memory.zero_divisors`` of the footprint: under a pipeline FSDP2 (ZeRO-3) keeps a stage's
     gradients (and, after a backward, its weights) unsharded for the whole step, ZeRO-1's."""
 
 
 def sharding(ctx: ChunkContext) -> Sharding:
-    """ZeRO sharding of ``ctx``'s layouts (the only reader of ``batch.zero`` and ``grad_dtype``)."""
+    """ZeRO sharding of ``ctx``'s layouts (the only reader of ``batch.zero``, ``grad_dtype`` and
+    ``optimizer_states``)."""
     batch = ctx.batch
     zero = batch.zero
     # Hybrid sharding: states sharded over dp_shard consecutive data-parallel ranks, replicated
@@ -87,6 +91,8 @@ def sharding(ctx: ChunkContext) -> Sharding:
         pipelined_fsdp=pipelined_fsdp,
         unreplicated=(dense_shard == 1) & (expert_shard <= 1),
         grad_bytes=np.where(batch.is_("grad_dtype", "bf16"), BF16, GRAD_REDUCE_BYTES),
+        optimizer_bytes=np.select([batch.is_("optimizer_states", k) for k in OPTIMIZER_STATE_BYTES],
+                                  list(OPTIMIZER_STATE_BYTES.values()), OPTIMIZER_BYTES),
         state_divisors=zero_divisors(np.where(pipelined_fsdp, 1, zero), dense_shard, expert_shard),
     )
 
@@ -141,7 +147,11 @@ def traffic(ctx: ChunkContext, sh: Sharding, heavy: HeaviestStage) -> Traffic:
 
     grad_ar, algo = per_step("all_reduce", sh.grad_bytes)
     grad_rs, _ = per_step("reduce_scatter", sh.grad_bytes)
-    param_ag, _ = per_step("all_gather", PARAM_GATHER_BYTES)
+    # FP8 parameters (fp8_param_gather) are all-gathered as their row-wise FP8 data, 1 byte each
+    # (Megatron-Core distributed/param_and_grad_buffer.py keeps them in a uint8 buffer; the
+    # BF16 embedding and head, gathered at 2 bytes, are counted at 1 with them).
+    fp8_params = ctx.batch.is_("precision", "fp8") & np.asarray(ctx.batch.fp8_param_gather, dtype=bool)
+    param_ag, _ = per_step("all_gather", np.where(fp8_params, FP8_PARAM_GATHER_BYTES, PARAM_GATHER_BYTES))
     replica_ar = replica_all_reduce(ctx, sh, heavy, pieces)
     return Traffic(grad_ar, grad_rs, param_ag, replica_ar, algo, dp_local, dp_nodes)
 

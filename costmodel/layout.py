@@ -22,6 +22,7 @@ from costmodel.options import (  # noqa: F401  (re-exported: the option vocabula
     LOSSES,
     OPTIONS,
     OPTIONS_BY_NAME,
+    OPTIMIZER_STATES,
     PRECISIONS,
     RECOMPUTE,
     RECOMPUTE_MODULES,

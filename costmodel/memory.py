@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.compute import BF16_BYTES, _by_loss, logit_bytes, unfused_attention
+from costmodel.compute import BF16_BYTES, NVFP4_OPERAND_BYTES, _by_loss, logit_bytes, unfused_attention
 from costmodel.flops import attention_v_dim
 from costmodel.moe import expert_load
 from costmodel.pipeline import argmax3, select3, stage_layer_mix
@@ -26,6 +26,17 @@ GIB = float(2**30)
 WEIGHT_BYTES = 2.0
 GRAD_BYTES = 4.0
 OPTIMIZER_BYTES = 12.0
+OPTIMIZER_STATE_BYTES = {"fp32": OPTIMIZER_BYTES, "remainders": 2.0 + 4.0 + 4.0, "bf16": 2.0 + 2.0}
+"""Adam's bytes per owned parameter by ``Layout.optimizer_states``. fp32: FP32 master + m + v
+(Megatron-Core ``theoretical_memory_usage.py``: 12 B, sharded by the distributed optimizer).
+remainders and bf16 are Apex DistributedFusedAdam's buckets (NVIDIA/apex 810ffae, the commit NeMo
+r2.0.0rc1's Dockerfile builds for the 24.07 container; contrib/optimizers/distributed_fused_adam.py
+``StateBucket.__init__``): ``param_remainders_shard`` int16 (2 B) when ``store_param_remainders``,
+``params_shard`` only when ``store_params``, ``exp_avg_shard`` and ``exp_avg_sq_shard`` in the
+optimizer ``dtype`` (4 + 4 B FP32, 2 + 2 B BF16). NeMo 1 (v1.23.0 d2283e3 and r2.0.0rc1 579983f,
+nemo/collections/nlp/models/language_modeling/megatron_base_model.py ``setup_optimization``) asks
+for remainders when the optimizer dtype is FP32 and the O2 weights BF16, and for no master at all
+when the optimizer dtype equals the weights' (BF16)."""
 
 
 def attention_scores_bytes_per_token(model: ModelSpec, tp, seq_len, unfused):
@@ -168,23 +179,106 @@ def zero_divisors(zero, dense_shard, expert_shard):
     return by_stage[3], by_stage[2], by_stage[1]
 
 
+FP8_WEIGHT_COPY_BYTES = {
+    # recipe: (bytes per weight element on Hopper / Ada, on Blackwell sm100 / sm103)
+    "delayed": (2.0, 1.0),
+    "current": (2.0, 1.0),
+    "blockwise": (2.0 + 2.0 * 4.0 / (128.0 * 128.0), 2.0 + 2.0 * 4.0 / (128.0 * 128.0)),
+    "mxfp8": (2.0 + 2.0 / 32.0, 2.0 + 2.0 / 32.0),
+    "nvfp4": (2.0 * NVFP4_OPERAND_BYTES, 2.0 * NVFP4_OPERAND_BYTES),
+}
+"""Bytes of the quantised copy TransformerEngine keeps of one weight element, by recipe and GPU
+(TransformerEngine v2.9, 70f5366, pytorch/csrc/quantizer.cpp ``create_tensor`` of each
+quantizer; the weight quantizer is set to row-wise and, for the dgrad GEMM, column-wise usage:
+module/linear.py ``_Linear.forward``). delayed / current (Float8Quantizer,
+Float8CurrentScalingQuantizer): the FP8 data (1 B) and, where the GPU runs only TN FP8 GEMMs,
+its transpose (1 B): ``with_transpose = columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()``,
+which is true from compute capability 10.0 (pytorch/utils.py ``is_non_tn_fp8_gemm_supported``:
+sm100-sm119 and sm130+; the catalog's Blackwell parts are sm100 / sm103), so Blackwell keeps the
+data alone. blockwise (Float8BlockQuantizer, weights in 128x128 blocks): a row-wise and a
+transposed column-wise copy, 1 B each, with one FP32 scale per block each. mxfp8
+(MXFP8Quantizer): row-wise and column-wise 1 B copies with one E8M0 byte per 32 elements each.
+nvfp4 (NVFP4Quantizer): row-wise and transposed column-wise 4-bit copies with one E4M3 byte per
+16 elements each (costmodel.compute.NVFP4_OPERAND_BYTES)."""
+
+
+def fp8_weight_copy_bytes(ctx, sh, per_layer, n_dense, n_moe):
+    """Bytes per GPU that FP8 weights add to (or take from) the BF16 weights ``model_state_bytes``
+    counts, for the ``n_dense`` dense and ``n_moe`` MoE layers of a stage (0 under BF16).
+
+    BF16 parameters (``fp8_param_gather`` off): TransformerEngine v2.9 (70f5366)
+    module/linear.py ``_Linear.forward`` (also layernorm_linear.py, layernorm_mlp.py
+    ``fc1_weight`` / ``fc2_weight``, grouped_linear.py ``weight{i}`` per local expert) asks
+    module/base.py ``get_weight_workspace`` for the weight with ``cache_name="weight"`` whenever
+    ``is_first_microbatch`` is not None: the first micro-batch quantises the BF16 weight into a
+    workspace stored in the module's ``_fp8_workspaces``, later micro-batches reuse it, and
+    nothing frees it (cleared only when the recipe type changes, ``init_fp8_metadata``): one copy
+    per weight is alive for the whole step, at the activation peak included. Megatron-Core passes
+    ``is_first_microbatch`` (core_v0.15.2 extensions/transformer_engine.py TELinear /
+    TELayerNormColumnParallelLinear / TEGroupedLinear ``forward``, set on the first micro-batch by
+    pipeline_parallel/schedules.py ``forward_step``) unless ``disable_parameter_transpose_cache``
+    (default False). Megatron-FSDP frees none of it (distributed/fsdp/.../megatron_fsdp.py
+    releases only the transposes of FP8 *parameters*), so under ZeRO-3 the copies are of whole
+    layers, sharded by TP / EP only, like the weights TransformerEngine cached.
+
+    FP8 parameters (``fp8_param_gather``: Megatron --fp8-param-gather, TE quantized_model_init):
+    ``get_weight_workspace`` returns the quantised parameter itself and caches nothing; the
+    parameter holds the same row-wise (and, for dgrad, column-wise) data in place of the BF16
+    value, sharded like the weights: ``(copy - 2) / ZeRO-3 divisor`` bytes per weight (0 for
+    delayed / current scaling on Hopper, where data + transpose are the BF16 value's 2 bytes).
+
+    Not kept: ZeRO-3 through PyTorch FSDP2 (``fsdp fsdp2``, torchtitan), whose FP8 is torchao's
+    Float8Linear (pytorch/ao 7ca1bfb torchao/float8/float8_linear.py
+    ``matmul_with_hp_or_float8_args``): it saves the high-precision weight for backward and casts
+    it again there, one GEMM at a time (with float8 all-gather the FP8 weight is the gathered
+    parameter, freed with the layer); TransformerEngine's own FSDP2 path skips the cache too
+    (linear.py on main: ``cache_name = None if (... or self.is_fsdp2)``).
+
+    Counted: the weights of the layers' linear layers (attention projections, dense MLP, shared
+    and routed experts; a hybrid model's average pattern layer), not the norms, the router
+    (Megatron's TopKRouter GEMM is not an FP8 TE module), the embedding or the LM head, which stay
+    BF16 under FP8 (nor the MTP modules, small beside a stage). Per element:
+    ``FP8_WEIGHT_COPY_BYTES``.
+    """
+    batch, counts = ctx.batch, ctx.counts
+    fp8 = batch.is_("precision", "fp8")
+    if not fp8.any():
+        return np.zeros(ctx.n)
+    blackwell = ctx.gpu.architecture == "blackwell"
+    per_element = np.zeros(ctx.n)
+    for name, (hopper, sm100) in FP8_WEIGHT_COPY_BYTES.items():
+        per_element = np.where(batch.is_("fp8_recipe", name), sm100 if blackwell else hopper, per_element)
+    # Norms are in both kinds of layer; the router is counted with the shared experts (costmodel.params).
+    router = float(ctx.model.hidden_size * ctx.model.moe.num_experts) if ctx.model.moe is not None else 0.0
+    dense = n_dense * (per_layer.dense_layer - counts.norms_per_layer / ctx.tp)
+    dense = dense + n_moe * (per_layer.moe_dense - (counts.norms_per_layer + router) / ctx.tp)
+    expert = n_moe * per_layer.moe_expert
+    cache = per_element * (dense + expert)
+    torchao = (np.asarray(sh.zero) == 3) & batch.is_("fsdp", "fsdp2")
+    (w_dense, w_expert), _, _ = sh.state_divisors
+    in_place = (per_element - WEIGHT_BYTES) * (dense / w_dense + expert / w_expert)
+    fp8_params = np.asarray(batch.fp8_param_gather, dtype=bool)
+    return np.where(fp8, np.where(fp8_params, in_place, np.where(torchao, 0.0, cache)), 0.0)
+
+
 def model_state_bytes(dense_params, expert_params, zero, dense_shard, expert_shard, fp8, divisors=None,
-                      grad_bytes=GRAD_BYTES):
+                      grad_bytes=GRAD_BYTES, optimizer_bytes=OPTIMIZER_BYTES):
     """Weights, gradients and optimizer bytes per GPU for the parameters a GPU holds.
 
     ``dense_params``/``expert_params``: parameters on this GPU after TP/PP/EP splitting;
     ``dense_shard``/``expert_shard``: the ZeRO sharding group sizes (dp·cp, and the expert
-    data-parallel size). Under FP8 the BF16 weights stay the primary copy; TransformerEngine's
-    FP8 casts of them are transient per micro-batch and not counted. ``divisors``: a cached
+    data-parallel size). Under FP8 the BF16 weights stay the primary copy; the FP8 copies
+    TransformerEngine keeps of them are ``fp8_weight_copy_bytes``. ``divisors``: a cached
     ``zero_divisors`` result. ``grad_bytes``: bytes per gradient element, 4 for FP32 main grads,
-    2 for BF16 gradient buffers (Megatron-Core ``grad_reduce_in_fp32=False``).
+    2 for BF16 gradient buffers (Megatron-Core ``grad_reduce_in_fp32=False``). ``optimizer_bytes``:
+    Adam's bytes per parameter (``OPTIMIZER_STATE_BYTES``).
     """
     (w_d, w_e), (g_d, g_e), (o_d, o_e) = divisors or zero_divisors(zero, dense_shard, expert_shard)
     if np.ndim(expert_params) == 0 and expert_params == 0:
-        return WEIGHT_BYTES * dense_params / w_d, grad_bytes * dense_params / g_d, OPTIMIZER_BYTES * dense_params / o_d
+        return WEIGHT_BYTES * dense_params / w_d, grad_bytes * dense_params / g_d, optimizer_bytes * dense_params / o_d
     weights = WEIGHT_BYTES * (dense_params / w_d + expert_params / w_e)
     grads = grad_bytes * (dense_params / g_d + expert_params / g_e)
-    optim = OPTIMIZER_BYTES * (dense_params / o_d + expert_params / o_e)
+    optim = optimizer_bytes * (dense_params / o_d + expert_params / o_e)
     return weights, grads, optim
 
 
@@ -303,7 +397,7 @@ def stage_model_states(ctx, sh, per_layer, params, n_moe):
     under ``sh`` (``data_parallel.Sharding``); ``per_layer``: ``stage_params.LayerParams``."""
     weights, grads, optim = model_state_bytes(
         params[0], params[1], sh.zero, sh.dense_shard, sh.expert_shard, ctx.fp8, divisors=sh.state_divisors,
-        grad_bytes=sh.grad_bytes,
+        grad_bytes=sh.grad_bytes, optimizer_bytes=sh.optimizer_bytes,
     )
     # ZeRO-3 materialises the current and the prefetched layer in full (under a pipeline the
     # whole stage is gathered after a backward, counted by state_divisors): beyond the shard of
@@ -327,6 +421,7 @@ def stage_memory(ctx, act, share, sh, per_layer, n_layers, params, rank, first_s
     activations = activations + buffers
     logits = logits + kept_logits
     weights, grads, optim = stage_model_states(ctx, sh, per_layer, params, nm)
+    weights = weights + fp8_weight_copy_bytes(ctx, sh, per_layer, nd, nm)
     mem = {
         "weights": weights / GIB,
         "gradients": grads / GIB,

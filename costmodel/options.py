@@ -329,6 +329,8 @@ GROUPED_GEMMS = ("loop", "fused")
 """How the per-expert GEMMs of an MoE layer run; codes 0, 1."""
 GRAD_DTYPES = ("fp32", "bf16")
 """Gradient buffer / data-parallel reduction dtypes; codes 0, 1."""
+OPTIMIZER_STATES = ("fp32", "remainders", "bf16")
+"""What Adam keeps per parameter beside the BF16 weight (costmodel.memory.OPTIMIZER_STATE_BYTES); codes 0-2."""
 ZERO3_GATHERS = ("prefetch", "blocking", "post")
 """How ZeRO-3 fetches parameters; codes 0-2."""
 GRAD_ACCUMS = ("fused", "autograd", "cast_add", "main_grad_copy")
@@ -643,6 +645,22 @@ class Layout:
     main-grad bucket it reduce-scatters (Megatron-Core distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py
     ``_grad_acc``: ``param.main_grad.copy_(param.grad)``), every micro-batch, the first and a lone one
     included. ``costmodel.grad_accumulation`` prices it; framework profiles and tables set it."""
+    optimizer_states: str = option(
+        "fp32", "Adam's states per parameter: fp32 (FP32 master weights and moments, 12 B: Megatron's distributed "
+        "optimizer) | remainders (the low 16 bits of the FP32 master beside the BF16 weight, FP32 moments, 10 B: NeMo 1 "
+        "distributed_fused_adam, Apex store_param_remainders) | bf16 (BF16 moments and no master, 4 B: NeMo 1 "
+        "optim.dtype bf16).", kind=CHOICE, group=IMPLEMENTATION, choices=OPTIMIZER_STATES, search=SETTING,
+        label="{value}-adam", source="Apex contrib/optimizers/distributed_fused_adam.py (dtype, store_params, "
+        "store_param_remainders); NeMo 1 megatron_base_model.py setup_optimization",
+        rules=("optimizer_remainders_need_bf16_weights",))
+    """Bytes Adam keeps per parameter it owns (sharded by ZeRO >= 1 like any optimizer state):
+    fp32, an FP32 master copy and FP32 first and second moments (Megatron-Core's optimizers);
+    remainders, the 16 bits an FP32 master has beyond its BF16 weight (an int16 shard) and FP32
+    moments: the BF16 weight and its remainder together are the FP32 master (NeMo 1 with
+    ``distributed_fused_adam``, FP32 optimizer dtype and BF16 O2 weights; Megatron-Core's
+    precision-aware optimizer keeps the same with TE >= 2.1); bf16, BF16 moments and no master,
+    the BF16 weights updated in place (NeMo 1 ``optim.dtype: bf16``). Memory only: the optimizer
+    step's time stays priced at the FP32 traffic (costmodel.optimizer)."""
     zero3_gather: str = option(
         "prefetch", "ZeRO-3 parameter fetching: prefetch (per-layer gathers hidden behind compute: FSDP, DeepSpeed "
         "today) | blocking (one synchronised gather per weight tensor, re-gathered after recompute: DeepSpeed 2021) | "
@@ -679,6 +697,20 @@ class Layout:
     wgrad inputs through a random Hadamard transform: costmodel.compute.NVFP4_GEMM_SPEEDUP and
     costmodel.quantize; attention, the LM head and the router stay BF16 as under FP8). Applies
     with precision fp8."""
+    fp8_param_gather: bool = option(
+        False, "With --precision fp8, keep the linear layers' weights as FP8 parameters (Megatron --fp8-param-gather, "
+        "TransformerEngine quantized_model_init; the NeMo 2 / Megatron-Bridge FP8 presets): no BF16 copy and no "
+        "per-step FP8 weight cache. Needs a sharded optimizer (zero >= 1). Default: off (BF16 parameters).",
+        kind=FLAG, group=IMPLEMENTATION, search=SETTING, label="fp8-params", phrase="FP8 parameters {value}",
+        phrase_when="set", applies_with="fp8",
+        source="Megatron-LM arguments.py --fp8-param-gather (use_distributed_optimizer or FSDP); TransformerEngine "
+               "module/base.py get_weight_workspace (a quantized parameter is used as is)",
+        rules=("fp8_param_gather_needs_sharded_optimizer",))
+    """FP8 primary weights: TransformerEngine quantises each linear weight once after the
+    optimizer step into the parameter itself (the FP32 master stays in the optimizer), so
+    ``get_weight_workspace`` keeps no separate copy (costmodel.memory.fp8_weight_copy_bytes).
+    Off: BF16 parameters, whose FP8 copies TransformerEngine caches for the step. Applies with
+    precision fp8."""
     cuda_graphs: bool = option(
         False, "Capture the step in CUDA graphs (Megatron --enable-cuda-graph / --cuda-graph-impl, TE "
         "make_graphed_callables, torch.compile mode=reduce-overhead): no per-kernel launch. Default: off.",

@@ -39,7 +39,7 @@ import numpy as np
 
 from costmodel.layout import LayoutBatch
 from costmodel.options import (
-    DISPATCHERS, FP8_RECIPES, OPTIONS, OPTIONS_BY_NAME, PRECISIONS, RECOMPUTE, RECOMPUTE_MODULES, TP_OVERLAP_KINDS, CP_COMM_TYPES, ZERO3_GATHERS,
+    DISPATCHERS, FP8_RECIPES, OPTIMIZER_STATES, OPTIONS, OPTIONS_BY_NAME, PRECISIONS, RECOMPUTE, RECOMPUTE_MODULES, TP_OVERLAP_KINDS, CP_COMM_TYPES, ZERO3_GATHERS,
     GRAD_ACCUMS, FSDP_IMPLS,
     Layout,
 )
@@ -616,6 +616,24 @@ def _x_zero3_gather(ctx, v):
     return f"zero3_gather={_name(ZERO3_GATHERS, v.get('zero3_gather', 0))} sets how ZeRO-3 fetches weights (got zero={v['zero']})"
 
 
+def _fp8_param_gather(ctx, c):
+    return (_a(c, "fp8_param_gather", 0) == 0) | (_a(c, "precision", 0) != PRECISIONS.index("fp8")) | (_a(c, "zero", 1) >= 1)
+
+
+def _x_fp8_param_gather(ctx, v):
+    return f"fp8_param_gather needs a sharded optimizer or FSDP, zero >= 1 (got zero={v.get('zero', 1)})"
+
+
+def _optimizer_states(ctx, c):
+    fp8_params = (_a(c, "fp8_param_gather", 0) != 0) & (_a(c, "precision", 0) == PRECISIONS.index("fp8"))
+    return (_a(c, "optimizer_states", 0) == OPTIMIZER_STATES.index("fp32")) | ~fp8_params
+
+
+def _x_optimizer_states(ctx, v):
+    return (f"optimizer_states={_name(OPTIMIZER_STATES, v.get('optimizer_states', 0))} needs BF16 parameters: with "
+            "FP8 parameters (fp8_param_gather) the optimizer keeps an FP32 master (use optimizer_states fp32)")
+
+
 def model_recompute_modules(model) -> tuple[str, ...]:
     """The recompute modules ``model`` has (Megatron-Core TransformerConfig: mla_up_proj needs
     multi-latent attention, moe_act / moe an MoE layer, shared_experts shared experts; mlp is
@@ -852,6 +870,15 @@ RULES: tuple[Rule, ...] = (
                 "cpu_offloading_num_layers < num_layers)"),
     Rule("zero3_gather_needs_zero3", "a ZeRO-3 gather mode other than prefetch needs zero = 3",
          ("zero3_gather", "zero"), _zero3_gather, _x_zero3_gather, source="Rajbhandari et al. 2020, Sec. 5.3 (stage 3)"),
+    Rule("fp8_param_gather_needs_sharded_optimizer", "FP8 parameters need the distributed optimizer or FSDP (zero >= 1)",
+         ("fp8_param_gather", "precision", "zero"), _fp8_param_gather, _x_fp8_param_gather,
+         source="Megatron-LM megatron/training/arguments.py validate_args: '--fp8-param-gather only supported with "
+                "distributed optimizer, torch fsdp2, megatron fsdp, or inference mode'"),
+    Rule("optimizer_remainders_need_bf16_weights", "BF16-weight optimizer states (remainders, bf16) need BF16 parameters",
+         ("optimizer_states", "fp8_param_gather", "precision"), _optimizer_states, _x_optimizer_states,
+         source="NeMo 1 megatron_base_model.py setup_optimization: fp8_params sets store_params (a master copy) before "
+                "the optimizer dtype is looked at; Apex distributed_fused_adam.py: store_param_remainders needs "
+                "param_sync_dtype bfloat16"),
 )
 """All rules, in the order used to attribute a removed layout to the first rule it breaks."""
 

@@ -226,18 +226,28 @@ def test_deepspeed_refuses_models_megatron_deepspeed_cannot_build():
 
 
 def test_bridge_fp8_presets_say_what_they_run_beyond_the_plan():
-    """Megatron-Bridge v0.2.0 training/mixed_precision.py: every FP8 preset sets fp8_param_gather, and
-    bf16_with_fp8_current_scaling_mixed also keeps the first and last layer in BF16; the plan prices
-    neither, so the file says so above the preset it names."""
+    """Megatron-Bridge v0.2.0 training/mixed_precision.py: the delayed, current-scaling and MXFP8 presets
+    set fp8_param_gather (the subchannel and NVFP4 ones do not) over the model and DDP configs, so a plan
+    priced otherwise cannot be written as a preset; bf16_with_fp8_current_scaling_mixed also keeps the
+    first and last layer in BF16, which the plan does not price, so the file says so."""
     from dataclasses import replace
 
     from planner.export import bridge
     from planner.export.common import build_plan
+    from planner.export.common import CannotExpress
     from test_export import DGX_H100, LLAMA3_8B, record
 
     plan = build_plan(record(LLAMA3_8B, tp=2, dp=4, gbs=8), LLAMA3_8B, DGX_H100)
-    assert "fp8_param_gather" not in bridge.render(plan)  # bf16: nothing to say
-    current = bridge.render(replace(plan, layout=replace(plan.layout, precision="fp8", fp8_recipe="current")))
-    assert "fp8_param_gather: true" in current and "first_last_layers_bf16" in current
-    delayed = bridge.render(replace(plan, layout=replace(plan.layout, precision="fp8", fp8_recipe="delayed")))
-    assert "fp8_param_gather: true" in delayed and "first_last_layers_bf16" not in delayed
+    assert "first_last_layers_bf16" not in bridge.render(plan)  # bf16: nothing to say
+
+    def fp8(recipe, params):
+        return replace(plan, layout=replace(plan.layout, precision="fp8", fp8_recipe=recipe, fp8_param_gather=params))
+
+    current = bridge.render(fp8("current", True))
+    assert "bf16_with_fp8_current_scaling_mixed" in current and "first_last_layers_bf16" in current
+    delayed = bridge.render(fp8("delayed", True))
+    assert "bf16_with_fp8_delayed_scaling_mixed" in delayed and "first_last_layers_bf16" not in delayed
+    assert "bf16_with_fp8_subchannel_scaling_mixed" in bridge.render(fp8("blockwise", False))
+    for recipe, params in (("delayed", False), ("current", False), ("blockwise", True)):
+        with pytest.raises(CannotExpress, match="fp8_param_gather"):
+            bridge.render(fp8(recipe, params))

@@ -63,8 +63,8 @@ CASES = [
     # selective recompute: overlap_moe_expert_parallel_comm asserts against full recompute (TransformerConfig)
     ("mixtral-8x7b", Layout(tp=4, ep=8, etp=1, dp=16, zero=1, dp_shard=4, moe_dispatcher="deepep", gbs=256,
                             recompute="selective", seq_len=4096, ep_comm_overlap=True)),
-    ("llama3-70b", Layout(tp=8, pp=4, vpp=5, dp=2, gbs=64, seq_len=4096, precision="fp8", grad_dtype="bf16",
-                          tp_comm_overlap=True, loss="fused", attention="flash3", recompute="selective")),
+    ("llama3-70b", Layout(tp=8, pp=4, vpp=5, dp=2, gbs=64, seq_len=4096, precision="fp8", fp8_param_gather=True,
+                          grad_dtype="bf16", tp_comm_overlap=True, loss="fused", attention="flash3", recompute="selective")),
     # Megatron-FSDP ZeRO-3 runs without the fusion (Bridge v0.2.0 ConfigContainer.validate turns it off):
     # each micro-batch's gradient copied into the reduce-scatter bucket (megatron_fsdp.py _grad_acc)
     ("llama3-8b", Layout(tp=2, cp=2, dp=4, zero=3, fsdp="megatron", gbs=32, seq_len=8192, pp=1, recompute="none",
@@ -434,25 +434,28 @@ def test_torchtitan_cp_rotation_per_release(tmp_path):
         _export(tmp_path / "a2a", model, Layout(**base, cp_comm_type="a2a"), "torchtitan")
 
 
-@pytest.mark.parametrize("recipe,word,preset", [
-    # Megatron-LM --fp8-recipe {delayed, tensorwise, blockwise, mxfp8}; Megatron-Bridge presets of mixed_precision.py.
-    ("delayed", "--fp8-recipe delayed", "bf16_with_fp8_delayed_scaling_mixed"),
-    ("current", "--fp8-recipe tensorwise", "bf16_with_fp8_current_scaling_mixed"),
-    ("blockwise", "--fp8-recipe blockwise", "bf16_with_fp8_subchannel_scaling_mixed"),
+@pytest.mark.parametrize("recipe,word,preset,params", [
+    # Megatron-LM --fp8-recipe {delayed, tensorwise, blockwise, mxfp8}; Megatron-Bridge presets of mixed_precision.py,
+    # with the fp8_param_gather each sets (FP8 parameters: on for delayed and current scaling, off for subchannel).
+    ("delayed", "--fp8-recipe delayed", "bf16_with_fp8_delayed_scaling_mixed", True),
+    ("current", "--fp8-recipe tensorwise", "bf16_with_fp8_current_scaling_mixed", True),
+    ("blockwise", "--fp8-recipe blockwise", "bf16_with_fp8_subchannel_scaling_mixed", False),
 ])
-def test_fp8_recipe_in_megatron_and_bridge(tmp_path, recipe, word, preset):
+def test_fp8_recipe_in_megatron_and_bridge(tmp_path, recipe, word, preset, params):
     model = get_model("llama3-8b")
-    record, _ = _export(tmp_path, model, Layout(tp=2, dp=4, gbs=8, precision="fp8", fp8_recipe=recipe), "megatron")
+    layout = Layout(tp=2, dp=4, gbs=8, precision="fp8", fp8_recipe=recipe, fp8_param_gather=params)
+    record, _ = _export(tmp_path, model, layout, "megatron")
     text = (tmp_path / "megatron_args.sh").read_text()
     assert f"  {word}\n" in text and text.count("--fp8-recipe") == 1
     assert ("--fp8-amax-history-len" in text) == (recipe == "delayed")  # amax history: delayed scaling only
+    assert ("--fp8-param-gather" in text) == params
     launch, back = _read_back(tmp_path / "megatron_args.sh", 8)
-    _same_run(launch, back, record, fp8_recipe=recipe)
-    _export(tmp_path, model, Layout(tp=2, dp=4, gbs=8, precision="fp8", fp8_recipe=recipe), "megatron-bridge")
+    _same_run(launch, back, record, fp8_recipe=recipe, fp8_param_gather=params)
+    _export(tmp_path, model, layout, "megatron-bridge")
     assert dict(overrides(build_plan(record, model, CLUSTER, allow_unfit=True)))["mixed_precision"] == preset
     assert preset in _presets()
     launch, back = _read_back(tmp_path / "megatron_bridge_overrides.yaml", 8, model)
-    _same_run(launch, back, record, fp8_recipe=recipe)
+    _same_run(launch, back, record, fp8_recipe=recipe, fp8_param_gather=params)
 
 
 def test_fp8_recipe_is_moot_without_fp8_and_torchtitan_scales_tensorwise(tmp_path):

@@ -79,7 +79,8 @@ def test_megatron_llama3_example_script():
     assert v["zero"] == 1 and v["dp_comm_overlap"] is True  # --use-distributed-optimizer --overlap-grad-reduce
     assert v["grad_dtype"] == "bf16" and v["loss"] == "fused" and v["attention"] == "flash3"
     assert v["recompute"] == "none" and "recompute" not in launch.stated
-    assert any(u.name == "--fp8-param-gather" for u in launch.unsupported)
+    assert v["fp8_param_gather"] is True and "fp8_param_gather" in launch.stated  # --fp8-param-gather
+    assert not any(u.name == "--fp8-param-gather" for u in launch.unsupported)
     assert "--lr" in launch.ignored and "--save" in launch.ignored
     assert launch.unknown == []
 

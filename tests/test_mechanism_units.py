@@ -16,7 +16,8 @@ from costmodel.collectives import Fabric, LinkLevel
 from costmodel.compute import LayerTimes
 from costmodel.context import chunk_context
 from costmodel.layout import LayoutBatch, recompute_modules_mask
-from costmodel.memory import activation_bytes, inflight_microbatches, pipeline_runtime_bytes, stage_activations
+from costmodel.memory import (activation_bytes, fp8_weight_copy_bytes, inflight_microbatches, model_state_bytes,
+                              pipeline_runtime_bytes, stage_activations)
 from costmodel.optimizer import optimizer_time, owned_params
 from costmodel.params import count_params
 from costmodel.pipeline import StageSplit
@@ -453,6 +454,72 @@ def test_memory_pipelining_runtime_buffers():
         a, la = pipeline_runtime_bytes(ctx, sh, rank, is_first, is_last)
         b, lb = pipeline_runtime_bytes(ctx16, sh16, rank, is_first, is_last)
         assert b[0] >= a[0] and lb[0] >= la[0]
+
+
+def test_fp8_weight_copies_transformer_engine_caches_per_step():
+    # TransformerEngine keeps the quantised weights of its linear layers for the whole step
+    # (module/base.py get_weight_workspace, cache_name "weight"). Llama 3 8B, one layer's linear
+    # weights: QKV h(a+2g)d = 4096·48·128, output a·d·h = 32·128·4096, gated MLP 3·h·F =
+    # 3·4096·14336: 218,103,808 elements, half of them per GPU at TP 2; 32 layers on one stage.
+    per_layer = 4096 * 48 * 128 + 32 * 128 * 4096 + 3 * 4096 * 14336
+    assert per_layer == 218_103_808
+    elements = 32 * per_layer / 2
+
+    def copies(gpu="h100-sxm", **columns):
+        ctx = _ctx(LLAMA_8B, tp=2, dp=4, **columns)
+        ctx = replace(ctx, gpu=get_gpu(gpu))
+        return fp8_weight_copy_bytes(ctx, data_parallel.sharding(ctx), layer_params(ctx), 32.0, 0.0)[0]
+
+    assert copies(precision=0) == 0.0  # BF16: no copy
+    # Hopper, delayed or current scaling: FP8 data + its transpose for the dgrad GEMM (quantizer.cpp
+    # Float8Quantizer::create_tensor, with_transpose unless non-TN FP8 GEMMs exist): 2 B.
+    assert copies(precision=1, fp8_recipe=0) == pytest.approx(2.0 * elements)
+    assert copies(precision=1, fp8_recipe=1) == pytest.approx(2.0 * elements)
+    # Blackwell (sm100) runs non-TN FP8 GEMMs: the data alone, 1 B.
+    assert copies("b200", precision=1, fp8_recipe=0) == pytest.approx(1.0 * elements)
+    # MXFP8: row-wise and column-wise copies with an E8M0 scale per 32 each: 2 + 2/32 B.
+    assert copies("b200", precision=1, fp8_recipe=3) == pytest.approx(2.0625 * elements)
+    # NVFP4: two 4-bit copies with an E4M3 scale per 16 each: 2 (0.5 + 1/16) = 1.125 B.
+    assert copies("b200", precision=1, fp8_recipe=4) == pytest.approx(1.125 * elements)
+    # ZeRO-3 through Megatron-FSDP keeps the cached copies of the whole layers (only TP-sharded);
+    # through FSDP2 (torchao Float8Linear, torchtitan) no copy outlives a GEMM.
+    assert copies(precision=1, zero=3, fsdp=2) == pytest.approx(2.0 * elements)
+    assert copies(precision=1, zero=3, fsdp=1) == 0.0
+    # FP8 parameters (--fp8-param-gather): no cache; the parameter holds the quantised data in place
+    # of the BF16 value: nothing more on Hopper (data + transpose = 2 B), 1 B less per weight on
+    # Blackwell under delayed scaling, sharded like the weights (ZeRO-3 over dp 4: a quarter).
+    assert copies(precision=1, fp8_param_gather=True) == 0.0
+    assert copies("b200", precision=1, fp8_param_gather=True) == pytest.approx(-1.0 * elements)
+    assert copies("b200", precision=1, zero=3, fsdp=2, fp8_param_gather=True) == pytest.approx(-elements / 4)
+    assert copies("b200", precision=1, fp8_recipe=3, fp8_param_gather=True) == pytest.approx(0.0625 * elements)
+    # Property: the copies are of the weights this GPU holds, so they split with TP (bytes x t constant).
+    for t in (1, 4, 8):
+        ctx_t = _ctx(LLAMA_8B, tp=t, dp=8 // t, precision=1)
+        held = fp8_weight_copy_bytes(ctx_t, data_parallel.sharding(ctx_t), layer_params(ctx_t), 32.0, 0.0)[0]
+        assert held * t == pytest.approx(2.0 * 32 * per_layer)
+    # Mixtral 8x7B at EP 8: one expert of 3·4096·14336 per GPU and attention 4096·48·128 + 32·128·4096;
+    # the router (4096 x 8) and the norms run in BF16 and are not cached.
+    ctx = _ctx(MIXTRAL, tp=1, dp=8, ep=8, precision=1)
+    mixtral = fp8_weight_copy_bytes(ctx, data_parallel.sharding(ctx), layer_params(ctx), 0.0, 32.0)[0]
+    assert mixtral == pytest.approx(2.0 * 32 * (3 * 4096 * 14336 + 4096 * 48 * 128 + 32 * 128 * 4096))
+
+
+def test_optimizer_states_bytes_by_kind():
+    # Adam's bytes per owned parameter (Apex distributed_fused_adam.py StateBucket; Megatron-Core
+    # theoretical_memory_usage.py): FP32 master + m + v = 4 + 4 + 4; an int16 remainder of the master
+    # + FP32 m, v = 2 + 4 + 4; BF16 m, v and no master = 2 + 2. 1e9 parameters on a GPU at DP 4,
+    # ZeRO-1: the states of a quarter of them; weights (2 B) and FP32 gradients (4 B) unsharded.
+    def states(kind):
+        ctx = _ctx(LLAMA_8B, tp=2, dp=4, zero=1, optimizer_states=kind)
+        sh = data_parallel.sharding(ctx)
+        w, g, o = model_state_bytes(np.array([1e9]), 0.0, sh.zero, sh.dense_shard, sh.expert_shard, ctx.fp8,
+                                    divisors=sh.state_divisors, grad_bytes=sh.grad_bytes,
+                                    optimizer_bytes=sh.optimizer_bytes)
+        return float(w[0]), float(g[0]), float(o[0])
+
+    assert states(0) == pytest.approx((2e9, 4e9, 12e9 / 4))  # fp32
+    assert states(1) == pytest.approx((2e9, 4e9, 10e9 / 4))  # remainders
+    assert states(2) == pytest.approx((2e9, 4e9, 4e9 / 4))  # bf16
 
 
 def test_utilization_counts_recompute_as_hardware_flops():

@@ -311,17 +311,26 @@ def test_grad_dtype_round_trip_cli_and_bad_value():
 
 def test_validate_nemo_fp8_rows_reduce_gradients_in_bf16():
     # NeMo's FP8 recipes set grad_sync_dtype bf16 (NeMo 1 launcher) / grad_reduce_in_fp32=False
-    # (NeMo 2, Megatron-Bridge performance scripts). For Nemotron-4 340B on 128 GPUs that is what
-    # lets the recipe run without recompute (NeMo launcher nemotron_340b.yaml: no checkpointing).
+    # (NeMo 2, Megatron-Bridge performance scripts).
+    from planner.validate import load_runs, map_run
+
+    rows = {r["id"]: r for r in load_runs(None)}
+    assert map_run(rows["nemo2407_h100_fp8_nemotron_340b_128gpu"]).pins["grad_dtype"] == "bf16"
+    assert "grad_dtype" not in map_run(rows["torchtitan_h100_8b_fsdp_8gpu"]).pins  # FSDP2 reduces in fp32
+
+
+def test_validate_nemotron_340b_fp8_runs_without_recompute():
+    # Nemotron-4 340B on 128 GPUs runs without recompute (NeMo launcher 24.07 nemotron_340b.yaml: no
+    # checkpointing) with BF16 gradients and, as that recipe's optim.dtype bf16 keeps them, BF16
+    # Adam moments and no FP32 master; the FP8 weight cache of its BF16 parameters is counted.
     from planner.validate import load_runs, map_run, predict_run
 
     rows = {r["id"]: r for r in load_runs(None)}
     run = map_run(rows["nemo2407_h100_fp8_nemotron_340b_128gpu"])
-    assert run.pins["grad_dtype"] == "bf16"
+    assert run.searched["optimizer_states"] == ["fp32", "bf16"]
     res = predict_run(run)
     assert res.chosen["recompute"] == "none"
     assert abs(res.error) < 0.10
-    assert "grad_dtype" not in map_run(rows["torchtitan_h100_8b_fsdp_8gpu"]).pins  # FSDP2 reduces in fp32
 
 
 def test_blocking_zero3_by_hand():

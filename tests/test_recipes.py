@@ -85,8 +85,11 @@ def test_main_job_shows_the_405b_recipe():
 ])
 def test_catalogued_recipe_row_appears_with_its_rank(recipe_id):
     (recipe,) = [r for r in load_recipes() if r["id"] == recipe_id]
+    # The FP8 recipes run FP8 parameters: NeMo 2 scripts/performance/helpers.py set_precision_configs
+    # (bf16_with_fp8_mixed: fp8_param_gather = True), Megatron-Bridge's FP8 presets likewise.
+    settings = {"fp8_param_gather": True} if recipe["precision"] == "fp8" else {}
     res = search(recipe["model"], recipe["gpus"], recipe["gpu"], gbs=recipe["gbs"], seq_len=recipe["seq_len"],
-                 pins={"precision": recipe["precision"]}, top=3)
+                 pins={"precision": recipe["precision"]}, implementation=settings, top=3)
     entries = {e["recipe"]["id"]: e for e in reference_recipes(res)}
     entry = entries[recipe_id]
     # Same model, GPU type, count, batch and precision: priced as published, nothing scaled.

@@ -123,6 +123,7 @@ def test_shipped_rows_get_their_framework_assumptions_in_order():
         "pipeline layout Et|(tt|)*30mL: embedding, loss and the MTP layer take layer slots",
         "selective recompute of mla_up_proj and mlp (Megatron-Bridge 25.09 DeepSeek-V3 on H100)",
         "FP8 current scaling (Megatron-Bridge 25.09 DeepSeek-V3 / Qwen3 MoE presets)",
+        "FP8 parameters (the NeMo 2 / Megatron-Bridge FP8 presets: fp8_param_gather)",
         "DeepEP dispatcher (NeMo performance script for DeepSeek-V3 on H100)",
     ]
     assert bridge.searched["tp_comm_overlap"] == [False, True]

@@ -19,10 +19,10 @@ from planner.frameworks import bridge
 from planner.frameworks.megatron import TABLE
 
 FILE_NAME = "megatron_bridge_overrides.yaml"
-_SKIPPED = {"bf16", "fp8_format", "fp8_recipe", "fp8_amax_history_len", "fp8_amax_compute_algo", "fp4_format", "fp4_recipe",
+_SKIPPED = {"bf16", "fp8_format", "fp8_recipe", "fp8_param_gather", "fp8_amax_history_len", "fp8_amax_compute_algo", "fp4_format", "fp4_recipe",
             "group_query_attention", "max_position_embeddings", "moe_router_load_balancing_type",
             "moe_aux_loss_coeff"}
-"""Dests written otherwise (precision as a preset; GQA by num_query_groups; the position table is
+"""Dests written otherwise (precision as a preset, which also sets fp8_param_gather; GQA by num_query_groups; the position table is
 the model's seq_length in Bridge) or left to the recipe (router settings, not priced)."""
 
 
@@ -94,6 +94,13 @@ def overrides(plan: Plan) -> list[tuple[str, object]]:
     """(ConfigContainer key, value) pairs for the plan, in the Megatron exporter's order."""
     check_megatron(plan)
     mla_recipe(plan)
+    if plan.precision == "fp8" and bool(plan.fp8_param_gather) != bridge.FP8_PRESET_PARAMS[plan.fp8_recipe]:
+        preset = bridge.precision_preset(plan.precision, plan.fp8_recipe)
+        state = "on" if bridge.FP8_PRESET_PARAMS[plan.fp8_recipe] else "off"
+        raise CannotExpress("bridge_fp8_param_gather", f"Megatron-Bridge's {preset} preset turns FP8 parameters "
+                            f"{state} (fp8_param_gather) over the model and DDP configs: price with --fp8-param-gather "
+                            f"{'true' if state == 'on' else 'false'}, or use --format megatron",
+                            "Megatron-Bridge v0.2.0 training/mixed_precision.py (MixedPrecisionConfig.setup)")
     pairs, written = [], set()
     for title, items in megatron_sections(plan):
         if title.startswith("PLACEHOLDER"):
@@ -136,16 +143,12 @@ def nested(pairs) -> dict:
 
 def _preset_notes(plan: Plan) -> list[str]:
     """What the FP8 mixed_precision preset runs beyond what the plan priced (Megatron-Bridge v0.2.0
-    training/mixed_precision.py: every FP8 preset sets fp8_param_gather; the current-scaling one also
-    keeps the first and last layer in BF16)."""
-    if plan.precision != "fp8" or plan.fp8_recipe == "nvfp4":
+    training/mixed_precision.py: the current-scaling preset keeps the first and last layer in BF16;
+    its fp8_param_gather is the plan's, ``overrides`` checks)."""
+    if plan.precision != "fp8" or plan.fp8_recipe != "current":
         return []
-    notes = ["The FP8 preset also gathers parameters in FP8 (fp8_param_gather: true), which planner does not price:"
-             " it halves the data-parallel parameter all-gather and keeps FP8 weight copies."]
-    if plan.fp8_recipe == "current":
-        notes.append("It keeps the first and the last transformer layer in BF16 (first_last_layers_bf16), which"
-                     " planner prices in FP8 like the others.")
-    return [""] + notes
+    return ["", "The FP8 preset keeps the first and the last transformer layer in BF16 (first_last_layers_bf16), "
+                "which planner prices in FP8 like the others."]
 
 
 def _recipe_lines(plan: Plan) -> list[str]:

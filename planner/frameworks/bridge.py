@@ -125,6 +125,13 @@ FP8_PRESETS = {"delayed": "bf16_with_fp8_delayed_scaling_mixed", "current": "bf1
 blockwise, mxfp8; tests/data/megatron_bridge/0.2.0/mixed_precision.py)."""
 
 
+FP8_PRESET_PARAMS = {"delayed": True, "current": True, "blockwise": False, "mxfp8": True, "nvfp4": False}
+"""planner fp8_recipe -> the fp8_param_gather its Bridge preset sets (FP8 parameters; v0.2.0
+training/mixed_precision.py: bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_current_scaling_mixed and
+bf16_with_mxfp8_mixed True, bf16_with_fp8_subchannel_scaling_mixed and bf16_with_nvfp4_mixed False;
+``MixedPrecisionConfig.setup`` copies it over the model's and the DDP config's own field)."""
+
+
 def precision_preset(precision: str, fp8_recipe: str) -> str:
     """The mixed_precision preset a plan runs with."""
     return FP8_PRESETS[fp8_recipe] if precision == "fp8" else PRECISION_PRESETS[precision]

@@ -38,6 +38,8 @@ TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
     Row("grad_dtype", "bf16", (), default=True, write=False,
         source="deepspeed runtime/engine.py: a bf16 model's gradients are accumulated and reduced in bf16 by default"),
     Row("precision", "bf16", (("bf16.enabled", True),), also=(("fp16.enabled", False),), source="runtime/config.py"),
+    Row("optimizer_states", "fp32", (), default=True,
+        source="deepspeed runtime/bf16_optimizer.py, runtime/zero/stage_1_and_2.py: FP32 master partitions and Adam moments"),
     # Full recompute: the checkpoints of a TP-split model are partitioned over the TP ranks
     # (partition_activations: each rank keeps 1/tp of a layer's input, all-gathered for the backward),
     # which is how the plan keeps them with sequence parallelism.
@@ -88,6 +90,8 @@ TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
     "ep_comm_overlap", "moe_dispatcher", "moe_grouped_gemm", "moe_capacity_factor", "moe_pad_to_capacity", "zero3_gather", "pp_first_layers", "pp_last_layers")) + (
     ("fp8_recipe", "moot: a DeepSpeed config has no FP8 (precision fp8 is refused, rule deepspeed_no_fp8), so no "
                    "FP8 scaling recipe either"),
+    ("fp8_param_gather", "moot: a DeepSpeed config has no FP8 (precision fp8 is refused, rule deepspeed_no_fp8), so no "
+                         "FP8 parameters either"),
     ("launch_blocking", "an environment variable of the launch (CUDA_LAUNCH_BLOCKING=1), no DeepSpeed config setting: a reader takes it from planner's command line"),),
 refusals=(
     Refusal("grad_accum_pass", ("fused",), "deepspeed_grad_accum_pass", "grad_accum_pass fused prices Megatron's "
@@ -105,6 +109,10 @@ refusals=(
             "adds each micro-batch's gradients: price with --grad-accum-pass cast_add, or --grad-dtype bf16",
             _BF16 + "; runtime/engine.py _do_optimizer_sanity_check (BFLOAT16 wrapper)",
             when=lambda plan: plan.grad_dtype == "fp32" and plan.zero == 1),
+    Refusal("optimizer_states", ("remainders", "bf16"), "deepspeed_optimizer_states", "optimizer_states remainders / "
+            "bf16 price NeMo 1's Apex distributed_fused_adam; DeepSpeed's BF16 and ZeRO optimizers keep FP32 master "
+            "partitions and FP32 Adam moments: price with --optimizer-states fp32",
+            "deepspeed runtime/bf16_optimizer.py, runtime/zero/stage_1_and_2.py"),
     Refusal("p2p_scatter_gather", (False,), "deepspeed_p2p_scatter_gather", "p2p_scatter_gather off: DeepSpeed's "
             "pipeline engine splits every pipeline send over the TP ranks when TP is on without sequence parallelism "
             "(is_pipe_partitioned): price with --p2p-scatter-gather true", _PIPE,

@@ -214,6 +214,8 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
     *_on("dp_comm_overlap", "overlap_grad_reduce", _DDP),
     Row("grad_dtype", "bf16", (("grad_reduce_in_bf16", True),), source=ARGS + " (FP32 main grads by default)"),
     Row("grad_dtype", "fp32", (), default=True, source=ARGS),
+    Row("optimizer_states", "fp32", (), default=True,
+        source=ARGS + " (without --use-precision-aware-optimizer: FP32 main params and Adam moments)"),
     Row("precision", "fp8", (("fp8_format", "hybrid"),), when=lambda plan: plan.fp8_recipe != "nvfp4",
         source=ARGS + " _add_transformer_engine_args"),
     # NVFP4 is --fp4-format e2m1, which Megatron refuses beside --fp8-format (arguments.py validate_args).
@@ -318,6 +320,11 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
     Row("fp8_recipe", "delayed", (), default=True, write=False, source=ARGS + " (--fp8-recipe default delayed)"),
     *(Row("fp8_recipe", r, (), when=lambda plan: not _fp8(plan), source="moot without --precision fp8: nothing written")
       for r in FP8_RECIPES),
+    # FP8 parameters (--fp8-param-gather): TE quantized_model_init, all-gathered in FP8; moot without FP8.
+    Row("fp8_param_gather", True, (("fp8_param_gather", True),), when=_fp8,
+        source=ARGS + " --fp8-param-gather (with the distributed optimizer or FSDP)"),
+    Row("fp8_param_gather", False, (), default=True, source=ARGS + " (--fp8-param-gather off by default)"),
+    Row("fp8_param_gather", True, (), when=lambda plan: not _fp8(plan), source="moot without --precision fp8"),
     # CUDA graphs: --cuda-graph-impl local (Megatron-Core per-layer graphs); --enable-cuda-graph and
     # --external-cuda-graph are its deprecated spellings (validate_args maps them to local / transformer_engine).
     Row("cuda_graphs", True, (("cuda_graph_impl", "local"),), source=ARGS_PY + " --cuda-graph-impl (validate_args)"),
@@ -365,6 +372,13 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
             "Megatron-Core pipeline_parallel/p2p_communication.py; Megatron-LM v2 megatron/p2p_communication.py",
             when=lambda plan: plan.tp > 1 and plan.pp > 1 and not plan.sp),
     *_grad_accum_refusals(ARGS),
+    Refusal("optimizer_states", ("remainders", "bf16"), "megatron_optimizer_states", "optimizer_states remainders / "
+            "bf16 price NeMo 1's Apex distributed_fused_adam (16-bit master remainders; BF16 moments without a master); "
+            "planner writes Megatron's FP32 optimizer: Megatron keeps remainders only through "
+            "--use-precision-aware-optimizer (TransformerEngine FusedAdam), which planner does not write, and a master "
+            "in any case (--main-params-dtype fp32 or fp16): price with --optimizer-states fp32",
+            ARGS_PY + " --use-precision-aware-optimizer, --main-params-dtype; Megatron-Core optimizer_config.py "
+            "store_param_remainders"),
     Refusal("zero3_gather", ("blocking", "post"), "megatron_zero3_gather", "zero3_gather blocking / post price DeepSpeed "
             "2021's per-tensor gathers and FSDP1's BACKWARD_POST; Megatron-FSDP prefetches its all-gathers", _FSDP),
     Refusal("fp8_recipe", ("delayed",), "megatron_fp8_delayed_recompute_modules", "fp8_recipe delayed with "
@@ -426,7 +440,7 @@ pipeline_model_parallel_layout hierarchical_context_parallel_sizes
 account_for_embedding_in_pipeline_split account_for_loss_in_pipeline_split num_layers_per_virtual_pipeline_stage
 decoder_first_pipeline_num_layers decoder_last_pipeline_num_layers micro_batch_size global_batch_size
 recompute_granularity recompute_activations recompute_method recompute_num_layers recompute_modules
-data_parallel_sharding_strategy bf16 fp16 fp4_format fp8_param_gather
+data_parallel_sharding_strategy bf16 fp16 fp4_format
 """.split())
 """Dests of layout settings the reader maps with code beside the table (pipeline split, batch, recompute)."""
 

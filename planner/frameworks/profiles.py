@@ -475,6 +475,34 @@ _BRIDGE_H100_FP8_CURRENT = Entry(
     source=_BRIDGE_2511 + "*/workload_base_configs.py and " + _BRIDGE_2604 + "*_workload_base_configs.py: every H100 "
            "FP8 preset is *_H100_FP8_CS_* (per-tensor current scaling); there is no delayed-scaling preset",
     when=(When(text="25.11", gpu="h100", precision="fp8"), When(text="26.", gpu="h100", precision="fp8")))
+_NEMO2_FP8_PARAMS = Entry(
+    {"fp8_param_gather": True}, "FP8 parameters (the NeMo 2 / Megatron-Bridge FP8 presets: fp8_param_gather)",
+    source="NeMo 2 nemo/collections/llm/recipes/precision/mixed_precision.py bf16_with_fp8_mixed, "
+           "bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed: fp8_param_gather = True, chosen by "
+           "scripts/performance/helpers.py set_precision_configs (ds / cs / mxfp8); Megatron-Bridge v0.2.0 "
+           "training/mixed_precision.py: the delayed, current-scaling and MXFP8 presets set it too "
+           "(planner.frameworks.bridge.FP8_PRESET_PARAMS). NeMo 1 (24.x) defaults model.fp8_params to False",
+    when=(When(text="25.", precision="fp8"), When(text="26.", precision="fp8")))
+_NEMO1_LAUNCHER = "NVIDIA/NeMo-Framework-Launcher 24.07 (8325688) launcher_scripts/conf/training/"
+_NEMO1_OPTIMIZER = ("NeMo r2.0.0rc1 (579983f, the 24.07 container's) and v1.23.0 (24.03) "
+                    "nemo/collections/nlp/models/language_modeling/megatron_base_model.py setup_optimization")
+_NEMO1_NEMOTRON_340B_BF16_ADAM = Entry(
+    {"optimizer_states": ["fp32", "bf16"]},
+    "BF16 Adam moments without an FP32 master searched (NeMo 24.07 Nemotron-4 340B recipe: optim.dtype bf16)",
+    source=_NEMO1_LAUNCHER + "nemotron/nemotron_340b.yaml optim: distributed_fused_adam, dtype: bf16 (every other "
+           "24.07 GPT / Llama / Nemotron recipe leaves the FP32 default); " + _NEMO1_OPTIMIZER + ": the optimizer "
+           "dtype equal to the BF16 O2 weights' sets store_params=False (no master copy). Searched, not pinned: "
+           "the launch formats nemo-24.07 writes (Megatron-LM, Megatron-Bridge) keep a master in any case "
+           "(rule megatron_optimizer_states), so evaluate and search offer it by flag",
+    when=(When(text="nemo 24.07", model_name="nemotron-4-340b"), When(text="nemo 24.07", model_name="nemotron-340b")))
+_NEMO1_ADAM_REMAINDERS = Entry(
+    {"optimizer_states": ["fp32", "remainders"]},
+    "FP32 Adam moments with 16-bit master remainders searched (NeMo 1 distributed_fused_adam)",
+    source=_NEMO1_LAUNCHER + "{gpt3,llama,nemotron}/*.yaml (24.03.01 5c7e280 alike): optim.name "
+           "distributed_fused_adam, megatron_amp_O2 true, the optimizer dtype left FP32; " + _NEMO1_OPTIMIZER + ": "
+           "an FP32 optimizer over BF16 O2 weights sets store_params=False, store_param_remainders=True (Apex "
+           "810ffae distributed_fused_adam.py). Searched, not pinned, for the reason the Nemotron-4 340B entry gives",
+    when=(When(text="nemo 24."),))
 _BRIDGE_2511_H100_LLAMA3_8B_RECOMPUTE = Entry(
     {"recompute": "full", "recompute_layers": 5}, "full recompute of 5 of the 32 layers (Megatron-Bridge 25.11 H100 Llama 3 8B FP8 preset)",
     source=_BRIDGE_2511 + "llama3/workload_base_configs.py LLAMA3_8B_H100_FP8_CS_BASE_CONFIG: recompute_num_layers=5; "
@@ -564,6 +592,9 @@ PROFILES: tuple[Profile, ...] = (
         _BRIDGE_GPT_OSS_BF16_GRADS,
         *_BRIDGE_2511_QWEN3_BLACKWELL,
         _BRIDGE_H100_FP8_CURRENT,
+        _NEMO2_FP8_PARAMS,
+        _NEMO1_NEMOTRON_340B_BF16_ADAM,
+        _NEMO1_ADAM_REMAINDERS,
         _BRIDGE_H100_LLAMA3_8B_NCCL_UB,
         _BRIDGE_H100_FP8_RS_RING,
         _BRIDGE_2511_H100_LLAMA3_8B_RECOMPUTE,

@@ -449,6 +449,8 @@ TABLE = Table("torchtitan",
     Row("nccl_ub", False, (), default=True, source=_FSDP + " (collectives on PyTorch-allocated buffers)"),
     Row("tp_overlap_rs_ring", False, (), default=True, source="TP overlap is AsyncTP, not TransformerEngine userbuffers"),
     Row("zero3_gather", "prefetch", (), default=True, source=_FSDP),
+    Row("optimizer_states", "fp32", (), default=True,
+        source=_FSDP + " (FP32 sharded parameters; AdamW moments in their dtype)"),
     # EP exchange: the token counts, then the tokens, by all_to_all_single (host sync on the splits), one
     # copy per routed (token, expert) pair, as Megatron-Core's alltoall dispatcher (costmodel.expert_parallel).
     Row("moe_dispatcher", "alltoall", (), default=True, source=_EP),
@@ -484,6 +486,9 @@ TABLE = Table("torchtitan",
         when=lambda plan: plan.precision == "fp8", source=_MX),
     *(Row("fp8_recipe", r, (), when=lambda plan: plan.precision != "fp8", source="moot without FP8")
       for r in ("delayed", "blockwise", "mxfp8", "nvfp4")),
+    # FP8 parameters: torchao keeps BF16 parameters (float8 all-gather casts a shard per gather, not a parameter).
+    Row("fp8_param_gather", False, (), default=True, source=_FLOAT8 + " (the parameters stay high precision)"),
+    Row("fp8_param_gather", True, (), when=lambda plan: plan.precision != "fp8", source="moot without FP8"),
     # CUDA graphs: 0.3.0 captures the forward+backward step unless training.disable_cuda_graphs (and
     # refuses them with PP); 0.1, 0.2 have no capture. export/torchtitan.py writes and checks it per release.
     Row("cuda_graphs", False, (("training.disable_cuda_graphs", True),), releases="0.3.0", source=_GRAPHS),
@@ -534,6 +539,9 @@ TABLE = Table("torchtitan",
             "--grad-accum-pass autograd (or --framework torchtitan-0.2)",
             "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py; torch/distributed/pipelining/stage.py",
             when=lambda plan: plan.grad_accum > 1),
+    Refusal("optimizer_states", ("remainders", "bf16"), "torchtitan_optimizer_states", "optimizer_states remainders / "
+            "bf16 price NeMo 1's Apex distributed_fused_adam; torchtitan's AdamW updates FP32 sharded parameters with "
+            "FP32 moments: price with --optimizer-states fp32", _FSDP),
     Refusal("zero3_gather", ("blocking", "post"), "torchtitan_zero3_gather", "zero3_gather blocking / post price "
             "DeepSpeed 2021's per-tensor gathers and FSDP1's BACKWARD_POST; FSDP2 prefetches", _FSDP),
     Refusal("tp_overlap_kind", ("userbuffers",), "torchtitan_tp_overlap_kind", "TP overlap priced as TransformerEngine "
@@ -598,6 +606,10 @@ TABLE = Table("torchtitan",
             "batch-level EP overlap; torchtitan's all-to-alls block the MoE layer (its only EP overlap is the "
             "DualPipeV schedule of 0.2.1+, which the export does not write): price with --ep-comm-overlap false",
             _EP, when=lambda plan: plan.is_moe),
+    Refusal("fp8_param_gather", (True,), "torchtitan_fp8_param_gather", "fp8_param_gather: torchtitan's float8 and MX "
+            "converters keep BF16 parameters (torchao Float8Linear / MXLinear; float8 all-gather casts each shard as "
+            "it is gathered): price with --fp8-param-gather false", _FLOAT8 + "; " + _MX,
+            when=lambda plan: plan.precision == "fp8"),
     Refusal("cpu_offload_layers", Above(0), "torchtitan_cpu_offload", "cpu_offload_layers: torchtitan offloads no "
             "activations to host memory (training.enable_cpu_offload moves FSDP parameters and optimizer states, "
             "which planner does not price)", "torchtitan config Training.enable_cpu_offload"),

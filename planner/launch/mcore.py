@@ -513,9 +513,8 @@ def _precision(s: Settings, launch: Launch) -> None:
         launch.cannot(f"fp32 parameters (no {s.label('bf16')} / {s.label('fp16')})", "as bf16")
     if launch.values.get("precision") != "fp8":
         launch.values["fp8_recipe"] = TABLE.read("fp8_recipe", {})[0]  # moot without FP8
-    for gather in ("fp8_param_gather", "fp4_param_gather"):
-        if s.flag(gather):
-            launch.cannot(s.label(gather), "with BF16 parameter all-gathers")
+    if s.flag("fp4_param_gather"):  # --fp8-param-gather is a table option (read with the others)
+        launch.cannot(s.label("fp4_param_gather"), "with BF16 parameter all-gathers")
     _read(s, launch, "grad_dtype", why="FP32 main grads")
 
 

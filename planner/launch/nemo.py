@@ -182,7 +182,7 @@ def _translate(s: Settings) -> None:
 def _precision(flat: dict, s: Settings) -> None:
     """NeMo's trainer.plugins (precision "bf16-mixed", fp8 "hybrid") and Bridge's mixed_precision
     (a preset name like bf16_mixed / bf16_with_fp8_delayed_scaling_mixed, or its fields)."""
-    from planner.frameworks.bridge import FP8_PRESETS
+    from planner.frameworks.bridge import FP8_PRESET_PARAMS, FP8_PRESETS
 
     v = s.values
     names = [str(flat.get(k)) for k in _PRECISION_KEYS if flat.get(k)]
@@ -204,6 +204,9 @@ def _precision(flat: dict, s: Settings) -> None:
         elif recipe is not None and "fp8_recipe" not in v:  # the preset's recipe, in Megatron's word
             v["fp8_recipe"] = {"current": "tensorwise"}.get(recipe, recipe)
             s.where["fp8_recipe"] = name
+        if name in FP8_PRESETS.values() and "fp8_param_gather" not in v:  # the preset's FP8 parameters
+            v["fp8_param_gather"] = FP8_PRESET_PARAMS[next(r for r, p in FP8_PRESETS.items() if p == name)]
+            s.where["fp8_param_gather"] = name
     fp8 = v.pop("fp8", None)
     if fp8 not in (None, False, "None", ""):
         v["fp8_format"] = fp8

@@ -36,6 +36,8 @@ MEMORY_LABELS = {
     "logits": "logits (last stage, by loss kernel)",
     "workspace": "workspace + fragmentation allowance",
 }
+_OPTIMIZER_LABELS = {"remainders": "optimizer states (master remainders + m, v)",
+                     "bf16": "optimizer states (bf16 Adam m, v)"}
 
 
 def human_count(x: float) -> str:
@@ -177,6 +179,9 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
         label = MEMORY_LABELS[term]
         if term == "gradients" and rec.get("layout", {}).get("grad_dtype") == "bf16":
             label = "gradients (bf16 grad buffers)"
+        states = rec.get("layout", {}).get("optimizer_states")
+        if term == "optimizer" and states in _OPTIMIZER_LABELS:
+            label = _OPTIMIZER_LABELS[states]
         lines.append(f"  {label:<44}{mem[term]:>10.2f}")
     cap = mem["capacity"]
     peak = mem["peak"]

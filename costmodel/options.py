@@ -638,7 +638,8 @@ class Layout:
     per step): fused into the weight-gradient GEMM (Megatron's gradient_accumulation_fusion, on by default
     where its fused kernel is installed: the GEMM's epilogue adds into the FP32 main grad, no extra pass),
     or by a separate memory-bound pass over every gradient the GPU accumulates, once per micro-batch:
-    autograd (3 x the gradient's bytes, from the second micro-batch on) or cast_add (26 B per gradient,
+    autograd (6 B a 16-bit gradient; 2 + 2 x the accumulator's bytes under ZeRO >= 2; from the second
+    micro-batch on) or cast_add (26 B per gradient,
     every micro-batch), or main_grad_copy: Megatron-FSDP's optim_grads / optim_grads_params without
     gradient accumulation fusion (what planner's Megatron export writes for ZeRO-2/3), whose
     post-accumulate-grad hook copies every micro-batch's whole BF16 ``param.grad`` into the unsharded

@@ -137,8 +137,10 @@ def test_leave_one_source_out_on_the_reference_set():
     # refitting one grid step (their held-out medians 2.8% -> 2.9%, 3.8% -> 4.3%).
     # 4.0% / 10.8% with the fit run to convergence (planner.validate.fit.fit: moves of up to three
     # constants at once until none lowers the objective; the folds had stopped short of that):
-    # nemo_longseq 8.3% -> 6.9%, the long-context family 8.8% -> 7.4%.
-    assert held["median_abs_error"] <= 0.041 and held["p90_abs_error"] <= 0.109
+    # nemo_longseq 8.3% -> 6.9%, the long-context family 8.8% -> 7.4%. 4.1% / 10.8% (MAPE 6.1% -> 6.0%) with
+    # TransformerEngine's per-step FP8 weight cache and FP8 parameters (--fp8-param-gather) counted:
+    # mbridge_2509 5.0% -> 6.0%, nemo_longseq 6.9% -> 6.1%, narayanan2021 1.8% -> 1.3%.
+    assert held["median_abs_error"] <= 0.042 and held["p90_abs_error"] <= 0.109
     # Every source of three rows or more (one-row sources: BLOOM 176B) within 12% median.
     assert max(f["held_out"]["median_abs_error"] for f in cv["per_source"].values() if f["held_out"]["rows"] >= 3) <= 0.12
     # The intervals' data (search/data/uncertainty.json) is this cross-validation: regenerate it

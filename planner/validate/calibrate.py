@@ -12,8 +12,8 @@ Minus the log posterior, divided by n / b, is the objective
     J = mean_i min(|e_i|, CLIP) + (b / n) * sum_k ((v_k - shipped_k) / sd_k)^2 / 2
 
 so a constant no run is sensitive to stays at its shipped value, and three runs that agree
-move what they inform. J is minimised by coordinate descent over a grid twice as fine as
-``FIT_RANGES``. The interval of a constant is the 90% posterior interval with the others at
+move what they inform. J is minimised over a grid twice as fine as ``FIT_RANGES`` by coordinate
+descent and one-step moves of two and three constants at once, until none lowers it (``fit_map``). The interval of a constant is the 90% posterior interval with the others at
 the fit: the values whose minus log posterior is within chi2(1, 0.90) / 2 = 1.35 of the best (edges
 read off linearly between grid values).
 
@@ -37,7 +37,6 @@ PRIOR_SD_FRACTION = 0.25
 """A constant's prior standard deviation, as a fraction of its plausible range (range = 4 sd)."""
 INTERVAL_HALF_CHI2 = 1.353
 """chi2(1 dof, 0.90) / 2: the rise in minus log posterior bounding a 90% interval."""
-MAX_ROUNDS = 4
 LOCAL = 3
 """Grid steps either side of a constant's value that rounds after the first scan try."""
 MEANING = {
@@ -84,12 +83,16 @@ def informed(predictor: Predictor, weights: np.ndarray) -> list[str]:
 
 
 def fit_map(predictor: Predictor, weights: np.ndarray) -> Calibration:
-    """Coordinate descent on ``objective`` from the shipped constants, until a round moves none:
-    the first round scans each constant's whole grid, later ones ``LOCAL`` grid steps around it."""
+    """Descent on ``objective`` from the shipped constants over the constants the runs inform:
+    coordinate rounds (the first scans each constant's whole grid, later ones ``LOCAL`` grid steps
+    around it) until a round moves none, then one-step moves of two and three constants at once
+    (constants trade off along ridges, as in the shipped fit: ``planner.validate.fit.fit``),
+    repeated until neither lowers the objective."""
     calib = DEFAULT
     best = objective(predictor, weights, calib)
     names = informed(predictor, weights)
-    for round_ in range(MAX_ROUNDS):
+    round_ = 0
+    while True:
         moved = False
         for name in names:
             values = grid(name)
@@ -101,9 +104,33 @@ def fit_map(predictor: Predictor, weights: np.ndarray) -> Calibration:
                 score = objective(predictor, weights, trial)
                 if score < best - 1e-9:
                     best, calib, moved = score, trial, True
-        if not moved:
-            break
-    return calib
+        round_ += 1
+        if moved:
+            continue
+        step = _joint_step(predictor, weights, calib, best, names)
+        if step is None:
+            return calib
+        calib, best = step
+
+
+def _joint_step(predictor: Predictor, weights: np.ndarray, calib: Calibration, best: float, names: list[str]):
+    """The first move of two, then three, of ``names`` one step each on their ``grid`` that lowers
+    ``objective``, as (calibration, objective); None when none does."""
+    from itertools import combinations, product
+
+    def steps(name):
+        values = grid(name)
+        i = int(np.argmin(np.abs(values - getattr(calib, name))))
+        return [float(values[j]) for j in (i - 1, i + 1) if 0 <= j < len(values)]
+
+    for size in (2, 3):
+        for group in combinations(names, size):
+            for values in product(*(steps(n) for n in group)):
+                trial = calib.with_(**dict(zip(group, values)))
+                score = objective(predictor, weights, trial)
+                if score < best - 1e-9:
+                    return trial, score
+    return None
 
 
 def interval(predictor: Predictor, weights: np.ndarray, calib: Calibration, name: str) -> tuple[float, float]:

@@ -85,8 +85,8 @@ def view(record: dict, model) -> dict:
         out["p2p_scatter_gather"] = False
     if lay.vpp == 1 or lay.pp == 1:  # sends of the interleaved schedule only (costmodel.schedule)
         out["p2p_comm_overlap"] = True
-    if lay.precision != "fp8":  # the FP8 recipe is moot without FP8 (costmodel.quantize)
-        out["fp8_recipe"] = "delayed"
+    if lay.precision != "fp8":  # the FP8 recipe and FP8 parameters are moot without FP8 (costmodel.quantize,
+        out.update(fp8_recipe="delayed", fp8_param_gather=False)  # memory.fp8_weight_copy_bytes, data_parallel)
     if out["zero"] != 3:  # the ZeRO-3 flavour is moot below ZeRO-3 (costmodel.data_parallel)
         out["fsdp"] = "flat"
     if plan.grad_accum == 1 and out["grad_accum_pass"] == "fused":  # one micro-batch: autograd adds nothing
@@ -167,14 +167,19 @@ def layouts(draw):
 
 def _runnable(table, values: dict) -> dict:
     """``values`` with each value ``table`` refuses (anywhere: its ``when`` ignored) replaced by the
-    option's first declared value it does not refuse."""
+    option's first declared value it does not refuse. The gradient accumulation pass, which Megatron
+    refuses by ZeRO stage both ways (every value somewhere), takes what the search derives for the
+    layout's ZeRO stage and FSDP flavour (search.rules.sharded_grad_accum_pass)."""
+    from search.rules import sharded_grad_accum_pass_name
+
     out = dict(values)
     for refusal in table.refusals:
-        if out.get(refusal.option) in refusal.values:
+        if refusal.option != "grad_accum_pass" and out.get(refusal.option) in refusal.values:
             opt = next(o for o in OPTIONS if o.name == refusal.option)
             refused = {v for f in table.refusals if f.option == opt.name for v in f.values}
             choices = opt.choices if opt.kind == CHOICE else (False, True) if opt.kind == FLAG else ()
             out[opt.name] = next(v for v in choices if v not in refused)
+    out["grad_accum_pass"] = sharded_grad_accum_pass_name(out.get("zero", 0), out.get("fsdp") or "flat", "fused")
     return out
 
 

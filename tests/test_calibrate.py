@@ -108,21 +108,25 @@ def test_profile_changes_predictions_only_through_its_constants(tmp_path):
     runs.write_text(json.dumps(_runs(TRUTH)))
     code, out, err = run_cli("calibrate", "--runs", str(runs), "--out", str(profile))
     assert code == 0, err
-    assert f"gemm_efficiency_bf16 {SHIPPED_BF16} -> 0.74" in out and "leave one run out" in out
+    assert f"gemm_efficiency_bf16 {SHIPPED_BF16} -> " in out and "leave one run out" in out
     import tomllib
 
     fitted_on = tomllib.loads(profile.read_text())["profile"]  # the runs' GPU type and model (SETUPS: 8B on A100)
     assert fitted_on["gpus"] == [get_gpu("a100").name] and fitted_on["models"] == [get_model("llama3-8b").name]
     calib = load_profile(profile)
     written = {f.name for f in dataclasses.fields(Calibration) if getattr(calib, f.name) != getattr(DEFAULT, f.name)}
-    assert written == {"gemm_efficiency_bf16"} and calib == DEFAULT.with_(gemm_efficiency_bf16=0.74)
+    # What the runs inform (the GEMM x clock ridge: test_three_runs_move_what_they_inform_and_nothing_else).
+    assert "gemm_efficiency_bf16" in written and written <= {"gemm_efficiency_bf16", "sustained_clock_fraction",
+                                                             "attention_efficiency", "memory_bound_efficiency",
+                                                             "kernel_overhead_us"}
     args = ["evaluate", "--model", "llama3-8b", "--gpus", "16", "--gpu", "a100", "--tp", "2", "--gbs", "128",
             "--seq-len", "4096", "--recompute", "full", "--json"]
     code, out, _ = run_cli(*args, "--calibration", str(profile))
     with_profile = json.loads(out)
     lay = Layout(tp=2, pp=1, dp=8, mbs=1, gbs=128, seq_len=4096, zero=1, recompute="full")
     model, cluster = get_model("llama3-8b"), get_cluster("dgx-a100")
-    expected = evaluate(model, cluster, lay, gpu=get_gpu("a100"), calib=DEFAULT.with_(gemm_efficiency_bf16=0.74))
+    expected = evaluate(model, cluster, lay, gpu=get_gpu("a100"),
+                        calib=DEFAULT.with_(**{name: getattr(calib, name) for name in written}))
     assert with_profile["step_time_s"] == pytest.approx(float(expected.step_time_s[0]), rel=1e-12)
     assert with_profile["calibration"] == str(profile)
     # validate with the profile: the runs it was fitted on are now within 1%.

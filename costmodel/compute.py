@@ -248,7 +248,9 @@ def attention_efficiency(gpu: GPUSpec, batch: LayoutBatch, calib: Calibration, k
     """
     native = batch.is_("attention", "flash3") & (gpu.architecture in ("hopper", "blackwell"))
     fa2 = FA2_FRACTION_BY_ARCH.get(gpu.architecture, 1.0)
-    e_seq = calib.attention_efficiency * np.where(native, calib.native_attention_speedup, fa2)
+    # The calibrated speed-up is today's cuDNN; a 2024 container's ran slower (CUDNN_2024_ATTENTION_FRACTION).
+    speedup = calib.native_attention_speedup * np.where(batch.is_("cudnn", "2024"), CUDNN_2024_ATTENTION_FRACTION, 1.0)
+    e_seq = calib.attention_efficiency * np.where(native, speedup, fa2)
     l0 = np.where(native, NATIVE_ATTENTION_L0.get(gpu.architecture, ATTENTION_L0), ATTENTION_L0)
     length = np.asarray(kernel_len, dtype=np.float64)
     seq = np.asarray(batch.seq_len, dtype=np.float64)
@@ -332,6 +334,21 @@ length at 16K or 32K keys (so a long sequence's CP chunks run as fast as its who
 moved leave one source out from 3.1% to 3.7-3.8% median (2026-11-27), so the curve runs on
 unchanged. cuDNN over FlashAttention-2 on the same sweep: 1.66-1.81x
 (``Calibration.native_attention_speedup`` is fitted, 1.4). Head dim: ``ATTENTION_HEAD_DIM_EFFICIENCY``."""
+
+CUDNN_2024_ATTENTION_FRACTION = 0.86
+"""Speed of cuDNN's fused attention as 2024 containers shipped it (cuDNN 9.0-9.3) over today's
+(``Layout.cudnn`` 2024). cuDNN-frontend's own benchmark on H200, causal, head dim 128, BF16,
+forward + backward: cuDNN 9.1.0 (benchmark/benchmark_results.csv, 2024-05-07, commit b740542;
+16 heads, hidden 2048) 490 / 520 / 520 TFLOP/s at 8K / 16K / 32K tokens; cuDNN 9.19
+(sdpa_benchmark_training/results/h200_919_only_cudnn/llama3.1_20260227_034703.csv; GQA 64 / 8
+heads, top_left mask, forward and backward times combined) 567 / 603 / 608: 0.865, 0.863, 0.855
+(0.93 at 4K, where the 2024 run used batch 4 against batch 1). Only these two releases were
+measured on one GPU, so which cuDNN between them closed the gap is not known: every 2024
+container (NeMo 24.x, Megatron-Core r0.8: the 9.x of their year) takes this fraction, every
+later one none (an assumption, ``planner.frameworks.profiles``).
+Leave one source out (with ``native_attention_speedup``'s prior at the lent H200's measured
+1.7): 4.1% / 10.8% -> 3.7% / 10.1% median / p90; NeMo 24.03's H100 long-context rows held out
+6.1% -> 3.1% (2026-11-28)."""
 
 NATIVE_ATTENTION_ANCHOR_CAP = {"blackwell": 8192.0}
 """Per architecture, the longest sequence at which its native kernels' calibrated level is anchored.

@@ -189,8 +189,8 @@ class Option:
     """False for an internal column that records never show: it is resolved into a recorded
     option first (``recompute_share`` -> ``recompute_layers``, ``costmodel.record``)."""
     applies_with: str = ""
-    """The layout the setting has an effect in, "" for every one: "zero3" (zero = 3) or "fp8"
-    (precision fp8). Elsewhere the cost model ignores it, so summaries and headers leave it out
+    """The layout the setting has an effect in, "" for every one: "zero3" (zero = 3), "fp8"
+    (precision fp8) or "flash3" (attention flash3). Elsewhere the cost model ignores it, so summaries and headers leave it out
     (``applies``)."""
 
     def applies(self, values) -> bool:
@@ -201,6 +201,8 @@ class Option:
             return get("zero", 1) == 3
         if self.applies_with == "fp8":
             return get("precision", "bf16") == "fp8"
+        if self.applies_with == "flash3":
+            return get("attention", "flash") == "flash3"
         return True
 
     @property
@@ -319,6 +321,8 @@ PRECISIONS = ("bf16", "fp8")
 attention and the rest in BF16)."""
 ATTENTION = ("flash", "unfused", "flash3")
 """Attention kernels; codes 0, 1, 2."""
+CUDNN_GENERATIONS = ("current", "2024")
+"""cuDNN generations the native attention kernels are priced for; codes 0, 1."""
 KERNELS = ("fused", "eager")
 """Elementwise kernels; codes 0, 1."""
 LOSSES = ("unfused", "fused", "eager")
@@ -477,6 +481,18 @@ class Layout:
     FlashAttention-3, cuDNN fused attention as TransformerEngine runs it; same as flash on older
     GPUs) or unfused (scores materialised in HBM, softmax as a separate kernel: Megatron before
     FlashAttention, Dao et al. 2022; kept to price older runs)."""
+    cudnn: str = option(
+        "current", "cuDNN of the container, for --attention flash3: current (2025 on) | 2024 (the cuDNN 9 of "
+        "2024 containers: 0.86 of today's attention speed).", kind=CHOICE, group=IMPLEMENTATION,
+        choices=CUDNN_GENERATIONS, search=SETTING, label="cuDNN-{value}", phrase="cuDNN {value}", phrase_when="set",
+        applies_with="flash3",
+        source="cuDNN-frontend benchmark/benchmark_results.csv (cuDNN 9.1.0, 2024-05) and "
+               "sdpa_benchmark_training/results/h200_919_only_cudnn (cuDNN 9.19, 2026)")
+    """The cuDNN release whose fused attention runs (``attention`` flash3 on Hopper and
+    Blackwell; moot otherwise): current, or 2024 (the cuDNN 9 of 2024 containers: NeMo 24.x,
+    Megatron-Core r0.8; cuDNN-frontend measured 9.1.0), whose kernels ran at 0.86 of today's
+    (``costmodel.compute.CUDNN_2024_ATTENTION_FRACTION``). Not a launch setting: the container
+    fixes it, so no exporter writes it and no reader reads it (``planner.frameworks.table.CONTAINER``)."""
     kernels: str = option(
         "fused", "Elementwise kernels: fused (Megatron/TransformerEngine, torch.compile) | eager (plain PyTorch ops).",
         kind=CHOICE, group=IMPLEMENTATION, choices=KERNELS, search=SETTING, label="{value}-kernels", phrase="{value} kernels",

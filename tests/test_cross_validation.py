@@ -111,7 +111,10 @@ def test_leave_one_source_out_on_the_reference_set():
     # Megatron-Bridge 25.09 MoE presets priced with current scaling as their perf matrix keys say, and
     # the per-expert quantise kernels at the back-to-back short-kernel cost (costmodel.quantize).
     # 3.1% / 10.1% with the fit run to convergence and the constants refitted so (2026-11-28).
-    assert inside["median_abs_error"] <= 0.032 and inside["p90_abs_error"] <= 0.102
+    # 3.6% / 9.9% with 2024 containers' cuDNN attention at 0.86 of today's (Layout.cudnn): one native
+    # speed-up no longer trades the 2024 rows against the 2025-26 ones, so the fit stops splitting them
+    # (native speed-up 1.5 -> 1.7); the median rises, the p90 and the held-out errors below fall.
+    assert inside["median_abs_error"] <= 0.036 and inside["p90_abs_error"] <= 0.100
     # Held out (constants fitted without the row's source): the goal is median <= 5%, p90 <= 12%;
     # measured 4.5% and 11.3% (4.3% / 11.7% with torchtitan's FP8 rows priced as delayed scaling;
     # 12.2% p90 before NCCL user buffers; 4.7% and 14.7% before DeepSeek-V3's MTP module, the
@@ -140,7 +143,10 @@ def test_leave_one_source_out_on_the_reference_set():
     # nemo_longseq 8.3% -> 6.9%, the long-context family 8.8% -> 7.4%. 4.1% / 10.8% (MAPE 6.1% -> 6.0%) with
     # TransformerEngine's per-step FP8 weight cache and FP8 parameters (--fp8-param-gather) counted:
     # mbridge_2509 5.0% -> 6.0%, nemo_longseq 6.9% -> 6.1%, narayanan2021 1.8% -> 1.3%.
-    assert held["median_abs_error"] <= 0.042 and held["p90_abs_error"] <= 0.109
+    # 3.7% / 10.1% (MAPE 5.9%) with 2024 containers' cuDNN attention at 0.86 of today's and the
+    # native speed-up's prior at the lent H200's measured 1.7: nemo_longseq 6.1% -> 3.1%, the
+    # long-context family 7.4% -> 5.0%, megatron_readme_2024 3.0% -> 5.1%.
+    assert held["median_abs_error"] <= 0.038 and held["p90_abs_error"] <= 0.102
     # Every source of three rows or more (one-row sources: BLOOM 176B) within 12% median.
     assert max(f["held_out"]["median_abs_error"] for f in cv["per_source"].values() if f["held_out"]["rows"] >= 3) <= 0.12
     # The intervals' data (search/data/uncertainty.json) is this cross-validation: regenerate it

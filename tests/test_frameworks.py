@@ -34,9 +34,12 @@ def test_nemo_release_sets_what_nemo_recipes_run_with():
     rec = _evaluate("--framework", "nemo-24.07", "--precision", "fp8")
     lay = rec["layout"]
     assert (lay["attention"], lay["loss"], lay["grad_dtype"]) == ("flash3", "fused", "bf16")
+    # A 2024 container: its cuDNN's attention (costmodel.compute.CUDNN_2024_ATTENTION_FRACTION).
+    assert lay["cudnn"] == "2024"
     assert rec["framework"]["name"] == "nemo-24.07" and "tp_comm_overlap" in rec["framework"]["available"]
     # The profile is the flags, nothing more: the same layout typed by hand costs the same.
-    by_hand = _evaluate("--precision", "fp8", "--attention", "flash3", "--loss", "fused", "--grad-dtype", "bf16")
+    by_hand = _evaluate("--precision", "fp8", "--attention", "flash3", "--loss", "fused", "--grad-dtype", "bf16",
+                        "--cudnn", "2024")
     assert rec["step_time_s"] == pytest.approx(by_hand["step_time_s"], rel=1e-12)
     # At BF16 NeMo keeps FP32 gradient reduction: the FP8 entry does not apply.
     assert _evaluate("--framework", "nemo-24.07")["layout"]["grad_dtype"] == "fp32"

@@ -588,6 +588,31 @@ def test_blackwell_native_attention_beyond_its_reference_length():
     assert attention_efficiency(h100, long_seq, cal, 65536.0)[0] == pytest.approx(0.5899, abs=1e-4)
 
 
+def test_cudnn_2024_attention_runs_at_its_measured_fraction():
+    # cuDNN-frontend's H200 benchmark, causal, head dim 128, fwd+bwd TFLOP/s: cuDNN 9.1.0 (2024-05,
+    # benchmark_results.csv) 490.27 / 520.26 / 519.64 at 8K / 16K / 32K tokens; cuDNN 9.19 (2026,
+    # llama3.1 top_left rows) combined from its forward and backward times, FLOPs(bwd) = 2.5 FLOPs(fwd):
+    # 16K: (673 x 6.531 + 579 x 19.002) / (6.531 + 19.002) = 603.0. 490.27/566.9, 520.26/603.0 and
+    # 519.64/608.0 are 0.865, 0.863, 0.855: the fraction 0.86. Priced on the native kernels only:
+    # a flash3 layout of a 2024 container runs at 1.5 x 0.86 = 1.29 times FlashAttention-2's 0.4;
+    # FlashAttention-2 itself does not change, nor does the native kernel of today's container.
+    from costmodel.compute import CUDNN_2024_ATTENTION_FRACTION, attention_efficiency
+
+    def combined(fwd, bwd, t_fwd, t_bwd):
+        return (fwd * t_fwd + bwd * t_bwd) / (t_fwd + t_bwd)
+
+    new = [combined(644, 541, 1.708, 5.083), combined(673, 579, 6.531, 19.002), combined(688, 581, 25.566, 75.688)]
+    old = [490.27, 520.26, 519.64]
+    assert new[1] == pytest.approx(603.0, abs=0.1)
+    for o, n in zip(old, new):
+        assert o / n == pytest.approx(CUDNN_2024_ATTENTION_FRACTION, abs=0.006)
+    cal = DEFAULT.with_(attention_efficiency=0.4, native_attention_speedup=1.5)
+    h100, s = get_gpu("h100-sxm"), 8192.0
+    batch = LayoutBatch.from_arrays(attention=[2, 2, 0, 0], cudnn=[0, 1, 0, 1], seq_len=8192)
+    eff = attention_efficiency(h100, batch, cal, s)
+    np.testing.assert_allclose(eff, [0.6, 0.6 * 0.86, 0.4, 0.4])
+
+
 def test_attention_kernel_length_by_cp_comm_type():
     # s = 64K over cp = 8 with tp 2 in 8-GPU domains: p2p chunks of s/c = 8K; a2a and allgather
     # kernels see all 64K keys; a2a+p2p all-to-alls over the 8 / 2 = 4 CP ranks of a domain and

@@ -9,9 +9,11 @@ reference rows that share model, GPU count and batch (planner/data/published_run
 * Korthikanti et al. 2022, GPT 175B on 64 GPUs: selective (148.95) vs full recompute (112.96);
   predicted 149.6 vs 106.5: right.
 * Llama 3 70B on 64 H100, batch 128: NeMo 24.07 TP4 PP4 CP2 VP5 (1524) vs Megatron-Bridge 25.09
-  TP4 PP8 VP5 (1619), 6.2% apart; predicted 1487.7 vs 1439.2: wrong.
+  TP4 PP8 VP5 (1619), 6.2% apart; predicted 1469.6 vs 1493.7: right since NeMo 24.07's cuDNN
+  attention is priced at its 2024 speed (``Layout.cudnn``; 1487.7 vs 1439.2, wrong, before).
 
-So 3 of 4 decisive pairs right, top-1 in 3 of 4 groups, Kendall tau +1, +1, +1, -1: mean +0.50.
+So 4 of 4 decisive pairs right. The tests of a wrong order swap that group's two measurements
+(``_swapped``): then 3 of 4 right, top-1 in 3 of 4 groups, Kendall tau +1, +1, +1, -1: mean +0.50.
 """
 
 from __future__ import annotations
@@ -27,6 +29,15 @@ from planner.cli.main import app
 from planner.validate.ranking import group_rows, kendall_tau, knob_bias, order_stats, overall, rank_group, tie_stats
 
 EXAMPLE = Path(__file__).parent / "data" / "ablations_example.json"
+
+
+def _swapped() -> list:
+    """The example groups with the Llama 3 70B group's two measurements swapped: a pair the planner
+    orders wrong by construction (it predicts #2 faster, the swapped data measure #1 faster)."""
+    groups = json.loads(EXAMPLE.read_text())
+    a, b = groups[3]["layouts"]
+    a["measured"], b["measured"] = b["measured"], a["measured"]
+    return groups
 
 
 def test_order_stats_by_hand():
@@ -112,13 +123,18 @@ def test_group_rows_are_runs_rows():
 
 def test_example_file_figures():
     groups = [rank_group(g) for g in json.loads(EXAMPLE.read_text())]
+    assert [g["kendall_tau"] for g in groups] == [1.0, 1.0, 1.0, 1.0]
+    total = overall(groups)
+    assert (total["pairs"], total["pairs_right"], total["top1"], total["groups"]) == (4, 4, 4, 4)
+    # Swapped, the Llama 3 70B pair is ordered wrong.
+    groups = [rank_group(g) for g in _swapped()]
     assert [g["kendall_tau"] for g in groups] == [1.0, 1.0, 1.0, -1.0]
     assert [g["top1"] for g in groups] == [True, True, True, False]
     total = overall(groups)
     assert (total["pairs"], total["pairs_right"], total["top1"], total["groups"]) == (4, 3, 3, 4)
     assert total["mean_kendall_tau"] == pytest.approx(0.5)
-    # The misordered pair: the measured faster (Megatron-Bridge, #2) first.
-    assert groups[3]["misordered"] == [(1, 0)]
+    # The misordered pair: the measured faster (#1 once swapped) first.
+    assert groups[3]["misordered"] == [(0, 1)]
 
 
 def test_a_layout_without_a_measurement_is_listed_not_ranked():
@@ -129,9 +145,11 @@ def test_a_layout_without_a_measurement_is_listed_not_ranked():
     assert g["unmapped"] == [{"id": "korthikanti2022_gpt175b_64gpu#2", "reason": "no measured.tokens_per_s_per_gpu"}]
 
 
-def test_cli_ranking_text_and_json():
+def test_cli_ranking_text_and_json(tmp_path):
+    swapped = tmp_path / "swapped.json"
+    swapped.write_text(json.dumps(_swapped()))
     runner = CliRunner()
-    out = runner.invoke(app, ["validate", "--ranking", str(EXAMPLE)])
+    out = runner.invoke(app, ["validate", "--ranking", str(swapped)])
     assert out.exit_code == 0, out.output
     assert ("all groups: 4 groups; pairs ordered right 3/4 (75.0%); top-1 3/4 (75.0%) (strictly the fastest: 3/4 (75.0%)); "
             "mean Kendall tau +0.50") in out.output
@@ -139,10 +157,10 @@ def test_cli_ranking_text_and_json():
     assert "one release" not in out.output
     assert "misordered pairs" in out.output
     # The per-knob table: both Narayanan pairs (ZeRO-3 TP1 PP1 vs PTD-P TP8 PP35, right) differ in
-    # TP, PP and DP; the NeMo pair (PP4 CP2 vs PP8 CP1, wrong) in PP and CP; Korthikanti's pair in
+    # TP, PP and DP; the NeMo pair (PP4 CP2 vs PP8 CP1, wrong once swapped) in PP and CP; Korthikanti's pair in
     # recompute and SP only. So TP 2 of 2 right, PP 2 of 3.
     assert "where the model leans" in out.output and "ties (80% intervals" in out.output
-    out = runner.invoke(app, ["validate", "--ranking", str(EXAMPLE), "--json"])
+    out = runner.invoke(app, ["validate", "--ranking", str(swapped), "--json"])
     data = json.loads(out.output)
     assert data["overall"]["pairs_right_share"] == pytest.approx(0.75)
     assert (data["knob_bias"]["tp"]["pairs"], data["knob_bias"]["tp"]["pairs_right"]) == (2, 2)

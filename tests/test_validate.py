@@ -37,8 +37,11 @@ def test_accuracy_on_reference_set_high_confidence(results):
     # rows +4.5% with the clock), the median gains 0.3.
     # 3.1% / 11.0% with Megatron-Bridge's H100 FP8 reduce-scatters run as ring exchange (tp_overlap_rs_ring).
     assert s["rows"] >= 117
-    assert s["median_abs_error"] <= 0.033
-    assert s["p90_abs_error"] <= 0.111
+    # 3.6% / 9.9% since 2024 containers' cuDNN attention runs at 0.86 of today's (Layout.cudnn) and the
+    # native speed-up is refitted 1.5 -> 1.7: the 2024 and 2025-26 rows no longer share one speed-up,
+    # so the median gives back 0.5 point in sample while leave-one-source-out falls 4.1% -> 3.7%.
+    assert s["median_abs_error"] <= 0.036
+    assert s["p90_abs_error"] <= 0.100
     assert s["mape"] <= 0.06
     # Early DeepSpeed ZeRO-3 is priced from its code (costmodel.zero3_blocking): the
     # Narayanan et al. rows, which include it, stay close.

@@ -286,6 +286,23 @@ def test_selective_recompute_before_2025_is_core_attention_only():
     assert old["recompute_modules"] == ("core_attn",) and "recompute_modules" not in new
 
 
+def test_transformer_engine_attention_of_2024_containers_runs_2024_cudnn():
+    # A 2024 NeMo or Megatron-Core release runs the cuDNN 9 of its year; NeMo 24.03's long-sequence
+    # table is dated 2025 but names its container; 2025 releases run today's cuDNN; a framework without
+    # TransformerEngine attention is not given one.
+    def settings(text, year):
+        return apply_profiles(RowFacts(framework=text, year=year, precision="bf16"))[0]
+
+    for text, year in (("nemo 24.07 (megatron-core)", 2024), ("megatron-core r0.8.0", 2024),
+                       ("nemo 24.03.01 (megatron-core)", 2025)):
+        got = settings(text, year)
+        assert (got["attention"], got["cudnn"]) == ("flash3", "2024"), text
+    for text, year in (("megatron-bridge / nemo 25.09 (megatron-core)", 2025), ("nemo 25.04.rc2 (megatron-core)", 2025)):
+        got = settings(text, year)
+        assert got["attention"] == "flash3" and "cudnn" not in got, text
+    assert "cudnn" not in settings("torchtitan (dec 2024)", 2024)
+
+
 def test_deepspeed_pipeline_engine_partitions_sends_and_reduces_after_the_last_micro_batch():
     # DeepSpeed runtime/pipe/engine.py: is_pipe_partitioned = is_model_parallel (sends split over
     # TP, all-gathered at the receiver); pipe/schedule.py TrainSchedule: ReduceGrads after the

@@ -106,6 +106,13 @@ WORKLOAD = {
 }
 """Options that describe the workload, not the framework: no table writes or reads them."""
 
+CONTAINER = {
+    "cudnn": "the cuDNN release the container ships (its fused attention's speed, costmodel.compute."
+             "CUDNN_2024_ATTENTION_FRACTION), not a launch setting: priced, never written; a reader cannot know it "
+             "from a launch file, so it comes from the command line (--cudnn, default current)",
+}
+"""Options that describe the software image the job runs in: no table writes or reads them."""
+
 
 @dataclass(frozen=True)
 class Table:
@@ -128,9 +135,10 @@ class Table:
 
     def declares(self, option: str) -> bool:
         """The table says how ``option`` is written, refused, stated elsewhere, or that it is a
-        workload property (``WORKLOAD``): a new option declared nowhere fails the table tests."""
+        workload or container property (``WORKLOAD``, ``CONTAINER``): a new option declared nowhere
+        fails the table tests."""
         return (option in self.options or any(f.option == option for f in self.refusals)
-                or any(o == option for o, _ in self.elsewhere) or option in WORKLOAD)
+                or any(o == option for o, _ in self.elsewhere) or option in WORKLOAD or option in CONTAINER)
 
     def keys(self) -> frozenset:
         """Every framework key a row reads or writes."""

@@ -17,9 +17,9 @@ layouts are priced as torchtitan runs (its table's fixed values), so that its fi
 A layout a format cannot run is refused by that format's table (the export reports it and writes
 nothing for it): refusals are tested in tests/test_frameworks_tables.py.
 
-``moe_imbalance`` is a workload property (``planner.frameworks.table.WORKLOAD``): priced, never
-written, unknown to every reader; it is drawn freely and given back on the command line like every
-option a file does not state.
+``moe_imbalance`` is a workload property (``planner.frameworks.table.WORKLOAD``) and ``cudnn`` a
+property of the container (``CONTAINER``): priced, never written, unknown to every reader; they are
+drawn freely and given back on the command line like every option a file does not state.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from hardware_catalog import default_cluster_for_gpu, get_gpu, get_model
 from planner.export import export_layout
 from planner.export.common import CannotExpress, build_plan, partial_recompute_per_chunk, selective_modules
 from planner.frameworks import deepspeed, megatron, torchtitan
-from planner.frameworks.table import WORKLOAD
+from planner.frameworks.table import CONTAINER, WORKLOAD
 from planner.launch import read_launch
 from planner.cli.from_launch.resolve import resolve
 from search.rules import RuleContext, violations
@@ -249,11 +249,12 @@ def test_the_draw_covers_every_option():
 @pytest.mark.parametrize("table", [megatron.TABLE, torchtitan.TABLE, deepspeed.TABLE], ids=lambda t: t.framework)
 def test_every_table_declares_every_option(table):
     """Each framework's table has a row, a refusal or an ``elsewhere`` entry (where its files state it,
-    or why they do not) for every option, or the option is a workload property (``WORKLOAD``). The
+    or why they do not) for every option, or the option is a workload or container property (``WORKLOAD``,
+    ``CONTAINER``). The
     Megatron-Bridge exporter and reader use the Megatron table under Bridge's names."""
     missing = [o.name for o in OPTIONS if not table.declares(o.name)]
     assert not missing, f"{table.framework} table (planner/frameworks/) has no row, refusal or elsewhere for {missing}"
-    assert set(WORKLOAD) <= {o.name for o in OPTIONS}
+    assert set(WORKLOAD) | set(CONTAINER) <= {o.name for o in OPTIONS}
 
 
 @pytest.mark.slow

@@ -44,8 +44,8 @@ class Calibration:
     costmodel.compute.GEMM_K_OVERHEAD, comes on top); fitted on their rows (A100): 0.88, in
     line with cuBLAS reaching ~75-85% of the A100's 312 TFLOP/s on large GEMMs at the sustained
     clock this fit pairs it with (0.88 x 0.88 = 0.77 of the datasheet peak).
-    Interval: 0.85-0.88 (5th-95th percentile over fits on sources drawn with replacement,
-    ``planner validate --cross-validate --bootstrap 10``)."""
+    Interval: 0.84-0.88 (5th-95th percentile over fits on sources drawn with replacement,
+    ``planner validate --cross-validate --bootstrap 10``, re-run 2026-11-28 with 2024 containers' cuDNN priced)."""
     gemm_efficiency_fp8: float = 0.68
     """Achievable fraction of dense FP8 peak for large FP8 GEMMs (TransformerEngine delayed/current
     scaling). Measured on a lent H100 SXM with torch._scaled_mm: 0.40-0.67 of 1979 TFLOP/s over
@@ -57,8 +57,8 @@ class Calibration:
     (benchmarks/out_of_sample/torchtitan_large.json 5.6% / 10.4% -> 5.6% / 9.9%,
     llmfoundry_h100_small.json 10.1% / 11.4% -> 8.0% / 9.5%; planner/data/more_runs.json's
     high-confidence rows 3.9% / 13.4% -> 3.8% / 14.0%).
-    Interval: 0.65-0.70 (5th-95th percentile over fits on sources drawn with replacement,
-    ``planner validate --cross-validate --bootstrap 10``, re-run 2026-11-28)."""
+    Interval: 0.64-0.69 (5th-95th percentile over fits on sources drawn with replacement,
+    ``planner validate --cross-validate --bootstrap 10``, re-run 2026-11-28 with 2024 containers' cuDNN priced)."""
     attention_efficiency: float = 0.25
     """Achievable fraction of BF16 peak for the FlashAttention kernels (forward + backward).
     FlashAttention-2 reaches 50-73% of A100 peak forward and less backward (Dao 2023, Fig. 4-6);
@@ -67,8 +67,8 @@ class Calibration:
     sustained clock, 0.215 of the datasheet peak in training) for a kernel over the whole
     sequence; kernels over fewer keys (ring attention's chunks) run below it by the kernel
     benchmarks' curve e_max·L/(L+L0), per architecture (costmodel.compute.attention_efficiency).
-    Interval: 0.25-0.28 (5th-95th percentile over fits on sources drawn with replacement,
-    ``planner validate --cross-validate --bootstrap 10``)."""
+    Interval: 0.25-0.25 (5th-95th percentile over fits on sources drawn with replacement,
+    ``planner validate --cross-validate --bootstrap 10``, re-run 2026-11-28 with 2024 containers' cuDNN priced)."""
     native_attention_speedup: float = 1.7
     """Speed of the architecture-native fused attention (FlashAttention-3, cuDNN 9 fused
     attention under TransformerEngine; attention="flash3") over FlashAttention-2 on Hopper and
@@ -77,14 +77,16 @@ class Calibration:
     (costmodel.compute.NATIVE_ATTENTION_L0), so the prior is 1.7; a 2024 container's cuDNN runs
     at 0.86 of it (``Layout.cudnn``, costmodel.compute.CUDNN_2024_ATTENTION_FRACTION). Fitted: 1.7.
     Before the 2024 rows were priced with their cuDNN the fit gave 1.5 (interval 1.3-1.5): one
-    speed-up served 2024 and 2026 containers. Interval: not re-run since (2026-11-28)."""
+    speed-up served 2024 and 2026 containers. Interval: 1.55-1.7 (5th-95th percentile over fits on
+    sources drawn with replacement, ``planner validate --cross-validate --bootstrap 10``, re-run
+    2026-11-28 with 2024 containers' cuDNN priced)."""
     memory_bound_efficiency: float = 0.90
     """Achievable fraction of HBM bandwidth for elementwise/normalization kernels and the
     optimizer step (STREAM-like kernels reach 80-90%; unfused PyTorch ops less). Measured on a
     lent H100 SXM: a device copy 0.81, an eager (unfused) RMSNorm 0.09, which the eager kernel
     model prices as 9 passes at this efficiency (0.85 / 9 = 0.094). Fitted: 0.90.
-    Interval: 0.75-0.90 (5th-95th percentile over fits on sources drawn with replacement,
-    ``planner validate --cross-validate --bootstrap 10``)."""
+    Interval: 0.72-0.90 (5th-95th percentile over fits on sources drawn with replacement,
+    ``planner validate --cross-validate --bootstrap 10``, re-run 2026-11-28 with 2024 containers' cuDNN priced)."""
     sustained_clock_fraction: float = 0.88
     """Tensor-core clock that a GPU holds through hours of training, as a fraction of the clock
     its datasheet peak (and a seconds-long kernel benchmark) assumes: dense GEMMs at full
@@ -97,8 +99,8 @@ class Calibration:
     0.545 in its first half second and 0.587 in short bursts on a lent H200 (the same GH100 at
     700 W): 0.88-0.95 of its burst rate. A minute of 8192^3 GEMMs on random data, the heaviest
     load, holds 1335-1380 MHz at 667-682 TFLOP/s, 0.85 of the ~790 they run in a burst.
-    Interval: 0.88-0.93 (5th-95th percentile over fits on sources drawn with replacement,
-    ``planner validate --cross-validate --bootstrap 10``)."""
+    Interval: 0.88-0.94 (5th-95th percentile over fits on sources drawn with replacement,
+    ``planner validate --cross-validate --bootstrap 10``, re-run 2026-11-28 with 2024 containers' cuDNN priced)."""
     kernel_overhead_us: float = 8.0
     """Fixed cost per kernel launched, microseconds: the launch, the tail of its last wave and
     the idle gap before the dependent kernel starts; ~3-8 us per kernel on recent GPUs/CUDA
@@ -116,7 +118,7 @@ class Calibration:
     (candidates: the TP collectives' synchronisation, the framework's host work), and this constant
     stands for it.
     Interval: 5.0-8.0 (5th-95th percentile over fits on sources drawn with replacement,
-    ``planner validate --cross-validate --bootstrap 10``)."""
+    ``planner validate --cross-validate --bootstrap 10``, re-run 2026-11-28 with 2024 containers' cuDNN priced)."""
     kernels_per_layer: int = 30
     """Kernels launched per transformer layer per forward pass (GEMMs, norms, rotary, attention,
     activation, residual adds, casts); backward launches twice as many. Order of magnitude from

@@ -9,7 +9,8 @@ three constants at once, until no such move lowers the objective, minimising the
 capped at 20% (rows whose mechanism the model lacks weigh like any 20% miss and cannot drag
 every constant). Refitted 2026-11-28 on 117 rows of 11 sources, once the fit ran to convergence
 (it had stopped after two rounds and a pass of pairs, short of points a three-constant move still
-lowered); ``comm_sm_fraction``, ``dp_overlap``,
+lowered), and again once 2024 containers' cuDNN attention was priced (``Layout.cudnn``: the native
+attention speed-up 1.5 -> 1.7, the rest unchanged); ``comm_sm_fraction``, ``dp_overlap``,
 ``kernels_per_layer`` and the memory constants are set from their sources, not fitted.
 
 The measured kernel numbers (benchmarks/results/h100_kernels.json, from a lent H100 SXM) come

@@ -333,10 +333,10 @@ then levels off at 0.54-0.56 up to 128K keys, 6-9% under the curve. Capping the 
 length at 16K or 32K keys (so a long sequence's CP chunks run as fast as its whole-sequence kernel)
 moved leave one source out from 3.1% to 3.7-3.8% median (2026-11-27), so the curve runs on
 unchanged. cuDNN over FlashAttention-2 on the same sweep: 1.66-1.81x
-(``Calibration.native_attention_speedup`` is fitted, 1.4). Head dim: ``ATTENTION_HEAD_DIM_EFFICIENCY``."""
+(``Calibration.native_attention_speedup``: its prior, 1.7, and its fit, 1.7). Head dim: ``ATTENTION_HEAD_DIM_EFFICIENCY``."""
 
 CUDNN_2024_ATTENTION_FRACTION = 0.86
-"""Speed of cuDNN's fused attention as 2024 containers shipped it (cuDNN 9.0-9.3) over today's
+"""Speed of cuDNN's fused attention as 2024 containers shipped it (the cuDNN 9 of that year) over today's
 (``Layout.cudnn`` 2024). cuDNN-frontend's own benchmark on H200, causal, head dim 128, BF16,
 forward + backward: cuDNN 9.1.0 (benchmark/benchmark_results.csv, 2024-05-07, commit b740542;
 16 heads, hidden 2048) 490 / 520 / 520 TFLOP/s at 8K / 16K / 32K tokens; cuDNN 9.19

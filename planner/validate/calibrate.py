@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from costmodel.calibration import DEFAULT, Calibration
-from planner.validate.fit import CLIP, FIT_RANGES, Predictor, error_stats
+from planner.validate.fit import CLIP, FIT_RANGES, Predictor, error_stats, first_joint_move, grid_neighbours
 
 ERROR_SCALE = 0.05
 """b: typical |error| of one run under the shipped constants (their median held-out error on the
@@ -114,23 +114,9 @@ def fit_map(predictor: Predictor, weights: np.ndarray) -> Calibration:
 
 
 def _joint_step(predictor: Predictor, weights: np.ndarray, calib: Calibration, best: float, names: list[str]):
-    """The first move of two, then three, of ``names`` one step each on their ``grid`` that lowers
-    ``objective``, as (calibration, objective); None when none does."""
-    from itertools import combinations, product
-
-    def steps(name):
-        values = grid(name)
-        i = int(np.argmin(np.abs(values - getattr(calib, name))))
-        return [float(values[j]) for j in (i - 1, i + 1) if 0 <= j < len(values)]
-
-    for size in (2, 3):
-        for group in combinations(names, size):
-            for values in product(*(steps(n) for n in group)):
-                trial = calib.with_(**dict(zip(group, values)))
-                score = objective(predictor, weights, trial)
-                if score < best - 1e-9:
-                    return trial, score
-    return None
+    """``first_joint_move`` over the informed ``names`` on their ``grid``, scored by ``objective``."""
+    return first_joint_move(calib, names, lambda n, v: grid_neighbours(grid(n), v),
+                            lambda trial: objective(predictor, weights, trial), best, 1e-9)
 
 
 def interval(predictor: Predictor, weights: np.ndarray, calib: Calibration, name: str) -> tuple[float, float]:

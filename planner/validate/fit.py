@@ -154,30 +154,38 @@ def fit(predictor: Predictor, weights: np.ndarray, start: Calibration = PRIOR) -
         calib, best = step
 
 
-def _neighbours(name: str, value: float) -> list[float]:
-    """The grid values next to ``value`` in ``FIT_RANGES[name]`` (one step down, one up)."""
-    grid = np.asarray(FIT_RANGES[name], dtype=float)
+def grid_neighbours(grid, value: float) -> list[float]:
+    """The values of ``grid`` one step below and above the grid point nearest ``value``."""
+    grid = np.asarray(grid, dtype=float)
     i = int(np.argmin(np.abs(grid - value)))
     return [float(grid[j]) for j in (i - 1, i + 1) if 0 <= j < len(grid)]
 
 
 JOINT_MOVE_SIZES = (2, 3)
-"""How many constants a joint move steps at once (``fit``)."""
+"""How many constants a joint move steps at once (``fit``; ``planner.validate.calibrate.fit_map``)."""
 
 
-def _joint_moves(predictor: Predictor, weights: np.ndarray, calib: Calibration, best: float):
-    """The first move of two, then three, constants one grid step each that lowers the objective,
-    as (calibration, objective); None when none does (the fit has converged)."""
+def first_joint_move(calib: Calibration, names, neighbours, score, best: float, tol: float):
+    """The first move of two, then three (``JOINT_MOVE_SIZES``), of the constants ``names`` one
+    grid step each (``neighbours(name, value)``) whose ``score`` is below ``best - tol``, as
+    (calibration, score); None when none is (descent has converged). Shared by the shipped fit
+    and ``planner calibrate``'s MAP fit."""
     from itertools import combinations, product
 
     for size in JOINT_MOVE_SIZES:
-        for names in combinations(FIT_RANGES, size):
-            for values in product(*(_neighbours(n, getattr(calib, n)) for n in names)):
-                trial = calib.with_(**dict(zip(names, values)))
-                score = objective(predictor.errors(trial), weights)
-                if score < best - 1e-6:
-                    return trial, score
+        for group in combinations(names, size):
+            for values in product(*(neighbours(n, getattr(calib, n)) for n in group)):
+                trial = calib.with_(**dict(zip(group, values)))
+                trial_score = score(trial)
+                if trial_score < best - tol:
+                    return trial, trial_score
     return None
+
+
+def _joint_moves(predictor: Predictor, weights: np.ndarray, calib: Calibration, best: float):
+    """``first_joint_move`` over every fitted constant on ``FIT_RANGES``."""
+    return first_joint_move(calib, list(FIT_RANGES), lambda n, v: grid_neighbours(FIT_RANGES[n], v),
+                            lambda trial: objective(predictor.errors(trial), weights), best, 1e-6)
 
 
 def error_stats(errors) -> dict:

@@ -6,7 +6,7 @@ over the data-parallel x context-parallel ranks; experts over their own expert-d
 group (Megatron-Core MoE parallel folding). With hybrid sharding (``dp_shard``: HSDP, MiCS,
 Megatron's distributed-optimizer instances) over dp_shard x cp ranks only, the shards
 all-reduced across the dp / dp_shard replicas. Priced on the stage holding the most parameters.
-The only module that reads ``batch.zero3_gather`` (early DeepSpeed's blocking ZeRO-3),
+The only module that reads ``batch.zero3_gather`` (early DeepSpeed's blocking ZeRO-3), ``batch.grad_reduce``,
 ``batch.fsdp`` (FSDP2's copy-out), ``batch.dp_shard`` and ``batch.nccl_ub``.
 """
 
@@ -104,7 +104,8 @@ class Traffic:
     grad_all_reduce: np.ndarray
     """Gradient all-reduce (ZeRO-0)."""
     grad_reduce_scatter: np.ndarray
-    """Gradient reduce-scatter (ZeRO >= 1)."""
+    """Gradient reduction of ZeRO >= 1: a reduce-scatter, or under ZeRO-1 the all-reduce ``grad_reduce``
+    names."""
     param_all_gather: np.ndarray
     """All-gather of the BF16 weights (updated shards for ZeRO-1/2, every use for ZeRO-3)."""
     grad_replica_all_reduce: np.ndarray
@@ -147,6 +148,17 @@ def traffic(ctx: ChunkContext, sh: Sharding, heavy: HeaviestStage) -> Traffic:
 
     grad_ar, algo = per_step("all_reduce", sh.grad_bytes)
     grad_rs, _ = per_step("reduce_scatter", sh.grad_bytes)
+    # ZeRO-1 engines that all-reduce the whole gradient and then step their shard (grad_reduce:
+    # DeepSpeed's BF16_Optimizer, runtime/pipe/engine.py _bf16_reduce_grads; Aleph Alpha's scaling in
+    # FP32, allreduce.py allreduce_tensor_in_float32): twice a reduce-scatter's bytes, or more.
+    batch = ctx.batch
+    all_reduce = (sh.zero == 1) & batch.is_("grad_reduce", "all_reduce")
+    all_reduce_fp32 = (sh.zero == 1) & batch.is_("grad_reduce", "all_reduce_fp32")
+    if all_reduce.any():
+        grad_rs = np.where(all_reduce, grad_ar, grad_rs)
+    if all_reduce_fp32.any():
+        grad_ar_fp32, _ = per_step("all_reduce", GRAD_REDUCE_BYTES)
+        grad_rs = np.where(all_reduce_fp32, grad_ar_fp32, grad_rs)
     # FP8 parameters (fp8_param_gather) are all-gathered as their row-wise FP8 data, 1 byte each
     # (Megatron-Core distributed/param_and_grad_buffer.py keeps them in a uint8 buffer; the
     # BF16 embedding and head, gathered at 2 bytes, are counted at 1 with them).

@@ -339,6 +339,8 @@ ZERO3_GATHERS = ("prefetch", "blocking", "post")
 """How ZeRO-3 fetches parameters; codes 0-2."""
 GRAD_ACCUMS = ("fused", "autograd", "cast_add", "main_grad_copy")
 """How micro-batch gradients are accumulated (costmodel.grad_accumulation); codes 0-3."""
+GRAD_REDUCES = ("reduce_scatter", "all_reduce", "all_reduce_fp32")
+"""How ZeRO-1 reduces gradients across data parallel (costmodel.data_parallel); codes 0-2."""
 CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
 """How context-parallel attention communicates (Megatron --cp-comm-type); codes 0-3."""
 TP_OVERLAP_KINDS = ("userbuffers", "asynctp")
@@ -662,6 +664,25 @@ class Layout:
     main-grad bucket it reduce-scatters (Megatron-Core distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py
     ``_grad_acc``: ``param.main_grad.copy_(param.grad)``), every micro-batch, the first and a lone one
     included. ``costmodel.grad_accumulation`` prices it; framework profiles and tables set it."""
+    grad_reduce: str = option(
+        "reduce_scatter", "How ZeRO-1 reduces gradients across data parallel: reduce_scatter (each rank receives its "
+        "shard: Megatron's distributed optimizer, DeepSpeed's ZeRO optimizer) | all_reduce (the whole gradient, then "
+        "each rank steps its shard: DeepSpeed's BF16_Optimizer) | all_reduce_fp32 (the same, each bucket cast to FP32 "
+        "for it: Aleph Alpha's scaling). Default: reduce_scatter.",
+        kind=CHOICE, group=IMPLEMENTATION, choices=GRAD_REDUCES, search=SETTING, label="{value}-grads-reduce",
+        source="DeepSpeed runtime/pipe/engine.py _bf16_reduce_grads (buffered_allreduce_fallback); "
+               "Aleph-Alpha/scaling src/scaling/core/optimizer/allreduce.py allreduce_tensor_in_float32",
+        rules=("grad_reduce_needs_zero1",))
+    """The collective ZeRO-1 reduces the step's gradients with: a reduce-scatter, each rank receiving the
+    sum of its own shard ((n-1)/n of the gradient bytes through each rank: Megatron-Core's distributed
+    optimizer, DeepSpeed's ZeRO stage 1 optimizer), or an all-reduce of the whole gradient after which
+    each rank updates its shard of the optimizer states (twice the bytes): DeepSpeed's BF16_Optimizer,
+    its own stage-1 equivalent (runtime/pipe/engine.py ``_exec_reduce_grads`` -> ``_bf16_reduce_grads``
+    -> ``buffered_allreduce_fallback`` over ``get_grads_for_reduction()``, the FP32 gradients), and
+    Aleph Alpha's scaling codebase, which all-reduces its BF16 gradients bucket by bucket in FP32
+    (src/scaling/core/optimizer/allreduce.py ``allreduce_tensor_in_float32``; all_reduce_fp32: 4 B an
+    element whatever ``grad_dtype`` keeps them in). Applies with zero = 1 only (ZeRO-0 all-reduces
+    anyway; ZeRO-2/3 keep only their shard of the gradients)."""
     optimizer_states: str = option(
         "fp32", "Adam's states per parameter: fp32 (FP32 master weights and moments, 12 B: Megatron's distributed "
         "optimizer) | remainders (the low 16 bits of the FP32 master beside the BF16 weight, FP32 moments, 10 B: NeMo 1 "

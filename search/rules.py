@@ -40,7 +40,7 @@ import numpy as np
 from costmodel.layout import LayoutBatch
 from costmodel.options import (
     DISPATCHERS, FP8_RECIPES, OPTIMIZER_STATES, OPTIONS, OPTIONS_BY_NAME, PRECISIONS, RECOMPUTE, RECOMPUTE_MODULES, TP_OVERLAP_KINDS, CP_COMM_TYPES, ZERO3_GATHERS,
-    GRAD_ACCUMS, FSDP_IMPLS,
+    GRAD_ACCUMS, GRAD_REDUCES, FSDP_IMPLS,
     Layout,
 )
 from costmodel.pipeline import stage_layer_split, vpp_divides_stages
@@ -608,6 +608,15 @@ def _x_cpu_offload(ctx, v):
             f"layers than the model's {ctx.num_layers}")
 
 
+def _grad_reduce(ctx, c):
+    return (_a(c, "grad_reduce", 0) == 0) | (_a(c, "zero", 1) == 1)
+
+
+def _x_grad_reduce(ctx, v):
+    return (f"grad_reduce={_name(GRAD_REDUCES, v.get('grad_reduce', 0))} sets how ZeRO-1 reduces gradients "
+            f"(got zero={v['zero']}; ZeRO-0 all-reduces anyway, ZeRO-2/3 reduce-scatter into their shard)")
+
+
 def _zero3_gather(ctx, c):
     return (_a(c, "zero3_gather", 0) == 0) | (_a(c, "zero", 1) == 3)
 
@@ -868,6 +877,9 @@ RULES: tuple[Rule, ...] = (
          "than the model has", ("cpu_offload_layers", "pp"), _cpu_offload, _x_cpu_offload,
          source="Megatron-Core TransformerConfig.__post_init__ (cpu_offloading with pipeline parallelism refused; "
                 "cpu_offloading_num_layers < num_layers)"),
+    Rule("grad_reduce_needs_zero1", "a gradient all-reduce under ZeRO sharding needs zero = 1",
+         ("grad_reduce", "zero"), _grad_reduce, _x_grad_reduce,
+         source="DeepSpeed runtime/pipe/engine.py _exec_reduce_grads: the BF16_Optimizer path only below ZeRO stage 2"),
     Rule("zero3_gather_needs_zero3", "a ZeRO-3 gather mode other than prefetch needs zero = 3",
          ("zero3_gather", "zero"), _zero3_gather, _x_zero3_gather, source="Rajbhandari et al. 2020, Sec. 5.3 (stage 3)"),
     Rule("fp8_param_gather_needs_sharded_optimizer", "FP8 parameters need the distributed optimizer or FSDP (zero >= 1)",

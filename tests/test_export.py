@@ -103,7 +103,8 @@ def even_dense() -> dict:
 def ds_dense() -> dict:
     """``even_dense`` priced as DeepSpeed runs it: FP32 gradient accumulation is the BF16_Optimizer, which
     adds each micro-batch's gradients in a pass of its own (grad_accum_pass cast_add)."""
-    return record(LLAMA3_8B, tp=4, pp=2, dp=4, mbs=2, gbs=64, seq_len=8192, grad_accum_pass="cast_add")
+    return record(LLAMA3_8B, tp=4, pp=2, dp=4, mbs=2, gbs=64, seq_len=8192, grad_accum_pass="cast_add",
+                  grad_reduce="all_reduce")
 
 
 def export(rec, model, out, formats="all", **kw):

@@ -98,20 +98,20 @@ def test_deepspeed_launch_instruction_states_sequence_parallelism_and_recompute(
     # Megatron-DeepSpeed's --sequence-parallel and --recompute-granularity default off
     # (microsoft/Megatron-DeepSpeed megatron/arguments.py), and the config has no key for them: the
     # command-line instruction must carry them, or the job runs a layout that was not priced.
-    line = _deepspeed_instruction(tmp_path, record(LLAMA3_8B, tp=2, dp=4, gbs=8, grad_accum_pass="cast_add"), LLAMA3_8B)
+    line = _deepspeed_instruction(tmp_path, record(LLAMA3_8B, tp=2, dp=4, gbs=8, grad_accum_pass="cast_add", grad_reduce="all_reduce"), LLAMA3_8B)
     assert "sequence parallelism on" in line and "selective recompute" in line
     line = _deepspeed_instruction(tmp_path / "b", record(LLAMA3_8B, tp=2, dp=4, gbs=8, sequence_parallel=False,
-                                                         recompute="full", grad_accum_pass="cast_add"), LLAMA3_8B)
+                                                         recompute="full", grad_accum_pass="cast_add", grad_reduce="all_reduce"), LLAMA3_8B)
     assert "sequence parallelism off" in line and "full recompute" in line
 
 
 def test_deepspeed_launch_instruction_states_dropless_experts(tmp_path):
     # Megatron-DeepSpeed drops tokens past capacity factor 1.0 unless --disable-moe-token-dropping
     # (megatron/arguments.py --moe-train-capacity-factor 1.0): a dropless plan must say so.
-    line = _deepspeed_instruction(tmp_path, record(MIXTRAL, tp=2, dp=4, ep=4, gbs=8, grad_accum_pass="cast_add"), MIXTRAL)
+    line = _deepspeed_instruction(tmp_path, record(MIXTRAL, tp=2, dp=4, ep=4, gbs=8, grad_accum_pass="cast_add", grad_reduce="all_reduce"), MIXTRAL)
     assert "dropless" in line
     line = _deepspeed_instruction(tmp_path / "c", record(MIXTRAL, tp=2, dp=4, ep=4, gbs=8, moe_capacity_factor=1.25,
-                                                         grad_accum_pass="cast_add"), MIXTRAL)
+                                                         grad_accum_pass="cast_add", grad_reduce="all_reduce"), MIXTRAL)
     assert "capacity factor 1.25" in line
 
 

@@ -181,7 +181,7 @@ def test_deepspeed_mics_and_partitioned_checkpoints_read_back(tmp_path):
     export_layout(record, model, CLUSTER, "deepspeed", tmp_path, allow_unfit=True)
     launch, back = _read_back(tmp_path / "deepspeed_config.json", 64, model)
     assert not launch.unknown and back.layout.dp_shard == 8
-    record = _record(model, Layout(tp=2, dp=32, gbs=64, recompute="full", grad_accum_pass="cast_add"))
+    record = _record(model, Layout(tp=2, dp=32, gbs=64, recompute="full", grad_accum_pass="cast_add", grad_reduce="all_reduce"))
     export_layout(record, model, CLUSTER, "deepspeed", tmp_path, allow_unfit=True, force=True)
     launch = read_launch(tmp_path / "deepspeed_config.json", model=model)
     assert not launch.unsupported and not launch.unknown
@@ -570,7 +570,7 @@ def test_deepspeed_writes_ulysses_as_a2a_cp_and_reads_it_back(tmp_path):
 
     model = get_model("llama3-8b")  # 32 heads, 8 KV heads: 4 ranks take 8 and 2 each
     layout = Layout(tp=1, cp=4, dp=16, gbs=64, seq_len=32768, recompute="full", cp_comm_type="a2a",
-                    grad_accum_pass="cast_add")
+                    grad_accum_pass="cast_add", grad_reduce="all_reduce")
     record = _record(model, layout)
     report = export_layout(record, model, CLUSTER, "deepspeed", tmp_path, allow_unfit=True)
     cfg = json.loads(report.written[0].read_text())
@@ -584,7 +584,7 @@ def test_deepspeed_writes_ulysses_as_a2a_cp_and_reads_it_back(tmp_path):
     assert back.gpus == 64 and back.layout == build_plan(record, model, CLUSTER, allow_unfit=True).layout
     assert back.record["step_time_s"] == pytest.approx(record["step_time_s"], rel=1e-9)
     # without CP nothing is written for it, and the reader takes cp 1
-    plain = export_layout(_record(model, Layout(tp=1, dp=64, gbs=64, grad_accum_pass="cast_add")), model, CLUSTER,
+    plain = export_layout(_record(model, Layout(tp=1, dp=64, gbs=64, grad_accum_pass="cast_add", grad_reduce="all_reduce")), model, CLUSTER,
                           "deepspeed", tmp_path / "p",
                           allow_unfit=True)
     assert "sequence_parallel_size" not in json.loads(plain.written[0].read_text())

@@ -86,7 +86,7 @@ def test_deepspeed_refuses_a_clamped_model_and_its_reader_says_so(tmp_path):
         export(record(clamped, ep=8, dp=8, gbs=64, zero=1), clamped, tmp_path / "ds", formats="deepspeed")
     assert "deepspeed_model_kind" in str(err.value) and "a GLU clamped at 7 (glu_clamp)" in str(err.value)
     assert not (tmp_path / "ds").exists() or not any((tmp_path / "ds").iterdir())
-    export(record(QWEN3_30B, ep=8, dp=8, gbs=64, zero=1, grad_accum_pass="cast_add"), QWEN3_30B, tmp_path / "q",
+    export(record(QWEN3_30B, ep=8, dp=8, gbs=64, zero=1, grad_accum_pass="cast_add", grad_reduce="all_reduce"), QWEN3_30B, tmp_path / "q",
            formats="deepspeed")
     note = read_launch(tmp_path / "q" / "deepspeed_config.json", model=clamped).model_note
     assert "clamps its GLU at 7, which Megatron-DeepSpeed's model code does not" in note

@@ -115,7 +115,7 @@ def test_deepspeed_reads_the_pass_from_its_accumulation_dtype(tmp_path):
 
     from planner.launch import read_launch
 
-    export(record(LLAMA3_8B, tp=2, dp=4, gbs=64, grad_accum_pass="cast_add"), LLAMA3_8B, tmp_path / "f",
+    export(record(LLAMA3_8B, tp=2, dp=4, gbs=64, grad_accum_pass="cast_add", grad_reduce="all_reduce"), LLAMA3_8B, tmp_path / "f",
            formats="deepspeed")
     assert read_launch(tmp_path / "f" / "deepspeed_config.json", model=LLAMA3_8B).values["grad_accum_pass"] == "cast_add"
     export(record(LLAMA3_8B, tp=2, dp=4, gbs=64, grad_dtype="bf16", grad_accum_pass="autograd"), LLAMA3_8B,
@@ -226,3 +226,21 @@ def test_a_search_without_framework_prices_megatron_zero2_3_as_they_run():
     # each micro-batch's reduced gradient into their shard.
     assert name(3, "flat", "fused") == "autograd"
     assert name(2, "flat", "cast_add") == "cast_add"  # what a profile pins stays
+
+
+def test_zero1_gradient_all_reduce_moves_twice_a_reduce_scatter():
+    """grad_reduce (costmodel.data_parallel.traffic). Llama 3 8B on one DGX H100 (dp 8 over NVLink),
+    ZeRO-1, BF16 gradients, nothing overlapped: a step reduce-scatters S = 2 B x params and all-gathers
+    the same 2 B x params of weights, each (n-1) alpha + (n-1)/n S/B on the ring (or the recursive
+    halving's fewer latencies), so both cost X. An all-reduce of the same gradient (DeepSpeed's
+    BF16_Optimizer) is a reduce-scatter then an all-gather, 2X: the exposed DP time goes from 2X to 3X.
+    All-reduced in FP32 (Aleph Alpha's allreduce_tensor_in_float32) it moves 4 B an element, what
+    all_reduce moves for FP32 gradients."""
+    def dp_comm(**kw):
+        return _terms(dp=8, zero=1, dp_comm_overlap=False, **kw)[1]["dp_comm"]
+
+    rs = dp_comm(grad_dtype="bf16")
+    assert dp_comm(grad_dtype="bf16", grad_reduce="all_reduce") == pytest.approx(1.5 * rs, rel=1e-3)
+    assert dp_comm(grad_dtype="bf16", grad_reduce="all_reduce_fp32") == pytest.approx(
+        dp_comm(grad_dtype="fp32", grad_reduce="all_reduce"), rel=1e-9)
+    assert dp_comm(grad_dtype="bf16", grad_reduce="all_reduce_fp32") > dp_comm(grad_dtype="bf16", grad_reduce="all_reduce")

@@ -193,7 +193,8 @@ def test_dp_comm_overlap_from_one_declaration(tmp_path):
                               "--gbs", "64", "--no-dp-comm-overlap", "--format", "megatron", "--out", str(tmp_path)])
     assert out.exit_code == 0, out.output
     out = runner.invoke(app, ["export", "--model", "llama3-8b", "--gpus", "16", "--gpu", "h100", "--tp", "2",
-                              "--gbs", "64", "--no-dp-comm-overlap", "--grad-accum-pass", "cast_add", "--format",
+                              "--gbs", "64", "--no-dp-comm-overlap", "--grad-accum-pass", "cast_add", "--grad-reduce",
+                              "all_reduce", "--format",
                               "deepspeed", "--out", str(tmp_path)])
     assert out.exit_code == 0, out.output
     assert "--overlap-grad-reduce" not in (tmp_path / "megatron_args.sh").read_text()

@@ -53,7 +53,8 @@ def test_deepspeed_domain_reads_the_refusals_when():
     tp 2 is out, cp 2 alone and tp 2 alone are in."""
     batch = LayoutBatch.from_arrays(tp=np.array([2, 1, 2]), cp=np.array([2, 2, 1]), dp=2, zero=1,
                                     cp_comm_type=OPTIONS_BY_NAME["cp_comm_type"].encode("a2a"),
-                                    grad_accum_pass=OPTIONS_BY_NAME["grad_accum_pass"].encode("cast_add"))
+                                    grad_accum_pass=OPTIONS_BY_NAME["grad_accum_pass"].encode("cast_add"),
+                                    grad_reduce=OPTIONS_BY_NAME["grad_reduce"].encode("all_reduce"))
     out = launch_domain(get_release("deepspeed-0.5")).outside(batch, LLAMA3_8B, DGX_H100)
     assert out.mask.tolist() == [True, False, False]
     assert list(out.rules) == ["deepspeed_ulysses_tp_pp"]

@@ -162,9 +162,12 @@ def test_bloom_trains_on_jean_zay_and_reduces_fp32_gradients():
     assert per_gpu == pytest.approx(135 / 8 / 8, rel=0.02)
     assert bloom.pins["grad_dtype"] == "fp32"
     assert "FP32 gradient reduction (DeepSpeed BF16_Optimizer)" in bloom.assumptions
+    # ... all-reduced whole (buffered_allreduce_fallback), not reduce-scattered into shards.
+    assert bloom.pins["grad_reduce"] == "all_reduce"
     row = copy.deepcopy(ROWS["bloom_176b_384gpu"])
     row["layout"]["precision"] = "fp16"
-    assert map_run(row).pins["grad_dtype"] == "bf16"
+    fp16 = map_run(row)
+    assert fp16.pins["grad_dtype"] == "bf16" and "grad_reduce" not in fp16.pins  # the ZeRO optimizer's reduce
 
 
 def test_conditions_on_text_precision_gpu_and_model():
@@ -612,6 +615,7 @@ def test_aleph_alpha_codebase_keeps_bf16_gradients_and_reduces_them_after_the_la
                == (1, 1, 1) and r["layout"]["activation_recompute"].startswith("full"))
     run = map_run(row)
     assert run.pins["grad_dtype"] == "bf16" and run.pins["dp_comm_overlap"] is False
+    assert run.pins["grad_reduce"] == "all_reduce_fp32"  # allreduce.py allreduce_tensor_in_float32
     # Parameters by hand: untied 64000 x 5120 embedding and head, 40 layers of 4h^2 (q, k, v, o) +
     # 3 h x 13824 (SwiGLU) + 2 h (RMSNorm scales), and the final norm.
     h, f, layers, vocab = 5120, 13824, 40, 64000

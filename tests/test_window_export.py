@@ -251,7 +251,7 @@ def test_deepspeed_refuses_a_windowed_model_and_names_the_window(tmp_path, model
 def test_deepspeed_reader_says_megatron_deepspeed_builds_no_window(tmp_path):
     from test_export import LLAMA3_8B
 
-    export(record(LLAMA3_8B, dp=8, gbs=16, grad_accum_pass="cast_add"), LLAMA3_8B, tmp_path, formats="deepspeed")
+    export(record(LLAMA3_8B, dp=8, gbs=16, grad_accum_pass="cast_add", grad_reduce="all_reduce"), LLAMA3_8B, tmp_path, formats="deepspeed")
     launch = read_launch(tmp_path / "deepspeed_config.json", model=GPT_OSS)
     assert "128-key sliding window on 18 of 36 layers" in launch.model_note
     assert "window" not in read_launch(tmp_path / "deepspeed_config.json", model=LLAMA3_8B).model_note

@@ -83,6 +83,14 @@ TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
                "overlap_comm registers no reduce hooks: runtime/zero/stage_1_and_2.py)"),
     Row("grad_accum_pass", "fused", (), when=lambda plan: plan.grad_accum == 1,
         source="moot with one micro-batch a step outside the BF16_Optimizer (autograd adds nothing)"),
+    # Gradient reduction: the BF16_Optimizer (FP32 accumulation at ZeRO-1, above) all-reduces the whole FP32
+    # gradient; the ZeRO stage 1-2 optimizer reduces each partition to its owner (a reduce-scatter's bytes).
+    # Not a config key: what the rows above state decides it.
+    Row("grad_reduce", "all_reduce", (), when=lambda plan: plan.grad_dtype == "fp32" and plan.zero == 1,
+        source="deepspeed/runtime/pipe/engine.py _exec_reduce_grads -> _bf16_reduce_grads (buffered_allreduce_fallback over the FP32 "
+               "gradients); runtime/engine.py allreduce_gradients likewise outside the pipeline"),
+    Row("grad_reduce", "reduce_scatter", (), default=True,
+        source="deepspeed runtime/zero/stage_1_and_2.py average_tensor: each partition reduced to its owner"),
 ), elsewhere=tuple((o, "not a DeepSpeed config key: Megatron-DeepSpeed's command line or model code states it, so a "
                        "reader takes it from planner's command line") for o in (
     "tp", "pp", "dp", "ep", "etp", "vpp", "mbs", "gbs", "seq_len", "recompute", "recompute_layers", "recompute_share",
@@ -109,6 +117,19 @@ refusals=(
             "adds each micro-batch's gradients: price with --grad-accum-pass cast_add, or --grad-dtype bf16",
             _BF16 + "; runtime/engine.py _do_optimizer_sanity_check (BFLOAT16 wrapper)",
             when=lambda plan: plan.grad_dtype == "fp32" and plan.zero == 1),
+    Refusal("grad_reduce", ("reduce_scatter",), "deepspeed_grad_reduce_bf16_optimizer", "grad_reduce reduce_scatter "
+            "with FP32 gradient accumulation at ZeRO-1: DeepSpeed runs that as the BF16_Optimizer, which all-reduces "
+            "the whole FP32 gradient: price with --grad-reduce all_reduce, or --grad-dtype bf16",
+            "deepspeed/runtime/pipe/engine.py _bf16_reduce_grads", when=lambda plan: plan.grad_dtype == "fp32" and plan.zero == 1),
+    Refusal("grad_reduce", ("all_reduce",), "deepspeed_grad_reduce", "grad_reduce all_reduce prices the "
+            "BF16_Optimizer, which DeepSpeed runs only at ZeRO stage 1 with FP32 gradient accumulation; its ZeRO "
+            "optimizer reduces each partition to its owner: price with --grad-reduce reduce_scatter, or --zero 1 "
+            "--grad-dtype fp32", "deepspeed runtime/zero/stage_1_and_2.py average_tensor",
+            when=lambda plan: not (plan.grad_dtype == "fp32" and plan.zero == 1)),
+    Refusal("grad_reduce", ("all_reduce_fp32",), "deepspeed_grad_reduce_fp32", "grad_reduce all_reduce_fp32 prices "
+            "Aleph Alpha's all-reduce of 16-bit gradients cast to FP32; DeepSpeed reduces in the gradients' own dtype: "
+            "price with --grad-reduce all_reduce and --grad-dtype fp32 (the BF16_Optimizer), or reduce_scatter",
+            "deepspeed runtime/zero/stage_1_and_2.py, runtime/bf16_optimizer.py"),
     Refusal("optimizer_states", ("remainders", "bf16"), "deepspeed_optimizer_states", "optimizer_states remainders / "
             "bf16 price NeMo 1's Apex distributed_fused_adam; DeepSpeed's BF16 and ZeRO optimizers keep FP32 master "
             "partitions and FP32 Adam moments: price with --optimizer-states fp32",

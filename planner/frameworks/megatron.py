@@ -290,6 +290,9 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
     Row("attention", "unfused", (("attention_backend", "local"),), write=False, source=ARGS),
     Row("kernels", "fused", (), default=True, source="Megatron-Core fused kernels (bias-GeLU, RoPE, norm: always on)"),
     Row("zero3_gather", "prefetch", (), default=True, source=_FSDP + " (prefetching all-gathers)"),
+    Row("grad_reduce", "reduce_scatter", (), default=True,
+        source="Megatron-Core distributed/param_and_grad_buffer.py: with the distributed optimizer each bucket is "
+               "reduce-scattered to the ranks owning its shards (moot at ZeRO-0 / 2 / 3)"),
     # ZeRO-3 flavour: which of the zero rows above runs (moot below ZeRO-3, where nothing is written for it).
     Row("fsdp", "megatron", (("use_megatron_fsdp", True),), source=_FSDP, when=lambda plan: plan.zero == 3),
     Row("fsdp", "fsdp2", (("use_torch_fsdp2", True),), source=ARGS + " --use-torch-fsdp2",
@@ -379,6 +382,10 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
             "in any case (--main-params-dtype fp32 or fp16): price with --optimizer-states fp32",
             ARGS_PY + " --use-precision-aware-optimizer, --main-params-dtype; Megatron-Core optimizer_config.py "
             "store_param_remainders"),
+    Refusal("grad_reduce", ("all_reduce", "all_reduce_fp32"), "megatron_grad_reduce", "grad_reduce all_reduce / "
+            "all_reduce_fp32 price DeepSpeed's BF16_Optimizer and Aleph Alpha's scaling, which all-reduce the whole "
+            "gradient under ZeRO-1; Megatron's distributed optimizer reduce-scatters it: price with --grad-reduce "
+            "reduce_scatter", "Megatron-Core distributed/param_and_grad_buffer.py"),
     Refusal("zero3_gather", ("blocking", "post"), "megatron_zero3_gather", "zero3_gather blocking / post price DeepSpeed "
             "2021's per-tensor gathers and FSDP1's BACKWARD_POST; Megatron-FSDP prefetches its all-gathers", _FSDP),
     Refusal("fp8_recipe", ("delayed",), "megatron_fp8_delayed_recompute_modules", "fp8_recipe delayed with "

@@ -206,6 +206,14 @@ _DS_BF16_CAST_ADD = Entry(
            "after every micro-batch's backward (runtime/pipe/engine.py _exec_backward_pass: 'manually call because "
            "we don't call optimizer.backward()'; BF16_Optimizer.backward otherwise); costmodel.grad_accumulation",
     when=(When(precision="bf16_optimizer"),))
+_DS_BF16_ALL_REDUCE = Entry(
+    {"grad_reduce": "all_reduce"}, "the whole FP32 gradient all-reduced, then each rank steps its shard (DeepSpeed "
+    "BF16_Optimizer)",
+    source="DeepSpeed v0.6.5 runtime/pipe/engine.py _exec_reduce_grads: with bf16 below ZeRO stage 2 it calls "
+           "_bf16_reduce_grads, buffered_allreduce_fallback over BF16_Optimizer.get_grads_for_reduction() (the "
+           "FP32 gradients); BF16_Optimizer.step then updates its partition and all-gathers the BF16 weights "
+           "(runtime/bf16_optimizer.py)",
+    when=(When(precision="bf16_optimizer"),))
 _DS_AUTOGRAD_ACCUM = Entry(
     {"grad_accum_pass": "autograd"}, "micro-batch gradients accumulated by autograd in the model dtype (DeepSpeed "
     "fp16 / ZeRO)",
@@ -668,9 +676,11 @@ PROFILES: tuple[Profile, ...] = (
               source="Aleph-Alpha/scaling src/scaling/core/optimizer/parameter_group.py: gradients accumulate in the "
                      "parameters' own dtype and only the rank's ZeRO slice is copied to FP32 in step_prequel "
                      "('each data-parallel worker will still have all original-precision weights as well as "
-                     "gradients'). allreduce.py allreduce_tensor_in_float32 all-reduces each bucket in FP32, twice "
-                     "the bytes of the BF16 reduce-scatter planner prices, so the row's data-parallel traffic stays "
-                     "under-counted"),
+                     "gradients'); they are reduced in FP32 (grad_reduce all_reduce_fp32, the next entry)"),
+        Entry({"grad_reduce": "all_reduce_fp32"}, "the whole gradient all-reduced in FP32, bucket by bucket",
+              source="Aleph-Alpha/scaling src/scaling/core/optimizer/allreduce.py: allreduce_no_retain reduces the "
+                     "flattened gradients bucket by bucket, allreduce_tensor_in_float32 casting each to FP32 for the "
+                     "all-reduce; every rank then steps its ZeRO slice (parameter_group.py step_prequel)"),
         Entry({"grad_accum_pass": "autograd"}, "micro-batch gradients accumulated by autograd in BF16",
               source="Aleph-Alpha/scaling src/scaling/core/optimizer/parameter_group.py: gradients accumulate in the "
                      "parameters' own (BF16) .grad across micro-batches, PyTorch's AccumulateGrad; the FP32 copy is "
@@ -724,10 +734,10 @@ PROFILES: tuple[Profile, ...] = (
               source="DeepSpeed v0.6.5 runtime/pipe/engine.py _exec_reduce_grads: with bf16 and ZeRO stage 0 (the "
                      "BF16_Optimizer's own stage 1, bigscience train/tr11-176B-ml/README.md 'Deepspeed config') it "
                      "calls _bf16_reduce_grads, which all-reduces BF16_Optimizer.get_grads_for_reduction(), the "
-                     "fp32_groups_gradients_flat (runtime/bf16_optimizer.py: 'accumulates grads in fp32'). That "
-                     "all-reduce moves twice the FP32 bytes of the ZeRO-1 reduce-scatter planner prices, so the "
-                     "row's data-parallel traffic stays under-counted",
+                     "fp32_groups_gradients_flat (runtime/bf16_optimizer.py: 'accumulates grads in fp32'); "
+                     "the all-reduce itself is grad_reduce (_DS_BF16_ALL_REDUCE)",
               when=(When(precision="bf16_optimizer"),)),
+        _DS_BF16_ALL_REDUCE,
         Entry({"grad_dtype": "bf16"}, "16-bit gradient reduction (DeepSpeed fp16 / bf16)",
               source="DeepSpeed docs/_pages/config-json.md: communication_data_type defaults to the training "
                      "dtype; the fp16 and bf16 engines keep and reduce 16-bit gradients"),

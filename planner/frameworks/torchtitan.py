@@ -449,6 +449,7 @@ TABLE = Table("torchtitan",
     Row("nccl_ub", False, (), default=True, source=_FSDP + " (collectives on PyTorch-allocated buffers)"),
     Row("tp_overlap_rs_ring", False, (), default=True, source="TP overlap is AsyncTP, not TransformerEngine userbuffers"),
     Row("zero3_gather", "prefetch", (), default=True, source=_FSDP),
+    Row("grad_reduce", "reduce_scatter", (), default=True, source=_FSDP + " (reduce-scatter; no optimizer-only sharding)"),
     Row("optimizer_states", "fp32", (), default=True,
         source=_FSDP + " (FP32 sharded parameters; AdamW moments in their dtype)"),
     # EP exchange: the token counts, then the tokens, by all_to_all_single (host sync on the splits), one
@@ -542,6 +543,10 @@ TABLE = Table("torchtitan",
     Refusal("optimizer_states", ("remainders", "bf16"), "torchtitan_optimizer_states", "optimizer_states remainders / "
             "bf16 price NeMo 1's Apex distributed_fused_adam; torchtitan's AdamW updates FP32 sharded parameters with "
             "FP32 moments: price with --optimizer-states fp32", _FSDP),
+    Refusal("grad_reduce", ("all_reduce", "all_reduce_fp32"), "torchtitan_grad_reduce", "grad_reduce all_reduce / "
+            "all_reduce_fp32 price a ZeRO-1 that all-reduces the whole gradient (DeepSpeed's BF16_Optimizer, Aleph "
+            "Alpha's scaling); torchtitan has no ZeRO-1 and FSDP2 reduce-scatters: price with --grad-reduce "
+            "reduce_scatter", _FSDP),
     Refusal("zero3_gather", ("blocking", "post"), "torchtitan_zero3_gather", "zero3_gather blocking / post price "
             "DeepSpeed 2021's per-tensor gathers and FSDP1's BACKWARD_POST; FSDP2 prefetches", _FSDP),
     Refusal("tp_overlap_kind", ("userbuffers",), "torchtitan_tp_overlap_kind", "TP overlap priced as TransformerEngine "

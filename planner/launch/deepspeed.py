@@ -193,6 +193,9 @@ def _table_options(cfg: dict, launch: Launch) -> None:
     if "grad_accum_pass" not in launch.values:  # 16-bit accumulation: no key states it
         launch.default("grad_accum_pass", TABLE.read("grad_accum_pass", {})[0],
                        "autograd's in-place add on the 16-bit param.grad (no FP32 gradient accumulation)")
+    if launch.values.get("grad_accum_pass") == "cast_add":  # the BF16_Optimizer all-reduces its FP32 gradients
+        launch.default("grad_reduce", "all_reduce", "the BF16_Optimizer all-reduces the whole FP32 gradient "
+                       "(runtime/pipe/engine.py _bf16_reduce_grads)")
 
 
 def _fixed(launch: Launch) -> None:

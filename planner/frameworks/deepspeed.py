@@ -21,6 +21,16 @@ _MDS = "microsoft/Megatron-DeepSpeed@f4157bea69f3"
 _BF16 = ("deepspeed/runtime/bf16_optimizer.py update_hp_grads (hp_grad.add_(lp.grad.to(fp32)) after every "
          "micro-batch's backward); runtime/pipe/engine.py _exec_backward_pass")
 
+
+
+def _runs_bf16_optimizer(plan) -> bool:
+    """The plan is DeepSpeed's BF16_Optimizer: FP32 gradient accumulation of a BF16 model at ZeRO
+    stage 1 (runtime/engine.py _do_optimizer_sanity_check: the BFLOAT16 wrapper; ZeRO 2-3 run their
+    own optimizer). It casts and adds every micro-batch's gradients and all-reduces the whole FP32
+    gradient (grad_accum_pass cast_add, grad_reduce all_reduce)."""
+    return plan.grad_dtype == "fp32" and plan.zero == 1
+
+
 TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
     Row("zero", NUMBER, (("zero_optimization.stage", 0),), source=_ZERO + " (default 0)"),
     Row("zero", 0, (), default=True, write=False, source=_ZERO),
@@ -86,7 +96,7 @@ TABLE = Table("deepspeed", source=SOURCE, releases="deepspeed 0.19.8", rows=(
     # Gradient reduction: the BF16_Optimizer (FP32 accumulation at ZeRO-1, above) all-reduces the whole FP32
     # gradient; the ZeRO stage 1-2 optimizer reduces each partition to its owner (a reduce-scatter's bytes).
     # Not a config key: what the rows above state decides it.
-    Row("grad_reduce", "all_reduce", (), when=lambda plan: plan.grad_dtype == "fp32" and plan.zero == 1,
+    Row("grad_reduce", "all_reduce", (), when=_runs_bf16_optimizer,
         source="deepspeed/runtime/pipe/engine.py _exec_reduce_grads -> _bf16_reduce_grads (buffered_allreduce_fallback over the FP32 "
                "gradients); runtime/engine.py allreduce_gradients likewise outside the pipeline"),
     Row("grad_reduce", "reduce_scatter", (), default=True,
@@ -106,26 +116,26 @@ refusals=(
             "accumulation inside the weight-gradient GEMM; DeepSpeed adds each micro-batch's gradients in a pass of "
             "its own: price with --grad-accum-pass cast_add (FP32 accumulation at ZeRO-1: the BF16_Optimizer) or "
             "autograd", _BF16,
-            when=lambda plan: plan.grad_accum > 1 or (plan.grad_dtype == "fp32" and plan.zero == 1)),
+            when=lambda plan: plan.grad_accum > 1 or _runs_bf16_optimizer(plan)),
     Refusal("grad_accum_pass", ("cast_add",), "deepspeed_grad_accum_cast", "grad_accum_pass cast_add prices the "
             "BF16_Optimizer, which DeepSpeed runs only at ZeRO stage 1 with FP32 gradient accumulation: price with "
             "--grad-accum-pass autograd (ZeRO 2-3 add the reduced partitions themselves), or --zero 1 --grad-dtype fp32",
             _BF16 + "; runtime/engine.py _do_optimizer_sanity_check",
-            when=lambda plan: plan.grad_dtype == "bf16" or plan.zero != 1),
+            when=lambda plan: not _runs_bf16_optimizer(plan)),
     Refusal("grad_accum_pass", ("autograd",), "deepspeed_grad_accum_bf16_optimizer", "grad_accum_pass autograd with "
             "FP32 gradient accumulation at ZeRO-1: DeepSpeed runs that as the BF16_Optimizer, which zeroes, casts and "
             "adds each micro-batch's gradients: price with --grad-accum-pass cast_add, or --grad-dtype bf16",
             _BF16 + "; runtime/engine.py _do_optimizer_sanity_check (BFLOAT16 wrapper)",
-            when=lambda plan: plan.grad_dtype == "fp32" and plan.zero == 1),
+            when=_runs_bf16_optimizer),
     Refusal("grad_reduce", ("reduce_scatter",), "deepspeed_grad_reduce_bf16_optimizer", "grad_reduce reduce_scatter "
             "with FP32 gradient accumulation at ZeRO-1: DeepSpeed runs that as the BF16_Optimizer, which all-reduces "
             "the whole FP32 gradient: price with --grad-reduce all_reduce, or --grad-dtype bf16",
-            "deepspeed/runtime/pipe/engine.py _bf16_reduce_grads", when=lambda plan: plan.grad_dtype == "fp32" and plan.zero == 1),
+            "deepspeed/runtime/pipe/engine.py _bf16_reduce_grads", when=_runs_bf16_optimizer),
     Refusal("grad_reduce", ("all_reduce",), "deepspeed_grad_reduce", "grad_reduce all_reduce prices the "
             "BF16_Optimizer, which DeepSpeed runs only at ZeRO stage 1 with FP32 gradient accumulation; its ZeRO "
             "optimizer reduces each partition to its owner: price with --grad-reduce reduce_scatter, or --zero 1 "
             "--grad-dtype fp32", "deepspeed runtime/zero/stage_1_and_2.py average_tensor",
-            when=lambda plan: not (plan.grad_dtype == "fp32" and plan.zero == 1)),
+            when=lambda plan: not _runs_bf16_optimizer(plan)),
     Refusal("grad_reduce", ("all_reduce_fp32",), "deepspeed_grad_reduce_fp32", "grad_reduce all_reduce_fp32 prices "
             "Aleph Alpha's all-reduce of 16-bit gradients cast to FP32; DeepSpeed reduces in the gradients' own dtype: "
             "price with --grad-reduce all_reduce and --grad-dtype fp32 (the BF16_Optimizer), or reduce_scatter",

@@ -494,14 +494,39 @@ def _optimize_one(study, objective) -> None:
     way out, so a later run takes its scenario again (issue 28: no partial trial is stored)."""
     from optuna.trial import TrialState
 
-    before = {t._trial_id for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    before = None
     try:
+        before = {t._trial_id for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
         study.optimize(objective, n_trials=1)
-    except BaseException:
+    except BaseException as err:
+        _close_interrupted_reads(err)
+        if before is None:  # stopped before the trial was created
+            raise
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if t._trial_id not in before:
                 study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
         raise
+
+
+def _close_interrupted_reads(err: BaseException) -> None:
+    """Drop the locals of the finished frames ``err`` (and the exceptions it chains) passed
+    through. A Ctrl-C inside a storage read leaves that read's cursor alive in those frames, and on
+    SQLite an unfinished statement holds the file's shared lock: the FAIL written next would meet
+    "database is locked" and leave the trial RUNNING (seen on a loaded CI runner). The locals are
+    not needed: an interrupt is answered with one line, an error keeps its traceback's lines."""
+    import gc
+    import traceback
+
+    seen: set = set()
+    pending = [err]
+    while pending:
+        e = pending.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)  # frames still running (this one) are skipped
+        pending += [e.__cause__, e.__context__]
+    gc.collect()  # an exception a cleared frame held (Optuna's func_err) can sit in a cycle
 
 
 def run_worker(study, spec: SweepSpec, *, progress: bool = False, wait_s: float = DEFAULT_WAIT_S,

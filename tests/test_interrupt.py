@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import pytest
 
@@ -209,3 +210,62 @@ def test_a_library_thread_failing_after_ctrl_c_adds_no_traceback(tmp_path):
                          cwd=tmp_path, env=ENV, timeout=120)
     assert res.returncode == 130, res.stderr
     assert res.stderr.splitlines() == ["interrupted (Ctrl-C)"]
+
+
+@pytest.mark.slow  # about 20 s: some 60 trials, each on SQLite, with a full garbage collection each
+def test_ctrl_c_at_any_storage_statement_of_a_sweep_trial_leaves_none_running(tmp_path):
+    # CI saw the sweep test above leave a trial RUNNING once: a Ctrl-C inside a SQLite read leaves
+    # that read's cursor alive in the traceback, and its shared lock made the FAIL written on the
+    # way out meet "database is locked". Here the interrupt lands at each SQL statement of one
+    # trial in turn (before and after it runs), with the heartbeat thread a sweep runs with.
+    optuna = pytest.importorskip("optuna")
+    import threading
+
+    from optuna.trial import TrialState
+    from sqlalchemy import event
+
+    from planner.sweep import _optimize_one
+    from search.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
+
+    optuna.logging.set_verbosity(optuna.logging.CRITICAL)
+    url = f"sqlite:///{tmp_path / 'sweep.db'}"
+    # The sweep's storage (search.storage.open_storage), but a locked file fails after 0.2 s, not
+    # SQLite's 5 s: what the interrupted cursor locks, Optuna's own FAIL and heartbeat meet first.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        storage = optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_INTERVAL_S, grace_period=GRACE_PERIOD_S,
+                                             engine_kwargs={"connect_args": {"timeout": 0.2}})
+    engine = storage.engine
+    reader = optuna.storages.RDBStorage(url)  # a second process's view: what a later worker finds
+
+    def objective(trial):
+        trial.set_user_attr("result", {"status": "ok"})
+        return 1.0
+
+    tried = 0
+    for when in ("before_cursor_execute", "after_cursor_execute"):
+        for k in range(1, 1000):
+            study = optuna.create_study(storage=storage, study_name=f"{when}-{k}", directions=["maximize"])
+            study.optimize(objective, n_trials=1)  # one trial done, as when a sweep is under way
+            seen = [0]
+
+            def ctrl_c(*_args, k=k, seen=seen):
+                if threading.current_thread() is threading.main_thread():
+                    seen[0] += 1
+                    if seen[0] == k:
+                        raise KeyboardInterrupt
+
+            event.listen(engine, when, ctrl_c)
+            try:
+                _optimize_one(study, objective)
+            except BaseException:  # noqa: BLE001 - what reaches the CLI is its concern, not this test's
+                pass
+            finally:
+                event.remove(engine, when, ctrl_c)
+            if seen[0] < k:  # the trial ran through: every statement has been tried
+                break
+            tried += 1
+            states = [t.state for t in optuna.load_study(study_name=study.study_name, storage=reader).trials]
+            assert TrialState.RUNNING not in states, (when, k, states)
+            assert states.count(TrialState.COMPLETE) <= 2
+    assert tried > 20  # the loop reached the trial's statements (about 30 each way)

@@ -458,7 +458,28 @@ def _objective(study, spec: SweepSpec, stats: WorkerStats, last: Optional[list] 
         stats.ran += 1
         return float(result["best"]["tokens_per_s_per_gpu"]) if result["best"] else 0.0
 
-    return objective
+    return releasing_reads(objective)
+
+
+def releasing_reads(objective):
+    """``objective`` that, when it raises (a Ctrl-C inside one of its storage reads), closes what
+    the exception holds open before Optuna stores the trial as failed: else Optuna's write and the
+    heartbeat thread wait out SQLite's 5 s lock timeout first (``_close_interrupted_reads``)."""
+    import functools
+
+    import optuna
+
+    @functools.wraps(objective)
+    def run(trial):
+        try:
+            return objective(trial)
+        except optuna.TrialPruned:  # a verdict, not a failure: nothing was interrupted
+            raise
+        except BaseException as err:
+            _close_interrupted_reads(err)
+            raise
+
+    return run
 
 
 @dataclass

@@ -224,7 +224,7 @@ def test_ctrl_c_at_any_storage_statement_of_a_sweep_trial_leaves_none_running(tm
     from optuna.trial import TrialState
     from sqlalchemy import event
 
-    from planner.sweep import _optimize_one
+    from planner.sweep import _optimize_one, releasing_reads
     from search.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
 
     optuna.logging.set_verbosity(optuna.logging.CRITICAL)
@@ -238,6 +238,7 @@ def test_ctrl_c_at_any_storage_statement_of_a_sweep_trial_leaves_none_running(tm
     engine = storage.engine
     reader = optuna.storages.RDBStorage(url)  # a second process's view: what a later worker finds
 
+    @releasing_reads  # as planner.sweep._objective wraps the sweep's
     def objective(trial):
         trial.set_user_attr("result", {"status": "ok"})
         return 1.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 
 
@@ -34,13 +35,55 @@ def unknown_name_error(kind: str, name: str, known: list[str]) -> PlannerInputEr
 # Interruption (Ctrl-C). planner owns SIGINT: the command line's handler records it here before
 # raising KeyboardInterrupt, so code that sees the interrupt turned into another exception (a C
 # extension's import, a solver's callback) still ends as "interrupted" (exit 130), never as a
-# result or an internal error.
-_INTERRUPT = {"seen": False}
+# result or an internal error. Inside ``interrupts_held`` the handler only records it, and the
+# KeyboardInterrupt comes when the block ends (a sweep stores a trial whole or not at all).
+_INTERRUPT = {"seen": False, "held": 0, "pending": False}
 
 
 def mark_interrupted() -> None:
     """Record that SIGINT arrived (the command line's handler, a solver's own)."""
     _INTERRUPT["seen"] = True
+
+
+def interrupt() -> None:
+    """What planner's SIGINT handlers do: record the interrupt and raise KeyboardInterrupt, or,
+    inside ``interrupts_held``, leave it pending until the block ends."""
+    mark_interrupted()
+    if _INTERRUPT["held"]:
+        _INTERRUPT["pending"] = True
+        return
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupts_held():
+    """Hold Ctrl-C off this block: an interrupt that arrives in it (through ``interrupt``) is
+    raised when it ends, unless the block already ends in an exception (that one goes on; the
+    interrupt is recorded either way, ``was_interrupted``). Blocks nest."""
+    _INTERRUPT["held"] += 1
+    try:
+        yield
+    finally:
+        _INTERRUPT["held"] -= 1
+        pending = _INTERRUPT["pending"] and not _INTERRUPT["held"]
+        if pending:
+            _INTERRUPT["pending"] = False
+    if pending:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupts_allowed():
+    """Inside ``interrupts_held``, let Ctrl-C through again for this block (one held meanwhile
+    is raised on entry)."""
+    held, _INTERRUPT["held"] = _INTERRUPT["held"], 0
+    try:
+        if _INTERRUPT["pending"]:
+            _INTERRUPT["pending"] = False
+            raise KeyboardInterrupt
+        yield
+    finally:
+        _INTERRUPT["held"] = held
 
 
 def was_interrupted() -> bool:
@@ -49,7 +92,7 @@ def was_interrupted() -> bool:
 
 
 def clear_interrupted() -> None:
-    _INTERRUPT["seen"] = False
+    _INTERRUPT["seen"] = _INTERRUPT["pending"] = False
 
 
 def raise_if_interrupted() -> None:

@@ -16,10 +16,9 @@ INTERRUPTED_LINE = "interrupted (Ctrl-C)"
 
 
 def _on_sigint(signum, frame):
-    from hardware_catalog.errors import mark_interrupted
+    from hardware_catalog.errors import interrupt
 
-    mark_interrupted()
-    raise KeyboardInterrupt
+    interrupt()
 
 
 def _interrupted_exit() -> None:

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from costmodel.options import Bound
-from hardware_catalog.errors import PlannerInputError, raise_if_interrupted
+from hardware_catalog.errors import PlannerInputError, interrupts_allowed, interrupts_held, raise_if_interrupted
 
 SPEC_ATTR = "planner_sweep"
 """Study user attribute: the sweep's axes and search settings (every worker must agree)."""
@@ -509,23 +509,28 @@ def snapshot(study, n: int) -> Snapshot:
 
 
 def _optimize_one(study, objective) -> None:
-    """One trial. optuna marks a trial FAIL when its objective raises, but a Ctrl-C that lands
-    after optuna created the trial and before the objective runs (or while the result is being
-    stored) would leave it RUNNING, held by nobody: such a trial of this call is failed on the
-    way out, so a later run takes its scenario again (issue 28: no partial trial is stored)."""
+    """One trial, stored whole or failed (issue 28: no partial trial is stored). Ctrl-C is held off
+    while Optuna creates, starts and stores the trial (``interrupts_held``) and let through while
+    the objective runs, so the trial an interrupt stops is always this call's own: Optuna fails
+    it, or, where its write did not get through, it is failed here on the way out. A RUNNING trial
+    another worker started meanwhile is never touched."""
     from optuna.trial import TrialState
 
-    before = None
+    mine: list = []
+
+    def run(trial):
+        mine.append(trial._trial_id)
+        with interrupts_allowed():
+            return objective(trial)
+
     try:
-        before = {t._trial_id for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
-        study.optimize(objective, n_trials=1)
+        with interrupts_held():
+            study.optimize(run, n_trials=1)
     except BaseException as err:
         _close_interrupted_reads(err)
-        if before is None:  # stopped before the trial was created
-            raise
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if t._trial_id not in before:
-                study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        for trial_id in mine:
+            if study._storage.get_trial(trial_id).state == TrialState.RUNNING:
+                study._storage.set_trial_state_values(trial_id, TrialState.FAIL)
         raise
 
 

@@ -212,30 +212,36 @@ def test_a_library_thread_failing_after_ctrl_c_adds_no_traceback(tmp_path):
     assert res.stderr.splitlines() == ["interrupted (Ctrl-C)"]
 
 
-@pytest.mark.slow  # about 20 s: some 60 trials, each on SQLite, with a full garbage collection each
+def _sweep_storage(optuna, url):
+    """The sweep's storage (search.storage.open_storage: heartbeats), but a locked SQLite file fails
+    after 0.2 s, not 5 s, so a lock left behind costs the test little time and still shows."""
+    from search.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_INTERVAL_S, grace_period=GRACE_PERIOD_S,
+                                          engine_kwargs={"connect_args": {"timeout": 0.2}})
+
+
+@pytest.mark.slow  # about 20 s: some 60 trials on SQLite, a full garbage collection each
 def test_ctrl_c_at_any_storage_statement_of_a_sweep_trial_leaves_none_running(tmp_path):
-    # CI saw the sweep test above leave a trial RUNNING once: a Ctrl-C inside a SQLite read leaves
+    # CI saw the sweep test above leave a trial RUNNING once: a Ctrl-C inside a SQLite read left
     # that read's cursor alive in the traceback, and its shared lock made the FAIL written on the
-    # way out meet "database is locked". Here the interrupt lands at each SQL statement of one
-    # trial in turn (before and after it runs), with the heartbeat thread a sweep runs with.
+    # way out meet "database is locked". Here Ctrl-C arrives (planner's handler: interrupt()) at
+    # each SQL statement of one trial in turn, before and after it runs, with the heartbeat thread
+    # a sweep runs with: the trial ends stored whole or failed, and the command is interrupted.
     optuna = pytest.importorskip("optuna")
     import threading
 
     from optuna.trial import TrialState
     from sqlalchemy import event
 
+    from hardware_catalog.errors import clear_interrupted, interrupt, was_interrupted
     from planner.sweep import _optimize_one, releasing_reads
-    from search.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
 
     optuna.logging.set_verbosity(optuna.logging.CRITICAL)
     url = f"sqlite:///{tmp_path / 'sweep.db'}"
-    # The sweep's storage (search.storage.open_storage), but a locked file fails after 0.2 s, not
-    # SQLite's 5 s: what the interrupted cursor locks, Optuna's own FAIL and heartbeat meet first.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        storage = optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_INTERVAL_S, grace_period=GRACE_PERIOD_S,
-                                             engine_kwargs={"connect_args": {"timeout": 0.2}})
-    engine = storage.engine
+    storage = _sweep_storage(optuna, url)
     reader = optuna.storages.RDBStorage(url)  # a second process's view: what a later worker finds
 
     @releasing_reads  # as planner.sweep._objective wraps the sweep's
@@ -254,19 +260,90 @@ def test_ctrl_c_at_any_storage_statement_of_a_sweep_trial_leaves_none_running(tm
                 if threading.current_thread() is threading.main_thread():
                     seen[0] += 1
                     if seen[0] == k:
-                        raise KeyboardInterrupt
+                        interrupt()
 
-            event.listen(engine, when, ctrl_c)
+            clear_interrupted()
+            event.listen(engine := storage.engine, when, ctrl_c)
+            raised = None
             try:
                 _optimize_one(study, objective)
-            except BaseException:  # noqa: BLE001 - what reaches the CLI is its concern, not this test's
-                pass
+            except BaseException as err:  # noqa: BLE001 - what reaches the CLI is its concern, not this test's
+                raised = err
             finally:
                 event.remove(engine, when, ctrl_c)
             if seen[0] < k:  # the trial ran through: every statement has been tried
                 break
             tried += 1
-            states = [t.state for t in optuna.load_study(study_name=study.study_name, storage=reader).trials]
-            assert TrialState.RUNNING not in states, (when, k, states)
-            assert states.count(TrialState.COMPLETE) <= 2
+            assert raised is not None and was_interrupted(), (when, k)  # the command stops (exit 130)
+            trials = optuna.load_study(study_name=study.study_name, storage=reader).trials
+            assert [t.state for t in trials].count(TrialState.RUNNING) == 0, (when, k, trials)
+            assert all(t.user_attrs.get("result") for t in trials if t.state == TrialState.COMPLETE), (when, k)
+    clear_interrupted()
     assert tried > 20  # the loop reached the trial's statements (about 30 each way)
+
+
+def test_ctrl_c_fails_only_the_interrupted_trial_not_another_workers(tmp_path):
+    # Workers on several machines share the storage: the trial one of them started while this one
+    # ran is theirs. Failing every RUNNING trial newer than the interrupted call's start failed it.
+    optuna = pytest.importorskip("optuna")
+    from optuna.trial import TrialState
+
+    from hardware_catalog.errors import clear_interrupted, interrupt
+    from planner.sweep import _optimize_one
+
+    optuna.logging.set_verbosity(optuna.logging.CRITICAL)
+    url = f"sqlite:///{tmp_path / 'sweep.db'}"
+    here = optuna.create_study(storage=_sweep_storage(optuna, url), study_name="s", directions=["maximize"])
+    there = optuna.load_study(study_name="s", storage=optuna.storages.RDBStorage(url))  # the other worker
+    theirs = []
+
+    def objective(trial):
+        theirs.append(there.ask()._trial_id)  # the other worker starts a trial meanwhile
+        interrupt()  # then Ctrl-C here
+
+    clear_interrupted()
+    with pytest.raises(KeyboardInterrupt):
+        _optimize_one(here, objective)
+    clear_interrupted()
+    states = {t._trial_id: t.state for t in there.get_trials(deepcopy=False)}
+    assert states[theirs[0]] == TrialState.RUNNING
+    assert sorted(s for i, s in states.items() if i != theirs[0]) == [TrialState.FAIL]
+
+
+def test_interrupts_held_off_a_block_come_when_it_ends():
+    from hardware_catalog.errors import clear_interrupted, interrupt, interrupts_allowed, interrupts_held, was_interrupted
+
+    clear_interrupted()
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_held():
+            with interrupts_held():  # nested: raised once, when the outer block ends
+                interrupt()
+                steps.append("inner went on")
+            steps.append("outer went on")
+    assert steps == ["inner went on", "outer went on"] and was_interrupted()
+
+    clear_interrupted()
+    with pytest.raises(ValueError):  # a block ending in its own exception keeps it...
+        with interrupts_held():
+            interrupt()
+            raise ValueError("the block's own")
+    assert was_interrupted()
+    with interrupts_held():  # ...and the interrupt it held is not raised again later
+        pass
+
+    clear_interrupted()
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_held():
+            interrupt()
+            with interrupts_allowed():  # one held meanwhile comes on entry
+                steps.append("not reached")
+    assert "not reached" not in steps
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_held():
+            with interrupts_allowed():
+                interrupt()  # let through: raised here
+                steps.append("not reached")
+    with pytest.raises(KeyboardInterrupt):
+        interrupt()  # outside any block: at once, as Python's own handler
+    clear_interrupted()

@@ -34,7 +34,7 @@ import traceback
 import typer
 from typer.core import TyperGroup
 
-from hardware_catalog.errors import PlannerInputError, clear_interrupted, mark_interrupted, was_interrupted
+from hardware_catalog.errors import PlannerInputError, clear_interrupted, interrupt, was_interrupted
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -113,9 +113,9 @@ def report_interrupt() -> int:
 
 def _on_sigint(signum, frame):
     """planner's SIGINT handler: record it (an interrupt turned into another exception by an
-    extension still reads as one), then raise KeyboardInterrupt as Python's default does."""
-    mark_interrupted()
-    raise KeyboardInterrupt
+    extension still reads as one), then raise KeyboardInterrupt as Python's default does, or when
+    the block that holds interrupts off ends (``hardware_catalog.errors.interrupt``)."""
+    interrupt()
 
 
 def _own_sigint():

@@ -59,7 +59,11 @@ def interrupt() -> None:
 def interrupts_held():
     """Hold Ctrl-C off this block: an interrupt that arrives in it (through ``interrupt``) is
     raised when it ends, unless the block already ends in an exception (that one goes on; the
-    interrupt is recorded either way, ``was_interrupted``). Blocks nest."""
+    interrupt is recorded either way, ``was_interrupted``). Blocks nest. Off the main thread, where
+    no signal handler runs, a no-op (a worker thread must not hold off the main thread's Ctrl-C)."""
+    if not _on_main_thread():
+        yield
+        return
     _INTERRUPT["held"] += 1
     try:
         yield
@@ -75,7 +79,10 @@ def interrupts_held():
 @contextlib.contextmanager
 def interrupts_allowed():
     """Inside ``interrupts_held``, let Ctrl-C through again for this block (one held meanwhile
-    is raised on entry)."""
+    is raised on entry). Off the main thread a no-op."""
+    if not _on_main_thread():
+        yield
+        return
     held, _INTERRUPT["held"] = _INTERRUPT["held"], 0
     try:
         if _INTERRUPT["pending"]:
@@ -84,6 +91,12 @@ def interrupts_allowed():
         yield
     finally:
         _INTERRUPT["held"] = held
+
+
+def _on_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def was_interrupted() -> bool:

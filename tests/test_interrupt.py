@@ -347,3 +347,28 @@ def test_interrupts_held_off_a_block_come_when_it_ends():
     with pytest.raises(KeyboardInterrupt):
         interrupt()  # outside any block: at once, as Python's own handler
     clear_interrupted()
+
+
+def test_a_worker_thread_does_not_hold_off_the_main_threads_ctrl_c():
+    import threading
+
+    from hardware_catalog.errors import clear_interrupted, interrupt, interrupts_held
+
+    clear_interrupted()
+    inside, release = threading.Event(), threading.Event()
+
+    def worker():
+        with interrupts_held():
+            inside.set()
+            release.wait(10)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    try:
+        assert inside.wait(10)
+        with pytest.raises(KeyboardInterrupt):  # the main thread's handler raises at once
+            interrupt()
+    finally:
+        release.set()
+        t.join()
+    clear_interrupted()

@@ -35,6 +35,11 @@ Dead workers. RDB storages record heartbeats; a RUNNING trial without one for
 ``JournalStorage`` does not implement ``BaseHeartbeat``): such a trial stays RUNNING; workers wait
 for it ``wait_s`` seconds without progress, then stop; ``reclaim_running`` (``--reclaim-running``,
 only when no worker is alive) fails those trials so the next run redoes them.
+
+Interrupted workers. Ctrl-C reaches a worker only while a scenario computes: creating, starting
+and storing a trial is held off (``hardware_catalog.errors.interrupts_held``), so a trial is
+stored whole or failed, and the one failed is the interrupted worker's own (``_optimize_one``);
+its scenario is run again by the next worker, and trials other workers run meanwhile go on.
 """
 
 from __future__ import annotations

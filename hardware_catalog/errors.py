@@ -47,11 +47,14 @@ def mark_interrupted() -> None:
 
 def interrupt() -> None:
     """What planner's SIGINT handlers do: record the interrupt and raise KeyboardInterrupt, or,
-    inside ``interrupts_held``, leave it pending until the block ends."""
+    inside ``interrupts_held``, leave it pending until the block ends. A second Ctrl-C while one
+    is pending is raised at once: a held block stuck on a storage that does not answer must not
+    leave the user without a way out."""
     mark_interrupted()
-    if _INTERRUPT["held"]:
+    if _INTERRUPT["held"] and not _INTERRUPT["pending"]:
         _INTERRUPT["pending"] = True
         return
+    _INTERRUPT["pending"] = False
     raise KeyboardInterrupt
 
 
@@ -59,8 +62,9 @@ def interrupt() -> None:
 def interrupts_held():
     """Hold Ctrl-C off this block: an interrupt that arrives in it (through ``interrupt``) is
     raised when it ends, unless the block already ends in an exception (that one goes on; the
-    interrupt is recorded either way, ``was_interrupted``). Blocks nest. Off the main thread, where
-    no signal handler runs, a no-op (a worker thread must not hold off the main thread's Ctrl-C)."""
+    interrupt is recorded either way, ``was_interrupted``); a second one is raised at once.
+    Blocks nest. Off the main thread, where no signal handler runs, a no-op (a worker thread must
+    not hold off the main thread's Ctrl-C)."""
     if not _on_main_thread():
         yield
         return

@@ -346,6 +346,17 @@ def test_interrupts_held_off_a_block_come_when_it_ends():
                 steps.append("not reached")
     with pytest.raises(KeyboardInterrupt):
         interrupt()  # outside any block: at once, as Python's own handler
+
+    clear_interrupted()
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_held():
+            interrupt()  # held
+            steps.append("held once")
+            interrupt()  # pressed again: through at once (a block stuck on a storage is left)
+            steps.append("not reached either")
+    assert steps[-1] == "held once"
+    with interrupts_held():  # nothing left pending behind
+        pass
     clear_interrupted()
 
 

@@ -23,7 +23,9 @@ from costmodel.placement import group_span
 from costmodel.stage_params import HeaviestStage
 from costmodel.zero3_blocking import blocking_zero3_time, parameter_tensors_per_layer
 
-GRAD_REDUCE_BYTES = 4.0  # Megatron accumulates and reduces main grads in FP32 under BF16 (arguments.py)
+# FP32 gradients: Megatron accumulates and reduces main grads in FP32 under BF16 (arguments.py);
+# Aleph Alpha's scaling casts each BF16 bucket to FP32 for its all-reduce (grad_reduce all_reduce_fp32).
+GRAD_REDUCE_BYTES = 4.0
 PARAM_GATHER_BYTES = 2.0  # updated BF16 weights all-gathered after the sharded optimizer step
 FP8_PARAM_GATHER_BYTES = 1.0  # the same with FP8 parameters (--fp8-param-gather)
 NCCL_UB_NVL_SM_SHARE = 5.0 / 16.0

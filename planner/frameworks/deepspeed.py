@@ -22,7 +22,6 @@ _BF16 = ("deepspeed/runtime/bf16_optimizer.py update_hp_grads (hp_grad.add_(lp.g
          "micro-batch's backward); runtime/pipe/engine.py _exec_backward_pass")
 
 
-
 def _runs_bf16_optimizer(plan) -> bool:
     """The plan is DeepSpeed's BF16_Optimizer: FP32 gradient accumulation of a BF16 model at ZeRO
     stage 1 (runtime/engine.py _do_optimizer_sanity_check: the BFLOAT16 wrapper; ZeRO 2-3 run their

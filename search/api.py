@@ -322,7 +322,7 @@ def search(request: SearchRequest) -> SearchResult:
             check_whole_nodes(c, n)
     from search.rules import RuleContext, broken_rule_message, fixed_value_violations, unreachable_pins
 
-    unreachable = unreachable_pins(counts, {k: OPTIONS_BY_NAME[k].decode(c) for k, c in pins_n.items()})
+    unreachable = unreachable_pins(counts, {k: OPTIONS_BY_NAME[k].decode(c) for k, c in pins_n.items()}, gbs_v)
     if unreachable:  # no layout can hold these pins: bad input, as evaluate says of the same layout
         raise PlannerInputError(unreachable)
 
@@ -330,9 +330,14 @@ def search(request: SearchRequest) -> SearchResult:
     # option's default where it does not apply (where_settings_apply), and a pin that breaks a rule
     # on every GPU type and count of the search (--precision fp8 on an A100, --tp 16 past an
     # 8-GPU domain) leaves nothing to search: bad input, as in evaluate (exit 2, nothing written).
+    # Stage splits the search does not enumerate are fixed at 0 (auto, search.space.domains), so a
+    # pinned pp is checked against the layers as evaluate checks it (--pp 64 on 32 layers).
+    splits_fixed = {k: 0 for k in ("pp_first_layers", "pp_last_layers") if k not in pins_n
+                    and not (stage_splits and not {"pp_first_layers", "pp_last_layers"} & set(pins_n))}
     pin_violations = fixed_value_violations(
         [RuleContext.build(model_spec, n, c, g, allow_cross_node_tp) for g, c in hardware for n in counts],
-        settings, {k: OPTIONS_BY_NAME[k].decode(c) for k, c in pins_n.items()}, {"gbs": gbs_v, "seq_len": seq_v})
+        settings, {k: OPTIONS_BY_NAME[k].decode(c) for k, c in pins_n.items()},
+        {"gbs": gbs_v, "seq_len": seq_v, **splits_fixed})
     if pin_violations:
         name, reason, _ = pin_violations[0]
         raise PlannerInputError(broken_rule_message(name, reason))
@@ -640,7 +645,8 @@ def _explain_nothing_fits(pools, stats, objectives, batch_origin: str = "",
     if len(problems) == 1 and stats.get("method") == "exhaustive":
         from search.nearest import fewest_fitting_gpus, format_fewest
 
-        fewest = format_fewest(*fewest_fitting_gpus(problems[0], stats["memory_headroom"], calib))
+        fewest = format_fewest(*fewest_fitting_gpus(problems[0], stats["memory_headroom"], calib),
+                               problems[0].cluster.gpus_per_node)
         if fewest:
             msg += f"; {fewest}"
     return closest, msg

@@ -167,9 +167,11 @@ def fewest_fitting_gpus(problem: Problem, memory_headroom: float, calib=None,
     return high, True
 
 
-def format_fewest(gpus: Optional[int], fewest: bool) -> str:
-    """'a layout fits from --gpus 112 (the fewest whole nodes that fit)', or ''."""
+def format_fewest(gpus: Optional[int], fewest: bool, gpus_per_node: int = 1) -> str:
+    """'a layout fits from --gpus 112 (the fewest whole nodes that fit)', or ''. Below one node
+    the count tried is any GPU count of that node, not whole nodes."""
     if gpus is None:
         return ""
-    return (f"a layout fits from --gpus {gpus} (the fewest whole nodes that fit)" if fewest
+    unit = "GPUs" if gpus < gpus_per_node else "whole nodes"
+    return (f"a layout fits from --gpus {gpus} (the fewest {unit} that fit)" if fewest
             else f"a layout fits at --gpus {gpus} (fewer GPUs not all tried)")

@@ -1122,12 +1122,13 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def unreachable_pins(gpu_counts, pins: dict) -> Optional[str]:
+def unreachable_pins(gpu_counts, pins: dict, gbs: Optional[int] = None) -> Optional[str]:
     """One line when pinned degrees no layout can hold at any of the search's GPU counts, else None.
     ``fixed_value_violations`` tests a rule only when every field it reads is fixed; these two hold
     whatever the free degrees are: degrees_multiply_to_gpus (tp * cp * pp * dp = GPUs, so the pinned
     ones multiply to a divisor of the GPU count) and ep_divides_dp_cp (ep * etp divides tp * cp * dp =
-    GPUs / pp, so ep * etp times a pinned pp divides the GPU count). E.g. --ep 128 on 64 GPUs."""
+    GPUs / pp, so ep * etp times a pinned pp divides the GPU count). E.g. --ep 128 on 64 GPUs.
+    With ``gbs``, also gbs_divisible_by_dp_mbs: a pinned mbs divides the global batch whatever dp is."""
     counts = sorted(set(int(n) for n in gpu_counts))
     fixed = {k: int(pins[k]) for k in ("tp", "cp", "pp", "dp", "ep", "etp") if pins.get(k) is not None}
     shown = ", ".join(str(n) for n in counts)
@@ -1139,6 +1140,11 @@ def unreachable_pins(gpu_counts, pins: dict) -> Optional[str]:
         what = f"{' * '.join(grid)} = {product}" if len(grid) > 1 else f"{grid[0]} = {product}"
         return (f"{typed}: {what} must divide the GPU count ({shown}), as tp * cp * pp * dp equals it "
                 f"(rule degrees_multiply_to_gpus); allowed: a divisor of {allowed}")
+    mbs = pins.get("mbs")
+    if gbs is not None and mbs is not None and int(mbs) >= 1 and int(gbs) % int(mbs):
+        return (f"--mbs {int(mbs)}: the global batch {int(gbs)} is not divisible by it, as gbs is divisible by "
+                f"dp * mbs (rule gbs_divisible_by_dp_mbs); allowed: a divisor of {int(gbs)}: "
+                f"{', '.join(map(str, _divisors(int(gbs))))}")
     expert = [k for k in ("ep", "etp") if k in fixed]
     folded = fixed.get("ep", 1) * fixed.get("etp", 1) * fixed.get("pp", 1)
     if expert and not any(n % folded == 0 for n in counts):

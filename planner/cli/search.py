@@ -323,8 +323,12 @@ def search_release(stats: dict):
 def _write_outputs(result, again, outputs: dict, force: bool, recipes: Optional[list] = None) -> list[str]:
     """Write the CSV, the best layout's launch files and the plot; the lines that say so."""
     lines = []
+    listed = result.results or result.closest
+    if not listed:  # no layout obeys the rules: no row to list or draw, and an empty file is no answer
+        return [f"{flag} {outputs[key]}: not written, no layout obeys the rules"
+                for flag, key in (("--csv", "csv"), ("--plot", "plot")) if outputs[key] is not None]
     if outputs["csv"] is not None:
-        write_csv(outputs["csv"], result.results or result.closest)
+        write_csv(outputs["csv"], listed)
     if outputs["export"] is not None and result.results:
         from planner.cli.errors import command_line
         from planner.export import export_layout
@@ -386,7 +390,7 @@ def _print_result(result, as_json: bool, pareto: bool, pinned_splits: bool, reci
             # A front is not a ranking: no row ties #1 (the JSON keeps the intervals).
             result = replace(result, results=[{**r, "ties_best": False} for r in result.results])
         else:
-            title += f" -- top {len(result.results)} layouts {ranked_by(stats)}"
+            title += f" -- top {counted(len(result.results), 'layout')} {ranked_by(stats)}"
         title += sampled_note(stats)
         typer.echo(title)
         rows, marks, notes = table_rows(result.results, recipes, stats)

@@ -1,0 +1,71 @@
+"""planner search: pins no layout can hold are bad input (exit 2, as evaluate says of them), and a
+search where no layout obeys the rules writes no empty file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from search.nearest import format_fewest
+
+
+def run(*args, cwd=None):
+    proc = subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_pinned_pp_past_the_layers_is_bad_input_as_in_evaluate():
+    # Llama 3 8B has 32 layers: 64 pipeline stages cannot each hold one (pp = 64 also divides 64 GPUs,
+    # so no GPU-count rule catches it first).
+    code, out, err = run("search", "--model", "8b", "--gpus", "64", "--gpu", "h100", "--pp", "64")
+    assert code == 2 and out == ""
+    assert err.strip().count("\n") == 0 and "pp=64 exceeds the 32 layers" in err
+    code, _, err_eval = run("evaluate", "--model", "8b", "--gpus", "64", "--gpu", "h100", "--pp", "64")
+    assert code == 2 and "pp=64 exceeds the 32 layers" in err_eval
+
+
+@pytest.mark.parametrize("mbs", ["3", "1000000"])
+def test_pinned_micro_batch_that_does_not_divide_the_batch_is_bad_input(mbs):
+    # gbs = dp * mbs * micro-batches: with gbs 512 only a divisor of 512 can be the micro-batch, whatever dp is.
+    code, out, err = run("search", "--model", "8b", "--gpus", "64", "--gpu", "h100", "--gbs", "512", "--mbs", mbs)
+    assert code == 2 and out == ""
+    assert err.strip().count("\n") == 0
+    assert f"--mbs {mbs}" in err and "1, 2, 4, 8, 16, 32, 64, 128, 256, 512" in err
+
+
+def test_a_micro_batch_that_divides_the_batch_still_searches():
+    code, out, _ = run("search", "--model", "8b", "--gpus", "64", "--gpu", "h100", "--gbs", "512", "--mbs", "4",
+                       "--top", "1")
+    assert code == 0
+    assert "top 1 layout by" in out  # one layout: singular
+
+
+def test_no_layout_obeys_the_rules_writes_no_empty_csv(tmp_path):
+    # 1,000 GPUs: 175B's 96 layers and gbs 1,536 leave no tp*cp*pp*dp = 1,000 (the README's example).
+    csv = tmp_path / "a.csv"
+    code, out, err = run("search", "--model", "175b", "--gpus", "1000", "--gpu", "a100", "--csv", str(csv))
+    assert code == 3
+    assert "no layout obeys the rules" in out
+    assert not csv.exists()
+    assert f"--csv {csv}: not written, no layout obeys the rules" in out + err
+
+
+def test_no_layout_obeys_the_rules_draws_no_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    csv, png = tmp_path / "a.csv", tmp_path / "a.png"
+    code, out, err = run("search", "--model", "175b", "--gpus", "1000", "--gpu", "a100", "--csv", str(csv),
+                         "--plot", str(png))
+    assert code == 3, err  # was an internal error (exit 1) with the CSV header left behind
+    assert "internal error" not in err
+    assert not csv.exists() and not png.exists()
+    assert f"--plot {png}: not written" in out + err
+
+
+def test_fewest_gpus_wording_says_whole_nodes_only_at_a_node_or_more():
+    # A job smaller than a node may take any GPU count of it (hardware_catalog.is_whole_nodes).
+    assert format_fewest(2, True, 8) == "a layout fits from --gpus 2 (the fewest GPUs that fit)"
+    assert format_fewest(104, True, 8) == "a layout fits from --gpus 104 (the fewest whole nodes that fit)"
+    assert format_fewest(None, True, 8) == ""

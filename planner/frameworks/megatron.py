@@ -428,7 +428,7 @@ TABLE = Table("megatron", source=ARGS_PY, releases=f"Megatron-LM {MEGATRON_COMMI
             when=lambda plan: plan.zero == 3 and plan.model.tied_embeddings),
     Refusal("fsdp", ("flat",), "megatron_fsdp_flat", "fsdp flat prices FSDP1 / DeepSpeed flat-parameter ZeRO-3, which "
             "Megatron does not have: its ZeRO-3 is Megatron-FSDP (price with --fsdp megatron) or PyTorch FSDP2 "
-            "(--fsdp fsdp2)", _FSDP + "; " + ARGS + " --use-torch-fsdp2", when=lambda plan: plan.zero == 3),
+            "(--fsdp fsdp2), in the Megatron-LM releases that have them (core_r0.8.0 has neither)", _FSDP + "; " + ARGS + " --use-torch-fsdp2", when=lambda plan: plan.zero == 3),
 ))
 """planner option <-> Megatron-LM argument dests, both ways."""
 

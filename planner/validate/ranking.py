@@ -5,7 +5,7 @@ ablation groups, the same model, cluster and batch measured under several layout
 
 A file of groups (the format of ``planner/data/ablations.json``)::
 
-    [{"id", "source": {...}, "model": {"name", shape fields as in published_runs.json},
+    [{"id", "source": {...}, "model": {"name", shape fields as in published_runs.json} or a preset name,
       "hardware": {"gpu", "num_gpus", "gpus_per_node"}, "seq_length", "global_batch_size",
       "framework", "precision", "confidence", "notes",
       "layouts": [{"layout": {"tp", "pp", "dp", "cp", "ep", "vp", "micro_batch_size",
@@ -15,7 +15,12 @@ A file of groups (the format of ``planner/data/ablations.json``)::
 Each layout becomes a runs-file row (group fields, then the layout's own: a layout may state
 its own ``framework``, ``precision`` or, in a group gathered from two releases, ``source``) and
 is predicted as ``planner validate`` predicts any row (``runs.map_run`` + ``predict.predict_run``:
-the same profiles, pins and searched knobs). Per group:
+the same profiles, pins and searched knobs). The whole file is checked before anything is
+predicted (``load_groups``): a group or layout of the wrong shape, a duplicate group id, an empty
+list, or a value the runs format refuses (``planner validate --runs``' own check of a row) is
+one error line naming the group, the layout, the field and the value. A layout with no
+measurement, or one well formed that cannot be predicted (nothing fits), is listed as not
+predicted. Per group:
 
 * **Kendall tau** (tau-b) between the measured and the predicted throughputs;
 * **pairs ordered right**: of the pairs measured more than ``DECISIVE`` apart, those the
@@ -47,39 +52,179 @@ import numpy as np
 
 from hardware_catalog.errors import PlannerInputError
 from hardware_catalog.files import read_input_text, show
+from planner.validate.schema import RowError, parse_row
 
 DECISIVE = 0.03
 """Pairs measured further apart than this (relative to the slower) count for ordering."""
+MAX_SHOWN_ERRORS = 4
+"""Problems of a ranking file its error line spells out (the rest are counted)."""
 
 
 def load_groups(path: Path) -> list[dict]:
-    """The groups of an ablation file; one-line errors."""
+    """The groups of an ablation file, every layout checked before anything is predicted
+    (``check_group``: the group's shape, then each layout's row as ``planner validate --runs``
+    checks a row). Any problem is one ``PlannerInputError`` line naming each problem's group,
+    layout, field and value. A group without an id is named 'group N' (its place in the file);
+    one without a confidence is 'high', as a runs row's (both normalised here)."""
+    where = f"--ranking {show(path)}"
     try:
-        groups = json.loads(read_input_text(path, f"--ranking {show(path)}"))
+        groups = json.loads(read_input_text(path, where))
     except OSError as err:
-        raise PlannerInputError(f"--ranking {path}: cannot read ({err.strerror})") from None
+        raise PlannerInputError(f"{where}: cannot read ({err.strerror or type(err).__name__})") from None
+    except UnicodeDecodeError:
+        raise PlannerInputError(f"{where}: not UTF-8 text (a ranking file is JSON: a list of groups)") from None
     except json.JSONDecodeError as err:
-        raise PlannerInputError(f"--ranking {path}: not valid JSON ({err.msg} at line {err.lineno})") from None
-    if not isinstance(groups, list) or not all(isinstance(g, dict) and isinstance(g.get("layouts"), list)
-                                               for g in groups):
-        raise PlannerInputError(f"--ranking {path}: expected a JSON list of groups, each with a 'layouts' list")
-    return groups
+        raise PlannerInputError(f"{where}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    if not isinstance(groups, list):
+        raise PlannerInputError(f"{where}: expected a JSON list of groups, each with a 'layouts' list, "
+                                f"got {_kind(groups)}")
+    if not groups:
+        raise PlannerInputError(f"{where}: no groups (an empty list)")
+    errors, out, first_of = [], [], {}
+    for n, group in enumerate(groups, 1):
+        problems = check_group(group, n)
+        errors += problems
+        if problems:
+            continue
+        ident = group["id"] if isinstance(group.get("id"), str) else f"group {n}"
+        if ident in first_of:  # one group counted twice skews every figure, as a runs row would
+            errors.append(RowError(_group_label(group, n), "id", f"duplicate id {ident!r} (group {first_of[ident]} has it)"))
+            continue
+        first_of[ident] = n
+        conf = group.get("confidence")
+        out.append({**group, "id": ident, "confidence": "high" if conf is None else conf.strip().lower()})
+    if errors:
+        shown = "; ".join(str(e) for e in errors[:MAX_SHOWN_ERRORS])
+        more = f"; and {len(errors) - MAX_SHOWN_ERRORS} more" if len(errors) > MAX_SHOWN_ERRORS else ""
+        count = f"{len(errors)} problems: " if len(errors) > 1 else ""
+        raise PlannerInputError(f"{where}: {count}{shown}{more}")
+    return out
 
 
-def group_rows(group: dict) -> list[dict]:
-    """One runs-file row per layout of ``group``."""
-    model = dict(group.get("model") or {})
-    if group.get("seq_length"):
-        model["seq_length"] = group["seq_length"]
+def _kind(value) -> str:
+    return "text" if isinstance(value, str) else "true/false" if isinstance(value, bool) else \
+        "an object" if isinstance(value, dict) else "a list" if isinstance(value, list) else type(value).__name__
+
+
+def _got(value) -> str:
+    return f"got {json.dumps(value, default=str)[:40]} ({_kind(value)})"
+
+
+def _group_label(group, number: Optional[int]) -> str:
+    """'group 3 (id 'x')', as a runs error names 'row 3 (id 'x')'; 'group 'x'' without a number."""
+    ident = group.get("id") if isinstance(group, dict) else None
+    if number is None:
+        return f"group {show(repr(ident))}" if isinstance(ident, str) else "group"
+    return f"group {number} (id {show(repr(ident))})" if isinstance(ident, str) else f"group {number}"
+
+
+def _shape_problems(group, number: Optional[int] = None) -> list:
+    """What keeps ``group`` from being read as a group at all (``RowError``s; [] if none)."""
+    label = _group_label(group, number)
+    if not isinstance(group, dict):
+        return [RowError(label, "", f"expected an object (one group: id, model, hardware, layouts, ...), {_got(group)}")]
+    out = []
+    if group.get("id") is not None and not isinstance(group["id"], str):
+        out.append(RowError(label, "id", f"expected text, {_got(group['id'])}"))
+    if not isinstance(group.get("model"), (str, dict, type(None))):
+        out.append(RowError(label, "model", "expected a preset name or an object {name, shape fields}, "
+                                            + _got(group["model"])))
+    if not isinstance(group.get("hardware"), (dict, type(None))):
+        out.append(RowError(label, "hardware", f"expected an object {{gpu, num_gpus, gpus_per_node}}, {_got(group['hardware'])}"))
+    layouts = group.get("layouts")
+    if not isinstance(layouts, list):
+        said = "missing" if layouts is None else _got(layouts)
+        return out + [RowError(label, "layouts", f"expected a list of measured layouts, each {{layout, measured}}, {said}")]
+    if not layouts:
+        return out + [RowError(label, "layouts", "no layouts (an empty list): give the group's measured layouts, "
+                                                 "each {layout, measured}")]
+    for i, entry in enumerate(layouts, 1):
+        at = f"{label} layout {i}"
+        if not isinstance(entry, dict):
+            out.append(RowError(at, "", f"expected an object {{layout, measured}}, {_got(entry)}"))
+            continue
+        if not isinstance(entry.get("layout"), (dict, type(None))):
+            out.append(RowError(at, "layout", "expected an object {tp, pp, dp, micro_batch_size, ...}, "
+                                              + _got(entry["layout"])))
+        if not isinstance(entry.get("measured"), (dict, type(None))):
+            out.append(RowError(at, "measured", f"expected an object {{tokens_per_s_per_gpu}}, {_got(entry['measured'])}"))
+    return out
+
+
+def check_group(group, number: Optional[int] = None) -> list:
+    """Everything wrong with a group (``RowError``s, each naming the group, the layout where the
+    problem is the layout's own, the field and the value; [] if none): its shape, then each
+    layout's row checked against the runs format as ``planner validate --runs`` checks a row
+    (``schema.parse_row``), the measurement as a runs row's ``measured.tokens_per_s_per_gpu``. A
+    layout with no measurement is no error (``rank_group`` lists it); one that is well formed but
+    cannot be predicted (an unknown GPU, nothing fits) is none either: ``rank_group`` lists it
+    with the reason, as ``planner validate`` lists such a row."""
+    shape = _shape_problems(group, number)
+    if shape:
+        return shape
+    label, out = _group_label(group, number), []
+    for i, (entry, row) in enumerate(zip(group["layouts"], group_rows(group, number)), 1):
+        checked = {k: v for k, v in row.items() if k != "reference"}
+        measured = row["reference"]["tokens_per_s_per_gpu"]
+        checked["measured"] = {"tokens_per_s_per_gpu": 1.0 if measured is None else measured}  # 1.0: none to check
+        try:
+            parse_row(checked, i)
+        except RowError as err:
+            located = _located(err, group, entry, f"{label} layout {i}", label)
+            if str(located) not in map(str, out):  # a group's field is wrong in every layout: said once
+                out.append(located)
+    return out
+
+
+def _located(err, group: dict, entry: dict, at_layout: str, at_group: str):
+    """A runs-row error as the ranking file has it: the layout's own fields (``layout.*``,
+    ``measured.*``, its ``source``) at the layout; the group's (model, hardware, seq_length,
+    global_batch_size, framework, precision, confidence) at the group, under their group names."""
+    top, _, rest = err.field.partition(".")
+    key = rest.split(".")[0]
+    if top == "measured" or (top == "layout" and key in (entry.get("layout") or {})) \
+            or (top == "source" and entry.get("source")):
+        return RowError(at_layout, err.field, err.reason)
+    if not err.field:  # a check of the whole row: missing model or GPU (the group's), or a disagreement
+        return RowError(at_group if err.reason.startswith("missing") else at_layout, "", err.reason)
+    field = err.field
+    if top == "layout":  # a group field the row's layout carries
+        field = "seq_length" if key == "seq_len" else rest
+    elif top == "model" and key == "seq_length" and group.get("seq_length") is not None:
+        field = "seq_length"
+    return RowError(at_group, field, err.reason)
+
+
+def group_rows(group: dict, number: Optional[int] = None) -> list[dict]:
+    """One runs-file row per layout of ``group`` (``number``: its place in the file, naming a
+    group without an id). A group whose shape is no group's is a ``PlannerInputError``; the
+    rows' values are checked by ``check_group``. The model is the group's as a runs row takes
+    it: an object (the group's ``seq_length`` added as its ``seq_length``) or a preset name
+    (the ``seq_length`` then the layout's ``seq_len``, as in a flat runs row)."""
+    shape = _shape_problems(group, number)
+    if shape:
+        raise shape[0]
+    model = group.get("model")
     base = {k: group[k] for k in ("framework", "precision") if group.get(k) is not None}
     base["global_batch_size"] = group.get("global_batch_size")
+    if isinstance(model, dict):
+        model = dict(model)
+        if group.get("seq_length") is not None:
+            model["seq_length"] = group["seq_length"]
+    elif group.get("seq_length") is not None:  # a preset name, or none (refused as a runs row's)
+        base["seq_len"] = group["seq_length"]
+    ident = group["id"] if isinstance(group.get("id"), str) else f"group {number}" if number else "?"
+    extra = {"confidence": group["confidence"]} if group.get("confidence") is not None else {}
     rows = []
     for i, entry in enumerate(group["layouts"]):
         measured = (entry.get("measured") or {}).get("tokens_per_s_per_gpu")
         rows.append({
-            "id": f"{group.get('id', '?')}#{i + 1}", "source": entry.get("source") or group.get("source") or {},
-            "model": model, "hardware": group.get("hardware") or {}, "layout": {**base, **(entry.get("layout") or {})},
-            "reference": {"tokens_per_s_per_gpu": measured}, "confidence": group.get("confidence", "?"),
+            "id": f"{ident}#{i + 1}", "source": entry.get("source") or group.get("source") or {},
+            "model": model, "hardware": group.get("hardware") or {},
+            # A layout's own framework / precision, beside its "layout" (as the shipped file states them) or in it.
+            "layout": {**base, **{k: entry[k] for k in ("framework", "precision") if entry.get(k) is not None},
+                       **(entry.get("layout") or {})},
+            "reference": {"tokens_per_s_per_gpu": measured}, **extra,
         })
     return rows
 
@@ -145,7 +290,8 @@ groups of one study often differ only in those."""
 def job_key(group: dict) -> str:
     """What a group's layouts share: model shape, GPU, GPU count, sequence and batch."""
     model, hw = group.get("model") or {}, group.get("hardware") or {}
-    return json.dumps([{k: v for k, v in model.items() if k != "name"}, hw.get("gpu"), hw.get("num_gpus"),
+    shape = model if isinstance(model, str) else {k: v for k, v in model.items() if k != "name"}  # a preset: its name
+    return json.dumps([shape, hw.get("gpu"), hw.get("num_gpus"),
                        group.get("seq_length"), group.get("global_batch_size")], sort_keys=True, default=str)
 
 

@@ -95,6 +95,20 @@ def parse_int_list(flag: str, text: Optional[str], bound=None) -> list:
     return sorted(set(out))
 
 
+def parse_token_list(text: Optional[str], flag: str = "--tokens-per-batch") -> list:
+    """``"4M,16M"`` -> [4000000, 16000000]: each part a token count as planner search reads one
+    (``costmodel.goodput.parse_token_count``: 4194304, 4M, 4.2e6), sorted and unique; None -> [None]."""
+    from costmodel.goodput import parse_token_count
+
+    if text is None:
+        return [None]
+    parts = [p for p in str(text).replace(" ", "").split(",")]
+    if not all(parts):
+        raise PlannerInputError(f"{flag} {text!r} is not understood (allowed: a token count or a comma list "
+                                f"like 4M,16M)")
+    return sorted({parse_token_count(p, flag) for p in parts})
+
+
 def _names(flag: str, text: Optional[str], resolve) -> list[str]:
     items = [x for x in (text or "").replace(" ", "").split(",") if x]
     if not items:
@@ -180,7 +194,7 @@ def build_spec(model: str, gpus: str, gpu: str, seq_len: Optional[str] = None, g
                tokens_per_batch: Optional[str] = None, memory_headroom: float = 0.05,
                allow_cross_node_tp: bool = False, calibration=None) -> SweepSpec:
     """A SweepSpec from the option strings; PlannerInputError (one line) on bad input."""
-    from costmodel.options import OPTIONS_BY_NAME, TOKENS_PER_BATCH
+    from costmodel.options import OPTIONS_BY_NAME
     from search.api import MEMORY_HEADROOM, parse_gpu_counts
 
     if gbs is not None and tokens_per_batch is not None:
@@ -191,7 +205,7 @@ def build_spec(model: str, gpus: str, gpu: str, seq_len: Optional[str] = None, g
         gpus=tuple(parse_gpu_counts(gpus)),
         seq_len=tuple(parse_int_list("--seq-len", seq_len, OPTIONS_BY_NAME["seq_len"])),
         gbs=tuple(parse_int_list("--gbs", gbs, OPTIONS_BY_NAME["gbs"])),
-        tokens_per_batch=tuple(parse_int_list("--tokens-per-batch", tokens_per_batch, TOKENS_PER_BATCH)),
+        tokens_per_batch=tuple(parse_token_list(tokens_per_batch)),
         memory_headroom=memory_headroom, allow_cross_node_tp=bool(allow_cross_node_tp),
         calibration=_calibration(calibration),
     )
@@ -321,22 +335,31 @@ def _grid_order(sampler) -> Optional[str]:
 
 
 def open_sweep(spec: Optional[SweepSpec], storage: Optional[str] = None, study_name: Optional[str] = None,
-               report: Optional[dict] = None, report_only: bool = False):
+               report: Optional[dict] = None, report_only: bool = False, read_only: Optional[bool] = None):
     """(study, spec, report settings): create or join the sweep study. Without ``storage`` an
     in-memory study; with it and no ``spec``, the spec stored in the study. ``report_only``: a
-    storage file that does not exist is an error (nothing is created)."""
+    storage file that does not exist is an error (nothing is created). ``read_only`` (default:
+    ``report_only``): this process writes nothing to the study, so a read-only file is fine. A
+    storage file that is not what its form says is refused before anything opens it
+    (``search.storage.check_file``)."""
     import optuna
 
-    from search.storage import join_study, open_storage
+    from search.storage import check_study_name, join_study, local_file, open_storage, redact
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    name = study_name or "planner-sweep"
+    check_study_name(name)  # before a storage file is created
     if storage is None:
         if spec is None:
             raise PlannerInputError("give the scenario axes: --model, --gpus and --gpu (or --storage of a sweep to join)")
         store = optuna.storages.InMemoryStorage()
     else:
-        store = open_storage(storage, stale_callback=requeue_stale, must_exist=report_only)
-    name = study_name or "planner-sweep"
+        path = local_file(storage)
+        if spec is None and not report_only and path is not None and not os.path.lexists(path):
+            raise PlannerInputError(f"--storage {redact(storage)!r}: no such file; give the scenario axes (--model, "
+                                    f"--gpus, --gpu) to start a sweep there (nothing was created)")
+        store = open_storage(storage, stale_callback=requeue_stale, must_exist=report_only,
+                             read_only=report_only if read_only is None else read_only)
     if spec is None:
         spec = _stored_spec(store, name)
     if (report or {}).get("prices"):  # a price for a type the sweep lacks is refused before it is stored
@@ -774,7 +797,7 @@ def run_sweep(spec: Optional[SweepSpec], *, storage: Optional[str] = None, study
     if wait_s < 0:
         raise PlannerInputError(f"--wait {wait_s}: must be >= 0 seconds")
     study, spec, report = open_sweep(spec, storage, study_name, {"train_tokens": train_tokens, "prices": prices},
-                                     report_only=report_only)
+                                     report_only=report_only, read_only=report_only and not reclaim)
     if objective in ("time-to-train", "cost", "energy") and not report.get("train_tokens"):
         raise PlannerInputError(f"--objective {objective} prices the whole run: give --train-tokens (e.g. 15T)")
     if not report.get("train_tokens"):  # a joined sweep's stored budget puts them to use

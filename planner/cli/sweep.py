@@ -81,8 +81,15 @@ def register(app: typer.Typer) -> None:
             from hardware_catalog.errors import PlannerInputError
 
             raise PlannerInputError(f"every scenario is invalid: {invalid[0].get('reason')}")
-        _write_files(result, csv_file, plot)  # before printing: `| head` still gets them
-        _print(result, as_json, csv_file, plot)
+        from planner.reports.sweep import not_plotted
+
+        # A plot of no layout is not drawn, and says so; the CSV is still the answer (each
+        # scenario with why nothing fits). Decided before any file is written.
+        not_drawn = not_plotted(result.rows) if plot is not None else None
+        _write_files(result, csv_file, None if not_drawn else plot)  # before printing: `| head` still gets them
+        _print(result, as_json, csv_file, None if not_drawn else plot)
+        if not_drawn:
+            typer.echo(f"--plot: not drawn: {not_drawn}", err=True)
         if result.rows and not any(r.get("best") for r in result.rows):
             from planner.cli.errors import EXIT_NOTHING_FITS
 
@@ -121,12 +128,24 @@ def _run(model, gpus, gpu, seq_len, gbs, tokens_per_batch, run_in, price, memory
 
 
 def _write_files(result, csv_file, plot) -> None:
+    """The CSV and the plot, or neither: the CSV's text is made first, then the plot is drawn and
+    written (what can fail on the content), then the CSV; a plot this call created is removed
+    if the CSV then cannot be written. Each file is renamed into place whole."""
+    from planner.outputs import write_text_atomically
     from planner.reports import sweep as sweep_report
 
-    if csv_file is not None:
-        sweep_report.write_csv(csv_file, result.rows)
+    text = sweep_report.csv_text(result.rows) if csv_file is not None else None
+    created = plot is not None and not Path(plot).exists()
     if plot is not None:
         sweep_report.plot(plot, result.rows, f"planner sweep '{result.stats['study']}'", result.stats.get("objective"))
+    if text is None:
+        return
+    try:
+        write_text_atomically(csv_file, text, "--csv")
+    except BaseException:
+        if created:
+            Path(plot).unlink(missing_ok=True)
+        raise
 
 
 def _print(result, as_json: bool, csv_file, plot) -> None:

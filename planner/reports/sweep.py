@@ -194,13 +194,19 @@ def to_json(rows: list[dict], stats: dict) -> dict:
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
+    """One CSV row per scenario (``csv_text``) written to ``path`` atomically."""
+    from planner.outputs import write_text_atomically
+
+    write_text_atomically(path, csv_text(rows), "--csv")
+
+
+def csv_text(rows: list[dict]) -> str:
     """One CSV row per scenario: the axes, status and reason, then ``planner search --csv``'s
     columns for its best layout (empty when none), and the time / cost columns."""
     import csv
     import io
 
     from planner.reports.search import _csv_rows
-    from planner.outputs import write_text_atomically
 
     fake = {"layout": {}, "memory_gib": {}, "breakdown": {}}
     head, _ = _csv_rows([])
@@ -220,7 +226,16 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     w = csv.writer(buf)
     w.writerow(scen + head + ["usd_per_mtok", "goodput", "energy_mwh"])
     w.writerows(out)
-    write_text_atomically(path, buf.getvalue(), "--csv")
+    return buf.getvalue()
+
+
+def not_plotted(rows: list[dict]) -> Optional[str]:
+    """Why ``plot`` would draw nothing for ``rows`` (no scenario found a layout), or None."""
+    if _series(rows):
+        return None
+    if rows:
+        return "no scenario found a layout that fits"
+    return "no scenario is done yet"
 
 
 def _series(rows: list[dict]) -> dict:

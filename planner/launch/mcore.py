@@ -19,7 +19,7 @@ from hardware_catalog.schema import windowed_layer_count
 from planner.frameworks.bridge import GLU_CLAMP
 from planner.frameworks.megatron import ARGS
 from planner.frameworks.megatron import READ_TABLE as TABLE
-from planner.launch.spec import Launch, boolean, integer, number
+from planner.launch.spec import Launch, boolean, check_range, integer, number
 
 TCFG = "Megatron-Core transformer_config.py"
 
@@ -42,6 +42,16 @@ class Settings:
     def label(self, dest: str) -> str:
         """How the file states ``dest`` (or would: a Megatron flag, else the Megatron-Core field name)."""
         return self.where.get(dest) or ("--" + dest.replace("_", "-") if self.source == ARGS else dest)
+
+    def said(self, dest: str) -> str:
+        """``dest`` with its value as the file writes it: ``--flag value`` (a switch: ``--flag``) on a
+        Megatron-LM command line, ``key=value`` in a NeMo / Megatron-Bridge config."""
+        value = self.values.get(dest)
+        if self.source != ARGS:
+            return f"{self.label(dest)}={str(value).lower() if isinstance(value, bool) else value}"
+        if isinstance(value, bool) and self.where.get(dest, "").startswith("--"):  # a switch
+            return self.label(dest)
+        return f"{self.label(dest)} {' '.join(map(str, value)) if isinstance(value, list) else value}"
 
     def int(self, dest: str, default=None, minimum: int = 1):
         return integer(self.values[dest], self.label(dest), minimum) if dest in self.values else default
@@ -356,7 +366,8 @@ def _read(s: Settings, launch: Launch, option: str, convert=None, why: str = "")
     if not keys and len(flags) == 1 and str(s.values.get(next(iter(flags)))).lower() == "false":
         keys = sorted(flags)  # a config YAML states the one switch off (a command line cannot): the default, stated
     if keys:
-        launch.state(option, convert(value, s.label(keys[0])) if convert else value)
+        launch.state(option, convert(value, s.label(keys[0])) if convert else value,
+                     said=" ".join(s.said(k) for k in keys if k in s.values))
     elif value is not None:
         first = next((r.sets[0][0] for r in TABLE.rows_for(option) if r.sets), option)
         launch.default(option, value, f"no {s.label(first)}" + (f", {why}" if why else ""))
@@ -366,6 +377,7 @@ def _read(s: Settings, launch: Launch, option: str, convert=None, why: str = "")
 def _degrees(s: Settings, launch: Launch) -> None:
     for option in ("tp", "pp", "cp", "ep"):
         _read(s, launch, option, integer)
+    check_range(launch, "tp", "pp", "cp", "ep")
     tp = launch.values["tp"]
     # validate_args: expert_tensor_parallel_size None -> tensor_model_parallel_size.
     if _read(s, launch, "etp", integer) is None:
@@ -412,15 +424,52 @@ def _cp_comm_type(s: Settings, launch: Launch) -> None:
                       "--cp-comm-type a2a+p2p)")
 
 
+_VIRTUAL = ("num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
+            "pipeline_model_parallel_layout")
+"""The settings that each set the virtual pipeline; validate_args allows one at a time."""
+
+
+def _virtual_stages(s: Settings, launch: Launch, L: int, pp: int, extra: int) -> None:
+    """vpp from --num-layers-per-virtual-pipeline-stage N, with validate_args' checks ('Uneven
+    virtual pipeline parallelism'), refused in the file's words: N must divide each stage's
+    layers, which need the (embedding / loss counted) layers to divide over the stages."""
+    from hardware_catalog.errors import PlannerInputError
+
+    dest = "num_layers_per_virtual_pipeline_stage"
+    said = s.said(dest)
+    n = s.int(dest)
+    uneven = [s.said(d) for d in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers") if s.has(d)]
+    if uneven:
+        raise PlannerInputError(f"{said} with {' and '.join(uneven)}: Megatron-LM refuses uneven stages with it "
+                                f"(validate_args): give {s.label('num_virtual_stages_per_pipeline_rank')} instead")
+    if (L + extra) % pp:
+        counted = f"{L} layers" + (f" + {extra} (the embedding / loss counted as layers)" if extra else "")
+        raise PlannerInputError(f"{said}: the {counted} do not divide over the {pp} pipeline stages "
+                                f"({s.label('pipeline_model_parallel_size')} {pp}), which validate_args requires")
+    per_stage = (L + extra) // pp
+    if per_stage % n:
+        allowed = ", ".join(str(d) for d in range(1, per_stage + 1) if per_stage % d == 0)
+        raise PlannerInputError(f"{said}: does not divide the {per_stage} layers of each of the {pp} pipeline stages "
+                                f"(allowed: {allowed})")
+    launch.state("vpp", per_stage // n, said=f"vpp {per_stage // n} from {said}")
+
+
 def _pipeline(s: Settings, launch: Launch) -> None:
     """vpp and the first/last stage layers (validate_args, 'Uneven virtual pipeline parallelism')."""
+    from hardware_catalog.errors import PlannerInputError
+
     L, pp = launch.model.num_layers, launch.values["pp"]
     extra = int(s.flag("account_for_embedding_in_pipeline_split")) + int(s.flag("account_for_loss_in_pipeline_split"))
+    given = [d for d in _VIRTUAL if s.get(d) not in (None, "", [])]
+    # validate_args: 'No more than one of the following arguments can be set at the same time'.
+    if len(given) > 1 and s.source == ARGS:
+        raise PlannerInputError(f"{' with '.join(s.said(d) for d in given)}: Megatron-LM takes one of "
+                                f"{', '.join(s.label(d) for d in _VIRTUAL)} (validate_args)")
     if TABLE.read("vpp", s.values)[1]:
-        launch.state("vpp", s.int("num_virtual_stages_per_pipeline_rank"))
+        key = "num_virtual_stages_per_pipeline_rank"
+        launch.state("vpp", s.int(key), said=s.said(key))
     elif s.has("num_layers_per_virtual_pipeline_stage"):
-        per_stage = (L + extra) // max(pp, 1)
-        launch.state("vpp", max(per_stage // s.int("num_layers_per_virtual_pipeline_stage"), 1))
+        _virtual_stages(s, launch, L, pp, extra)
     else:
         launch.default("vpp", 1, "no virtual pipeline flag")
     first, last = s.int("decoder_first_pipeline_num_layers"), s.int("decoder_last_pipeline_num_layers")
@@ -428,18 +477,19 @@ def _pipeline(s: Settings, launch: Launch) -> None:
         per = (L + extra) // pp  # the embedding / loss count as one layer on the first / last stage
         first = per - 1 if s.flag("account_for_embedding_in_pipeline_split") else None
         last = per - 1 if s.flag("account_for_loss_in_pipeline_split") else None
-    for option, value in (("pp_first_layers", first), ("pp_last_layers", last)):
+    for option, value, dest in (("pp_first_layers", first, "decoder_first_pipeline_num_layers"),
+                                ("pp_last_layers", last, "decoder_last_pipeline_num_layers")):
         if value is not None and pp > 1:
-            launch.state(option, value)
+            launch.state(option, value, said=s.said(dest) if s.has(dest) else None)
 
 
 def _batch(s: Settings, launch: Launch) -> None:
     if s.has("micro_batch_size"):
-        launch.state("mbs", s.int("micro_batch_size"))
+        launch.state("mbs", s.int("micro_batch_size"), said=s.said("micro_batch_size"))
     else:
         launch.default("mbs", 1, f"no {s.label('micro_batch_size')}")
     if s.has("global_batch_size"):
-        launch.state("gbs", s.int("global_batch_size"))
+        launch.state("gbs", s.int("global_batch_size"), said=s.said("global_batch_size"))
     else:  # validate_args: global_batch_size = micro_batch_size * data_parallel_size
         launch.gbs_rule = "mbs*dp"
     if s.has("seq_length"):
@@ -489,11 +539,31 @@ def _data_parallel(s: Settings, launch: Launch) -> None:
     strategy = str(s.get("data_parallel_sharding_strategy", "no_shard"))
     if s.flag("use_megatron_fsdp") and strategy not in strategies:
         raise _bad(s, "data_parallel_sharding_strategy", strategy, ", ".join(strategies))
+    _fsdp2_with_distributed_optimizer(s, launch)
     _read(s, launch, "zero")
     _read(s, launch, "dp_comm_overlap", lambda v, where: boolean(v, where))
     instances = s.int("num_distributed_optimizer_instances", 1)
     if instances > 1:  # dp_shard = dp / instances, once the GPU count gives dp
         launch.shard_replicas = instances
+
+
+def _fsdp2_with_distributed_optimizer(s: Settings, launch: Launch) -> None:
+    """PyTorch FSDP2 and Megatron's distributed optimizer together. Megatron-LM refuses the pair:
+    megatron/training/arguments.py validate_args asserts "--use-torch-fsdp2 is not supported with
+    MCore's distributed optimizer" (at ``ARGS``' commit). Megatron-Bridge's config validation
+    (training/config.py) does not check it, so a NeMo / Bridge config is priced as the table reads
+    it and the pair is listed."""
+    if not (s.flag("use_torch_fsdp2") and s.flag("use_distributed_optimizer")):
+        return
+    pair = f"{s.said('use_distributed_optimizer')} with {s.said('use_torch_fsdp2')}"
+    if s.source == ARGS:
+        from hardware_catalog.errors import PlannerInputError
+
+        raise PlannerInputError(f"{pair}: Megatron-LM refuses the pair (validate_args: --use-torch-fsdp2 is not "
+                                "supported with MCore's distributed optimizer); keep one: --use-torch-fsdp2 (FSDP2, "
+                                "ZeRO-3) or --use-distributed-optimizer (ZeRO-1)")
+    launch.cannot(pair, "as ZeRO-1 (the distributed optimizer); Megatron-LM refuses the pair, Megatron-Bridge's "
+                        "config does not check it")
 
 
 def _precision(s: Settings, launch: Launch) -> None:

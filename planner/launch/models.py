@@ -14,6 +14,9 @@ _SHAPE = ("num_layers", "hidden_size", "num_attention_heads", "kv_heads", "head_
           "gated_mlp", "norm", "position_embedding", "tied_embeddings", "linear_bias", "qkv_bias", "dropout",
           "mtp_layers", "sliding_window", "full_attention_every")
 """What must agree for a file's model to be a catalog preset (ModelSpec attributes)."""
+_SIZES = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "kv_heads", "head_size")
+"""The shape proper (with the vocabulary, the experts and MLA): what ranks the closest preset
+before the switches (gated MLP, norm, biases, tied embeddings, dropout, ...) do."""
 
 
 def _moe_key(moe):
@@ -60,7 +63,11 @@ def shape_model(fields: dict, vocab_candidates: tuple, name: str, vocab_note: st
 
         raise PlannerInputError(f"the model shape in the launch file is not valid: {condense_validation_error(err)}") from None
     clamp = "glu_clamp" in fields  # unstated: a matching preset brings its own (clamp_fields)
-    ranked = sorted(list_models(), key=lambda m: len(differences(spec, m, clamp)))
+    # The closest preset is the nearest by shape, then by switches: a file with Llama 3 8B's sizes
+    # and Megatron's default biases / tied embeddings is llama3-8b with those switches off, not a
+    # GPT preset of other sizes that happens to share more defaults.
+    ranked = sorted(list_models(), key=lambda m: (_shape_distance(spec, m, vocab, vocab_candidates),
+                                                  len(differences(spec, m, clamp))))
     same = [m for m in ranked if not differences(spec, m, clamp)]
     for preset in same:
         if vocab is not None and preset.vocab_size == vocab or preset.vocab_size in vocab_candidates:
@@ -75,10 +82,38 @@ def shape_model(fields: dict, vocab_candidates: tuple, name: str, vocab_note: st
         raise PlannerInputError("the launch file gives no vocabulary size (its tokenizer reads it from files) and "
                                 "its shape matches no single catalog preset: give --model NAME or a model file")
     closest = ranked[0]
-    diff = differences(spec, closest, clamp) or [f"vocab_size {vocab} vs {closest.vocab_size}"]
     note = (f"built from the file's shape ({_summary(spec)}); no catalog preset matches (closest {closest.name}: "
-            f"{', '.join(diff[:3])})")
+            f"{_closest_text(spec, closest, clamp, vocab, vocab_candidates)})")
     return spec, note + (f"; {vocab_note}" if vocab_note else "")
+
+
+def _same_vocab(m, vocab, candidates) -> bool:
+    return vocab is None or m.vocab_size == vocab or m.vocab_size in candidates
+
+
+def _shape_distance(spec, m, vocab, candidates) -> tuple:
+    """(how many shape fields differ, how far apart they are): the sizes, the vocabulary, the
+    experts and MLA; the switches are left to ``differences``."""
+    import math
+
+    sizes = [k for k in _SIZES if getattr(spec, k) != getattr(m, k)]
+    count = len(sizes) + (not _same_vocab(m, vocab, candidates)) + (_moe_key(spec.moe) != _moe_key(m.moe)) \
+        + (_mla_key(spec.mla) != _mla_key(m.mla))
+    gap = sum(abs(math.log(getattr(spec, k) / getattr(m, k))) for k in sizes if getattr(spec, k) and getattr(m, k))
+    return count, gap
+
+
+def _closest_text(spec, closest, clamp: bool, vocab, candidates) -> str:
+    """The closest preset's differences: the shape's first, then every switch that differs."""
+    diff = differences(spec, closest, clamp)
+    shape = [d for d in diff if d.split()[0] in _SIZES or d.startswith(("experts", "multi-latent"))]
+    if not _same_vocab(closest, vocab, candidates):
+        shape.append(f"vocab_size {vocab} vs {closest.vocab_size}")
+    switches = [d for d in diff if d not in shape]
+    if not shape:
+        return f"the same shape; differs in {', '.join(switches)}" if switches else "the same shape"
+    return ", ".join(shape[:4]) + (f"; and in {', '.join(switches[:4])}" if switches else "") \
+        + (f" and {len(switches) - 4} more" if len(switches) > 4 else "")
 
 
 def _summary(m) -> str:

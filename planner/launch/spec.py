@@ -94,11 +94,17 @@ class Launch:
     unknown: list = field(default_factory=list)
     ignored: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    said: dict = field(default_factory=dict)
+    """Option name -> how the file states it, in its own words ("--num-layers-per-virtual-pipeline-stage 3",
+    "[parallelism] tensor_parallel_degree = 8"; a derived value says so: "vpp 5 from ..."), so an
+    error about the option names what the user wrote (``planner.cli.from_launch.resolve``)."""
 
-    def state(self, option: str, value) -> None:
-        """The file states ``option``."""
+    def state(self, option: str, value, said: Optional[str] = None) -> None:
+        """The file states ``option`` (``said``: in these words)."""
         self.values[option] = value
         self.stated.add(option)
+        if said:
+            self.said[option] = said
 
     def default(self, option: str, value, source: str) -> None:
         """The file leaves ``option`` unstated: the framework default ``value`` (declared at ``source``)."""
@@ -133,8 +139,9 @@ def _plain(value):
     return list(value) if isinstance(value, tuple) else value
 
 
-def integer(value, where: str, minimum: int = 1) -> int:
-    """``value`` as an integer >= ``minimum``; one-line error naming ``where`` otherwise."""
+def integer(value, where: str, minimum: int = 1, said: Optional[str] = None) -> int:
+    """``value`` as an integer >= ``minimum``; one-line error naming ``where`` otherwise (``said``:
+    the setting as the file writes it, in place of ``where=value``)."""
     try:
         if isinstance(value, bool):
             raise ValueError
@@ -142,10 +149,27 @@ def integer(value, where: str, minimum: int = 1) -> int:
         if not isinstance(number, (int, float)) or int(number) != number:
             raise ValueError
     except (TypeError, ValueError):
-        raise PlannerInputError(f"{where}={value!r}: must be an integer") from None
+        raise PlannerInputError(f"{said or f'{where}={value!r}'}: must be an integer") from None
     if number < minimum:
-        raise PlannerInputError(f"{where}={int(number)}: must be >= {minimum}")
+        raise PlannerInputError(f"{said or f'{where}={int(number)}'}: must be >= {minimum}")
     return int(number)
+
+
+def check_range(launch: Launch, *options: str) -> None:
+    """Each stated ``option`` within planner's bounds for it (``costmodel.options``), else one line
+    naming the file's setting (``Launch.said``) rather than the planner flag it becomes: checked as
+    read, before a degree shapes anything else (Megatron pads the vocabulary to a multiple of TP)."""
+    from costmodel.options import OPTIONS_BY_NAME, range_text
+
+    for name in options:
+        said = launch.said.get(name)
+        if said is None or name not in launch.stated:
+            continue
+        opt = OPTIONS_BY_NAME[name]
+        try:
+            opt.parse(launch.values[name])
+        except PlannerInputError:
+            raise PlannerInputError(f"{said}: must be {range_text(True, opt.minimum, opt.maximum)}") from None
 
 
 def number(value, where: str) -> float:
@@ -157,7 +181,7 @@ def number(value, where: str) -> float:
         raise PlannerInputError(f"{where}={value!r}: must be a number") from None
 
 
-def boolean(value, where: str) -> bool:
+def boolean(value, where: str, said: Optional[str] = None) -> bool:
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -165,4 +189,4 @@ def boolean(value, where: str) -> bool:
         return True
     if text in ("false", "0", "no", "off"):
         return False
-    raise PlannerInputError(f"{where}={value!r}: must be true or false")
+    raise PlannerInputError(f"{said or f'{where}={value!r}'}: must be true or false")

@@ -30,10 +30,10 @@ import tomllib
 
 from hardware_catalog.errors import PlannerInputError
 from planner.frameworks.torchtitan import (
-    CONFIG_FUNCTIONS, FLAVORS, GPT_OSS_WINDOW, MOE_FLAVORS, PER_OP_SAC_SHARE, TABLE, cli_settings, stage_split,
+    CONFIG_FUNCTIONS, FLAVORS, GPT_OSS_WINDOW, MOE_FLAVORS, PER_OP_SAC_SHARE, TABLE, cli_settings, cli_word, stage_split,
 )
 from hardware_catalog.files import read_input_text
-from planner.launch.spec import Launch, boolean, integer
+from planner.launch.spec import Launch, boolean, check_range, integer
 
 SOURCE = "torchtitan config dataclasses (0.1.0 config_manager.py, 0.2.x job_config.py, 0.3.0 configs.py)"
 DEFAULTS = {
@@ -67,6 +67,9 @@ QUIET_KEYS = {"model.tokenizer_path", "model.hf_assets_path", "model.print_after
               "activation_checkpoint.preserve_rng_state", "activation_checkpoint.determinism_check",
               "activation_checkpoint.debug", "module", "config"}
 SINGLE_STAGE = ("1F1B", "GPipe")
+TABLES = frozenset(key.split(".", 1)[0] for key in PRICED if "." in key)
+"""The config sections planner reads settings from: each is a table ([parallelism] ...; on the
+command line --parallelism.<field>), never a value of its own."""
 
 
 # ----------------------------------------------------------------------------------- input
@@ -83,9 +86,10 @@ def flatten(table: dict, prefix: str = "") -> dict:
     return out
 
 
-def _from_script(text: str, path: str, launch: Launch) -> dict:
+def _from_script(text: str, path: str, launch: Launch) -> tuple[dict, frozenset]:
     """Settings of a shell script or command line that runs torchtitan (0.3 overrides, or a
-    --job.config_file TOML read relative to the script, with overrides on top)."""
+    --job.config_file TOML read relative to the script, with overrides on top), and the keys the
+    TOML states (the others are command-line words)."""
     from pathlib import Path
 
     from planner.launch.megatron import gpu_count
@@ -108,8 +112,9 @@ def _from_script(text: str, path: str, launch: Launch) -> dict:
         toml_path = Path(path).parent / str(config_file)
         if not toml_path.is_file():
             raise PlannerInputError(f"{path}: --job.config_file {config_file} is not at {toml_path}: give the TOML itself")
-        settings = {**_parse_toml(read_input_text(toml_path, str(toml_path)), str(toml_path)), **settings}
-    return settings
+        from_toml = _parse_toml(read_input_text(toml_path, str(toml_path)), str(toml_path))
+        return {**from_toml, **settings}, frozenset(from_toml) - frozenset(settings)
+    return settings, frozenset()
 
 
 def _parse_toml(text: str, path: str) -> dict:
@@ -125,10 +130,27 @@ def _parse_toml(text: str, path: str) -> dict:
 class _Config:
     """Settings with the config function's and the dataclasses' defaults behind them."""
 
-    def __init__(self, settings: dict, launch: Launch):
+    def __init__(self, settings: dict, launch: Launch, toml_keys: frozenset = frozenset()):
         self.settings = settings
         self.function = CONFIG_FUNCTIONS.get(str(settings.get("config", "")), {})
         self.launch = launch
+        self.toml_keys = toml_keys
+        """Keys a TOML states (written ``[section] field = value``); the others are command-line words."""
+
+    def said(self, key: str, value=None) -> str:
+        """``key`` (with ``value``, default its own) as the file writes it: ``[parallelism]
+        tensor_parallel_degree = 8`` in a TOML, ``--parallelism.tensor_parallel_degree 8`` on a
+        command line, or the config function that sets it."""
+        value = self.get(key) if value is None else value
+        if key in self.toml_keys:
+            section, _, name = key.rpartition(".")
+            return f"[{section}] {name} = {_toml(value)}" if section else f"{name} = {_toml(value)}"
+        if key in self.settings:
+            word, rest = cli_word(key, value)
+            return " ".join([word, *rest])
+        if key in self.function:
+            return f"{key} {_toml(value)} (set by --config {self.settings['config']})"
+        return f"{key} {_toml(value)} (the default)"
 
     def stated(self, key: str) -> bool:
         return key in self.settings or key in self.function
@@ -146,7 +168,39 @@ class _Config:
         return f"no {key}"
 
     def int(self, key: str, minimum: int = 1) -> int:
-        return integer(self.get(key), key, minimum)
+        return integer(self.get(key), key, minimum, said=self.said(key))
+
+
+def _toml(value) -> str:
+    """A value as TOML writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        import json
+
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(map(_toml, value)) + "]"
+    return str(value)
+
+
+def _tables(c: "_Config") -> None:
+    """A section planner reads (``TABLES``) given a value of its own (``parallelism = 5``) is no
+    config torchtitan takes: refused, not read as a section left at its defaults."""
+    for key in c.settings:
+        if key in TABLES and (key in c.toml_keys or key != "activation_checkpoint"):  # 0.3: activation_checkpoint:<mode>
+            if key in c.toml_keys:
+                raise PlannerInputError(f"{c.said(key)}: a table is expected, not a value ([{key}] with its fields "
+                                        f"under it, e.g. {_EXAMPLE.get(key, f'[{key}] ...')})")
+            raise PlannerInputError(f"{c.said(key)}: {key} is a section, not a value: give its fields as "
+                                    f"--{key}.<field> VALUE (e.g. --{_EXAMPLE_CLI.get(key, key + '.<field> VALUE')})")
+
+
+_EXAMPLE = {"parallelism": "[parallelism] tensor_parallel_degree = 8", "training": "[training] seq_len = 8192",
+            "model": '[model] name = "llama3"', "activation_checkpoint": '[activation_checkpoint] mode = "full"',
+            "compile": "[compile] enable = true"}
+_EXAMPLE_CLI = {"parallelism": "parallelism.tensor_parallel_degree 8", "training": "training.seq_len 8192",
+                "model": "model.name llama3", "compile": "compile.enable"}
 
 
 def _model(c: _Config, model) -> None:
@@ -191,7 +245,7 @@ def _model(c: _Config, model) -> None:
 def _put(c: _Config, option: str, value, key: str) -> None:
     """``option`` from ``key``: stated when the file (or its config function) sets it."""
     if key in c.settings:
-        c.launch.state(option, value)
+        c.launch.state(option, value, said=c.said(key))
     else:
         c.launch.default(option, value, c.why(key))
 
@@ -201,8 +255,11 @@ def _degrees(c: _Config) -> None:
     for option, key in (("tp", "parallelism.tensor_parallel_degree"), ("pp", "parallelism.pipeline_parallel_degree"),
                         ("cp", "parallelism.context_parallel_degree")):
         _put(c, option, c.int(key), key)
+    check_range(launch, "tp", "pp", "cp")
     _experts(c)
-    sp = boolean(c.get("parallelism.enable_sequence_parallel"), "parallelism.enable_sequence_parallel")
+    check_range(launch, "ep", "etp")
+    sp = boolean(c.get("parallelism.enable_sequence_parallel"), "parallelism.enable_sequence_parallel",
+                 said=c.said("parallelism.enable_sequence_parallel"))
     _put(c, "sequence_parallel", sp and launch.values["tp"] > 1, "parallelism.enable_sequence_parallel")
     async_tp = c.get("compile.enable_async_tensor_parallel") or c.settings.get("parallelism.enable_async_tensor_parallel")
     key = "compile.enable_async_tensor_parallel"  # 0.3; 0.1 and 0.2 spell it parallelism.enable_async_tensor_parallel
@@ -235,19 +292,20 @@ def _experts(c: _Config) -> None:
     key = "parallelism.expert_tensor_parallel_degree"
     etp = c.int(key) if c.get(key) is not None else 1  # the 0.2.x default; 0.3.0 has no field and folds TP into EP
     if etp not in (1, tp):
-        raise PlannerInputError(f"{key}={etp}: torchtitan allows 1 or tensor_parallel_degree ({tp}) with EP")
+        raise PlannerInputError(f"{c.said(key)}: torchtitan allows 1 or tensor_parallel_degree ({tp}) with EP")
     (launch.state if key in c.settings else lambda o, v: launch.default(o, v, f"no {key} (default 1)"))("etp", etp)
 
 
 def _data_parallel(c: _Config) -> None:
     launch = c.launch
     replicate = c.int("parallelism.data_parallel_replicate_degree")
-    shard = integer(c.get("parallelism.data_parallel_shard_degree"), "parallelism.data_parallel_shard_degree", -1)
+    key = "parallelism.data_parallel_shard_degree"
+    shard = integer(c.get(key), key, -1, said=c.said(key))
     if shard == 0 or shard < -1:
-        raise PlannerInputError(f"parallelism.data_parallel_shard_degree={shard}: allowed -1 (the leftover ranks) or >= 1")
+        raise PlannerInputError(f"{c.said(key)}: allowed -1 (the leftover ranks) or >= 1")
     policy = str(c.get("parallelism.fsdp_reshard_after_forward"))
     if policy not in ("default", "always", "never"):
-        raise PlannerInputError(f"parallelism.fsdp_reshard_after_forward={policy}: allowed default, always, never")
+        raise PlannerInputError(f"{c.said('parallelism.fsdp_reshard_after_forward')}: allowed default, always, never")
     if shard == 1 and launch.values["cp"] == 1:  # with CP, FSDP2 shards over dp_shard x cp (parallelize.py)
         zero = 0
     elif policy == "default":
@@ -255,15 +313,22 @@ def _data_parallel(c: _Config) -> None:
     else:
         zero = 3 if policy == "always" else 2
     stated = "parallelism.data_parallel_shard_degree" in c.settings or "parallelism.fsdp_reshard_after_forward" in c.settings
-    (launch.state if stated else lambda o, v: launch.default(o, v, "FSDP2 over the leftover ranks"))("zero", zero)
+    if stated:
+        launch.state("zero", zero, said=" and ".join(c.said(k) for k in ("parallelism.data_parallel_shard_degree",
+                                                                         "parallelism.fsdp_reshard_after_forward")
+                                                      if k in c.settings))
+    else:
+        launch.default("zero", zero, "FSDP2 over the leftover ranks")
     if shard > 1 and replicate > 1:  # HSDP: FSDP over shard groups, replicated across them
-        launch.state("dp_shard", shard)
+        launch.state("dp_shard", shard, said=c.said(key))
     elif shard == -1 and replicate > 1:
         launch.cannot(f"HSDP (replicate {replicate} x the leftover shard ranks)",
                       f"as ZeRO-{zero} over all data-parallel ranks (state the shard degree to price HSDP)")
     if shard > 0:
         launch.dp = replicate * shard
-        launch.dp_note = f"data_parallel_replicate_degree {replicate} x data_parallel_shard_degree {shard}"
+        launch.dp_note = c.said(key)
+        if replicate > 1 or "parallelism.data_parallel_replicate_degree" in c.settings:
+            launch.dp_note = f"{c.said('parallelism.data_parallel_replicate_degree')} x {launch.dp_note}"
 
 
 def _batch(c: _Config) -> None:
@@ -274,9 +339,10 @@ def _batch(c: _Config) -> None:
         _put(c, "mbs", c.int("parallelism.pipeline_parallel_microbatch_size"), "parallelism.pipeline_parallel_microbatch_size")
     else:
         _put(c, "mbs", local, "training.local_batch_size")
-    total = integer(c.get("training.global_batch_size"), "training.global_batch_size", -1)
+    total = integer(c.get("training.global_batch_size"), "training.global_batch_size", -1,
+                    said=c.said("training.global_batch_size"))
     if total > 0:
-        launch.state("gbs", total)
+        launch.state("gbs", total, said=c.said("training.global_batch_size"))
     else:  # global_batch_size -1: local_batch_size on every data-parallel rank, no accumulation
         launch.gbs_rule, launch.gbs_per_dp = "per_dp*dp", local
     _put(c, "seq_len", c.int("training.seq_len"), "training.seq_len")
@@ -301,17 +367,23 @@ def _pipeline(c: _Config) -> None:
         first_less = c.int("parallelism.pipeline_parallel_first_stage_less_layers", 0)
         last_less = c.int("parallelism.pipeline_parallel_last_stage_less_layers", 0)
         per_stage = c.get("parallelism.pipeline_parallel_layers_per_stage")
+        said = c.said("parallelism.pipeline_parallel_degree")
         if per_stage:
-            stages = math.ceil((L + first_less + last_less) / integer(per_stage, "parallelism.pipeline_parallel_layers_per_stage"))
+            key = "parallelism.pipeline_parallel_layers_per_stage"
+            stages = math.ceil((L + first_less + last_less) / integer(per_stage, key, said=c.said(key)))
+            said = c.said(key)
         else:
             stages = pp * (1 if schedule in SINGLE_STAGE else 2)
         counts = stage_split(L, stages, first_less, last_less)
         if counts is None:
-            raise PlannerInputError(f"torchtitan cannot split {L} layers into {stages} stages with first/last-stage "
+            raise PlannerInputError(f"{said}: torchtitan cannot split {L} layers into {stages} stages with first/last-stage "
                                     f"weights {first_less}/{last_less} (generate_llm_fqn_per_model_part raises)")
     if len(counts) % pp:
-        raise PlannerInputError(f"{len(counts)} pipeline stages do not divide over pipeline_parallel_degree {pp}")
-    launch.state("vpp", len(counts) // pp)
+        raise PlannerInputError(f"{c.said('parallelism.pipeline_parallel_degree')}: the {len(counts)} pipeline stages "
+                                f"do not divide over it")
+    how = [c.said(k) for k in ("parallelism.pipeline_parallel_split_points", "parallelism.pipeline_parallel_layers_per_stage",
+                               "parallelism.pipeline_parallel_schedule") if k in c.settings]
+    launch.state("vpp", len(counts) // pp, said=f"vpp {len(counts) // pp} from {' and '.join(how)}" if how else None)
     per_rank = [sum(counts[r::pp]) for r in range(pp)]
     if len(set(per_rank[1:-1])) > 1:
         launch.cannot(f"middle ranks holding {'/'.join(map(str, per_rank[1:-1]))} layers", "with planner's even middle split")
@@ -333,7 +405,7 @@ def _recompute(c: _Config) -> None:
         launch.state("recompute", "selective")
         launch.cannot("activation_checkpoint.mode memory_budget", "as selective recompute")
     elif mode != "selective":
-        raise PlannerInputError(f"activation_checkpoint.mode={mode}: allowed selective, full, memory_budget, none")
+        raise PlannerInputError(f"{c.said('activation_checkpoint.mode')}: allowed selective, full, memory_budget, none")
     elif option == "op":
         _put(c, "recompute", "full", key)
         launch.state("recompute_share", PER_OP_SAC_SHARE)
@@ -344,7 +416,8 @@ def _recompute(c: _Config) -> None:
                             "priced as full recompute of half of each stage's layers, as --framework torchtitan-0.2 "
                             "prices it (planner.frameworks.torchtitan.PER_OP_SAC_SHARE)")
     else:
-        every = integer(option, "activation_checkpoint.selective_ac_option")
+        every = integer(option, "activation_checkpoint.selective_ac_option",
+                        said=c.said("activation_checkpoint.selective_ac_option"))
         _put(c, "recompute", "full", key)
         if every > 1:
             stage = launch.model.num_layers // launch.values["pp"]
@@ -400,7 +473,8 @@ def _cuda_graphs(c: _Config) -> None:
     if c.launch.launcher == "TOML job config":
         launch.values["cuda_graphs"] = False
         return
-    disabled = boolean(c.get("training.disable_cuda_graphs") or False, "training.disable_cuda_graphs")
+    disabled = boolean(c.get("training.disable_cuda_graphs") or False, "training.disable_cuda_graphs",
+                       said=c.said("training.disable_cuda_graphs"))
     _put(c, "cuda_graphs", not disabled, "training.disable_cuda_graphs")
 
 
@@ -442,10 +516,12 @@ def read(text: str, path: str, model=None) -> Launch:
     launch = Launch(format="torchtitan", path=path, defaults_from=SOURCE)
     if path.lower().endswith(".toml"):
         settings = _parse_toml(text, path)
+        toml_keys = frozenset(settings)
         launch.launcher = "TOML job config"
     else:
-        settings = _from_script(text, path, launch)
-    c = _Config(settings, launch)
+        settings, toml_keys = _from_script(text, path, launch)
+    c = _Config(settings, launch, toml_keys)
+    _tables(c)
     _model(c, model)
     _degrees(c)
     _data_parallel(c)

@@ -74,6 +74,13 @@ def _gpus(launch: Launch, gpus, values: dict, derived: list) -> int:
     if gpus is not None:
         if launch.dp is not None:
             split = values["tp"] * values["pp"] * values["cp"]
+            if gpus != launch.dp * split and launch.format == "torchtitan":
+                # torchtitan's ParallelDims: dp_replicate x dp_shard x cp x tp x pp is the world size.
+                raise PlannerInputError(
+                    f"{launch.path}: {launch.dp_note} gives dp {launch.dp}, which with tp {values['tp']} x pp "
+                    f"{values['pp']} x cp {values['cp']} runs on {launch.dp * split} GPUs, not --gpus {gpus} (torchtitan "
+                    f"requires the degrees' product to be the GPU count, ParallelDims): give --gpus {launch.dp * split}, "
+                    "or data_parallel_shard_degree = -1 (the leftover ranks)")
             if gpus != launch.dp * split:
                 # DeepSpeed's batch keys fix the data-parallel width (runtime/config.py _batch_assertion);
                 # the rest of --gpus is model parallelism the config cannot state.
@@ -133,6 +140,7 @@ def launch_job(launch: Launch, *, model=None, gpus=None, gpu=None, cluster=None,
     """(problem, layout values, overrides, derived): the file's job and layout with the command
     line on top, and notes on what the command line replaced and what was filled in."""
     values, overrides = apply_overrides(launch, given or {})
+    _check_file_values(_file_words(launch, values, given or {}), values)
     derived: list[str] = []
     model_spec = _model(launch, model)
     if model is not None and launch.model is not None and model_spec.name != launch.model.name:
@@ -164,10 +172,42 @@ def launch_job(launch: Launch, *, model=None, gpus=None, gpu=None, cluster=None,
     return problem, {k: v for k, v in values.items() if k in OPTIONS_BY_NAME}, overrides, derived
 
 
+def _file_words(launch: Launch, values: dict, given: dict) -> dict:
+    """Option -> the file's own words (``Launch.said``) for the options the file states and the
+    command line leaves alone."""
+    return {name: said for name, said in launch.said.items()
+            if name not in given and name in values and values[name] == launch.values.get(name)}
+
+
+def _check_file_values(words: dict, values: dict) -> None:
+    """A number the file states that planner's option refuses (e.g. a degree over ``MAX_GPUS``):
+    one line naming the file's setting, not the planner flag it became (``--tp=...``)."""
+    from costmodel.options import INT, OPTIONAL_INT, range_text
+
+    for name, said in words.items():
+        opt = OPTIONS_BY_NAME[name]
+        if opt.kind in (INT, OPTIONAL_INT):
+            try:
+                opt.parse(values[name])
+            except PlannerInputError:
+                raise PlannerInputError(f"{said}: must be {range_text(True, opt.minimum, opt.maximum)}") from None
+
+
+def _in_file_words(message: str, words: dict, values: dict) -> str:
+    """A rule's message (``layout breaks rule ...: tp*cp*pp = ...``, ``vpp=5 ...``) with the file's
+    own words for the options it names, where they are not the option's default."""
+    import re
+
+    named = [said for name, said in words.items() if values[name] != OPTIONS_BY_NAME[name].default
+             and re.search(rf"(?<![\w.-]){name}(?=\s?=|\*)|(?<=\*){name}(?![\w])", message)]
+    return f"{message} (in the file: {'; '.join(named)})" if named else message
+
+
 def resolve(launch: Launch, pricing: Pricing = Pricing(), outputs: Outputs = Outputs(), **kw) -> Resolved:
     """The file's job (``launch_job``; ``kw``: its keywords) priced by ``planner.job.price``: a
     ``planner evaluate --json`` record with ``launch`` added."""
     problem, values, overrides, derived = launch_job(launch, **kw)
+    words = _file_words(launch, values, kw.get("given") or {})
     launch_entry = {**launch.to_dict(), "overrides": overrides, "derived": derived}
     if "cp_comm_type" in launch.stated or (launch.format == "megatron"
                                            and any(d.option == "cp_comm_type" for d in launch.defaults)):
@@ -179,8 +219,10 @@ def resolve(launch: Launch, pricing: Pricing = Pricing(), outputs: Outputs = Out
         priced = price(Job(problem, pricing, outputs), values, {"launch": launch_entry})
     except PlannerInputError as err:
         n = problem.gpus
+        if str(err).startswith("layout breaks rule"):
+            err = type(err)(_in_file_words(str(err), words, values))
         if kw.get("gpus") is not None or f"--gpus={n}" not in str(err):
-            raise
+            raise err from None
         # The count came from the file, not the command line: say so, and how to change it.
         origin = derived[0] if derived and derived[0].startswith("GPUs ") else f"GPUs {n} from the file"
         raise type(err)(str(err).replace(f"--gpus={n}", f"{origin}; pass --gpus N to price it on N GPUs")) from None

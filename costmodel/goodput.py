@@ -259,6 +259,35 @@ def parse_tokens(text, flag: str = "--train-tokens") -> float:
     return TRAIN_TOKENS.parse(float(m.group(1)) * _SUFFIX[m.group(2).upper()], where=flag)
 
 
+
+def parse_token_count(text, flag: str = "--tokens-per-batch") -> Optional[int]:
+    """A whole number of tokens as --train-tokens reads them (``costmodel.goodput.parse_tokens``:
+    16M, 4194304, 4.2e6, 1,000K, 2_000K; K M B/G T P = 10^3 ... 10^15), in the range of
+    ``costmodel.options.TOKENS_PER_BATCH``; None where not given. Otherwise one line naming the
+    value typed: not a number, a fraction of a token, or out of range."""
+    from costmodel.options import TOKENS_PER_BATCH
+    from hardware_catalog.errors import PlannerInputError
+
+    if text is None:
+        return None
+    shown = repr(str(text)[:40])
+    lo, hi = int(TOKENS_PER_BATCH.minimum), int(TOKENS_PER_BATCH.maximum)
+    allowed = "(allowed: e.g. 4194304 or 4M; K, M, B, T = 10^3, 10^6, 10^9, 10^12)"
+    try:
+        tokens = parse_tokens(text, flag)
+    except PlannerInputError:
+        # Its own line states --train-tokens' range (up to 1e15 tokens, fractions too): every value
+        # it refuses (not a number, <= 0, > 1e15) is outside this range too, which this line states.
+        raise PlannerInputError(f"{flag} {shown}: not a number of tokens from {lo:,} to {hi:,} {allowed}") from None
+    whole = round(tokens)
+    # A typed decimal times its suffix is exact to ~1e-16 of the value (16.7M is 16,700,000.000000002
+    # in binary); anything further from a whole number is a fraction of a token.
+    if not math.isclose(tokens, whole, rel_tol=1e-12, abs_tol=0.0):
+        raise PlannerInputError(f"{flag} {shown}: {tokens:,.6g} tokens, not a whole number {allowed}")
+    if not lo <= whole <= hi:
+        raise PlannerInputError(f"{flag} {shown}: {whole:,} tokens, not from {lo:,} to {hi:,} {allowed}")
+    return whole
+
 @dataclass(frozen=True)
 class RunInputs:
     """What the run model takes besides the layout's price: the token budget, the price and

@@ -6,6 +6,10 @@ declare their ranges with these."""
 
 MAX_GPUS = 1 << 20
 """Most GPUs in a job (1,048,576), so also the largest parallel degree."""
+MAX_DOMAIN_GPUS = 1 << 10
+"""Most GPUs in one node or one scale-up domain (1,024): the largest NVLink domain shipped is 72
+GPUs (GB200/GB300 NVL72) and the largest announced 576 (Vera Rubin Ultra NVL576, NVIDIA GTC 2025
+keynote); 1,024 is the next power of two above it, so a cluster file's 100,000 is a typo."""
 MAX_LAYERS = 1 << 13
 """Most transformer layers (8,192): bounds vpp, stage layer counts and recompute layers."""
 MAX_SEQ_LEN = 1 << 24

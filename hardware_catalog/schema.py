@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Literal, Optional, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from hardware_catalog.limits import (MAX_BANDWIDTH_GBPS, MAX_GPUS, MAX_LATENCY_US, MAX_LAYERS, MAX_MEMORY_GIB,
-                                     MAX_OVERSUBSCRIPTION, MAX_SEQ_LEN, MAX_TFLOPS, MAX_TOKENS_PER_BATCH, MAX_WATTS,
+from hardware_catalog.limits import (MAX_BANDWIDTH_GBPS, MAX_DOMAIN_GPUS, MAX_GPUS, MAX_LATENCY_US, MAX_LAYERS,
+                                     MAX_MEMORY_GIB, MAX_OVERSUBSCRIPTION, MAX_SEQ_LEN, MAX_TFLOPS, MAX_TOKENS_PER_BATCH, MAX_WATTS,
                                      MIN_BANDWIDTH_GBPS, MIN_EFFICIENCY, MIN_LATENCY_US, MIN_MEMORY_GIB, MIN_TFLOPS,
                                      MIN_WATTS)
 from hardware_catalog.limits import MAX_HIDDEN as _MAX_HIDDEN
@@ -129,10 +129,10 @@ class ClusterSpec(_Cited):
 
     gpu: str
     """GPU catalog name (or alias) of every GPU in the cluster."""
-    gpus_per_node: int = Field(gt=0, le=MAX_GPUS)
-    """GPUs per server (and per NIC rail set)."""
-    scaleup_domain_size: int = Field(gt=0, le=MAX_GPUS)
-    """GPUs that share the scale-up fabric (8 for HGX/DGX, 72 for GB200 NVL72)."""
+    gpus_per_node: int = Field(gt=0)
+    """GPUs per server (and per NIC rail set); at most ``MAX_DOMAIN_GPUS`` (``_at_most_a_domain``)."""
+    scaleup_domain_size: int = Field(gt=0)
+    """GPUs that share the scale-up fabric (8 for HGX/DGX, 72 for GB200 NVL72); at most ``MAX_DOMAIN_GPUS``."""
     scaleup_topology: ScaleUpTopology = "switch"
     """How GPUs inside a scale-up domain connect: NVSwitch (switch), xGMI full mesh, ring..."""
     scaleup_latency_us: float = Field(ge=MIN_LATENCY_US, le=MAX_LATENCY_US)
@@ -157,6 +157,16 @@ class ClusterSpec(_Cited):
     node_power_watts: Optional[float] = Field(default=None, gt=0, le=1e6)
     """One node's maximum system power (GPUs, CPUs, NICs, fans), W, from the vendor's
     datasheet; None = estimated from the GPUs' power (``costmodel.goodput.Hardware``)."""
+
+    @field_validator("gpus_per_node", "scaleup_domain_size")
+    @classmethod
+    def _at_most_a_domain(cls, value: int) -> int:
+        """The largest node or NVLink domain planner takes (``hardware_catalog.limits.MAX_DOMAIN_GPUS``),
+        in planner's words: pydantic's "Input should be less than or equal to 1024" names no reason."""
+        if value > MAX_DOMAIN_GPUS:
+            raise ValueError(f"at most {MAX_DOMAIN_GPUS:,} GPUs (the largest NVLink domain announced, "
+                             f"NVL576, has 576)")
+        return value
 
     @model_validator(mode="after")
     def _domain_vs_node(self):

@@ -65,9 +65,12 @@ from costmodel.collectives import (
     square_grid,
 )
 from costmodel.options import GPUS, Bound
+from hardware_catalog.limits import MAX_DOMAIN_GPUS
 
 GROUP_GPUS = Bound("--gpus", minimum=2, maximum=GPUS.maximum)
 """GPUs taking part in one collective or P2P: at least two (the job-wide bound starts at one)."""
+NODE_GPUS = Bound("--gpus-per-node", minimum=1, maximum=MAX_DOMAIN_GPUS)
+"""GPUs on one node's switch: a cluster file's bound (``hardware_catalog.limits.MAX_DOMAIN_GPUS``)."""
 from costmodel.placement import group_span
 from hardware_catalog.errors import PlannerInputError
 
@@ -88,6 +91,12 @@ _PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
 _NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(\S*)\s*$")
 _LATENCY = {"s": 1.0, "ms": 1e3, "us": 1e6, "\u00b5s": 1e6, "\u03bcs": 1e6, "ns": 1e9}  # units per second
 SIZE_UNITS = "B, KB, MB, GB, TB (powers of 10), KiB, MiB, GiB, TiB (powers of 2)"
+MAX_MESSAGE_BYTES = 2**50
+"""The largest message (--size, --sweep ends), 1 PiB: a collective's message is a buffer in each
+GPU's memory (all-gather's output, reduce-scatter's input, all one GPU sends in an all-to-all),
+and the largest GPUs in the catalog hold 288 GB of HBM3e (B300, GB300: 276.8 GiB usable); 1 PiB
+is even 16x the 64 TiB a GPU file may declare (hardware_catalog.limits.MAX_MEMORY_GIB). A size
+beyond it is a typo or a unit slip (1e30 printed as 9.095e+17 TiB), not a transfer to time."""
 BANDWIDTH_UNITS = "GB/s, MB/s, TB/s, GiB/s (bytes) or Gb/s, Gbps (bits), e.g. 400GB/s or 400Gb/s"
 LATENCY_UNITS = "s, ms, us (or \u00b5s), ns, e.g. 2us"
 
@@ -142,6 +151,9 @@ def parse_size(text: Optional[str], what: str = "--size") -> float:
         raise PlannerInputError(f"{what} {text!r}: unknown unit '{unit}'{bits}; allowed {SIZE_UNITS}")
     if not value * scale >= 1:
         raise PlannerInputError(f"{what} {text!r}: a message is at least 1 byte")
+    if value * scale > MAX_MESSAGE_BYTES:
+        raise PlannerInputError(f"{what} {text!r}: more than 1 PiB (allowed: 1 B to 1,024 TiB; a message is a "
+                                f"buffer in GPU memory, and the largest GPU holds under 300 GB)")
     return value * scale
 
 
@@ -380,7 +392,7 @@ def _levels(fabric: Fabric, n_local: int, n_nodes: int) -> tuple[Level, ...]:
 
 def _hierarchical(args: CommArgs) -> Setup:
     why = "--topology hierarchical is GPUs in nodes (a switch inside) joined by a network"
-    per_node = GPUS.parse(_require(args, "gpus_per_node", why), where="--gpus-per-node")
+    per_node = NODE_GPUS.parse(_require(args, "gpus_per_node", why))
     net = (args.network_topology or "switch").lower()
     if net not in NETWORK_TOPOLOGIES:
         raise PlannerInputError(f"--network-topology {net}: allowed {', '.join(NETWORK_TOPOLOGIES)}")

@@ -52,6 +52,8 @@ class Mechanism:
     """(job, columns) -> (values array, applies mask)."""
     what: str
     """How one value reads, with {value} and the layout's columns, e.g. "CP {cp} at {value} tokens per rank"."""
+    what_one: str = ""
+    """How a value of exactly 1 reads, where ``what`` counts in the plural ("1 expert per rank")."""
 
 
 @dataclass(frozen=True)
@@ -120,16 +122,18 @@ def _params(job) -> int:
 MECHANISMS: tuple[Mechanism, ...] = (
     Mechanism("cp_tokens_per_rank", "CP tokens per rank", LAYOUT, RANGE,
               lambda job, cols: (job.seq_len // np.asarray(cols["cp"]), np.asarray(cols["cp"]) > 1),
-              "CP {cp} at {value} tokens per rank"),
+              "CP {cp} at {value} tokens per rank", "CP {cp} at {value} token per rank"),
     Mechanism("cp", "CP degree", LAYOUT, RANGE, _col("cp", lambda job, cols: np.asarray(cols["cp"]) > 1), "CP {value}"),
     Mechanism("tp", "TP degree", LAYOUT, RANGE, _col("tp"), "TP {value}"),
     Mechanism("pp", "pipeline stages", LAYOUT, RANGE, _col("pp"), "PP {value}"),
     Mechanism("vpp", "virtual stages per GPU", LAYOUT, RANGE,
-              _col("vpp", lambda job, cols: np.asarray(cols["pp"]) > 1), "{value} virtual stages per GPU"),
+              _col("vpp", lambda job, cols: np.asarray(cols["pp"]) > 1), "{value} virtual stages per GPU",
+              "{value} virtual stage per GPU"),
     Mechanism("dp", "DP degree", LAYOUT, RANGE, _col("dp"), "DP {value}"),
     Mechanism("mbs", "micro-batch size", LAYOUT, RANGE, _col("mbs"), "micro-batch {value}"),
     Mechanism("ep", "EP degree", LAYOUT, RANGE, _col("ep", _moe), "EP {value}"),
-    Mechanism("experts_per_rank", "experts per rank", LAYOUT, RANGE, _experts_per_rank, "{value} experts per rank"),
+    Mechanism("experts_per_rank", "experts per rank", LAYOUT, RANGE, _experts_per_rank, "{value} experts per rank",
+              "{value} expert per rank"),
     Mechanism("zero", "ZeRO stage", LAYOUT, SET, _col("zero"), "ZeRO-{value}"),
     Mechanism("recompute", "recompute", LAYOUT, SET, _names("recompute", RECOMPUTE), "recompute {value}"),
     Mechanism("precision", "precision", LAYOUT, SET, _names("precision", PRECISIONS), "{value}"),
@@ -137,7 +141,7 @@ MECHANISMS: tuple[Mechanism, ...] = (
     Mechanism("moe_tokens", "MoE token policy", LAYOUT, SET, _token_policy, "{value} MoE tokens"),
     Mechanism("gpu_architecture", "GPU architecture", JOB, SET, _job(lambda job: job.gpu.architecture),
               "{value} GPUs"),
-    Mechanism("gpus", "GPU count", JOB, RANGE, _job(lambda job: job.gpus), "{value} GPUs"),
+    Mechanism("gpus", "GPU count", JOB, RANGE, _job(lambda job: job.gpus), "{value} GPUs", "{value} GPU"),
     Mechanism("seq_len", "sequence length", JOB, RANGE, _job(lambda job: job.seq_len), "sequence {value}"),
     Mechanism("model_params", "model size (parameters)", JOB, RANGE, _job(_params), "{value} parameters"),
 )
@@ -237,11 +241,11 @@ def flags(job: Job, cols: dict, scope: Optional[str] = None, data: Optional[dict
             continue
         value = v[0].item() if hasattr(v[0], "item") else v[0]
         fields = {k: _fmt(np.asarray(c)[0].item()) for k, c in cols.items() if k in ("tp", "pp", "cp", "ep", "dp")}
-        what = m.what.format(value=_fmt(value), **fields)
+        what = (m.what_one if m.what_one and value == 1 else m.what).format(value=_fmt(value), **fields)
         out.append({"mechanism": m.name, "scope": m.scope, "value": value,
                     "supported": {k: v for k, v in supported.items() if k != "rows"},
                     "reason": f"{what}: reference runs cover {supported_text(m, supported)} "
-                              f"({supported['rows']} rows)"})
+                              f"({supported['rows']:,} row{'' if supported['rows'] == 1 else 's'})"})
     return out
 
 

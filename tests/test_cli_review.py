@@ -12,8 +12,12 @@ def test_unparsable_number_names_the_value_typed():
     # typer's own message said only "Invalid value for '--tp': Input should be a valid integer".
     res = cli("evaluate", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--tp", "4.5")
     one_error_line(res, "--tp", "'4.5'", "integer")
+    # --tokens-per-batch reads token counts as --train-tokens does (1e6, 4M): 1e6 is 1,000,000 tokens,
+    # which is no whole number of 8,192-token sequences.
     res = cli("search", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--tokens-per-batch=1e6")
-    one_error_line(res, "--tokens-per-batch", "'1e6'")
+    one_error_line(res, "--tokens-per-batch", "1,000,000", "8,192-token sequences")
+    res = cli("search", "--model", "8b", "--gpus", "8", "--gpu", "h100", "--tokens-per-batch=4.5")
+    one_error_line(res, "--tokens-per-batch", "'4.5'", "not a whole number")
 
 
 def test_search_rejects_a_setting_no_gpu_of_the_search_can_run():

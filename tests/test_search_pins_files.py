@@ -69,3 +69,32 @@ def test_fewest_gpus_wording_says_whole_nodes_only_at_a_node_or_more():
     assert format_fewest(2, True, 8) == "a layout fits from --gpus 2 (the fewest GPUs that fit)"
     assert format_fewest(104, True, 8) == "a layout fits from --gpus 104 (the fewest whole nodes that fit)"
     assert format_fewest(None, True, 8) == ""
+
+
+def test_tokens_per_batch_takes_the_suffixes_of_train_tokens_in_search_and_sweep():
+    # 4M = 4,000,000 tokens = 1,000 sequences of 4,000 (decimal suffixes, as --train-tokens 15T).
+    code, out, err = run("search", "--model", "8b", "--gpus", "64", "--gpu", "h100", "--seq-len", "4000",
+                         "--tokens-per-batch", "4M", "--top", "1")
+    assert code == 0, err
+    assert out.startswith("llama3-8b, gbs 1000 x seq 4000")
+    code, out, err = run("sweep", "--model", "8b", "--gpus", "64", "--gpu", "h100", "--seq-len", "4000",
+                         "--tokens-per-batch", "4M,2M", "--json")
+    assert code == 0, err
+    import json
+
+    assert sorted(r["gbs_used"] for r in json.loads(out)["scenarios"]) == [500, 1000]
+
+
+@pytest.mark.parametrize("command", ["evaluate", "export"])
+def test_from_and_from_launch_together_are_refused(tmp_path, command):
+    # Two sources of one layout: evaluate used to price the launch file and drop --from in silence.
+    record = tmp_path / "r.json"
+    record.write_text('{"layout": {"tp": 1}}')
+    args = [command, "--from", str(record), "--rank", "1", "--from-launch",
+            "tests/data/launch/train_llama3_8b_h100_fp8.sh", "--gpu", "h100"]
+    if command == "export":
+        args += ["--out", str(tmp_path / "out")]
+    code, out, err = run(*args)
+    assert code == 2 and out == ""
+    assert err.strip().count("\n") == 0 and "--from-launch" in err and "not both" in err
+    assert not (tmp_path / "out").exists()

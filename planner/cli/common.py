@@ -26,11 +26,12 @@ def add_interval_and_envelope(setup, record: dict) -> None:
 def cluster_line(setup) -> str:
     """The hardware line under evaluate's title: node, scale-up domain, NICs, network."""
     from hardware_catalog import get_interconnect
+    from planner.reports import counted
 
     c = setup.cluster
     nic = get_interconnect(c.nic)
     return (
-        f"{c.gpus_per_node} GPUs/node, {setup.gpu.scaleup_link} {setup.gpu.scaleup_bandwidth_gbps:g} GB/s/dir "
+        f"{counted(c.gpus_per_node, 'GPU')}/node, {setup.gpu.scaleup_link} {setup.gpu.scaleup_bandwidth_gbps:g} GB/s/dir "
         f"in domains of {c.scaleup_domain_size}, {c.nics_per_node} x {nic.name} per node, {c.network_topology} network"
     )
 
@@ -59,10 +60,15 @@ def check_fp8_recipe_use(ctx, values: dict) -> None:
 
 def check_framework_use(framework, from_file=None, from_launch=None) -> None:
     """--framework names a release (checked before any work) and goes with --model: a --from
-    record keeps the settings it was priced with, a launch file states its own."""
+    record keeps the settings it was priced with, a launch file states its own. --from and
+    --from-launch are two sources of one layout: one at a time."""
+    from hardware_catalog.errors import PlannerInputError
+
+    if from_file is not None and from_launch is not None:
+        raise PlannerInputError(f"--from {from_file} and --from-launch {from_launch}: give one (a layout planner "
+                                "wrote, or a launch file), not both")
     if framework is None:
         return
-    from hardware_catalog.errors import PlannerInputError
     from planner.frameworks import get_release
 
     get_release(framework)

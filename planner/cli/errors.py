@@ -157,10 +157,31 @@ def _usage_error(err) -> int:
     if type(err).__name__ == "NoArgsIsHelpError":
         err.show()
         return EXIT_BAD_INPUT
+    own = _own_words(err)
+    if own:  # it says what the flag takes: no hint
+        say(f"error: {_one_line(own)}")
+        return EXIT_BAD_INPUT
     ctx = getattr(err, "ctx", None)
     hint = f" ({ctx.command_path} --help lists the options)" if ctx is not None and isinstance(err, _USAGE_ERROR) else ""
     say(f"error: {_one_line(_with_value(err))}{hint}")
     return EXIT_BAD_INPUT
+
+
+def _own_words(err) -> str | None:
+    """planner's line for a number typer could not read ("--tp 'abc': not a whole number
+    (allowed: an integer from 1 to 1,048,576)", ``planner.cli.options.unconverted_value``) in
+    place of pydantic's words that typer passes on; None for any other error."""
+    param = getattr(err, "param", None)
+    opts = list(getattr(param, "opts", None) or [])
+    if type(err).__name__ != "BadParameter" or not opts:
+        return None
+    value = _typed_value(opts)
+    if value is None:
+        return None
+    from planner.cli.options import unconverted_value
+
+    command = getattr(getattr(getattr(err, "ctx", None), "command", None), "name", None) or ""
+    return unconverted_value(opts[0], value, err.__cause__, command)
 
 
 def _typed_value(opts) -> str | None:

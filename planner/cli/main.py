@@ -17,7 +17,7 @@ from planner.cli.common import (carry_framework, check_fp8_recipe_use, check_fra
                                 write_export)
 from planner.common import planner_version
 from planner.cli.errors import PlannerGroup, command_line, say
-from planner.cli.options import calibration_flag, layout_options, run_options
+from planner.cli.options import calibration_flag, layout_options, run_options, tokens_per_batch_flag
 from planner.cli.from_launch.options import FromLaunchOpt, LaunchFormatOpt
 from planner.outputs import check_output_dir, check_output_file
 from planner.reports.plots import check_plot_path
@@ -52,7 +52,7 @@ ModelOpt = typer.Option(None, "--model", help="Model preset (e.g. 405b, llama3-7
 GpusOpt = typer.Option(None, "--gpus", help="Total GPUs in the job. Required unless --from or --from-launch states it.")
 GpuOpt = typer.Option(None, "--gpu", help="GPU type (h100, a100, b200, ...); picks its default cluster.")
 ClusterOpt = typer.Option(None, "--cluster", help="Cluster preset name or a TOML/YAML/JSON cluster file (overrides --gpu's default).")
-TokensOpt = typer.Option(None, "--tokens-per-batch", help="Global batch in tokens (instead of --gbs).")
+TokensOpt = tokens_per_batch_flag()
 CrossNodeTpOpt = typer.Option(False, "--allow-cross-node-tp", help="Allow TP groups larger than the scale-up domain.")
 FromOpt = typer.Option(None, "--from", help="A layout planner wrote: 'planner evaluate --json', or 'planner search --json' / '--csv' with --rank. Flags given with it replace the record's values (a note says so).")
 RankOpt = typer.Option(None, "--rank", help="With --from a search result: the rank of the layout to take (1 = the best).")
@@ -177,7 +177,7 @@ def evaluate(
     gpus: Optional[int] = GpusOpt,
     gpu: Optional[str] = GpuOpt,
     cluster: Optional[str] = ClusterOpt,
-    tokens_per_batch: Optional[int] = TokensOpt,
+    tokens_per_batch: Optional[str] = TokensOpt,
     allow_cross_node_tp: bool = CrossNodeTpOpt,
     from_file: Optional[Path] = FromOpt,
     rank: Optional[int] = RankOpt,
@@ -232,6 +232,7 @@ def _searched_layout(ctx, problem, values: dict, layout: dict, calibration, fram
     for the same job, said in one line; nothing fits: exit 3 with the search's answer."""
     from planner.calibration_use import as_applied
     from planner.cli.search import _request
+    from planner.reports import counted
     from planner.reports.evaluate import layout_summary
     from search.api import search
 
@@ -242,7 +243,7 @@ def _searched_layout(ctx, problem, values: dict, layout: dict, calibration, fram
     best = search(request).best
     if best is None:
         raise PlannerInputError(f"no layout flags given, the default layout (all data parallel) breaks a rule and "
-                                f"no layout fits {problem.gpus} GPUs: run planner search for the closest ones")
+                                f"no layout fits {counted(problem.gpus, 'GPU')}: run planner search for the closest ones")
     say(f"note: no layout flags given and the all-data-parallel default breaks a rule: evaluating planner search's "
         f"best layout ({layout_summary(best['layout'])})")
     return {**values, **{k: v for k, v in best["layout"].items() if k in values}}
@@ -339,7 +340,7 @@ def export(
     gpus: Optional[int] = typer.Option(None, "--gpus", help="Total GPUs."),
     gpu: Optional[str] = GpuOpt,
     cluster: Optional[str] = ClusterOpt,
-    tokens_per_batch: Optional[int] = TokensOpt,
+    tokens_per_batch: Optional[str] = TokensOpt,
     allow_cross_node_tp: bool = CrossNodeTpOpt,
     entrypoint: str = typer.Option("pretrain_gpt.py", "--entrypoint", help="Training script torchrun runs."),
     force: bool = ForceOpt,

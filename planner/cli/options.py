@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from typing import Optional
 
 import typer
@@ -30,6 +31,7 @@ from costmodel.options import (
     Option,
     options_for,
 )
+from hardware_catalog.errors import PlannerInputError
 
 _TYPES = {INT: int, OPTIONAL_INT: int, CHOICE: str, FLAG: bool, AUTO_FLAG: bool, MODULES: str, FLOAT: float}
 
@@ -191,3 +193,86 @@ def calibration_flag():
         None, "--calibration",
         help="Calibration profile (TOML from 'planner calibrate'): its fitted constants replace the shipped ones. "
              "With --from (evaluate, export), it replaces the constants the record was priced with (a note says so).")
+
+
+# ------------------------------------------------------------------------- values typer could not read
+
+_INTEGER_EXAMPLE = "a whole number, e.g. 8"
+_NUMBER_EXAMPLE = "a number, e.g. 0.5"
+
+
+def _declared_bounds(command: str) -> dict:
+    """flag -> the ``Bound`` (or the layout ``Option``) a number flag of ``command`` is
+    declared with: the layout options, the job's GPUs and batch, --rank, the run model's flags,
+    search's and sweep's own. Imported here, on the error path only."""
+    from costmodel.goodput import MIN_SCALING_EFFICIENCY, PRICE_PER_GPU_HOUR, RUN_SETTINGS
+    from costmodel.options import GPUS, OPTIONS, TOKENS_PER_BATCH
+    from planner.records import RANK
+
+    bounds = {o.flag: o for o in OPTIONS if o.kind in (INT, OPTIONAL_INT, FLOAT)}
+    bounds.update({b.flag: b for b in (GPUS, TOKENS_PER_BATCH, RANK, MIN_SCALING_EFFICIENCY, PRICE_PER_GPU_HOUR)})
+    bounds.update({s.flag: s.bound for s in RUN_SETTINGS if s.bound is not None})
+    if command in ("search", "sweep"):  # their own flags (search.api imports the search)
+        from planner.sweep import WAIT
+        from search.api import MEMORY_HEADROOM, SEED, TOP, TRIALS
+
+        bounds.update({b.flag: b for b in (MEMORY_HEADROOM, SEED, TOP, TRIALS, WAIT)})
+    if command == "comm":
+        from planner.comm import GROUP_GPUS
+
+        bounds["--gpus"] = GROUP_GPUS
+    return bounds
+
+
+def _allowed(flag: str, integer: bool, command: str) -> str:
+    """What ``flag`` takes, in the words of its declared range ("an integer from 1 to 1,048,576")."""
+    from costmodel.options import Bound, range_text
+
+    declared = _declared_bounds(command).get(flag)
+    if isinstance(declared, Bound):
+        return declared.allowed()
+    if declared is not None:  # a layout option
+        return range_text(declared.kind != FLOAT, declared.minimum, declared.maximum)
+    return _INTEGER_EXAMPLE if integer else _NUMBER_EXAMPLE
+
+
+def unconverted_value(flag: str, typed: str, cause, command: str = "") -> Optional[str]:
+    """planner's one line for a value typer could not turn into its flag's type: typer passes
+    pydantic's words on ("--tp 'abc': Input should be a valid integer, unable to parse string as
+    an integer"); this says "--tp 'abc': not a whole number (allowed: an integer from 1 to
+    1,048,576)", the range the flag is declared with. ``cause``: the pydantic ValidationError
+    typer raised its BadParameter from. None where it is not a failed number (the caller keeps
+    typer's message)."""
+    try:
+        kinds = {str(e.get("type", "")) for e in cause.errors()}
+    except Exception:  # noqa: BLE001 - not a pydantic error: not ours to word
+        return None
+    if any(k.startswith("int_") for k in kinds):
+        allowed = _allowed(flag, True, command)
+        try:
+            number = float(typed)
+        except ValueError:
+            number = math.nan
+        if math.isfinite(number) and number == int(number):  # 1e3, 8.0: whole, written otherwise
+            return f"{flag} {typed!r}: give a whole number in digits, e.g. {int(number)} (allowed: {allowed})"
+        return f"{flag} {typed!r}: not a whole number (allowed: {allowed})"
+    if any(k.startswith("float_") or k == "finite_number" for k in kinds):
+        return f"{flag} {typed!r}: not a number (allowed: {_allowed(flag, False, command)})"
+    return None
+
+
+# ------------------------------------------------------------------------------- --tokens-per-batch
+
+
+def _token_count_callback(value: Optional[str]) -> Optional[int]:
+    from costmodel.goodput import parse_token_count
+
+    return parse_token_count(value)
+
+
+def tokens_per_batch_flag():
+    """``--tokens-per-batch``: typed as text (16M, 4194304), handed to the command as a whole
+    number of tokens (``parse_token_count``, so the flags seen as typed hold the number too)."""
+    return typer.Option(None, "--tokens-per-batch", callback=_token_count_callback, metavar="TOKENS",
+                        help="Global batch in tokens (instead of --gbs): 4194304, 4M, 16M (K, M, B, T = 10^3 ... "
+                             "10^12, as --train-tokens).")

@@ -15,7 +15,7 @@ from typing import Optional
 import typer
 
 from planner.cli.errors import EXIT_NOTHING_FITS
-from planner.cli.options import calibration_flag, layout_options, run_options
+from planner.cli.options import calibration_flag, layout_options, run_options, tokens_per_batch_flag
 from planner.cli.from_launch.options import FromLaunchOpt, KeepOpt, LaunchFormatOpt
 from planner.reports import counted
 from planner.reports.search_notes import ranked_by, table_rows
@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU count; or a list 4096,8192; or A..B (doubling from A to B); or A..B:S (steps of S). Required unless --from-launch states it."),
         gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU type (h100, b200, ...) or a comma list h100,b200, each on its default cluster."),
         cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster preset name or TOML/YAML/JSON file (fixes the GPU type)."),
-        tokens_per_batch: Optional[int] = typer.Option(None, "--tokens-per-batch", help="Global batch in tokens (instead of --gbs)."),
+        tokens_per_batch: Optional[str] = tokens_per_batch_flag(),
         stage_splits: bool = typer.Option(False, "--stage-splits", help="Also search uneven first/last stage layer counts."),
         top: int = typer.Option(10, "--top", help="How many layouts to show."),
         method: str = typer.Option("auto", "--method", help="auto | exhaustive | optuna (auto: exhaustive when enumerating the valid layouts takes at most 15 s, else optuna; the table's header says when a result is sampled)."),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from costmodel.options import setting_labels
 from costmodel.result import MEMORY_TERMS, TIME_TERMS
+from planner.reports import counted
 from planner.reports.search_notes import MFU_BASIS_EVALUATE, below_bf16
 
 TERM_LABELS = {
@@ -36,6 +37,8 @@ MEMORY_LABELS = {
     "logits": "logits (last stage, by loss kernel)",
     "workspace": "workspace + fragmentation allowance",
 }
+LABEL_WIDTH = 44
+"""The label column of the time and memory tables; a longer label widens it (numbers stay aligned)."""
 _OPTIMIZER_LABELS = {"remainders": "optimizer states (master remainders + m, v)",
                      "bf16": "optimizer states (bf16 Adam m, v)"}
 
@@ -88,7 +91,7 @@ def stage_summary(lay: dict) -> str:
     first, last = stages[0], stages[-1]
     middle = stages[1:-1]
     if len(set(stages)) == 1:
-        return f"{len(stages)} stages x {first} layers"
+        return f"{counted(len(stages), 'stage')} x {counted(first, 'layer')}"
     if not middle:  # PP 2: no middle stage
         return f"stages {first} + {last} layers (first + last)"
     return f"stages {first} + {len(middle)}x{middle[0]} + {last} layers (first + middle + last)"
@@ -132,8 +135,8 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
     lines.append(f"layout  {layout_summary(lay)}")
     tokens = lay["gbs"] * lay["seq_len"]
     lines.append(
-        f"batch   {lay['gbs']} sequences x {lay['seq_len']} tokens = {human_count(tokens)} tokens/step; "
-        f"{lay['grad_accum']} micro-batches of {lay['mbs']} per pipeline"
+        f"batch   {counted(lay['gbs'], 'sequence')} x {counted(lay['seq_len'], 'token')} = {human_count(tokens)} "
+        f"tokens/step; {counted(lay['grad_accum'], 'micro-batch', 'micro-batches')} of {lay['mbs']} per pipeline"
     )
     stages = stage_summary(lay)
     if stages:
@@ -154,27 +157,21 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
         lines.append(f"{'MFU, HFU':<14}{MFU_BASIS_EVALUATE}")
     lines += uncertainty_lines(rec)
     lines.append("")
-    lines.append(f"{'time per step':<46}{'seconds':>10}{'share':>8}")
+    # Rows (label, value, share) of both tables, then one label width for them all: a label
+    # longer than the usual 44 characters widens the column instead of pushing its number right.
+    time_rows = []
     for term in TIME_TERMS:
         value = rec["breakdown"][term]
         if value <= 0 and term not in ("compute",):
             continue
-        share = value / step if step else 0.0
         label = TERM_LABELS[term]
         if term == "cp_comm":  # what the layout's --cp-comm-type exchanges
             label = CP_COMM_LABELS.get(rec.get("layout", {}).get("cp_comm_type"), label)
-        lines.append(f"  {label:<44}{value:>10.3f}{share * 100:>7.1f}%  {bar(share)}")
+        time_rows.append((label, value, value / step if step else 0.0))
     hidden = {k: v for k, v in rec.get("overlapped", {}).items() if v > 1e-9}
-    for k, v in hidden.items():
-        lines.append(f"  {'(hidden behind compute: ' + k + ')':<44}{v:>10.3f}")
-    if rec.get("slowest_stage"):
-        lines.append(f"  slowest pipeline stage: {rec['slowest_stage']}")
-    if rec.get("dp_algorithm"):
-        lines.append(f"  data-parallel collective algorithm: {rec['dp_algorithm']}")
-    lines.append("")
+    time_rows += [(f"(hidden behind compute: {k})", v, None) for k, v in hidden.items()]
     mem = rec["memory_gib"]
-    where = f" (fullest stage: {rec['fullest_stage']})" if rec.get("fullest_stage") else ""
-    lines.append(f"{'memory per GPU' + where:<46}{'GiB':>10}")
+    mem_rows = []
     for term in MEMORY_TERMS:
         label = MEMORY_LABELS[term]
         if term == "gradients" and rec.get("layout", {}).get("grad_dtype") == "bf16":
@@ -182,7 +179,24 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
         states = rec.get("layout", {}).get("optimizer_states")
         if term == "optimizer" and states in _OPTIMIZER_LABELS:
             label = _OPTIMIZER_LABELS[states]
-        lines.append(f"  {label:<44}{mem[term]:>10.2f}")
+        mem_rows.append((label, mem[term]))
+    where = f" (fullest stage: {rec['fullest_stage']})" if rec.get("fullest_stage") else ""
+    memory_title = "memory per GPU" + where
+    width = max([LABEL_WIDTH, len(memory_title) - 2] + [len(row[0]) for row in time_rows + mem_rows])
+    lines.append(f"{'time per step':<{width + 2}}{'seconds':>10}{'share':>8}")
+    for label, value, share in time_rows:
+        if share is None:
+            lines.append(f"  {label:<{width}}{value:>10.3f}")
+        else:
+            lines.append(f"  {label:<{width}}{value:>10.3f}{share * 100:>7.1f}%  {bar(share)}")
+    if rec.get("slowest_stage"):
+        lines.append(f"  slowest pipeline stage: {rec['slowest_stage']}")
+    if rec.get("dp_algorithm"):
+        lines.append(f"  data-parallel collective algorithm: {rec['dp_algorithm']}")
+    lines.append("")
+    lines.append(f"{memory_title:<{width + 2}}{'GiB':>10}")
+    for label, value in mem_rows:
+        lines.append(f"  {label:<{width}}{value:>10.2f}")
     cap = mem["capacity"]
     peak = mem["peak"]
     verdict = (
@@ -197,7 +211,7 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
         verdict = (f"fits, {cap - peak:.1f} GiB ({(cap - peak) / cap * 100:.1f}%) free: less than the "
                    f"{DEFAULT_MEMORY_HEADROOM:.0%} planner search keeps free by default (--memory-headroom), "
                    f"so search would not offer it")
-    lines.append(f"  {'peak':<44}{peak:>10.2f}  of {cap:.1f} GiB: {verdict}")
+    lines.append(f"  {'peak':<{width}}{peak:>10.2f}  of {cap:.1f} GiB: {verdict}")
     if lay.get("zero", 0) >= 2 and lay.get("pp", 1) > 1:
         lines.append(f"  ZeRO-{lay['zero']} under PP: FSDP2 in torch.distributed.pipelining keeps gradients (and weights")
         lines.append("  after a backward) unsharded until the last micro-batch, so memory is ZeRO-1's.")

@@ -36,7 +36,7 @@ def format_run(run: dict) -> str:
     lines = ["run (failures, checkpoints, restarts: costmodel/goodput.py)"]
     node = f" + 1 per {i['mtbf_node_hours']:,.0f} node-hours" if i.get("mtbf_node_hours") else ""
     expected = f"; {three_figures(f['expected'])} expected over the run" if "expected" in f else ""
-    lines.append(f"  failures    one every {three_figures(f['job_mtbf_h'])} h ({three_figures(f['per_day'])}/day; {i['gpus']:,} GPUs at "
+    lines.append(f"  failures    one every {three_figures(f['job_mtbf_h'])} h ({three_figures(f['per_day'])}/day; {counted(i['gpus'], 'GPU')} at "
                  f"{i['mtbf_gpu_hours']:,.0f} h MTBF each{node}){expected}")
     lines.append(f"  checkpoint  {ck['total_tb']:.2f} TB (BF16 weights + FP32 master + Adam m, v); each GPU holds "
                  f"{ck['held_per_gpu_gib']:.2f} GiB, writes {ck['written_per_gpu_gib']:.2f} GiB")

@@ -31,7 +31,6 @@ from costmodel.options import (
     Option,
     options_for,
 )
-from hardware_catalog.errors import PlannerInputError
 
 _TYPES = {INT: int, OPTIONAL_INT: int, CHOICE: str, FLAG: bool, AUTO_FLAG: bool, MODULES: str, FLOAT: float}
 

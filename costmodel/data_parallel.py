@@ -53,14 +53,16 @@ class Sharding:
     expert_shard: np.ndarray
     """Ranks expert states are sharded over: the expert-data-parallel size t·c·dp / (ep·etp)."""
     pipelined_fsdp: np.ndarray
-    """ZeRO-3 under a pipeline: FSDP2 in torch.distributed.pipelining (torchtitan; DeepSpeed
-    and Megatron have no ZeRO-2/3 with PP), which keeps gradients unsharded until the last
-    micro-batch (stage.py backward_maybe_with_nosync) and reduce-scatters once a step. ZeRO-2
-    under a pipeline keeps its own footprint: optimizer states and gradients sharded, weights
-    not resharded after forward, gradients reduce-scattered (in FP32) after every micro-batch
-    into the FP32 shard that accumulates them, as Llama 3 405B was trained with PP 16 (Llama 3
-    paper Sec. 3.3.2: FSDP shards the optimizer states and gradients but does not reshard the
-    model after forward; Sec. 3.3.4: gradients accumulated and reduce-scattered in FP32)."""
+    """FSDP2 in torch.distributed.pipelining (torchtitan; DeepSpeed and Megatron have no ZeRO-2/3
+    with PP): ZeRO-3 under a pipeline, and ZeRO-2 (fsdp_reshard_after_forward never, torchtitan's
+    default under PP) with the fsdp2 implementation. The stage turns off gradient sync and
+    resharding after backward until the last micro-batch (stage.py backward_maybe_with_nosync),
+    so gradients stay unsharded and are reduce-scattered once a step. Other ZeRO-2 under a
+    pipeline keeps its own footprint: optimizer states and gradients sharded, weights not
+    resharded after forward, gradients reduce-scattered (in FP32) after every micro-batch into the
+    FP32 shard that accumulates them, as Llama 3 405B was trained with PP 16 (Llama 3 paper
+    Sec. 3.3.2: FSDP shards the optimizer states and gradients but does not reshard the model
+    after forward; Sec. 3.3.4: gradients accumulated and reduce-scattered in FP32)."""
     unreplicated: np.ndarray
     """Neither dense nor expert states have a data-parallel replica: nothing to reduce."""
     grad_bytes: np.ndarray
@@ -69,8 +71,8 @@ class Sharding:
     optimizer_bytes: np.ndarray
     """Adam's bytes per owned parameter (``memory.OPTIMIZER_STATE_BYTES`` by ``optimizer_states``)."""
     state_divisors: tuple
-    """``memory.zero_divisors`` of the footprint: under a pipeline FSDP2 (ZeRO-3) keeps a stage's
-    gradients (and, after a backward, its weights) unsharded for the whole step, ZeRO-1's."""
+    """``memory.zero_divisors`` of the footprint: under a pipeline FSDP2 (``pipelined_fsdp``) keeps
+    a stage's gradients (and, after a backward, its weights) unsharded for the whole step, ZeRO-1's."""
 
 
 def sharding(ctx: ChunkContext) -> Sharding:
@@ -84,7 +86,7 @@ def sharding(ctx: ChunkContext) -> Sharding:
     replicas = ctx.dp / shard
     dense_shard = shard * ctx.cp
     expert_shard = np.maximum(ctx.tp * ctx.cp * ctx.dp / (ctx.ep * ctx.etp) / replicas, 1.0)
-    pipelined_fsdp = (ctx.pp > 1) & (zero == 3)
+    pipelined_fsdp = (ctx.pp > 1) & ((zero == 3) | ((zero == 2) & batch.is_("fsdp", "fsdp2")))
     return Sharding(
         zero=zero,
         dense_shard=dense_shard,
@@ -218,7 +220,7 @@ def overlap_windows(ctx: ChunkContext, stage_compute):
 def reduce_scatters_per_step(sh: Sharding, m):
     """ZeRO-2 keeps only a shard of the gradients, so it reduce-scatters after every
     micro-batch's backward (DeepSpeed stage 2 IPG buckets; FSDP SHARD_GRAD_OP without no_sync;
-    Llama 3's FSDP under PP 16), ZeRO-1 once a step (``pipelined_fsdp`` is ZeRO-3 only)."""
+    Llama 3's FSDP under PP 16), ZeRO-1 and FSDP2 under pipelining (``pipelined_fsdp``) once a step."""
     return np.where((sh.zero == 2) & ~sh.pipelined_fsdp, m, 1.0)
 
 

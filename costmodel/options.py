@@ -189,8 +189,8 @@ class Option:
     """False for an internal column that records never show: it is resolved into a recorded
     option first (``recompute_share`` -> ``recompute_layers``, ``costmodel.record``)."""
     applies_with: str = ""
-    """The layout the setting has an effect in, "" for every one: "zero3" (zero = 3), "fp8"
-    (precision fp8) or "flash3" (attention flash3). Elsewhere the cost model ignores it, so summaries and headers leave it out
+    """The layout the setting has an effect in, "" for every one: "zero3" (zero = 3), "fsdp" (zero = 3,
+    or zero = 2 under a pipeline), "fp8" (precision fp8) or "flash3" (attention flash3). Elsewhere the cost model ignores it, so summaries and headers leave it out
     (``applies``)."""
 
     def applies(self, values) -> bool:
@@ -199,6 +199,8 @@ class Option:
         get = values.get if isinstance(values, dict) else lambda k, d=None: getattr(values, k, d)
         if self.applies_with == "zero3":
             return get("zero", 1) == 3
+        if self.applies_with == "fsdp":  # costmodel.data_parallel.Sharding.pipelined_fsdp
+            return get("zero", 1) == 3 or (get("zero", 1) == 2 and get("pp", 1) > 1)
         if self.applies_with == "fp8":
             return get("precision", "bf16") == "fp8"
         if self.applies_with == "flash3":
@@ -771,8 +773,9 @@ class Layout:
     fsdp: str = option(
         "flat", "ZeRO-3 implementation: flat (FSDP1 / DeepSpeed flat parameter buffers) | fsdp2 (PyTorch per-parameter "
         "DTensor sharding: copy-out after each all-gather) | megatron (Megatron-FSDP persistent buffers). Applies "
-        "with zero = 3.", kind=CHOICE, group=IMPLEMENTATION, choices=FSDP_IMPLS, search=SETTING, label="{value}-FSDP",
-        phrase="FSDP {value}", phrase_when="set", applies_with="zero3",
+        "with zero = 3, and with zero = 2 under a pipeline (fsdp2: gradients kept whole until the last micro-batch, "
+        "as torch.distributed.pipelining runs FSDP2).", kind=CHOICE, group=IMPLEMENTATION, choices=FSDP_IMPLS,
+        search=SETTING, label="{value}-FSDP", phrase="FSDP {value}", phrase_when="set", applies_with="fsdp",
         source="PyTorch torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py (foreach_all_gather_copy_out, "
                "foreach_reduce copy-in); Megatron-Core megatron/core/distributed/fsdp (Megatron-FSDP)")
     """How ZeRO-3 lays out its shards (costmodel.data_parallel): flat (FSDP1 FlatParameter,

@@ -16,6 +16,7 @@ from costmodel.collectives import Fabric, LinkLevel
 from costmodel.compute import LayerTimes
 from costmodel.context import chunk_context
 from costmodel.layout import LayoutBatch, recompute_modules_mask
+from costmodel.options import FSDP_IMPLS
 from costmodel.memory import (activation_bytes, fp8_weight_copy_bytes, inflight_microbatches, model_state_bytes,
                               pipeline_runtime_bytes, stage_activations)
 from costmodel.optimizer import optimizer_time, owned_params
@@ -333,6 +334,22 @@ def test_data_parallel_zero_exposure():
     # under PP 16); pipelined FSDP2 (ZeRO-3) once a step, ZeRO-1 once a step.
     sh = SimpleNamespace(zero=np.array([1, 2, 3]), pipelined_fsdp=np.array([False, False, True]))
     np.testing.assert_array_equal(data_parallel.reduce_scatters_per_step(sh, 8.0), [1.0, 8.0, 1.0])
+
+
+def test_zero2_under_a_pipeline_with_fsdp2_keeps_gradients_whole():
+    # torch.distributed.pipelining turns FSDP2's gradient sync off until the last micro-batch
+    # (stage.py backward_maybe_with_nosync), whatever reshard_after_forward is: torchtitan's ZeRO-2
+    # under PP holds whole gradients (ZeRO-1's divisor 1) and reduce-scatters once a step. Other
+    # ZeRO-2 under PP (Llama 3's FSDP) shards them over dp = 4 and reduce-scatters every micro-batch.
+    fsdp2 = FSDP_IMPLS.index("fsdp2")
+    for fsdp, pp, whole in ((fsdp2, 2, True), (FSDP_IMPLS.index("flat"), 2, False), (fsdp2, 1, False)):
+        ctx = _ctx(LLAMA_8B, tp=2, pp=pp, dp=4, zero=2, fsdp=fsdp, gbs=64, mbs=1)
+        sh = data_parallel.sharding(ctx)
+        _, grad_divisor, optimizer_divisor = (d[0] for d in sh.state_divisors)
+        assert bool(sh.pipelined_fsdp[0]) == whole
+        assert grad_divisor[0] == (1.0 if whole else 4.0) and optimizer_divisor[0] == 4.0
+        rs = data_parallel.reduce_scatters_per_step(sh, ctx.m)[0]
+        assert rs == (1.0 if whole else float(ctx.m[0]))
 
 
 def test_data_parallel_overlap_off_exposes_every_collective():

@@ -497,7 +497,8 @@ TABLE = Table("torchtitan",
     Row("cpu_offload_layers", None, (), default=True, source="no activation offload to host memory"),
     # ZeRO-3 flavour: torchtitan shards with FSDP2 (fully_shard); moot below ZeRO-3.
     Row("fsdp", "fsdp2", (), default=True, source=_FSDP),
-    *(Row("fsdp", f, (), when=lambda plan: plan.zero != 3, source="moot below ZeRO-3") for f in ("flat", "megatron")),
+    *(Row("fsdp", f, (), when=lambda plan: plan.zero < 2 or (plan.zero == 2 and plan.pp == 1),
+          source="moot below ZeRO-3 (and for ZeRO-2 without a pipeline)") for f in ("flat", "megatron")),
     # Micro-batch gradients: FSDP2 adds each reduce-scattered shard into the sharded gradient; a pipeline
     # stage accumulates unsharded gradients through autograd until its last micro-batch.
     Row("grad_accum_pass", "fused", (), when=lambda plan: plan.grad_accum == 1,
@@ -624,7 +625,9 @@ TABLE = Table("torchtitan",
     Refusal("nccl_ub", (True,), "torchtitan_nccl_ub", "nccl_ub: torchtitan's FSDP2 does not register its buffers as "
             "NCCL user buffers (Megatron-Core's --use-nccl-ub): price with --nccl-ub false", _FSDP),
     Refusal("fsdp", ("flat", "megatron"), "torchtitan_fsdp", "torchtitan's ZeRO-3 is FSDP2 (per-parameter DTensor "
-            "shards): price with --fsdp fsdp2", _FSDP, when=lambda plan: plan.zero == 3),
+            "shards), and so is its ZeRO-2, which under a pipeline keeps gradients whole until the last micro-batch "
+            "(torch/distributed/pipelining/stage.py backward_maybe_with_nosync): price with --fsdp fsdp2", _FSDP,
+            when=lambda plan: plan.zero == 3 or (plan.zero == 2 and plan.pp > 1)),
     Refusal("recompute", ("selective",), "torchtitan_selective", "recompute selective prices Megatron's core-attention "
             "recompute; torchtitan's selective AC is per-op SAC, priced as full recompute of half the layers: price with "
             "--framework torchtitan-0.2 --recompute selective (or --recompute full --recompute-layers <half a stage>)",

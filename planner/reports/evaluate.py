@@ -212,9 +212,13 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
                    f"{DEFAULT_MEMORY_HEADROOM:.0%} planner search keeps free by default (--memory-headroom), "
                    f"so search would not offer it")
     lines.append(f"  {'peak':<{width}}{peak:>10.2f}  of {cap:.1f} GiB: {verdict}")
-    if lay.get("zero", 0) >= 2 and lay.get("pp", 1) > 1:
-        lines.append(f"  ZeRO-{lay['zero']} under PP: FSDP2 in torch.distributed.pipelining keeps gradients (and weights")
+    zero, pipelined = lay.get("zero", 0), lay.get("pp", 1) > 1  # costmodel.data_parallel.Sharding.pipelined_fsdp
+    if pipelined and (zero == 3 or (zero == 2 and lay.get("fsdp") == "fsdp2")):
+        lines.append(f"  ZeRO-{zero} under PP: FSDP2 in torch.distributed.pipelining keeps gradients (and weights")
         lines.append("  after a backward) unsharded until the last micro-batch, so memory is ZeRO-1's.")
+    elif pipelined and zero == 2:
+        lines.append("  ZeRO-2 under PP: gradients reduce-scattered after every micro-batch into a sharded FP32")
+        lines.append("  accumulator (Llama 3 405B's FSDP); with --fsdp fsdp2 (torchtitan) they stay whole.")
     return "\n".join(lines)
 
 

@@ -95,6 +95,15 @@ class GPUSpec(_Cited):
     """Dense TF32 tensor-core peak, TFLOP/s; None where absent (V100)."""
     fp32_tflops: float = Field(ge=MIN_TFLOPS, le=MAX_TFLOPS)
     """Non-tensor FP32 peak, TFLOP/s."""
+
+    @property
+    def bf16_caveat(self) -> str:
+        """One line where BF16 runs far below the GPU's FP16 tensor cores (V100: BF16 on CUDA cores
+        at the FP32 rate), so a user reads the prediction for what it is; '' elsewhere."""
+        if self.bf16_tflops * 2.0 > self.fp16_tflops:
+            return ""
+        return (f"{self.name} has no BF16 tensor cores: BF16 is priced at {self.bf16_tflops:g} TFLOP/s, not the "
+                f"{self.fp16_tflops:g} TFLOP/s of its FP16 tensor cores (planner prices no FP16 mixed precision)")
     memory_gib: float = Field(ge=MIN_MEMORY_GIB, le=MAX_MEMORY_GIB)
     """HBM capacity in GiB as the driver reports it (usable by the framework)."""
     memory_bandwidth_gbps: float = Field(ge=MIN_BANDWIDTH_GBPS, le=MAX_BANDWIDTH_GBPS)

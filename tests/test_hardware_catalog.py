@@ -406,3 +406,13 @@ def test_a_gpu_text_naming_two_parts_is_refused_not_resolved_by_chance():
         get_gpu("h100,b200")
     assert get_gpu("AMD Instinct MI300X").name == "mi300x"
     assert get_gpu("NVIDIA H100-SXM5-80GB").name == "h100-sxm"
+
+
+def test_bf16_caveat_where_bf16_has_no_tensor_cores():
+    # V100 datasheet: 125 TFLOP/s FP16 tensor cores, no BF16 ones (BF16 at the 15.7 TFLOP/s FP32 rate);
+    # A100 / H100 run BF16 at their FP16 tensor-core rate.
+    from hardware_catalog import get_gpu
+
+    caveat = get_gpu("v100").bf16_caveat
+    assert "no BF16 tensor cores" in caveat and "15.7" in caveat and "125" in caveat
+    assert get_gpu("a100").bf16_caveat == "" and get_gpu("h100").bf16_caveat == ""

@@ -119,6 +119,19 @@ def uncertainty_lines(rec: dict) -> list[str]:
     return lines + [f"              {f['reason']}" for f in flags]
 
 
+def _bf16_caveat(gpu_name) -> str:
+    """``GPUSpec.bf16_caveat`` of a record's GPU ('' for an unknown name)."""
+    if not gpu_name:
+        return ""
+    from hardware_catalog import get_gpu
+    from hardware_catalog.errors import PlannerInputError
+
+    try:
+        return get_gpu(gpu_name).bf16_caveat
+    except PlannerInputError:
+        return ""
+
+
 def format_evaluation(rec: dict, cluster_line: str = "") -> str:
     lay = rec["layout"]
     lines = []
@@ -133,6 +146,9 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
     lines.append(f"{rec['model']}{size} on {rec['gpus']} x {rec['gpu']} ({rec['cluster']}"
                  f"{', ' + cluster_line if cluster_line else ''})")
     lines.append(f"layout  {layout_summary(lay)}")
+    caveat = _bf16_caveat(rec.get("gpu"))
+    if caveat and lay.get("precision", "bf16") == "bf16":
+        lines.append(f"note    {caveat}")
     tokens = lay["gbs"] * lay["seq_len"]
     lines.append(
         f"batch   {counted(lay['gbs'], 'sequence')} x {counted(lay['seq_len'], 'token')} = {human_count(tokens)} "

@@ -145,6 +145,11 @@ def format_summary(stats: dict) -> str:
         impl["recompute_modules"] = "+".join(stats["recompute_modules"])
     if impl:
         line += "\npriced with " + ", ".join(f"{k}={v}" for k, v in impl.items())
+    from planner.reports.evaluate import _bf16_caveat
+
+    for gpu in stats.get("gpu_types") or ():
+        if _bf16_caveat(gpu) and stats.get("precision", "bf16") == "bf16":
+            line += "\n" + _bf16_caveat(gpu)
     if stats.get("calibration"):  # the profile and the constants it changed (planner.calibration_use)
         from planner.calibration_use import calibration_line
 

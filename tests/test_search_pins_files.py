@@ -98,3 +98,27 @@ def test_from_and_from_launch_together_are_refused(tmp_path, command):
     assert code == 2 and out == ""
     assert err.strip().count("\n") == 0 and "--from-launch" in err and "not both" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_export_header_names_the_priced_settings_no_file_carries(tmp_path):
+    # --tp-overlap-rs-ring, --launch-blocking and --cudnn change the step time but no launch file
+    # states them (a reader takes them from the command line): the header says so, and reading the
+    # file back with them reproduces the header's step time.
+    out = tmp_path / "x"
+    code, _, err = run("export", "--model", "70b", "--gpus", "64", "--gpu", "h100", "--tp", "4", "--pp", "4",
+                       "--vpp", "5", "--cp", "2", "--tp-comm-overlap", "--tp-overlap-rs-ring", "--launch-blocking",
+                       "--cudnn", "2024", "--format", "megatron", "--out", str(out))
+    assert code == 0, err
+    text = (out / "megatron_args.sh").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("# Priced with settings"))
+    assert "--cudnn 2024" in line and "--launch-blocking" in line and "--tp-overlap-rs-ring" in line
+    step = next(x for x in text.splitlines() if x.startswith("# Predicted: step")).split()[3]
+    code, back, err = run("evaluate", "--from-launch", str(out / "megatron_args.sh"), "--gpu", "h100", "--gpus", "64",
+                          "--tp-overlap-rs-ring", "--launch-blocking", "--cudnn", "2024")
+    assert code == 0, err
+    assert f"step time {step} s" in back
+    # Without them nothing is said.
+    plain = tmp_path / "y"
+    run("export", "--model", "70b", "--gpus", "64", "--gpu", "h100", "--tp", "4", "--pp", "4", "--format", "megatron",
+        "--out", str(plain))
+    assert "Priced with settings" not in (plain / "megatron_args.sh").read_text()

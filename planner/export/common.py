@@ -280,6 +280,10 @@ def _with_header(plan: Plan, command: str) -> Plan:
 
         calibrated = header_words(r)  # numbers from a calibration profile say so, and which constants
         lines.append("Predicted: " + ", ".join(pred) + (f"; {calibrated}" if calibrated else "") + ".")
+    unwritten = _unwritten_settings(plan.layout)
+    if unwritten:  # priced, but no launch file states them: a reader cannot know them
+        lines.append("Priced with settings no launch file carries (give them to planner evaluate --from-launch "
+                     "to re-price this file): " + " ".join(unwritten) + ".")
     mem = r.get("memory_gib") or {}
     peak, cap = mem.get("peak"), mem.get("capacity")
     if isinstance(peak, (int, float)) and isinstance(cap, (int, float)):
@@ -293,6 +297,28 @@ def _with_header(plan: Plan, command: str) -> Plan:
     elif evaluated:
         lines.append(f"Command: {sanitize(evaluated)}")
     return replace(plan, header=tuple(lines))
+
+
+def _unwritten_settings(layout) -> list[str]:
+    """The flags of ``layout``'s non-default settings that a reader takes from planner's command
+    line, not from the file: the workload's and the container's (``WORKLOAD``, ``CONTAINER``) and
+    what every framework table states nowhere (``Table.elsewhere``: "planner's command line")."""
+    from costmodel.options import OPTIONS_BY_NAME
+    from planner.export import EXPORTERS
+    from planner.frameworks.table import CONTAINER, WORKLOAD
+
+    tables = [e.table for e in EXPORTERS.values() if getattr(e, "table", None) is not None]
+    off_file = set(WORKLOAD) | set(CONTAINER) | {
+        o for o, why in (tables[0].elsewhere if tables else ()) if "planner's command line" in why
+        and all(any(o2 == o and "planner's command line" in w2 for o2, w2 in t.elsewhere) or t.refusal(o, getattr(
+            layout, o, None)) is not None for t in tables)}
+    out = []
+    for name in sorted(off_file):
+        opt, value = OPTIONS_BY_NAME.get(name), getattr(layout, name, None)
+        if opt is None or value is None or value == opt.default:
+            continue
+        out.append(opt.flag if value is True else f"{opt.flag} {value}")
+    return out
 
 
 def comment_block(lines, prefix: str = "# ") -> str:

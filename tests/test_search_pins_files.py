@@ -119,6 +119,7 @@ def test_export_header_names_the_priced_settings_no_file_carries(tmp_path):
     assert f"step time {step} s" in back
     # Without them nothing is said.
     plain = tmp_path / "y"
-    run("export", "--model", "70b", "--gpus", "64", "--gpu", "h100", "--tp", "4", "--pp", "4", "--format", "megatron",
-        "--out", str(plain))
+    code, _, err = run("export", "--model", "70b", "--gpus", "64", "--gpu", "h100", "--tp", "4", "--pp", "4", "--vpp",
+                       "5", "--cp", "2", "--format", "megatron", "--out", str(plain))
+    assert code == 0, err
     assert "Priced with settings" not in (plain / "megatron_args.sh").read_text()

@@ -110,7 +110,7 @@ def test_export_header_names_the_priced_settings_no_file_carries(tmp_path):
                        "--cudnn", "2024", "--format", "megatron", "--out", str(out))
     assert code == 0, err
     text = (out / "megatron_args.sh").read_text()
-    line = next(x for x in text.splitlines() if x.startswith("# Priced with settings"))
+    line = next(x for x in text.splitlines() if x.startswith("# Priced with what"))
     assert "--cudnn 2024" in line and "--launch-blocking" in line and "--tp-overlap-rs-ring" in line
     step = next(x for x in text.splitlines() if x.startswith("# Predicted: step")).split()[3]
     code, back, err = run("evaluate", "--from-launch", str(out / "megatron_args.sh"), "--gpu", "h100", "--gpus", "64",
@@ -122,4 +122,4 @@ def test_export_header_names_the_priced_settings_no_file_carries(tmp_path):
     code, _, err = run("export", "--model", "70b", "--gpus", "64", "--gpu", "h100", "--tp", "4", "--pp", "4", "--vpp",
                        "5", "--cp", "2", "--format", "megatron", "--out", str(plain))
     assert code == 0, err
-    assert "Priced with settings" not in (plain / "megatron_args.sh").read_text()
+    assert "Priced with what" not in (plain / "megatron_args.sh").read_text()

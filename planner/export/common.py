@@ -281,8 +281,10 @@ def _with_header(plan: Plan, command: str) -> Plan:
         calibrated = header_words(r)  # numbers from a calibration profile say so, and which constants
         lines.append("Predicted: " + ", ".join(pred) + (f"; {calibrated}" if calibrated else "") + ".")
     unwritten = _unwritten_settings(plan.layout)
+    if r.get("calibration"):  # a profile's constants priced it: a reader prices with the shipped ones
+        unwritten.append(f"--calibration {sanitize(r['calibration'])}")
     if unwritten:  # priced, but no launch file states them: a reader cannot know them
-        lines.append("Priced with settings no launch file carries (give them to planner evaluate --from-launch "
+        lines.append("Priced with what no launch file carries (give it to planner evaluate --from-launch "
                      "to re-price this file): " + " ".join(unwritten) + ".")
     mem = r.get("memory_gib") or {}
     peak, cap = mem.get("peak"), mem.get("capacity")

@@ -123,3 +123,12 @@ def test_export_header_names_the_priced_settings_no_file_carries(tmp_path):
                        "5", "--cp", "2", "--format", "megatron", "--out", str(plain))
     assert code == 0, err
     assert "Priced with what" not in (plain / "megatron_args.sh").read_text()
+
+
+def test_pareto_title_says_how_many_points_of_the_front_are_shown():
+    code, out, err = run("search", "--model", "70b", "--gpus", "64", "--gpu", "h100", "--pareto", "--top", "3")
+    assert code == 0, err
+    title = out.splitlines()[0]
+    size = int(title.split("(")[1].split(" point")[0])
+    rows = [x for x in out.splitlines()[2:] if x.strip() and x.split()[0].isdigit()]
+    assert len(rows) == 3 < size and f"({size} points; 3 shown" in title

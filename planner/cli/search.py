@@ -383,7 +383,9 @@ def _print_result(result, as_json: bool, pareto: bool, pinned_splits: bool, reci
         title = f"{stats['model']}, gbs {stats['gbs']} x seq {stats['seq_len']}"
         if pareto:
             a, b = stats["objectives"]
-            title += f" -- Pareto front, {a} vs {b} ({counted(stats['pareto_front_size'], 'point')})"
+            size, shown = stats["pareto_front_size"], len(result.results)
+            title += (f" -- Pareto front, {a} vs {b} ({counted(size, 'point')}"
+                      + (f"; {shown} shown, spread along it: --top sets how many" if shown < size else "") + ")")
             if b.endswith("_usd") and not multi:  # one price, one GPU count: cost = GPUs x time x price
                 title += ("\n(one GPU type and count: cost is proportional to time, so the front is the fastest layout; "
                           "give several --gpus for a time/cost front, or leave out the price for time vs memory)")

@@ -132,3 +132,19 @@ def test_pareto_title_says_how_many_points_of_the_front_are_shown():
     size = int(title.split("(")[1].split(" point")[0])
     rows = [x for x in out.splitlines()[2:] if x.strip() and x.split()[0].isdigit()]
     assert len(rows) == 3 < size and f"({size} points; 3 shown" in title
+
+
+def test_a_recipe_row_and_its_identical_search_row_cost_the_same():
+    # Both priced by costmodel.goodput.run_block (checkpoint interval in whole steps): the recipe's
+    # row used the ranking's vectorized goodput and showed $2 more for the same layout and step.
+    import json
+
+    code, out, err = run("search", "--model", "70b", "--gpus", "64", "--gpu", "h100", "--objective", "cost",
+                         "--price-per-gpu-hour", "2.5", "--train-tokens", "1T", "--top", "12", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    same = [(r, rec["record"]) for rec in data["reference_recipes"] if rec.get("record")
+            for r in data["results"] if r["layout"] == rec["record"]["layout"]]
+    assert same
+    for row, recipe in same:
+        assert recipe["run_cost_usd"] == row["run_cost_usd"] and recipe["goodput"] == row["goodput"]

@@ -221,6 +221,13 @@ def _run_search(request, framework_info, calibration, outputs, checked: dict, fo
     from planner.recipes import reference_recipes
 
     recipes = reference_recipes(result)
+    if run_in is not None:  # a recipe's row beside the table's: its run fields from the same block
+        specs = {(g.name, c.name): (m, c, g) for m, c, g in result.specs}
+        for recipe in recipes:
+            rec = recipe.get("record")
+            spec = specs.get(((rec or {}).get("gpu"), (rec or {}).get("cluster")))
+            if rec is not None and spec is not None:
+                _with_run_block(rec, *spec, run_in, result)
     again = None
     if checked["plot"] is not None:
         from planner.reports.search import more_points
@@ -244,25 +251,31 @@ def _run_search(request, framework_info, calibration, outputs, checked: dict, fo
 def _add_run_blocks(result, run_in) -> None:
     """Each result's "run" block (``costmodel.goodput.run_block``: failures, checkpoint, goodput,
     days, MWh, $) and the inputs in the stats."""
-    from costmodel.goodput import prices_as_stored, run_block
+    from costmodel.goodput import prices_as_stored
 
     for rec, (m, c, g) in zip(result.results, result.specs):
-        # each row at its own GPU type's price (--price-per-gpu-hour h100=2.5,b200=4)
-        priced = run_in.with_(price_per_gpu_hour=result.objectives.price(g.name))
-        run = rec["run"] = run_block(rec, m, c, g, priced)
-        # The table's columns from the same block the record carries: the search ranked with a
-        # vectorized goodput (no rounding of the checkpoint interval to whole steps), which can
-        # differ from it by a tenth of a point.
-        if "goodput" in rec:
-            rec["goodput"] = run["goodput"]
-        if "days" in run and "run_time_s" in rec:
-            rec["run_time_s"], rec["run_time_days"] = run["days"] * 86400.0, run["days"]
-        if "energy_mwh" in run and "run_energy_mwh" in rec:
-            rec["run_energy_mwh"] = run["energy_mwh"]
-        if "cost_usd" in run and "run_cost_usd" in rec:
-            rec["run_cost_usd"] = run["cost_usd"]
+        _with_run_block(rec, m, c, g, run_in, result)
     prices = result.objectives.prices  # one price as a number (as before per-type prices), else by type
     result.stats["run_inputs"] = {**run_in.to_dict(), "price_per_gpu_hour": prices_as_stored(prices) if prices else None}
+
+
+def _with_run_block(rec: dict, m, c, g, run_in, result) -> None:
+    """``rec``'s "run" block (``costmodel.goodput.run_block``), at its GPU type's price
+    (--price-per-gpu-hour h100=2.5,b200=4), and the table's run columns from it."""
+    from costmodel.goodput import run_block
+
+    priced = run_in.with_(price_per_gpu_hour=result.objectives.price(g.name))
+    run = rec["run"] = run_block(rec, m, c, g, priced)
+    # The search ranked with a vectorized goodput (no rounding of the checkpoint interval to
+    # whole steps), which can differ from the block by a tenth of a point.
+    if "goodput" in rec:
+        rec["goodput"] = run["goodput"]
+    if "days" in run and "run_time_s" in rec:
+        rec["run_time_s"], rec["run_time_days"] = run["days"] * 86400.0, run["days"]
+    if "energy_mwh" in run and "run_energy_mwh" in rec:
+        rec["run_energy_mwh"] = run["energy_mwh"]
+    if "cost_usd" in run and "run_cost_usd" in rec:
+        rec["run_cost_usd"] = run["cost_usd"]
 
 
 def _apply_framework(ctx, framework, model, gpu, cluster, layout: dict):

@@ -148,3 +148,21 @@ def test_a_recipe_row_and_its_identical_search_row_cost_the_same():
     assert same
     for row, recipe in same:
         assert recipe["run_cost_usd"] == row["run_cost_usd"] and recipe["goodput"] == row["goodput"]
+
+
+def test_evaluate_from_a_row_priced_over_a_run_prices_the_same_run(tmp_path):
+    import json
+
+    code, out, err = run("search", "--model", "8b", "--gpus", "64", "--gpu", "h100", "--objective", "cost",
+                         "--price-per-gpu-hour", "2.5", "--train-tokens", "1T", "--top", "2", "--json")
+    assert code == 0, err
+    (tmp_path / "r.json").write_text(out)
+    row = json.loads(out)["results"][1]
+    code, back, err = run("evaluate", "--from", str(tmp_path / "r.json"), "--rank", "2", "--json")
+    assert code == 0, err
+    assert "--train-tokens 1e+12 --price-per-gpu-hour 2.5" in err
+    assert json.loads(back)["run"]["cost_usd"] == row["run"]["cost_usd"]
+    code, back, err = run("evaluate", "--from", str(tmp_path / "r.json"), "--rank", "2", "--train-tokens", "2T",
+                          "--json")
+    assert code == 0 and "priced over a whole run" not in err  # a typed run flag prices another run
+    assert json.loads(back)["run"]["train_tokens"] == 2e12

@@ -211,6 +211,10 @@ def evaluate(
         model=model, gpus=gpus, gpu=gpu, cluster=cluster, tokens_per_batch=tokens_per_batch,
         allow_cross_node_tp=allow_cross_node_tp, layout=layout))
     calibration, _ = _calibration_for(record, from_file, calibration)
+    carried = _run_of_record(record, from_file) if run_in is None else {}
+    if carried:  # a row priced over a token budget: the same run, unless a run flag was typed
+        run = {**run, **carried}
+        outputs = Outputs(command_line(), as_json, plot, force, run_inputs(run), run["price_per_gpu_hour"])
     check_fp8_recipe_use(ctx, values)
     job = Job(problem, _pricing(ctx, calibration, framework, layout), outputs)
     try:
@@ -224,6 +228,21 @@ def evaluate(
     if as_json:  # the text report says it under its calibration line
         _warn_calibration_gpu(priced.record)
     show_evaluation(priced, outputs)
+
+
+def _run_of_record(record: Optional[dict], from_file) -> dict:
+    """The token budget and price a --from record's run was priced with (its "run" block's inputs,
+    as search --train-tokens writes them), as run flags; {} when it has none. Said in one note."""
+    inputs = ((record or {}).get("run") or {}).get("inputs") or {}
+    if inputs.get("train_tokens") is None:
+        return {}
+    carried = {"train_tokens": inputs["train_tokens"]}
+    said = f"--train-tokens {inputs['train_tokens']:g}"
+    if inputs.get("price_per_gpu_hour") is not None:
+        carried["price_per_gpu_hour"] = f"{inputs['price_per_gpu_hour']:g}"
+        said += f" --price-per-gpu-hour {inputs['price_per_gpu_hour']:g}"
+    say(f"note: --from {from_file} was priced over a whole run: {said} (give a run flag to price another)")
+    return carried
 
 
 def _searched_layout(ctx, problem, values: dict, layout: dict, calibration, framework) -> dict:

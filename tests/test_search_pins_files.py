@@ -166,3 +166,20 @@ def test_evaluate_from_a_row_priced_over_a_run_prices_the_same_run(tmp_path):
                           "--json")
     assert code == 0 and "priced over a whole run" not in err  # a typed run flag prices another run
     assert json.loads(back)["run"]["train_tokens"] == 2e12
+
+
+def test_sweep_marks_a_best_layout_outside_the_envelope_as_search_does():
+    # 70B, 128 H100s, seq 4096, gbs 1024: the best layout runs CP 2 at 2,048 tokens per rank, below
+    # the 4,096 the reference runs cover; search marks it [1], the sweep's table did not.
+    args = ["--model", "70b", "--gpus", "128", "--gpu", "h100", "--seq-len", "4096", "--gbs", "1024"]
+    code, out, err = run("search", *args, "--top", "1")
+    assert code == 0, err
+    row = next(x for x in out.splitlines() if x.strip().startswith("1 "))
+    assert "[1]" in row and "CP 2 at 2,048 tokens per rank" in out
+    code, out, err = run("sweep", *args)
+    assert code == 0, err
+    lines = out.splitlines()
+    head = next(x for x in lines if x.startswith("model"))
+    assert head.split()[-1] == "env"
+    assert next(x for x in lines if x.startswith("llama3-70b")).rstrip().endswith("[1]")
+    assert "  [1] CP 2 at 2,048 tokens per rank" in out

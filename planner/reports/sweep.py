@@ -10,7 +10,7 @@ from planner.reports.run import three_figures  # small amounts: a run of 0.05 MW
 
 SCENARIO_COLUMNS = ("model", "GPU", "GPUs", "seq", "gbs")
 LAYOUT_COLUMNS = ("DP", "TP", "PP", "VPP", "CP", "EP", "ZeRO", "mbs", "GA", "recompute")
-LEFT = {"model", "GPU", "recompute", "note", "scaling"}
+LEFT = {"model", "GPU", "recompute", "env", "note", "scaling"}
 
 
 def _scenario_cells(row: dict) -> list[str]:
@@ -75,6 +75,9 @@ def format_table(rows: list[dict]) -> str:
     (where known); scenarios with no layout get a note (the reason)."""
     extra = [c for c in EXTRA if any(c in r for r in rows)]
     head = list(SCENARIO_COLUMNS) + list(LAYOUT_COLUMNS) + ["step time", "tok/s/GPU", "MFU", "mem/GPU"]
+    reasons = _envelope_reasons(rows)
+    if reasons:
+        head.append("env")
     head += [EXTRA[c] for c in extra]
     scaling = any(r.get("optimum") or r.get("diminishing") for r in rows)
     if scaling:
@@ -85,6 +88,9 @@ def format_table(rows: list[dict]) -> str:
     body = []
     for r in rows:
         cells = _scenario_cells(r) + _result_cells(r, extra)
+        if reasons:  # as planner search's env column: the best layout's mechanisms outside the envelope
+            marks = "".join(f"[{reasons.index(x) + 1}]" for x in _layout_flags(r))
+            cells.insert(len(SCENARIO_COLUMNS) + len(LAYOUT_COLUMNS) + 4, marks)
         if scaling:
             cells.append(_mark(r))
         if notes:
@@ -98,7 +104,21 @@ def format_table(rows: list[dict]) -> str:
         if notes:
             cells.append(line[-1])
         lines.append("  ".join(cells).rstrip())
+    if reasons:
+        lines.append("env: the best layout lies outside what the reference runs cover (search/data/envelope.json), "
+                     "as planner search marks it")
+        lines += [f"  [{i}] {x}" for i, x in enumerate(reasons, 1)]
     return "\n".join(lines)
+
+
+def _layout_flags(row: dict) -> list[str]:
+    """The reasons of the best layout's envelope flags of layout scope (``search.envelope.flags``)."""
+    return [f["reason"] for f in ((row.get("best") or {}).get("envelope") or []) if f.get("scope") == "layout"]
+
+
+def _envelope_reasons(rows: list[dict]) -> list[str]:
+    """Each distinct reason of the rows' layout flags, in order of first appearance."""
+    return list(dict.fromkeys(x for r in rows for x in _layout_flags(r)))
 
 
 _OBJECTIVE_WORDS = {"step-time": "step time", "tokens-per-gpu": "tokens/s/GPU", "time-to-train": "time to train",

@@ -117,3 +117,22 @@ def test_a_sweep_where_nothing_fits_writes_its_csv_draws_no_plot_and_exits_3(tmp
         out = json.loads(res.stdout)
         assert out["scenarios"][0]["status"] == "nothing fits"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.csv"]
+
+
+def test_sweep_csv_names_each_column_once(tmp_path):
+    # The sweep's run goodput went into a second 'goodput' column beside the search's own.
+    import subprocess
+    import sys
+
+    out = tmp_path / "s.csv"
+    proc = subprocess.run([sys.executable, "-m", "planner", "sweep", "--model", "8b", "--gpus", "64", "--gpu", "h100",
+                           "--train-tokens", "1T", "--price-per-gpu-hour", "2", "--csv", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    head, row = list(csv.reader(out.open()))[:2]
+    assert len(head) == len(set(head))
+    cells = dict(zip(head, row))
+    # wall time = training time / goodput: 1e12 tokens over the scenario's tokens/s.
+    goodput = float(cells["goodput"])
+    assert 0.9 < goodput < 1.0
+    assert float(cells["run_time_s"]) == pytest.approx(1e12 / float(cells["tokens_per_s"]) / goodput, rel=1e-6)

@@ -236,15 +236,16 @@ def csv_text(rows: list[dict]) -> str:
     for r in rows:
         s = r["scenario"]
         best = dict(r["best"] or fake)
-        for k in ("run_time_s", "run_cost_usd"):
+        # The run's figures in the search's own columns (goodput, run_time_s, run_cost_usd), once.
+        for k in ("run_time_s", "run_cost_usd", "goodput"):
             best[k] = r.get(k)
         cells = _csv_rows([best])[1][0] if r.get("best") else [None] * len(head)
         out.append([s["model"], s["gpu"], s["gpus"], r.get("seq_len_used"), r.get("gbs_used"),
                     s["tokens_per_batch"], r["status"], r.get("reason", "")] + cells
-                   + [r.get("usd_per_mtok"), r.get("goodput"), r.get("energy_mwh")])
+                   + [r.get("usd_per_mtok"), r.get("energy_mwh")])
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(scen + head + ["usd_per_mtok", "goodput", "energy_mwh"])
+    w.writerow(scen + head + ["usd_per_mtok", "energy_mwh"])
     w.writerows(out)
     return buf.getvalue()
 

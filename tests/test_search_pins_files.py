@@ -183,3 +183,14 @@ def test_sweep_marks_a_best_layout_outside_the_envelope_as_search_does():
     assert head.split()[-1] == "env"
     assert next(x for x in lines if x.startswith("llama3-70b")).rstrip().endswith("[1]")
     assert "  [1] CP 2 at 2,048 tokens per rank" in out
+
+
+def test_evaluate_with_a_release_says_when_the_release_cannot_launch_the_layout():
+    # Megatron-FSDP (ZeRO-3) under a pipeline: megatron-core-0.8's formats refuse it; priced all the same.
+    args = ["evaluate", "--model", "70b", "--gpus", "64", "--gpu", "h100", "--tp", "4", "--pp", "4", "--vpp", "5",
+            "--cp", "2", "--gbs", "128", "--framework", "megatron-core-0.8"]
+    code, out, err = run(*args, "--zero", "3")
+    assert code == 0 and "step time" in out
+    assert "note: no format that launches megatron-core-0.8" in err
+    code, out, err = run(*args, "--zero", "1")
+    assert code == 0 and "no format that launches" not in err

@@ -225,6 +225,13 @@ def evaluate(
         values = _searched_layout(ctx, problem, values, layout, calibration, framework)
         priced = price(job, values)
     carry_framework(record, priced.record)  # --from a --framework record: the release that priced it
+    if framework is not None:  # priced as the release runs it: say when the release cannot run it
+        from planner.export.expressible import release_refusal_note
+        from planner.frameworks import get_release
+
+        note = release_refusal_note(priced.record, priced.setup.model, priced.setup.cluster, get_release(framework))
+        if note:
+            say(note)
     if as_json:  # the text report says it under its calibration line
         _warn_calibration_gpu(priced.record)
     show_evaluation(priced, outputs)

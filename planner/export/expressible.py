@@ -54,6 +54,21 @@ def rule_names(reason: str) -> str:
     return reason.split(":")[0][:60]
 
 
+def release_refusal_note(record: dict, model, cluster, release) -> str:
+    """One line when no format that launches ``release`` writes ``record``'s layout as priced
+    (planner evaluate --framework R: the layout is priced as R runs it, but R cannot run it);
+    '' when one does or planner has no exporter for R."""
+    formats = list(release.formats)
+    if not formats:
+        return ""
+    refused = refusals(record, model, cluster)
+    if any(f not in refused for f in formats):
+        return ""
+    rules = list(dict.fromkeys(rule_names(refused[f]) for f in formats))
+    return (f"note: no format that launches {release.name} ({', '.join(formats)}) writes this layout as priced "
+            f"(rules {', '.join(rules)}; planner export --framework {release.name} prints each reason)")
+
+
 def launch_notes(records: list[dict], specs: list, release=None) -> list[str]:
     """Lines for under the search table when its best row exports to no format (with
     ``--framework``, ``release``: to none of the formats that launch that release): which rule each

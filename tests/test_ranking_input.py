@@ -205,3 +205,11 @@ def test_a_layouts_own_framework_beside_its_layout_is_the_one_priced():
     assert first["layout"]["framework"] == "DeepSpeed ZeRO-3"
     assert second["layout"]["framework"] == "Megatron-LM (PTD-P)"
     assert third["layout"]["framework"] == "NeMo"  # inside "layout" wins, as before
+
+
+def test_a_file_where_no_layout_can_be_predicted_exits_3_as_runs_does(tmp_path, group):
+    # Well formed, but the GPU is unknown: every layout is listed as not predicted, and the
+    # command ends as planner validate --runs does when no row maps (exit 3).
+    res = runner.invoke(app, ["validate", "--ranking", str(_file(tmp_path, _edited(group, _set("hardware.gpu", "x9"))))])
+    assert res.exit_code == 3, res.output
+    assert "not predicted" in res.stdout and "no layout of" in res.stderr and "could be predicted" in res.stderr

@@ -531,3 +531,8 @@ def run_ranking(path: Path, as_json: bool = False) -> None:
                                "knob_bias": bias, "ties": ties, "replicated": replicated}, indent=2))
     else:
         typer.echo(format_ranking(groups, total, str(path), same, high, bias, ties, replicated))
+    if not any(g["layouts"] for g in groups):  # as planner validate --runs when no row maps: exit 3
+        from planner.validate.report import NOTHING_MAPPED
+
+        typer.echo(f"error: no layout of {show(path)} could be predicted (the reasons are listed)", err=True)
+        raise typer.Exit(NOTHING_MAPPED)

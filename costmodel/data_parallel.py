@@ -75,6 +75,13 @@ class Sharding:
     a stage's gradients (and, after a backward, its weights) unsharded for the whole step, ZeRO-1's."""
 
 
+def runs_pipelined_fsdp(pp, zero, fsdp2):
+    """Whether a layout runs as FSDP2 in torch.distributed.pipelining (``Sharding.pipelined_fsdp``):
+    ZeRO-3 under a pipeline, or ZeRO-2 with the fsdp2 implementation under one. Arrays or scalars."""
+    zero = np.asarray(zero)
+    return (np.asarray(pp) > 1) & ((zero == 3) | ((zero == 2) & np.asarray(fsdp2, dtype=bool)))
+
+
 def sharding(ctx: ChunkContext) -> Sharding:
     """ZeRO sharding of ``ctx``'s layouts (the only reader of ``batch.zero``, ``grad_dtype`` and
     ``optimizer_states``)."""
@@ -86,7 +93,7 @@ def sharding(ctx: ChunkContext) -> Sharding:
     replicas = ctx.dp / shard
     dense_shard = shard * ctx.cp
     expert_shard = np.maximum(ctx.tp * ctx.cp * ctx.dp / (ctx.ep * ctx.etp) / replicas, 1.0)
-    pipelined_fsdp = (ctx.pp > 1) & ((zero == 3) | ((zero == 2) & batch.is_("fsdp", "fsdp2")))
+    pipelined_fsdp = runs_pipelined_fsdp(ctx.pp, zero, batch.is_("fsdp", "fsdp2"))
     return Sharding(
         zero=zero,
         dense_shard=dense_shard,

@@ -310,10 +310,15 @@ def _unwritten_settings(layout) -> list[str]:
     from planner.frameworks.table import CONTAINER, WORKLOAD
 
     tables = [e.table for e in EXPORTERS.values() if getattr(e, "table", None) is not None]
-    off_file = set(WORKLOAD) | set(CONTAINER) | {
-        o for o, why in (tables[0].elsewhere if tables else ()) if "planner's command line" in why
-        and all(any(o2 == o and "planner's command line" in w2 for o2, w2 in t.elsewhere) or t.refusal(o, getattr(
-            layout, o, None)) is not None for t in tables)}
+
+    def from_command_line(table, option) -> bool:
+        return any(o == option and "planner's command line" in why for o, why in table.elsewhere)
+
+    def off_file_in(table, option) -> bool:  # stated nowhere in this format's files, or refused by it
+        return from_command_line(table, option) or table.refusal(option, getattr(layout, option, None)) is not None
+
+    said = {o for t in tables for o, why in t.elsewhere if "planner's command line" in why}
+    off_file = set(WORKLOAD) | set(CONTAINER) | {o for o in said if all(off_file_in(t, o) for t in tables)}
     out = []
     for name in sorted(off_file):
         opt, value = OPTIONS_BY_NAME.get(name), getattr(layout, name, None)

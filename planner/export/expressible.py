@@ -10,6 +10,7 @@ rows so that it can say so under the table instead of leaving the user to find o
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 from hardware_catalog.errors import PlannerInputError
 from hardware_catalog.schema import ClusterSpec, ModelSpec
@@ -59,14 +60,20 @@ def release_refusal_note(record: dict, model, cluster, release) -> str:
     (planner evaluate --framework R: the layout is priced as R runs it, but R cannot run it);
     '' when one does or planner has no exporter for R."""
     formats = list(release.formats)
-    if not formats:
+    rules = _rules_refusing_all(record, model, cluster, formats) if formats else None
+    if rules is None:
         return ""
-    refused = refusals(record, model, cluster)
-    if any(f not in refused for f in formats):
-        return ""
-    rules = list(dict.fromkeys(rule_names(refused[f]) for f in formats))
     return (f"note: no format that launches {release.name} ({', '.join(formats)}) writes this layout as priced "
             f"(rules {', '.join(rules)}; planner export --framework {release.name} prints each reason)")
+
+
+def _rules_refusing_all(record: dict, model, cluster, formats: list) -> Optional[list]:
+    """The rules by which every one of ``formats`` refuses ``record`` (said once each: torchrun and
+    slurm launch Megatron-LM and refuse with its rule), or None when one of them writes it."""
+    refused = refusals(record, model, cluster)
+    if any(f not in refused for f in formats):
+        return None
+    return list(dict.fromkeys(rule_names(refused[f]) for f in formats))
 
 
 def launch_notes(records: list[dict], specs: list, release=None) -> list[str]:
@@ -79,11 +86,9 @@ def launch_notes(records: list[dict], specs: list, release=None) -> list[str]:
     formats = list(EXPORTERS) if release is None else list(release.formats)
     if not formats:
         return [f"launch: planner has no exporter for {release.name}: it writes none of its files"]
-    best = refusals(records[0], specs[0][0], specs[0][1])
-    if any(f not in best for f in formats):
+    rules = _rules_refusing_all(records[0], specs[0][0], specs[0][1], formats)
+    if rules is None:
         return []
-    # torchrun and slurm launch Megatron-LM: they refuse with Megatron's rule, said once.
-    rules = list(dict.fromkeys(rule_names(best[f]) for f in formats))
     which = ("no format planner exports" if release is None else
              f"no format that launches {release.name} ({', '.join(formats)})")
     lines = [f"launch: {which} runs #1 as priced (rules {', '.join(rules)}; "

@@ -119,7 +119,7 @@ def uncertainty_lines(rec: dict) -> list[str]:
     return lines + [f"              {f['reason']}" for f in flags]
 
 
-def _bf16_caveat(gpu_name) -> str:
+def bf16_caveat_of(gpu_name) -> str:
     """``GPUSpec.bf16_caveat`` of a record's GPU ('' for an unknown name)."""
     if not gpu_name:
         return ""
@@ -146,7 +146,7 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
     lines.append(f"{rec['model']}{size} on {rec['gpus']} x {rec['gpu']} ({rec['cluster']}"
                  f"{', ' + cluster_line if cluster_line else ''})")
     lines.append(f"layout  {layout_summary(lay)}")
-    caveat = _bf16_caveat(rec.get("gpu"))
+    caveat = bf16_caveat_of(rec.get("gpu"))
     if caveat and lay.get("precision", "bf16") == "bf16":
         lines.append(f"note    {caveat}")
     tokens = lay["gbs"] * lay["seq_len"]
@@ -228,11 +228,13 @@ def format_evaluation(rec: dict, cluster_line: str = "") -> str:
                    f"{DEFAULT_MEMORY_HEADROOM:.0%} planner search keeps free by default (--memory-headroom), "
                    f"so search would not offer it")
     lines.append(f"  {'peak':<{width}}{peak:>10.2f}  of {cap:.1f} GiB: {verdict}")
-    zero, pipelined = lay.get("zero", 0), lay.get("pp", 1) > 1  # costmodel.data_parallel.Sharding.pipelined_fsdp
-    if pipelined and (zero == 3 or (zero == 2 and lay.get("fsdp") == "fsdp2")):
+    from costmodel.data_parallel import runs_pipelined_fsdp
+
+    zero, pp = lay.get("zero", 0), lay.get("pp", 1)
+    if bool(runs_pipelined_fsdp(pp, zero, lay.get("fsdp") == "fsdp2")):
         lines.append(f"  ZeRO-{zero} under PP: FSDP2 in torch.distributed.pipelining keeps gradients (and weights")
         lines.append("  after a backward) unsharded until the last micro-batch, so memory is ZeRO-1's.")
-    elif pipelined and zero == 2:
+    elif pp > 1 and zero == 2:
         lines.append("  ZeRO-2 under PP: gradients reduce-scattered after every micro-batch into a sharded FP32")
         lines.append("  accumulator (Llama 3 405B's FSDP); with --fsdp fsdp2 (torchtitan) they stay whole.")
     return "\n".join(lines)

@@ -145,11 +145,11 @@ def format_summary(stats: dict) -> str:
         impl["recompute_modules"] = "+".join(stats["recompute_modules"])
     if impl:
         line += "\npriced with " + ", ".join(f"{k}={v}" for k, v in impl.items())
-    from planner.reports.evaluate import _bf16_caveat
+    from planner.reports.evaluate import bf16_caveat_of
 
-    for gpu in stats.get("gpu_types") or ():
-        if _bf16_caveat(gpu) and stats.get("precision", "bf16") == "bf16":
-            line += "\n" + _bf16_caveat(gpu)
+    caveats = [bf16_caveat_of(gpu) for gpu in stats.get("gpu_types") or ()]
+    if stats.get("precision", "bf16") == "bf16":
+        line += "".join("\n" + c for c in caveats if c)
     if stats.get("calibration"):  # the profile and the constants it changed (planner.calibration_use)
         from planner.calibration_use import calibration_line
 

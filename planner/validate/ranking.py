@@ -53,6 +53,7 @@ import numpy as np
 from hardware_catalog.errors import PlannerInputError
 from hardware_catalog.files import read_input_text, show
 from planner.validate.schema import RowError, parse_row
+from planner.validate.schema import _kind as schema_kind
 
 DECISIVE = 0.03
 """Pairs measured further apart than this (relative to the slower) count for ordering."""
@@ -102,8 +103,8 @@ def load_groups(path: Path) -> list[dict]:
 
 
 def _kind(value) -> str:
-    return "text" if isinstance(value, str) else "true/false" if isinstance(value, bool) else \
-        "an object" if isinstance(value, dict) else "a list" if isinstance(value, list) else type(value).__name__
+    """``schema._kind`` (text, true/false, int, ...) with a group file's objects and lists named."""
+    return "an object" if isinstance(value, dict) else "a list" if isinstance(value, list) else schema_kind(value)
 
 
 def _got(value) -> str:

@@ -150,3 +150,13 @@ def test_fewest_gpus_below_a_node_are_not_called_whole_nodes():
     res = cli("search", "--gpus", "1", "--model", "8b", "--gpu", "h100", "--no-progress")
     assert res.exit_code == 3, res.output
     assert "a layout fits from --gpus 2 (" in res.output and "whole nodes" not in res.output
+
+
+@pytest.mark.parametrize("recompute, word", [("none", " none "), ("full", " full "), ("selective", " sel ")])
+def test_validate_layout_label_spells_recompute(recompute, word):
+    # The validate table printed recompute[:3]: "non" and "ful" read as typos.
+    from costmodel import Layout
+    from planner.validate import layout_label
+
+    label = layout_label(Layout(tp=2, pp=1, dp=4, mbs=1, gbs=8, recompute=recompute))
+    assert word in label

@@ -141,11 +141,14 @@ def _modules_label(lay) -> str:
     return "(" + ",".join(lay.recompute_modules) + ")"
 
 
+_RECOMPUTE_WORD = {"none": "none", "selective": "sel", "full": "full"}  # the column is narrow: only selective is shortened
+
+
 def layout_label(lay) -> str:
-    """One line, e.g. "TP8 PP16 DP8 CP1 v1 mbs1 z1 sel bf16 tpo eager"."""
+    """One line, e.g. "TP8 PP16 DP8 CP1 v1 mbs1 z1 sel bf16 tpo eager" (recompute: none, sel, full)."""
     return (
         f"TP{lay.tp} PP{lay.pp} DP{lay.dp} CP{lay.cp}" + (f" EP{lay.ep}" if lay.ep > 1 else "")
-        + f" v{lay.vpp} mbs{lay.mbs} z{lay.zero} {lay.recompute[:3]}" + _modules_label(lay)
+        + f" v{lay.vpp} mbs{lay.mbs} z{lay.zero} {_RECOMPUTE_WORD.get(lay.recompute, lay.recompute)}" + _modules_label(lay)
         + (f"{lay.recompute_share}/4" if lay.recompute_share else "") + f" {lay.precision}"
         + row_label_suffix(lay)
     )

@@ -347,8 +347,8 @@ def open_sweep(spec: Optional[SweepSpec], storage: Optional[str] = None, study_n
     from search.storage import check_study_name, join_study, local_file, open_storage, redact
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    name = study_name or "planner-sweep"
-    check_study_name(name)  # before a storage file is created
+    name = "planner-sweep" if study_name is None else study_name
+    check_study_name(name)  # before a storage file is created; an empty name is refused, not defaulted
     if storage is None:
         if spec is None:
             raise PlannerInputError("give the scenario axes: --model, --gpus and --gpu (or --storage of a sweep to join)")

@@ -357,6 +357,10 @@ def search(request: SearchRequest) -> SearchResult:
     if storage is not None:
         if method == "exhaustive":
             raise _err("--storage shares an optuna study: use it with --method optuna (or auto)")
+        from search.storage import check_study_name
+
+        if study_name is not None:
+            check_study_name(study_name)  # before the storage file is created or opened
         chosen = "optuna"
     elif study_name is not None:
         raise _err(f"--study-name {study_name!r} needs --storage (the study lives there)")

@@ -136,3 +136,16 @@ def test_sweep_csv_names_each_column_once(tmp_path):
     goodput = float(cells["goodput"])
     assert 0.9 < goodput < 1.0
     assert float(cells["run_time_s"]) == pytest.approx(1e12 / float(cells["tokens_per_s"]) / goodput, rel=1e-6)
+
+
+@pytest.mark.parametrize("command", [SWEEP, ["search", "--model", "8b", "--gpus", "8", "--gpu", "h100",
+                                             "--method", "optuna", "--trials", "5"]])
+@pytest.mark.parametrize("name", ["", "a" * 513])
+def test_a_bad_study_name_is_refused_before_the_storage_file_exists(tmp_path, command, name):
+    # search created an empty journal (and a 120 kB SQLite database) before refusing the name, and an
+    # empty name was quietly taken as the default study.
+    log = tmp_path / "s.log"
+    res = CliRunner().invoke(app, [*command, "--storage", str(log), "--study-name", name])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith("error: --study-name ") and "1 to 512 characters" in res.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -213,3 +213,28 @@ def test_a_file_where_no_layout_can_be_predicted_exits_3_as_runs_does(tmp_path, 
     res = runner.invoke(app, ["validate", "--ranking", str(_file(tmp_path, _edited(group, _set("hardware.gpu", "x9"))))])
     assert res.exit_code == 3, res.output
     assert "not predicted" in res.stdout and "no layout of" in res.stderr and "could be predicted" in res.stderr
+
+
+def test_a_cluster_file_a_group_names_is_read_beside_the_ranking_file(tmp_path, group):
+    # It was looked up in the working directory: every layout 'not predicted: file not found'.
+    folder = tmp_path / "study"
+    folder.mkdir()
+    (folder / "thin.toml").write_text(
+        'gpu = "a100-80gb"\ngpus_per_node = 8\nscaleup_domain_size = 8\nscaleup_latency_us = 2.0\n'
+        'scaleup_efficiency = 0.8\nnic = "ib-hdr"\nnics_per_node = 1\nnetwork_efficiency = 0.9\n')
+
+    def thin(g):
+        g["hardware"]["cluster"] = "thin.toml"
+
+    path = folder / "groups.json"
+    path.write_text(json.dumps(_edited(group, thin)))
+    res = runner.invoke(app, ["validate", "--ranking", str(path), "--json"])
+    assert res.exit_code == 0, res.output
+    thin_layouts = json.loads(res.stdout)["groups"][0]["layouts"]
+    assert len(thin_layouts) == len(group["layouts"])
+    # One HDR NIC per node instead of the preset's eight: no layout is predicted faster.
+    shipped = _file(tmp_path, [group])
+    base = json.loads(runner.invoke(app, ["validate", "--ranking", str(shipped), "--json"]).stdout)["groups"][0]
+    by_id = {lay["id"]: lay["predicted"] for lay in base["layouts"]}
+    assert all(lay["predicted"] <= by_id[lay["id"]] * (1 + 1e-9) for lay in thin_layouts)
+    assert any(lay["predicted"] < by_id[lay["id"]] * 0.99 for lay in thin_layouts)

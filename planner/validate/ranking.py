@@ -256,13 +256,15 @@ def order_stats(measured, predicted, decisive: float = DECISIVE) -> dict:
             "top1_strict": bool(len(m) > 1 and picked == m.max()), "misordered": wrong}
 
 
-def rank_group(group: dict, with_intervals: bool = False) -> dict:
-    """Predictions and order figures of one group; layouts that cannot be predicted are listed."""
+def rank_group(group: dict, with_intervals: bool = False, base_dir: Optional[Path] = None) -> dict:
+    """Predictions and order figures of one group; layouts that cannot be predicted are listed.
+    ``base_dir``: the ranking file's folder (model and cluster files a group names are relative
+    to it, as a runs file's are to the runs file)."""
     from planner.validate.predict import validate_rows
 
     rows = group_rows(group)
     missing = [r for r in rows if not r["reference"]["tokens_per_s_per_gpu"]]
-    results = validate_rows([r for r in rows if r not in missing])
+    results = validate_rows([r for r in rows if r not in missing], base_dir=base_dir)
     done = [r for r in results if r.error is not None]
     stated = {row["id"]: stated_knobs(row) for row in rows}
     out = {"id": group.get("id", "?"), "confidence": group.get("confidence"), "job": job_key(group),
@@ -273,7 +275,7 @@ def rank_group(group: dict, with_intervals: bool = False) -> dict:
            "unmapped": [{"id": r.id, "reason": r.reason} for r in results if r.error is None]
            + [{"id": r["id"], "reason": "no measured.tokens_per_s_per_gpu"} for r in missing]}
     if with_intervals and done:
-        for lay, q in zip(out["layouts"], layout_intervals(rows, done)):
+        for lay, q in zip(out["layouts"], layout_intervals(rows, done, base_dir)):
             lay["interval"] = q
     stats = order_stats([r.reported for r in done], [r.predicted for r in done]) if len(done) > 1 else None
     out.update(stats or {"kendall_tau": None, "pairs": 0, "pairs_right": 0, "top1": None, "top1_strict": None,
@@ -363,7 +365,7 @@ KNOBS = ("tp", "pp", "dp", "mbs", "cp", "vpp", "ep")
 """The layout knobs the bias table splits pairs by (``Layout`` names; EP for the MoE groups)."""
 
 
-def layout_intervals(rows: list[dict], done: list) -> list[Optional[tuple]]:
+def layout_intervals(rows: list[dict], done: list, base_dir: Optional[Path] = None) -> list[Optional[tuple]]:
     """(p10, p90) tokens/s/GPU of each predicted layout: the 80% interval ``planner search``
     states for it (search.uncertainty: the folds' constants x the held-out errors)."""
     from costmodel.layout import LayoutBatch
@@ -374,7 +376,7 @@ def layout_intervals(rows: list[dict], done: list) -> list[Optional[tuple]]:
     by_id = {r["id"]: r for r in rows}
     out = []
     for res in done:
-        run = map_run(parse_row(by_id[res.id]))
+        run = map_run(parse_row(by_id[res.id]), base_dir)
         fields = {f.name for f in dataclasses.fields(Layout)}
         batch = LayoutBatch.from_layouts([Layout(**{k: v for k, v in res.values.items() if k in fields})])
         q = tokens_interval(run.model, run.cluster, run.gpu, batch, predicted=np.array([res.predicted]))
@@ -524,7 +526,7 @@ def format_ranking(groups: list[dict], total: dict, path: str, same_release: Opt
 def run_ranking(path: Path, as_json: bool = False) -> None:
     import typer
 
-    groups = [rank_group(g, with_intervals=True) for g in load_groups(path)]
+    groups = [rank_group(g, with_intervals=True, base_dir=Path(path).parent) for g in load_groups(path)]
     total, same, high = overall(groups), overall(groups, SAME_RELEASE), overall(groups, ("high",))
     bias, ties, replicated = knob_bias(groups), tie_stats(groups), replicated_pairs(groups)
     if as_json:

@@ -90,3 +90,28 @@ def test_experts_left_whole_by_a_small_shard_group_reduce_over_their_own_group()
         return evaluate(model, cluster, lay, gpu=get_gpu(cluster.gpu)).time_terms["dp_comm"][0]
 
     assert dp_time(2) >= dp_time(4) >= dp_time(None)
+
+
+def _titan_hsdp(tmp_path, shard: int) -> Path:
+    """The shipped torchtitan 70B job config with replicate 2 and the given shard degree."""
+    text = (LAUNCH / "torchtitan_llama3_70b.toml").read_text()
+    assert "data_parallel_replicate_degree = 1" in text and "data_parallel_shard_degree = -1" in text
+    text = text.replace("data_parallel_replicate_degree = 1", "data_parallel_replicate_degree = 2")
+    path = tmp_path / f"hsdp{shard}.toml"
+    path.write_text(text.replace("data_parallel_shard_degree = -1", f"data_parallel_shard_degree = {shard}"))
+    return path
+
+
+def test_torchtitan_hsdp_over_the_leftover_ranks_is_priced_as_hsdp(tmp_path):
+    # replicate 2 x shard -1 was listed as unsupported and priced as FSDP over all 8 ranks. torchtitan
+    # (parallel_dims.py) makes shard -1 the leftover ranks: 64 GPUs / tp 8 = dp 8, / replicate 2 = 4.
+    args = ("--gpus", "64", "--gpu", "h100", "--json")
+    leftover = json.loads(run("evaluate", "--from-launch", str(_titan_hsdp(tmp_path, -1)), *args)[1])
+    stated = json.loads(run("evaluate", "--from-launch", str(_titan_hsdp(tmp_path, 4)), *args)[1])
+    assert leftover["layout"]["dp_shard"] == 4 == stated["layout"]["dp_shard"]
+    assert leftover["step_time_s"] == stated["step_time_s"]
+    assert leftover["memory_gib"] == stated["memory_gib"]
+    # 24 GPUs: dp 3, which 2 replicas do not divide (torchtitan's world-size check fails).
+    code, out, err = run("evaluate", "--from-launch", str(_titan_hsdp(tmp_path, -1)), "--gpus", "24", "--gpu", "h100")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "data_parallel_replicate_degree = 2: does not divide the 3 data-parallel ranks" in err

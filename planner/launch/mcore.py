@@ -545,6 +545,7 @@ def _data_parallel(s: Settings, launch: Launch) -> None:
     instances = s.int("num_distributed_optimizer_instances", 1)
     if instances > 1:  # dp_shard = dp / instances, once the GPU count gives dp
         launch.shard_replicas = instances
+        launch.shard_replicas_said = s.said("num_distributed_optimizer_instances")
 
 
 def _fsdp2_with_distributed_optimizer(s: Settings, launch: Launch) -> None:

@@ -86,7 +86,10 @@ class Launch:
     gradient-accumulation count x dp), once the GPU count gives dp (0: the file states mbs)."""
     shard_replicas: int = 0
     """Hybrid sharding the file states as a replica count (Megatron's distributed-optimizer
-    instances): dp_shard = dp / shard_replicas once the GPU count gives dp (0: not stated)."""
+    instances, torchtitan's replicate degree beside shard degree -1): dp_shard = dp /
+    shard_replicas once the GPU count gives dp (0: not stated)."""
+    shard_replicas_said: str = ""
+    """How the file states ``shard_replicas``, in its own words."""
     launcher: str = ""
     """How the file launches (torchrun, srun + torchrun, a bare argument list, ...)."""
     defaults: list = field(default_factory=list)

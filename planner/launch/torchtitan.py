@@ -321,9 +321,9 @@ def _data_parallel(c: _Config) -> None:
         launch.default("zero", zero, "FSDP2 over the leftover ranks")
     if shard > 1 and replicate > 1:  # HSDP: FSDP over shard groups, replicated across them
         launch.state("dp_shard", shard, said=c.said(key))
-    elif shard == -1 and replicate > 1:
-        launch.cannot(f"HSDP (replicate {replicate} x the leftover shard ranks)",
-                      f"as ZeRO-{zero} over all data-parallel ranks (state the shard degree to price HSDP)")
+    elif shard == -1 and replicate > 1:  # HSDP over the leftover ranks: dp_shard = dp / replicate once dp is known
+        launch.shard_replicas = replicate
+        launch.shard_replicas_said = c.said("parallelism.data_parallel_replicate_degree")
     if shard > 0:
         launch.dp = replicate * shard
         launch.dp_note = c.said(key)

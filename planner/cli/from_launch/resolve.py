@@ -160,8 +160,12 @@ def launch_job(launch: Launch, *, model=None, gpus=None, gpu=None, cluster=None,
                        "(DeepSpeed's rule without train_micro_batch_size_per_gpu)")
     if launch.shard_replicas > 1 and values.get("dp_shard") is None:
         dp = max(n // (values["tp"] * values["pp"] * values["cp"]), 1)
-        values["dp_shard"] = max(dp // launch.shard_replicas, 1)
-        derived.append(f"dp_shard {values['dp_shard']} = dp {dp} / {launch.shard_replicas} distributed-optimizer instances")
+        said = launch.shard_replicas_said or f"{launch.shard_replicas} shard replicas"
+        if dp % launch.shard_replicas:  # both assert it: Megatron-Core parallel_state.py (dp % instances), torchtitan parallel_dims.py _validate (product = world)
+            raise PlannerInputError(f"{launch.path}: {said}: does not divide the {dp} data-parallel ranks "
+                                    f"({n} GPUs / (tp x pp x cp))")
+        values["dp_shard"] = dp // launch.shard_replicas
+        derived.append(f"dp_shard {values['dp_shard']} = dp {dp} / {launch.shard_replicas} replicas ({said})")
     if values.get("sequence_parallel") and values.get("tp", 1) == 1:
         # Megatron's validate_args (and every framework) turns sequence parallelism off without TP.
         values["sequence_parallel"] = False

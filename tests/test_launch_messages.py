@@ -8,6 +8,7 @@ something else without a word.
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from planner.cli.main import app
@@ -51,9 +52,26 @@ def test_torch_fsdp2_with_the_distributed_optimizer_is_refused_as_megatron_refus
     # distributed optimizer". It was read as "zero 1, fsdp fsdp2" and priced as ZeRO-1.
     line = refused(megatron(tmp_path, "--use-distributed-optimizer", "--use-torch-fsdp2"))
     assert "--use-distributed-optimizer" in line and "--use-torch-fsdp2" in line and "refuses" in line, line
-    # Either one alone is read.
-    code, out = evaluate(megatron(tmp_path, "--use-torch-fsdp2"))
+    # Either one alone is read (FSDP2 with gradient-accumulation fusion off, as validate_args wants it).
+    code, out = evaluate(megatron(tmp_path, "--use-torch-fsdp2", "--no-gradient-accumulation-fusion"))
     assert code in (0, 3) and "zero 3" in out, out
+
+
+@pytest.mark.parametrize("extra, switches, named", [
+    # validate_args' other --use-torch-fsdp2 assertions (megatron/training/arguments.py at the pinned
+    # commit): each was read and priced as FSDP2, a run Megatron-LM does not start.
+    (("--pipeline-model-parallel-size 2",), LLAMA_SWITCHES, "--pipeline-model-parallel-size 2"),
+    ((), LLAMA_SWITCHES.replace("--untie-embeddings-and-output-weights ", ""), "tied embeddings"),
+    (("--ckpt-format torch",), LLAMA_SWITCHES, "--ckpt-format torch"),
+    (("--fp16",), LLAMA_SWITCHES, "--fp16"),
+])
+def test_torch_fsdp2_preconditions_are_megatrons(tmp_path, extra, switches, named):
+    line = refused(megatron(tmp_path, "--use-torch-fsdp2", "--no-gradient-accumulation-fusion", *extra,
+                            switches=switches))
+    assert line.startswith("error: --use-torch-fsdp2 with ") and named in line and "validate_args" in line, line
+    # Without --no-gradient-accumulation-fusion the fusion (on by default) is named.
+    line = refused(megatron(tmp_path, "--use-torch-fsdp2"))
+    assert "--no-gradient-accumulation-fusion" in line, line
 
 
 def test_layers_per_virtual_stage_is_refused_in_the_users_words(tmp_path):

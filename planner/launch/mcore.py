@@ -32,6 +32,9 @@ class Settings:
     where: dict = field(default_factory=dict)
     source: str = ARGS
     """Where unstated settings take their defaults (named in ``Launch.defaults``)."""
+    unpriced: dict = field(default_factory=dict)
+    """Dest -> value of the flags the file states that planner does not price (listed as not
+    priced), kept for the checks validate_args makes of them (``_fsdp2_preconditions``)."""
 
     def has(self, dest: str) -> bool:
         return dest in self.values
@@ -540,6 +543,7 @@ def _data_parallel(s: Settings, launch: Launch) -> None:
     if s.flag("use_megatron_fsdp") and strategy not in strategies:
         raise _bad(s, "data_parallel_sharding_strategy", strategy, ", ".join(strategies))
     _fsdp2_with_distributed_optimizer(s, launch)
+    _fsdp2_preconditions(s, launch)
     _read(s, launch, "zero")
     _read(s, launch, "dp_comm_overlap", lambda v, where: boolean(v, where))
     instances = s.int("num_distributed_optimizer_instances", 1)
@@ -565,6 +569,34 @@ def _fsdp2_with_distributed_optimizer(s: Settings, launch: Launch) -> None:
                                 "ZeRO-3) or --use-distributed-optimizer (ZeRO-1)")
     launch.cannot(pair, "as ZeRO-1 (the distributed optimizer); Megatron-LM refuses the pair, Megatron-Bridge's "
                         "config does not check it")
+
+
+def _fsdp2_preconditions(s: Settings, launch: Launch) -> None:
+    """The rest of what validate_args asserts of --use-torch-fsdp2 (megatron/training/arguments.py
+    at ``ARGS``' commit, lines 1031-1047): no pipeline or expert parallelism, no gradient-accumulation
+    fusion (on by default), a torch_dist or torch_dcp checkpoint (the default torch_dist), untied
+    embeddings, no fp16. A Megatron-LM command line that breaks one does not start; a NeMo /
+    Bridge config is not checked by validate_args and is priced as read."""
+    if s.source != ARGS or not s.flag("use_torch_fsdp2"):
+        return
+    from hardware_catalog.errors import PlannerInputError
+
+    fsdp2 = s.said("use_torch_fsdp2")
+    broken = [
+        (launch.values.get("pp", 1) > 1, f"{s.said('pipeline_model_parallel_size')} (pipeline parallelism)"),
+        (launch.values.get("ep", 1) > 1, f"{s.said('expert_model_parallel_size')} (expert parallelism)"),
+        (s.unpriced.get("no_gradient_accumulation_fusion") is not True,
+         "gradient-accumulation fusion (on by default: add --no-gradient-accumulation-fusion)"),
+        (str(s.unpriced.get("ckpt_format", "torch_dist")) not in ("torch_dist", "torch_dcp"),
+         f"--ckpt-format {s.unpriced.get('ckpt_format')} (it takes torch_dist or torch_dcp)"),
+        (not s.flag("untie_embeddings_and_output_weights"),
+         "tied embeddings (add --untie-embeddings-and-output-weights)"),
+        (s.flag("fp16"), f"{s.label('fp16')}"),
+    ]
+    reasons = [why for bad, why in broken if bad]
+    if reasons:
+        raise PlannerInputError(f"{fsdp2} with {'; with '.join(reasons)}: Megatron-LM's validate_args refuses it "
+                                "(megatron/training/arguments.py, the --use-torch-fsdp2 assertions)")
 
 
 def _precision(s: Settings, launch: Launch) -> None:

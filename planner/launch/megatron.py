@@ -118,6 +118,7 @@ def _record(flag: str, kind: str, values: list[str], s: Settings, launch: Launch
         s.where[dest] = flag
     elif known[flag][1] in _QUIET_GROUPS or dest in NOT_PRICED:
         launch.ignored.append(flag)
+        s.unpriced[dest] = value
     else:
         launch.cannot(flag, "without it (no planner option)")
 

@@ -238,3 +238,25 @@ def test_a_cluster_file_a_group_names_is_read_beside_the_ranking_file(tmp_path, 
     by_id = {lay["id"]: lay["predicted"] for lay in base["layouts"]}
     assert all(lay["predicted"] <= by_id[lay["id"]] * (1 + 1e-9) for lay in thin_layouts)
     assert any(lay["predicted"] < by_id[lay["id"]] * 0.99 for lay in thin_layouts)
+
+
+def test_two_wrong_fields_of_one_row_are_not_called_a_union_refusal():
+    # layout.tp "x" and layout.pp -3 at once: the row check said 'layout.tp: expected text or an
+    # object', the words for a field whose every union branch refused it; tp alone said what tp takes.
+    from planner.validate.schema import RowError, parse_row
+
+    row = json.loads((SHIPPED.parent / "published_runs.json").read_text())[0]
+    both = copy.deepcopy(row)
+    both["layout"].update(tp="x", pp=-3)
+    alone = copy.deepcopy(row)
+    alone["layout"]["tp"] = "x"
+    said = []
+    for bad in (both, alone):
+        with pytest.raises(RowError) as err:
+            parse_row(bad, 1)
+        said.append(str(err.value))
+    assert said[0] == said[1] and "field layout.tp: expected an integer" in said[0]
+    model = copy.deepcopy(row)
+    model["model"] = 5  # a real union refusal (a preset name or a model object) keeps its words
+    with pytest.raises(RowError, match="field model: expected text or an object, got 5"):
+        parse_row(model, 1)

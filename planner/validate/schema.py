@@ -556,6 +556,9 @@ def validation_parts(err: ValidationError) -> tuple[str, str]:
     depth = max(len(loc) for loc, _ in items)
     deepest = [(loc, e) for loc, e in items if len(loc) == depth]
     loc, e = deepest[0]
+    # Several errors at one field: every branch of a union refused it. Errors at different fields
+    # (two fields wrong at once) are not a union's: the first is said as it is.
+    deepest = [(other, x) for other, x in deepest if other == loc]
     msg = e["msg"].removeprefix("Value error, ")
     got = e.get("input")
     if e["type"] == "missing":

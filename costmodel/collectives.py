@@ -296,13 +296,15 @@ class _Span:
     # ---- trees (switched levels only; elsewhere tree edges would share links)
     def tree_ar(self, S):
         # NCCL double binary tree (Sanders, Speck & Traeff 2009): reduce up + broadcast down,
-        # pipelined -> 2 ceil(log2 n) alpha. Bandwidth 2S/B: each rank is inner node of one tree
+        # pipelined -> 2 floor(log2 n) alpha, the depth of a binary tree whose every node is a
+        # rank (NCCL's log2i, src/include/utils.h, as across domains in _tree; 6 ranks: depth 2,
+        # not 3). Bandwidth 2S/B: each rank is inner node of one tree
         # and leaf of the other and sends S/2 + 2(S/2) + S/2 = 2S in all; NCCL's model says
         # the same (tuning.cc: tree algBw = busBw/2). So the ring (2(n-1)/n S/B) keeps a small
         # bandwidth edge and the tree wins on latency: small messages, many ranks.
         if not self.switched:
             return _INF
-        return 2.0 * self.log2n * self.alpha + self.used_f * 2.0 * S / self.B
+        return 2.0 * self.log2n_floor * self.alpha + self.used_f * 2.0 * S / self.B
 
     def tree_rs(self, S):
         # Recursive halving (RS) / doubling (AG) (Thakur et al. 2005 sec. 3.1, 3.3), as NCCL's

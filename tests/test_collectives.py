@@ -71,7 +71,7 @@ def test_broadcast_pipelined_chain_and_binomial_tree():
 
 
 def test_tree_all_reduce_value():
-    # Double binary tree: 2 ceil(log2 n) alpha + 2 S/B
+    # Double binary tree: 2 floor(log2 n) alpha + 2 S/B (64 ranks: depth 6)
     fab = fabric(a_inter=5e-6)
     t, _ = t_of("all_reduce", GB, 1, 64, fab, "tree")
     assert t == pytest.approx(2 * 6 * 5e-6 + 2 * GB / B)

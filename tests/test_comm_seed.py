@@ -261,3 +261,20 @@ def test_all_gather_needs_a_byte_per_gpu():
     assert code == 2 and out == "" and err.strip().count("\n") == 0 and "1,048,576 B" in err
     assert cli("all-gather", "--topology", "switch", "--gpus", "8", "--bandwidth", "1GB/s",
                "--latency", "1us", "--size", "8")[0] == 0  # one byte each: allowed
+
+
+def test_tree_inside_one_domain_has_the_depth_of_the_tree_across_domains():
+    # 6 GPUs on one 8-GPU switch: a binary tree of 6 ranks is 2 deep (log2i(6) = 2), so 2 x 2 = 4
+    # steps of 10 us, + 2S/B = 2e3 / 1e11; the same 6 GPUs as one switch level said 4 steps, the
+    # hierarchical form said 2 ceil(log2 6) = 6. 72 GPUs of an NVL72: log2i(72) = 6, 12 x 1.9 us.
+    args = ("all-reduce", "--size", "1KB", "--algorithm", "tree", "--json")
+    one = ("--bandwidth", "100GB/s", "--latency", "10us")
+    code, out, err = cli(*args, "--topology", "hierarchical", "--gpus", "6", "--gpus-per-node", "8", *one,
+                         "--network-bandwidth", "50GB/s", "--network-latency", "5us")
+    assert code == 0, err
+    assert json.loads(out)["time_s"] == pytest.approx(4 * 10e-6 + 2e3 / 1e11, rel=1e-12)
+    code, out, err = cli(*args, "--topology", "switch", "--gpus", "6", *one)
+    assert json.loads(out)["time_s"] == pytest.approx(4 * 10e-6 + 2e3 / 1e11, rel=1e-12)
+    code, out, err = cli(*args, "--cluster", "gb200-nvl72", "--gpus", "72")
+    assert code == 0, err
+    assert json.loads(out)["time_s"] == pytest.approx(12 * 1.9e-6, rel=1e-3)

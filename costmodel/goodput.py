@@ -353,11 +353,15 @@ def checkpoint_bytes(total_params):
     return (WEIGHT_BYTES + OPTIMIZER_BYTES) * np.asarray(total_params, dtype=np.float64)
 
 
-def held_state_bytes(weights_gib, optimizer_gib):
-    """Checkpointed state one rank holds (its fullest pipeline stage): the layout's weights
-    and optimizer states after TP/PP/EP splitting and ZeRO / dp_shard sharding
-    (``costmodel.memory.model_state_bytes``, reported in the record's ``memory_gib``)."""
-    return (np.asarray(weights_gib) + np.asarray(optimizer_gib)) * GIB
+def held_state_bytes(record: dict):
+    """Checkpointed state one rank holds (its fullest pipeline stage): its own weights and
+    optimizer states after TP/PP/EP splitting and ZeRO / dp_shard sharding, without the layers
+    ZeRO-3 gathers for a moment (the record's ``checkpoint_state_gib``,
+    ``costmodel.memory.stage_memory``); a record written before it existed: weights + optimizer."""
+    held = record.get("checkpoint_state_gib")
+    if held is None:
+        held = record["memory_gib"]["weights"] + record["memory_gib"]["optimizer"]
+    return np.asarray(held) * GIB
 
 
 def write_time_s(total_bytes, gpus, gpus_per_node, aggregate_gbps, node_gbps):
@@ -560,7 +564,7 @@ def run_block(record: dict, model, cluster, gpu, inputs: RunInputs) -> dict:
     hw = Hardware.of(cluster, gpu)
     gpus = int(record["gpus"])
     params = count_params(model).total
-    held = _f(held_state_bytes(record["memory_gib"]["weights"], record["memory_gib"]["optimizer"]))
+    held = _f(held_state_bytes(record))
     g = goodput_model(gpus, params, held, hw, inputs, step_s=float(record["step_time_s"]))
     other = goodput_model(gpus, params, held, hw, inputs.with_(async_checkpoint=not inputs.async_checkpoint),
                           step_s=float(record["step_time_s"]))

@@ -393,8 +393,9 @@ def pipeline_runtime_bytes(ctx, sh, rank, first_stage, last_stage):
 
 
 def stage_model_states(ctx, sh, per_layer, params, n_moe):
-    """(weights, gradients, optimizer) bytes of a stage holding ``params`` (dense, expert)
-    under ``sh`` (``data_parallel.Sharding``); ``per_layer``: ``stage_params.LayerParams``."""
+    """(weights, gradients, optimizer, the rank's own weights) bytes of a stage holding ``params``
+    (dense, expert) under ``sh`` (``data_parallel.Sharding``); ``per_layer``:
+    ``stage_params.LayerParams``. The weights count ZeRO-3's gathered layers; its own do not."""
     weights, grads, optim = model_state_bytes(
         params[0], params[1], sh.zero, sh.dense_shard, sh.expert_shard, ctx.fp8, divisors=sh.state_divisors,
         grad_bytes=sh.grad_bytes, optimizer_bytes=sh.optimizer_bytes,
@@ -406,8 +407,8 @@ def stage_model_states(ctx, sh, per_layer, params, n_moe):
     expert_gathered = 1.0 - 1.0 / np.maximum(sh.expert_shard, 1.0)
     layer_params = np.where(n_moe > 0, per_layer.moe_dense * dense_gathered + per_layer.moe_expert * expert_gathered,
                             per_layer.dense_layer * dense_gathered)
-    weights = weights + np.where((sh.zero == 3) & ~sh.pipelined_fsdp, 2.0 * WEIGHT_BYTES * layer_params, 0.0)
-    return weights, grads, optim
+    gathered = np.where((sh.zero == 3) & ~sh.pipelined_fsdp, 2.0 * WEIGHT_BYTES * layer_params, 0.0)
+    return weights + gathered, grads, optim, weights
 
 
 def stage_memory(ctx, act, share, sh, per_layer, n_layers, params, rank, first_stage, last_stage) -> dict:
@@ -420,7 +421,7 @@ def stage_memory(ctx, act, share, sh, per_layer, n_layers, params, rank, first_s
     buffers, kept_logits = pipeline_runtime_bytes(ctx, sh, rank, first_stage, last_stage)
     activations = activations + buffers
     logits = logits + kept_logits
-    weights, grads, optim = stage_model_states(ctx, sh, per_layer, params, nm)
+    weights, grads, optim, own_weights = stage_model_states(ctx, sh, per_layer, params, nm)
     weights = weights + fp8_weight_copy_bytes(ctx, sh, per_layer, nd, nm)
     mem = {
         "weights": weights / GIB,
@@ -433,6 +434,9 @@ def stage_memory(ctx, act, share, sh, per_layer, n_layers, params, rank, first_s
     # optimizer buffers are few large allocations (Megatron allocates them contiguously).
     mem["workspace"] = ctx.calib.workspace_gib + ctx.calib.fragmentation * (mem["activations"] + mem["logits"])
     mem["peak"] = sum(mem[k] for k in MEMORY_TERMS)
+    # What a checkpoint saves of this rank: its own shard of the weights and the optimizer
+    # states, not the layers ZeRO-3 gathers for a moment nor the FP8 copies cast from them.
+    mem["held_state"] = (own_weights + optim) / GIB
     return mem
 
 
@@ -450,7 +454,7 @@ def peak_memory(ctx, split, full_recompute, selective, sh, per_layer, params):
         for (n_layers, rank, first, last), p in zip(stages, params)
     ]
     fullest = argmax3(*split.present(*(mem["peak"] for mem in mems)))
-    return {k: select3(fullest, *(mem[k] for mem in mems)) for k in list(MEMORY_TERMS) + ["peak"]}, fullest
+    return {k: select3(fullest, *(mem[k] for mem in mems)) for k in list(MEMORY_TERMS) + ["peak", "held_state"]}, fullest
 
 
 def layer_bytes_per_token(ctx):

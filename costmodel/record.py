@@ -38,6 +38,8 @@ def result_record(model: ModelSpec, cluster: ClusterSpec, gpu: GPUSpec, result: 
         "memory_gib": memory,
         "fits": bool(result.fits[i]),
         "memory_margin_gib": float(result.memory_capacity_gib - result.memory_gib["peak"][i]),
+        # What a checkpoint saves of the fullest stage's rank (its own weights + optimizer states).
+        "checkpoint_state_gib": float(result.memory_gib["held_state"][i]),
         "breakdown": breakdown,
         "overlapped": {k: float(v[i]) for k, v in result.overlapped_terms.items()},
         "largest_term": str(result.largest_term()[i]),

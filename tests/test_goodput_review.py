@@ -217,3 +217,25 @@ def test_search_columns_come_from_the_run_block_it_prints():
         run = rec["run"]
         assert rec["goodput"] == run["goodput"] and rec["run_time_days"] == run["days"]
         assert rec["run_cost_usd"] == run["cost_usd"] and rec["run_energy_mwh"] == run["energy_mwh"]
+
+
+def test_a_zero3_rank_checkpoints_its_shard_not_the_layers_it_gathers():
+    # Llama 3 8B fully sharded over 64 GPUs: a rank holds 1/64 of the 2 + 4 + 4 + 4 = 14 bytes per
+    # parameter (BF16 weights, FP32 master, Adam m and v), exactly what it writes. "each GPU holds"
+    # counted the current and prefetched layers ZeRO-3 gathers for a moment (2.44 GiB vs 1.64).
+    from costmodel.params import count_params
+    from hardware_catalog import get_model
+
+    job = ("evaluate", "--model", "llama3-8b", "--gpus", "64", "--gpu", "h100", "--tp", "1", "--pp", "1",
+           "--mbs", "1", "--recompute", "none", "--train-tokens", "1T", "--json")
+    res = _cli(*job, "--zero", "3")
+    assert res.exit_code == 0, res.output
+    rec = json.loads(res.stdout)
+    own = 14 * count_params(get_model("llama3-8b")).total / 64
+    assert rec["checkpoint_state_gib"] * 2**30 == pytest.approx(own, rel=1e-9)
+    assert rec["memory_gib"]["weights"] + rec["memory_gib"]["optimizer"] > rec["checkpoint_state_gib"] * 1.2
+    # ZeRO-1 keeps the whole BF16 weights on every rank: 2 bytes per parameter + 12 / 64.
+    res1 = _cli(*job, "--zero", "1")
+    rec1 = json.loads(res1.stdout)
+    whole = (2 + 12 / 64) * count_params(get_model("llama3-8b")).total
+    assert rec1["checkpoint_state_gib"] * 2**30 == pytest.approx(whole, rel=1e-9)

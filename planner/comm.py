@@ -343,6 +343,12 @@ def _grid_label(topology: str, n: int, dims: Optional[tuple[int, int]]) -> str:
     return f"{topology} {gx}x{gy}{how}"
 
 
+def _network_label(topology: str, n: int, dims: Optional[tuple[int, int]]) -> str:
+    """The network between nodes as priced: a tree of switches there is a fat tree (full
+    bisection, as a switch), not the one-level physical tree of --topology tree."""
+    return "fat-tree (as a switch)" if topology == "tree" else _grid_label(topology, n, dims)
+
+
 def _group_size(gpus: Optional[int], dims: Optional[tuple[int, int]], per_cell: int) -> int:
     """N from --gpus, or from --dims (X*Y cells of ``per_cell`` GPUs); both must agree."""
     if dims is None:
@@ -406,7 +412,7 @@ def _hierarchical(args: CommArgs) -> Setup:
     fabric = Fabric(intra=intra, inter=inter, domain_size=per_node)
     r, q = (int(x) for x in group_span(n, 1, per_node))
     label = (f"{n} GPUs = {_count(q, 'node')} x {r}, hierarchical: switch in a node B1 {fmt_bandwidth(intra.bandwidth)}, "
-             f"\u03b11 {fmt_time(intra.latency)}; {_grid_label(net, q, dims)} network B2 "
+             f"\u03b11 {fmt_time(intra.latency)}; {_network_label(net, q, dims)} network B2 "
              f"{fmt_bandwidth(inter.bandwidth)}, \u03b12 {fmt_time(inter.latency)}")
     return Setup(fabric, r, q, _levels(fabric, r, q), "hierarchical", label)
 

@@ -278,3 +278,15 @@ def test_tree_inside_one_domain_has_the_depth_of_the_tree_across_domains():
     code, out, err = cli(*args, "--cluster", "gb200-nvl72", "--gpus", "72")
     assert code == 0, err
     assert json.loads(out)["time_s"] == pytest.approx(12 * 1.9e-6, rel=1e-3)
+
+
+def test_a_tree_network_between_nodes_is_a_fat_tree_and_says_so():
+    # Between nodes "tree" is priced with full bisection (a fat tree of switches), the same as a
+    # switch; the header said "tree network", read as the one-level physical tree (4x slower here).
+    args = ("all-to-all", "--topology", "hierarchical", "--gpus", "128", "--gpus-per-node", "8", "--bandwidth",
+            "400GB/s", "--latency", "2us", "--network-bandwidth", "50GB/s", "--network-latency", "5us", "--size", "1GB")
+    tree = cli(*args, "--network-topology", "tree")
+    switch = cli(*args, "--network-topology", "switch")
+    assert tree[0] == 0 and switch[0] == 0, tree[2]
+    assert "fat-tree (as a switch) network" in tree[1].splitlines()[0]
+    assert tree[1].splitlines()[1] == switch[1].splitlines()[1]  # the time line

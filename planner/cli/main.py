@@ -537,7 +537,7 @@ def comm(
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="Hierarchical: GPUs per node (G), joined by a switch."),
     network_bandwidth: Optional[str] = typer.Option(None, "--network-bandwidth", help="Hierarchical: B2 per GPU between nodes (its NIC share), e.g. 400Gb/s."),
     network_latency: Optional[str] = typer.Option(None, "--network-latency", help="Hierarchical: alpha2 per step between nodes, e.g. 5us."),
-    network_topology: Optional[str] = typer.Option(None, "--network-topology", help="Hierarchical: switch (default) | tree | ring | mesh2d | torus2d between nodes."),
+    network_topology: Optional[str] = typer.Option(None, "--network-topology", help="Hierarchical: switch (default) | tree (a fat tree of switches: full bisection, priced as switch) | ring | mesh2d | torus2d between nodes."),
     algorithm: str = typer.Option("auto", "--algorithm", help="auto (the fastest; across nodes what NCCL would pick: rings for all-gather and reduce-scatter) | ring | tree (NCCL's) | unpipelined_tree (the seed's) | hierarchical | direct (one-shot on a switch; all-to-all's pairwise exchange) | torus2d | mesh2d."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="With --sweep: write a log-log plot of time vs size (.png, .svg or .html)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),

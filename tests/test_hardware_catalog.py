@@ -416,3 +416,13 @@ def test_bf16_caveat_where_bf16_has_no_tensor_cores():
     caveat = get_gpu("v100").bf16_caveat
     assert "no BF16 tensor cores" in caveat and "15.7" in caveat and "125" in caveat
     assert get_gpu("a100").bf16_caveat == "" and get_gpu("h100").bf16_caveat == ""
+
+
+def test_gb200_nvl72_rack_draws_the_reported_120_kw():
+    # 18 compute trays of 4 GPUs (DGX GB200 user guide) and about 120 kW a rack (GTC 2024, as
+    # reported); without a figure the GPU-TDP rule gave 1,200 W x 1.82 x 72 = 157 kW.
+    from hardware_catalog import get_cluster
+
+    c = get_cluster("gb200-nvl72")
+    assert c.scaleup_domain_size // c.gpus_per_node == 18
+    assert 18 * c.node_power_watts == pytest.approx(120e3, rel=1e-3)

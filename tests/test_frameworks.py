@@ -151,8 +151,18 @@ def test_catalog_lists_every_release():
 
 def test_export_under_a_release_of_a_layout_that_does_not_fit_exits_3(tmp_path):
     # As without --framework (planner/cli/errors.py: export refuses a layout predicted not to fit, exit 3):
-    # Llama 3 8B on 16 H100 under deepspeed-0.5's profile (unfused attention, ZeRO-1) needs ~83 of 79 GiB.
-    code, out, err = run("export", "--model", "llama3-8b", "--gpus", "16", "--gpu", "h100", "--framework",
-                         "deepspeed-0.5", "--out", str(tmp_path / "x"))
+    # Llama 3 70B on 8 H100 at TP 8 without recompute: its 141 GB of BF16 weights and optimizer alone overflow.
+    code, out, err = run("export", "--model", "llama3-70b", "--gpus", "8", "--gpu", "h100", "--tp", "8", "--recompute",
+                         "none", "--framework", "megatron-core-0.8", "--out", str(tmp_path / "x"))
     assert code == 3 and "does not fit in GPU memory" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("release", ["deepspeed-0.5", "megatron-lm-2021"])
+def test_a_release_whose_files_planner_does_not_write_is_not_exported(tmp_path, release):
+    # The DeepSpeed exporter writes 0.19.8's keys ("bf16" is DeepSpeed >= 0.6.0: 0.5 ignores it and runs
+    # FP32), the Megatron ones main's flags (v2.6 lacks --use-distributed-optimizer, --swiglu, ...).
+    code, out, err = run("export", "--model", "llama3-8b", "--gpus", "16", "--gpu", "h100", "--framework", release,
+                         "--out", str(tmp_path / "x"))
+    assert code == 2 and "planner has no exporter for it" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()

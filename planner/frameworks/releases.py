@@ -44,8 +44,10 @@ class Release:
 
 
 RELEASES: tuple[Release, ...] = (
+    # No formats: the Megatron exporters write main's arguments.py, and v2.6's (megatron/arguments.py)
+    # has none of --use-distributed-optimizer, --swiglu, --normalization, --sequence-parallel, ...
     Release("megatron-lm-2021", "Megatron-LM (PTD-P)", 2021,
-            "Narayanan et al. 2021 (SC'21), Megatron-LM v2.x: PTD-P, before FlashAttention", formats=("megatron", "torchrun", "slurm")),
+            "Narayanan et al. 2021 (SC'21), Megatron-LM v2.x: PTD-P, before FlashAttention"),
     Release("megatron-core-0.8", "Megatron-Core r0.8", 2024,
             "Megatron-LM tag core_r0.8.0 (July 2024), TransformerEngine attention", formats=("megatron", "torchrun", "slurm"),
             megatron_release="core_r0.8.0"),
@@ -69,9 +71,11 @@ RELEASES: tuple[Release, ...] = (
     Release("llm-foundry-0.10", "llm-foundry 0.10 (Composer FSDP)", 2024,
             "mosaicml/llm-foundry v0.10 with Composer FSDP; no compile_config by default, so eager "
             "operators (add --kernels fused when you compile)"),
+    # No formats: the DeepSpeed exporter writes 0.19.8's keys; 0.5 has no "bf16" (v0.6.0
+    # runtime/constants.py; 0.5.5-0.5.10 spell it "bfloat16", ZeRO-2 only), no grad_accum_dtype and
+    # no pipeline.pipe_partitioned, and ignores keys it does not know: the file would run FP32.
     Release("deepspeed-0.5", "DeepSpeed 0.5 (ZeRO-3)", 2021,
-            "microsoft/DeepSpeed v0.5 (2021): per-tensor ZeRO-3 gathers, before FlashAttention",
-            formats=("deepspeed",)),
+            "microsoft/DeepSpeed v0.5 (2021): per-tensor ZeRO-3 gathers, before FlashAttention"),
 )
 """The releases --framework takes; each maps to a validate profile by its text."""
 

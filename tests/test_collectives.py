@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import numpy as np
 import pytest
@@ -262,22 +261,6 @@ def test_fabric_from_catalog_cluster():
         for op in OPS:
             t, _ = collective_time(op, 1e8, L, m, fab)
             assert np.all(np.isfinite(t)) and np.all(t > 0), (name, op)
-
-
-def test_vectorized_speed():
-    rng = np.random.default_rng(0)
-    n = 1_000_000
-    S = rng.uniform(1e3, 1e10, n)
-    L = rng.choice([1, 2, 4, 8], n)
-    m = rng.choice([1, 2, 4, 16, 64, 512], n)
-    fab = fabric(a_intra=2e-6, a_inter=3e-6, b_inter=50e9)
-    collective_time("all_reduce", S[:10], L[:10], m[:10], fab)
-    best = np.inf
-    for _ in range(3):
-        t0 = time.perf_counter()
-        collective_time("all_reduce", S, L, m, fab)
-        best = min(best, time.perf_counter() - t0)
-    assert best < 0.5  # ~50 ms on a slow 2-core box; generous bound for loaded CI
 
 
 # ----------------------------------------------------------------------------- properties

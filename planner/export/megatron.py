@@ -15,8 +15,8 @@ from planner.export.common import (
 from planner.export.registry import EXECUTABLE, Exporter, one_file
 from planner.frameworks.megatron import ARGS_PY as _ARGS_PY
 from planner.frameworks.megatron import (
-    MEGATRON_COMMIT, RELEASE_ARGUMENTS, TABLE, flag, flag_choices, is_env, known_flags, lacks, release_table,
-    removed_flags, words,
+    CORE_R08, CORE_V012, CORE_V013, MEGATRON_COMMIT, RELEASE_ARGUMENTS, TABLE, flag, flag_choices, is_env,
+    known_flags, lacks, release_table, removed_flags, words,
 )
 
 FILE_NAME = "megatron_args.sh"
@@ -106,26 +106,22 @@ def check_gpt_entrypoint(plan: Plan) -> None:
                             "Megatron-LM pretrain_mamba.py")
 
 
-_R08, _R012, _R013 = "core_r0.8.0", "core_v0.12.0", "core_v0.13.0"
-
-
 def _check_release_rules(plan: Plan) -> None:
     """What a --framework release's Megatron-Core refuses that main (the table's target) runs."""
     release = megatron_release(plan)
     at = f"Megatron-LM megatron/core/transformer/transformer_config.py@{release}"
-    if release in (_R012, _R013) and plan.cuda_graphs and plan.recompute != "none":
+    if release in (CORE_V012, CORE_V013) and plan.cuda_graphs and plan.recompute != "none":
         raise CannotExpress("megatron_release_cuda_graphs_recompute", f"cuda_graphs with recompute {plan.recompute}: "
                             f"{release} raises 'CUDA graphs not supported with activation recomputation'", at)
-    if release in (_R012, _R013) and plan.model.mtp_layers and plan.cp > 1:
+    if release in (CORE_V012, CORE_V013) and plan.model.mtp_layers and plan.cp > 1:
         raise CannotExpress("megatron_release_mtp_cp", f"multi-token prediction with cp={plan.cp}: {release} "
                             "asserts 'Multi-Token Prediction (MTP) is not supported with Context Parallelism'",
                             f"Megatron-LM megatron/training/arguments.py@{release}")
-    if release == _R012 and plan.precision == "fp8" and plan.fp8_recipe == "mxfp8" and plan.fp8_param_gather:
+    if release == CORE_V012 and plan.precision == "fp8" and plan.fp8_recipe == "mxfp8" and plan.fp8_param_gather:
         raise CannotExpress("megatron_release_mxfp8_fp8_params", f"{release} raises 'MXFP8 currently does not "
                             "support fp8_param': price with --no-fp8-param-gather", at)
-    dp_without_cp = plan.gpus // (plan.tp * plan.pp * plan.cp)
-    if release == _R08 and plan.is_moe and dp_without_cp % plan.ep:
-        raise CannotExpress("megatron_release_ep_divides_dp", f"ep={plan.ep} does not divide dp={dp_without_cp} "
+    if release == CORE_R08 and plan.is_moe and plan.dp % plan.ep:  # dp: data-parallel ranks without CP
+        raise CannotExpress("megatron_release_ep_divides_dp", f"ep={plan.ep} does not divide dp={plan.dp} "
                             f"(data-parallel ranks without CP): {release}'s parallel_state.py raises before MoE "
                             "parallel folding (later releases fold EP over DP x CP)",
                             f"Megatron-LM megatron/core/parallel_state.py@{release}")
@@ -264,7 +260,7 @@ def _model_args(plan: Plan) -> Args:
         ("--num-attention-heads", [m.num_attention_heads]),
     ]
     args += _attention_args(m) + window_args(m)
-    if m.mla is not None and megatron_release(plan) == _R012:
+    if m.mla is not None and megatron_release(plan) == CORE_V012:
         # transformer_config.py@core_v0.12.0 raises "multi_latent_attention does not support
         # apply_rope_fusion", which --no-rope-fusion turns off (on by default there).
         args.append(("--no-rope-fusion", []))
@@ -327,7 +323,7 @@ def _parallel_args(plan: Plan, table=TABLE) -> Args:
     if plan.pp > 1 and plan.uneven and plan.vpp > 1 and _embedding_loss_split(plan):
         args += [("--account-for-embedding-in-pipeline-split", []),
                  ("--account-for-loss-in-pipeline-split", [])]
-    elif plan.pp == 2 and plan.uneven and megatron_release(plan) == _R012:
+    elif plan.pp == 2 and plan.uneven and megatron_release(plan) == CORE_V012:
         # Two stages: the first's count fixes the last's. transformer_config.py@core_v0.12.0 takes
         # a stage off the middle for each flag and divides by the none left (ZeroDivisionError).
         args += [("--decoder-first-pipeline-num-layers", [plan.first_layers])]
@@ -543,7 +539,7 @@ def _device_connections(plan: Plan) -> list[str]:
             "# validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP > 1 (before Blackwell).",
             "export CUDA_DEVICE_MAX_CONNECTIONS=1",
         ]
-    if megatron_release(plan) == "core_r0.8.0":
+    if megatron_release(plan) == CORE_R08:
         # arguments.py@core_r0.8.0 validate_args raises unless it is 1 whenever
         # async_tensor_model_parallel_allreduce is on, its default without sequence parallelism,
         # whatever the TP size.

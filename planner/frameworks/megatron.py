@@ -568,16 +568,16 @@ class ReleaseArguments:
     """Lines the exported file states about this release's spellings."""
 
 
-_R08 = "core_r0.8.0"
-_R012 = "core_v0.12.0"
-_R013 = "core_v0.13.0"
+CORE_R08 = "core_r0.8.0"
+CORE_V012 = "core_v0.12.0"
+CORE_V013 = "core_v0.13.0"
 
 RELEASE_ARGUMENTS: dict[str, ReleaseArguments] = {
-    _R08: ReleaseArguments(_R08, "baf94af3c667248865f23df73b9fb8e2395e6fd0", rows=(
-        *_te_attention(_R08),
+    CORE_R08: ReleaseArguments(CORE_R08, "baf94af3c667248865f23df73b9fb8e2395e6fd0", rows=(
+        *_te_attention(CORE_R08),
         # No --fp8-recipe: delayed scaling (amax history) is the one recipe (TransformerEngine's default).
         Row("fp8_recipe", "delayed", (), also=(("fp8_amax_history_len", 1024), ("fp8_amax_compute_algo", "max")),
-            when=_fp8, source=_args_at(_R08) + " (no --fp8-recipe: delayed scaling)"),
+            when=_fp8, source=_args_at(CORE_R08) + " (no --fp8-recipe: delayed scaling)"),
         Row("fp8_recipe", "current", (("fp8_recipe", "tensorwise"),), when=_fp8, source=ARGS),
         Row("fp8_recipe", "blockwise", (("fp8_recipe", "blockwise"),), when=_fp8, source=ARGS),
         Row("fp8_recipe", "mxfp8", (("fp8_recipe", "mxfp8"),), when=_fp8, source=ARGS),
@@ -586,10 +586,10 @@ RELEASE_ARGUMENTS: dict[str, ReleaseArguments] = {
           for r in FP8_RECIPES),
         # No --expert-tensor-parallel-size: experts split over the TP group (etp = tp).
         Row("etp", NUMBER, (), when=lambda plan: not plan.is_moe or plan.etp == plan.tp,
-            source=_args_at(_R08) + " (experts split over tensor parallelism: etp = tp)"),
+            source=_args_at(CORE_R08) + " (experts split over tensor parallelism: etp = tp)"),
         Row("etp", NUMBER, (("expert_tensor_parallel_size", 0),), source=ARGS),
         # Interleaving by layers per virtual stage (export/megatron.py writes it from the split).
-        Row("vpp", NUMBER, (), source=_args_at(_R08) + " --num-layers-per-virtual-pipeline-stage"),
+        Row("vpp", NUMBER, (), source=_args_at(CORE_R08) + " --num-layers-per-virtual-pipeline-stage"),
         Row("dp_shard", NUMBER, (), when=lambda plan: plan.shard_replicas <= 1, source=_DDP),
         Row("dp_shard", NUMBER, (("num_distributed_optimizer_instances", 0),), source=_DDP),
         # --moe-grouped-gemm: TEGroupedMLP with TransformerEngine >= 1.9, else GroupedMLP (the
@@ -598,18 +598,18 @@ RELEASE_ARGUMENTS: dict[str, ReleaseArguments] = {
         Row("moe_grouped_gemm", "fused", (("moe_grouped_gemm", True),),
             source="Megatron-LM megatron/core/transformer/moe/moe_layer.py@core_r0.8.0 (GroupedMLP unless "
                    "TEColumnParallelGroupedLinear, TE >= 1.9.0.dev0: custom_layers/transformer_engine.py)"),
-        Row("moe_grouped_gemm", "loop", (), default=True, source=_args_at(_R08) + " (SequentialMLP)"),
+        Row("moe_grouped_gemm", "loop", (), default=True, source=_args_at(CORE_R08) + " (SequentialMLP)"),
     ), notes=(
         "Megatron-Core r0.8: --moe-grouped-gemm runs GroupedMLP (fused) with TransformerEngine before 1.9 "
         "(NeMo 24.07's TE 1.8), TEGroupedMLP with a newer TE.",
     )),
-    _R012: ReleaseArguments(_R012, "d580efc68a9f0dbf1945f834f6f6200cd01d3343", rows=(
-        *_custom_fsdp(_R012), _flex_deepep(_R012),
-        Row("cuda_graphs", True, (("enable_cuda_graph", True),), source=_args_at(_R012) + " --enable-cuda-graph"),
+    CORE_V012: ReleaseArguments(CORE_V012, "d580efc68a9f0dbf1945f834f6f6200cd01d3343", rows=(
+        *_custom_fsdp(CORE_V012), _flex_deepep(CORE_V012),
+        Row("cuda_graphs", True, (("enable_cuda_graph", True),), source=_args_at(CORE_V012) + " --enable-cuda-graph"),
     )),
-    _R013: ReleaseArguments(_R013, "c550cf6c41c31cd3ec72e05c25ea0c979f2b6631", rows=(
-        *_custom_fsdp(_R013), _flex_deepep(_R013),
-        Row("cuda_graphs", True, (("enable_cuda_graph", True),), source=_args_at(_R013) + " --enable-cuda-graph"),
+    CORE_V013: ReleaseArguments(CORE_V013, "c550cf6c41c31cd3ec72e05c25ea0c979f2b6631", rows=(
+        *_custom_fsdp(CORE_V013), _flex_deepep(CORE_V013),
+        Row("cuda_graphs", True, (("enable_cuda_graph", True),), source=_args_at(CORE_V013) + " --enable-cuda-graph"),
     )),
 }
 """The Megatron-Core releases ``--framework`` names (``planner.frameworks.releases``), by tag."""

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from costmodel.options import OPTIONS_BY_NAME
 from hardware_catalog.errors import PlannerInputError
 from planner.frameworks.table import NUMBER, Above, Refusal, Row, Table
 
@@ -413,6 +414,12 @@ def _ep_folds(plan) -> bool:
     return ((plan.dp // plan.shard_replicas) * plan.cp * plan.tp) % (plan.ep * plan.etp) == 0
 _GRAPHS = "torchtitan 0.3.0 configs.py training.disable_cuda_graphs; trainer.py _validate_cuda_graphs"
 
+def _fsdp_applies(plan) -> bool:
+    """Whether the ZeRO-3 implementation (``fsdp``) matters for ``plan``: ZeRO-3, or ZeRO-2 under a
+    pipeline (``Option.applies``)."""
+    return OPTIONS_BY_NAME["fsdp"].applies(plan)
+
+
 TABLE = Table("torchtitan",
               source="torchtitan config dataclasses (0.1.0 config_manager.py, 0.2.x job_config.py, 0.3.0 configs.py)",
               releases="0.1.0-0.3.0 (torchtitan_fields_<family>.txt)", rows=(
@@ -497,7 +504,7 @@ TABLE = Table("torchtitan",
     Row("cpu_offload_layers", None, (), default=True, source="no activation offload to host memory"),
     # ZeRO-3 flavour: torchtitan shards with FSDP2 (fully_shard); moot below ZeRO-3.
     Row("fsdp", "fsdp2", (), default=True, source=_FSDP),
-    *(Row("fsdp", f, (), when=lambda plan: plan.zero < 2 or (plan.zero == 2 and plan.pp == 1),
+    *(Row("fsdp", f, (), when=lambda plan: not _fsdp_applies(plan),
           source="moot below ZeRO-3 (and for ZeRO-2 without a pipeline)") for f in ("flat", "megatron")),
     # Micro-batch gradients: FSDP2 adds each reduce-scattered shard into the sharded gradient; a pipeline
     # stage accumulates unsharded gradients through autograd until its last micro-batch.
@@ -627,7 +634,7 @@ TABLE = Table("torchtitan",
     Refusal("fsdp", ("flat", "megatron"), "torchtitan_fsdp", "torchtitan's ZeRO-3 is FSDP2 (per-parameter DTensor "
             "shards), and so is its ZeRO-2, which under a pipeline keeps gradients whole until the last micro-batch "
             "(torch/distributed/pipelining/stage.py backward_maybe_with_nosync): price with --fsdp fsdp2", _FSDP,
-            when=lambda plan: plan.zero == 3 or (plan.zero == 2 and plan.pp > 1)),
+            when=lambda plan: _fsdp_applies(plan)),
     Refusal("recompute", ("selective",), "torchtitan_selective", "recompute selective prices Megatron's core-attention "
             "recompute; torchtitan's selective AC is per-op SAC, priced as full recompute of half the layers: price with "
             "--framework torchtitan-0.2 --recompute selective (or --recompute full --recompute-layers <half a stage>)",

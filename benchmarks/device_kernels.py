@@ -22,8 +22,11 @@ adds or picks others: ``launch`` (dependent tiny kernels, eager and from a CUDA 
 (one Llama-style layer's forward + backward by micro-batch), ``attention_dims`` (by head dim) and
 ``clock`` (a minute each of a 70B TP 8 layer and of 8192^3 GEMMs, with the SM clock and power
 sampled through NVML: the sustained clock), ``grouped`` (MoE expert GEMMs), ``saved`` (the bytes an
-attention block keeps for backward, BF16 and FP8, eager and compiled) and ``optimizer`` (the Adam step's
-bytes per parameter). It writes the JSON after every section, so a run cut
+attention block keeps for backward, BF16 and FP8, eager and compiled), ``optimizer`` (the Adam step's
+bytes per parameter), ``contention`` / ``contention_layers`` / ``contention_paired`` (compute slowed
+while N SMs are held as NCCL channels hold them: ``Calibration.comm_sm_fraction``) and ``allocator``
+(memory outside PyTorch's pool, and the pool's fragmentation on a 1F1B stage: ``workspace_gib``,
+``fragmentation``; run it in a fresh process). It writes the JSON after every section, so a run cut
 short keeps what it measured.
 
     python benchmarks/device_kernels.py --summary benchmarks/results/h200_kernel_sweep.json
@@ -210,27 +213,31 @@ def _layer_weights(h, a, g, d, ffn, dev="cuda"):
     return w((a + 2 * g) * d, h), w(h, a * d), w(2 * ffn, h), w(h, ffn)
 
 
-def _layer_step(h, a, g, d, ffn, seq, mbs, weights, dev="cuda"):
-    """(forward + backward of one Llama-style layer as a callable, its FLOPs)."""
+def _layer_forward(x, weights, a, g, d):
+    """One Llama-style layer's forward on x [mbs, seq, h]: RMSNorm, QKV, causal cuDNN attention
+    (GQA), output projection, SwiGLU MLP, residuals."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     wqkv, wo, wup, wdown = weights
+    mbs, seq, h = x.shape
+    y = F.rms_norm(x, (h,))
+    qkv = F.linear(y, wqkv).view(mbs, seq, a + 2 * g, d).transpose(1, 2)
+    q, k, v = qkv.split([a, g, g], dim=1)
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=a != g)
+    z = x + F.linear(o.transpose(1, 2).reshape(mbs, seq, a * d), wo)
+    u, gate = F.linear(F.rms_norm(z, (h,)), wup).chunk(2, dim=-1)
+    return z + F.linear(F.silu(gate) * u, wdown)
+
+
+def _layer_step(h, a, g, d, ffn, seq, mbs, weights, dev="cuda"):
+    """(forward + backward of one Llama-style layer as a callable, its FLOPs)."""
     x = torch.randn(mbs, seq, h, device=dev, dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn(mbs, seq, h, device=dev, dtype=torch.bfloat16)
 
-    def fwd():
-        y = F.rms_norm(x, (h,))
-        qkv = F.linear(y, wqkv).view(mbs, seq, a + 2 * g, d).transpose(1, 2)
-        q, k, v = qkv.split([a, g, g], dim=1)
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=a != g)
-        z = x + F.linear(o.transpose(1, 2).reshape(mbs, seq, a * d), wo)
-        u, gate = F.linear(F.rms_norm(z, (h,)), wup).chunk(2, dim=-1)
-        return z + F.linear(F.silu(gate) * u, wdown)
-
     def fb():
-        fwd().backward(dy)
+        _layer_forward(x, weights, a, g, d).backward(dy)
 
     tokens = mbs * seq
     # Linear layers 6 x tokens x weights (forward 2, backward 4; Kaplan et al. 2020 Sec. 2.1) and
@@ -467,6 +474,242 @@ def saved_activations(out, dev="cuda"):
         rows.append(row)
 
 
+def _sm_holders():
+    """Two Triton kernels that each hold one SM per program for a set time, as an NCCL
+    collective holds one SM per channel (one thread block of 512 threads per channel, NCCL's
+    NCCL_NTHREADS default): ``spin`` only loops on registers (a channel waiting on the network),
+    ``copy`` streams a buffer through HBM (a channel moving data over NVLink)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def spin(buf, iters, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(buf + offs)
+        for _ in range(iters):
+            x = x * 0.9999999 + 1e-7
+        tl.store(buf + offs, x)
+
+    @triton.jit
+    def copy(src, dst, per_prog, reps, BLOCK: tl.constexpr):
+        base = tl.program_id(0).to(tl.int64) * per_prog
+        for _ in range(reps):
+            for off in range(0, per_prog, BLOCK):
+                offs = base + off + tl.arange(0, BLOCK)
+                tl.store(dst + offs, tl.load(src + offs))
+
+    return spin, copy
+
+
+def _set_carveout(sms):
+    """cuBLAS's SM-count target (PyTorch's experimental carve-out; TransformerEngine's
+    comm-overlap GEMMs run the same way on sm_count - num_comm_sm SMs). False where missing."""
+    setter = getattr(torch._C, "_set_sm_carveout_experimental", None)
+    if setter is None:
+        return False
+    setter(sms)
+    return True
+
+
+def _concurrent(work, hold, reps=5):
+    """Median (work seconds, hold seconds, hold's head start) with ``hold`` launched on a side
+    stream first and ``work`` on the current stream just after (a 1-SM sleep of ~25 us between,
+    so the holder's blocks take their SMs before the work's)."""
+    main = torch.cuda.current_stream()
+    side = torch.cuda.Stream()
+    rows = []
+    for i in range(reps + 1):
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            ev[0].record()
+            hold()
+            ev[1].record()
+        torch.cuda._sleep(50_000)
+        ev[2].record(main)
+        work()
+        ev[3].record(main)
+        torch.cuda.synchronize()
+        if i:
+            rows.append((ev[2].elapsed_time(ev[3]) / 1e3, ev[0].elapsed_time(ev[1]) / 1e3,
+                         ev[0].elapsed_time(ev[2]) / 1e3))
+    return tuple(statistics.median(r[j] for r in rows) for j in range(3))
+
+
+def _paired(work, hold, reps):
+    """Median and quartiles of the slowdown (work beside - work alone) / hold seconds, each
+    concurrent run paired with a run of the work alone just before it, so that the GPU's clock
+    drifting between runs (a few percent over a minute) does not enter the difference."""
+    one = lambda: timed(work, warmup=0, reps=1)
+    work()
+    slow = []
+    for _ in range(reps):
+        alone = one()
+        beside, held, _ = _concurrent(work, hold, reps=1)
+        slow.append((beside - alone) / held)
+    slow.sort()
+    q = lambda f: slow[min(len(slow) - 1, int(f * len(slow)))]
+    return statistics.median(slow), q(0.25), q(0.75)
+
+
+def contention(out, peak_bf16, dev="cuda", m=8192, seq=4096, buffer_elements=64 << 20, ns=(8, 16, 32),
+               fractions=(0.4,), reps=5, pieces=("gemm", "layer"), key="contention", seqs=None, paired=False):
+    """How much compute slows while a collective's blocks hold SMs beside it (the cost model's
+    ``Calibration.comm_sm_fraction``: 0.12 of the hidden seconds, 16 NCCL channels of 132 SMs).
+    For each piece of work (chains of GEMMs of layer shapes, one Llama-style layer's forward +
+    backward) and N held SMs: the work alone, and with N blocks of ``spin`` or ``copy`` launched
+    first for about 40% of the work's time; slowdown = (work beside - work alone) / hold time.
+    Repeated with cuBLAS told to leave N SMs free (``_set_carveout``), as TransformerEngine's
+    overlapped GEMMs run."""
+    spin, copy = _sm_holders()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    block = 512
+    buf = torch.zeros(64 * block, device=dev, dtype=torch.float32)
+    src = torch.randn(buffer_elements, device=dev, dtype=torch.bfloat16)  # 128 MiB: twice the L2
+    dst = torch.empty_like(src)
+
+    def spin_launch(n, iters):
+        return lambda: spin[(n,)](buf, iters, BLOCK=block, num_warps=16)
+
+    def copy_launch(n, reps):
+        per = (src.numel() // n) // 4096 * 4096
+        return lambda: copy[(n,)](src, dst, per, reps, BLOCK=4096, num_warps=16)
+
+    def sized(make, n, target_s, probe):
+        """The holder for ``n`` blocks whose run alone lasts about ``target_s`` (linear in its count)."""
+        t = timed(make(n, probe), warmup=1, reps=3)
+        count = max(1, int(round(probe * target_s / t)))
+        fn = make(n, count)
+        return fn, timed(fn, warmup=1, reps=3), count
+
+    w = {}
+    def gemm_chain(k, n, count=12):
+        a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
+        w[(k, n)] = (a, b)
+        return (lambda: [a @ b for _ in range(count)]), 2.0 * m * k * n * count
+
+    works = []
+    if "gemm" in pieces:
+        works += [("gemm_8b_tp1_fc1",) + gemm_chain(4096, 28672), ("gemm_70b_tp8_fc1",) + gemm_chain(8192, 7168),
+                  ("gemm_70b_tp8_proj",) + gemm_chain(1024, 8192, count=60)]
+    if "layer" in pieces:
+        for label, (h, a_, g, d, ffn), count in (("8b_tp1", (4096, 32, 8, 128, 14336), 3),
+                                                  ("70b_tp8", (8192, 8, 1, 128, 3584), 4)):
+            if label == "70b_tp8" and "layer70" not in pieces:
+                continue
+            weights = _layer_weights(h, a_, g, d, ffn, dev)
+            for s_ in seqs or (seq,):
+                fb, flops = _layer_step(h, a_, g, d, ffn, s_, 1, weights, dev)
+                works.append((f"layer_{label}_s{s_}", (lambda fb=fb, count=count: [fb() for _ in range(count)]),
+                              count * flops))
+    rows = out.setdefault(key, [])
+    out["contention_sms"] = sms
+    for name, work, flops in works:
+        for n in ns:
+            for kind, make, probe in (("spin", spin_launch, 20_000), ("copy", copy_launch, 1)):
+                for fraction in fractions:
+                    alone = timed(work, warmup=2, reps=min(reps, 5))  # timed beside each measurement: clocks drift
+                    row = {"work": name, "held_sms": n, "holder": kind, "hold_fraction": fraction,
+                           "work_alone_ms": alone * 1e3, "work_fraction": flops / alone / 1e12 / peak_bf16}
+                    try:
+                        hold, hold_alone, count = sized(make, n, fraction * alone, probe)
+                        beside, held, head = _concurrent(work, hold, reps=3 if paired else reps)
+                        row.update(hold_alone_ms=hold_alone * 1e3, hold_beside_ms=held * 1e3, head_start_us=head * 1e6,
+                                   work_beside_ms=beside * 1e3, slowdown=(beside - alone) / held,
+                                   sm_share=n / sms)
+                        if paired:
+                            med, lo, hi = _paired(work, hold, reps)
+                            row.update(slowdown=med, slowdown_q25=lo, slowdown_q75=hi, paired_runs=reps)
+                        if kind == "copy":  # bytes read and written by the holder alone, GB/s
+                            row["copy_gbs_alone"] = 4.0 * n * ((src.numel() // n) // 4096 * 4096) * count / hold_alone / 1e9
+                        if name.startswith("gemm") and _set_carveout(n):
+                            try:
+                                carved = timed(work, warmup=2, reps=reps)
+                                c_beside, c_held, _ = _concurrent(work, hold, reps=reps)
+                                row.update(carveout_alone_ms=carved * 1e3, carveout_beside_ms=c_beside * 1e3,
+                                           carveout_slowdown=(c_beside - alone) / c_held)
+                            finally:
+                                _set_carveout(None)
+                    except Exception as err:  # noqa: BLE001 - report and go on
+                        row["error"] = str(err)[:300]
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    w.clear()
+    torch.cuda.empty_cache()
+
+
+def allocator(out, dev="cuda", dims=(4096, 32, 8, 128, 14336),
+              cases=((4096, 1, 4), (8192, 1, 4), (4096, 2, 8), (8192, 1, 1))):
+    """Memory a training process holds beyond its tensors (``Calibration.workspace_gib`` and
+    ``Calibration.fragmentation``, issue 25 item 3), on one pipeline stage of Llama-style 8B
+    layers (TP 1) run as 1F1B: ``inflight`` micro-batches' activations alive at once, backward of
+    the oldest before each new forward. Reads, at each step: the GPU memory in use by the process
+    outside PyTorch's pool (CUDA context, cuBLAS/cuDNN handles; torch.cuda.mem_get_info minus
+    memory_reserved), and the pool's peak reserved against its peak allocated: fragmentation =
+    (peak reserved - peak allocated) / peak activations (peak allocated less weights and grads).
+    Run it in a fresh process; PYTORCH_CUDA_ALLOC_CONF (e.g. expandable_segments:True) is recorded."""
+    import os
+
+    rows = out.setdefault("allocator", [])
+    gib = float(1 << 30)
+
+    def outside():
+        free, total = torch.cuda.mem_get_info()
+        return (total - free - torch.cuda.memory_reserved()) / gib
+
+    torch.zeros(1, device=dev)
+    torch.cuda.synchronize()
+    base = {"conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "outside_after_init_gib": outside()}
+    h, a, g, d, ffn = dims
+    layers = 4
+    weights = [_layer_weights(h, a, g, d, ffn, dev) for _ in range(layers)]
+    for seq, mbs, inflight in cases:
+        row = dict(base, layers=layers, seq=seq, mbs=mbs, inflight=inflight)
+        try:
+            for ws in weights:
+                for t in ws:
+                    t.grad = None
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+
+            def forward():
+                x = torch.randn(mbs, seq, h, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                y = x
+                for ws in weights:
+                    y = _layer_forward(y, ws, a, g, d)
+                return y
+
+            def backward(y):
+                y.backward(torch.randn_like(y))
+
+            # one step first, so that grads exist (as after step 1 of training) and kernels are loaded
+            backward(forward())
+            torch.cuda.synchronize()
+            static = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            total_mb = 3 * inflight
+            queue = [forward() for _ in range(inflight)]
+            for _ in range(total_mb - inflight):
+                backward(queue.pop(0))
+                queue.append(forward())
+            while queue:
+                backward(queue.pop(0))
+            torch.cuda.synchronize()
+            peak_alloc = torch.cuda.max_memory_allocated()
+            peak_res = torch.cuda.max_memory_reserved()
+            acts = peak_alloc - static
+            row.update(static_gib=static / gib, peak_allocated_gib=peak_alloc / gib, peak_reserved_gib=peak_res / gib,
+                       peak_activations_gib=acts / gib, activations_per_microbatch_layer_gib=acts / gib / inflight / layers,
+                       fragmentation=(peak_res - peak_alloc) / acts if acts > 0 else None,
+                       outside_after_step_gib=outside())
+        except Exception as err:  # noqa: BLE001 - report and go on
+            row["error"] = str(err)[:300]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+
 def optimizer_step(out, hbm_gbs, dev="cuda"):
     """The optimizer step (costmodel.optimizer.OPTIMIZER_STEP_BYTES): mixed-precision Adam over
     FP32 master weights and FP32 gradients, as Megatron-Core's DistributedOptimizer runs it
@@ -515,7 +758,8 @@ def optimizer_step(out, hbm_gbs, dev="cuda"):
     out["optimizer"] = rows
 
 
-SECTIONS = ("attention", "gemm", "launch", "layer", "attention_dims", "clock", "grouped", "saved", "optimizer")
+SECTIONS = ("attention", "gemm", "launch", "layer", "attention_dims", "clock", "grouped", "saved", "optimizer",
+            "contention", "contention_layers", "contention_paired", "allocator")
 
 
 def sweep(args) -> None:
@@ -532,7 +776,13 @@ def sweep(args) -> None:
            "attention_dims": lambda: attention_dims(out, args.peak_bf16),
            "clock": lambda: sustained_clock(out, args.peak_bf16, args.clock_seconds),
            "grouped": lambda: grouped_sweep(out, args.peak_bf16), "saved": lambda: saved_activations(out),
-           "optimizer": lambda: optimizer_step(out, args.hbm)}
+           "optimizer": lambda: optimizer_step(out, args.hbm),
+           "contention": lambda: contention(out, args.peak_bf16), "allocator": lambda: allocator(out),
+           "contention_layers": lambda: contention(out, args.peak_bf16, seq=8192, ns=(4, 8, 16, 24, 32), fractions=(0.2, 0.6),
+                                                   reps=7, pieces=("layer", "layer70"), key="contention_layers"),
+           "contention_paired": lambda: contention(out, args.peak_bf16, seqs=(4096, 8192), ns=(4, 8, 16, 32),
+                                                   fractions=(0.3, 0.8), reps=15, pieces=("layer", "layer70"),
+                                                   key="contention_paired", paired=True)}
     for section in args.sections.split(","):
         run[section]()
         save()
@@ -604,6 +854,23 @@ def summary(path: str) -> None:
         for r in d["layer_sweep"]:
             if "error" not in r:
                 print(f"  {r['block']:>8} s {r['seq']:>5} mbs {r['mbs']}: {r['eager_us_per_token']:.3f} / {r['graph_us_per_token']:.3f}")
+    for key in ("contention", "contention_layers", "contention_paired"):
+        if not d.get(key):
+            continue
+        print(f"compute slowed per second of N held SMs of {d.get('contention_sms')} (slowdown; SM share N/SMs; "
+              "with cuBLAS leaving N SMs free):")
+        for r in d[key]:
+            if "error" in r:
+                print(f"  {r['work']:>20} N {r['held_sms']:>2} {r['holder']:>4}: {r['error'][:80]}")
+                continue
+            carved = f"  carve-out {r['carveout_slowdown']:5.2f}" if "carveout_slowdown" in r else ""
+            quart = f" [{r['slowdown_q25']:5.2f}, {r['slowdown_q75']:5.2f}]" if "slowdown_q25" in r else ""
+            print(f"  {r['work']:>20} N {r['held_sms']:>2} {r['holder']:>4} x{r.get('hold_fraction', 0.4):.1f}: "
+                  f"{r['slowdown']:5.2f}{quart} (share {r['sm_share']:.2f}){carved}")
+    for r in d.get("allocator", []):
+        if "error" not in r:
+            print(f"allocator [{r['conf'] or 'default'}] s {r['seq']} mbs {r['mbs']} in flight {r['inflight']}: "
+                  f"fragmentation {r['fragmentation']:.3f}, outside the pool {r['outside_after_step_gib']:.2f} GiB")
 
 
 def main() -> None:

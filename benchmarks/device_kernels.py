@@ -857,8 +857,8 @@ def summary(path: str) -> None:
     for key in ("contention", "contention_layers", "contention_paired"):
         if not d.get(key):
             continue
-        print(f"compute slowed per second of N held SMs of {d.get('contention_sms')} (slowdown; SM share N/SMs; "
-              "with cuBLAS leaving N SMs free):")
+        print(f"compute slowed per second of N held SMs of {d.get('contention_sms')}, by work, N, holder and hold time "
+              "(x share of the work's): slowdown [quartiles] (SM share N/SMs) [carve-out: cuBLAS told to leave N SMs free]:")
         for r in d[key]:
             if "error" in r:
                 print(f"  {r['work']:>20} N {r['held_sms']:>2} {r['holder']:>4}: {r['error'][:80]}")

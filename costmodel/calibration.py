@@ -138,8 +138,8 @@ class Calibration:
     benchmarks/results/h200_contention_paired.json): Llama 3 8B (TP 1) and 70B (TP 8) layers'
     forward + backward beside N blocks that hold an SM each for 30-80% of the work (a channel
     waiting on the network, or one streaming HBM) slow by 0.17-0.24 of the held seconds at
-    N = 16, 0.22-0.29 at 32 and still 0.09-0.20 at 4 (kernels sized for every SM run a partial
-    extra wave). So the kernels put it near 0.21, interval 0.12-0.29. Leave one source out did
+    N = 16, 0.22-0.29 at 32 and still 0.09-0.20 at 4 (likely, not isolated: kernels sized for
+    every SM run a partial extra wave). So the kernels put it near 0.21, interval 0.12-0.29. Leave one source out did
     not take it (2026-11-28): 0.21 gave 4.1% median / 10.7% p90 held out and 0.24 gave 4.0% / 10.1%,
     against 3.7% / 10.1% at 0.12, so 0.12 stays. Not resolved: the hidden collectives may run
     shorter than the model prices them (NCCL faster than the network model), or the runs' NCCL

@@ -35,8 +35,8 @@ distributed/distributed_data_parallel_config.py (nccl_ub) lists 4 / 5 SMs for AG
 against 16 / 16 on NVL+IB without SHARP, the 16 channels ``Calibration.comm_sm_fraction`` assumes
 (16 of an H100's 132 SMs); the reduce-scatter's 5 is taken for both. Across domains (no SHARP
 modelled) the share stays 1. The lent H200's contention sweep (``Calibration.comm_sm_fraction``)
-found 4 held SMs costing 0.56-0.85 of what 16 cost, not 5/16: fewer SMs still leave kernels a
-partial wave. The share stays the SM count's until a run with NCCL user buffers can check it."""
+found 4 held SMs costing 0.56-0.85 of what 16 cost, not 5/16 (likely a partial extra wave of
+kernels sized for every SM). The share stays the SM count's until a run with NCCL user buffers can check it."""
 BUCKET_PARAMS = 4e7
 """Parameters per DDP / distributed-optimizer bucket, at least (Megatron-Core DDP bucket_size
 default max(40M, 1M x dp); PyTorch DDP's 25 MB buckets are of the same order)."""

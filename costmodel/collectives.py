@@ -734,23 +734,25 @@ def _collective_time(op: str, message_bytes, n_local, n_nodes, fabric: Fabric, a
 
 
 def _p2p_bandwidth(level: LinkLevel, peers: int | None) -> float:
-    """Bandwidth of one send between neighbours: the one link that joins them."""
+    """Bandwidth of one send between neighbours: the links that join them (one, except on a ring
+    of two GPUs, whose two links both join the pair: the ring's own all-gather runs at B there)."""
     B = level.bandwidth / level.oversubscription
     if level.topology in _SWITCHED:
         return B
     if level.topology == "ring":
-        return B / 2.0  # the neighbour link of a ring
+        return B if peers == 2 else B / 2.0  # the neighbour link of a ring
     if level.topology == "fully_connected":
         return B / max((peers or 2) - 1, 1)  # one xGMI link
     return B / 4.0  # one of the 4 mesh/torus links
 
 
-def p2p_time(message_bytes, crosses_network, fabric: Fabric) -> np.ndarray:
+def p2p_time(message_bytes, crosses_network, fabric: Fabric, network_peers: int | None = None) -> np.ndarray:
     """One send/recv between pipeline neighbours: alpha + S/B (seed 003 sec. 4.5, L6), with the
-    network's a/B when ``crosses_network`` else the scale-up level's."""
+    network's a/B when ``crosses_network`` else the scale-up level's. ``network_peers``: the
+    endpoints of the network level where it is a ring (``planner comm``'s one-level ring)."""
     S, x = np.broadcast_arrays(np.asarray(message_bytes, dtype=np.float64), np.asarray(crosses_network, dtype=bool))
     intra = fabric.intra.latency + S / _p2p_bandwidth(fabric.intra, fabric.domain_size)
-    inter = fabric.inter.latency + S / _p2p_bandwidth(fabric.inter, None)
+    inter = fabric.inter.latency + S / _p2p_bandwidth(fabric.inter, network_peers)
     return np.where(x, inter, intra)
 
 

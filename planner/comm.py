@@ -555,7 +555,7 @@ FORMULAS: dict[tuple[str, str, bool], tuple[str, str]] = {
         "with every peer, scale-up and network traffic at the same time", f"{_THAKUR} sec. 3.6; {_BISECT}"),
     ("p2p", "p2p", False): (
         "t = \u03b1 + S/B_link: one send over the link joining the two GPUs (B on a switch; one of a ring "
-        "GPU's two links, B/2; one of a mesh/torus GPU's four, B/4)",
+        "GPU's two links, B/2, or both in a ring of two, B; one of a mesh/torus GPU's four, B/4)",
         "seed doc 003 sec. 4.5 (L6); Hockney's alpha-beta model"),
 }
 
@@ -603,7 +603,7 @@ def _timer(setup: Setup, op: str, S, algorithm: str) -> Callable[[Fabric], np.nd
     """fabric -> seconds of ``op`` by ``algorithm`` (a name, never 'auto', so probes keep it)."""
     if op == P2P:
         crosses = setup.n_nodes > 1  # a group that spans domains: the hop between two of them
-        return lambda fab: p2p_time(S, crosses, fab)
+        return lambda fab: p2p_time(S, crosses, fab, setup.n_nodes)
     return lambda fab: collective_time(op, S, setup.n_local, setup.n_nodes, fab, algorithm, textbook=True)[0]
 
 
@@ -741,7 +741,7 @@ def bytes_sent(setup: Setup, op: str, algorithm: str, S: float) -> float:
 def applicable(setup: Setup, op: str, S) -> dict[str, np.ndarray]:
     """Seconds of every algorithm that applies to ``op`` here (hierarchical: two levels only)."""
     if op == P2P:
-        return {P2P: np.asarray(p2p_time(S, setup.n_nodes > 1, setup.fabric))}
+        return {P2P: np.asarray(p2p_time(S, setup.n_nodes > 1, setup.fabric, setup.n_nodes))}
     out = {}
     for name in ALGORITHMS:
         if name == "hierarchical" and not setup.two_level:
@@ -759,10 +759,15 @@ def _nccl_ring_rule(setup: Setup, op: str) -> bool:
             and f.intra.topology in _SWITCHED and f.inter.topology in _SWITCHED)
 
 
+def _p2p_links(topology: str, gpus: int) -> str:
+    """The links one neighbour send uses (``collectives._p2p_bandwidth``): both of a 2-GPU ring's."""
+    return "the two links" if topology == "ring" and gpus == 2 else "one link"
+
+
 def _reason(setup: Setup, op: str, chosen: str, requested: str, alts: dict[str, float], S: float) -> str:
     if op == P2P:
         if not setup.two_level:
-            return "one send/recv between neighbours over the one link joining them"
+            return f"one send/recv between neighbours over {_p2p_links(setup.topology, setup.gpus).replace('one link', 'the one link')} joining them"
         across, within = float(alts[P2P]), float(p2p_time(S, False, setup.fabric))
         than = "slower" if across > within else "faster" if across < within else "as fast"
         return (f"one send/recv between neighbours in two {_domain_word(setup)}s, over the network; "
@@ -935,10 +940,11 @@ def _sent(rec: dict) -> str:
 def _charged(rec: dict) -> str:
     """The "bytes at B" line: per level, the bytes the transfer time charges at that level's B."""
     dec = _decimal(rec)
-    if rec["op"] == P2P:  # one message of S bytes over one link: its rate is S / transfer
+    if rec["op"] == P2P:  # one message of S bytes over the link(s) joining the pair: its rate is S / transfer
+        links = _p2p_links(rec["topology"], rec["system_gpus"])
         if not rec["transfer_s"] > 0:  # lost in the rounding of a latency many orders larger
-            return f"{fmt_bytes(rec['size_bytes'], dec)} over one link (its transfer time vanishes next to the latency)"
-        return f"{fmt_bytes(rec['size_bytes'], dec)} over one link at {rec['size_bytes'] / rec['transfer_s'] / 1e9:.4g} GB/s"
+            return f"{fmt_bytes(rec['size_bytes'], dec)} over {links} (its transfer time vanishes next to the latency)"
+        return f"{fmt_bytes(rec['size_bytes'], dec)} over {links} at {rec['size_bytes'] / rec['transfer_s'] / 1e9:.4g} GB/s"
     levels = {lvl["name"]: lvl for lvl in rec["levels"]}
     if rec["levels_at_once"]:
         parts = [f"{fmt_bytes(b, dec)} at {levels[name]['bandwidth_gbps']:.4g} GB/s ({name}, "
@@ -975,7 +981,8 @@ def _where(rec: dict) -> str:
 def format_single(rec: dict) -> str:
     S = rec["size_bytes"]
     steps = _per_level(rec, rec["steps"], lambda k, lvl: f"{k} x {fmt_time(lvl['latency_s'])}")
-    busbw = (f"{rec['busbw_gbps']:.4g} GB/s = algbw (one send over one link)" if rec["op"] == P2P else
+    busbw = (f"{rec['busbw_gbps']:.4g} GB/s = algbw (one send over {_p2p_links(rec['topology'], rec['system_gpus'])})"
+             if rec["op"] == P2P else
              f"{rec['busbw_gbps']:.4g} GB/s = algbw x {rec['busbw_rule']}, n = {rec['gpus']} ({BUSBW_SOURCE})")
     lines = [
         f"{op_label(rec['op'])} of {fmt_bytes(S, _decimal(rec))} ({S:,.0f} B) {_where(rec)}",
@@ -1002,7 +1009,7 @@ def format_sweep(res: dict) -> str:
     width = max(14, *(len(a) + 2 for a in algos))
     head = f"{'size':>10}" + "".join(f"{a:>{width}}" for a in algos) + f"{'auto':>14}  {'algorithm':<17}{'algbw':>8}{'busbw':>8}"
     where = f"between 2 GPUs of {res['setup']}" if res["op"] == P2P else f"on {res['setup']}"
-    busbw = ("busbw = algbw: one send over one link" if res["op"] == P2P else
+    busbw = (f"busbw = algbw: one send over {_p2p_links(res['topology'], res['system_gpus'])}" if res["op"] == P2P else
              f"busbw = algbw x {res['busbw_rule']}, n = {res['gpus']}: {BUSBW_SOURCE}")
     lines = [f"{op_label(res['op'])} {where}",
              f"time in \u00b5s per algorithm; auto = {_auto_meaning(res)}; algbw, busbw in GB/s ({busbw})",

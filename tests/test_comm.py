@@ -147,6 +147,12 @@ def test_p2p_is_alpha_plus_size_over_bandwidth():
     assert rec["busbw_gbps"] == pytest.approx(M / (a + M / B) / 1e9, rel=1e-12)
     ring = price(one_level("ring", 8), "p2p", M)  # one of a ring GPU's two links: B/2
     assert ring["time_s"] == pytest.approx(a + M / (B / 2), rel=1e-12)
+    # A ring of two GPUs: both of a GPU's links join the pair, as its all-gather already counts
+    # (n = 2: one step of S/2 at B), so the one send runs at B, not B/2.
+    pair = price(one_level("ring", 2), "p2p", M)
+    assert pair["time_s"] == pytest.approx(a + M / B, rel=1e-12)
+    gather = price(one_level("ring", 2), "all_gather", 2 * M)  # each GPU sends its M to the other
+    assert pair["time_s"] == pytest.approx(gather["time_s"], rel=1e-12)
 
 
 @pytest.mark.parametrize("op,factor", [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -196,3 +197,54 @@ def test_evaluate_also_says_it_left_token_drop_out():
                               "--framework", "megatron-bridge-25.09")
     assert code == 0, out + err
     assert any("token drop" in line and "benchmark only, not applied" in line for line in out.splitlines())
+
+
+# ------------------------------------------------------------------ dataset length, gradient reduction, 25.09
+
+
+def _bridge_cli(tmp_path, *args):
+    out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"  # a new directory per export
+    code, stdout, stderr = _planner("export", *args, "--format", "megatron-bridge", "--out", str(out))
+    text = (out / "megatron_bridge_overrides.yaml").read_text() if code == 0 else ""
+    return code, text, stderr + ("" if out.exists() else " [nothing written]")
+
+
+def test_sequence_length_goes_to_the_gpt_dataset_field(tmp_path):
+    # v0.2.0 ConfigContainer.validate asserts model.seq_length == dataset.sequence_length for a
+    # GPTDatasetConfig (Megatron-Core's BlendedMegatronDatasetConfig field; seq_length is the
+    # fine-tuning config's). A key the dataset lacks is skipped by the override loader, so the
+    # recipe's 8192 stayed and a 4096-token plan failed validation.
+    source = (Path(__file__).parent / "data/megatron_bridge/0.2.0/config.py").read_text()
+    assert "else self.dataset.sequence_length" in source
+    code, text, _ = _bridge_cli(tmp_path, "--model", "8b", "--gpus", "8", "--gpu", "h100", "--tp", "2", "--seq-len", "4096")
+    assert code == 0
+    cfg = yaml.safe_load(text)
+    assert cfg["dataset"] == {"sequence_length": 4096} and cfg["model"]["seq_length"] == 4096
+
+
+def test_a_bf16_gradient_reduction_is_said_to_run_in_fp32(tmp_path):
+    # Every BF16 / FP8 preset sets grad_reduce_in_fp32=True and MixedPrecisionConfig.setup copies it
+    # over the DDP config (v0.2.0 training/mixed_precision.py), so a plan priced with BF16 gradient
+    # reduction (the 25.09 profile's FP8 default) runs FP32: the header says so.
+    mp = (Path(__file__).parent / "data/megatron_bridge/0.2.0/mixed_precision.py").read_text()
+    assert "cfg = bf16_mixed()" in mp and "grad_reduce_in_fp32=True" in mp
+    args = ("--model", "70b", "--gpus", "64", "--gpu", "h100", "--tp", "4", "--pp", "8", "--vpp", "5", "--precision", "fp8",
+            "--fp8-recipe", "current")
+    code, text, _ = _bridge_cli(tmp_path, *args, "--framework", "megatron-bridge-25.09")
+    assert code == 0 and "reduced in FP32" in text and yaml.safe_load(text)["ddp"]["grad_reduce_in_fp32"] is False
+    code, text, _ = _bridge_cli(tmp_path, *args, "--grad-dtype", "fp32", "--fp8-param-gather")
+    assert code == 0 and "reduced in FP32" not in text
+
+
+def test_bridge_2509_differences_are_named_and_nvfp4_refused(tmp_path):
+    # Megatron-Bridge 25.09 (6307e8a37, Megatron-Core 0.15.0rc6): TransformerConfig has
+    # enable_cuda_graph and moe_enable_deepep but no cuda_graph_impl / moe_flex_dispatcher_backend,
+    # and training/mixed_precision.py has no NVFP4 preset.
+    code, text, _ = _bridge_cli(tmp_path, "--model", "qwen3-30b-a3b", "--gpus", "8", "--gpu", "b200", "--ep", "8",
+                                "--framework", "megatron-bridge-25.09")
+    assert code == 0 and "model.enable_cuda_graph: true" in text
+    code, text, _ = _bridge_cli(tmp_path, "--model", "8b", "--gpus", "8", "--gpu", "b200", "--tp", "2")
+    assert code == 0 and "25.09" not in text  # no --framework: the v0.2.0 file alone
+    code, text, err = _bridge_cli(tmp_path, "--model", "8b", "--gpus", "8", "--gpu", "b200", "--precision", "fp8",
+                                  "--fp8-recipe", "nvfp4", "--no-fp8-param-gather", "--framework", "megatron-bridge-25.09")
+    assert code == 2 and "bridge_2509_nvfp4" in err and err.endswith("[nothing written]")

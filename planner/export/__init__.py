@@ -117,6 +117,8 @@ def with_release_options(plan, result: dict, options: Mapping[str, object] | Non
     files, Megatron-LM core_v0.13.0's arguments)."""
     options = dict(options or {})
     release = _framework_release(result)
+    if release is not None:
+        options.setdefault("framework", release.name)
     if release is not None and release.export_release and "torchtitan_version" not in options:
         options["torchtitan_version"] = release.export_release
     if release is not None and release.megatron_release and "megatron_release" not in options:

@@ -125,8 +125,8 @@ def overrides(plan: Plan) -> list[tuple[str, object]]:
            ("model.vocab_size", plan.model.vocab_size)]
     for dest, value in pairs:
         out += bridge.settings(dest, value)
-        if dest == "seq_length":
-            out.append(("dataset.seq_length", value))
+        if dest == "seq_length":  # GPTDatasetConfig's field (Megatron-Core BlendedMegatronDatasetConfig); ConfigContainer.validate
+            out.append(("dataset.sequence_length", value))  # asserts it equals model.seq_length (v0.2.0 config.py)
     return out
 
 
@@ -142,13 +142,47 @@ def nested(pairs) -> dict:
 
 
 def _preset_notes(plan: Plan) -> list[str]:
-    """What the FP8 mixed_precision preset runs beyond what the plan priced (Megatron-Bridge v0.2.0
+    """What the mixed_precision preset runs beyond what the plan priced (Megatron-Bridge v0.2.0
     training/mixed_precision.py: the current-scaling preset keeps the first and last layer in BF16;
-    its fp8_param_gather is the plan's, ``overrides`` checks)."""
-    if plan.precision != "fp8" or plan.fp8_recipe != "current":
+    every BF16 preset, the FP8 ones included, sets grad_reduce_in_fp32=True, and
+    ``MixedPrecisionConfig.setup`` copies it over the DDP config; its fp8_param_gather is the plan's,
+    ``overrides`` checks)."""
+    notes = []
+    if plan.grad_dtype == "bf16":
+        notes += ["", "The mixed_precision preset sets grad_reduce_in_fp32: true and MixedPrecisionConfig.setup copies it "
+                      "over the DDP config, so gradients are reduced in FP32 whatever ddp.grad_reduce_in_fp32 says here; "
+                      "planner priced a BF16 reduction (--grad-dtype fp32 prices what runs)."]
+    if plan.precision == "fp8" and plan.fp8_recipe == "current":
+        notes += ["", "The FP8 preset keeps the first and the last transformer layer in BF16 (first_last_layers_bf16), "
+                      "which planner prices in FP8 like the others."]
+    return notes
+
+
+BRIDGE_2509 = "megatron-bridge-25.09"
+"""The --framework release whose container (Megatron-Bridge 6307e8a37, Megatron-Core 0.15.0rc6) spells
+a few settings otherwise than v0.2.0, the release this file is written for."""
+
+
+def _release_notes(plan: Plan) -> list[str]:
+    """What a 25.09 container does with this v0.2.0 file (``BRIDGE_2509``): its override loader skips
+    keys it lacks (training/utils/omegaconf_utils.py apply_overrides, with a warning), so each
+    setting 25.09 spells otherwise is named. No NVFP4 preset exists there: refused."""
+    if plan.options.get("framework") != BRIDGE_2509:
         return []
-    return ["", "The FP8 preset keeps the first and the last transformer layer in BF16 (first_last_layers_bf16), "
-                "which planner prices in FP8 like the others."]
+    at = "Megatron-Bridge 6307e8a37 (25.09) training/mixed_precision.py"
+    if plan.precision == "fp8" and plan.fp8_recipe == "nvfp4":
+        raise CannotExpress("bridge_2509_nvfp4", "--fp8-recipe nvfp4: Megatron-Bridge 25.09 has no NVFP4 mixed_precision "
+                            "preset (bf16_with_nvfp4_mixed comes with v0.2.0): price without --framework "
+                            f"{BRIDGE_2509}", at)
+    lines = ["", "Written for v0.2.0. A 25.09 container (6307e8a37, Megatron-Core 0.15.0rc6) skips keys it lacks:"]
+    if plan.cuda_graphs:
+        lines.append("- model.cuda_graph_impl: 25.09 has model.enable_cuda_graph: true instead (else graphs stay off).")
+    else:
+        lines.append("- model.cuda_graph_impl (CUDA graphs off) is skipped: graphs are off there by default.")
+    if plan.is_moe and plan.moe_dispatcher == "deepep":
+        lines.append("- model.moe_flex_dispatcher_backend: 25.09 turns DeepEP on with model.moe_enable_deepep: true and "
+                     "needs model.moe_shared_expert_overlap: false with the flex dispatcher.")
+    return lines
 
 
 def _recipe_lines(plan: Plan) -> list[str]:
@@ -172,7 +206,7 @@ def render(plan: Plan) -> str:
         "against Megatron-Bridge's config dataclasses and its Megatron-LM -> Megatron-Bridge guide).",
     ] + _recipe_lines(plan) + [
         "(the recipe keeps its data, tokenizer, optimizer and schedule; every layout setting of the plan is here).",
-    ] + _preset_notes(plan))
+    ] + _preset_notes(plan) + _release_notes(plan))
     text = head + body
     yaml.safe_load(text)
     return text

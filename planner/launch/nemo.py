@@ -9,7 +9,7 @@
   llama3_8b trainer.strategy.tensor_model_parallel_size=2 ...``.
 * Megatron-Bridge (ConfigContainer, training/config.py; a checkpoint's run_config.yaml):
   ``model.*`` (the model provider: TransformerConfig fields and the parallel sizes), ``train.*``
-  (batch), ``dataset.seq_length``, ``ddp.*``, ``optimizer.use_distributed_optimizer``,
+  (batch), ``dataset.sequence_length`` (or a fine-tuning config's ``seq_length``), ``ddp.*``, ``optimizer.use_distributed_optimizer``,
   ``mixed_precision`` (a preset name such as bf16_mixed or a MixedPrecisionConfig),
   ``comm_overlap.tp_comm_overlap``. Overrides: ``run_recipe.py --recipe
   llama3_8b_pretrain_2gpu_h100_bf16_config model.tensor_model_parallel_size=2 ...``; the recipe

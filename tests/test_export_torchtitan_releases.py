@@ -450,7 +450,9 @@ def test_overrides_load_with_the_release(tmp_path):
         assert config["activation_checkpoint"] == ac_class[layout["recompute"]], name
         assert config["compile"]["enable_async_tensor_parallel"] is False
         assert config["parallelism"]["enable_sequence_parallel"] == (layout["sequence_parallel"] or layout["tp"] == 1)
-        assert config["training"]["disable_cuda_graphs"] is (layout["pp"] > 1)
+        # The overrides turn CUDA graphs off wherever the plan has none (0.3.0 defaults them on, and
+        # its trainer refuses them with a pipeline); no case here runs them.
+        assert config["training"]["disable_cuda_graphs"] is not bool(layout.get("cuda_graphs")), name
 
 
 @pytest.mark.parametrize("version", [v for v, r in RELEASES.items() if r.family != "0.1"])
@@ -474,3 +476,23 @@ def test_stage_split_matches_the_release(version):
                     except ValueError:
                         real = None
                     assert torchtitan.stage_split(layers, stages, first, last) == real, (layers, stages, first, last)
+
+
+def test_cli_refuses_a_local_sequence_the_chunked_loss_cannot_split(tmp_path):
+    # torchtitan 0.3.0's llama3 configs wrap the loss in ChunkedLossWrapper (num_chunks 8), whose
+    # _chunk_local checks that the local sequence divides by 8: 4,100 tokens fail at the first step,
+    # 4,096 (512 a chunk) run; with cp 4, 16,400 tokens are 4,100 a rank.
+    def cli(seq, cp=1):
+        out = tmp_path / f"s{seq}_cp{cp}"
+        args = [sys.executable, "-m", "planner", "export", "--model", "8b", "--gpus", "8", "--gpu", "h100",
+                "--framework", "torchtitan-0.2", "--seq-len", str(seq), "--cp", str(cp), "--gbs", "256",
+                "--format", "torchtitan", "--torchtitan-version", "0.3", "--out", str(out)]
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        return proc.returncode, proc.stderr, out
+
+    code, err, out = cli(4100)
+    assert code == 2 and "torchtitan_chunked_loss" in err and "4100 tokens per" in err and not out.exists()
+    code, err, out = cli(16400, cp=4)
+    assert code == 2 and "torchtitan_chunked_loss" in err
+    code, err, out = cli(4096)
+    assert code == 0 and (out / "torchtitan_overrides.sh").exists()

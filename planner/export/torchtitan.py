@@ -67,6 +67,10 @@ VERSION_OPTION = "torchtitan_version"
 
 
 _REGISTRY = "torchtitan 0.3.0 torchtitan/models/llama3/config_registry.py"
+CHUNKED_LOSS_CHUNKS = 8
+"""Chunks torchtitan 0.3.0's llama3 configs split the loss into (ChunkedLossWrapper.Config num_chunks
+default 8, torchtitan/components/loss.py; every llama3 config function in config_registry.py uses it)."""
+_CHUNKED_LOSS = "torchtitan 0.3.0 torchtitan/components/loss.py ChunkedLossWrapper (_chunk_local)"
 _PIPE = "torchtitan torchtitan/distributed/pipeline_parallel.py (generate_llm_fqn_per_model_part)"
 _PIPE_01 = "torchtitan 0.1.0 torchtitan/models/llama3/infra/pipeline.py (pipeline_llama_manual_split)"
 _PARALLELIZE = "torchtitan torchtitan/models/llama3/infra/parallelize.py (0.1, 0.2: DDP only on a 1-D mesh)"
@@ -289,9 +293,16 @@ def check_cli(plan: Plan, release: Release) -> None:
                             f"config functions only; the MoE flavor {flavor} needs its own module's: use {TOML_FILE} "
                             f"(--torchtitan-version 0.2)", _REGISTRY)
     if plan.precision == "fp8" and plan.fp8_recipe == "mxfp8":
-        raise CannotExpress("torchtitan_cli_mxfp8", f"mxfp8: torchtitan {release.version}'s llama3 config functions "
-                            f"convert to Float8Linear (tensorwise) only: use {TOML_FILE} (--torchtitan-version 0.2)",
+        raise CannotExpress("torchtitan_cli_mxfp8", f"mxfp8: {OVERRIDES_FILE} is written with the llama3 config "
+                            f"functions planner maps (BF16, and Float8 for 405B); torchtitan {release.version}'s "
+                            f"llama3_8b_mxfp8 is not one of them: use {TOML_FILE} (--torchtitan-version 0.2)",
                             _REGISTRY)
+    local = plan.seq_len // max(plan.cp, 1)
+    if local % CHUNKED_LOSS_CHUNKS:
+        raise CannotExpress("torchtitan_chunked_loss", f"seq_len={plan.seq_len} with cp={plan.cp}: {local} tokens per "
+                            f"context-parallel rank; torchtitan {release.version}'s llama3 configs compute the loss in "
+                            f"{CHUNKED_LOSS_CHUNKS} chunks of the local sequence and require it to divide evenly "
+                            "('ChunkedLossWrapper sequence length must be divisible by num_chunks')", _CHUNKED_LOSS)
     config_function(plan)
 
 

@@ -571,8 +571,11 @@ def contention(out, peak_bf16, dev="cuda", m=8192, seq=4096, buffer_elements=64 
     def spin_launch(n, iters):
         return lambda: spin[(n,)](buf, iters, BLOCK=block, num_warps=16)
 
+    def per_program(n):  # elements each of n copy programs streams, whole 4096-element blocks
+        return (src.numel() // n) // 4096 * 4096
+
     def copy_launch(n, reps):
-        per = (src.numel() // n) // 4096 * 4096
+        per = per_program(n)
         return lambda: copy[(n,)](src, dst, per, reps, BLOCK=4096, num_warps=16)
 
     def sized(make, n, target_s, probe):
@@ -622,7 +625,7 @@ def contention(out, peak_bf16, dev="cuda", m=8192, seq=4096, buffer_elements=64 
                             med, lo, hi = _paired(work, hold, reps)
                             row.update(slowdown=med, slowdown_q25=lo, slowdown_q75=hi, paired_runs=reps)
                         if kind == "copy":  # bytes read and written by the holder alone, GB/s
-                            row["copy_gbs_alone"] = 4.0 * n * ((src.numel() // n) // 4096 * 4096) * count / hold_alone / 1e9
+                            row["copy_gbs_alone"] = 4.0 * n * per_program(n) * count / hold_alone / 1e9
                         if name.startswith("gemm") and _set_carveout(n):
                             try:
                                 carved = timed(work, warmup=2, reps=reps)

@@ -733,14 +733,19 @@ def _collective_time(op: str, message_bytes, n_local, n_nodes, fabric: Fabric, a
     return t, algo.astype(np.int64)
 
 
+def ring_pair(topology: str, peers: int | None) -> bool:
+    """A ring of two GPUs: both of a GPU's two ring links join the pair (its all-gather runs at B)."""
+    return topology == "ring" and peers == 2
+
+
 def _p2p_bandwidth(level: LinkLevel, peers: int | None) -> float:
     """Bandwidth of one send between neighbours: the links that join them (one, except on a ring
-    of two GPUs, whose two links both join the pair: the ring's own all-gather runs at B there)."""
+    of two GPUs: ``ring_pair``)."""
     B = level.bandwidth / level.oversubscription
     if level.topology in _SWITCHED:
         return B
     if level.topology == "ring":
-        return B if peers == 2 else B / 2.0  # the neighbour link of a ring
+        return B if ring_pair(level.topology, peers) else B / 2.0  # the neighbour link of a ring
     if level.topology == "fully_connected":
         return B / max((peers or 2) - 1, 1)  # one xGMI link
     return B / 4.0  # one of the 4 mesh/torus links

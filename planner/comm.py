@@ -62,6 +62,7 @@ from costmodel.collectives import (
     fabric_from_cluster,
     level_best,
     p2p_time,
+    ring_pair,
     square_grid,
 )
 from costmodel.options import GPUS, Bound
@@ -759,15 +760,17 @@ def _nccl_ring_rule(setup: Setup, op: str) -> bool:
             and f.intra.topology in _SWITCHED and f.inter.topology in _SWITCHED)
 
 
-def _p2p_links(topology: str, gpus: int) -> str:
+def _p2p_links(topology: str, gpus: int, definite: bool = False) -> str:
     """The links one neighbour send uses (``collectives._p2p_bandwidth``): both of a 2-GPU ring's."""
-    return "the two links" if topology == "ring" and gpus == 2 else "one link"
+    if ring_pair(topology, gpus):
+        return "the two links"
+    return "the one link" if definite else "one link"
 
 
 def _reason(setup: Setup, op: str, chosen: str, requested: str, alts: dict[str, float], S: float) -> str:
     if op == P2P:
         if not setup.two_level:
-            return f"one send/recv between neighbours over {_p2p_links(setup.topology, setup.gpus).replace('one link', 'the one link')} joining them"
+            return f"one send/recv between neighbours over {_p2p_links(setup.topology, setup.gpus, definite=True)} joining them"
         across, within = float(alts[P2P]), float(p2p_time(S, False, setup.fabric))
         than = "slower" if across > within else "faster" if across < within else "as fast"
         return (f"one send/recv between neighbours in two {_domain_word(setup)}s, over the network; "

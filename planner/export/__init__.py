@@ -114,11 +114,12 @@ def _framework_release(result: dict):
 def with_release_options(plan, result: dict, options: Mapping[str, object] | None = None):
     """``plan`` with its per-format ``options``, the record's ``--framework`` release among them
     (--framework torchtitan-0.2: its files target torchtitan 0.2; megatron-core-0.13: the Megatron-LM
-    files, Megatron-LM core_v0.13.0's arguments)."""
+    files, Megatron-LM core_v0.13.0's arguments; megatron-bridge-25.09: the Bridge file's header names
+    what that container reads otherwise)."""
     options = dict(options or {})
     release = _framework_release(result)
-    if release is not None:
-        options.setdefault("framework", release.name)
+    if release is not None and release.bridge_release and "bridge_release" not in options:
+        options["bridge_release"] = release.bridge_release
     if release is not None and release.export_release and "torchtitan_version" not in options:
         options["torchtitan_version"] = release.export_release
     if release is not None and release.megatron_release and "megatron_release" not in options:

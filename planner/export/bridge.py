@@ -158,23 +158,20 @@ def _preset_notes(plan: Plan) -> list[str]:
     return notes
 
 
-BRIDGE_2509 = "megatron-bridge-25.09"
-"""The --framework release whose container (Megatron-Bridge 6307e8a37, Megatron-Core 0.15.0rc6) spells
-a few settings otherwise than v0.2.0, the release this file is written for."""
-
-
 def _release_notes(plan: Plan) -> list[str]:
-    """What a 25.09 container does with this v0.2.0 file (``BRIDGE_2509``): its override loader skips
-    keys it lacks (training/utils/omegaconf_utils.py apply_overrides, with a warning), so each
-    setting 25.09 spells otherwise is named. No NVFP4 preset exists there: refused."""
-    if plan.options.get("framework") != BRIDGE_2509:
+    """What a 25.09 container (``bridge.COMMIT_2509``, the --framework release's ``bridge_release``)
+    does with this v0.2.0 file: its override loader skips keys it lacks (training/utils/omegaconf_utils.py
+    apply_overrides, with a warning), so each setting 25.09 spells otherwise is named. No NVFP4 preset
+    exists there: refused."""
+    if plan.options.get("bridge_release") != bridge.COMMIT_2509:
         return []
-    at = "Megatron-Bridge 6307e8a37 (25.09) training/mixed_precision.py"
+    at = f"Megatron-Bridge {bridge.COMMIT_2509} (25.09) training/mixed_precision.py"
     if plan.precision == "fp8" and plan.fp8_recipe == "nvfp4":
         raise CannotExpress("bridge_2509_nvfp4", "--fp8-recipe nvfp4: Megatron-Bridge 25.09 has no NVFP4 mixed_precision "
                             "preset (bf16_with_nvfp4_mixed comes with v0.2.0): price without --framework "
-                            f"{BRIDGE_2509}", at)
-    lines = ["", "Written for v0.2.0. A 25.09 container (6307e8a37, Megatron-Core 0.15.0rc6) skips keys it lacks:"]
+                            "megatron-bridge-25.09", at)
+    lines = ["", f"Written for v{bridge.RELEASE}. A 25.09 container ({bridge.COMMIT_2509}, Megatron-Core 0.15.0rc6) "
+                 "skips keys it lacks:"]
     if plan.cuda_graphs:
         lines.append("- model.cuda_graph_impl: 25.09 has model.enable_cuda_graph: true instead (else graphs stay off).")
     else:

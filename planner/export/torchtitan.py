@@ -297,7 +297,7 @@ def check_cli(plan: Plan, release: Release) -> None:
                             f"functions planner maps (BF16, and Float8 for 405B); torchtitan {release.version}'s "
                             f"llama3_8b_mxfp8 is not one of them: use {TOML_FILE} (--torchtitan-version 0.2)",
                             _REGISTRY)
-    local = plan.seq_len // max(plan.cp, 1)
+    local = plan.seq_len // plan.cp
     if local % CHUNKED_LOSS_CHUNKS:
         raise CannotExpress("torchtitan_chunked_loss", f"seq_len={plan.seq_len} with cp={plan.cp}: {local} tokens per "
                             f"context-parallel rank; torchtitan {release.version}'s llama3 configs compute the loss in "

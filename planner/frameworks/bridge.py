@@ -14,6 +14,10 @@ docs/megatron-lm-to-megatron-bridge.md and config dataclasses (tests/data/megatr
 from __future__ import annotations
 
 RELEASE = "0.2.0"
+COMMIT_2509 = "6307e8a37"
+"""Megatron-Bridge in the 25.09 container (the commit ``planner.frameworks.profiles`` cites for the
+25.09 performance scripts; its uv.lock pins Megatron-Core 0.15.0rc6). It spells a few settings otherwise
+than v0.2.0, the release the Bridge file is written for (``planner/export/bridge.py``)."""
 SOURCE = f"Megatron-Bridge v{RELEASE} src/megatron/bridge/training/config.py; docs/megatron-lm-to-megatron-bridge.md"
 
 MEGATRON_FSDP_FUSION = (

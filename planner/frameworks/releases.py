@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from hardware_catalog.errors import PlannerInputError
+from planner.frameworks import bridge
 from planner.frameworks.profiles import RowFacts, apply_profiles, model_parts, profiles_for
 
 
@@ -41,6 +42,10 @@ class Release:
     """The Megatron-LM tag whose arguments.py the Megatron-LM formats (megatron, torchrun, slurm)
     write for this release (``planner.frameworks.megatron.RELEASE_ARGUMENTS``); "": Megatron-LM
     ``MEGATRON_COMMIT`` (main)."""
+    bridge_release: str = ""
+    """The Megatron-Bridge commit of this release's container where it is not v0.2.0, which the
+    megatron-bridge file is written for (``planner.frameworks.bridge.COMMIT_2509``): the file's header
+    names what that container reads otherwise. "": v0.2.0."""
 
 
 RELEASES: tuple[Release, ...] = (
@@ -64,7 +69,8 @@ RELEASES: tuple[Release, ...] = (
             # arguments.py is core_v0.12.0's)
             megatron_release="core_v0.12.0"),
     Release("megatron-bridge-25.09", "Megatron-Bridge 25.09 (Megatron-Core)", 2025,
-            "NVIDIA Megatron-Bridge 25.09 performance recipes", formats=("megatron-bridge",)),
+            "NVIDIA Megatron-Bridge 25.09 performance recipes", formats=("megatron-bridge",),
+            bridge_release=bridge.COMMIT_2509),
     Release("torchtitan-0.2", "torchtitan 0.2", 2025,
             "pytorch/torchtitan v0.2.x: SDPA attention, per-op SAC, eager FP32 loss; priced with [compile] "
             "on (add --kernels eager without it)", export_release="0.2", formats=("torchtitan",)),
